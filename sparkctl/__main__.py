@@ -1,0 +1,3 @@
+from sparkctl.cli.app import main
+
+main()

@@ -1,0 +1,44 @@
+"""How every command talks: human output on stderr (rich), one JSON document on stdout with --json.
+
+Kept import-light: rich is loaded only when something is printed for a human.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from functools import lru_cache
+from typing import Any
+
+
+@lru_cache(maxsize=1)
+def console():
+    """The human console (stderr), so stdout stays clean for --json and pipes."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def print_json(doc: Any) -> None:
+    """Write exactly one JSON document to stdout."""
+    from sparkctl.transport.redact import redact_obj
+
+    sys.stdout.write(json.dumps(redact_obj(doc), indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def json_requested(argv: list[str] | None = None) -> bool:
+    return "--json" in (sys.argv if argv is None else argv)
+
+
+def report_error(err, as_json: bool) -> None:
+    """Print an operator-facing error (message + fix), never a traceback."""
+    from sparkctl.transport.redact import redact
+
+    if as_json:
+        print_json(err.to_dict())
+        return
+    c = console()
+    c.print(f"[bold red]error:[/] {redact(err.message)}", soft_wrap=True)
+    if err.fix:
+        c.print(f"[bold]fix:[/] {redact(err.fix)}", soft_wrap=True)

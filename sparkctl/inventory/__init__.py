@@ -1,0 +1,1 @@
+"""The inventory: models, safe loading and validation with operator-readable errors."""

@@ -1,0 +1,1 @@
+"""How sparkctl reaches hosts: SSH (Fabric/Paramiko) and Docker Engine over that SSH connection."""
