@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The two set-up commands of the README, for a fresh Debian 12 machine (run as root):
+#   ./dev.sh demo   install what is needed, bring the lab up and show it
+#   ./dev.sh test   install what is needed, bring the lab up and run the whole test suite
+# Both are idempotent: a second run reuses the venv, the packages and the running lab.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+APT_PACKAGES=(iproute2 openssh-server docker.io docker-registry busybox-static iputils-ping iperf3
+              procps psmisc util-linux kmod ca-certificates)
+VENV=${SPARKCTL_VENV:-.venv}
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+need_root() {
+  if [ "$(id -u)" != 0 ]; then
+    echo "error: the lab needs root (network namespaces, sshd, dockerd); run: sudo ./dev.sh $1" >&2
+    exit 2
+  fi
+}
+
+install_system() {
+  local missing=()
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    say "apt-get install ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    # Debian's packages try to start their services; the lab runs its own per host.
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+install_python() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    say "python3 -m venv $VENV"
+    python3 -m venv "$VENV"
+  fi
+  if ! "$VENV/bin/python" -c "import sparkctl, pytest, jsonschema" 2>/dev/null \
+     || [ pyproject.toml -nt "$VENV/.installed" ]; then
+    say "pip install -e .[test]"
+    "$VENV/bin/pip" install -q --disable-pip-version-check -e '.[test]'
+    touch "$VENV/.installed"
+  fi
+}
+
+cmd=${1:-}
+case "$cmd" in
+  demo)
+    need_root demo
+    install_system
+    install_python
+    say "sparkctl lab up"
+    "$VENV/bin/sparkctl" lab up
+    say "sparkctl lab status"
+    "$VENV/bin/sparkctl" lab status
+    say "sparkctl inventory show inventories/lab.yaml"
+    "$VENV/bin/sparkctl" inventory show inventories/lab.yaml
+    cat >&2 <<'EOT'
+
+The lab is up. Try:
+  .venv/bin/sparkctl lab status
+  ip netns list                                  # lab-head, lab-worker, lab-offload, lab-switch
+  ssh -F /var/lib/sparkctl-lab/ssh/config head nvidia-smi
+  ip -n lab-worker link set enp1s0f0np0 mtu 1500 # break a rail the way a bad cable would
+  .venv/bin/sparkctl lab down                    # leaves nothing behind
+EOT
+    ;;
+  test)
+    need_root test
+    install_system
+    install_python
+    shift
+    say "pytest (unit + lab)"
+    # The lab fixture brings the lab up once per session (tests/conftest.py).
+    exec "$VENV/bin/python" -m pytest -q "$@"
+    ;;
+  *)
+    echo "usage: ./dev.sh demo | test [pytest args]" >&2
+    exit 2
+    ;;
+esac

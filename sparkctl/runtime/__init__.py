@@ -1,0 +1,1 @@
+"""The inference runtime: launch specs (vLLM + Ray), health, metrics, logs."""

@@ -1,0 +1,270 @@
+"""The launch of every host, rendered from the inventory alone (pure: no host is touched).
+
+One container per node, as vLLM's examples/online_serving/run_cluster.sh runs a Ray cluster:
+- head:    `ray start --head --node-ip-address=<fabric ip> --port=6379`, then `vllm serve ...`
+- worker:  `ray start --block --address=<head fabric ip>:6379 --node-ip-address=<own fabric ip>`
+- drafter: (speculative drafter on the offload host, sPLIce shape) `vllm serve <drafter> ...`
+Every container: host networking and IPC, all GPUs, /dev/infiniband, memlock unlimited, the
+NCCL/Gloo/UCX/Ray environment pinned to the fabric, the node's persistent cache volume at the
+runtime's cache root, and labels carrying cluster, role and config hash.
+
+The same inventory always renders the same specs and the same config hash, so "is the running
+runtime what the inventory says?" is a comparison of hashes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sparkctl.inventory.models import FabricLink, Inventory
+
+RAY_PORT = 6379
+LABEL_PREFIX = "io.sparkctl"
+# vLLM has no flag for a drafter on another machine; the sPLIce overlay reads its address from env.
+DRAFTER_URL_ENV = "SPLICE_DRAFTER_URL"
+
+
+class Mount(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    source: str = Field(..., description="Path on the node (resolved on that node, never expanded elsewhere).")
+    target: str
+    read_only: bool = False
+
+
+class ContainerSpec(BaseModel):
+    """Everything `docker run` needs for one node's runtime container."""
+
+    model_config = ConfigDict(frozen=True)
+    host: str
+    role: str = Field(..., description="head | worker | drafter")
+    name: str
+    image: str
+    command: list[str]
+    env: dict[str, str]
+    mounts: list[Mount]
+    devices: list[str]
+    gpus: str = "all"
+    network_mode: str = "host"
+    ipc_mode: str = "host"
+    ulimits: dict[str, int] = Field(default_factory=lambda: {"memlock": -1})
+    stop_timeout: int
+    labels: dict[str, str]
+
+    def docker_run(self) -> str:
+        """The equivalent `docker run` line, for an operator to read or copy (secrets redacted by the caller)."""
+        parts = ["docker", "run", "-d", "--name", self.name, f"--network={self.network_mode}", f"--ipc={self.ipc_mode}"]
+        parts += [f"--gpus={self.gpus}"]
+        parts += [f"--device={d}" for d in self.devices]
+        parts += [f"--ulimit={k}={v}:{v}" for k, v in self.ulimits.items()]
+        parts += [f"--stop-timeout={self.stop_timeout}"]
+        for m in self.mounts:
+            parts += ["-v", f"{m.source}:{m.target}" + (":ro" if m.read_only else "")]
+        for k, v in self.env.items():
+            parts += ["-e", f"{k}={v}"]
+        for k, v in self.labels.items():
+            parts += ["--label", f"{k}={v}"]
+        parts += [self.image, *self.command]
+        return shlex.join(parts)
+
+
+class LaunchPlan(BaseModel):
+    """Every host's container, in start order (drafter, worker, head), and the config hash."""
+
+    model_config = ConfigDict(frozen=True)
+    cluster: str
+    config_hash: str
+    containers: list[ContainerSpec]
+
+    def for_host(self, host: str) -> list[ContainerSpec]:
+        return [c for c in self.containers if c.host == host]
+
+
+def fabric_link_to(inv: Inventory, host: str, peer: str) -> Optional[FabricLink]:
+    """The first rail on `host` whose peer is `peer` (the one Ray/NCCL bootstrap over)."""
+    for link in inv.hosts[host].fabric:
+        if link.peer == peer:
+            return link
+    return None
+
+
+def _rails_to(inv: Inventory, host: str, peer: str) -> list[FabricLink]:
+    return [link for link in inv.hosts[host].fabric if link.peer == peer]
+
+
+def fabric_env(inv: Inventory, host: str, peer: str) -> dict[str, str]:
+    """NCCL/Gloo/UCX/Ray variables pinning traffic to the fabric towards `peer`.
+
+    NCCL_IB_HCA names every RDMA device of every rail to the peer (both ConnectX-7 twins:
+    ~161 Gb/s instead of ~98 with one). NCCL_IB_GID_INDEX is deliberately not pinned: the
+    RoCE v2 index has been seen to move from 3 to 4 (spark-fabric.md).
+    """
+    rails = _rails_to(inv, host, peer)
+    if not rails:
+        return {}
+    first = rails[0]
+    ip = str(first.address.ip)
+    hcas: list[str] = []
+    for r in rails:
+        hcas += [d for d in r.rdma if d not in hcas]
+    env = {
+        "VLLM_HOST_IP": ip,
+        "RAY_NODE_IP_ADDRESS": ip,
+        "RAY_OVERRIDE_NODE_IP_ADDRESS": ip,
+        "NCCL_SOCKET_IFNAME": first.device,
+        "GLOO_SOCKET_IFNAME": first.device,
+        "TP_SOCKET_IFNAME": first.device,
+        "UCX_NET_DEVICES": first.device,
+        "OMPI_MCA_btl_tcp_if_include": first.device,
+        "NCCL_IB_DISABLE": "0",
+        "NCCL_IGNORE_CPU_AFFINITY": "1",
+        "RAY_memory_monitor_refresh_ms": "0",
+    }
+    if hcas:
+        env["NCCL_IB_HCA"] = ",".join(hcas)
+    return env
+
+
+def cache_env(inv: Inventory) -> dict[str, str]:
+    """Point every compile cache at the one persistent volume mounted at the cache root."""
+    root = inv.caches.container_path
+    return {
+        "VLLM_CACHE_ROOT": root,
+        "TRITON_CACHE_DIR": f"{root}/triton_cache",
+        # FlashInfer JIT lands in $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/
+        "FLASHINFER_WORKSPACE_BASE": root,
+    }
+
+
+def vllm_serve_args(inv: Inventory) -> list[str]:
+    """`vllm serve` flags for the main model: only flags the real vLLM accepts (vllm-interface.md)."""
+    r = inv.runtime
+    args = [
+        "vllm", "serve", r.model,
+        "--served-model-name", r.served_model_name,
+        "--host", "0.0.0.0",
+        "--port", str(r.port),
+        "--tensor-parallel-size", str(r.tensor_parallel_size),
+        "--distributed-executor-backend", r.distributed_executor_backend,
+        "--kv-cache-dtype", r.kv_cache_dtype,
+        "--block-size", str(r.block_size),
+        "--gpu-memory-utilization", str(r.gpu_memory_utilization),
+        "--max-model-len", str(r.max_model_len),
+        "--max-num-seqs", str(r.max_num_seqs),
+        "--max-num-batched-tokens", str(r.max_num_batched_tokens),
+    ]  # fmt: skip
+    if r.moe_backend:
+        args += ["--moe-backend", r.moe_backend]
+    if r.speculative:
+        s = r.speculative
+        spec: dict[str, object] = {"method": s.method, "num_speculative_tokens": s.num_speculative_tokens}
+        if s.model:
+            spec["model"] = s.model
+        if s.draft_tensor_parallel_size:
+            spec["draft_tensor_parallel_size"] = s.draft_tensor_parallel_size
+        args += ["--speculative-config", json.dumps(spec, separators=(",", ":"), sort_keys=True)]
+    args += ["--shutdown-timeout", str(r.shutdown_timeout)]
+    return args
+
+
+def _model_mounts(inv: Inventory, model_path: Optional[str]) -> list[Mount]:
+    mounts = [Mount(source=inv.caches.host_path, target=inv.caches.container_path)]
+    if model_path and model_path.startswith("/"):
+        mounts.append(Mount(source=model_path, target=model_path, read_only=True))
+    return mounts
+
+
+def _hash(obj: object) -> str:
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=lambda o: o.model_dump())
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def render(inv: Inventory) -> LaunchPlan:
+    """Render the launch of every host. Pure: same inventory, same plan, same hash."""
+    r = inv.runtime
+    head = inv.hosts_with_role("head")[0]
+    workers = inv.hosts_with_role("worker")
+    head_link = fabric_link_to(inv, head, workers[0]) if workers else None
+    head_ip = str(head_link.address.ip) if head_link else inv.hosts[head].ssh.address
+    stop_timeout = r.shutdown_timeout + 15  # docker stop waits for vLLM's drain, then kills
+    base_env = {**cache_env(inv), **r.env}
+
+    drafts: list[dict] = []
+    spec = r.speculative
+    drafter_env: dict[str, str] = {}
+    if spec and spec.drafter_host:
+        d = spec.drafter_host
+        d_link = fabric_link_to(inv, d, head)
+        d_ip = str(d_link.address.ip) if d_link else inv.hosts[d].ssh.address
+        drafter_env = {DRAFTER_URL_ENV: f"http://{d_ip}:{spec.drafter_port}"}
+        gpu = inv.hosts[d].gpu
+        draft_cmd = [
+            "vllm", "serve", spec.model or r.model,
+            "--served-model-name", "drafter",
+            "--host", d_ip,
+            "--port", str(spec.drafter_port),
+            "--tensor-parallel-size", str(spec.draft_tensor_parallel_size or (gpu.count if gpu else 1)),
+            "--shutdown-timeout", str(r.shutdown_timeout),
+        ]  # fmt: skip
+        drafts.append(
+            dict(
+                host=d,
+                role="drafter",
+                image=spec.drafter_image or r.image,
+                command=draft_cmd,
+                env={**base_env, **fabric_env(inv, d, head)},
+                mounts=_model_mounts(inv, spec.model),
+            )
+        )
+
+    nodes: list[dict] = list(drafts)
+    for w in workers:
+        w_link = fabric_link_to(inv, w, head)
+        w_ip = str(w_link.address.ip) if w_link else inv.hosts[w].ssh.address
+        nodes.append(
+            dict(
+                host=w,
+                role="worker",
+                image=r.image,
+                command=["ray", "start", "--block", f"--address={head_ip}:{RAY_PORT}", f"--node-ip-address={w_ip}"],
+                env={**base_env, **fabric_env(inv, w, head)},
+                mounts=_model_mounts(inv, r.model),
+            )
+        )
+    head_cmd = (
+        f"ray start --head --node-ip-address={head_ip} --port={RAY_PORT} && exec "
+        + shlex.join(vllm_serve_args(inv))
+    )
+    nodes.append(
+        dict(
+            host=head,
+            role="head",
+            image=r.image,
+            command=["/bin/sh", "-c", head_cmd],
+            env={**base_env, **(fabric_env(inv, head, workers[0]) if workers else {}), **drafter_env},
+            mounts=_model_mounts(inv, r.model),
+        )
+    )
+
+    config_hash = _hash({"cluster": inv.cluster.name, "nodes": nodes, "stop_timeout": stop_timeout})
+    containers = []
+    for n in nodes:
+        host = inv.hosts[n["host"]]
+        containers.append(
+            ContainerSpec(
+                **n,
+                name=f"sparkctl-{n['role']}",
+                devices=["/dev/infiniband"] if any(link.rdma for link in host.fabric) else [],
+                stop_timeout=stop_timeout,
+                labels={
+                    f"{LABEL_PREFIX}.cluster": inv.cluster.name,
+                    f"{LABEL_PREFIX}.role": n["role"],
+                    f"{LABEL_PREFIX}.config-hash": config_hash,
+                },
+            )
+        )
+    return LaunchPlan(cluster=inv.cluster.name, config_hash=config_hash, containers=containers)

@@ -1,0 +1,77 @@
+"""Docker Engine on a host through the Docker SDK, over the host's existing SSH connection.
+
+docker-py's own `ssh://` transport opens a second SSH connection with its own host-key handling
+(~/.ssh/config and ~/.ssh/known_hosts of whoever runs sparkctl). We instead hand it the
+connection `HostSession` already opened and verified: each HTTP connection to the engine is a
+channel on that transport running `docker system dial-stdio`, exactly what docker-py's paramiko
+path does, so there is one SSH connection per host per run and one host-key policy.
+The API version is negotiated with the engine (lab: Debian's 20.10 speaks 1.41).
+"""
+
+from __future__ import annotations
+
+import docker
+from docker.transport.sshconn import SSHConnectionPool, SSHHTTPAdapter
+from docker.transport.basehttpadapter import BaseHTTPAdapter
+from docker import constants
+from urllib3._collections import RecentlyUsedContainer
+
+from sparkctl.errors import HostError
+
+# Lowest version docker-py knows; only used until the real one is negotiated.
+_BOOTSTRAP_VERSION = "1.24"
+
+
+class _SharedSSHAdapter(SSHHTTPAdapter):
+    """docker-py's SSH adapter, but on a paramiko client we own (never reconnects or closes it)."""
+
+    def __init__(self, ssh_client, host_label: str, timeout: float = 60):
+        self.ssh_client = ssh_client
+        self.ssh_host = host_label
+        self.ssh_params = {}
+        self.timeout = timeout
+        self.max_pool_size = constants.DEFAULT_MAX_POOL_SIZE
+        self.pools = RecentlyUsedContainer(constants.DEFAULT_NUM_POOLS, dispose_func=lambda p: p.close())
+        BaseHTTPAdapter.__init__(self)
+
+    def _connect(self):
+        raise HostError(f"{self.ssh_host}: the SSH connection to this host was closed")
+
+    def get_connection(self, url, proxies=None):
+        with self.pools.lock:
+            pool = self.pools.get(url)
+            if pool is None:
+                pool = SSHConnectionPool(
+                    ssh_client=self.ssh_client, timeout=self.timeout, maxsize=self.max_pool_size, host=self.ssh_host
+                )
+                self.pools[url] = pool
+        return pool
+
+    def close(self):
+        BaseHTTPAdapter.close(self)  # the SSH client belongs to HostSession
+
+
+def docker_over_ssh(session, timeout: float = 120) -> docker.DockerClient:
+    """A DockerClient for `session`'s host; the API version negotiated with its engine."""
+    t = session.target
+    # use_ssh_client=True makes docker-py skip opening its own paramiko connection at init;
+    # we then mount our adapter in its place before any request is made.
+    api = docker.APIClient(
+        base_url=f"ssh://{t.user}@{t.address}:{t.port}",
+        version=_BOOTSTRAP_VERSION,
+        timeout=timeout,
+        use_ssh_client=True,
+    )
+    adapter = _SharedSSHAdapter(session.paramiko_client, t.name, timeout=timeout)
+    api._custom_adapter = adapter
+    api.mount("http+docker://ssh", adapter)
+    try:
+        api._version = api._retrieve_server_version()
+    except docker.errors.DockerException as exc:
+        raise HostError(
+            f"{t.name}: Docker Engine did not answer over SSH: {exc}",
+            fix="check that dockerd runs on the host and that the SSH user may use it (root or the docker group)",
+        ) from None
+    client = docker.DockerClient.__new__(docker.DockerClient)
+    client.api = api
+    return client

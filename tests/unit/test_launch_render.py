@@ -1,0 +1,121 @@
+"""The launch renderer: pure, deterministic, and only flags the real vLLM accepts."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkctl.inventory.models import Inventory
+from sparkctl.runtime.launch import render
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Flags reference/vllm-interface.md lists for `vllm serve` (the contract; never invent one).
+VLLM_SERVE_FLAGS = {
+    "--tensor-parallel-size", "--distributed-executor-backend", "--kv-cache-dtype", "--block-size",
+    "--gpu-memory-utilization", "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens",
+    "--speculative-config", "--moe-backend", "--served-model-name", "--host", "--port",
+    "--shutdown-timeout", "--nnodes", "--node-rank", "--master-addr", "--headless",
+}  # fmt: skip
+
+
+def load(name: str = "lab.yaml", **runtime_changes) -> Inventory:
+    data = yaml.safe_load((ROOT / "inventories" / name).read_text())
+    data["runtime"].update(runtime_changes)
+    return Inventory.model_validate(data)
+
+
+def serve_argv(spec) -> list[str]:
+    if spec.command[0] == "/bin/sh":
+        line = spec.command[2].split("&& exec ", 1)[1]
+        return shlex.split(line)
+    return spec.command
+
+
+def test_start_order_is_drafter_worker_head():
+    plan = render(load())
+    assert [(c.host, c.role) for c in plan.containers] == [
+        ("offload", "drafter"),
+        ("worker", "worker"),
+        ("head", "head"),
+    ]
+
+
+def test_rendering_is_pure_and_deterministic():
+    assert render(load()).model_dump() == render(load()).model_dump()
+
+
+@pytest.mark.parametrize("role", ["head", "drafter"])
+def test_only_real_vllm_flags(role):
+    plan = render(load())
+    spec = next(c for c in plan.containers if c.role == role)
+    argv = serve_argv(spec)
+    assert argv[:2] == ["vllm", "serve"]
+    flags = {a for a in argv if a.startswith("--")}
+    assert flags <= VLLM_SERVE_FLAGS, flags - VLLM_SERVE_FLAGS
+
+
+def test_head_serve_line_carries_the_inventory():
+    inv = load()
+    argv = serve_argv(render(inv).for_host("head")[0])
+    opts = dict(zip(argv[3::2], argv[4::2]))
+    r = inv.runtime
+    assert argv[2] == r.model
+    assert opts["--tensor-parallel-size"] == "2"
+    assert opts["--distributed-executor-backend"] == "ray"
+    assert opts["--kv-cache-dtype"] == r.kv_cache_dtype
+    assert opts["--max-model-len"] == str(r.max_model_len)
+    assert opts["--max-num-seqs"] == str(r.max_num_seqs)
+    assert opts["--moe-backend"] == "flashinfer_b12x"
+    assert opts["--shutdown-timeout"] == str(r.shutdown_timeout)
+    spec = json.loads(opts["--speculative-config"])
+    assert spec["num_speculative_tokens"] == r.speculative.num_speculative_tokens
+    assert spec["method"] == r.speculative.method
+
+
+def test_worker_joins_head_over_the_fabric():
+    plan = render(load())
+    worker = plan.for_host("worker")[0]
+    assert "--address=10.231.100.2:6379" in worker.command
+    assert "--node-ip-address=10.231.100.3" in worker.command
+    head = plan.for_host("head")[0]
+    assert "--node-ip-address=10.231.100.2" in head.command[2]
+
+
+def test_fabric_env_names_interface_and_both_rdma_twins():
+    plan = render(load())
+    for host in ("head", "worker"):
+        env = plan.for_host(host)[0].env
+        assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "enp1s0f0np0"
+        assert env["NCCL_IB_HCA"] == "rocep1s0f0,roceP2p1s0f0"
+        assert env["VLLM_HOST_IP"] == env["RAY_NODE_IP_ADDRESS"]
+        assert env["RAY_memory_monitor_refresh_ms"] == "0"
+        assert "NCCL_IB_GID_INDEX" not in env  # never pinned blindly
+
+
+def test_containers_get_host_network_ipc_gpus_rdma_and_cache_volume():
+    inv = load()
+    for c in render(inv).containers:
+        assert (c.network_mode, c.ipc_mode, c.gpus) == ("host", "host", "all")
+        assert c.devices == ["/dev/infiniband"]
+        assert c.ulimits == {"memlock": -1}
+        cache = [m for m in c.mounts if m.target == inv.caches.container_path]
+        assert cache and cache[0].source == inv.caches.host_path
+        assert c.env["VLLM_CACHE_ROOT"] == inv.caches.container_path
+
+
+def test_config_hash_follows_the_config():
+    base = render(load()).config_hash
+    assert render(load(max_num_seqs=2)).config_hash != base
+    assert render(load(served_model_name="other")).config_hash != base
+    labels = {c.labels["io.sparkctl.config-hash"] for c in render(load()).containers}
+    assert labels == {base}
+
+
+def test_head_learns_the_remote_drafter_address():
+    head = render(load()).for_host("head")[0]
+    assert head.env["SPLICE_DRAFTER_URL"] == "http://10.231.110.4:8100"

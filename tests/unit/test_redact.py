@@ -1,0 +1,25 @@
+"""Secrets never reach output: structured data and free text."""
+
+from sparkctl.transport.redact import MASK, redact, redact_obj
+
+
+def test_secret_keys_are_masked_in_structured_data_and_remembered():
+    doc = {"env": {"HF_TOKEN": "hf_abcdefghijklmnopqrstuv", "VLLM_HOST_IP": "10.0.0.1"}}
+    out = redact_obj(doc)
+    assert out["env"]["HF_TOKEN"] == MASK
+    assert out["env"]["VLLM_HOST_IP"] == "10.0.0.1"
+    # the same value leaking later into free text is masked too
+    assert "hf_abcdefghijklmnopqrstuv" not in redact("pulling with hf_abcdefghijklmnopqrstuv ...")
+
+
+def test_free_text_shapes():
+    line = "docker run -e HF_TOKEN=supersecretvalue -e API_KEY='x y' -H 'Authorization: Bearer abc.def'"
+    out = redact(line)
+    assert "supersecretvalue" not in out and "abc.def" not in out and "x y" not in out
+    assert "HF_TOKEN=" + MASK in out
+    pem = "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n-----END OPENSSH PRIVATE KEY-----"
+    assert redact(pem) == MASK
+
+
+def test_plain_text_is_untouched():
+    assert redact("fabric IP 10.231.100.2/24 already on enp1s0f0np0") == "fabric IP 10.231.100.2/24 already on enp1s0f0np0"
