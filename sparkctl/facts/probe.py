@@ -1,0 +1,62 @@
+"""Gather many facts from a host in ONE SSH round trip.
+
+Every probe is a shell snippet; `gather` joins them into one script with unique section markers,
+runs it once, and splits the output back into one `Section` (exit code + stdout) per probe.
+Each probe's stderr is folded into its stdout so a parser sees what an operator would.
+Parsing lives in the topic modules (network, gpu, rdma, system, docker), tested on recorded output.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class Section:
+    rc: int
+    out: str
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+
+def build_script(probes: Mapping[str, str], marker: str) -> str:
+    lines = ["exec 2>&1", "export LC_ALL=C"]
+    for key, snippet in probes.items():
+        # a subshell per probe: one failing (or calling exit) never stops the others
+        lines.append(f"echo '{marker} {key}'")
+        lines.append(f"( {snippet}\n)")
+        # always end the section with a newline of ours (removed when parsing), so output
+        # without a trailing newline cannot swallow the end marker
+        lines.append(f"rc=$?; echo; echo \"{marker}rc $rc\"")
+    return "\n".join(lines) + "\n"
+
+
+def parse_output(text: str, marker: str) -> dict[str, Section]:
+    sections: dict[str, Section] = {}
+    key = None
+    buf: list[str] = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith(marker + " "):
+            key, buf = line[len(marker) + 1 :].strip(), []
+        elif line.startswith(marker + "rc ") and key is not None:
+            sections[key] = Section(int(line.split()[1]), "".join(buf)[:-1])
+            key = None
+        elif key is not None:
+            buf.append(line)
+    return sections
+
+
+def gather(session, probes: Mapping[str, str], timeout: float = 60) -> dict[str, Section]:
+    """Run all probes on the host behind `session` in one round trip."""
+    marker = "@@sparkctl-" + secrets.token_hex(6)
+    script = build_script(probes, marker)
+    result = session.run(["sh", "-c", script], timeout=timeout)
+    sections = parse_output(result.stdout, marker)
+    missing = [k for k in probes if k not in sections]
+    for k in missing:  # the script died before this probe: report it, don't guess
+        sections[k] = Section(255, f"probe did not run (script exit {result.exit_code}): {result.stderr[-300:]}")
+    return sections

@@ -1,0 +1,36 @@
+"""RDMA facts: `ibdev2netdev` mapping and `/sys/class/infiniband/<dev>/ports/1/state`."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_LINE = re.compile(r"^(?P<dev>\S+) port (?P<port>\d+) ==> (?P<netdev>\S+) \((?P<state>\w+)\)")
+
+
+@dataclass(frozen=True)
+class RdmaPort:
+    device: str
+    port: int
+    netdev: str
+    link: str  # Up / Down, as ibdev2netdev prints
+
+
+def parse_ibdev2netdev(text: str) -> dict[str, RdmaPort]:
+    """`rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)` -> {'rocep1s0f1': RdmaPort(...)}."""
+    ports = {}
+    for line in text.splitlines():
+        m = _LINE.match(line.strip())
+        if m:
+            ports[m["dev"]] = RdmaPort(m["dev"], int(m["port"]), m["netdev"], m["state"])
+    return ports
+
+
+def parse_port_states(text: str) -> dict[str, str]:
+    """Lines `DEV STATE...` (e.g. `rocep1s0f0 4: ACTIVE`) -> {'rocep1s0f0': 'ACTIVE'}."""
+    states = {}
+    for line in text.splitlines():
+        parts = line.split(None, 1)
+        if len(parts) == 2:
+            states[parts[0]] = parts[1].split(":")[-1].strip()
+    return states
