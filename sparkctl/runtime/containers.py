@@ -1,0 +1,66 @@
+"""Start, find and stop the runtime's containers through the Docker SDK, from rendered specs.
+
+`docker_kwargs(spec)` is the one translation from a `ContainerSpec` to docker-py's
+`containers.run` arguments, so what `render` prints is exactly what runs.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from sparkctl.runtime.launch import LABEL_PREFIX, ContainerSpec
+
+
+def docker_kwargs(spec: ContainerSpec) -> dict:
+    from docker.types import DeviceRequest, Ulimit
+
+    return dict(
+        image=spec.image,
+        command=spec.command,
+        name=spec.name,
+        detach=True,
+        network_mode=spec.network_mode,
+        ipc_mode=spec.ipc_mode,
+        # --gpus all
+        device_requests=[DeviceRequest(count=-1, capabilities=[["gpu"]])] if spec.gpus == "all" else [],
+        devices=[f"{d}:{d}:rwm" for d in spec.devices],
+        ulimits=[Ulimit(name=k, soft=v, hard=v) for k, v in spec.ulimits.items()],
+        environment=dict(spec.env),
+        labels=dict(spec.labels),
+        # -v semantics (binds), as the rendered `docker run` line shows
+        volumes={m.source: {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in spec.mounts},
+        stop_signal="SIGTERM",
+        stop_timeout=spec.stop_timeout,
+    )
+
+
+def start(client, spec: ContainerSpec):
+    """Remove any stale container of the same name, then start this spec. Returns the container."""
+    import docker
+
+    try:
+        old = client.containers.get(spec.name)
+        old.remove(force=True)
+    except docker.errors.NotFound:
+        pass
+    return client.containers.run(**docker_kwargs(spec))
+
+
+def find(client, cluster: str, role: Optional[str] = None) -> list:
+    """This cluster's runtime containers on one host (running or not)."""
+    filters = {"label": [f"{LABEL_PREFIX}.cluster={cluster}"]}
+    if role:
+        filters["label"].append(f"{LABEL_PREFIX}.role={role}")
+    return client.containers.list(all=True, filters=filters)
+
+
+def stop(client, cluster: str, timeout: Optional[int] = None, remove: bool = True) -> list[str]:
+    """Stop (SIGTERM, drain up to the container's stop timeout) and remove this cluster's containers."""
+    names = []
+    for c in find(client, cluster):
+        if c.status == "running":
+            c.stop(timeout=timeout) if timeout is not None else c.stop()
+        if remove:
+            c.remove(force=True)
+        names.append(c.name)
+    return names
