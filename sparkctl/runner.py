@@ -1,0 +1,199 @@
+"""The runner: a playbook's steps in order, hosts in parallel, one result per host and step.
+
+It owns concurrency and results (steps never print):
+1. facts: every step's probes for a host are gathered in ONE round trip, all hosts at once;
+2. per step: plan every host (pure), then (unless --check) apply only non-empty plans, in
+   parallel or in the step's order, then let the step verify what it changed;
+3. the first failed step stops the run: later steps are reported skipped, with why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from sparkctl.errors import InputError, SparkctlError
+from sparkctl.steps.base import Plan, RunContext, Step, StepResult
+
+PLAYBOOKS_DIR = Path(__file__).resolve().parent.parent / "playbooks"
+
+
+@dataclass
+class Recap:
+    playbook: str
+    check_mode: bool
+    results: list[StepResult] = field(default_factory=list)
+    plans: list[Plan] = field(default_factory=list)
+    seconds: float = 0.0
+    stopped_at: Optional[str] = None
+
+    def count(self, status: str) -> int:
+        return sum(1 for r in self.results if r.status == status)
+
+    @property
+    def failed(self) -> bool:
+        return self.count("failed") > 0
+
+    def to_dict(self) -> dict:
+        hosts: dict[str, dict] = {}
+        for r in self.results:
+            hosts.setdefault(r.host, {})[r.step] = r.to_dict()
+        return {
+            "playbook": self.playbook,
+            "check": self.check_mode,
+            "ok": self.count("ok"),
+            "changed": self.count("changed"),
+            "failed": self.count("failed"),
+            "skipped": self.count("skipped"),
+            "stopped_at": self.stopped_at,
+            "seconds": round(self.seconds, 3),
+            "hosts": hosts,
+            "results": [r.to_dict() for r in self.results],
+        }
+
+
+def load_playbook(name: str) -> list[str]:
+    """Step names in order from playbooks/<name>.yaml (data an on-call engineer can read)."""
+    import yaml
+
+    path = PLAYBOOKS_DIR / f"{name}.yaml"
+    if not path.exists():
+        raise InputError(f"no playbook {name!r} in {PLAYBOOKS_DIR}")
+    doc = yaml.safe_load(path.read_text())
+    steps = doc.get("steps") if isinstance(doc, dict) else None
+    if not isinstance(steps, list) or not all(isinstance(s, str) for s in steps):
+        raise InputError(f"{path}: `steps` must be a list of step names")
+    return steps
+
+
+def gather_facts(ctx: RunContext, steps: list[Step]) -> dict[str, str]:
+    """One round trip per host with every step's probes; returns per-host connection errors."""
+    from sparkctl.facts.probe import gather
+
+    per_host: dict[str, dict[str, str]] = {h: {} for h in ctx.fleet.sessions}
+    for step in steps:
+        for host in step.hosts(ctx.inventory):
+            if host in per_host:
+                per_host[host].update({f"{step.name}.{k}": v for k, v in step.probes(ctx.inventory, host).items()})
+    out = ctx.fleet.map(lambda s: gather(s, per_host[s.name]) if per_host[s.name] else {})
+    errors = {}
+    for host, outcome in out.items():
+        if outcome.ok:
+            ctx.facts[host] = outcome.value
+        else:
+            errors[host] = outcome.error
+    return errors
+
+
+def run_playbook(
+    ctx: RunContext,
+    steps: list[Step],
+    playbook: str,
+    on_result: Callable[[StepResult], None] = lambda r: None,
+) -> Recap:
+    start = time.monotonic()
+    recap = Recap(playbook=playbook, check_mode=ctx.check_mode)
+
+    def emit(r: StepResult) -> None:
+        recap.results.append(r)
+        on_result(r)
+
+    unreachable = gather_facts(ctx, steps)
+    failed_step: Optional[str] = None
+    for step in steps:
+        hosts = [h for h in step.hosts(ctx.inventory) if h in ctx.fleet.sessions]
+        if failed_step:
+            for h in hosts:
+                emit(StepResult(step.name, h, "skipped", f"not run: step {failed_step!r} failed"))
+            continue
+        view = _scoped(ctx, step)
+        plans: dict[str, Plan] = {}
+        step_failed = False
+        for h in hosts:
+            if h in unreachable:
+                emit(StepResult(step.name, h, "failed", unreachable[h], fix="check SSH: `sparkctl doctor --only ssh`"))
+                step_failed = True
+                continue
+            t0 = time.monotonic()
+            try:
+                plans[h] = step.plan(view, h)
+            except SparkctlError as exc:
+                emit(StepResult(step.name, h, "failed", exc.message, seconds=time.monotonic() - t0, fix=exc.fix))
+                step_failed = True
+        for h, plan in plans.items():
+            recap.plans.append(plan)
+            if plan.blocked:
+                emit(StepResult(step.name, h, "failed", plan.blocked))
+                step_failed = True
+        if step_failed:  # validate everything before touching any host
+            for h, plan in plans.items():
+                if not plan.blocked:
+                    emit(StepResult(step.name, h, "skipped", "not applied: another host failed this step's plan"))
+            failed_step = step.name
+            recap.stopped_at = step.name
+            continue
+        results = _apply_all(view, step, plans)
+        for r in results:
+            emit(r)
+        if any(r.status == "failed" for r in results):
+            failed_step = step.name
+            recap.stopped_at = step.name
+    recap.seconds = time.monotonic() - start
+    return recap
+
+
+def _scoped(ctx: RunContext, step: Step) -> RunContext:
+    """The context as one step sees it: its own probes under their short keys (same shared dict)."""
+    prefix = f"{step.name}."
+    facts = {
+        h: {k[len(prefix) :]: v for k, v in secs.items() if k.startswith(prefix)} for h, secs in ctx.facts.items()
+    }
+    return dataclasses.replace(ctx, facts=facts)
+
+
+def _apply_all(ctx: RunContext, step: Step, plans: dict[str, Plan]) -> list[StepResult]:
+    any_change = any(not p.empty for p in plans.values())
+
+    def one(host: str) -> StepResult:
+        plan = plans[host]
+        t0 = time.monotonic()
+        try:
+            if ctx.check_mode:
+                if plan.empty:
+                    return StepResult(step.name, host, "ok", plan.reason, seconds=time.monotonic() - t0)
+                return StepResult(
+                    step.name, host, "changed", f"would: {plan.reason}", [c.summary for c in plan.changes],
+                    seconds=time.monotonic() - t0,
+                )  # fmt: skip
+            message = plan.reason
+            if not plan.empty:
+                ctx.progress(host, step.name, plan.reason)
+                message = step.apply(ctx, plan)
+            verify = getattr(step, "verify", None)
+            if verify is not None:
+                proof = verify(ctx, host, any_change)
+                message = f"{message}; {proof}" if message else proof
+            status = "ok" if plan.empty else "changed"
+            return StepResult(step.name, host, status, message, [c.summary for c in plan.changes], time.monotonic() - t0)
+        except SparkctlError as exc:
+            return StepResult(step.name, host, "failed", exc.message, seconds=time.monotonic() - t0, fix=exc.fix)
+        except Exception as exc:  # unexpected: still a per-host failure, never a traceback
+            return StepResult(step.name, host, "failed", f"{type(exc).__name__}: {exc}", seconds=time.monotonic() - t0)
+
+    names = list(plans)
+    if step.sequential or len(names) <= 1:
+        results = []
+        for h in names:
+            r = one(h)
+            results.append(r)
+            if r.status == "failed":
+                results += [StepResult(step.name, n, "skipped", f"not run: {h} failed") for n in names[len(results) :]]
+                break
+        return results
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        return list(pool.map(one, names))
