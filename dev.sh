@@ -9,6 +9,9 @@ cd "$(dirname "$0")"
 APT_PACKAGES=(iproute2 openssh-server docker.io docker-registry busybox-static iputils-ping iperf3
               procps psmisc util-linux kmod ca-certificates)
 VENV=${SPARKCTL_VENV:-.venv}
+# Fence every SSH/HTTP connection sparkctl makes to loopback and the lab's own range: the shipped
+# inventories hold real-world addresses that must never be contacted from here.
+export SPARKCTL_ONLY_NETWORKS=${SPARKCTL_ONLY_NETWORKS:-127.0.0.0/8,10.231.0.0/16}
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 

@@ -69,8 +69,8 @@ def load_playbook(name: str) -> list[str]:
     return steps
 
 
-def gather_facts(ctx: RunContext, steps: list[Step]) -> dict[str, str]:
-    """One round trip per host with every step's probes; returns per-host connection errors."""
+def gather_facts(ctx: RunContext, steps: list[Step]) -> dict[str, tuple[str, Optional[str]]]:
+    """One round trip per host with every step's probes; returns per-host (error, fix) for hosts that failed."""
     from sparkctl.facts.probe import gather
 
     per_host: dict[str, dict[str, str]] = {h: {} for h in ctx.fleet.sessions}
@@ -84,7 +84,7 @@ def gather_facts(ctx: RunContext, steps: list[Step]) -> dict[str, str]:
         if outcome.ok:
             ctx.facts[host] = outcome.value
         else:
-            errors[host] = outcome.error
+            errors[host] = (outcome.error, outcome.fix)
     return errors
 
 
@@ -114,7 +114,8 @@ def run_playbook(
         step_failed = False
         for h in hosts:
             if h in unreachable:
-                emit(StepResult(step.name, h, "failed", unreachable[h], fix="check SSH: `sparkctl doctor --only ssh`"))
+                error, fix = unreachable[h]
+                emit(StepResult(step.name, h, "failed", error, fix=fix or "check SSH: `sparkctl doctor --only ssh`"))
                 step_failed = True
                 continue
             t0 = time.monotonic()
@@ -155,45 +156,57 @@ def _scoped(ctx: RunContext, step: Step) -> RunContext:
 
 
 def _apply_all(ctx: RunContext, step: Step, plans: dict[str, Plan]) -> list[StepResult]:
+    """Apply every host's plan (in parallel, or in order for sequential steps), THEN verify each
+    host: a proof such as a jumbo ping must not run while the peer is still being configured."""
     any_change = any(not p.empty for p in plans.values())
+    names = list(plans)
+    results: dict[str, StepResult] = {}
 
-    def one(host: str) -> StepResult:
-        plan = plans[host]
+    def guarded(host: str, fn: Callable[[], StepResult]) -> StepResult:
         t0 = time.monotonic()
         try:
-            if ctx.check_mode:
-                if plan.empty:
-                    return StepResult(step.name, host, "ok", plan.reason, seconds=time.monotonic() - t0)
-                return StepResult(
-                    step.name, host, "changed", f"would: {plan.reason}", [c.summary for c in plan.changes],
-                    seconds=time.monotonic() - t0,
-                )  # fmt: skip
-            message = plan.reason
-            if not plan.empty:
-                ctx.progress(host, step.name, plan.reason)
-                message = step.apply(ctx, plan)
-            verify = getattr(step, "verify", None)
-            if verify is not None:
-                proof = verify(ctx, host, any_change)
-                message = f"{message}; {proof}" if message else proof
-            status = "ok" if plan.empty else "changed"
-            return StepResult(step.name, host, status, message, [c.summary for c in plan.changes], time.monotonic() - t0)
+            r = fn()
         except SparkctlError as exc:
-            return StepResult(step.name, host, "failed", exc.message, seconds=time.monotonic() - t0, fix=exc.fix)
+            r = StepResult(step.name, host, "failed", exc.message, fix=exc.fix)
         except Exception as exc:  # unexpected: still a per-host failure, never a traceback
-            return StepResult(step.name, host, "failed", f"{type(exc).__name__}: {exc}", seconds=time.monotonic() - t0)
+            r = StepResult(step.name, host, "failed", f"{type(exc).__name__}: {exc}")
+        r.seconds += time.monotonic() - t0
+        return r
 
-    names = list(plans)
-    if step.sequential or len(names) <= 1:
-        results = []
-        for h in names:
-            r = one(h)
-            results.append(r)
-            if r.status == "failed":
-                results += [StepResult(step.name, n, "skipped", f"not run: {h} failed") for n in names[len(results) :]]
-                break
-        return results
-    from concurrent.futures import ThreadPoolExecutor
+    def apply_one(host: str) -> StepResult:
+        plan = plans[host]
+        changes = [c.summary for c in plan.changes]
+        if ctx.check_mode:
+            if plan.empty:
+                return StepResult(step.name, host, "ok", plan.reason)
+            return StepResult(step.name, host, "changed", f"would: {plan.reason}", changes)
+        if plan.empty:
+            return StepResult(step.name, host, "ok", plan.reason)
+        ctx.progress(host, step.name, plan.reason)
+        return StepResult(step.name, host, "changed", step.apply(ctx, plan), changes)
 
-    with ThreadPoolExecutor(max_workers=len(names)) as pool:
-        return list(pool.map(one, names))
+    def verify_one(host: str) -> StepResult:
+        r = results[host]
+        proof = step.verify(ctx, host, any_change)
+        r.message = f"{r.message}; {proof}" if r.message else proof
+        return r
+
+    def run_phase(fn: Callable[[str], StepResult], hosts: list[str], in_order: bool) -> None:
+        if in_order or len(hosts) <= 1:
+            for i, h in enumerate(hosts):
+                results[h] = guarded(h, lambda: fn(h))
+                if results[h].status == "failed":
+                    for n in hosts[i + 1 :]:
+                        results[n] = StepResult(step.name, n, "skipped", f"not run: {h} failed")
+                    return
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+            for h, r in zip(hosts, pool.map(lambda h: guarded(h, lambda: fn(h)), hosts)):
+                results[h] = r
+
+    run_phase(apply_one, names, step.sequential)
+    if not ctx.check_mode and hasattr(step, "verify"):
+        run_phase(verify_one, [h for h in names if results[h].status in ("ok", "changed")], False)
+    return [results[h] for h in names]

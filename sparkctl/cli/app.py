@@ -13,6 +13,7 @@ import typer
 from sparkctl.cli import inventory as inventory_cli
 from sparkctl.cli import lab as lab_cli
 from sparkctl.cli import pending
+from sparkctl.cli import up as up_cli
 
 app = typer.Typer(
     name="sparkctl",
@@ -30,7 +31,8 @@ app = typer.Typer(
 
 app.add_typer(inventory_cli.app, name="inventory")
 app.add_typer(lab_cli.app, name="lab")
-pending.register(app)
+app.command("up")(up_cli.up)
+pending.register(app)  # placeholders for whatever is not registered above
 
 
 @app.callback(invoke_without_command=True)

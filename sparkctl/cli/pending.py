@@ -32,7 +32,9 @@ def _make(name: str, issue: int):
 
 
 def register(app: typer.Typer, skip: set[str] = frozenset()) -> None:
+    """Add a placeholder for every pending command the app does not already have."""
+    have = {c.name for c in app.registered_commands} | set(skip)
     for name, (help_text, issue) in PENDING.items():
-        if name not in skip:
+        if name not in have:
             tag = f"issue #{issue}" if issue else "planned"
             app.command(name, help=f"{help_text} [not implemented yet: {tag}]")(_make(name, issue))

@@ -108,6 +108,9 @@ class HostSession:
         if self._conn is not None and self._conn.is_connected:
             return self
         t = self.target
+        from sparkctl.transport.guard import check_address
+
+        check_address(t.address, f"SSH to {t.name}")
         if t.key is not None and not t.key.exists():
             raise HostError(
                 f"{t.name}: SSH key {t.key} does not exist",

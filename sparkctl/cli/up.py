@@ -1,0 +1,56 @@
+"""`sparkctl up`: converge the cluster to the inventory, changing only what is not already right."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from sparkctl.cli.options import CheckOpt, InventoryOpt, JsonOpt, require_inventory
+
+
+def run_steps(inventory_path, playbook: str, check: bool, json_out: bool, force: bool = False, **options):
+    """Load + validate the inventory (before any host is touched), then run the playbook."""
+    from sparkctl.cli.output import print_json
+    from sparkctl.cli.steps_output import LiveReport, print_recap
+    from sparkctl.inventory.loader import load_inventory
+    from sparkctl.runner import load_playbook, run_playbook
+    from sparkctl.steps import registry
+    from sparkctl.steps.base import RunContext
+    from sparkctl.transport.ssh import Fleet
+
+    inv = load_inventory(require_inventory(inventory_path))
+    steps = registry.build(load_playbook(playbook), playbook)
+    with Fleet(inv) as fleet, LiveReport(quiet=json_out) as live:
+        ctx = RunContext(
+            inventory=inv, fleet=fleet, check_mode=check, force=force, options=options, progress=live.progress
+        )
+        recap = run_playbook(ctx, steps, playbook, on_result=live.result)
+    if json_out:
+        doc = recap.to_dict()
+        if "runtime_start" in ctx.shared:
+            doc["runtime_start"] = ctx.shared["runtime_start"]
+        print_json(doc)
+    else:
+        print_recap(recap)
+    raise typer.Exit(1 if recap.failed else 0)
+
+
+def up(
+    inventory: InventoryOpt = None,
+    check: CheckOpt = False,
+    json_out: JsonOpt = False,
+    force: Annotated[bool, typer.Option("--force", help="Restart the runtime even if its config hash matches.")] = False,
+    side_load: Annotated[
+        bool, typer.Option("--side-load", help="Copy images from the head over SSH instead of pulling.")
+    ] = False,
+    timeout: Annotated[
+        Optional[float], typer.Option("--timeout", help="Seconds to wait for the runtime to serve (default 1800).")
+    ] = None,
+) -> None:
+    """Converge the cluster to the inventory: fabric, images, caches, runtime, record.
+
+    Every step gathers facts, plans, and applies only its plan; a second run changes nothing
+    and says so. --check prints every plan and changes nothing.
+    """
+    run_steps(inventory, "up", check, json_out, force=force, side_load=side_load, timeout=timeout)

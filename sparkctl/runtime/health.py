@@ -1,0 +1,76 @@
+"""Is the runtime serving? Phases from the head's log, /health, and a real completion as smoke test.
+
+vLLM refuses connections while loading, so "not serving yet" and "dead" differ only by whether
+the container still runs and what its log says last. The phase shown to the operator comes
+from the real log lines (vllm-interface.md).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+# (pattern, phase shown to the operator), newest phase wins
+PHASES = [
+    (re.compile(r"ray start|Ray runtime started|Started a local Ray instance"), "starting Ray"),
+    (re.compile(r"[Ww]aiting for .*(worker|node|placement)"), "waiting for the worker to join"),
+    (re.compile(r"[Ll]oading (model )?weights|Loading safetensors"), "loading weights"),
+    (re.compile(r"GPU KV cache size"), "allocating KV cache"),
+    (re.compile(r"Directly load the compiled graph"), "compiling (cache hit)"),
+    (re.compile(r"Compiling a graph for compile range"), "compiling (cache miss: cold start)"),
+    (re.compile(r"[Cc]apturing (CUDA )?graphs"), "capturing CUDA graphs"),
+    (re.compile(r"init engine .* took"), "engine initialised"),
+    (re.compile(r"Starting vLLM server on"), "serving"),
+]
+FATAL = [
+    re.compile(r"EngineCore encountered a fatal error"),
+    re.compile(r"RayWorkerProc rank=\d+ died unexpectedly"),
+    re.compile(r"device-side assert triggered"),
+    re.compile(r"vllm serve: error:"),
+]
+
+
+def phase_of(log: str) -> str:
+    phase = "starting"
+    for line in log.splitlines():
+        for pat, name in PHASES:
+            if pat.search(line):
+                phase = name
+    return phase
+
+
+def fatal_line(log: str) -> Optional[str]:
+    for line in log.splitlines():
+        if any(p.search(line) for p in FATAL):
+            return line.strip()
+    return None
+
+
+def base_url(inv) -> str:
+    from sparkctl.transport.guard import check_url
+
+    head = inv.hosts_with_role("head")[0]
+    url = f"http://{inv.hosts[head].ssh.address}:{inv.runtime.port}"
+    check_url(url, "the runtime's HTTP endpoint")
+    return url
+
+
+def health(client, url: str) -> Optional[int]:
+    """HTTP status of /health, or None when the port refuses (loading) or does not answer."""
+    import httpx
+
+    try:
+        return client.get(f"{url}/health", timeout=3).status_code
+    except httpx.HTTPError:
+        return None
+
+
+def smoke(client, url: str, model: str) -> str:
+    """A real completion; returns the text. Raises on anything but a 200 with a choice."""
+    r = client.post(
+        f"{url}/v1/completions",
+        json={"model": model, "prompt": "Count from 1 to 5:", "max_tokens": 8, "temperature": 0},
+        timeout=60,
+    )
+    r.raise_for_status()
+    return r.json()["choices"][0]["text"]

@@ -1,0 +1,189 @@
+"""Images step: the runtime (and drafter) image on every node, the same image ID everywhere.
+
+Pulled in parallel from the registry before anything is stopped, so a restart never waits for a
+download. Where a node cannot pull (or with --side-load) the image is streamed from a node that
+has it over SSH (`docker save | docker load`, relayed through this machine) and its ID verified.
+Identity is the image ID (config digest), not RepoDigests: a side-loaded image has none.
+"""
+
+from __future__ import annotations
+
+import shlex
+import threading
+from typing import Optional
+
+from sparkctl.errors import HostError
+from sparkctl.inventory.models import Inventory
+from sparkctl.runtime.launch import render
+from sparkctl.steps.base import Change, Plan, RunContext, Step
+
+CHUNK = 1 << 20
+
+
+def images_by_host(inv: Inventory) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for c in render(inv).containers:
+        if c.image not in out.setdefault(c.host, []):
+            out[c.host].append(c.image)
+    return out
+
+
+def _inspect(images: list[str]) -> str:
+    return "; ".join(f"echo {shlex.quote(i)} $(docker image inspect --format '{{{{.Id}}}}' {shlex.quote(i)} 2>/dev/null)" for i in images)
+
+
+def parse_ids(text: str) -> dict[str, Optional[str]]:
+    ids = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if parts:
+            ids[parts[0]] = parts[1] if len(parts) > 1 else None
+    return ids
+
+
+def reference_ids(ctx: RunContext) -> dict[str, str]:
+    """Per image, the ID the cluster should converge on: the head's, else the first node's that has it."""
+    inv = ctx.inventory
+    order = inv.hosts_with_role("head") + [h for h in inv.hosts if inv.hosts[h].role != "head"]
+    ref: dict[str, str] = {}
+    for h in order:
+        for image, iid in parse_ids(ctx.section(h, "ids").out).items():
+            if iid and image not in ref:
+                ref[image] = iid
+    return ref
+
+
+def stream_image(src, dst, image: str, progress=lambda n: None) -> int:
+    """`docker save` on src piped into `docker load` on dst through this machine; returns bytes moved."""
+    out_chan = src.paramiko_client.get_transport().open_session()
+    in_chan = dst.paramiko_client.get_transport().open_session()
+    out_chan.exec_command(f"docker save {shlex.quote(image)}")
+    in_chan.exec_command("docker load")
+    total = 0
+    while True:
+        data = out_chan.recv(CHUNK)
+        if not data:
+            break
+        in_chan.sendall(data)
+        total += len(data)
+        progress(total)
+    in_chan.shutdown_write()
+    save_rc = out_chan.recv_exit_status()
+    load_rc = in_chan.recv_exit_status()
+    err = in_chan.recv_stderr(4096).decode(errors="replace") + out_chan.recv_stderr(4096).decode(errors="replace")
+    if save_rc or load_rc:
+        raise HostError(f"side-load of {image} {src.name}->{dst.name} failed (save {save_rc}, load {load_rc}): {err.strip()}")
+    return total
+
+
+class ImagesStep(Step):
+    name = "images"
+    description = "runtime/drafter image present on every node with the same image ID"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def hosts(self, inv: Inventory) -> list[str]:
+        return list(images_by_host(inv))
+
+    def probes(self, inv: Inventory, host: str) -> dict[str, str]:
+        return {"ids": _inspect(images_by_host(inv)[host])}
+
+    def plan(self, ctx: RunContext, host: str) -> Plan:
+        wanted = images_by_host(ctx.inventory)[host]
+        have = parse_ids(ctx.section(host, "ids").out)
+        ref = reference_ids(ctx)
+        side_load = bool(ctx.options.get("side_load"))
+        changes, fine = [], []
+        for image in wanted:
+            iid = have.get(image)
+            if iid and (image not in ref or ref[image] == iid):
+                fine.append(f"{image} present ({iid[7:19]})")
+                continue
+            why = "missing" if not iid else f"ID {iid[7:19]} differs from the cluster's {ref[image][7:19]}"
+            how = "side-load" if side_load and image in ref else "pull"
+            changes.append(Change(how, f"{how} {image} ({why})", {"image": image, "want": ref.get(image)}))
+        if not changes:
+            return self.noop(host, "; ".join(fine))
+        return self.changes(host, changes)
+
+    def apply(self, ctx: RunContext, plan: Plan) -> str:
+        done = []
+        for c in plan.changes:
+            image = c.data["image"]
+            if c.action == "pull":
+                try:
+                    self._pull(ctx, plan.host, image)
+                    done.append(f"pulled {image}")
+                    continue
+                except HostError as exc:
+                    source = self._source(ctx, image, exclude=plan.host)
+                    if source is None:
+                        raise HostError(
+                            f"{exc.message}; and no other node has {image} to side-load from",
+                            fix="check the registry is reachable from this node, or load the image on one node",
+                        ) from None
+                    done.append(f"pull failed ({exc.message[:80]}), side-loading from {source}")
+            source = self._source(ctx, image, exclude=plan.host)
+            if source is None:
+                raise HostError(f"{plan.host}: no node has {image} to side-load from")
+            moved = stream_image(
+                ctx.fleet[source], ctx.fleet[plan.host], image,
+                lambda n: ctx.progress(plan.host, self.name, f"side-load {image} from {source}: {n / 1e6:.0f} MB"),
+            )  # fmt: skip
+            done.append(f"side-loaded {image} from {source} ({moved / 1e6:.0f} MB)")
+        return "; ".join(done)
+
+    def _source(self, ctx: RunContext, image: str, exclude: str) -> Optional[str]:
+        ref = reference_ids(ctx).get(image)
+        for h in ctx.inventory.hosts:
+            if h != exclude and ref and parse_ids(ctx.section(h, "ids").out).get(image) == ref:
+                return h
+        return None
+
+    def _pull(self, ctx: RunContext, host: str, image: str) -> None:
+        import docker
+
+        client = ctx.fleet[host].docker()
+        repo, _, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "latest")
+        layers: dict[str, tuple[int, int]] = {}
+        try:
+            for ev in client.api.pull(repo, tag=tag, stream=True, decode=True):
+                if "error" in ev:
+                    raise HostError(f"{host}: pull {image} failed: {ev['error']}")
+                d = ev.get("progressDetail") or {}
+                if ev.get("id") and d.get("total"):
+                    layers[ev["id"]] = (d.get("current", 0), d["total"])
+                    cur = sum(c for c, _ in layers.values())
+                    tot = sum(t for _, t in layers.values())
+                    ctx.progress(host, self.name, f"pull {image}: {cur / 1e6:.0f}/{tot / 1e6:.0f} MB")
+        except docker.errors.APIError as exc:
+            raise HostError(f"{host}: pull {image} failed: {exc.explanation or exc}") from None
+
+    def _ids_now(self, ctx: RunContext, host: str, changed: bool) -> dict[str, Optional[str]]:
+        """Image IDs on host: as gathered, or read again (once per run) when this step changed anything."""
+        if not changed:
+            return parse_ids(ctx.section(host, "ids").out)
+        with self._lock:
+            cache = ctx.shared.setdefault("images_fresh", {})
+        if host not in cache:
+            r = ctx.fleet[host].run(["sh", "-c", _inspect(images_by_host(ctx.inventory)[host])])
+            with self._lock:
+                cache[host] = parse_ids(r.stdout)
+        return cache[host]
+
+    def verify(self, ctx: RunContext, host: str, changed: bool) -> str:
+        wanted = images_by_host(ctx.inventory)[host]
+        have = self._ids_now(ctx, host, changed)
+        head = ctx.inventory.hosts_with_role("head")[0]
+        ref = self._ids_now(ctx, head, changed) if head in images_by_host(ctx.inventory) else {}
+        bad = [i for i in wanted if not have.get(i) or (ref.get(i) and have[i] != ref[i])]
+        if bad:
+            raise HostError(
+                f"{host}: image missing or ID differs from {head}'s: "
+                + ", ".join(f"{i} has {(have.get(i) or 'nothing')[7:19]}, {head} has {(ref.get(i) or '?')[7:19]}" for i in bad),
+                fix="run `sparkctl up --side-load` to copy the head's image to this node",
+            )
+        with self._lock:
+            ctx.shared.setdefault("image_ids", {})[host] = {i: have[i] for i in wanted}
+        return "image ID matches on every node: " + ", ".join(f"{have[i][7:19]}" for i in wanted)

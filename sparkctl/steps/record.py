@@ -1,0 +1,81 @@
+"""Record step: what was applied, kept on the head, so a later reload can roll back to it.
+
+`/var/lib/sparkctl/state/applied.json` holds the inventory (secrets redacted), the rendered
+launch, the config hash, image IDs and time. It is replaced atomically (temp file + rename) and
+the previous record moves to `history/`, newest last, at most HISTORY_KEEP kept.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+
+from sparkctl import __version__
+from sparkctl.inventory.models import Inventory
+from sparkctl.steps.base import Change, Plan, RunContext, Step
+from sparkctl.transport.redact import redact_obj
+
+STATE_DIR = "/var/lib/sparkctl/state"
+APPLIED = f"{STATE_DIR}/applied.json"
+HISTORY_KEEP = 20
+
+
+def record_document(ctx: RunContext) -> dict:
+    from sparkctl.runtime.launch import render
+
+    launch = ctx.shared.get("launch") or render(ctx.inventory)
+    return redact_obj(
+        {
+            "cluster": ctx.inventory.cluster.name,
+            "config_hash": launch.config_hash,
+            "images": ctx.shared.get("image_ids", {}),
+            "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "sparkctl_version": __version__,
+            "inventory": ctx.inventory.model_dump(mode="json"),
+            "launch": launch.model_dump(mode="json"),
+        }
+    )
+
+
+class RecordStep(Step):
+    name = "record"
+    description = "applied config, hash and image IDs recorded on the head, with history"
+
+    def hosts(self, inv: Inventory) -> list[str]:
+        return inv.hosts_with_role("head")
+
+    def probes(self, inv: Inventory, host: str) -> dict[str, str]:
+        return {"applied": f"cat {APPLIED}"}
+
+    def plan(self, ctx: RunContext, host: str) -> Plan:
+        from sparkctl.runtime.launch import render
+
+        config_hash = render(ctx.inventory).config_hash
+        sec = ctx.section(host, "applied")
+        try:
+            current = json.loads(sec.out) if sec.ok else None
+        except json.JSONDecodeError:
+            current = None
+        images = ctx.shared.get("image_ids")
+        if current and current.get("config_hash") == config_hash and (images is None or current.get("images") == images):
+            return self.noop(host, f"{APPLIED} already records config {config_hash} ({current.get('applied_at')})")
+        what = "first record" if current is None else f"replaces config {current.get('config_hash')}"
+        previous = None
+        if current:  # history file named after the record it keeps: <applied_at>-<config hash>.json
+            previous = f"{str(current.get('applied_at', 'unknown')).replace(':', '')}-{current.get('config_hash', 'unknown')}.json"
+        return self.changes(
+            host, [Change("record", f"record config {config_hash} in {APPLIED} ({what})", {"previous": previous})]
+        )
+
+    def apply(self, ctx: RunContext, plan: Plan) -> str:
+        session = ctx.fleet[plan.host]
+        doc = record_document(ctx)
+        previous = plan.changes[0].data.get("previous") or f"{doc['applied_at'].replace(':', '')}-unreadable.json"
+        session.run(
+            f"mkdir -p {STATE_DIR}/history && chmod 700 {STATE_DIR} && "
+            f"if [ -f {APPLIED} ]; then mv {APPLIED} {shlex.quote(STATE_DIR + '/history/' + previous)}; fi && "
+            f"ls -1t {STATE_DIR}/history | tail -n +{HISTORY_KEEP + 1} | sed 's|^|{STATE_DIR}/history/|' | xargs -r rm -f"
+        ).check("state history")
+        session.put_bytes((json.dumps(doc, indent=2) + "\n").encode(), APPLIED, mode=0o600)
+        return f"recorded config {doc['config_hash']} in {APPLIED}"
