@@ -13,6 +13,8 @@ import typer
 from sparkctl.cli import inventory as inventory_cli
 from sparkctl.cli import lab as lab_cli
 from sparkctl.cli import pending
+from sparkctl.cli import down as down_cli
+from sparkctl.cli import render as render_cli
 from sparkctl.cli import up as up_cli
 
 app = typer.Typer(
@@ -32,6 +34,8 @@ app = typer.Typer(
 app.add_typer(inventory_cli.app, name="inventory")
 app.add_typer(lab_cli.app, name="lab")
 app.command("up")(up_cli.up)
+app.command("down")(down_cli.down)
+app.command("render")(render_cli.render)
 pending.register(app)  # placeholders for whatever is not registered above
 
 

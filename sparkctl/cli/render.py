@@ -1,0 +1,35 @@
+"""`sparkctl render`: every host's launch exactly as `up` would start it, from the inventory alone."""
+
+from __future__ import annotations
+
+from sparkctl.cli.options import InventoryOpt, JsonOpt, require_inventory
+
+
+def render(inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
+    """Print the launch of every host (image, full ray/vllm command line, env with secrets redacted,
+    mounts, devices, labels, config hash) without touching any host."""
+    from sparkctl.cli.output import console, print_json
+    from sparkctl.inventory.loader import load_inventory
+    from sparkctl.runtime.launch import render as render_launch
+    from sparkctl.transport.redact import redact, redact_obj
+
+    inv = load_inventory(require_inventory(inventory))
+    plan = render_launch(inv)
+    if json_out:
+        doc = plan.model_dump(mode="json")
+        for c, spec in zip(doc["containers"], plan.containers):
+            c["docker_run"] = redact(spec.docker_run())
+        print_json(doc)
+        return
+    from rich.markup import escape
+
+    c = console()
+    c.print(f"cluster [bold]{plan.cluster}[/]  config hash [bold]{plan.config_hash}[/]  (start order top to bottom)")
+    for spec in plan.containers:
+        env = redact_obj(spec.env)
+        c.print(f"\n[bold]{spec.host}[/] ({spec.role}): container {spec.name}, image {spec.image}")
+        c.print("  command: " + escape(redact(" ".join(spec.command) if spec.command[0] != "/bin/sh" else spec.command[2])), soft_wrap=True)
+        c.print("  env: " + escape(" ".join(f"{k}={v}" for k, v in env.items())), soft_wrap=True)
+        c.print("  mounts: " + ", ".join(f"{m.source}:{m.target}{':ro' if m.read_only else ''}" for m in spec.mounts), soft_wrap=True)
+        c.print(f"  devices: {', '.join(spec.devices) or '-'}  gpus: {spec.gpus}  network: {spec.network_mode}  ipc: {spec.ipc_mode}")
+        c.print("  docker run: " + escape(redact(spec.docker_run())), soft_wrap=True)
