@@ -12,6 +12,7 @@ import typer
 
 from sparkctl.cli import inventory as inventory_cli
 from sparkctl.cli import lab as lab_cli
+from sparkctl.cli import bench as bench_cli
 from sparkctl.cli import pending
 from sparkctl.cli import down as down_cli
 from sparkctl.cli import render as render_cli
@@ -36,7 +37,8 @@ app.add_typer(lab_cli.app, name="lab")
 app.command("up")(up_cli.up)
 app.command("down")(down_cli.down)
 app.command("render")(render_cli.render)
-pending.register(app)  # placeholders for whatever is not registered above
+app.add_typer(bench_cli.app, name="bench")
+pending.register(app, skip={"bench"})  # placeholders for whatever is not registered above
 
 
 @app.callback(invoke_without_command=True)

@@ -1,0 +1,108 @@
+"""Human output: the seed's table (workload x streams), then details, the sweep, prefill and mixed traffic."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from sparkctl.bench.protocol import WORKLOADS
+from sparkctl.bench.result import BenchResult
+
+
+def fmt(value: Optional[float], unit: str = "", digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}{(' ' + unit) if unit else ''}"
+
+
+def stream_header(n: int) -> str:
+    return "One stream" if n == 1 else f"{n} streams, combined"
+
+
+def seed_table(result: BenchResult):
+    """Median aggregate output tok/s per cell, shaped like seed 000's table."""
+    from rich.table import Table
+
+    streams = sorted({c.streams for c in result.throughput})
+    workloads = list(dict.fromkeys(c.workload for c in result.throughput))
+    table = Table(title=f"{result.model} at {result.endpoint}: median aggregate output tok/s", title_justify="left")
+    table.add_column("Workload")
+    for s in streams:
+        table.add_column(stream_header(s), justify="right")
+    for w in workloads:
+        row = [WORKLOADS[w].title if w in WORKLOADS else w]
+        for s in streams:
+            c = result.cell(w, s)
+            row.append(fmt(c.output_throughput if c else None, "tokens/s"))
+        table.add_row(*row)
+    return table
+
+
+def details_table(result: BenchResult):
+    """Every cell's figures; units in the headers so it fits 80 columns."""
+    from rich.table import Table
+
+    failed = any(c.failed for c in result.throughput)
+    table = Table(title="Per cell (medians)", title_justify="left")
+    cols = ["workload", "streams", "agg tok/s", "tok/s per stream", "TTFT ms", "ITL ms", "TPOT ms",
+            "accept len", "accept %"] + (["failed"] if failed else [])
+    for col in cols:
+        table.add_column(col, justify="left" if col == "workload" else "right", no_wrap=col == "workload")
+    for c in result.throughput:
+        row = [
+            c.workload,
+            str(c.streams),
+            fmt(c.output_throughput),
+            fmt(c.per_stream_output_throughput),
+            fmt(c.median_ttft_ms),
+            fmt(c.median_itl_ms),
+            fmt(c.median_tpot_ms, digits=2),
+            fmt(c.spec_decode_acceptance_length, digits=2),
+            fmt(c.spec_decode_acceptance_rate),
+        ]
+        table.add_row(*row, *([str(c.failed)] if failed else []))
+    return table
+
+
+def context_table(result: BenchResult):
+    from rich.table import Table
+
+    table = Table(title=f"Acceptance against context ({result.context[0].workload})", title_justify="left")
+    for col in ("prompt tokens", "TTFT ms", "decode tok/s", "accept len", "accept %"):
+        table.add_column(col, justify="right")
+    for p in result.context:
+        table.add_row(
+            f"{p.prompt_tokens if p.prompt_tokens is not None else p.target_prompt_tokens:,}",
+            fmt(p.median_ttft_ms),
+            fmt(p.decode_throughput),
+            fmt(p.spec_decode_acceptance_length, digits=2),
+            fmt(p.spec_decode_acceptance_rate),
+        )
+    return table
+
+
+def render(result: BenchResult, console) -> None:
+    """Everything a person reads after a run, on the given (stderr) console."""
+    if result.throughput:
+        console.print(seed_table(result))
+        console.print(details_table(result))
+    if result.context:
+        console.print(context_table(result))
+    p = result.prefill
+    if p is not None:
+        tokens = f"{p.prompt_tokens:,}" if p.prompt_tokens else f"~{p.target_prompt_tokens:,}"
+        console.print(
+            f"[bold]Prefill[/] {tokens} tokens: TTFT {fmt(p.ttft_ms, 'ms')} raw, "
+            f"{fmt(p.ttft_adjusted_ms, 'ms')} less {fmt(p.overhead_ms, 'ms')} fixed overhead; "
+            f"{fmt(p.prefill_throughput_adjusted)} tok/s adjusted ({fmt(p.prefill_throughput)} raw)"
+        )
+    m = result.mixed
+    if m is not None:
+        tokens = f"{m.long_prompt_tokens:,}" if m.long_prompt_tokens else f"~{m.long_target_prompt_tokens:,}"
+        console.print(
+            f"[bold]Mixed traffic[/] a short request sent {fmt(m.short_sent_after_ms, 'ms', 0)} after a cold "
+            f"{tokens}-token prompt: TTFT {fmt(m.short_ttft_ms, 'ms')} (alone {fmt(m.short_ttft_alone_ms, 'ms')}), "
+            f"waited {fmt(m.short_wait_ms, 'ms')} extra"
+            + ("" if m.short_sent_during_prefill is not False else " [yellow](sent after the prefill ended)[/]")
+        )
+    for note in result.notes:
+        console.print(f"[dim]note:[/] {note}", soft_wrap=True)

@@ -1,0 +1,253 @@
+"""`sparkctl bench [OPTIONS]`, `sparkctl bench compare A.json B.json`, `sparkctl bench schema`.
+
+Measures any OpenAI-compatible endpoint (sparkctl-managed or not) with the sparkdash protocol of
+seed 000, speculative acceptance from /metrics, acceptance against context length, prefill and
+mixed traffic. The protocol lives in sparkctl/bench/; this module only wires options and output.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from sparkctl.cli.options import InventoryOpt, JsonOpt
+
+app = typer.Typer(
+    help="Measure tok/s, TTFT, speculative acceptance and mixed traffic on an endpoint "
+    "(the sparkdash protocol of seed 000). Subcommands: compare, schema.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+
+
+def _csv(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def _ints(text: str, what: str) -> list[int]:
+    from sparkctl.bench.protocol import parse_tokens
+    from sparkctl.errors import InputError
+
+    try:
+        return [parse_tokens(p) for p in _csv(text)]
+    except ValueError as err:
+        raise InputError(f"{what}: {err}", fix=f"write {what} as a comma-separated list, e.g. 1,4") from None
+
+
+def _endpoint_from_inventory(path: Path) -> tuple[str, str]:
+    """http://<head ssh address>:<runtime.port>/v1 and runtime.served_model_name."""
+    from sparkctl.errors import InputError
+    from sparkctl.inventory.loader import load_inventory
+
+    inv = load_inventory(path)
+    heads = inv.hosts_with_role("head")
+    if not heads:
+        raise InputError(f"{path} has no host with role head", fix="pass --endpoint URL")
+    address = inv.hosts[heads[0]].ssh.address
+    host = f"[{address}]" if ":" in address else address
+    return f"http://{host}:{inv.runtime.port}/v1", inv.runtime.served_model_name
+
+
+class _RichProgress:
+    """The run's progress bar on stderr (requests done / planned)."""
+
+    def __init__(self, console):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._p = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
+        self._task = None
+
+    def __enter__(self):
+        self._p.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._p.stop()
+
+    def start(self, total: int) -> None:
+        self._task = self._p.add_task("starting", total=total)
+
+    def advance(self, description: Optional[str] = None) -> None:
+        if self._task is not None:
+            self._p.update(self._task, advance=1, **({"description": description} if description else {}))
+
+    def describe(self, description: str) -> None:
+        if self._task is not None:
+            self._p.update(self._task, description=description)
+
+
+def _write(path: Path, result) -> None:
+    from sparkctl.errors import InputError
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(result.model_dump_json(indent=2) + "\n")
+    except OSError as err:
+        raise InputError(f"cannot write {path}: {err.strerror}", fix="pass --out a writable path") from err
+
+
+@app.callback()
+def bench(
+    ctx: typer.Context,
+    endpoint: Annotated[
+        Optional[str],
+        typer.Option("--endpoint", help="OpenAI-compatible base URL, e.g. http://HOST:8888/v1 (default: the "
+                     "inventory's head and runtime.port).", show_default=False),
+    ] = None,
+    model: Annotated[
+        Optional[str],
+        typer.Option("--model", help="Model id to ask for (default: runtime.served_model_name, or the only "
+                     "model the endpoint lists).", show_default=False),
+    ] = None,
+    inventory: InventoryOpt = None,
+    api_key: Annotated[
+        Optional[str],
+        typer.Option("--api-key", envvar="SPARKCTL_BENCH_API_KEY", help="Bearer token, if the endpoint needs one "
+                     "(never written to the result).", show_default=False),
+    ] = None,
+    workloads: Annotated[str, typer.Option("--workloads", help="Workloads: counting, code, prose.")] = "counting,code,prose",
+    streams: Annotated[str, typer.Option("--streams", help="Concurrent streams per cell.")] = "1,4",
+    tokens: Annotated[int, typer.Option("--tokens", min=1, help="Tokens generated per request.")] = 400,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, help="Repeats per cell (the median is reported).")] = 3,
+    parts: Annotated[
+        str, typer.Option("--parts", help="Which parts run: throughput, context, prefill, mixed.")
+    ] = "throughput,context,prefill,mixed",
+    context_workload: Annotated[str, typer.Option("--context-workload", help="Workload of the context sweep.")] = "code",
+    context_sizes: Annotated[
+        str, typer.Option("--context-sizes", help="Prompt sizes of the context sweep (tokens; 32k = 32768).")
+    ] = "1k,8k,32k,80k",
+    context_repeats: Annotated[int, typer.Option("--context-repeats", min=1, help="Requests per context size.")] = 1,
+    prefill_tokens: Annotated[
+        str, typer.Option("--prefill-tokens", help="Long prompt of the prefill test (capped by max_model_len).")
+    ] = "256k",
+    overhead_samples: Annotated[
+        int, typer.Option("--overhead-samples", min=1, help="Short requests measuring the fixed overhead.")
+    ] = 3,
+    mixed_tokens: Annotated[
+        Optional[str], typer.Option("--mixed-tokens", help="Long cold prompt of the mixed test (default: "
+                                    "--prefill-tokens).", show_default=False)
+    ] = None,
+    mixed_delay: Annotated[
+        Optional[float], typer.Option("--mixed-delay", min=0, help="Seconds between the long and the short "
+                                      "request (default: a tenth of the prefill TTFT).", show_default=False)
+    ] = None,
+    ignore_eos: Annotated[
+        bool, typer.Option("--ignore-eos/--no-ignore-eos", help="Send vLLM's ignore_eos/min_tokens so every "
+                           "request generates --tokens tokens.")
+    ] = True,
+    thinking: Annotated[bool, typer.Option("--thinking/--no-thinking", help="chat_template_kwargs.enable_thinking.")] = False,
+    temperature: Annotated[float, typer.Option("--temperature", min=0)] = 0.0,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured requests first.")] = 1,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Longest wait for one request, s.")] = 1800.0,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", help="Write the result file here (JSON; schema: `sparkctl bench "
+                                     "schema`).", show_default=False)
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    if ctx.invoked_subcommand is not None:
+        return
+    import asyncio
+    import sys
+
+    from pydantic import ValidationError
+
+    from sparkctl.bench.client import Endpoint
+    from sparkctl.bench.protocol import BenchOptions, parse_tokens
+    from sparkctl.bench.report import render
+    from sparkctl.bench.runner import BenchRunner
+    from sparkctl.cli.output import console, print_json
+    from sparkctl.errors import InputError
+
+    if endpoint is None:
+        if inventory is None:
+            raise InputError(
+                "no endpoint to measure",
+                fix="pass --endpoint http://HOST:PORT/v1 (and --model), or -i INVENTORY (or set SPARKCTL_INVENTORY)",
+            )
+        endpoint, inv_model = _endpoint_from_inventory(inventory)
+        model = model or inv_model
+    try:
+        options = BenchOptions(
+            workloads=_csv(workloads),
+            streams=_ints(streams, "--streams"),
+            max_tokens=tokens,
+            repeats=repeats,
+            temperature=temperature,
+            thinking=thinking,
+            ignore_eos=ignore_eos,
+            parts=_csv(parts),
+            context_workload=context_workload,
+            context_sizes=_ints(context_sizes, "--context-sizes"),
+            context_repeats=context_repeats,
+            prefill_tokens=parse_tokens(prefill_tokens),
+            overhead_samples=overhead_samples,
+            mixed_tokens=parse_tokens(mixed_tokens) if mixed_tokens else None,
+            mixed_delay_s=mixed_delay,
+            warmup=warmup,
+            timeout_s=timeout,
+        )
+    except (ValidationError, ValueError) as err:
+        msg = err.errors()[0] if isinstance(err, ValidationError) else None
+        text = f"{'.'.join(map(str, msg['loc']))}: {msg['msg']}" if msg else str(err)
+        raise InputError(f"bad option: {text}", fix="see `sparkctl bench --help`") from None
+
+    runner = BenchRunner(Endpoint(endpoint, model, api_key, timeout), options)
+    c = console()
+    interrupted = False
+    with _RichProgress(c) as progress:
+        runner.progress = progress
+        try:
+            asyncio.run(runner.run())
+        except KeyboardInterrupt:
+            interrupted = True
+    result = runner.finish(interrupted=interrupted) if interrupted else runner.result
+    if out is not None:
+        _write(out, result)
+    if json_out:
+        print_json(result.model_dump(mode="json"))
+    else:
+        render(result, c)
+        if out is not None:
+            c.print(f"result written to {out}")
+    if interrupted:
+        sys.exit(130)
+    if runner.failed_requests:
+        raise typer.Exit(1)  # the file and the table hold them; a failed request is a failed step
+
+
+@app.command("compare")
+def compare_cmd(
+    a: Annotated[Path, typer.Argument(help="Result file A (the baseline).")],
+    b: Annotated[Path, typer.Argument(help="Result file B (ratios are B / A).")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Two result files side by side, with B/A ratios."""
+    from sparkctl.bench.compare import compare, load, render
+    from sparkctl.cli.output import console, print_json
+
+    cmp = compare(load(a), load(b), str(a), str(b))
+    if json_out:
+        print_json(cmp.model_dump(mode="json"))
+    else:
+        render(cmp, console())
+
+
+@app.command("schema")
+def schema_cmd() -> None:
+    """Print the JSON Schema of the result file (also docs/bench-result.schema.json)."""
+    import json
+    import sys
+
+    from sparkctl.bench.result import json_schema
+
+    sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
