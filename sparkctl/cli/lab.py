@@ -1,7 +1,144 @@
-"""`sparkctl lab up | down | status`: the simulated cluster tests and demos run against."""
+"""`sparkctl lab up | down | status | fault`: the simulated cluster tests and demos run against."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 import typer
 
+from sparkctl.cli.options import JsonOpt
+
 app = typer.Typer(help="The lab: a simulated three-host cluster on this machine (needs root).", no_args_is_help=True)
+
+
+def _progress(json_out: bool):
+    from sparkctl.cli.output import console
+
+    c = console()
+    return lambda msg: c.print(f"[dim]lab:[/] {msg}", soft_wrap=True)
+
+
+def _report(result: dict, verb: str, json_out: bool) -> None:
+    from sparkctl.cli.output import console, print_json
+
+    if json_out:
+        print_json(result)
+        return
+    c = console()
+    if result["changed"]:
+        for line in result["changes"]:
+            c.print(f"  [green]+[/] {line}", soft_wrap=True)
+        c.print(f"lab {verb} in {result['seconds']:.1f}s")
+    else:
+        c.print(f"lab already {verb}: nothing changed ({result['seconds']:.1f}s)")
+
+
+@app.command()
+def up(json_out: JsonOpt = False) -> None:
+    """Bring the lab up: namespaces, links, hosts (sshd + dockerd), registry, runtime image. Idempotent."""
+    from sparkctl.lab import api
+
+    result = api.up(progress=_progress(json_out))
+    _report(result, "up", json_out)
+    if not json_out:
+        from sparkctl.cli.output import console
+
+        console().print(f"inventory: {api.INVENTORY_PATH}   ssh: ssh -F {api.SSH_CONFIG} head", soft_wrap=True)
+
+
+@app.command()
+def down(json_out: JsonOpt = False) -> None:
+    """Stop the lab and remove everything it made (caches under /var/cache/sparkctl-lab stay)."""
+    from sparkctl.lab import api
+
+    result = api.down(progress=_progress(json_out))
+    _report(result, "down", json_out)
+
+
+@app.command()
+def status(json_out: JsonOpt = False) -> None:
+    """Hosts, namespaces, pids, sshd/dockerd health, links, registry, image, faults. Exit 1 unless all is up."""
+    from sparkctl.cli.output import console, print_json
+    from sparkctl.lab import api
+
+    doc = api.status()
+    if json_out:
+        print_json(doc)
+    else:
+        _render_status(doc, console())
+    raise typer.Exit(0 if doc["up"] else 1)
+
+
+def _render_status(doc: dict, c) -> None:
+    from rich.table import Table
+
+    ok = lambda b: "[green]ok[/]" if b else "[red]down[/]"  # noqa: E731
+    c.print(f"lab: {'[green]up[/]' if doc['up'] else '[red]not up[/]'}   dir {doc['lab_dir']}   "
+            f"namespaces {', '.join(doc['namespaces']) or '-'}", soft_wrap=True)
+    t = Table(title="hosts", title_justify="left")
+    for col in ("host", "role", "netns", "init pid", "sshd", "dockerd", "rss MiB"):
+        t.add_column(col)
+    for name, h in doc["hosts"].items():
+        t.add_row(name, h["role"], h["netns"] if h["netns_exists"] else "[red]-[/]", str(h["init_pid"] or "-"),
+                  f"{ok(h['sshd']['healthy'])} {h['sshd']['pid'] or ''}",
+                  f"{ok(h['dockerd']['healthy'])} {h['dockerd']['pid'] or ''} {h['dockerd']['version'] or ''}",
+                  str(h["rss_mib"]))
+    c.print(t)
+    lt = Table(title="links", title_justify="left")
+    for col in ("host", "device", "address", "mtu", "state", "speed", "rdma", "peer"):
+        lt.add_column(col)
+    for name, h in doc["hosts"].items():
+        for ln in h["links"]:
+            if not ln["present"]:
+                lt.add_row(name, ln["device"], "[red]missing[/]", "", "", "", "", ln["peer"])
+                continue
+            mtu = str(ln["mtu"]) if ln["mtu"] == ln["expected_mtu"] else f"[red]{ln['mtu']}[/] (want {ln['expected_mtu']})"
+            st = ln["state"] if ln["state"] == "up" else f"[red]{ln['state']}[/]"
+            rdma = " ".join(f"{r}:{s}" for r, s in ln["rdma_state"].items())
+            lt.add_row(name, ln["device"], ",".join(ln["addresses"]), mtu, st,
+                       f"{ln['speed_mbps']}Mb/s" if ln["speed_mbps"] > 0 else "-", rdma, ln["peer"])
+    c.print(lt)
+    r, i = doc["registry"], doc["image"]
+    c.print(f"runner: {doc['runner']['device']} {doc['runner']['address']} ({doc['runner']['state'] or 'absent'}), "
+            f"route unreachable 10.231.0.0/16: {'yes' if doc['runner']['route_unreachable'] else 'no'}", soft_wrap=True)
+    c.print(f"registry: {r['address']} {ok(r['healthy'])} pid {r['pid'] or '-'}", soft_wrap=True)
+    c.print(f"image: {i['name']} " + (f"{i['id'][:19]} key {i['key']}{'' if i['current'] else ' [yellow](stale: sim changed, run lab up)[/]'}"
+                                      if i["present"] else "[red]absent[/]"), soft_wrap=True)
+    c.print("faults: " + ("; ".join(doc["faults"]) if doc["faults"] else "none"), soft_wrap=True)
+
+
+@app.command()
+def fault(
+    host: Optional[str] = typer.Argument(None, help="Lab host: head, worker or offload."),
+    kind: Optional[str] = typer.Argument(
+        None, help="link-down | mtu | speed | rdma-down | gpu-missing | driver | gpu-process."),
+    target: Optional[str] = typer.Argument(None, help="Device (netdev or RDMA device) or GPU index the fault hits."),
+    value: Optional[str] = typer.Option(None, "--value", help="mtu: bytes (1500); speed: Mb/s (13000); "
+                                        "driver: version (580.82.09); gpu-process: MiB (16384)."),
+    clear: bool = typer.Option(False, "--clear", help="Switch this fault off again."),
+    clear_all: bool = typer.Option(False, "--clear-all", help="Switch every fault off on every host."),
+    json_out: JsonOpt = False,
+) -> None:
+    """Switch a fault on or off (link down and wrong MTU are real `ip link` changes)."""
+    from sparkctl.cli.output import console, print_json
+    from sparkctl.errors import InputError
+    from sparkctl.lab import api
+
+    if clear_all:
+        if host or kind:
+            raise InputError("--clear-all takes no HOST or KIND", fix="sparkctl lab fault --clear-all")
+        changes = api.clear_faults()
+        if json_out:
+            print_json({"cleared": changes})
+        else:
+            console().print("faults cleared: " + ("; ".join(changes) if changes else "there were none"), soft_wrap=True)
+        return
+    if not host or not kind:
+        raise InputError("fault needs HOST and KIND (or --clear-all)",
+                         fix="e.g. sparkctl lab fault worker link-down enp1s0f0np0   |   sparkctl lab fault --clear-all")
+    result = api.fault(host, kind, target, value, clear=clear)
+    if json_out:
+        print_json(result)
+    else:
+        verb = "cleared" if clear else "set"
+        console().print(f"{host}: {kind} {target or ''} {verb}; faults now: {result['faults'] or 'none'}", soft_wrap=True)

@@ -1,0 +1,214 @@
+"""Files the lab writes: keys, each host's /etc overlay and /root, the runner's SSH config,
+known_hosts and the lab inventory.
+
+Keys are generated once and kept under CACHE_DIR/keys, so host identities survive
+`lab down`/`lab up` (as a real machine's do across reboots) and a warm `up` skips ssh-keygen.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from sparkctl.lab import paths
+from sparkctl.lab import topology as topo
+from sparkctl.lab.hw import tools
+
+HEADER = """\
+# The lab cluster: three simulated hosts in network namespaces on this machine
+# (written by `sparkctl lab up`; the same content as inventories/lab.yaml).
+"""
+
+
+def write_if_changed(path: Path, text: str, mode: int = 0o644) -> bool:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and path.read_text() == text:
+        path.chmod(mode)
+        return False
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.chmod(mode)
+    tmp.replace(path)
+    return True
+
+
+def _keypair(name: str, comment: str) -> Path:
+    """A cached ed25519 key pair (private key path returned)."""
+    d = paths.CACHE_DIR / "keys"
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key = d / name
+    if not key.exists() or not key.with_suffix(".pub").exists():
+        key.unlink(missing_ok=True)
+        key.with_suffix(".pub").unlink(missing_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(key)],
+                       check=True, capture_output=True)
+    return key
+
+
+def _copy_key(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    for s, d, mode in ((src, dst, 0o600), (src.with_suffix(".pub"), dst.with_name(dst.name + ".pub"), 0o644)):
+        text = s.read_text()
+        write_if_changed(d, text, mode)
+
+
+def host_public_key(name: str) -> str:
+    return (paths.CACHE_DIR / "keys" / f"host-{name}.pub").read_text().split()[:2]
+
+
+def sshd_config() -> str:
+    return """\
+# sparkctl lab host: key login for root only
+Port 22
+AddressFamily inet
+ListenAddress 0.0.0.0
+HostKey /etc/ssh/ssh_host_ed25519_key
+PidFile /run/sshd.pid
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+AuthorizedKeysFile .ssh/authorized_keys
+UseDNS no
+PrintMotd no
+MaxStartups 64:30:128
+MaxSessions 64
+AcceptEnv LANG LC_*
+Subsystem sftp /usr/lib/openssh/sftp-server
+"""
+
+
+def daemon_json(name: str) -> str:
+    h = paths.host_dir(name)
+    return json.dumps(
+        {
+            "data-root": str(h / "docker"),
+            "hosts": ["unix:///var/run/docker.sock", f"unix://{paths.docker_socket(name)}"],
+            "bridge": "none",
+            "iptables": False,
+            "ip-forward": False,
+            "ip-masq": False,
+            "userland-proxy": False,
+            "insecure-registries": [topo.REGISTRY],
+            "cgroup-parent": f"sparkctl-lab-{name}",
+            "deprecated-key-path": str(h / "docker-key.json"),
+            "storage-driver": "overlay2",
+            "log-level": "warn",
+        },
+        indent=2,
+    ) + "\n"
+
+
+def etc_hosts() -> str:
+    lines = ["127.0.0.1\tlocalhost", f"{topo.RUNNER_ADDRESS}\tlab-runner"]
+    lines += [f"{h.mgmt_ip}\t{h.name}" for h in topo.HOSTS.values()]
+    return "\n".join(lines) + "\n"
+
+
+def shadow_without_locked_root() -> str:
+    """/etc/shadow with root's password field "*": `UsePAM no` refuses key login when it starts with "!"."""
+    out = []
+    for line in Path("/etc/shadow").read_text().splitlines():
+        fields = line.split(":")
+        if fields and fields[0] == "root" and len(fields) > 1:
+            fields[1] = "*"
+            line = ":".join(fields)
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def known_hosts() -> str:
+    lines = []
+    for h in topo.HOSTS.values():
+        kind, blob = host_public_key(h.name)
+        names = ",".join([h.name] + h.addresses)
+        lines.append(f"{names} {kind} {blob}")
+    return "\n".join(lines) + "\n"
+
+
+def ssh_config() -> str:
+    out = ["# sparkctl lab: `ssh -F /var/lib/sparkctl-lab/ssh/config head` (or put LAB_DIR/bin first on PATH)"]
+    for h in topo.HOSTS.values():
+        out += [
+            f"Host {h.name} {h.netns} {h.mgmt_ip}",
+            f"  HostName {h.mgmt_ip}",
+        ]
+    out += [
+        "Host *",
+        "  User root",
+        "  Port 22",
+        f"  IdentityFile {paths.SSH_KEY}",
+        "  IdentitiesOnly yes",
+        f"  UserKnownHostsFile {paths.KNOWN_HOSTS}",
+        "  GlobalKnownHostsFile /dev/null",
+        "  StrictHostKeyChecking yes",
+        "  BatchMode yes",
+        "  ConnectTimeout 5",
+        "  LogLevel ERROR",
+    ]
+    return "\n".join(out) + "\n"
+
+
+def inventory_yaml() -> str:
+    import yaml
+
+    doc = topo.inventory_doc(str(paths.SSH_KEY), str(paths.KNOWN_HOSTS))
+    return HEADER + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+
+
+def prepare(changes: list[str]) -> None:
+    """Everything on disk the hosts and the runner need before the hosts start (idempotent)."""
+    client = _keypair("client", "sparkctl-lab")
+    _copy_key(client, paths.SSH_KEY)
+    pub = client.with_suffix(".pub").read_text()
+    for h in topo.HOSTS.values():
+        _keypair(f"host-{h.name}", f"root@{h.name}")
+    changed = []
+    changed.append(write_if_changed(paths.KNOWN_HOSTS, known_hosts()))
+    changed.append(write_if_changed(paths.SSH_CONFIG, ssh_config()))
+    changed.append(write_if_changed(paths.INVENTORY_PATH, inventory_yaml()))
+    changed.append(write_if_changed(
+        paths.BIN_DIR / "ssh", f'#!/bin/sh\nexec /usr/bin/ssh -F {paths.SSH_CONFIG} "$@"\n', 0o755))
+    changed.append(write_if_changed(
+        paths.BIN_DIR / "scp", f'#!/bin/sh\nexec /usr/bin/scp -F {paths.SSH_CONFIG} "$@"\n', 0o755))
+    paths.FAULTS_DIR.mkdir(parents=True, exist_ok=True)
+
+    shadow = shadow_without_locked_root()
+    for h in topo.HOSTS.values():
+        d = paths.host_dir(h.name)
+        etc = d / "etc" / "upper"
+        (d / "etc" / "work").mkdir(parents=True, exist_ok=True)
+        (d / "log").mkdir(parents=True, exist_ok=True)
+        hk = paths.CACHE_DIR / "keys" / f"host-{h.name}"
+        changed += [
+            write_if_changed(etc / "hostname", h.name + "\n"),
+            write_if_changed(etc / "hosts", etc_hosts()),
+            write_if_changed(etc / "ssh" / "sshd_config", sshd_config()),
+            write_if_changed(etc / "ssh" / "ssh_host_ed25519_key", hk.read_text(), 0o600),
+            write_if_changed(etc / "ssh" / "ssh_host_ed25519_key.pub", hk.with_suffix(".pub").read_text()),
+            write_if_changed(etc / "docker" / "daemon.json", daemon_json(h.name)),
+            write_if_changed(etc / "shadow", shadow, 0o640),
+        ]
+        root = d / "root"
+        root.mkdir(mode=0o700, exist_ok=True)
+        root.chmod(0o700)
+        (root / ".ssh").mkdir(mode=0o700, exist_ok=True)
+        changed += [
+            write_if_changed(root / ".ssh" / "authorized_keys", pub, 0o600),
+            write_if_changed(root / ".ssh" / "id_ed25519", client.read_text(), 0o600),
+            write_if_changed(root / ".ssh" / "id_ed25519.pub", pub),
+            write_if_changed(root / ".ssh" / "known_hosts", known_hosts()),
+        ]
+        tools.write_tools(h.name, d / "bin")
+        if not paths.faults_file(h.name).exists():
+            paths.faults_file(h.name).write_text("{}")
+    if any(changed):
+        changes.append("lab files (keys, host configs, ssh config, inventory)")
+
+
+def remove_lab_dir() -> None:
+    if paths.LAB_DIR.exists():
+        shutil.rmtree(paths.LAB_DIR)

@@ -1,0 +1,178 @@
+"""What a lab host's simulated hardware looks like right now: topology + faults + real link state.
+
+Shared by the simulated tools (which run inside a host, where /sys/class/net is that host's)
+and by the runner (faults, status). Stdlib only.
+
+Fault file (LAB_DIR/faults/<host>.json), every key optional:
+    {"speed": {"enp1s0f0np0": 13000},          # Mb/s a link reports instead of its nominal speed
+     "rdma-down": ["rocep1s0f0"],              # RDMA port state DOWN whatever the netdev says
+     "gpu-missing": [1] | ["all"],             # GPUs nvidia-smi no longer sees
+     "driver": "580.82.09",                    # driver version nvidia-smi reports
+     "gpu-process": [{"pid": 42, "name": "python3", "used_mib": 16384, "gpu": 0}]}
+Link down and wrong MTU are not in the file: they are real (`ip -n lab-X link set ...`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from sparkctl.lab import paths
+from sparkctl.lab.topology import HOSTS, LabHost
+
+FAULT_KINDS = ("link-down", "mtu", "speed", "rdma-down", "gpu-missing", "driver", "gpu-process")
+
+
+def current_host() -> LabHost:
+    """The host a simulated tool runs on (its wrapper sets SPARKCTL_LAB_HOST)."""
+    return HOSTS[os.environ["SPARKCTL_LAB_HOST"]]
+
+
+def load_faults(name: str) -> dict:
+    try:
+        return json.loads(paths.faults_file(name).read_text() or "{}")
+    except FileNotFoundError:
+        return {}
+
+
+def save_faults(name: str, faults: dict) -> None:
+    f = paths.faults_file(name)
+    f.parent.mkdir(parents=True, exist_ok=True)
+    tmp = f.with_suffix(".tmp")
+    tmp.write_text(json.dumps({k: v for k, v in faults.items() if v}, indent=1, sort_keys=True))
+    os.replace(tmp, f)
+
+
+def sysfs_operstate(device: str) -> str:
+    """A net device's operstate as this mount namespace's sysfs tells it ('absent' if none)."""
+    try:
+        return Path(f"/sys/class/net/{device}/operstate").read_text().strip()
+    except OSError:
+        return "absent"
+
+
+def gpu_uuid(host: str, index: int) -> str:
+    h = hashlib.sha256(f"sparkctl-lab/{host}/gpu{index}".encode()).hexdigest()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def gpu_processes(host: LabHost, faults: dict, check_alive: bool = True) -> list[dict]:
+    procs = [dict(p) for p in faults.get("gpu-process", [])]
+    if check_alive:
+        procs = [p for p in procs if _alive(int(p["pid"]))]
+    return procs
+
+
+def gpus(host: LabHost, faults: dict, check_alive: bool = True) -> list[dict]:
+    """The GPUs nvidia-smi sees, with the memory the (foreign) processes hold on each."""
+    missing = faults.get("gpu-missing", [])
+    procs = gpu_processes(host, faults, check_alive)
+    out = []
+    for i, g in enumerate(host.gpus):
+        if "all" in missing or i in missing:
+            continue
+        held = sum(int(p.get("used_mib", 0)) for p in procs if int(p.get("gpu", 0)) == i)
+        out.append(
+            {
+                "index": len(out),  # nvidia-smi renumbers what it can see
+                "slot": i,
+                "name": g.name,
+                "uuid": gpu_uuid(host.name, i),
+                "bus_id": g.bus_id,
+                "memory_total": g.memory_mib,
+                "memory_used": None if g.memory_mib is None else 1 + held,
+                "processes": [p for p in procs if int(p.get("gpu", 0)) == i],
+            }
+        )
+    return out
+
+
+def driver(host: LabHost, faults: dict) -> str:
+    return faults.get("driver") or host.driver
+
+
+def nominal_speed(host: LabHost, device: str) -> int | None:
+    if device == host.mgmt_device:
+        return host.mgmt_speed_mbps
+    for n in host.fabric:
+        if n.device == device:
+            return n.speed_mbps
+    return None
+
+
+def speed(host: LabHost, device: str, faults: dict, operstate: str) -> int:
+    """Mb/s as /sys/class/net/<dev>/speed shows it: -1 when the link is not up."""
+    if operstate != "up":
+        return -1
+    configured = faults.get("speed", {}).get(device)
+    return int(configured) if configured else (nominal_speed(host, device) or -1)
+
+
+def rdma_state(rdma: str, faults: dict, operstate: str) -> tuple[int, str]:
+    if rdma in faults.get("rdma-down", []) or operstate != "up":
+        return 1, "DOWN"
+    return 4, "ACTIVE"
+
+
+# --- the files the host's sysfs shows (bound over / into /sys inside the host) -------------------
+
+
+def sys_root(name: str) -> Path:
+    return paths.host_dir(name) / "sys"
+
+
+def _put(path: Path, text: str) -> None:
+    """Rewrite in place: the file may be bind-mounted over a sysfs attribute (same inode)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = text.encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o444)
+    try:
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
+
+
+def speed_file(name: str, device: str) -> Path:
+    return sys_root(name) / "net" / device / "speed"
+
+
+def sync_sys(name: str, operstates: dict[str, str]) -> None:
+    """Bring the host's simulated sysfs files in line with its faults and real link states."""
+    host = HOSTS[name]
+    faults = load_faults(name)
+    for dev in [host.mgmt_device] + [n.device for n in host.fabric]:
+        _put(speed_file(name, dev), f"{speed(host, dev, faults, operstates.get(dev, 'absent'))}\n")
+    for n in host.fabric:
+        op = operstates.get(n.device, "absent")
+        for r in n.rdma:
+            port = sys_root(name) / "infiniband" / r / "ports" / "1"
+            code, label = rdma_state(r, faults, op)
+            _put(port / "state", f"{code}: {label}\n")
+            _put(port / "phys_state", "5: LinkUp\n" if op == "up" else "3: Disabled\n")
+            gbps = speed(host, n.device, faults, op) // 1000
+            _put(port / "rate", f"{gbps} Gb/sec (4X)\n" if gbps > 0 else "Invalid argument\n")
+            _put(port / "link_layer", "Ethernet\n")
+            for i, kind in enumerate(("IB/RoCE v1", "RoCE v2", "IB/RoCE v1", "RoCE v2")):
+                _put(port / "gid_attrs" / "types" / str(i), kind + "\n")
+                _put(port / "gid_attrs" / "ndevs" / str(i), n.device + "\n")
+            _put(sys_root(name) / "infiniband" / r / "node_type", "1: CA\n")
+
+
+def host_operstates() -> dict[str, str]:
+    """Inside a host: the operstate of every net device its sysfs lists."""
+    try:
+        names = os.listdir("/sys/class/net")
+    except OSError:
+        return {}
+    return {d: sysfs_operstate(d) for d in names}

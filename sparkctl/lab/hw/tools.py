@@ -1,0 +1,49 @@
+"""The wrappers that put the simulated tools on a lab host's PATH (inside its mount namespace only).
+
+Each host gets LAB_DIR/hosts/<h>/bin, overlaid on /usr/local/bin inside the host, so sshd
+sessions, dockerd and `host_exec` find them with the default PATH; the real machine's PATH
+never sees them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from sparkctl.lab import paths
+
+TOOLS = {
+    "nvidia-smi": "sparkctl.lab.hw.nvidia_smi",
+    "ibdev2netdev": "sparkctl.lab.hw.ibdev2netdev",
+    "ethtool": "sparkctl.lab.hw.ethtool",
+}
+
+# dockerd 20.10 registers its "nvidia" device driver (so `--gpus all` works) when this is on its
+# PATH, and runs it as an OCI prestart hook; the lab has no GPU to hand over, so it only drains
+# the container state runc writes to it.
+GPU_HOOK = "nvidia-container-runtime-hook"
+
+
+def package_root() -> Path:
+    """The folder holding the `sparkctl` package (for PYTHONPATH in the wrappers)."""
+    return Path(__file__).resolve().parents[3]
+
+
+def write_tools(host: str, bin_dir: Path) -> None:
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    py = sys.executable
+    for name, module in TOOLS.items():
+        script = (
+            "#!/bin/sh\n"
+            f"# sparkctl lab: simulated {name} for lab host {host}\n"
+            f"SPARKCTL_LAB_HOST={host} SPARKCTL_LAB_DIR={paths.LAB_DIR} PYTHONPATH={package_root()} "
+            f'exec {py} -S -m {module} "$@"\n'
+        )
+        _write(bin_dir / name, script)
+    _write(bin_dir / GPU_HOOK, "#!/bin/sh\n# sparkctl lab: no GPU to hand over\ncat >/dev/null\nexit 0\n")
+
+
+def _write(path: Path, text: str) -> None:
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    path.chmod(0o755)

@@ -1,0 +1,250 @@
+"""The runtime image `10.231.0.1:5000/sparkctl/vllm-sim:0.1`, built without Docker Hub.
+
+Its root filesystem is assembled from this machine: Debian's python3.11 (or, where that is
+missing, the interpreter running sparkctl), the libraries `ldd` names for it and its
+extension modules, the standard library, a static busybox, and the runtime simulator
+(the directory sparkctl/lab/sim, whatever it holds at build time) under /opt/sparkctl.
+`/usr/local/bin/vllm` and `/usr/local/bin/ray` run `python3 -m sparkctl.lab.sim.vllm_cli` /
+`...ray_cli`. The tarball is imported into the head's dockerd with `docker import`-style
+changes (ENV, CMD), pushed to the lab registry and removed again, so every host starts
+without it, as fresh Sparks would.
+
+Caching (CACHE_DIR, kept by `lab down`): the tarball and a snapshot of the registry storage,
+both keyed by a hash of the sim sources, the interpreter and this builder's version. A warm
+`lab up` restores the snapshot (no build, no push); changing a file under sim/ changes the
+key, so the next `lab up` rebuilds and pushes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+from sparkctl.lab import paths
+from sparkctl.lab import topology as topo
+
+BUILDER_VERSION = "1"  # bump when the image layout below changes
+SIM_DIR = Path(__file__).resolve().parent / "sim"
+KEY_LABEL = "org.sparkctl.lab.image-key"
+ENTRYPOINTS = {"vllm": "sparkctl.lab.sim.vllm_cli", "ray": "sparkctl.lab.sim.ray_cli"}
+STDLIB_SKIP = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "site-packages",
+               "dist-packages", "sitecustomize.py", "EXTERNALLY-MANAGED"}
+CHANGES = [
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "ENV PYTHONPATH=/opt/sparkctl",
+    "ENV PYTHONUNBUFFERED=1",
+    "ENV LANG=C.UTF-8",
+    "WORKDIR /",
+    'CMD ["/bin/sh"]',
+]
+
+
+def python_source() -> tuple[Path, Path]:
+    """(interpreter, stdlib dir): Debian's python3.11 when complete, else the one running us."""
+    deb, lib = Path("/usr/bin/python3.11"), Path("/usr/lib/python3.11")
+    if deb.exists() and (lib / "http" / "server.py").exists() and (lib / "lib-dynload").is_dir():
+        return deb, lib
+    ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    base = Path(sys.base_prefix)
+    return base / "bin" / ver, base / "lib" / ver
+
+
+def sim_files() -> list[Path]:
+    if not SIM_DIR.is_dir():
+        return []
+    return sorted(p for p in SIM_DIR.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                  and not p.name.endswith((".pyc", ".pyo")))
+
+
+def image_key() -> str:
+    h = hashlib.sha256(f"builder {BUILDER_VERSION}\n".encode())
+    py, lib = python_source()
+    st = py.resolve().stat()
+    h.update(f"python {py} {st.st_size} {st.st_mtime_ns} {lib}\n".encode())
+    for f in sim_files():
+        h.update(f"{f.relative_to(SIM_DIR)}\n".encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _usr(path: str) -> str:
+    """Where a file goes in the merged-/usr image (/lib/x -> /usr/lib/x)."""
+    d = os.path.realpath(os.path.dirname(path))
+    for top in ("/lib", "/lib64", "/bin", "/sbin"):
+        if d == top or d.startswith(top + "/"):
+            d = "/usr" + d
+    return os.path.join(d, os.path.basename(path))
+
+
+def ldd_paths(files: list[Path]) -> set[str]:
+    out: set[str] = set()
+    r = subprocess.run(["ldd", *map(str, files)], capture_output=True, text=True)
+    for line in r.stdout.splitlines():
+        m = re.search(r"=>\s*(/\S+)", line) or re.match(r"\s*(/\S+)\s+\(0x", line)
+        if m:
+            out.add(m.group(1))
+    return out
+
+
+class _Tar:
+    def __init__(self, tar: tarfile.TarFile):
+        self.tar = tar
+        self.dirs: set[str] = set()
+
+    def _info(self, name: str, kind: bytes, mode: int) -> tarfile.TarInfo:
+        ti = tarfile.TarInfo(name.lstrip("/"))
+        ti.type, ti.mode, ti.uid, ti.gid, ti.mtime = kind, mode, 0, 0, int(time.time())
+        return ti
+
+    def dir(self, name: str, mode: int = 0o755) -> None:
+        name = name.strip("/")
+        if not name or name in self.dirs:
+            return
+        self.dir(os.path.dirname(name))
+        self.dirs.add(name)
+        self.tar.addfile(self._info(name, tarfile.DIRTYPE, mode))
+
+    def file(self, name: str, data: bytes, mode: int = 0o644) -> None:
+        self.dir(os.path.dirname(name.strip("/")))
+        ti = self._info(name, tarfile.REGTYPE, mode)
+        ti.size = len(data)
+        self.tar.addfile(ti, io.BytesIO(data))
+
+    def copy(self, src: str | Path, name: str) -> None:
+        st = os.stat(src)
+        self.file(name, Path(src).read_bytes(), st.st_mode & 0o7777)
+
+    def link(self, name: str, target: str) -> None:
+        self.dir(os.path.dirname(name.strip("/")))
+        ti = self._info(name, tarfile.SYMTYPE, 0o777)
+        ti.linkname = target
+        self.tar.addfile(ti)
+
+
+def build_rootfs(out: Path) -> None:
+    py, lib = python_source()
+    ver = lib.name  # python3.11
+    tmp = out.with_suffix(".partial")
+    with tarfile.open(tmp, "w") as tf:
+        t = _Tar(tf)
+        for d in ("usr/bin", "usr/sbin", "usr/lib", "usr/lib64", "usr/local/bin", "etc", "root", "proc", "sys",
+                  "dev", "run", "var/tmp", "opt/sparkctl"):
+            t.dir(d, 0o700 if d == "root" else 0o755)
+        t.dir("tmp", 0o1777)
+        for top in ("bin", "sbin", "lib", "lib64"):
+            t.link(top, f"usr/{top}")
+        # busybox and its applets
+        t.copy("/bin/busybox", "usr/bin/busybox")
+        applets = subprocess.run(["/bin/busybox", "--list"], capture_output=True, text=True).stdout.split()
+        for a in applets:
+            if a not in ("busybox",) and not a.startswith("python"):
+                t.link(f"usr/bin/{a}", "busybox")
+        # python, its libraries and its standard library
+        t.copy(py.resolve(), f"usr/bin/{ver}")
+        t.link("usr/bin/python3", ver)
+        t.link("usr/bin/python", ver)
+        dynload = sorted((lib / "lib-dynload").glob("*.so"))
+        for so in sorted(ldd_paths([py.resolve(), *dynload])):
+            t.copy(os.path.realpath(so), _usr(so))
+        for root, dirs, files in os.walk(lib):
+            rel = os.path.relpath(root, lib)
+            dirs[:] = sorted(d for d in dirs if not (rel == "." and (d in STDLIB_SKIP or d.startswith("config-"))))
+            for f in sorted(files):
+                if rel == "." and f in STDLIB_SKIP:
+                    continue
+                src = os.path.join(root, f)
+                if os.path.islink(src) and not os.path.exists(src):
+                    continue
+                t.copy(src, os.path.normpath(f"usr/lib/{ver}/{rel}/{f}"))
+        # the minimum of /etc a container expects
+        t.file("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")
+        t.file("etc/group", b"root:x:0:\nnogroup:x:65534:\n")
+        t.file("etc/nsswitch.conf", b"passwd: files\ngroup: files\nhosts: files dns\n")
+        t.file("etc/os-release", b'PRETTY_NAME="sparkctl lab runtime (vllm-sim)"\nID=sparkctl-lab\n')
+        # the simulator, under a bare `sparkctl` package (nothing else of sparkctl is in the image)
+        base = "opt/sparkctl/sparkctl"
+        t.file(f"{base}/__init__.py", b'"""sparkctl (only the lab simulator is in this image)."""\n')
+        t.file(f"{base}/lab/__init__.py", b'"""The lab runtime simulator lives in sparkctl.lab.sim."""\n')
+        t.dir(f"{base}/lab/sim")
+        for f in sim_files():
+            t.copy(f, f"{base}/lab/sim/{f.relative_to(SIM_DIR)}")
+        for exe, module in ENTRYPOINTS.items():
+            t.file(f"usr/local/bin/{exe}", f'#!/bin/sh\nexec python3 -m {module} "$@"\n'.encode(), 0o755)
+    tmp.replace(out)
+
+
+def tarball(key: str) -> Path:
+    d = paths.CACHE_DIR / "image"
+    d.mkdir(parents=True, exist_ok=True)
+    out = d / f"vllm-sim-{key}.tar"
+    if not out.exists():
+        build_rootfs(out)
+        for old in d.glob("vllm-sim-*.tar"):
+            if old != out:
+                old.unlink(missing_ok=True)
+    return out
+
+
+def snapshot_dir(key: str) -> Path:
+    return paths.CACHE_DIR / "registry" / key
+
+
+def restore_snapshot(key: str, storage: Path) -> bool:
+    snap = snapshot_dir(key)
+    if not snap.is_dir():
+        return False
+    if storage.exists():
+        shutil.rmtree(storage)
+    shutil.copytree(snap, storage, symlinks=True)
+    return True
+
+
+def save_snapshot(key: str, storage: Path) -> None:
+    base = paths.CACHE_DIR / "registry"
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = base / f".{key}.partial"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    shutil.copytree(storage, tmp, symlinks=True)
+    final = snapshot_dir(key)
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    for old in base.iterdir():
+        if old != final:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def build_and_push(key: str, docker_socket: Path, progress=lambda msg: None) -> str:
+    """Import the rootfs into a lab host's dockerd, push it to the lab registry, drop it there.
+
+    Returns the pushed image's ID (config digest)."""
+    import docker
+
+    from sparkctl.errors import SparkctlError
+
+    t0 = time.monotonic()
+    tar = tarball(key)
+    progress(f"rootfs {tar.stat().st_size // 2**20} MiB ready ({time.monotonic() - t0:.1f}s)")
+    repo = f"{topo.REGISTRY}/{topo.IMAGE_REPO}"
+    api = docker.APIClient(base_url=f"unix://{docker_socket}", timeout=300)
+    try:
+        api.import_image_from_file(str(tar), repository=repo, tag=topo.IMAGE_TAG,
+                                   changes=CHANGES + [f"LABEL {KEY_LABEL}={key}"])
+        image_id = api.inspect_image(f"{repo}:{topo.IMAGE_TAG}")["Id"]
+        for event in api.push(repo, tag=topo.IMAGE_TAG, stream=True, decode=True):
+            if "error" in event:
+                raise SparkctlError(f"pushing {topo.IMAGE} failed: {event['error']}")
+        api.remove_image(f"{repo}:{topo.IMAGE_TAG}", force=True)
+    finally:
+        api.close()
+    progress(f"image {topo.IMAGE} pushed ({time.monotonic() - t0:.1f}s)")
+    return image_id

@@ -1,0 +1,226 @@
+"""The lab's networks, built with iproute2: named namespaces, veth cables, a management bridge.
+
+    root namespace   lab-mgmt 10.231.0.1/24 ──┐            unreachable 10.231.0.0/16
+    lab-switch       br-mgmt: sw-runner, sw-head, sw-worker, sw-offload (1500 MTU)
+    lab-head         enP7s7 10.231.0.11 · enp1s0f0np0 .100.2 · enP2p1s0f0np0 .101.2 · enp1s0f1np1 .110.2
+    lab-worker       enP7s7 10.231.0.12 · enp1s0f0np0 .100.3 · enP2p1s0f0np0 .101.3 · enp1s0f1np1 .111.3
+    lab-offload      eno1   10.231.0.13 · enp65s0f0np0 .110.4 · enp65s0f1np1 .111.4   (fabric MTU 9000)
+
+`ensure()` creates only what is missing (a half-present cable is recreated) and never undoes
+a fault: a link someone set down or to a wrong MTU stays as it is until `lab fault --clear-all`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import subprocess
+
+from sparkctl.errors import InputError, SparkctlError
+from sparkctl.lab import topology as topo
+
+NETNS_DIR = "/run/netns"
+
+
+def ip(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run(["ip", *args], input=stdin, capture_output=True, text=True)
+    if check and r.returncode != 0:
+        what = " ".join(args) if stdin is None else f"{' '.join(args)} <<{stdin.strip()!r}"
+        raise SparkctlError(f"`ip {what}` failed: {r.stderr.strip()}")
+    return r
+
+
+def batch(cmds: list[str], netns: str | None = None) -> None:
+    if cmds:
+        ip(*(["-n", netns] if netns else []), "-batch", "-", stdin="\n".join(cmds) + "\n")
+
+
+def existing_netns() -> set[str]:
+    try:
+        return set(os.listdir(NETNS_DIR))
+    except FileNotFoundError:
+        return set()
+
+
+def links(netns: str | None) -> dict[str, dict]:
+    """name -> {mtu, operstate, up (admin), master, addresses[]} as `ip -j addr` reports them."""
+    r = ip(*(["-n", netns] if netns else []), "-j", "addr", "show", check=False)
+    if r.returncode != 0:
+        return {}
+    out = {}
+    for link in json.loads(r.stdout or "[]"):
+        out[link["ifname"]] = {
+            "mtu": link.get("mtu"),
+            "operstate": link.get("operstate", "UNKNOWN").lower(),
+            "up": "UP" in link.get("flags", []),
+            "master": link.get("master"),
+            "addresses": [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", []) if a.get("family") == "inet"],
+        }
+    return out
+
+
+def foreign_routes() -> list[str]:
+    """Routes in the root namespace into 10.231.0.0/16 that the lab did not make."""
+    lab = ipaddress.ip_network(topo.SUBNET)
+    r = ip("-j", "route", "show", "table", "all", check=False)
+    found = []
+    for route in json.loads(r.stdout or "[]"):
+        dst = route.get("dst", "")
+        if dst in ("default", "") or ":" in dst:
+            continue
+        try:
+            net = ipaddress.ip_network(dst, strict=False)
+        except ValueError:
+            continue
+        if net.version != 4 or not net.overlaps(lab):
+            continue
+        if route.get("dev") == topo.RUNNER_DEVICE:
+            continue
+        if route.get("type") == "unreachable" and net == lab:
+            continue
+        found.append(f"{route.get('type', 'unicast')} {dst}" + (f" dev {route['dev']}" if route.get("dev") else ""))
+    return found
+
+
+def check_range_free() -> None:
+    found = foreign_routes()
+    if found:
+        raise InputError(
+            f"the lab's address range {topo.SUBNET} is already routed on this machine: " + "; ".join(found),
+            fix=f"free {topo.SUBNET} (remove those routes/addresses) or run the lab on another machine; "
+            "the lab never shares its range",
+        )
+
+
+def _mgmt_peer(host: str) -> str:
+    return f"sw-{host}"
+
+
+def ensure() -> list[str]:
+    """Create what is missing; return a line per change."""
+    changes: list[str] = []
+    have = existing_netns()
+    missing = [n for n in topo.NETNS if n not in have]
+    if missing:
+        batch([f"netns add {n}" for n in missing])
+        changes.append("namespaces " + ", ".join(missing))
+
+    state = {ns: links(ns) for ns in topo.NETNS}
+    state[None] = links(None)
+    dels: dict[str | None, list[str]] = {}
+    adds: list[str] = []
+    created: set[tuple[str | None, str]] = set()  # (netns, device) made now: bring them up
+
+    def cable(a_ns: str | None, a_dev: str, b_ns: str, b_dev: str, mtu: int) -> bool:
+        a_has, b_has = a_dev in state[a_ns], b_dev in state[b_ns]
+        if a_has and b_has:
+            return False
+        for ns, dev, has in ((a_ns, a_dev, a_has), (b_ns, b_dev, b_has)):
+            if has:  # half a cable: remove it and lay the whole one again
+                dels.setdefault(ns, []).append(f"link del {dev}")
+        where = "" if a_ns is None else f" netns {a_ns}"
+        adds.append(f"link add {a_dev}{where} mtu {mtu} type veth peer name {b_dev} netns {b_ns} mtu {mtu}")
+        created.update({(a_ns, a_dev), (b_ns, b_dev)})
+        return True
+
+    sw = topo.SWITCH_NETNS
+    new_mgmt = []
+    if cable(None, topo.RUNNER_DEVICE, sw, "sw-runner", topo.MGMT_MTU):
+        new_mgmt.append("runner")
+    for h in topo.HOSTS.values():
+        if cable(h.netns, h.mgmt_device, sw, _mgmt_peer(h.name), topo.MGMT_MTU):
+            new_mgmt.append(h.name)
+    new_fabric = []
+    for c in topo.cables():
+        ha, hb = topo.HOSTS[c.a], topo.HOSTS[c.b]
+        if cable(ha.netns, c.a_nic.device, hb.netns, c.b_nic.device, c.a_nic.mtu):
+            new_fabric.append(f"{c.a}/{c.a_nic.device}<->{c.b}/{c.b_nic.device}")
+    for ns, cmds in dels.items():
+        batch(cmds, ns)
+    batch(adds)
+    if new_mgmt:
+        changes.append("management links " + ", ".join(new_mgmt))
+    if new_fabric:
+        changes.append("fabric cables " + ", ".join(new_fabric))
+
+    # bridge, addresses and link state: only what is missing, and `up` only for new links
+    sw_links = links(sw)
+    cmds = []
+    if topo.SWITCH_BRIDGE not in sw_links:
+        cmds += [f"link add {topo.SWITCH_BRIDGE} type bridge", f"link set {topo.SWITCH_BRIDGE} up"]
+        changes.append("management bridge")
+    for port in ["sw-runner"] + [_mgmt_peer(h) for h in topo.HOSTS]:
+        if sw_links.get(port, {}).get("master") != topo.SWITCH_BRIDGE:
+            cmds.append(f"link set {port} master {topo.SWITCH_BRIDGE}")
+        if (sw, port) in created:
+            cmds.append(f"link set {port} up")
+    batch(cmds, sw)
+
+    root = links(None)
+    rc = []
+    runner_addr = f"{topo.RUNNER_ADDRESS}/24"
+    if runner_addr not in root.get(topo.RUNNER_DEVICE, {}).get("addresses", []):
+        rc.append(f"addr add {runner_addr} dev {topo.RUNNER_DEVICE}")
+    if (None, topo.RUNNER_DEVICE) in created:
+        rc.append(f"link set {topo.RUNNER_DEVICE} up")
+    if not _has_unreachable():
+        rc.append(f"route add unreachable {topo.SUBNET}")
+        changes.append(f"route unreachable {topo.SUBNET}")
+    batch(rc)
+
+    for h in topo.HOSTS.values():
+        have_links = links(h.netns)
+        hc = []
+        if not have_links.get("lo", {}).get("up"):
+            hc.append("link set lo up")
+        for dev, addr in [(h.mgmt_device, h.mgmt_address)] + [(n.device, n.address) for n in h.fabric]:
+            if addr not in have_links.get(dev, {}).get("addresses", []):
+                hc.append(f"addr add {addr} dev {dev}")
+            if (h.netns, dev) in created:
+                hc.append(f"link set {dev} up")
+        batch(hc, h.netns)
+    return changes
+
+
+def _has_unreachable() -> bool:
+    r = ip("-j", "route", "show", "type", "unreachable", check=False)
+    return any(x.get("dst") == topo.SUBNET for x in json.loads(r.stdout or "[]"))
+
+
+def restore_links() -> list[str]:
+    """Undo link faults: every lab link up at its nominal MTU. Returns what changed."""
+    changes = []
+    for h in topo.HOSTS.values():
+        have = links(h.netns)
+        cmds = []
+        wanted = [(h.mgmt_device, topo.MGMT_MTU)] + [(n.device, n.mtu) for n in h.fabric]
+        for dev, mtu in wanted:
+            cur = have.get(dev)
+            if cur is None:
+                continue
+            if cur["mtu"] != mtu:
+                cmds.append(f"link set {dev} mtu {mtu}")
+                changes.append(f"{h.name}/{dev} mtu {cur['mtu']} -> {mtu}")
+            if not cur["up"]:
+                cmds.append(f"link set {dev} up")
+                changes.append(f"{h.name}/{dev} up")
+        batch(cmds, h.netns)
+    return changes
+
+
+def teardown() -> list[str]:
+    """Remove every lab namespace (their veths go with them), the runner's veth and the route."""
+    changes = []
+    have = existing_netns()
+    gone = [n for n in topo.NETNS if n in have]
+    if gone:
+        batch([f"netns del {n}" for n in gone])
+        changes.append("namespaces " + ", ".join(gone))
+    if topo.RUNNER_DEVICE in links(None):
+        ip("link", "del", topo.RUNNER_DEVICE, check=False)
+        changes.append(f"link {topo.RUNNER_DEVICE}")
+    if _has_unreachable():
+        ip("route", "del", "unreachable", topo.SUBNET, check=False)
+        changes.append(f"route unreachable {topo.SUBNET}")
+    return changes

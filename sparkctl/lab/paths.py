@@ -1,0 +1,41 @@
+"""Where the lab keeps its state (LAB_DIR, removed by `lab down`) and its caches (kept).
+
+Stdlib only: the host init and the simulated tools import this inside the lab's hosts.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# Overridable for experiments; everything else in sparkctl assumes the defaults
+# (inventories/lab.yaml names the key and known_hosts under /var/lib/sparkctl-lab).
+LAB_DIR = Path(os.environ.get("SPARKCTL_LAB_DIR", "/var/lib/sparkctl-lab"))
+CACHE_DIR = Path(os.environ.get("SPARKCTL_LAB_CACHE", "/var/cache/sparkctl-lab"))
+
+SSH_DIR = LAB_DIR / "ssh"
+SSH_KEY = SSH_DIR / "id_ed25519"
+KNOWN_HOSTS = SSH_DIR / "known_hosts"
+SSH_CONFIG = SSH_DIR / "config"
+INVENTORY_PATH = LAB_DIR / "inventory.yaml"
+FAULTS_DIR = LAB_DIR / "faults"
+REGISTRY_DIR = LAB_DIR / "registry"
+BIN_DIR = LAB_DIR / "bin"  # runner-side helpers (an `ssh` that always uses the lab's config)
+STATE_FILE = LAB_DIR / "state.json"
+
+
+def host_dir(name: str) -> Path:
+    return LAB_DIR / "hosts" / name
+
+
+def docker_socket(name: str) -> Path:
+    """The runner's way into a host's dockerd (the host itself uses /var/run/docker.sock)."""
+    return host_dir(name) / "docker.sock"
+
+
+def faults_file(name: str) -> Path:
+    return FAULTS_DIR / f"{name}.json"
+
+
+def hardware_file(name: str) -> Path:
+    return host_dir(name) / "hardware.json"

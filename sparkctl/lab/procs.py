@@ -1,0 +1,156 @@
+"""Finding and stopping the lab's processes, from /proc alone (no pid files to go stale).
+
+A host's init is the process whose network namespace is /run/netns/lab-NAME, which is PID 1 of
+its own PID namespace and runs `sparkctl.lab.hostinit NAME`. Everything else of the host lives
+in the same network namespace. The registry is the `docker-registry` serving the lab's config.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sparkctl.lab import paths
+from sparkctl.lab import topology as topo
+from sparkctl.lab.hw import tools
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def cmdline(pid: int) -> list[str]:
+    return [a for a in _read(f"/proc/{pid}/cmdline").split("\0") if a]
+
+
+def alive(pid: int) -> bool:
+    """Running and not a zombie (a detached daemon can linger as Z until reaped)."""
+    stat = _read(f"/proc/{pid}/stat")
+    return bool(stat) and stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def all_pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def netns_inode(name: str) -> int | None:
+    try:
+        return os.stat(f"/run/netns/{name}").st_ino
+    except OSError:
+        return None
+
+
+def pids_in_netns(name: str) -> list[int]:
+    ino = netns_inode(name)
+    if ino is None:
+        return []
+    want = f"net:[{ino}]"
+    out = []
+    for pid in all_pids():
+        try:
+            if os.readlink(f"/proc/{pid}/ns/net") == want and alive(pid):
+                out.append(pid)
+        except OSError:
+            pass
+    return out
+
+
+def host_init(name: str) -> int | None:
+    """Root-namespace pid of the host's PID-1 init, if it runs."""
+    for pid in pids_in_netns(f"lab-{name}"):
+        args = cmdline(pid)
+        if "sparkctl.lab.hostinit" in args and args[-1] == name:
+            nspid = [ln for ln in _read(f"/proc/{pid}/status").splitlines() if ln.startswith("NSpid:")]
+            if nspid and nspid[0].split()[-1] == "1":
+                return pid
+    return None
+
+
+def host_children(init_pid: int) -> dict[str, int]:
+    """The init's daemons by name (sshd, dockerd), root-namespace pids."""
+    out = {}
+    kids = _read(f"/proc/{init_pid}/task/{init_pid}/children").split()
+    for k in kids:
+        args = cmdline(int(k))
+        if args and alive(int(k)):
+            exe = os.path.basename(args[0])
+            if exe in ("sshd", "dockerd"):
+                out[exe] = int(k)
+    return out
+
+
+def registry_pid() -> int | None:
+    config = str(paths.REGISTRY_DIR / "config.yml")
+    for pid in all_pids():
+        args = cmdline(pid)
+        if len(args) >= 3 and os.path.basename(args[0]) == "docker-registry" and args[-1] == config and alive(pid):
+            return pid
+    return None
+
+
+def start_host(name: str) -> None:
+    h = topo.HOSTS[name]
+    log = open(paths.host_dir(name) / "log" / "init.log", "ab")
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+           "PYTHONPATH": str(tools.package_root()), "SPARKCTL_LAB_DIR": str(paths.LAB_DIR),
+           "SPARKCTL_LAB_CACHE": str(paths.CACHE_DIR), "LANG": "C.UTF-8"}
+    # setsid -f: the init is nobody's child here, so it never lingers as our zombie
+    subprocess.run(
+        ["setsid", "-f", "nsenter", f"--net=/run/netns/{h.netns}",
+         "unshare", "--pid", "--fork", "--mount-proc", "--mount", "--uts", "--propagation", "slave", "--kill-child",
+         "--", sys.executable, "-S", "-m", "sparkctl.lab.hostinit", name],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, check=True, cwd="/",
+    )
+    log.close()
+
+
+def start_registry() -> None:
+    log = open(paths.REGISTRY_DIR / "registry.log", "ab")
+    subprocess.run(
+        ["setsid", "-f", "docker-registry", "serve", str(paths.REGISTRY_DIR / "config.yml")],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, check=True, cwd="/",
+    )
+    log.close()
+
+
+def wait_gone(pids: list[int], timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    left = [p for p in pids if alive(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [p for p in left if alive(p)]
+    return left
+
+
+def kill(pids: list[int], sig: int = signal.SIGKILL) -> None:
+    for p in pids:
+        try:
+            os.kill(p, sig)
+        except ProcessLookupError:
+            pass
+
+
+def rss_kib(pids: list[int]) -> int:
+    """Sum of VmRSS over pids and all their descendants."""
+    seen: set[int] = set()
+    todo = list(pids)
+    total = 0
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        for ln in _read(f"/proc/{p}/status").splitlines():
+            if ln.startswith("VmRSS:"):
+                total += int(ln.split()[1])
+        for task in Path(f"/proc/{p}/task").glob("*") if os.path.isdir(f"/proc/{p}/task") else []:
+            todo += [int(c) for c in _read(f"{task}/children").split()]
+    return total

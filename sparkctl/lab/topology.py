@@ -1,0 +1,253 @@
+"""The lab's shape: hosts, their simulated hardware, the management net and the fabric.
+
+One source of truth for what `lab up` builds, what the simulated tools report and the
+inventory the lab writes (LAB_DIR/inventory.yaml, which must equal inventories/lab.yaml:
+tests/lab/test_lab_inventory.py holds the two together). The shape is the sPLIce build
+(seed 000): two DGX Sparks joined by both twins of a ConnectX-7 port, and an x86 offload
+host with its own link to each Spark.
+
+Stdlib only (the host init imports it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SUBNET = "10.231.0.0/16"  # everything the lab owns; routed `unreachable` in the root namespace
+MGMT_SUBNET = "10.231.0.0/24"
+RUNNER_ADDRESS = "10.231.0.1"
+RUNNER_DEVICE = "lab-mgmt"  # the runner's veth into the management bridge (root namespace)
+SWITCH_NETNS = "lab-switch"
+SWITCH_BRIDGE = "br-mgmt"
+REGISTRY_PORT = 5000
+REGISTRY = f"{RUNNER_ADDRESS}:{REGISTRY_PORT}"
+IMAGE_REPO = "sparkctl/vllm-sim"
+IMAGE_TAG = "0.1"
+IMAGE = f"{REGISTRY}/{IMAGE_REPO}:{IMAGE_TAG}"
+MGMT_MTU = 1500
+
+
+@dataclass(frozen=True)
+class Nic:
+    """One end of a fabric cable, as the host sees it."""
+
+    device: str
+    address: str  # with prefix, e.g. 10.231.100.2/24
+    rdma: tuple[str, ...]
+    mtu: int
+    speed_mbps: int
+    peer: str
+    bus_id: str
+
+    @property
+    def ip(self) -> str:
+        return self.address.split("/")[0]
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    bus_id: str
+    memory_mib: int | None  # None: unified memory (GB10), nvidia-smi says "Not Supported"
+
+
+@dataclass(frozen=True)
+class LabHost:
+    name: str
+    role: str
+    mgmt_device: str
+    mgmt_ip: str
+    mgmt_speed_mbps: int
+    mgmt_bus_id: str
+    gpus: tuple[Gpu, ...]
+    driver: str
+    cuda: str
+    fabric: tuple[Nic, ...]
+    memory_gib: int | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def netns(self) -> str:
+        return f"lab-{self.name}"
+
+    @property
+    def mgmt_address(self) -> str:
+        return f"{self.mgmt_ip}/24"
+
+    @property
+    def addresses(self) -> list[str]:
+        """Every address the host answers on (management first)."""
+        return [self.mgmt_ip] + [n.ip for n in self.fabric]
+
+    def nic(self, device: str) -> Nic:
+        for n in self.fabric:
+            if n.device == device:
+                return n
+        raise KeyError(device)
+
+
+DRIVER = "580.95.05"  # the DGX OS 7 driver; identical on both Sparks unless a fault says otherwise
+CUDA = "13.0"
+
+_GB10 = Gpu("NVIDIA GB10", "0000000F:01:00.0", None)
+
+
+def _spark(name: str, role: str, last: int, peer: str, offload_subnet: int) -> LabHost:
+    return LabHost(
+        name=name,
+        role=role,
+        mgmt_device="enP7s7",  # the Spark's on-board 10GbE
+        mgmt_ip=f"10.231.0.{10 + last - 1}",
+        mgmt_speed_mbps=10000,
+        mgmt_bus_id="0007:01:00.0",
+        gpus=(_GB10,),
+        driver=DRIVER,
+        cuda=CUDA,
+        fabric=(
+            Nic("enp1s0f0np0", f"10.231.100.{last}/24", ("rocep1s0f0",), 9000, 200000, peer, "0000:01:00.0"),
+            Nic("enP2p1s0f0np0", f"10.231.101.{last}/24", ("roceP2p1s0f0",), 9000, 200000, peer, "0002:01:00.0"),
+            Nic("enp1s0f1np1", f"10.231.{offload_subnet}.{last}/24", ("rocep1s0f1",), 9000, 40000, "offload",
+                "0000:01:00.1"),
+        ),
+    )
+
+
+HOSTS: dict[str, LabHost] = {
+    "head": _spark("head", "head", 2, "worker", 110),
+    "worker": _spark("worker", "worker", 3, "head", 111),
+    "offload": LabHost(
+        name="offload",
+        role="offload",
+        mgmt_device="eno1",
+        mgmt_ip="10.231.0.13",
+        mgmt_speed_mbps=1000,
+        mgmt_bus_id="0000:c1:00.0",
+        gpus=(
+            Gpu("NVIDIA GeForce RTX 3090", "00000000:01:00.0", 24576),
+            Gpu("NVIDIA GeForce RTX 3090", "00000000:21:00.0", 24576),
+        ),
+        driver=DRIVER,
+        cuda=CUDA,
+        memory_gib=503,
+        fabric=(
+            Nic("enp65s0f0np0", "10.231.110.4/24", ("mlx5_0",), 9000, 40000, "head", "0000:41:00.0"),
+            Nic("enp65s0f1np1", "10.231.111.4/24", ("mlx5_1",), 9000, 40000, "worker", "0000:41:00.1"),
+        ),
+    ),
+}
+
+NETNS = [SWITCH_NETNS] + [h.netns for h in HOSTS.values()]
+
+
+@dataclass(frozen=True)
+class Cable:
+    """A fabric veth pair: a end in host a, b end in host b."""
+
+    a: str
+    a_nic: Nic
+    b: str
+    b_nic: Nic
+
+
+def cables() -> list[Cable]:
+    """Pair each host's fabric NICs with the peer NIC in the same subnet (each cable once)."""
+    out: list[Cable] = []
+    seen: set[tuple[str, str]] = set()
+    for h in HOSTS.values():
+        for n in h.fabric:
+            subnet = n.address.rsplit(".", 1)[0]
+            peer = HOSTS[n.peer]
+            match = [p for p in peer.fabric if p.peer == h.name and p.address.rsplit(".", 1)[0] == subnet]
+            if len(match) != 1:
+                raise ValueError(f"lab topology: {h.name}/{n.device} has no unique peer NIC on {peer.name}")
+            key = tuple(sorted([(h.name, n.device), (peer.name, match[0].device)]))
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(Cable(h.name, n, peer.name, match[0]))
+    return out
+
+
+def find_rdma(host: LabHost, name: str) -> Nic:
+    """The NIC behind an RDMA device (or a net device) name."""
+    for n in host.fabric:
+        if name == n.device or name in n.rdma:
+            return n
+    raise KeyError(name)
+
+
+# The runtime part of the lab inventory: what the simulator image is asked to run.
+RUNTIME = {
+    "image": IMAGE,
+    "model": "/models/DeepSeek-V4.1-Flash-1017",
+    "served_model_name": "deepseek-v4.1-flash",
+    "port": 8888,
+    "tensor_parallel_size": 2,
+    "distributed_executor_backend": "ray",
+    "kv_cache_dtype": "fp8_ds_mla",
+    "block_size": 256,
+    "gpu_memory_utilization": 0.85,
+    "max_model_len": 327680,
+    "max_num_seqs": 4,
+    "max_num_batched_tokens": 8192,
+    "kv_pool_tokens": 1930000,
+    "moe_backend": "flashinfer_b12x",
+    "speculative": {
+        "method": "draft_model",
+        "model": "/models/drafter",
+        "num_speculative_tokens": 5,
+        "drafter_host": "offload",
+        "drafter_port": 8100,
+    },
+    "env": {"SIM_TIME_SCALE": "0.01"},
+    "shutdown_timeout": 30,
+}
+
+CACHES = {"host_path": "/var/lib/sparkctl/cache", "container_path": "/root/.cache/vllm"}
+
+ENGRAM = {
+    "host": "offload",
+    "source": "/srv/engram/tables",
+    "size_gib": 0.25,
+    "target": "/mnt/engram",
+    "min_free_gib": 0.5,
+}
+
+
+def inventory_doc(ssh_key: str, known_hosts: str) -> dict:
+    """The lab's inventory as a plain document (what LAB_DIR/inventory.yaml holds)."""
+    hosts = {}
+    for h in HOSTS.values():
+        doc: dict = {
+            "role": h.role,
+            "ssh": {"address": h.mgmt_ip},
+            "gpu": {"model": h.gpus[0].name, "count": len(h.gpus)},
+        }
+        if h.memory_gib is not None:
+            doc["memory_gib"] = h.memory_gib
+        doc["fabric"] = [
+            {
+                "device": n.device,
+                "rdma": list(n.rdma),
+                "address": n.address,
+                "mtu": n.mtu,
+                "speed_gbps": n.speed_mbps // 1000,
+                "peer": n.peer,
+            }
+            for n in h.fabric
+        ]
+        hosts[h.name] = doc
+    return {
+        "cluster": {"name": "lab"},
+        "ssh_defaults": {
+            "user": "root",
+            "port": 22,
+            "key": ssh_key,
+            "known_hosts": known_hosts,
+            "host_key_policy": "strict",
+        },
+        "hosts": hosts,
+        "runtime": RUNTIME,
+        "caches": CACHES,
+        "engram": ENGRAM,
+    }
