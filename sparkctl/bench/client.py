@@ -146,7 +146,10 @@ class Endpoint:
     """An OpenAI-compatible server: its /v1 base, the model to ask for, and how to reach it."""
 
     def __init__(self, url: str, model: Optional[str], api_key: Optional[str] = None, timeout_s: float = 1800.0):
+        from sparkctl.transport.guard import check_url
+
         self.url = normalise_endpoint(url)
+        check_url(self.url, "sparkctl bench")  # the dev/CI fence (SPARKCTL_ONLY_NETWORKS), before any request
         self.root = api_root(self.url)
         self.model = model
         self._api_key = api_key

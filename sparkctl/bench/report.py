@@ -106,3 +106,20 @@ def render(result: BenchResult, console) -> None:
         )
     for note in result.notes:
         console.print(f"[dim]note:[/] {note}", soft_wrap=True)
+
+
+def markdown_table(result: BenchResult) -> str:
+    """The seed's table as Markdown (for notes and issues)."""
+    streams = sorted({c.streams for c in result.throughput})
+    workloads = list(dict.fromkeys(c.workload for c in result.throughput))
+    lines = [
+        "| Workload | " + " | ".join(stream_header(s) for s in streams) + " |",
+        "| --- | " + " | ".join("---" for _ in streams) + " |",
+    ]
+    for w in workloads:
+        cells = []
+        for s in streams:
+            c = result.cell(w, s)
+            cells.append(fmt(c.output_throughput if c else None, "tokens/s"))
+        lines.append(f"| {WORKLOADS[w].title if w in WORKLOADS else w} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -141,6 +141,15 @@ def test_unreachable_endpoint_is_reported_not_a_traceback():
     assert "cannot reach http://127.0.0.1:9/v1/models" in doc["error"]
 
 
+def test_fenced_runs_never_contact_real_world_addresses():
+    # The seed's endpoint (192.168.x): with the dev/CI fence set it is refused before any request.
+    env = {k: v for k, v in os.environ.items() if k != "SPARKCTL_INVENTORY"}
+    env["SPARKCTL_ONLY_NETWORKS"] = "127.0.0.0/8,10.231.0.0/16"
+    r = subprocess.run([sys.executable, "-m", "sparkctl", "bench", "--endpoint", "http://192.168.1.177:8888/v1"],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    assert r.returncode == 2 and "refusing to contact 192.168.1.177" in r.stderr
+
+
 def test_default_endpoint_comes_from_the_inventory():
     from sparkctl.cli.bench import _endpoint_from_inventory
 
