@@ -2,6 +2,172 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Optional
+
 import typer
 
+from sparkctl.cli.options import InventoryOpt, JsonOpt, require_inventory
+
 app = typer.Typer(help="Validate, show and describe inventory files.", no_args_is_help=True)
+
+FileArg = Annotated[
+    Optional[Path],
+    typer.Argument(help="Inventory file (default: -i FILE or $SPARKCTL_INVENTORY).", show_default=False),
+]
+
+
+def _path(file: Optional[Path], inventory: Optional[Path]) -> Path:
+    return file if file is not None else require_inventory(inventory)
+
+
+def _summary(inv) -> dict:
+    return {
+        "cluster": inv.cluster.name,
+        "hosts": {role: inv.hosts_with_role(role) for role in ("head", "worker", "offload")},
+        "tensor_parallel_size": inv.runtime.tensor_parallel_size,
+        "image": inv.runtime.image,
+        "served_model_name": inv.runtime.served_model_name,
+    }
+
+
+@app.command("validate")
+def validate(file: FileArg = None, inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
+    """Check an inventory without touching any host: exit 0 when usable, 2 with every problem named."""
+    from sparkctl.inventory.loader import load_inventory_report
+
+    path = _path(file, inventory)
+    inv, warns = load_inventory_report(path)
+    summary = _summary(inv)
+    if json_out:
+        from sparkctl.cli.output import print_json
+
+        print_json({"ok": True, "file": str(path), **summary, "warnings": [w.to_dict(path) for w in warns]})
+        return
+
+    from rich.markup import escape
+
+    from sparkctl.cli.output import console
+
+    roles = " · ".join(f"{role} {', '.join(names) or 'none'}" for role, names in summary["hosts"].items())
+    c = console()
+    c.print(
+        f"[bold green]ok[/] {escape(str(path))}: cluster {escape(inv.cluster.name)} · {escape(roles)} · "
+        f"TP {inv.runtime.tensor_parallel_size} · image {escape(inv.runtime.image)}",
+        soft_wrap=True,
+    )
+    for w in warns:
+        c.print(f"[bold yellow]warning:[/] {escape(w.render(path))}", soft_wrap=True)
+
+
+@app.command("show")
+def show(file: FileArg = None, inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
+    """Print the inventory as tables: hosts, fabric links, runtime (with vLLM flags), caches, Engram."""
+    from sparkctl.inventory.loader import load_inventory
+
+    path = _path(file, inventory)
+    inv = load_inventory(path)
+    if json_out:
+        import json
+        import sys
+
+        from sparkctl.transport.redact import redact_obj
+
+        # Only runtime.env can hold secrets. print_json's key-name rule would also mask
+        # max_num_batched_tokens, num_speculative_tokens and kv_pool_tokens ("TOKEN"), so
+        # the env is redacted here and the rest written as is (one JSON document).
+        doc = inv.model_dump(mode="json")
+        doc["runtime"]["env"] = redact_obj(doc["runtime"]["env"])
+        sys.stdout.write(json.dumps({"file": str(path), **doc}, indent=2) + "\n")
+        return
+    from sparkctl.cli.output import console
+
+    c = console()
+    width = c.width
+    if not c.is_terminal:
+        c.width = max(width, 160)  # a pipe or a log gets whole rows; a terminal keeps its width
+    try:
+        for table in _tables(inv, path):
+            c.print(table)
+    finally:
+        c.width = width
+
+
+def _tables(inv, path: Path) -> list:
+    from rich.table import Table
+    from rich.text import Text
+
+    from sparkctl.inventory.vllm import RUNTIME_FLAGS
+    from sparkctl.transport.redact import redact_obj
+
+    def table(title: str, *columns: str) -> Table:
+        t = Table(title=Text(title), title_justify="left", show_lines=False)
+        for col in columns:
+            t.add_column(col, overflow="fold")  # wrap, never cut an address or a path short
+        return t
+
+    def row(t: Table, *cells) -> None:
+        # Text, not markup: values come from the file and may contain [brackets].
+        t.add_row(*(Text("" if v is None else str(v)) for v in cells))
+
+    hosts = table(f"{inv.cluster.name}: hosts ({path})", "host", "role", "ssh target", "host key", "gpu", "memory")
+    for name, host in inv.hosts.items():
+        t = inv.ssh_target(name)
+        gpu = f"{host.gpu.count}x {host.gpu.model}" if host.gpu else "-"
+        memory = f"{host.memory_gib:g} GiB" if host.memory_gib else "-"
+        row(hosts, name, host.role, f"{t.user}@{t.address}:{t.port}", t.host_key_policy, gpu, memory)
+
+    links = table("fabric links", "host", "device", "rdma", "address", "mtu", "speed", "peer")
+    for name, host in inv.hosts.items():
+        for link in host.fabric:
+            peer_end = next(
+                (
+                    o.address.ip
+                    for o in (inv.hosts[link.peer].fabric if link.peer in inv.hosts else [])
+                    if o.peer == name and o.address.network == link.address.network
+                ),
+                None,
+            )
+            peer = f"{link.peer} ({peer_end})" if peer_end else link.peer
+            row(links, name, link.device, ", ".join(link.rdma) or "-", link.address, link.mtu,
+                f"{link.speed_gbps:g} Gb/s", peer)
+
+    rt = inv.runtime
+    runtime = table("runtime", "key", "value", "vLLM flag")
+    for key in (
+        "image", "model", "served_model_name", "port", "tensor_parallel_size", "distributed_executor_backend",
+        "kv_cache_dtype", "block_size", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
+        "max_num_batched_tokens", "kv_pool_tokens", "moe_backend", "shutdown_timeout",
+    ):
+        value = getattr(rt, key)
+        row(runtime, key, "-" if value is None else value, RUNTIME_FLAGS.get(key, "-"))
+    if rt.speculative:
+        for key, value in rt.speculative.model_dump(exclude_none=True).items():
+            flag = "(sparkctl)" if key.startswith("drafter_") else "--speculative-config"
+            row(runtime, f"speculative.{key}", value, flag)
+    for key, value in redact_obj(dict(rt.env)).items():
+        row(runtime, f"env.{key}", value, "(container environment)")
+    if rt.custom_values:
+        row(runtime, "custom_values", ", ".join(rt.custom_values), "(sparkctl: not checked against vLLM's sets)")
+
+    caches = table("caches (per node)", "host path", "container path (VLLM_CACHE_ROOT)")
+    row(caches, inv.caches.host_path, inv.caches.container_path)
+
+    out = [hosts, links, runtime, caches]
+    if inv.engram:
+        e = inv.engram
+        engram = table("engram", "host", "source", "size", "target (RAM)", "min free")
+        row(engram, e.host, e.source, f"{e.size_gib:g} GiB", e.target, f"{e.min_free_gib:g} GiB")
+        out.append(engram)
+    return out
+
+
+@app.command("schema")
+def schema(json_out: JsonOpt = False) -> None:
+    """Print the inventory's JSON Schema on stdout (for editors: completion and checks as you type)."""
+    import json
+    import sys
+
+    from sparkctl.inventory.schema import inventory_schema
+
+    sys.stdout.write(json.dumps(inventory_schema(), indent=2) + "\n")

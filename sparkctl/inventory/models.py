@@ -7,14 +7,66 @@ peers that agree, ...) live in `validate.py`; this module holds the shapes.
 
 from __future__ import annotations
 
+import typing
 from ipaddress import IPv4Interface
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StringConstraints,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+)
+
+from sparkctl.inventory.vllm import parse_token_count
 
 Role = Literal["head", "worker", "offload"]
 HostKeyPolicy = Literal["strict", "accept-new"]
+
+# Host names appear in messages, container names and file names: keep them plain.
+HostName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")]
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+# Token counts as vLLM accepts them on its command line: 262144, "256K" (x1024), "262k" (x1000).
+TokenCount = Annotated[
+    int,
+    Field(ge=1),
+    BeforeValidator(parse_token_count),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1},
+                {"type": "string", "pattern": r"^\s*\d+(\.\d+)?[kmg]?\s*$|^\s*\d+[KMG]\s*$"},
+            ]
+        }
+    ),
+]
+
+
+def _node_path(value: str) -> str:
+    # Resolved on each node: a relative path or ~/$HOME would mean a different place on each
+    # (shared/reference/vllm-interface.md: never expand $HOME on one node for another).
+    if not value.startswith("/"):
+        raise ValueError(f"'{value}' must be an absolute path (it is resolved on each node, not here)")
+    if "~" in value or "$" in value:
+        raise ValueError(f"'{value}': no ~ or $VARIABLES, home directories and environments differ between nodes")
+    return value
+
+
+NodePath = Annotated[str, AfterValidator(_node_path)]
+
+
+def _has_bool(annotation: object) -> bool:
+    if annotation is bool:
+        return True
+    return any(_has_bool(a) for a in typing.get_args(annotation))
 
 
 class Model(BaseModel):
@@ -22,10 +74,24 @@ class Model(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_yaml_booleans(cls, value: object, info: ValidationInfo) -> object:
+        # pydantic reads true as 1 for numbers; YAML reads yes/no/on/off as booleans. Neither is
+        # what an operator meant for a number or a name.
+        if isinstance(value, bool) and info.field_name and not _has_bool(cls.model_fields[info.field_name].annotation):
+            raise ValueError(
+                f"got the boolean {str(value).lower()} (YAML reads true/false/yes/no/on/off as booleans); "
+                "write the value itself, quoted if it is text"
+            )
+        return value
+
 
 class SSHDefaults(Model):
-    user: str = "root"
-    port: int = Field(22, ge=1, le=65535)
+    """SSH settings every host inherits unless its own `ssh` section overrides them."""
+
+    user: str = Field("root", min_length=1, description="Login user on the hosts.")
+    port: int = Field(22, ge=1, le=65535, description="sshd port on the hosts.")
     key: Optional[Path] = Field(None, description="Private key on the control machine.")
     known_hosts: Optional[Path] = Field(
         None, description="known_hosts file to verify host keys against (default ~/.ssh/known_hosts)."
@@ -35,102 +101,177 @@ class SSHDefaults(Model):
         description="strict: the host key must already be known. accept-new: record an unknown host's key "
         "on first contact; a changed key is always refused.",
     )
-    connect_timeout: float = Field(10.0, gt=0)
+    connect_timeout: float = Field(10.0, gt=0, description="Seconds to wait for an SSH connection.")
 
 
 class SSH(Model):
-    address: str = Field(..., description="Management address or name sparkctl connects to.")
-    user: Optional[str] = None
-    port: Optional[int] = Field(None, ge=1, le=65535)
-    key: Optional[Path] = None
-    known_hosts: Optional[Path] = None
-    host_key_policy: Optional[HostKeyPolicy] = None
+    """How sparkctl reaches the host; unset keys come from `ssh_defaults`."""
+
+    address: str = Field(..., min_length=1, description="Management address or name sparkctl connects to.")
+    user: Optional[str] = Field(None, min_length=1, description="Login user (default: ssh_defaults.user).")
+    port: Optional[int] = Field(None, ge=1, le=65535, description="sshd port (default: ssh_defaults.port).")
+    key: Optional[Path] = Field(None, description="Private key on the control machine (default: ssh_defaults.key).")
+    known_hosts: Optional[Path] = Field(None, description="known_hosts file (default: ssh_defaults.known_hosts).")
+    host_key_policy: Optional[HostKeyPolicy] = Field(None, description="strict or accept-new (default: ssh_defaults).")
 
 
 class GPU(Model):
-    model: str = Field(..., description="Name as nvidia-smi prints it, e.g. 'NVIDIA GB10'.")
-    count: int = Field(1, ge=1)
+    model: str = Field(..., min_length=1, description="Name as nvidia-smi prints it, e.g. 'NVIDIA GB10'.")
+    count: int = Field(1, ge=1, description="Number of such GPUs in the host (a DGX Spark has one GB10).")
 
 
 class FabricLink(Model):
     """One rail: a net device with an address that must reach the same rail on `peer`."""
 
-    device: str = Field(..., description="Net device, e.g. enp1s0f0np0.")
-    rdma: list[str] = Field(
-        default_factory=list, description="RDMA device(s) behind it, e.g. [rocep1s0f0, roceP2p1s0f0]."
+    device: str = Field(..., min_length=1, description="Net device, e.g. enp1s0f0np0.")
+    rdma: list[Annotated[str, StringConstraints(min_length=1)]] = Field(
+        default_factory=list,
+        description="RDMA device(s) NCCL uses over this link (NCCL_IB_HCA), e.g. both ConnectX-7 twins "
+        "of the port: [rocep1s0f0, roceP2p1s0f0].",
     )
     address: IPv4Interface = Field(..., description="Fabric address with prefix, e.g. 192.168.200.2/24.")
-    mtu: int = Field(9000, ge=576, le=9216)
-    speed_gbps: float = Field(..., gt=0, description="Expected link speed in Gb/s.")
-    peer: str = Field(..., description="Name of the host at the other end of this link.")
+    mtu: int = Field(9000, ge=576, le=9216, description="MTU both ends must have (9000 for jumbo frames).")
+    speed_gbps: float = Field(..., gt=0, description="Expected link speed in Gb/s (200 for a Spark's QSFP port).")
+    peer: str = Field(..., min_length=1, description="Name of the host at the other end of this link.")
+
+    @field_validator("address", mode="before")
+    @classmethod
+    def _prefix_required(cls, value: object) -> object:
+        # Without a prefix ipaddress reads /32, and the peer check would then say "not in the
+        # same network" about a mistake that is really a missing /24.
+        if isinstance(value, str) and "/" not in value:
+            raise ValueError(f"'{value}' has no prefix length: write it with one, e.g. {value}/24")
+        if isinstance(value, (int, float)):
+            raise ValueError(f"{value!r} is not an address: write it as a.b.c.d/prefix, e.g. 192.168.200.2/24")
+        return value
 
 
 class Host(Model):
-    role: Role
-    ssh: SSH
-    gpu: Optional[GPU] = None
-    memory_gib: Optional[float] = Field(None, gt=0)
-    fabric: list[FabricLink] = Field(default_factory=list)
+    role: Role = Field(
+        ...,
+        description="head: runs the Ray head and serves the API; worker: the other Spark(s); offload: an x86 "
+        "host that runs the drafter and/or holds the Engram tables.",
+    )
+    ssh: SSH = Field(..., description="How sparkctl reaches this host.")
+    gpu: Optional[GPU] = Field(None, description="The GPU(s) nvidia-smi must show on this host.")
+    memory_gib: Optional[float] = Field(None, gt=0, description="Installed RAM in GiB (checks Engram placement).")
+    fabric: list[FabricLink] = Field(default_factory=list, description="Fabric links (rails) of this host.")
 
 
 class Cluster(Model):
-    name: str = Field(..., pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
+    name: str = Field(
+        ..., pattern=r"^[a-z0-9][a-z0-9-]{0,62}$", description="Short name: lower-case letters, digits and dashes."
+    )
 
 
 class Speculative(Model):
-    method: str = Field(..., description="vLLM speculative method: ngram, draft_model, eagle, eagle3, mtp, dspark, ...")
-    model: Optional[str] = None
-    num_speculative_tokens: int = Field(..., ge=1, le=16)
-    draft_tensor_parallel_size: Optional[int] = Field(None, ge=1)
+    method: str = Field(
+        ...,
+        min_length=1,
+        description="vLLM speculative method: ngram, draft_model, eagle, eagle3, mtp, dspark, ... "
+        "(--speculative-config method).",
+    )
+    model: Optional[str] = Field(None, min_length=1, description="Drafter checkpoint (--speculative-config model).")
+    num_speculative_tokens: int = Field(..., ge=1, le=16, description="Draft tokens proposed per step.")
+    draft_tensor_parallel_size: Optional[int] = Field(None, ge=1, description="Tensor parallel size of the drafter.")
     drafter_host: Optional[str] = Field(None, description="Host that runs the drafter (must have role offload).")
-    drafter_port: int = Field(8100, ge=1, le=65535)
-    drafter_image: Optional[str] = None
+    drafter_port: int = Field(8100, ge=1, le=65535, description="Port the drafter listens on, on drafter_host.")
+    drafter_image: Optional[str] = Field(None, min_length=1, description="Image of the drafter (default: runtime.image).")
 
 
 class Runtime(Model):
-    image: str
-    model: str = Field(..., description="Model path inside the container (and on each node).")
-    served_model_name: str
-    port: int = Field(8000, ge=1, le=65535)
-    tensor_parallel_size: int = Field(2, ge=1)
-    distributed_executor_backend: Literal["ray", "mp"] = "ray"
-    kv_cache_dtype: str = "auto"
-    block_size: int = Field(16, ge=1)
-    gpu_memory_utilization: float = Field(0.92, gt=0, le=1)
-    max_model_len: int = Field(..., ge=1)
-    max_num_seqs: int = Field(..., ge=1)
-    max_num_batched_tokens: int = Field(..., ge=1)
-    kv_pool_tokens: Optional[int] = Field(
-        None, ge=1, description="KV pool size the runtime reports (GPU KV cache size), when known."
+    """The inference runtime (vLLM) as started on head and worker; keys are vLLM's flag names."""
+
+    image: str = Field(..., min_length=1, description="Container image, the same on head and worker.")
+    model: str = Field(..., min_length=1, description="Model path inside the container (and on each node).")
+    served_model_name: str = Field(..., min_length=1, description="Model id clients ask for (--served-model-name).")
+    port: int = Field(8000, ge=1, le=65535, description="API port on the head (--port).")
+    tensor_parallel_size: int = Field(2, ge=1, description="One rank per Spark (--tensor-parallel-size).")
+    distributed_executor_backend: Literal["ray", "mp"] = Field(
+        "ray", description="Multi-node executor (--distributed-executor-backend)."
     )
-    moe_backend: Optional[str] = None
-    speculative: Optional[Speculative] = None
-    env: dict[str, str] = Field(default_factory=dict)
+    kv_cache_dtype: str = Field("auto", min_length=1, description="KV cache dtype (--kv-cache-dtype), e.g. fp8_ds_mla, nvfp4_ds_mla.")
+    block_size: int = Field(16, ge=1, description="KV cache block size in tokens (--block-size).")
+    gpu_memory_utilization: float = Field(
+        0.92, gt=0, le=1, description="Share of GPU memory vLLM may use (--gpu-memory-utilization)."
+    )
+    max_model_len: TokenCount = Field(
+        ...,
+        description="Longest request (prompt + output) in tokens (--max-model-len); 262144, '256K' or '262k'. "
+        "A per-request ceiling, not the KV pool.",
+    )
+    max_num_seqs: int = Field(..., ge=1, description="Concurrent requests at most (--max-num-seqs).")
+    max_num_batched_tokens: TokenCount = Field(
+        ..., description="Tokens scheduled per step at most (--max-num-batched-tokens); >= max_num_seqs."
+    )
+    kv_pool_tokens: Optional[TokenCount] = Field(
+        None,
+        description="KV pool size the runtime reports (GPU KV cache size), when known. The pool is shared by "
+        "all live requests; max_model_len must fit in it.",
+    )
+    moe_backend: Optional[str] = Field(
+        None, min_length=1, description="MoE kernels (--moe-backend), e.g. flashinfer_b12x; dashes read as underscores."
+    )
+    speculative: Optional[Speculative] = Field(None, description="Speculative decoding (--speculative-config).")
+    env: dict[EnvName, str] = Field(default_factory=dict, description="Extra environment for the runtime containers.")
     shutdown_timeout: int = Field(60, ge=0, description="Seconds to drain in-flight requests on stop.")
+    custom_values: list[Literal["kv_cache_dtype", "moe_backend", "speculative.method"]] = Field(
+        default_factory=list,
+        description="Keys whose value your image supports although upstream vLLM does not list it; sparkctl "
+        "then skips its known-value check for them (and nothing else).",
+    )
+
+    @field_validator("moe_backend", mode="before")
+    @classmethod
+    def _underscores(cls, value: object) -> object:
+        # vLLM normalises --moe-backend the same way.
+        return value.replace("-", "_") if isinstance(value, str) else value
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_as_text(cls, value: object) -> object:
+        # `FLAG: 1` is how people write env in YAML; the container gets text either way.
+        if not isinstance(value, dict):
+            return value
+        out = {}
+        for k, v in value.items():
+            if isinstance(v, bool) or v is None or isinstance(v, (list, dict)):
+                out[k] = v  # rejected below with the key named
+            elif isinstance(v, (int, float)):
+                out[k] = str(v)
+            else:
+                out[k] = v
+        return out
 
 
 class Caches(Model):
-    host_path: str = Field(
+    """Persistent kernel caches (torch.compile, Triton, FlashInfer JIT) so a restart skips compiling."""
+
+    host_path: NodePath = Field(
         "/var/lib/sparkctl/cache", description="Persistent cache directory on each node, resolved on that node."
     )
-    container_path: str = Field("/root/.cache/vllm", description="The runtime's cache root (VLLM_CACHE_ROOT).")
+    container_path: NodePath = Field("/root/.cache/vllm", description="The runtime's cache root (VLLM_CACHE_ROOT).")
 
 
 class Engram(Model):
-    host: str = Field(..., description="Host whose RAM holds the tables (role offload).")
-    source: str = Field(..., description="Where the tables are read from on that host.")
-    size_gib: float = Field(..., gt=0)
-    target: str = Field(..., description="RAM-backed mount point for the tables.")
+    """Engram tables held in the offload host's RAM."""
+
+    host: str = Field(..., min_length=1, description="Host whose RAM holds the tables (role offload).")
+    source: NodePath = Field(..., description="Where the tables are read from on that host.")
+    size_gib: float = Field(..., gt=0, description="Size of the tables in GiB.")
+    target: NodePath = Field(..., description="RAM-backed mount point for the tables.")
     min_free_gib: float = Field(..., gt=0, description="Free RAM the host must have before placing them.")
 
 
 class Inventory(Model):
-    cluster: Cluster
-    ssh_defaults: SSHDefaults = Field(default_factory=SSHDefaults)
-    hosts: dict[str, Host]
-    runtime: Runtime
-    caches: Caches = Field(default_factory=Caches)
-    engram: Optional[Engram] = None
+    """One cluster: its hosts, fabric, runtime, caches and Engram placement."""
+
+    cluster: Cluster = Field(..., description="Names the cluster.")
+    ssh_defaults: SSHDefaults = Field(default_factory=SSHDefaults, description="SSH settings hosts inherit.")
+    hosts: dict[HostName, Host] = Field(..., description="Hosts by name: exactly one head, one or more workers, offload hosts.")
+    runtime: Runtime = Field(..., description="The inference runtime (vLLM) settings.")
+    caches: Caches = Field(default_factory=Caches, description="Where each node keeps its persistent kernel caches.")
+    engram: Optional[Engram] = Field(None, description="Engram tables placed in an offload host's RAM.")
     # Where the file came from (set by the loader; not part of the YAML): relative key and
     # known_hosts paths are resolved against its folder.
     _source: Optional[Path] = PrivateAttr(None)

@@ -1,0 +1,101 @@
+"""Read an inventory file into a validated `Inventory`, or fail with every problem named (exit 2).
+
+Order matters for hostile input: the size is checked before reading, the bytes before decoding,
+the text before parsing, the YAML graph before constructing anything (`safe_yaml`), and only
+then do the models and the cross-field rules (`validate`) run.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from sparkctl.errors import InputError
+from sparkctl.inventory.models import Inventory
+from sparkctl.inventory.problems import InventoryError, Problem, from_validation_error
+from sparkctl.inventory.validate import check_inventory, errors, warnings
+
+MAX_BYTES = 1024 * 1024  # an inventory is a few KiB
+
+
+def _fail(path: Path, message: str, line: int | None = None, column: int | None = None, fix: str | None = None):
+    raise InventoryError(path, [Problem((), message, line=line, column=column)], fix=fix)
+
+
+def read_text(path: Path) -> str:
+    """The file's text, refusing missing, oversized, binary and non-UTF-8 files before parsing."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(
+            f"inventory file {path} does not exist",
+            fix="check the path (shipped: inventories/lab.yaml, inventories/dspark-recipe.yaml, inventories/splice-build.yaml)",
+        ) from None
+    except OSError as err:
+        raise InputError(f"cannot read inventory file {path}: {err.strerror}", fix="check the path and its permissions") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{path} is a directory, not an inventory file", fix="name the YAML file, e.g. inventories/lab.yaml")
+    too_big = f"is larger than {MAX_BYTES // 1024} KiB; an inventory is a few KiB of YAML"
+    if st.st_size > MAX_BYTES:
+        _fail(path, f"{too_big} ({st.st_size} bytes)", fix="name the inventory YAML file, not something else")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_BYTES + 1)  # bounded even for pipes and devices that report size 0
+    except OSError as err:
+        raise InputError(f"cannot read inventory file {path}: {err.strerror}", fix="check the path and its permissions") from None
+    if len(raw) > MAX_BYTES:
+        _fail(path, too_big, fix="name the inventory YAML file, not something else")
+    if b"\x00" in raw:
+        at = raw.index(b"\x00")
+        _fail(path, f"is binary (NUL byte at offset {at}), not YAML text", line=raw.count(b"\n", 0, at) + 1,
+              fix="name the inventory YAML file, not something else")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        _fail(
+            path,
+            f"is not UTF-8 text (byte 0x{raw[err.start]:02x} at offset {err.start})",
+            line=raw.count(b"\n", 0, err.start) + 1,
+            fix="save the file as UTF-8",
+        )
+    return text.removeprefix("\ufeff")
+
+
+def load_inventory_report(path: Path | str) -> tuple[Inventory, list[Problem]]:
+    """The validated inventory and its warnings (located). Raises InventoryError/InputError (exit 2)."""
+    from pydantic import ValidationError
+
+    from sparkctl.inventory.safe_yaml import YamlProblem, parse
+
+    path = Path(path)
+    text = read_text(path)
+    try:
+        data, locations = parse(text)
+    except YamlProblem as err:
+        _fail(path, err.message, line=err.line, column=err.column,
+              fix="edit the file at the line shown; an inventory is plain YAML: mappings, lists, text and numbers")
+    if data is None:
+        _fail(path, "is empty; an inventory needs at least cluster, hosts and runtime",
+              fix="start from inventories/lab.yaml or `sparkctl inventory schema`")
+    if not isinstance(data, dict):
+        kind = "a list" if isinstance(data, list) else f"a single value ({data!r:.40})"
+        _fail(path, f"the top level must be a mapping (cluster:, hosts:, runtime:, ...), got {kind}", line=1,
+              fix="start from inventories/lab.yaml or `sparkctl inventory schema`")
+
+    try:
+        inv = Inventory.model_validate(data)
+    except ValidationError as err:
+        problems = [p.located(locations) for p in from_validation_error(err, Inventory)]
+        raise InventoryError(path, problems) from None
+
+    found = [p.located(locations) for p in check_inventory(inv)]
+    if errors(found):
+        raise InventoryError(path, errors(found))
+    inv._source = path
+    return inv, warnings(found)
+
+
+def load_inventory(path: Path | str) -> Inventory:
+    """Load and validate an inventory file; every mistake becomes an InputError (exit 2) naming file and field."""
+    return load_inventory_report(path)[0]
