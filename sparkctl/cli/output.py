@@ -33,12 +33,15 @@ def json_requested(argv: list[str] | None = None) -> bool:
 
 def report_error(err, as_json: bool) -> None:
     """Print an operator-facing error (message + fix), never a traceback."""
+    from rich.markup import escape
+
     from sparkctl.transport.redact import redact
 
     if as_json:
         print_json(err.to_dict())
         return
     c = console()
-    c.print(f"[bold red]error:[/] {redact(err.message)}", soft_wrap=True)
+    # escape: a value quoted from the operator's file ('[red]') must print as written
+    c.print(f"[bold red]error:[/] {escape(redact(err.message))}", soft_wrap=True)
     if err.fix:
-        c.print(f"[bold]fix:[/] {redact(err.fix)}", soft_wrap=True)
+        c.print(f"[bold]fix:[/] {escape(redact(err.fix))}", soft_wrap=True)

@@ -14,13 +14,16 @@ from typing import Any
 
 MASK = "***"
 
-SECRET_KEY = re.compile(r"(TOKEN|SECRET|PASSW(OR)?D|API_?KEY|PRIVATE_?KEY|CREDENTIAL|AUTH)", re.I)
+# A key is secret when one of its words (split on _ - .) is one of these. Whole words only, so
+# `max_num_batched_tokens` or `total_output_tokens` (counts, not secrets) are left alone.
+SECRET_WORDS = {"token", "secret", "password", "passwd", "apikey", "credential", "credentials", "auth", "authorization"}
+SECRET_PAIRS = {("api", "key"), ("private", "key"), ("access", "key"), ("secret", "key")}
 
 # Free-text shapes: KEY=value / KEY: value with a secret-looking key, bearer tokens,
 # Hugging Face and OpenAI-style tokens, PEM private key blocks.
 _TEXT_PATTERNS = [
     re.compile(
-        r"(?P<k>\b[A-Za-z0-9_]*(?:TOKEN|SECRET|PASSW(?:OR)?D|API_?KEY|CREDENTIAL)[A-Za-z0-9_]*\b\s*[=:]\s*)"
+        r"(?P<k>\b(?:[A-Za-z0-9]+_)*(?:TOKEN|SECRET|PASSW(?:OR)?D|API_?KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)(?:_[A-Za-z0-9]+)*\b\s*[=:]\s*)"
         r"(?P<v>\"[^\"]*\"|'[^']*'|[^\s,;]+)",
         re.I,
     ),
@@ -42,7 +45,8 @@ def remember_secret(value: str) -> None:
 
 
 def is_secret_key(key: str) -> bool:
-    return bool(SECRET_KEY.search(key))
+    words = [w for w in re.split(r"[_\-.]+", key.lower()) if w]
+    return any(w in SECRET_WORDS for w in words) or any(p in SECRET_PAIRS for p in zip(words, words[1:]))
 
 
 def redact(text: str) -> str:

@@ -23,3 +23,23 @@ def test_free_text_shapes():
 
 def test_plain_text_is_untouched():
     assert redact("fabric IP 10.231.100.2/24 already on enp1s0f0np0") == "fabric IP 10.231.100.2/24 already on enp1s0f0np0"
+
+
+def test_token_counts_are_not_secrets():
+    doc = {"max_num_batched_tokens": 8192, "num_speculative_tokens": 3, "total_output_tokens": 400, "HF_TOKEN": "abcd1234"}
+    out = redact_obj(doc)
+    assert out["max_num_batched_tokens"] == 8192 and out["num_speculative_tokens"] == 3
+    assert out["total_output_tokens"] == 400 and out["HF_TOKEN"] == MASK
+    assert redact("runtime.max_num_batched_tokens: 2 is below max_num_seqs 4") == (
+        "runtime.max_num_batched_tokens: 2 is below max_num_seqs 4"
+    )
+    assert "8192" in redact("max-num-batched-tokens 8192")
+
+
+def test_secret_key_words():
+    from sparkctl.transport.redact import is_secret_key
+
+    for k in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "api_key", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "Authorization"):
+        assert is_secret_key(k), k
+    for k in ("max_num_batched_tokens", "kv_pool_tokens", "tokenizer", "author", "keyboard"):
+        assert not is_secret_key(k), k
