@@ -1,0 +1,332 @@
+"""vLLM's OpenAI-compatible HTTP API on the standard library's ThreadingHTTPServer.
+
+Routes: /health, /ping, /version, /v1/models, /v1/completions, /v1/chat/completions (streaming
+as server-sent events over chunked transfer encoding, `stream_options.include_usage`),
+/tokenize, /metrics, and /sim/state (simulator-only: configuration and acceptance model).
+Errors use vLLM's shape {"error": {"message", "type", "param", "code"}}; access lines are logged
+as uvicorn logs them.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import threading
+import time
+import uuid
+from http import HTTPStatus
+
+from .engine import EngineDead, Request
+from .workload import TextStream, classify, last_user_text, render_chat, seed_for, token_ids
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, err_type: str = "BadRequestError", param: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.err_type, self.param = status, message, err_type, param
+
+
+def error_body(status: int, message: str, err_type: str, param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": err_type, "param": param, "code": status}}
+
+
+class SimHTTPServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, address, runtime):
+        self.runtime = runtime
+        host = address[0]
+        if host and ":" in host:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, Handler, bind_and_activate=False)
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+
+    # ---- plumbing ----
+    @property
+    def rt(self):
+        return self.server.runtime
+
+    def log_message(self, format, *args):  # noqa: A002 - base class signature
+        pass
+
+    def _access(self, status: int) -> None:
+        if self.rt.cfg.disable_access_log:
+            return
+        try:
+            phrase = HTTPStatus(status).phrase
+        except ValueError:
+            phrase = ""
+        host, port = self.client_address[:2]
+        self.rt.api_log.raw(f'INFO:     {host}:{port} - "{self.command} {self.path} {self.request_version}" {status} {phrase}')
+
+    def _send(self, status: int, body: bytes, ctype: str = "application/json", headers: dict | None = None) -> None:
+        self.send_response_only(status)
+        self.send_header("date", self.date_time_string())
+        self.send_header("server", "uvicorn")
+        self.send_header("content-length", str(len(body)))
+        self.send_header("content-type", ctype)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+        self._access(status)
+
+    def _json(self, status: int, obj) -> None:
+        self._send(status, json.dumps(obj).encode())
+
+    def _error(self, e: ApiError) -> None:
+        self._json(e.status, error_body(e.status, e.message, e.err_type, e.param))
+
+    def _body(self) -> dict:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            data = json.loads(raw or b"{}")
+        except ValueError as e:
+            raise ApiError(400, f"JSON decode error: {e}", "BadRequestError") from None
+        if not isinstance(data, dict):
+            raise ApiError(400, "Input should be a valid dictionary or object to extract fields from", "BadRequestError")
+        return data
+
+    def _check_key(self) -> None:
+        keys = self.rt.api_keys
+        if keys and self.path.startswith("/v1"):
+            auth = self.headers.get("authorization", "")
+            if auth not in {f"Bearer {k}" for k in keys}:
+                raise ApiError(401, "Unauthorized", "Unauthorized")
+
+    # ---- routes ----
+    def do_HEAD(self):
+        self.do_GET()
+
+    def do_GET(self):
+        path = self.path.split("?", 1)[0]
+        try:
+            if path in ("/health", "/ping"):
+                return self._health()
+            if path == "/version":
+                return self._json(200, {"version": self.rt.knobs.vllm_version})
+            if path == "/metrics":
+                return self._send(200, self.rt.metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8")
+            if path == "/v1/models":
+                self._check_key()
+                return self._json(200, self.rt.models_payload())
+            if path == "/load":
+                return self._json(200, {"server_load": self.rt.engine.num_unfinished()})
+            if path == "/sim/state":
+                return self._json(200, self.rt.sim_state())
+            self._json(404, {"detail": "Not Found"})
+        except ApiError as e:
+            self._error(e)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def do_POST(self):
+        path = self.path.split("?", 1)[0]
+        try:
+            if path == "/ping":
+                return self._health()
+            if path in ("/v1/completions", "/v1/chat/completions"):
+                self._check_key()
+                body = self._body()
+                return self._generate(body, chat=path.endswith("chat/completions"))
+            if path == "/tokenize":
+                body = self._body()
+                if "messages" in body:
+                    text = render_chat(body["messages"], **_template_kwargs(body))
+                else:
+                    text = body.get("prompt", "")
+                ids = token_ids(text)
+                return self._json(200, {"count": len(ids), "max_model_len": self.rt.max_model_len, "tokens": ids, "token_strs": None})
+            self._json(404, {"detail": "Not Found"})
+        except ApiError as e:
+            self._error(e)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def _health(self):
+        state = self.rt.health_state()
+        if state == "ok":
+            return self._send(200, b"", "application/json")
+        return self._send(503, b"", "application/json")
+
+    # ---- generation ----
+    def _generate(self, body: dict, chat: bool) -> None:
+        rt = self.rt
+        if rt.draining:
+            raise ApiError(503, "The server is shutting down and is not accepting new requests.", "ServiceUnavailableError")
+        if body.get("stream_options") and not body.get("stream"):
+            raise ApiError(400, "Stream options can only be defined when `stream=True`.", "BadRequestError", "stream_options")
+        model = body.get("model")
+        if model is not None and model not in rt.cfg.served_model_names:
+            raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+        model = model or rt.cfg.served_model_name
+        n = body.get("n") or 1
+        if n != 1:
+            raise ApiError(400, "The simulator serves n=1 only.", "BadRequestError", "n")
+        if chat:
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise ApiError(400, "Field required: messages", "BadRequestError", "messages")
+            prompt_text = render_chat(messages, **_template_kwargs(body))
+            topic = last_user_text(messages)
+            max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+        else:
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+                if len(prompt) != 1:
+                    raise ApiError(400, "The simulator serves one prompt per request.", "BadRequestError", "prompt")
+                prompt = prompt[0]
+            if isinstance(prompt, list) and all(isinstance(p, int) for p in prompt):
+                prompt = " ".join(f"t{p}" for p in prompt)
+            if not isinstance(prompt, str):
+                raise ApiError(400, "Either prompt or prompt_embeds must be provided and non-empty.", "BadRequestError", "prompt")
+            prompt_text = topic = prompt
+            max_tokens = body.get("max_tokens", 16)
+        ids = token_ids(prompt_text)
+        L = rt.max_model_len
+        if len(ids) >= L:
+            raise ApiError(400, f"This model's maximum context length is {L} tokens. However, your request has "
+                                f"{len(ids)} input tokens. Please reduce the length of the input messages.",
+                           "BadRequestError", "input_tokens")
+        if max_tokens is not None:
+            if not isinstance(max_tokens, int) or max_tokens < 1:
+                raise ApiError(400, f"max_tokens must be at least 1, got {max_tokens}.", "BadRequestError", "max_tokens")
+            if len(ids) + max_tokens > L:
+                raise ApiError(400, f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's "
+                                    f"maximum context length is {L} tokens and your request has {len(ids)} input tokens "
+                                    f"({max_tokens} > {L} - {len(ids)}).", "BadRequestError", "max_tokens")
+        else:
+            max_tokens = L - len(ids)
+        temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
+        seed = body.get("seed")
+        workload = rt.knobs.workload or classify(topic)
+        rng_seed = seed_for(prompt_text, seed, temperature)
+        stop = body.get("stop") or []
+        if isinstance(stop, str):
+            stop = [stop]
+        req = Request(
+            request_id=("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
+            prompt_ids=ids,
+            max_tokens=max_tokens,
+            workload=workload,
+            stream=TextStream(workload, topic, rng_seed, bool(body.get("ignore_eos"))),
+            stop=list(stop),
+            accept_seed=(rng_seed % 10_000_019) / 10_000_019,
+        )
+        try:
+            rt.submit(req)
+        except EngineDead:
+            raise ApiError(500, "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+                           "InternalServerError") from None
+        created = int(time.time())
+        if body.get("stream"):
+            self._stream(req, model, created, chat, body.get("stream_options") or {})
+        else:
+            self._complete(req, model, created, chat)
+
+    def _wait_events(self, req: Request):
+        while True:
+            kind, text, n, reason = req.events.get()
+            yield kind, text, n, reason
+            if kind == "error" or reason:
+                return
+
+    def _usage(self, req: Request) -> dict:
+        return {"prompt_tokens": req.prompt_len, "total_tokens": req.prompt_len + len(req.output),
+                "completion_tokens": len(req.output), "prompt_tokens_details": None}
+
+    def _complete(self, req: Request, model: str, created: int, chat: bool) -> None:
+        reason = None
+        try:
+            for kind, _text, _n, r in self._wait_events(req):
+                if kind == "error":
+                    return self._json(500, error_body(500, _text, "InternalServerError"))
+                reason = r
+        finally:
+            self.rt.finished(req)
+        if chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": req.text, "refusal": None, "annotations": None,
+                                              "audio": None, "function_call": None, "tool_calls": [], "reasoning_content": None},
+                      "logprobs": None, "finish_reason": reason, "stop_reason": req.stop_reason}
+            obj = {"id": req.request_id, "object": "chat.completion", "created": created, "model": model,
+                   "choices": [choice], "service_tier": None, "system_fingerprint": None, "usage": self._usage(req),
+                   "prompt_logprobs": None, "kv_transfer_params": None}
+        else:
+            choice = {"index": 0, "text": req.text, "logprobs": None, "finish_reason": reason,
+                      "stop_reason": req.stop_reason, "prompt_logprobs": None}
+            obj = {"id": req.request_id, "object": "text_completion", "created": created, "model": model,
+                   "choices": [choice], "service_tier": None, "system_fingerprint": None, "usage": self._usage(req),
+                   "kv_transfer_params": None}
+        self._json(200, obj)
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def _stream(self, req: Request, model: str, created: int, chat: bool, options: dict) -> None:
+        self.send_response_only(200)
+        self.send_header("date", self.date_time_string())
+        self.send_header("server", "uvicorn")
+        self.send_header("content-type", "text/event-stream; charset=utf-8")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        self._access(200)
+        include_usage = bool(options.get("include_usage")) or self.rt.cfg.enable_force_include_usage
+        continuous = include_usage and bool(options.get("continuous_usage_stats"))
+        obj_type = "chat.completion.chunk" if chat else "text_completion"
+
+        def event(choices, usage=None) -> None:
+            obj = {"id": req.request_id, "object": obj_type, "created": created, "model": model, "choices": choices}
+            if usage is not None:
+                obj["usage"] = usage
+            self._chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
+        try:
+            if chat:
+                event([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}],
+                      self._usage(req) if continuous else None)
+            for kind, text, _n, reason in self._wait_events(req):
+                if kind == "error":
+                    self._chunk(b"data: " + json.dumps(error_body(500, text, "InternalServerError")).encode() + b"\n\n")
+                    break
+                if not text and not reason:
+                    continue
+                if chat:
+                    choice = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": reason}
+                    if reason:
+                        choice["stop_reason"] = req.stop_reason
+                else:
+                    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason, "stop_reason": req.stop_reason if reason else None}
+                event([choice], self._usage(req) if continuous else None)
+            self.rt.finished(req)
+            if include_usage and req.finished:
+                event([], self._usage(req))
+            self._chunk(b"data: [DONE]\n\n")
+            self._chunk(b"")
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            # The client went away: vLLM aborts the request.
+            self.rt.engine.abort(req)
+            self.rt.finished(req)
+            self.close_connection = True
+
+
+def _template_kwargs(body: dict) -> dict:
+    kw = body.get("chat_template_kwargs") or {}
+    out = {}
+    if "enable_thinking" in kw:
+        out["enable_thinking"] = bool(kw["enable_thinking"])
+    elif "thinking" in kw:
+        out["enable_thinking"] = bool(kw["thinking"])
+    if "add_generation_prompt" in body:
+        out["add_generation_prompt"] = bool(body["add_generation_prompt"])
+    return out
