@@ -65,7 +65,10 @@ def status(json_out: JsonOpt = False) -> None:
     if json_out:
         print_json(doc)
     else:
-        _render_status(doc, console())
+        from rich.console import Console
+
+        # the links table needs ~120 columns; wider than a pipe's default 80
+        _render_status(doc, Console(stderr=True, highlight=False, width=max(120, console().width)))
     raise typer.Exit(0 if doc["up"] else 1)
 
 

@@ -1,0 +1,61 @@
+"""Fixtures shared by every test: the lab cluster (root only) and fault cleanup.
+
+Tests marked `lab` need root and the lab. Without root they are skipped with the reason, except
+when the environment variable CI is set: CI runs everything, so there they fail instead.
+
+    lab         (session) brings the lab up once (idempotent), clears leftover faults, and
+                returns `sparkctl.lab.api` (host_exec, status, fault, LAB_DIR, ...)
+    lab_faults  (function) the same api; clears every fault when the test ends
+
+tests/lab/test_lab_updown.py takes the lab down and up again, so it is ordered after every
+other test of the session (the rest see one undisturbed lab).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+RUN_LAST = "test_lab_updown.py"
+
+
+def _why_no_lab() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root: the lab creates network namespaces, mounts, sshd and dockerd"
+    return None
+
+
+def _skip_or_fail(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"lab test cannot run ({reason}); in CI nothing is skipped", pytrace=False)
+    pytest.skip(reason)
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.path.name == RUN_LAST)  # stable: everything else keeps its order
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("lab") is not None:
+        reason = _why_no_lab()
+        if reason:
+            _skip_or_fail(reason)
+
+
+@pytest.fixture(scope="session")
+def lab():
+    reason = _why_no_lab()
+    if reason:
+        _skip_or_fail(reason)
+    from sparkctl.lab import api
+
+    api.up()
+    api.clear_faults()
+    return api
+
+
+@pytest.fixture
+def lab_faults(lab):
+    yield lab
+    lab.clear_faults()

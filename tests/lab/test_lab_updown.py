@@ -1,0 +1,101 @@
+"""Refusals, and a full down/up cycle that leaves nothing behind.
+
+Ordered after every other test of the session (tests/conftest.py), and it leaves the lab up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.lab
+
+CLI = [sys.executable, "-m", "sparkctl", "lab"]
+
+
+def test_refuses_clearly_when_not_root(lab):
+    # a user namespace without a mapping: same files, but euid is not 0
+    for verb in ("up", "down", "status"):
+        r = subprocess.run(["unshare", "--user", *CLI, verb], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2, (verb, r.stderr)
+        assert "needs root" in r.stderr and "fix:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_refuses_when_the_range_is_routed_by_someone_else(lab):
+    from sparkctl.errors import InputError
+
+    subprocess.run(["ip", "route", "add", "blackhole", "10.231.250.0/24"], check=True)
+    try:
+        with pytest.raises(InputError) as err:
+            lab.up()
+        assert "10.231.250.0/24" in err.value.message and err.value.fix
+        r = subprocess.run([*CLI, "up"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and "already routed" in r.stderr
+    finally:
+        subprocess.run(["ip", "route", "del", "blackhole", "10.231.250.0/24"], check=True)
+    assert lab.status()["up"]  # refusing touched nothing
+
+
+def test_cgroup_v2_only_is_recognised():
+    from sparkctl.lab.preflight import cgroup_mode
+
+    v2 = "35 24 0:30 / /sys/fs/cgroup rw,nosuid shared:9 - cgroup2 cgroup2 rw,nsdelegate\n"
+    v1 = "40 30 0:35 / /sys/fs/cgroup/devices rw shared:16 - cgroup cgroup rw,devices\n" + v2
+    assert cgroup_mode(v2) == "v2"
+    assert cgroup_mode(v1) == "v1"
+    with open("/proc/self/mountinfo") as f:
+        assert cgroup_mode(f.read()) == "v1"  # what this machine (and CI's) has
+
+
+def _leftovers(lab_dir: Path) -> dict:
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    procs = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "sparkctl.lab.hostinit" in cmd or str(lab_dir) in cmd:
+            procs.append(cmd)
+    mounts = [ln for ln in open("/proc/self/mountinfo") if str(lab_dir) in ln or "/run/netns/lab-" in ln]
+    routes = subprocess.run(["ip", "route", "show", "table", "all"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+    cgroups = [str(p) for p in Path("/sys/fs/cgroup").glob("*/**/sparkctl-lab-*")]
+    return {
+        "netns": [ln for ln in netns.splitlines() if ln.startswith("lab-")],
+        "processes": procs,
+        "mounts": mounts,
+        "routes": [ln for ln in routes.splitlines() if "10.231." in ln],
+        "links": [ln for ln in links.splitlines() if ln.startswith("lab-mgmt")],
+        "cgroups": cgroups,
+        "lab_dir": lab_dir.exists(),
+    }
+
+
+def test_down_leaves_nothing_behind_and_up_brings_it_all_back(lab):
+    lab_dir = lab.LAB_DIR
+    # a running container on a host must not slow the teardown down (it is killed first)
+    r = lab.host_exec("head", ["docker", "run", "-d", "--network", "host", lab.IMAGE, "sleep", "600"], timeout=120)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([*CLI, "down", "--json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["changed"] is True
+    assert _leftovers(lab_dir) == {"netns": [], "processes": [], "mounts": [], "routes": [], "links": [],
+                                   "cgroups": [], "lab_dir": False}
+    again = subprocess.run([*CLI, "down", "--json"], capture_output=True, text=True, timeout=60)
+    assert json.loads(again.stdout)["changed"] is False
+    st = subprocess.run([*CLI, "status", "--json"], capture_output=True, text=True, timeout=60)
+    assert st.returncode == 1 and json.loads(st.stdout)["up"] is False
+
+    r = subprocess.run([*CLI, "up", "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["changed"] is True
+    status = lab.status()
+    assert status["up"], status
+    # host identities survive a down/up (keys are kept with the caches)
+    assert lab.KNOWN_HOSTS.exists() and lab.host_exec("worker", ["hostname"]).stdout.strip() == "worker"
