@@ -698,9 +698,9 @@ class Runtime:
         last_prompt = last_gen = 0.0
         while not self.stop_event.wait(0.25):
             now = time.monotonic()
-            faults = knobs_mod.read_fault_file(self.knobs.faults_file)
-            if faults:
-                self._runtime_faults(faults)
+            if self.knobs.faults_file:
+                # Re-read each time: removing the file switches its faults off again.
+                self._runtime_faults(knobs_mod.read_fault_file(self.knobs.faults_file))
             if crash_after is not None and now - ready_at >= crash_after and self.engine and not self.engine.dead:
                 crash_after = None
                 self.engine.crash("device_assert")

@@ -1,0 +1,135 @@
+"""Run the simulator's processes on this machine (loopback) for tests and experiments.
+
+Stdlib only. Each process is a real subprocess with its own environment; logs go to a file the
+caller can read. Nothing here is used inside the image.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_state(host: str, port: int) -> str:
+    """'refused', 'open' or 'timeout' for a TCP connect."""
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return "open"
+    except ConnectionRefusedError:
+        return "refused"
+    except OSError:
+        return "timeout"
+
+
+def http_status(url: str, timeout: float = 2.0) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return None
+
+
+@dataclass
+class Proc:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: str
+    popen: subprocess.Popen | None = None
+    _log: object = field(default=None, repr=False)
+
+    def start(self) -> "Proc":
+        self._log = open(self.log_path, "ab")
+        self.popen = subprocess.Popen(self.argv, env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, start_new_session=True)
+        return self
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def log(self) -> str:
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def wait_log(self, text: str, timeout: float = 30.0) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if text in self.log():
+                return True
+            if self.popen.poll() is not None:
+                return text in self.log()
+            time.sleep(0.05)
+        return False
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def wait(self, timeout: float = 30.0) -> int:
+        return self.popen.wait(timeout)
+
+    def signal(self, sig: int = signal.SIGTERM) -> None:
+        if self.popen.poll() is None:
+            os.kill(self.popen.pid, sig)
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        if self.popen is None:
+            return None
+        if self.popen.poll() is None:
+            self.signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.signal(signal.SIGKILL)
+                self.popen.wait(5)
+        if self._log:
+            self._log.close()
+        return self.popen.returncode
+
+
+def module_argv(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", f"sparkctl.lab.sim.{module}", *args]
+
+
+def sim_env(base_dir: str, **extra: str) -> dict[str, str]:
+    """A clean environment: own HOME, cache root and Ray temp dir under base_dir."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "SIM_", "RAY_", "SPLICE_"))}
+    env.update({
+        "HOME": os.path.join(base_dir, "home"),
+        "RAY_TMPDIR": os.path.join(base_dir, "raytmp"),
+        "PYTHONUNBUFFERED": "1",
+    })
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(extra)
+    os.makedirs(env["HOME"], exist_ok=True)
+    os.makedirs(env["RAY_TMPDIR"], exist_ok=True)
+    return env
+
+
+def wait_http(url: str, want: int = 200, timeout: float = 30.0, proc: Proc | None = None) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if http_status(url, timeout=1.0) == want:
+            return True
+        if proc is not None and proc.poll() is not None:
+            return False
+        time.sleep(0.05)
+    return False

@@ -1,0 +1,97 @@
+"""The simulator's command lines fail the way vLLM's and Ray's do."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from sparkctl.lab.sim import harness
+
+
+def run(module: str, *args: str, tmp_path, timeout: float = 20.0, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(harness.module_argv(module, *args), env=harness.sim_env(str(tmp_path), **env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--foo", "3"], "vllm serve: error: unrecognized arguments: --foo 3"),
+        (["--max-model-len", "lots"], "vllm serve: error: argument --max-model-len: invalid human_readable_int value: 'lots'"),
+        (["--moe-backend", "nope"], "vllm serve: error: argument --moe-backend: invalid choice: 'nope'"),
+        (["--kv-cache-dtype", "fp7"], "vllm serve: error: argument --kv-cache-dtype: invalid choice: 'fp7'"),
+        (["--speculative-config", "{bad json"], "vllm serve: error: argument --speculative-config:"),
+        (["--tensor-parallel-size", "two"], "vllm serve: error: argument --tensor-parallel-size/-tp: invalid int value: 'two'"),
+    ],
+)
+def test_bad_flags_fail_like_vllm_argparse(tmp_path, args, expected):
+    done = run("vllm_cli", "serve", "/models/m", *args, tmp_path=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: vllm serve [model_tag] [options]\n")
+    assert expected in done.stderr
+
+
+def test_batched_tokens_below_max_num_seqs_fails_at_startup(tmp_path):
+    done = run("vllm_cli", "serve", "/models/m", "--max-num-seqs", "8", "--max-num-batched-tokens", "4",
+               "--port", str(harness.free_port()), tmp_path=tmp_path, SIM_TIME_SCALE="0.001")
+    assert done.returncode == 1
+    assert "ValidationError: 1 validation error for SchedulerConfig" in done.stderr
+    assert "max_num_batched_tokens (4) must be greater than or equal to max_num_seqs (8)" in done.stderr
+    assert "EngineCore failed to start." in done.stdout
+
+
+def test_max_model_len_above_kv_pool_fails_with_vllms_message(tmp_path):
+    done = run("vllm_cli", "serve", "/models/m", "--max-model-len", "1M", "--port", str(harness.free_port()),
+               tmp_path=tmp_path, SIM_TIME_SCALE="0.001", SIM_KV_POOL_TOKENS="500000")
+    assert done.returncode == 1
+    assert "To serve at least one request with the models's max seq len (1048576)" in done.stderr
+    assert "the estimated maximum model length is 500000" in done.stderr
+
+
+def test_human_readable_max_model_len_is_read_as_vllm_reads_it(tmp_path):
+    from sparkctl.lab.sim.serve_args import parse
+
+    assert parse(["m", "--max-model-len", "256k"]).max_model_len == 256000
+    assert parse(["m", "--max-model-len", "256K"]).max_model_len == 262144
+    assert parse(["m", "--max-model-len", "auto"]).max_model_len == -1
+    # vLLM accepts underscores in flag names and normalises moe backend spelling
+    cfg = parse(["m", "--max_num_seqs", "3", "--moe-backend", "FlashInfer-B12X"])
+    assert cfg.max_num_seqs == 3 and cfg.moe_backend == "flashinfer_b12x"
+
+
+def test_vllm_version_and_unknown_subcommand(tmp_path):
+    done = run("vllm_cli", "--version", tmp_path=tmp_path)
+    assert done.returncode == 0 and done.stdout.strip() == "0.33.0"
+    done = run("vllm_cli", "serv", tmp_path=tmp_path)
+    assert done.returncode == 2
+    assert "vllm: error: argument subparser: invalid choice: 'serv'" in done.stderr
+
+
+def test_ray_status_without_a_cluster_fails(tmp_path):
+    done = run("ray_cli", "status", tmp_path=tmp_path)
+    assert done.returncode == 1
+    assert "Could not find any running Ray instance" in done.stdout
+
+
+def test_worker_cannot_join_a_missing_head(tmp_path):
+    port = harness.free_port()
+    done = run("ray_cli", "start", f"--address=127.0.0.1:{port}", "--block", tmp_path=tmp_path, SIM_RAY_JOIN_TIMEOUT="1")
+    assert done.returncode == 1
+    assert f"Failed to connect to GCS at address 127.0.0.1:{port}" in done.stdout
+
+
+def test_module_imports_only_the_standard_library():
+    """The image has python3 + stdlib only: importing the CLIs must not pull in anything else."""
+    code = (
+        "import sys, sparkctl.lab.sim.vllm_cli, sparkctl.lab.sim.ray_cli, sparkctl.lab.sim.server;"
+        "import sysconfig, os;"
+        "std = sysconfig.get_paths()['stdlib'];"
+        "bad = [m for m, mod in sys.modules.items() if getattr(mod, '__file__', None) and "
+        "not mod.__file__.startswith(std) and not m.startswith('sparkctl')];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run([sys.executable, "-S", "-c", "import sys; sys.path.insert(0, '.');" + code],
+                          capture_output=True, text=True, cwd=harness.sim_env("/tmp")["PYTHONPATH"].split(":")[0])
+    assert done.returncode == 0, done.stdout + done.stderr

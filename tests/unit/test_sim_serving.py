@@ -1,0 +1,403 @@
+"""The simulator's HTTP API, metrics, speculative decoding model and failure modes.
+
+Each server is a real `vllm serve` subprocess on 127.0.0.1 with small time scales; the checks use
+httpx and prometheus_client's text parser, as sparkctl will against a real cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import threading
+import time
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from sparkctl.lab.sim import calibration, harness
+
+MODEL = "/models/DeepSeek-V4.1-Flash-1017"
+NAME = "deepseek-v4.1-flash"
+K = 5
+
+
+class Server:
+    def __init__(self, tmp, *extra: str, env: dict | None = None, name: str = "vllm"):
+        self.port = harness.free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.faults = os.path.join(tmp, f"faults-{self.port}")
+        e = {"SIM_TIME_SCALE": "0.001", "SIM_STEP_TIME_SCALE": "0.005", "SIM_FAULTS_FILE": self.faults,
+             "VLLM_LOG_STATS_INTERVAL": "0.5", "VLLM_CACHE_ROOT": os.path.join(tmp, "cache"), **(env or {})}
+        argv = harness.module_argv(
+            "vllm_cli", "serve", MODEL, "--served-model-name", NAME, "--host", "127.0.0.1", "--port", str(self.port),
+            "--max-model-len", "65536", "--max-num-seqs", "2", "--max-num-batched-tokens", "8192", "--block-size", "256",
+            "--kv-cache-dtype", "fp8_ds_mla", "--gpu-memory-utilization", "0.85", "--moe-backend", "flashinfer_b12x",
+            "--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": K}), *extra)
+        self.proc = harness.Proc(name, argv, harness.sim_env(tmp, **e), os.path.join(tmp, f"{name}-{self.port}.log")).start()
+        assert harness.wait_http(self.base + "/health", timeout=60, proc=self.proc), self.proc.log()[-3000:]
+        self.client = httpx.Client(base_url=self.base, timeout=60)
+
+    def metrics(self) -> dict:
+        out: dict = {}
+        for fam in text_string_to_metric_families(self.client.get("/metrics").text):
+            for s in fam.samples:
+                key = s.name + json.dumps({k: v for k, v in sorted(s.labels.items()) if k not in ("engine", "model_name")})
+                out[key] = s.value
+        return out
+
+    def spec(self) -> dict:
+        m = self.metrics()
+        return {
+            "drafts": m['vllm:spec_decode_num_drafts_total{}'],
+            "draft_tokens": m['vllm:spec_decode_num_draft_tokens_total{}'],
+            "accepted": m['vllm:spec_decode_num_accepted_tokens_total{}'],
+        }
+
+    def complete(self, prompt: str, **kw) -> dict:
+        r = self.client.post("/v1/completions", json={"model": NAME, "prompt": prompt, "temperature": 0, **kw})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def stop(self) -> int | None:
+        self.client.close()
+        return self.proc.stop()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = Server(str(tmp_path_factory.mktemp("serving")), env={"SIM_CRASH_CONTEXT_TOKENS": "0"})
+    yield s
+    s.stop()
+
+
+def mean_acceptance(before: dict, after: dict) -> float:
+    drafts = after["drafts"] - before["drafts"]
+    return 1 + (after["accepted"] - before["accepted"]) / drafts
+
+
+# ---- API shapes ----
+
+def test_models_version_and_health(server):
+    assert server.client.get("/health").status_code == 200
+    assert server.client.get("/ping").status_code == 200
+    assert server.client.get("/version").json() == {"version": "0.33.0"}
+    models = server.client.get("/v1/models").json()
+    assert models["object"] == "list"
+    (m,) = models["data"]
+    assert (m["id"], m["root"], m["max_model_len"], m["owned_by"]) == (NAME, MODEL, 65536, "vllm")
+
+
+def test_completion_counts_and_is_deterministic_at_temperature_0(server):
+    a = server.complete("Count from 1 to 10.", max_tokens=100)
+    b = server.complete("Count from 1 to 10.", max_tokens=100)
+    assert a["choices"][0]["text"] == b["choices"][0]["text"] == "1, 2, 3, 4, 5, 6, 7, 8, 9, 10"
+    assert a["choices"][0]["finish_reason"] == "stop"
+    # 7 prompt tokens (Count, from, 1, to, 10, .) -> words and punctuation, 19 output tokens
+    assert a["usage"] == {"prompt_tokens": 6, "total_tokens": 25, "completion_tokens": 19, "prompt_tokens_details": None}
+    c = server.complete("Tell me about the river.", max_tokens=40)
+    assert c["choices"][0]["finish_reason"] == "length" and c["usage"]["completion_tokens"] == 40
+
+
+def test_chat_completion_with_thinking_disabled(server):
+    r = server.client.post("/v1/chat/completions", json={
+        "model": NAME, "messages": [{"role": "user", "content": "Write a Python function that sorts a list."}],
+        "max_tokens": 32, "temperature": 0, "chat_template_kwargs": {"enable_thinking": False}})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "chat.completion"
+    assert body["choices"][0]["message"]["role"] == "assistant"
+    assert body["choices"][0]["finish_reason"] == "length"
+    assert body["usage"]["completion_tokens"] == 32
+
+
+def test_streaming_with_include_usage(server):
+    events = []
+    with server.client.stream("POST", "/v1/chat/completions", json={
+            "model": NAME, "messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 50,
+            "stream": True, "stream_options": {"include_usage": True}}) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                events.append(line[6:])
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 50
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-1])
+    assert text.strip()
+
+
+def test_stream_options_without_stream_is_a_400(server):
+    r = server.client.post("/v1/completions", json={"model": NAME, "prompt": "hi", "stream_options": {"include_usage": True}})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["type"] == "BadRequestError" and err["code"] == 400
+    assert "Stream options can only be defined when `stream=True`." in err["message"]
+
+
+def test_prompt_longer_than_max_model_len_is_a_400(server):
+    r = server.client.post("/v1/completions", json={"model": NAME, "prompt": "a " * 70000, "max_tokens": 1})
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == ("This model's maximum context length is 65536 tokens. However, your request has "
+                                            "70000 input tokens. Please reduce the length of the input messages.")
+    r = server.client.post("/v1/completions", json={"model": NAME, "prompt": "a " * 60000, "max_tokens": 6000})
+    assert r.status_code == 400
+    assert "'max_tokens' or 'max_completion_tokens' is too large: 6000." in r.json()["error"]["message"]
+
+
+def test_unknown_model_is_a_404(server):
+    r = server.client.post("/v1/completions", json={"model": "other", "prompt": "hi"})
+    assert r.status_code == 404
+    assert r.json()["error"]["message"] == "The model `other` does not exist."
+
+
+# ---- metrics ----
+
+def test_metrics_have_vllms_names_and_labels(server):
+    server.complete("Tell me about the sea.", max_tokens=20)
+    families = {f.name: f for f in text_string_to_metric_families(server.client.get("/metrics").text)}
+    for name, kind in [("vllm:num_requests_running", "gauge"), ("vllm:num_requests_waiting", "gauge"),
+                       ("vllm:kv_cache_usage_perc", "gauge"), ("vllm:prompt_tokens", "counter"),
+                       ("vllm:generation_tokens", "counter"), ("vllm:num_preemptions", "counter"),
+                       ("vllm:request_success", "counter"), ("vllm:prefix_cache_queries", "counter"),
+                       ("vllm:prefix_cache_hits", "counter"), ("vllm:time_to_first_token_seconds", "histogram"),
+                       ("vllm:inter_token_latency_seconds", "histogram"), ("vllm:e2e_request_latency_seconds", "histogram"),
+                       ("vllm:request_queue_time_seconds", "histogram"), ("vllm:spec_decode_num_drafts", "counter"),
+                       ("vllm:spec_decode_num_draft_tokens", "counter"), ("vllm:spec_decode_num_accepted_tokens", "counter"),
+                       ("vllm:spec_decode_num_accepted_tokens_per_pos", "counter")]:
+        assert name in families, name
+        fam = families[name]
+        assert fam.type == kind, (name, fam.type)
+        for s in fam.samples:
+            assert s.labels["model_name"] == NAME and s.labels["engine"] == "0", s
+    reasons = {s.labels["finished_reason"] for s in families["vllm:request_success"].samples if s.name.endswith("_total")}
+    assert {"stop", "length", "abort"} <= reasons
+    positions = {s.labels["position"] for s in families["vllm:spec_decode_num_accepted_tokens_per_pos"].samples
+                 if s.name.endswith("_total")}
+    assert positions == {str(i) for i in range(K)}
+    ttft = [s for s in families["vllm:time_to_first_token_seconds"].samples if s.name.endswith("_count")]
+    assert ttft[0].value >= 1
+
+
+def test_max_num_seqs_queueing_is_visible_in_metrics(server):
+    before = server.metrics()
+    with open(server.faults, "w") as f:
+        f.write("slow_decode=40\n")  # hold requests in flight long enough to look
+    time.sleep(0.6)
+    threads = [threading.Thread(target=server.complete, args=(f"Tell me about place {i}.",), kwargs={"max_tokens": 120})
+               for i in range(4)]
+    for t in threads:
+        t.start()
+    seen = None
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        m = server.metrics()
+        running, waiting = m['vllm:num_requests_running{}'], m['vllm:num_requests_waiting{}']
+        if running == 2 and waiting == 2:
+            seen = (running, waiting, m['vllm:kv_cache_usage_perc{}'])
+            break
+        time.sleep(0.02)
+    os.remove(server.faults)
+    for t in threads:
+        t.join(30)
+    assert seen is not None, "never saw 2 running + 2 waiting with max_num_seqs=2"
+    assert seen[2] > 0
+    m = server.metrics()
+    assert m['vllm:num_requests_running{}'] == 0 and m['vllm:num_requests_waiting{}'] == 0
+    queued = m['vllm:request_queue_time_seconds_count{}'] - before['vllm:request_queue_time_seconds_count{}']
+    waited = m['vllm:request_queue_time_seconds_sum{}'] - before['vllm:request_queue_time_seconds_sum{}']
+    assert queued == 4 and waited > 0.05, (queued, waited)
+
+
+def test_prefix_cache_hits_on_a_repeated_prompt(server):
+    prompt = "Summarise this report. " + "The quarterly numbers were steady and the outlook is calm. " * 300
+    before = server.metrics()
+    server.complete(prompt, max_tokens=4)
+    server.complete(prompt, max_tokens=4)
+    after = server.metrics()
+    queries = after['vllm:prefix_cache_queries_total{}'] - before['vllm:prefix_cache_queries_total{}']
+    hits = after['vllm:prefix_cache_hits_total{}'] - before['vllm:prefix_cache_hits_total{}']
+    assert hits >= queries / 2 - 256
+
+
+# ---- speculative decoding ----
+
+PROMPTS = {
+    "counting": "Count from 1 to 3000.",
+    "code": "Write a Python function that parses a CSV file and returns rows.",
+    "prose": "Describe a walk through the hills in autumn.",
+}
+
+
+def measure(server, prompt: str, max_tokens: int) -> tuple[float, int]:
+    before = server.spec()
+    out = server.complete(prompt, max_tokens=max_tokens, ignore_eos=True)
+    return mean_acceptance(before, server.spec()), out["usage"]["prompt_tokens"]
+
+
+def test_acceptance_depends_on_the_workload_and_matches_the_configured_model(server):
+    state = server.client.get("/sim/state").json()
+    p = state["acceptance"]
+    measured = {}
+    for workload, prompt in PROMPTS.items():
+        mal, prompt_len = measure(server, prompt, 1500)
+        expected = calibration.expected_acceptance_length(p[workload], K, prompt_len + 750, state["acceptance_decay"],
+                                                          state["acceptance_decay_tokens"])
+        print(f"{workload}: mean acceptance length measured {mal:.3f}, configured {expected:.3f}")
+        assert abs(mal - expected) / expected < 0.04, (workload, mal, expected)
+        measured[workload] = mal
+    assert measured["counting"] > measured["code"] > measured["prose"]
+    log = server.proc.log()
+    assert re.search(r"SpecDecoding metrics: Mean acceptance length: \d\.\d\d, .* Per-position acceptance rate: "
+                     r"(\d\.\d{3}, ){4}\d\.\d{3}, Avg Draft acceptance rate: \d+\.\d%", log)
+
+
+def test_acceptance_decays_with_context(server):
+    state = server.client.get("/sim/state").json()
+    short, short_len = measure(server, PROMPTS["code"], 300)
+    long_prompt = PROMPTS["code"] + "\n" + "def f(x): return x\n" * 5000  # ~40K tokens of code context
+    long, long_len = measure(server, long_prompt, 300)
+    expected = calibration.expected_acceptance_length(state["acceptance"]["code"], K, long_len + 150,
+                                                      state["acceptance_decay"], state["acceptance_decay_tokens"])
+    print(f"code acceptance: {short:.2f} at {short_len} tokens, {long:.2f} at {long_len} tokens (configured {expected:.2f})")
+    assert long_len > 40000
+    assert long < short - 0.7
+    assert abs(long - expected) / expected < 0.05
+
+
+def test_head_of_line_a_short_request_waits_behind_a_long_cold_prompt(server):
+    def ttft(prompt: str, results: dict, key: str) -> None:
+        t0 = time.monotonic()
+        with server.client.stream("POST", "/v1/completions", json={"model": NAME, "prompt": prompt, "max_tokens": 5,
+                                                                    "stream": True}) as r:
+            lines = r.iter_lines()
+            for line in lines:
+                if line.startswith("data: {"):
+                    results[key] = time.monotonic() - t0
+                    results[key + "_at"] = time.monotonic()
+                    break
+            for _ in lines:
+                pass
+
+    solo: dict = {}
+    ttft("Hello there.", solo, "short")
+    results: dict = {}
+    long_prompt = "An unseen document. " + " ".join(f"w{i}" for i in range(60000))
+    t_long = threading.Thread(target=ttft, args=(long_prompt, results, "long"))
+    t_long.start()
+    end = time.monotonic() + 10
+    while server.metrics()['vllm:num_requests_running{}'] < 1 and time.monotonic() < end:
+        time.sleep(0.002)  # the long prompt is in prefill
+    ttft("Hello again.", results, "short")
+    t_long.join(30)
+    print(f"short TTFT alone {solo['short'] * 1000:.1f} ms, behind a 60K-token cold prompt {results['short'] * 1000:.1f} ms")
+    assert results["short"] > 3 * solo["short"]
+    assert results["short_at"] >= results["long_at"] - 0.01  # it got its first token only once the long prefill was done
+
+
+# ---- Marlin fallback ----
+
+def test_marlin_fallback_warns_and_decodes_at_half_speed(tmp_path, server):
+    marlin = Server(str(tmp_path), "--moe-backend", "marlin", name="marlin")
+    try:
+        log = marlin.proc.log()
+        assert "Weight-only FP8 compression will be used leveraging the Marlin kernel" in log
+        assert "Using 'flashinfer_b12x'" not in log
+        b12x_log = server.proc.log()
+        assert "Using 'flashinfer_b12x' Mxfp4 MoE backend out of potential backends: [" in b12x_log
+        step = lambda text: float(re.search(r"decode step ([\d.]+) ms at 1 stream", text).group(1))  # noqa: E731
+        slow, fast = step(log), step(b12x_log)
+        print(f"decode step: flashinfer_b12x {fast} ms, marlin {slow} ms")
+        assert slow > 1.6 * fast
+        assert marlin.client.get("/sim/state").json()["marlin"] is True
+    finally:
+        marlin.stop()
+
+
+# ---- the seeds' crash ----
+
+def test_concurrent_long_context_requests_crash_the_engine(tmp_path):
+    s = Server(str(tmp_path), env={"SIM_CRASH_CONTEXT_TOKENS": "3000", "SIM_DEATH_LINGER": "3"}, name="crash")
+    statuses: list[int] = []
+
+    def long_request(i: int) -> None:
+        try:
+            r = s.client.post("/v1/completions", json={"model": NAME, "prompt": f"doc {i} " + "word " * 3500, "max_tokens": 200})
+            statuses.append(r.status_code)
+        except httpx.HTTPError:
+            statuses.append(-1)
+
+    threads = [threading.Thread(target=long_request, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert statuses and all(code != 200 for code in statuses), statuses
+    assert s.client.get("/health").status_code == 503
+    rc = s.proc.wait(20)
+    log = s.proc.log()
+    assert rc == 1
+    assert "device-side assert triggered" in log
+    assert log.index("device-side assert triggered") < log.index("EngineCore encountered a fatal error.")
+    s.client.close()
+
+
+# ---- SIGTERM ----
+
+def _stream_until_done(s: Server, out: dict, max_tokens: int) -> None:
+    try:
+        with s.client.stream("POST", "/v1/completions", json={"model": NAME, "prompt": "Tell me a long story.",
+                                                               "max_tokens": max_tokens, "stream": True}) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    out["started"] = True
+                    chunk = json.loads(line[6:])
+                    if chunk["choices"] and chunk["choices"][0]["finish_reason"]:
+                        out["finish_reason"] = chunk["choices"][0]["finish_reason"]
+    except httpx.HTTPError as e:
+        out["error"] = repr(e)
+
+
+def test_sigterm_drains_in_flight_and_rejects_new(tmp_path):
+    s = Server(str(tmp_path), "--shutdown-timeout", "20", env={"SIM_STEP_TIME_SCALE": "0.1"}, name="drain")
+    out: dict = {}
+    t = threading.Thread(target=_stream_until_done, args=(s, out, 400))
+    t.start()
+    end = time.monotonic() + 10
+    while not out.get("started") and time.monotonic() < end:
+        time.sleep(0.01)
+    s.proc.signal(signal.SIGTERM)
+    time.sleep(0.2)
+    try:
+        rejected = httpx.post(s.base + "/v1/completions", json={"model": NAME, "prompt": "new", "max_tokens": 5}, timeout=5).status_code
+    except httpx.ConnectError:
+        rejected = "refused"
+    t.join(30)
+    rc = s.proc.wait(30)
+    assert rejected in (503, "refused")
+    assert out.get("finish_reason") == "length", out
+    assert rc == 0
+    assert "draining 1 in-flight request(s)" in s.proc.log()
+    s.client.close()
+
+
+def test_sigterm_with_zero_timeout_aborts_in_flight(tmp_path):
+    s = Server(str(tmp_path), "--shutdown-timeout", "0", env={"SIM_STEP_TIME_SCALE": "0.1"}, name="abort")
+    out: dict = {}
+    t = threading.Thread(target=_stream_until_done, args=(s, out, 2000))
+    t.start()
+    end = time.monotonic() + 10
+    while not out.get("started") and time.monotonic() < end:
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    s.proc.signal(signal.SIGTERM)
+    t.join(30)
+    rc = s.proc.wait(30)
+    assert out.get("finish_reason") == "abort" or "error" in out, out
+    assert rc == 0 and time.monotonic() - t0 < 5
+    s.client.close()
