@@ -34,6 +34,8 @@ CLI/SDK can also use each host's runner socket, `docker_socket(host)`.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -117,6 +119,15 @@ def ssh_banner(name: str, timeout: float = 1.0) -> str | None:
         return None
 
 
+@contextlib.contextmanager
+def _locked():
+    """One lab operation at a time on this machine (two `lab up`s racing would both create)."""
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(CACHE_DIR / "lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
 # --- up -----------------------------------------------------------------------------------------
 
 
@@ -150,8 +161,13 @@ def _sync_all() -> None:
 
 def up(progress: Progress = None) -> dict:
     """Bring the lab up (or complete it); idempotent."""
-    t0 = time.monotonic()
     _preflight()
+    with _locked():
+        return _up(progress)
+
+
+def _up(progress: Progress) -> dict:
+    t0 = time.monotonic()
     changes: list[str] = []
     key = image.image_key()
     lab_state = _load_state()
@@ -184,7 +200,14 @@ def up(progress: Progress = None) -> dict:
 
     started = []
     for name in HOSTS:
-        if procs.host_init(name) is None:
+        init = procs.host_init(name)
+        if init is not None and not (docker_ping(name) and ssh_banner(name)):
+            # a host whose dockerd or sshd died: restart the whole host, as a reboot would
+            procs.kill([init], signal.SIGTERM)
+            procs.kill(procs.wait_gone([init], 15))
+            changes.append(f"host {name} restarted (sshd or dockerd was not answering)")
+            init = None
+        if init is None:
             procs.start_host(name)
             started.append(name)
     if started:
@@ -242,6 +265,11 @@ def _wait_ready(started: list[str]) -> None:
 def down(progress: Progress = None) -> dict:
     """Stop the lab and remove everything it made except the caches."""
     preflight.require_root()
+    with _locked():
+        return _down(progress)
+
+
+def _down(progress: Progress) -> dict:
     t0 = time.monotonic()
     changes: list[str] = []
     lab_state = _load_state()

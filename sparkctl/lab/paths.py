@@ -35,7 +35,3 @@ def docker_socket(name: str) -> Path:
 
 def faults_file(name: str) -> Path:
     return FAULTS_DIR / f"{name}.json"
-
-
-def hardware_file(name: str) -> Path:
-    return host_dir(name) / "hardware.json"

@@ -138,19 +138,34 @@ def kill(pids: list[int], sig: int = signal.SIGKILL) -> None:
             pass
 
 
-def rss_kib(pids: list[int]) -> int:
-    """Sum of VmRSS over pids and all their descendants."""
-    seen: set[int] = set()
-    todo = list(pids)
-    total = 0
+def descendants(pids: list[int]) -> list[int]:
+    """pids and every process below them."""
+    seen: list[int] = []
+    todo = [p for p in pids if p]
     while todo:
         p = todo.pop()
         if p in seen:
             continue
-        seen.add(p)
-        for ln in _read(f"/proc/{p}/status").splitlines():
-            if ln.startswith("VmRSS:"):
-                total += int(ln.split()[1])
+        seen.append(p)
         for task in Path(f"/proc/{p}/task").glob("*") if os.path.isdir(f"/proc/{p}/task") else []:
             todo += [int(c) for c in _read(f"{task}/children").split()]
+    return seen
+
+
+def _sum_field(pids: list[int], path: str, field: str) -> int:
+    total = 0
+    for p in descendants(pids):
+        for ln in _read(f"/proc/{p}/{path}").splitlines():
+            if ln.startswith(field + ":"):
+                total += int(ln.split()[1])
     return total
+
+
+def rss_kib(pids: list[int]) -> int:
+    """Sum of VmRSS over pids and all their descendants (shared pages counted in each)."""
+    return _sum_field(pids, "status", "VmRSS")
+
+
+def pss_kib(pids: list[int]) -> int:
+    """Proportional set size over pids and descendants: shared pages split between sharers."""
+    return _sum_field(pids, "smaps_rollup", "Pss")

@@ -99,3 +99,11 @@ def test_down_leaves_nothing_behind_and_up_brings_it_all_back(lab):
     assert status["up"], status
     # host identities survive a down/up (keys are kept with the caches)
     assert lab.KNOWN_HOSTS.exists() and lab.host_exec("worker", ["hostname"]).stdout.strip() == "worker"
+
+
+def test_up_restarts_a_host_whose_dockerd_died(lab):
+    lab.host_exec("worker", ["sh", "-c", "kill -9 $(pidof dockerd)"], check=True)
+    result = lab.up()
+    assert "host worker restarted (sshd or dockerd was not answering)" in result["changes"]
+    assert lab.status()["hosts"]["worker"]["dockerd"]["healthy"]
+    assert lab.up()["changed"] is False
