@@ -65,6 +65,9 @@ from sparkctl.lab.topology import HOSTS, IMAGE, REGISTRY  # noqa: F401
 Progress = Callable[[str], None] | None
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 READY_TIMEOUT = 60.0
+# other names people use for the same faults
+ALIASES = {"degraded-speed": "speed", "wrong-mtu": "mtu", "wrong-driver": "driver", "rdma-port-down": "rdma-down",
+           "foreign-gpu-process": "gpu-process", "no-gpu": "gpu-missing"}
 DEFAULTS = {"mtu": 1500, "speed": 13000, "driver": "580.82.09", "gpu-process": 16384}
 
 
@@ -516,11 +519,19 @@ def _netdev(h: topo.LabHost, target: str | None, kind: str) -> str:
         raise InputError(f"{h.name} has no device {target!r}", fix=f"one of: {', '.join(devices)}") from None
 
 
+def _int(value, default: int, what: str) -> int:
+    try:
+        return int(value if value is not None else default)
+    except (TypeError, ValueError):
+        raise InputError(f"{what} must be a whole number, not {value!r}", fix=f"e.g. --value {default}") from None
+
+
 def fault(host: str, kind: str, target: str | None = None, value: str | int | None = None,
           clear: bool = False) -> dict:
     """Switch one fault on (or off with clear=True). See the module docstring for the kinds."""
     preflight.require_root("`sparkctl lab fault`")
     h = _host(host)
+    kind = ALIASES.get(kind, kind)
     if kind not in state.FAULT_KINDS:
         raise InputError(f"unknown fault kind {kind!r}", fix=f"use one of: {', '.join(state.FAULT_KINDS)}")
     _init_pid(host)
@@ -532,7 +543,7 @@ def fault(host: str, kind: str, target: str | None = None, value: str | int | No
         if kind == "link-down":
             netns.ip("-n", h.netns, "link", "set", dev, "up" if clear else "down")
         else:
-            mtu = nominal if clear else int(value or DEFAULTS["mtu"])
+            mtu = nominal if clear else _int(value, DEFAULTS["mtu"], "the MTU")
             netns.ip("-n", h.netns, "link", "set", dev, "mtu", str(mtu))
     elif kind == "speed":
         dev = _netdev(h, target, kind)
@@ -540,7 +551,7 @@ def fault(host: str, kind: str, target: str | None = None, value: str | int | No
         if clear:
             sp.pop(dev, None)
         else:
-            sp[dev] = int(value or DEFAULTS["speed"])
+            sp[dev] = _int(value, DEFAULTS["speed"], "the speed (Mb/s)")
     elif kind == "rdma-down":
         dev = _netdev(h, target, kind)
         names = [target] if target and target != dev else list(h.nic(dev).rdma) if dev != h.mgmt_device else []
@@ -565,7 +576,7 @@ def fault(host: str, kind: str, target: str | None = None, value: str | int | No
         else:
             f["driver"] = str(value or DEFAULTS["driver"])
     elif kind == "gpu-process":
-        gpu = int(target or 0)
+        gpu = _int(target, 0, "the GPU index")
         if gpu >= len(h.gpus):
             raise InputError(f"{host} has no GPU {gpu}", fix=f"give an index 0..{len(h.gpus) - 1}")
         procs_ = f.get("gpu-process", [])
@@ -576,7 +587,7 @@ def fault(host: str, kind: str, target: str | None = None, value: str | int | No
         else:
             r = host_exec(host, ["sh", "-c", "setsid sleep infinity </dev/null >/dev/null 2>&1 & echo $!"], check=True)
             procs_.append({"pid": int(r.stdout.strip()), "name": "python3", "gpu": gpu,
-                           "used_mib": int(value or DEFAULTS["gpu-process"])})
+                           "used_mib": _int(value, DEFAULTS["gpu-process"], "the memory (MiB)")})
             f["gpu-process"] = procs_
     state.save_faults(host, f)
     _sync_all()

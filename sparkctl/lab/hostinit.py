@@ -73,6 +73,17 @@ def umount(target: str) -> None:
         raise OSError(e, f"umount {target}: {os.strerror(e)}")
 
 
+def _paths_under_root() -> list[str]:
+    """Interpreter, venv and PYTHONPATH folders under /root (outermost only)."""
+    found = set()
+    for p in [sys.base_prefix, sys.prefix, os.path.dirname(sys.executable),
+              *os.environ.get("PYTHONPATH", "").split(":")]:
+        for q in {os.path.abspath(p), os.path.realpath(p)} if p else ():
+            if q.startswith("/root/") and os.path.isdir(q):
+                found.add(q)
+    return sorted(q for q in found if not any(q != o and q.startswith(o + "/") for o in found))
+
+
 def setup_mounts(name: str) -> None:
     h = paths.host_dir(name)
     host = HOSTS[name]
@@ -82,18 +93,18 @@ def setup_mounts(name: str) -> None:
         os.makedirs(d, mode=0o755, exist_ok=True)
 
     mount("overlay", "/etc", "overlay", 0, f"lowerdir=/etc,upperdir={h}/etc/upper,workdir={h}/etc/work")
-    # Own /root; but if this interpreter lives under the real /root (pyenv), keep it visible
-    # at the same path, or the simulated tools (and this init's late imports) lose Python.
-    pyroot = os.path.realpath(sys.base_prefix)
-    keep_py = pyroot.startswith("/root/")
-    if keep_py:
-        os.makedirs(f"{PRIVATE}/python")
-        mount(pyroot, f"{PRIVATE}/python", None, MS_BIND | MS_REC)
+    # Own /root; but what the lab runs from (interpreter, venv, the sparkctl checkout) may live
+    # under the real /root (pyenv, a clone in ~): keep those visible at the same paths, or the
+    # simulated tools lose Python.
+    keep = _paths_under_root()
+    for i, path in enumerate(keep):
+        os.makedirs(f"{PRIVATE}/keep{i}")
+        mount(path, f"{PRIVATE}/keep{i}", None, MS_BIND | MS_REC)
     mount(str(h / "root"), "/root", None, MS_BIND)
-    if keep_py:
-        os.makedirs(pyroot, exist_ok=True)
-        mount(f"{PRIVATE}/python", pyroot, None, MS_BIND | MS_REC)
-        umount(f"{PRIVATE}/python")
+    for i, path in enumerate(keep):
+        os.makedirs(path, exist_ok=True)
+        mount(f"{PRIVATE}/keep{i}", path, None, MS_BIND | MS_REC)
+        umount(f"{PRIVATE}/keep{i}")
     mount("overlay", "/usr/local/bin", "overlay", MS_RDONLY, f"lowerdir={h}/bin:/usr/local/bin")
 
     # sysfs of this network namespace, keeping the cgroup tree dockerd needs

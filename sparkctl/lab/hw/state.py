@@ -133,8 +133,12 @@ def sys_root(name: str) -> Path:
 
 def _put(path: Path, text: str) -> None:
     """Rewrite in place: the file may be bind-mounted over a sysfs attribute (same inode)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = text.encode()
+    try:
+        if path.read_bytes() == data:
+            return
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o444)
     try:
         os.pwrite(fd, data, 0)
