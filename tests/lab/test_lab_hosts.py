@@ -93,3 +93,23 @@ def test_simulated_tools_are_not_on_the_real_machines_path(lab):
     if real is not None:
         assert "sparkctl lab" not in open(real, errors="replace").read()
     assert shutil.which("ibdev2netdev") is None or "sparkctl lab" not in open(shutil.which("ibdev2netdev")).read()
+
+
+def test_hosts_reach_each_other_over_the_fabric_with_strict_host_keys(lab):
+    # e.g. `docker save | ssh worker docker load` over the fabric, as people copy images between Sparks
+    for src, address, name in (("head", "10.231.100.3", "worker"), ("head", "10.231.101.3", "worker"),
+                               ("worker", "10.231.111.4", "offload"), ("offload", "10.231.110.2", "head")):
+        r = lab.host_exec(src, ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", address, "hostname"],
+                          timeout=30)
+        assert (r.returncode, r.stdout.strip()) == (0, name), r.stderr
+
+
+def test_known_hosts_names_each_host_by_name_management_and_fabric_ips(lab):
+    lines = {ln.split()[0]: ln.split()[1:] for ln in lab.KNOWN_HOSTS.read_text().splitlines()}
+    assert set(lines) == {"head,10.231.0.11,10.231.100.2,10.231.101.2,10.231.110.2",
+                          "worker,10.231.0.12,10.231.100.3,10.231.101.3,10.231.111.3",
+                          "offload,10.231.0.13,10.231.110.4,10.231.111.4"}
+    for names, (kind, blob) in lines.items():
+        host = names.split(",")[0]
+        served = lab.host_exec(host, ["cat", "/etc/ssh/ssh_host_ed25519_key.pub"]).stdout.split()
+        assert served[:2] == [kind, blob]
