@@ -19,6 +19,7 @@
         driver      [VALUE=580.82.09]      nvidia-smi reports another driver version
         gpu-process [TARGET=gpu index] [VALUE=MiB, 16384]  a real foreign process in the host that
                                           nvidia-smi lists as holding GPU memory
+        (aliases: degraded-speed, wrong-mtu, wrong-driver, rdma-port-down, foreign-gpu-process, no-gpu)
     api.clear_faults() -> list[str]       every fault off: links up at nominal MTU, fault files empty
     api.host_exec(host, argv, input=None, timeout=60, check=False) -> CompletedProcess
                                           run argv inside a lab host's namespaces (net, mount, UTS, PID)
@@ -158,8 +159,13 @@ def ip_operstates(name: str) -> dict[str, str]:
 
 
 def _sync_all() -> None:
+    """Rewrite every host's simulated sysfs now, then have each init resync too (SIGUSR1), so a
+    pass it was making from the old faults cannot leave stale files behind."""
     for name in HOSTS:
         state.sync_sys(name, ip_operstates(name))
+        init = procs.host_init(name)
+        if init:
+            procs.kill([init], signal.SIGUSR1)
 
 
 def up(progress: Progress = None) -> dict:

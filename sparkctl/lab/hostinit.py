@@ -221,6 +221,7 @@ class Init:
         for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(s, self.on_signal)  # a PID 1 ignores what it has no handler for
         signal.signal(signal.SIGCHLD, lambda *_: None)  # wake the loop to reap
+        signal.signal(signal.SIGUSR1, lambda *_: None)  # wake the loop to resync (faults changed)
         rfd, wfd = os.pipe()
         os.set_blocking(rfd, False)
         os.set_blocking(wfd, False)
