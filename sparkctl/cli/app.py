@@ -13,6 +13,7 @@ import typer
 from sparkctl.cli import inventory as inventory_cli
 from sparkctl.cli import lab as lab_cli
 from sparkctl.cli import bench as bench_cli
+from sparkctl.cli import doctor as doctor_cli
 from sparkctl.cli import pending
 from sparkctl.cli import down as down_cli
 from sparkctl.cli import render as render_cli
@@ -38,7 +39,8 @@ app.command("up")(up_cli.up)
 app.command("down")(down_cli.down)
 app.command("render")(render_cli.render)
 app.add_typer(bench_cli.app, name="bench")
-pending.register(app, skip={"bench"})  # placeholders for whatever is not registered above
+app.command("doctor")(doctor_cli.doctor)
+pending.register(app, skip={"bench", "doctor"})  # placeholders for whatever is not registered above
 
 
 @app.callback(invoke_without_command=True)

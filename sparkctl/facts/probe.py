@@ -3,14 +3,17 @@
 Every probe is a shell snippet; `gather` joins them into one script with unique section markers,
 runs it once, and splits the output back into one `Section` (exit code + stdout) per probe.
 Each probe's stderr is folded into its stdout so a parser sees what an operator would.
-Parsing lives in the topic modules (network, gpu, rdma, system, docker), tested on recorded output.
+Slow probes that only wait (pings, docker CLI calls) can be named in `background`: they start
+first, run concurrently, and are collected at the end of the same script, so a host's round trip
+costs about its slowest probe rather than the sum of all of them.
+Parsing lives in the topic modules (network, gpu, rdma, system, docker, ...), tested on recorded output.
 """
 
 from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Collection, Mapping
 
 
 @dataclass(frozen=True)
@@ -23,15 +26,29 @@ class Section:
         return self.rc == 0
 
 
-def build_script(probes: Mapping[str, str], marker: str) -> str:
+def build_script(probes: Mapping[str, str], marker: str, background: Collection[str] = ()) -> str:
     lines = ["exec 2>&1", "export LC_ALL=C"]
+    bg = [k for k in probes if k in background]
+    if bg:
+        # each background probe writes its output and exit code to files of its own
+        lines.append("__t=$(mktemp -d) || exit 97")
+        for i, key in enumerate(bg):
+            lines.append(f"( ( {probes[key]}\n) >\"$__t/{i}\" 2>&1 </dev/null; echo $? >\"$__t/{i}.rc\" ) &")
     for key, snippet in probes.items():
+        if key in background:
+            continue
         # a subshell per probe: one failing (or calling exit) never stops the others
         lines.append(f"echo '{marker} {key}'")
         lines.append(f"( {snippet}\n)")
         # always end the section with a newline of ours (removed when parsing), so output
         # without a trailing newline cannot swallow the end marker
         lines.append(f"rc=$?; echo; echo \"{marker}rc $rc\"")
+    if bg:
+        lines.append("wait")
+        for i, key in enumerate(bg):
+            lines.append(f"echo '{marker} {key}'")
+            lines.append(f"cat \"$__t/{i}\"; echo; echo \"{marker}rc $(cat \"$__t/{i}.rc\" 2>/dev/null || echo 255)\"")
+        lines.append('rm -rf "$__t"')
     return "\n".join(lines) + "\n"
 
 
@@ -50,10 +67,10 @@ def parse_output(text: str, marker: str) -> dict[str, Section]:
     return sections
 
 
-def gather(session, probes: Mapping[str, str], timeout: float = 60) -> dict[str, Section]:
+def gather(session, probes: Mapping[str, str], timeout: float = 60, background: Collection[str] = ()) -> dict[str, Section]:
     """Run all probes on the host behind `session` in one round trip."""
     marker = "@@sparkctl-" + secrets.token_hex(6)
-    script = build_script(probes, marker)
+    script = build_script(probes, marker, background)
     result = session.run(["sh", "-c", script], timeout=timeout)
     sections = parse_output(result.stdout, marker)
     missing = [k for k in probes if k not in sections]

@@ -1,0 +1,59 @@
+"""caches: the persistent kernel cache directory on each runtime node, and whether a start will be warm."""
+
+from __future__ import annotations
+
+from sparkctl.checks.base import Context, fail, host_check, ok, skipped, warn
+from sparkctl.checks.host import runtime_hosts
+from sparkctl.facts.caches import COMPILE_DIR
+
+COLD = "the next start compiles from scratch (cold: ~10-15 min on a Spark, seed 002)"
+
+
+@host_check("caches.volume", "the persistent cache directory exists on each runtime node", scope=runtime_hosts)
+def volume(ctx: Context, host: str, f):
+    path = ctx.inventory.caches.host_path
+    if f.cache is None:
+        return [skipped(f"not read: {f.errors.get('cache', 'no answer')}")]
+    if f.cache.present:
+        return [ok(f"{path} exists (mounted at {ctx.inventory.caches.container_path})")]
+    return [
+        fail(
+            f"cache directory {path} is missing: compiled kernels would not survive a restart",
+            f"`sparkctl up` creates it (by hand: `mkdir -p {path}` on {host})",
+        )
+    ]
+
+
+def _running_here(ctx: Context, f) -> list:
+    plan = ctx.plan
+    return [c for c in (f.containers or []) if c.running and plan and c.config_hash == plan.config_hash]
+
+
+@host_check("caches.compile", "the cache holds compiled graphs, so the next start is warm", scope=runtime_hosts)
+def compile_cache(ctx: Context, host: str, f):
+    cache = f.cache
+    if cache is None or not cache.present:
+        return [skipped("no cache directory (see caches.volume)")]
+    where = f"{ctx.inventory.caches.host_path}/{COMPILE_DIR}"
+    partial = f"; {len(cache.partial_hashes)} interrupted compile(s)" if cache.partial_hashes else ""
+    for c in _running_here(ctx, f):
+        logs = f.logs.get(c.id)
+        if logs and logs.compile_cache_hit:
+            return [ok(f"{c.name} loaded its compiled graphs from {where} (warm start)")]
+    if not cache.warm_hashes:
+        return [warn(f"no compiled graphs in {where}{partial}: {COLD}", "nothing to fix; the first start fills the cache")]
+    n = len(cache.warm_hashes)
+    plan = ctx.plan
+    applied = next((fx.applied for fx in ctx.facts.values() if getattr(fx, "applied", None)), None)
+    if plan and applied and applied.get("config_hash") == plan.config_hash:
+        return [ok(f"compiled graphs for {n} config(s) in {where}, incl. the applied one ({plan.config_hash}): next start warm{partial}")]
+    if plan and applied:
+        return [
+            warn(
+                f"compiled graphs for {n} config(s) in {where}, but this inventory (config {plan.config_hash}) differs from "
+                f"the last applied one ({applied.get('config_hash')}): the next start compiles again if the change touches "
+                "model, cache, parallel or scheduler settings or VLLM_* env",
+                "expected after a config change; served name and port changes stay warm",
+            )
+        ]
+    return [ok(f"compiled graphs for {n} config(s) in {where}{partial} (no `sparkctl up` record to match them to)")]

@@ -1,0 +1,217 @@
+"""One doctor run: gather every host's facts at once (one round trip each), fetch the API
+concurrently, optionally measure (--deep), then run the selected checks (pure) over it all.
+
+Everything per host runs in parallel; a host that cannot be reached becomes an `ssh.reachable`
+failure and `skipped` for its other checks, never an exception.
+"""
+
+from __future__ import annotations
+
+import difflib
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional
+
+from sparkctl.checks import GROUPS, REGISTRY
+from sparkctl.checks.base import Check, CheckResult, Context, Unreachable
+from sparkctl.errors import InputError, SparkctlError
+from sparkctl.inventory.models import Inventory
+
+ALWAYS = "ssh.reachable"  # why a host has no results: shown whatever --only says
+
+
+@dataclass
+class Report:
+    results: list[CheckResult]
+    hosts: list[str]
+    seconds: float = 0.0
+    deep: bool = False
+    timings: dict[str, float] = field(default_factory=dict)  # host -> seconds for its facts
+
+    def count(self, status: str) -> int:
+        return sum(1 for r in self.results if r.status == status)
+
+    @property
+    def failed(self) -> bool:
+        return self.count("fail") > 0
+
+    def summary(self) -> dict:
+        return {
+            "ok": self.count("ok"),
+            "warn": self.count("warn"),
+            "fail": self.count("fail"),
+            "skipped": self.count("skipped"),
+            "failed_checks": sorted({r.name for r in self.results if r.status == "fail"}),
+            "hosts": self.hosts,
+            "deep": self.deep,
+        }
+
+    def to_dict(self) -> dict:
+        return {
+            "checks": [r.to_dict() for r in self.results],
+            "summary": self.summary(),
+            "seconds": round(self.seconds, 3),
+            "host_seconds": {h: round(s, 3) for h, s in self.timings.items()},
+        }
+
+
+def _split(values: Optional[Iterable[str]]) -> list[str]:
+    out: list[str] = []
+    for v in values or []:
+        out += [p.strip() for p in v.split(",") if p.strip()]
+    return out
+
+
+def _unknown(kind: str, bad: list[str], known: Iterable[str]) -> InputError:
+    known = list(known)
+    hints = []
+    for b in bad:
+        close = difflib.get_close_matches(b, known, n=1)
+        hints.append(f"{b!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return InputError(f"unknown {kind}: {', '.join(hints)}", fix=f"{kind}s: {', '.join(known)}")
+
+
+def select(only: Optional[Iterable[str]] = None, ignore: Optional[Iterable[str]] = None, deep: bool = False) -> list[Check]:
+    """The checks a run does, in registry order; unknown groups or names are input errors."""
+    groups, names = _split(only), _split(ignore)
+    bad = [g for g in groups if g not in GROUPS]
+    if bad:
+        raise _unknown("check group", bad, GROUPS)
+    bad = [n for n in names if n not in REGISTRY]
+    if bad:
+        raise _unknown("check name", bad, REGISTRY)
+    chosen = []
+    for c in REGISTRY.values():
+        if c.name in names or (c.deep_only and not deep):
+            continue
+        if groups and c.group not in groups and c.name != ALWAYS:
+            continue
+        chosen.append(c)
+    return chosen
+
+
+def _classify(exc: SparkctlError) -> Unreachable:
+    text = exc.message.lower()
+    if "host key" in text:
+        kind = "host_key"
+    elif "authentication failed" in text:
+        kind = "auth"
+    elif "cannot connect" in text or "does not exist" in text or "refusing to contact" in text:
+        kind = "connect"
+    else:
+        kind = "error"
+    return Unreachable(exc.message, exc.fix, kind)
+
+
+def run_checks(ctx: Context, checks: list[Check]) -> list[CheckResult]:
+    results = []
+    for c in checks:
+        try:
+            results += c.run(ctx)
+        except Exception as exc:  # a bug in one check must not hide the others
+            for h in ctx.hosts:
+                results.append(CheckResult(c.name, c.group, h, "fail", f"check crashed: {type(exc).__name__}: {exc}",
+                                           "a sparkctl bug: report it with `sparkctl doctor --json`"))  # fmt: skip
+    if ctx.unreachable and not any(c.name == ALWAYS for c in checks):
+        results = [r for r in REGISTRY[ALWAYS].run(ctx) if r.status == "fail"] + results
+    order = {h: i for i, h in enumerate(ctx.hosts)}
+    return sorted(results, key=lambda r: order.get(r.host, len(order)))  # stable: check order within a host
+
+
+def doctor(
+    inv: Inventory,
+    hosts: Optional[Iterable[str]] = None,
+    only: Optional[Iterable[str]] = None,
+    ignore: Optional[Iterable[str]] = None,
+    deep: bool = False,
+    progress: Callable[[str], None] = lambda text: None,
+) -> Report:
+    from sparkctl.facts.host import gather_host
+    from sparkctl.transport.ssh import Fleet
+
+    start = time.monotonic()
+    checks = select(only, ignore, deep)
+    groups = {c.group for c in checks} | {"ssh"}
+    names = _split(hosts) if hosts is not None else list(inv.hosts)
+    with Fleet(inv, names) as fleet:  # InputError for unknown hosts
+        selected = list(fleet.sessions)
+        ctx = Context(inventory=inv, hosts=selected, facts={}, deep=deep)
+
+        endpoint_thread = None
+        heads = [h for h in inv.hosts_with_role("head") if h in selected]
+        if "runtime" in groups and heads:
+
+            def fetch_endpoint() -> None:
+                from sparkctl.facts.endpoint import EndpointFacts, fetch
+                from sparkctl.transport.guard import check_address
+
+                address = inv.hosts[heads[0]].ssh.address
+                try:
+                    check_address(address, "the runtime's HTTP endpoint")
+                    ctx.endpoint = fetch(address, inv.runtime.port)
+                except SparkctlError as exc:
+                    ctx.endpoint = EndpointFacts(url=f"http://{address}:{inv.runtime.port}", health_error=exc.message)
+
+            endpoint_thread = threading.Thread(target=fetch_endpoint, name="sparkctl-endpoint", daemon=True)
+            endpoint_thread.start()
+
+        progress(f"gathering facts from {', '.join(selected)}")
+
+        def one(session):
+            try:
+                return gather_host(session, inv, groups)
+            except SparkctlError as exc:
+                return _classify(exc)
+
+        outcomes = fleet.map(one, timeout=120)
+        timings = {}
+        for h, o in outcomes.items():
+            timings[h] = o.seconds
+            if not o.ok:  # not a SparkctlError: a bug or an unexpected answer, still per host
+                ctx.unreachable[h] = Unreachable(o.error or "no answer", o.fix, "error")
+            elif isinstance(o.value, Unreachable):
+                ctx.unreachable[h] = o.value
+            else:
+                ctx.facts[h] = o.value
+        if endpoint_thread is not None:
+            endpoint_thread.join(timeout=15)
+
+        if deep:
+            progress("measuring (--deep)")
+            _deep(ctx, fleet, {c.name for c in checks})
+
+    results = run_checks(ctx, checks)
+    return Report(results, selected, time.monotonic() - start, deep, timings)
+
+
+def _deep(ctx: Context, fleet, names: set[str]) -> None:
+    """--deep: iperf3 per rail (one after another) and re-hashing the Engram tables, concurrently."""
+    from sparkctl.facts import bandwidth
+    from sparkctl.facts.engram import checksum_command
+
+    jobs = []
+    if "fabric.bandwidth" in names:
+        reached = [h for h in ctx.hosts if h in ctx.facts]
+
+        def measure_rails() -> None:
+            for i, rail in enumerate(bandwidth.rails(ctx.inventory, reached)):
+                ctx.bandwidth[rail.key] = bandwidth.measure(fleet, rail, bandwidth.BASE_PORT + i)
+
+        jobs.append(threading.Thread(target=measure_rails))
+    e = ctx.inventory.engram
+    f = ctx.facts.get(e.host) if e else None
+    if "engram.checksums" in names and f is not None and f.engram is not None and f.engram.placed_sums:
+
+        def rehash() -> None:
+            try:
+                r = fleet[e.host].run(checksum_command(e.target), timeout=3600)
+                ctx.engram_checksums = (r.exit_code, r.stdout + r.stderr)
+            except SparkctlError as exc:
+                ctx.engram_checksums = (1, exc.message)
+
+        jobs.append(threading.Thread(target=rehash))
+    for j in jobs:
+        j.start()
+    for j in jobs:
+        j.join()

@@ -1,0 +1,105 @@
+"""gpu: nvidia-smi answers, the expected GPUs per host, one driver on both Sparks, no foreign GPU process."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from sparkctl.checks.base import Context, cluster_check, fail, host_check, ok, skipped
+
+
+def gpu_hosts(ctx: Context) -> list[str]:
+    return [h for h in ctx.hosts if ctx.inventory.hosts[h].gpu is not None]
+
+
+def spark_hosts(ctx: Context) -> list[str]:
+    return [h for h in gpu_hosts(ctx) if ctx.role(h) in ("head", "worker")]
+
+
+@host_check("gpu.smi", "nvidia-smi runs and talks to the driver", scope=gpu_hosts, runbook=True)
+def smi(ctx: Context, host: str, f):
+    if f.gpu_error:
+        return [
+            fail(
+                f"nvidia-smi failed: {f.gpu_error}",
+                "check the NVIDIA driver on the host: `nvidia-smi`, `dmesg | grep -i nvrm`; after a driver or "
+                "kernel update reboot (DGX OS: `sudo apt install --reinstall nvidia-driver-<version>`)",
+            )
+        ]
+    if f.gpus is None:
+        return [skipped("nvidia-smi was not asked")]
+    driver = f.gpus[0].driver if f.gpus else "no GPU listed"
+    return [ok(f"nvidia-smi answers (driver {driver})")]
+
+
+@host_check("gpu.model", "the host shows the inventory's GPU model and count", scope=gpu_hosts, runbook=True)
+def model(ctx: Context, host: str, f):
+    want = ctx.inventory.hosts[host].gpu
+    if f.gpus is None:
+        return [skipped("nvidia-smi did not answer (see gpu.smi)")]
+    names = Counter(g.name for g in f.gpus)
+    seen = ", ".join(f"{n}x {name}" for name, n in names.items()) or "no GPU"
+    if names.get(want.model, 0) == want.count and len(f.gpus) == want.count:
+        return [ok(f"{want.count}x {want.model}")]
+    return [
+        fail(
+            f"expected {want.count}x {want.model}, nvidia-smi shows {seen}",
+            "a GPU the driver no longer sees: `nvidia-smi -L`, `dmesg | grep -iE 'xid|nvrm'` (fallen off the bus?), "
+            "reseat/power-cycle the host; if the hardware changed on purpose, fix hosts."
+            f"{host}.gpu in the inventory",
+            expected=want.count,
+            found=len(f.gpus),
+        )
+    ]
+
+
+@cluster_check("gpu.driver", "both Sparks run the same NVIDIA driver version", scope=spark_hosts, runbook=True)
+def driver(ctx: Context):
+    drivers = {h: f.gpus[0].driver for h in spark_hosts(ctx) if (f := ctx.facts.get(h)) and f.gpus}
+    out = {h: [skipped("no driver version (see gpu.smi / gpu.model)")] for h in spark_hosts(ctx) if h in ctx.facts and h not in drivers}
+    if len(set(drivers.values())) <= 1:
+        for h, d in drivers.items():
+            out[h] = [ok(f"driver {d}" + (" on every Spark" if len(drivers) > 1 else ""))]
+        return out
+    # the head's driver is the reference, as `sparkctl up` converges images on the head's
+    heads = [h for h in drivers if ctx.role(h) == "head"]
+    ref_host = heads[0] if heads else next(iter(drivers))
+    ref = drivers[ref_host]
+    listing = ", ".join(f"{h} {d}" for h, d in drivers.items())
+    for h, d in drivers.items():
+        if d == ref:
+            out[h] = [ok(f"driver {d} (the reference; differs elsewhere: {listing})")]
+        else:
+            out[h] = [
+                fail(
+                    f"driver {d}, but {ref_host} runs {ref} ({listing}): NCCL across the Sparks needs one version",
+                    f"install driver {ref} on {h} (the same DGX OS / nvidia-driver package as {ref_host}) and reboot it",
+                    driver=d,
+                    reference=ref,
+                )
+            ]
+    return out
+
+
+@host_check("gpu.processes", "no process outside sparkctl's runtime holds GPU memory", scope=gpu_hosts, runbook=True)
+def processes(ctx: Context, host: str, f):
+    if f.gpus is None:
+        return [skipped("nvidia-smi did not answer (see gpu.smi)")]
+    ours = [c.id for c in (f.containers or []) if c.id]
+    foreign, mine = [], []
+    for app in f.gpu_apps:
+        cgroup = f.app_cgroups.get(app.pid, "")
+        (mine if any(cid in cgroup for cid in ours) else foreign).append(app)
+    if not foreign:
+        return [ok(f"only sparkctl's runtime uses the GPU ({len(mine)} process(es))" if mine else "no process holds GPU memory")]
+    listing = "; ".join(
+        f"pid {a.pid} {a.process} {a.used_mib if a.used_mib is not None else '?'} MiB" for a in foreign
+    )
+    pids = " ".join(str(a.pid) for a in foreign)
+    return [
+        fail(
+            f"foreign process(es) hold GPU memory: {listing}",
+            f"find the owner (`ps -o user,etime,cmd -p {pids}`) and stop it; the runtime sizes its KV pool from "
+            "free GPU memory (gpu_memory_utilization), so this shrinks the pool or fails the start",
+            pids=[a.pid for a in foreign],
+        )
+    ]

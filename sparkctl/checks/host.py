@@ -1,0 +1,90 @@
+"""host: free disk where images and caches live, systemd-logind RemoveIPC, memlock for RDMA."""
+
+from __future__ import annotations
+
+from sparkctl.checks.base import Context, fail, host_check, ok, skipped, warn
+
+GIB = 1 << 30
+# (fail below, warn below) GiB free. An image of this kind is ~20-30 GB and a new tag needs room
+# next to the old one; compile caches (torch.compile, Triton, FlashInfer JIT) take a few GB.
+DISK_LIMITS = {"docker": (10, 30), "caches": (2, 10)}
+
+
+def runtime_hosts(ctx: Context) -> list[str]:
+    plan = ctx.plan
+    hosts = {c.host for c in plan.containers} if plan else set(ctx.hosts)
+    return [h for h in ctx.hosts if h in hosts]
+
+
+@host_check("host.disk", "free disk under docker's data root and the cache directory", scope=runtime_hosts)
+def disk(ctx: Context, host: str, f):
+    out = []
+    what = {"docker": f"docker data root {f.docker_root or ''}".strip(), "caches": f"cache dir {ctx.inventory.caches.host_path}"}
+    for key, (fail_gib, warn_gib) in DISK_LIMITS.items():
+        d = f.disks.get(key)
+        if d is None:
+            out.append(skipped(f"could not read free space for the {what[key]}", target=key))
+            continue
+        free = d.available / GIB
+        msg = f"{free:.1f} GiB free on {d.mount} ({what[key]})"
+        fix = (
+            f"free space on {d.mount}: `docker image prune` (unused images), old compile caches under "
+            f"{ctx.inventory.caches.host_path}/torch_compile_cache, logs"
+        )
+        if free < fail_gib:
+            out.append(fail(f"{msg}: below {fail_gib} GiB", fix, target=key, free_gib=round(free, 1)))
+        elif free < warn_gib:
+            out.append(warn(f"{msg}: below {warn_gib} GiB", fix, target=key, free_gib=round(free, 1)))
+        else:
+            out.append(ok(msg, target=key, free_gib=round(free, 1)))
+    return out
+
+
+@host_check("host.remove_ipc", "systemd-logind keeps shared memory (RemoveIPC=no)")
+def remove_ipc(ctx: Context, host: str, f):
+    if f.logind_running is None:
+        return [skipped(f"could not read logind's state: {f.errors.get('logind', 'no answer')}")]
+    effective = "yes (systemd's default)" if f.remove_ipc is None else ("yes" if f.remove_ipc else "no")
+    if f.remove_ipc is False:
+        return [ok("RemoveIPC=no")]
+    if not f.logind_running:
+        return [ok(f"systemd-logind is not running, so nothing removes IPC (its config says RemoveIPC={effective})")]
+    return [
+        fail(
+            f"RemoveIPC={effective}: logind deletes a user's shared memory when their last session ends, "
+            "which kills the runtime's NCCL/IPC segments",
+            "printf '[Login]\\nRemoveIPC=no\\n' > /etc/systemd/logind.conf.d/90-sparkctl.conf && "
+            "systemctl restart systemd-logind",
+        )
+    ]
+
+
+def rdma_runtime_hosts(ctx: Context) -> list[str]:
+    return [h for h in runtime_hosts(ctx) if any(link.rdma for link in ctx.inventory.hosts[h].fabric)]
+
+
+@host_check("host.memlock", "the runtime's containers may lock memory without limit (RDMA registers it)", scope=rdma_runtime_hosts)
+def memlock(ctx: Context, host: str, f):
+    plan = ctx.plan
+    specs = plan.for_host(host) if plan else []
+    bad_spec = [s.name for s in specs if s.ulimits.get("memlock") != -1]
+    if bad_spec:
+        return [
+            fail(
+                f"the rendered launch of {', '.join(bad_spec)} does not set --ulimit memlock=-1",
+                "a sparkctl bug: render() must give every RDMA node memlock=-1 (report it)",
+            )
+        ]
+    shell = "unlimited" if f.memlock_kib == -1 else (f"{f.memlock_kib} KiB" if f.memlock_kib is not None else "unknown")
+    running = [c for c in (f.containers or []) if c.running]
+    limited = [c for c in running if c.memlock not in (-1,)]
+    if limited:
+        return [
+            fail(
+                "running with a memlock limit: "
+                + ", ".join(f"{c.name} ({'not set' if c.memlock is None else c.memlock})" for c in limited),
+                "restart the runtime with `sparkctl up` (it starts containers with --ulimit memlock=-1)",
+            )
+        ]
+    where = f"{len(running)} running container(s) unlimited" if running else "containers start with --ulimit memlock=-1"
+    return [ok(f"{where} (login shell: {shell}, not what the runtime gets)")]

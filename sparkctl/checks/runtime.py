@@ -1,0 +1,293 @@
+"""runtime (when it runs): containers where render() puts them with the inventory's config hash,
+/health, /v1/models, metrics now, the log's known bad signs and the KV pool it reports.
+
+When no sparkctl container exists on any host and the API does not answer, every runtime check
+is `skipped` ("not running"): doctor is also run before the first `sparkctl up`.
+"""
+
+from __future__ import annotations
+
+from sparkctl.checks.base import Context, fail, host_check, ok, skipped, warn
+from sparkctl.checks.host import runtime_hosts
+
+NOT_RUNNING = "runtime not running (`sparkctl up` starts it)"
+KV_USAGE_WARN = 0.95
+POOL_TOLERANCE = 0.10  # a pool within 10% of the inventory's kv_pool_tokens is as expected
+
+
+def _containers(ctx: Context) -> dict[str, list]:
+    return {h: list(f.containers or []) for h, f in ctx.facts.items()}
+
+
+def running_anywhere(ctx: Context) -> bool:
+    if any(_containers(ctx).values()):
+        return True
+    return bool(ctx.endpoint is not None and ctx.endpoint.answering)
+
+
+def head_host(ctx: Context) -> list[str]:
+    return [h for h in ctx.inventory.hosts_with_role("head") if h in ctx.hosts]
+
+
+def _head_container(ctx: Context):
+    for h in head_host(ctx):
+        f = ctx.facts.get(h)
+        for c in (f.containers if f else None) or []:
+            if c.role == "head":
+                return h, c, f.logs.get(c.id)
+    return None, None, None
+
+
+@host_check("runtime.containers", "each node runs its sparkctl container (drafter, worker, head)", scope=runtime_hosts)
+def containers(ctx: Context, host: str, f):
+    if not running_anywhere(ctx):
+        return [skipped(NOT_RUNNING)]
+    if f.containers is None:
+        return [fail(f"cannot list containers: {f.errors.get('containers', 'no answer')}", f"check the Docker engine on {host}")]
+    out = []
+    plan = ctx.plan
+    specs = plan.for_host(host) if plan else []
+    by_name = {c.name: c for c in f.containers}
+    for spec in specs:
+        c = by_name.pop(spec.name, None)
+        if c is None:
+            out.append(fail(f"{spec.name} is not running on {host}", "`sparkctl up` starts the runtime in order (drafter, worker, head)", spec.name))
+        elif not c.running:
+            why = f" ({c.error})" if c.error else ""
+            out.append(
+                fail(
+                    f"{c.name} is {c.status} (exit code {c.exit_code}){why}",
+                    f"read why: `docker logs --tail 100 {c.name}` on {host} (runtime.engine names known causes); "
+                    "then `sparkctl up`",
+                    spec.name,
+                    exit_code=c.exit_code,
+                )
+            )
+        else:
+            out.append(ok(f"{c.name} running since {c.started_at[:19].replace('T', ' ')}", spec.name))
+    for c in by_name.values():
+        out.append(warn(f"{c.name} ({c.status}) belongs to no host's launch in this inventory", f"remove it: `docker rm -f {c.name}` on {host}", c.name))
+    return out
+
+
+@host_check("runtime.config", "running containers carry the inventory's config hash and the node's current image", scope=runtime_hosts)
+def config(ctx: Context, host: str, f):
+    if not running_anywhere(ctx):
+        return [skipped(NOT_RUNNING)]
+    plan = ctx.plan
+    out = []
+    for c in [c for c in (f.containers or []) if c.running]:
+        want = plan.config_hash if plan else "?"
+        if c.config_hash != want:
+            out.append(
+                fail(
+                    f"{c.name} runs config {c.config_hash or '(no label)'}, the inventory renders {want}: "
+                    "the inventory changed since it started",
+                    "`sparkctl up` restarts the runtime with the inventory's config (or revert the inventory)",
+                    c.name,
+                )
+            )
+            continue
+        img = f.images.get(c.image_ref)
+        if img and img.id and img.id != c.image_id:
+            out.append(
+                warn(
+                    f"{c.name} runs image {c.image_id[7:19]}, but {c.image_ref} is now {img.id[7:19]} on {host}",
+                    "`sparkctl up` restarts on the new image (after images.same agrees on every node)",
+                    c.name,
+                )
+            )
+            continue
+        out.append(ok(f"{c.name}: config {c.config_hash}", c.name))
+    return out or [skipped("no running container here (see runtime.containers)")]
+
+
+@host_check("runtime.health", "GET /health on the head answers 200", scope=head_host)
+def health(ctx: Context, host: str, f):
+    if not running_anywhere(ctx):
+        return [skipped(NOT_RUNNING)]
+    ep = ctx.endpoint
+    if ep is None:
+        return [skipped("not asked")]
+    if ep.health == 200:
+        return [ok(f"{ep.url}/health 200")]
+    _, c, logs = _head_container(ctx)
+    if ep.health is None and c is not None and c.running and not (logs and (logs.ready or logs.fatal)):
+        return [warn(f"{ep.url} refuses connections: the runtime is still loading", "wait; `sparkctl up` shows the start-up phase")]
+    what = f"answers {ep.health}" if ep.health is not None else ep.health_error
+    return [
+        fail(
+            f"{ep.url}/health {what}" + (" (503: the engine is dead)" if ep.health == 503 else ""),
+            f"see runtime.engine and `docker logs --tail 100 sparkctl-head` on {host}; restart with `sparkctl up`",
+        )
+    ]
+
+
+@host_check("runtime.models", "/v1/models serves the inventory's model name and max_model_len", scope=head_host)
+def models(ctx: Context, host: str, f):
+    if not running_anywhere(ctx):
+        return [skipped(NOT_RUNNING)]
+    ep, r = ctx.endpoint, ctx.inventory.runtime
+    if ep is None or ep.health != 200:
+        return [skipped("the API is not serving (see runtime.health)")]
+    if ep.models is None:
+        return [fail(f"/v1/models: {ep.models_error}", f"`curl {ep.url}/v1/models` by hand; `docker logs sparkctl-head`")]
+    names = [m.get("id") for m in ep.models]
+    m = next((m for m in ep.models if m.get("id") == r.served_model_name), None)
+    fix = "the runtime runs another config: `sparkctl up` restarts it with the inventory's (see runtime.config)"
+    if m is None:
+        return [fail(f"serves {', '.join(map(str, names)) or 'no model'}, not {r.served_model_name}", fix)]
+    if m.get("max_model_len") != r.max_model_len:
+        return [fail(f"{r.served_model_name} has max_model_len {m.get('max_model_len')}, the inventory says {r.max_model_len}", fix)]
+    return [ok(f"{r.served_model_name}, max_model_len {r.max_model_len}")]
+
+
+@host_check("runtime.metrics", "/metrics now: requests running/waiting, KV cache usage, speculative acceptance", scope=head_host)
+def metrics(ctx: Context, host: str, f):
+    if not running_anywhere(ctx):
+        return [skipped(NOT_RUNNING)]
+    ep = ctx.endpoint
+    if ep is None or ep.health != 200:
+        return [skipped("the API is not serving (see runtime.health)")]
+    if ep.metrics_error:
+        return [fail(f"/metrics: {ep.metrics_error}", f"`curl {ep.url}/metrics` by hand")]
+    m = ep.metrics
+    running, waiting = m.get("vllm:num_requests_running", 0), m.get("vllm:num_requests_waiting", 0)
+    kv = m.get("vllm:kv_cache_usage_perc")
+    parts = [f"{running:g} running, {waiting:g} waiting"]
+    data = {"running": running, "waiting": waiting}
+    if kv is not None:
+        parts.append(f"KV cache {kv:.0%} used")
+        data["kv_usage"] = kv
+    drafts = m.get("vllm:spec_decode_num_drafts_total", 0)
+    draft_tokens = m.get("vllm:spec_decode_num_draft_tokens_total", 0)
+    accepted = m.get("vllm:spec_decode_num_accepted_tokens_total", 0)
+    if drafts > 0 and draft_tokens > 0:
+        length, rate = 1 + accepted / drafts, accepted / draft_tokens
+        parts.append(f"speculative: mean acceptance length {length:.2f}, acceptance rate {rate:.0%} since start")
+        data.update(acceptance_length=round(length, 3), acceptance_rate=round(rate, 3))
+    elif ctx.inventory.runtime.speculative:
+        parts.append("speculative: no drafts yet")
+    msg = "; ".join(parts)
+    if kv is not None and kv >= KV_USAGE_WARN:
+        return [
+            warn(
+                f"{msg}: the pool is nearly full (requests get preempted)",
+                "the pool is shared by all live requests: lower max_num_seqs or the context in use, or add memory",
+                **data,
+            )
+        ]
+    return [ok(msg, **data)]
+
+
+@host_check("runtime.kv_pool", "the KV pool the runtime logs fits max_model_len and matches kv_pool_tokens", scope=head_host)
+def kv_pool(ctx: Context, host: str, f):
+    if not running_anywhere(ctx):
+        return [skipped(NOT_RUNNING)]
+    _, c, logs = _head_container(ctx)
+    r = ctx.inventory.runtime
+    if logs is None or logs.kv_pool_tokens is None:
+        return [skipped("no 'GPU KV cache size' line in the head's log yet")]
+    pool = logs.kv_pool_tokens
+    data = {"kv_pool_tokens": pool}
+    if pool < r.max_model_len:
+        return [
+            fail(
+                f"KV pool {pool:,} tokens is smaller than max_model_len {r.max_model_len:,}: a full-length request cannot fit",
+                "lower max_model_len, raise gpu_memory_utilization, or free GPU memory (gpu.processes)",
+                **data,
+            )
+        ]
+    if r.kv_pool_tokens and abs(pool - r.kv_pool_tokens) > POOL_TOLERANCE * r.kv_pool_tokens:
+        return [
+            warn(
+                f"KV pool {pool:,} tokens, the inventory expects ~{r.kv_pool_tokens:,}",
+                "a smaller pool means less memory for KV (another process, a different gpu_memory_utilization or "
+                "kv_cache_dtype); if the new figure is right, update runtime.kv_pool_tokens",
+                **data,
+            )
+        ]
+    return [ok(f"KV pool {pool:,} tokens (max_model_len {r.max_model_len:,})", **data)]
+
+
+@host_check("runtime.moe_backend", "no silent Marlin fallback: the MoE backend the log names is the configured one", scope=runtime_hosts)
+def moe_backend(ctx: Context, host: str, f):
+    if not running_anywhere(ctx):
+        return [skipped(NOT_RUNNING)]
+    want = ctx.inventory.runtime.moe_backend
+    out = []
+    for c in f.containers or []:
+        logs = f.logs.get(c.id)
+        if c.role == "drafter" or logs is None:
+            continue
+        if logs.marlin and want != "marlin":
+            out.append(
+                fail(
+                    f"{c.name} fell back to Marlin (W4A16, about half the throughput): {logs.marlin[0][-160:]}",
+                    f"run an image whose MoE kernels include {want or 'flashinfer_b12x'} and set runtime.moe_backend to it, "
+                    "then `sparkctl up`",
+                    c.name,
+                )
+            )
+        elif logs.moe_backend and want and logs.moe_backend != want:
+            out.append(
+                fail(
+                    f"{c.name} uses MoE backend {logs.moe_backend}, the inventory asks for {want}",
+                    f"the image lacks {want}: use one that has it (or set runtime.moe_backend to what it has)",
+                    c.name,
+                )
+            )
+        elif logs.moe_backend:
+            out.append(ok(f"{c.name}: MoE backend {logs.moe_backend}", c.name))
+        else:
+            out.append(ok(f"{c.name}: no Marlin fallback in its log", c.name))
+    return out or [skipped("no runtime container here")]
+
+
+_FATAL_FIX = {
+    "device_assert": "a CUDA device-side assert: seed 002 hits it under concurrent long-context requests; lower "
+    "max_num_seqs or max_model_len, then `sparkctl up`",
+    "engine_fatal": "the engine core died: read the traceback above the line (`docker logs --tail 200 {name}`), then `sparkctl up`",
+    "worker_died": "a Ray worker died: check the worker (its container log, `sparkctl doctor --only fabric,gpu`), then `sparkctl up`",
+}
+
+
+@host_check("runtime.engine", "the logs show none of the known fatal signs (EngineCore fatal, device-side assert, lost Ray worker)", scope=runtime_hosts)
+def engine(ctx: Context, host: str, f):
+    if not running_anywhere(ctx):
+        return [skipped(NOT_RUNNING)]
+    out = []
+    for c in f.containers or []:
+        logs = f.logs.get(c.id)
+        if logs is None:
+            continue
+        for kind in ("device_assert", "worker_died", "engine_fatal"):  # the most specific cause first
+            lines = getattr(logs, kind)
+            if lines:
+                out.append(fail(f"{c.name}: {lines[0][-200:]}", _FATAL_FIX[kind].format(name=c.name), c.name, sign=kind))
+                break
+        else:
+            out.append(ok(f"{c.name}: no fatal sign in its log", c.name))
+    return out or [skipped("no runtime container here")]
+
+
+def drafter_host(ctx: Context) -> list[str]:
+    s = ctx.inventory.runtime.speculative
+    return [s.drafter_host] if s and s.drafter_host in ctx.hosts else []
+
+
+@host_check("runtime.drafter", "the drafter on the offload host answers /health", scope=drafter_host)
+def drafter(ctx: Context, host: str, f):
+    if not running_anywhere(ctx):
+        return [skipped(NOT_RUNNING)]
+    port = ctx.inventory.runtime.speculative.drafter_port
+    if f.drafter_health == 200:
+        return [ok(f"drafter /health 200 on port {port}")]
+    c = next((c for c in f.containers or [] if c.role == "drafter"), None)
+    state = "no drafter container" if c is None else f"{c.name} is {c.status}"
+    return [
+        fail(
+            f"drafter on port {port} does not answer /health ({f.drafter_health or 'no answer'}; {state})",
+            f"`docker logs --tail 100 sparkctl-drafter` on {host}; `sparkctl up` starts it before the head",
+        )
+    ]

@@ -1,0 +1,60 @@
+"""The persistent kernel cache on a node: does it exist, and does it hold compiled graphs?
+
+vLLM writes torch.compile artefacts to `<cache root>/torch_compile_cache/<hash>/rank_<r>_<dp>/<prefix>/`
+(vllm-interface.md), and the index `vllm_compile_cache.py` in the prefix directory last, so a hash
+without an index is an interrupted compile (a miss). The hash covers vLLM version, model, cache,
+parallel and scheduler config and VLLM_* env: only vLLM can compute it, so doctor reports which
+hashes are complete and relates them to the last applied config.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+COMPILE_DIR = "torch_compile_cache"
+AOT_DIR = "torch_aot_compile"
+INDEX = "vllm_compile_cache.py"
+
+
+def cache_probe(host_path: str) -> str:
+    p = shlex.quote(host_path)
+    c = shlex.quote(f"{host_path}/{COMPILE_DIR}")
+    return (
+        f"if [ -d {p} ]; then echo present; else echo missing; exit 0; fi; "
+        f"[ -d {c} ] && cd {c} && {{ find . -mindepth 1 -maxdepth 1 -type d | sed 's/^/d /'; "
+        f"find . -mindepth 4 -maxdepth 4 -name {INDEX} | sed 's/^/i /'; }} | head -n 1000; true"
+    )
+
+
+@dataclass(frozen=True)
+class CacheFacts:
+    present: bool
+    hashes: tuple[str, ...] = ()  # compile hash directories (excluding AOT)
+    complete: dict[str, tuple[str, ...]] = field(default_factory=dict)  # hash -> ranks with an index
+
+    @property
+    def warm_hashes(self) -> list[str]:
+        return sorted(self.complete)
+
+    @property
+    def partial_hashes(self) -> list[str]:
+        return sorted(h for h in self.hashes if h not in self.complete)
+
+
+def parse_cache(rc: int, text: str) -> CacheFacts:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines or lines[0] != "present":
+        return CacheFacts(present=False)
+    hashes: list[str] = []
+    complete: dict[str, set[str]] = {}
+    for ln in lines[1:]:
+        kind, _, path = ln.partition(" ")
+        parts = path.removeprefix("./").split("/")
+        if not parts or parts[0] in ("", AOT_DIR):
+            continue
+        if kind == "d":
+            hashes.append(parts[0])
+        elif kind == "i" and len(parts) >= 2:
+            complete.setdefault(parts[0], set()).add(parts[1])
+    return CacheFacts(True, tuple(sorted(hashes)), {h: tuple(sorted(r)) for h, r in complete.items()})

@@ -1,0 +1,87 @@
+"""The runtime's HTTP interface as a client sees it: /health, /v1/models, /metrics (vllm-interface.md).
+
+Fetched by the runner over httpx from the head's address and runtime port, concurrently with
+the hosts' probes. Each endpoint's answer (or why there is none) is kept; checks judge them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+# Summed over label sets (model_name, engine); counters are read under their `_total` sample name.
+METRICS = (
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "vllm:num_preemptions_total",
+    "vllm:spec_decode_num_drafts_total",
+    "vllm:spec_decode_num_draft_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_total",
+)
+
+
+@dataclass
+class EndpointFacts:
+    url: str
+    health: Optional[int] = None  # HTTP status of GET /health, None when no answer
+    health_error: Optional[str] = None  # e.g. "connection refused" (loading, or nothing listening)
+    models: Optional[list[dict]] = None
+    models_error: Optional[str] = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    metrics_error: Optional[str] = None
+
+    @property
+    def answering(self) -> bool:
+        return self.health is not None
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text -> the sums of the samples doctor reads (prometheus_client's parser)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in METRICS:
+                out[sample.name] = out.get(sample.name, 0.0) + float(sample.value)
+    return out
+
+
+def _why(exc: Exception) -> str:
+    import httpx
+
+    if isinstance(exc, httpx.ConnectError):
+        return "connection refused or unreachable (the runtime is loading, or nothing listens)"
+    if isinstance(exc, httpx.TimeoutException):
+        return "no answer in time"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def fetch(host: str, port: int, timeout: float = 3.0) -> EndpointFacts:
+    import httpx
+
+    base = f"http://{host}:{port}"
+    facts = EndpointFacts(url=base)
+    # trust_env=False: never route this through a proxy from the environment
+    with httpx.Client(base_url=base, timeout=timeout, trust_env=False) as client:
+        try:
+            facts.health = client.get("/health").status_code
+        except httpx.HTTPError as exc:
+            facts.health_error = _why(exc)
+            return facts  # nothing listens: the other endpoints cannot answer either
+        try:
+            r = client.get("/v1/models")
+            r.raise_for_status()
+            facts.models = list(r.json().get("data") or [])
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            facts.models_error = _why(exc) if isinstance(exc, httpx.HTTPError) else f"unreadable answer: {exc}"
+        try:
+            r = client.get("/metrics")
+            r.raise_for_status()
+            facts.metrics = parse_metrics(r.text)
+        except httpx.HTTPError as exc:
+            facts.metrics_error = _why(exc)
+        except ValueError as exc:
+            facts.metrics_error = f"unreadable Prometheus text: {exc}"
+    return facts

@@ -1,0 +1,365 @@
+"""Everything doctor needs to know about one host, gathered in ONE round trip and parsed once.
+
+`probes_for` builds the probe set for a host from the inventory (its rails, RDMA devices, images,
+cache path, Engram placement, ...); `gather_host` runs it over the host's SSH session and parses
+the sections into a `HostFacts`; `parse_host` is the pure half, so tests feed recorded sections.
+Probes that only wait (pings, docker CLI calls, nvidia-smi) run concurrently inside the script.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+from sparkctl.facts import caches, docker, engram, gpu, logs, network, rdma, system
+from sparkctl.facts.probe import Section, gather
+from sparkctl.inventory.models import FabricLink, Inventory
+
+# Probe key -> the check groups that read it; a run limited by --only gathers only what it needs.
+GROUPS_OF = {
+    "clock": {"ssh"},
+    "whoami": {"ssh"},
+    "ip_addr": {"fabric", "env"},
+    "speeds": {"fabric"},
+    "rdma_state": {"fabric", "env"},
+    "ibdev2netdev": {"fabric"},
+    "route": {"fabric"},
+    "ping": {"fabric"},
+    "gpus": {"gpu"},
+    "gpu_apps": {"gpu"},
+    "meminfo": {"engram"},
+    "disk": {"host"},
+    "memlock": {"host"},
+    "logind": {"host"},
+    "image": {"images"},
+    "containers": {"runtime", "gpu", "host", "images"},
+    "logs": {"runtime", "caches"},
+    "cache": {"caches"},
+    "engram": {"engram"},
+    "drafter_health": {"runtime"},
+    "applied": {"caches", "runtime"},
+    "gid": {"env"},
+}
+# waiting, not working: run these concurrently inside the host's script
+BACKGROUND_KINDS = {"ping", "route", "gpus", "gpu_apps", "disk", "image", "containers", "logs", "drafter_health"}
+
+GPU_APPS_SPLIT = "@@cgroups"
+APPLIED = "/var/lib/sparkctl/state/applied.json"  # written by `sparkctl up` (steps/record.py) on the head
+NVIDIA_SMI_GPUS = f"nvidia-smi --query-gpu={gpu.GPU_QUERY} --format=csv,noheader,nounits"
+NVIDIA_SMI_APPS = f"nvidia-smi --query-compute-apps={gpu.APPS_QUERY} --format=csv,noheader,nounits"
+
+
+def peer_ip(inv: Inventory, host: str, link: FabricLink) -> Optional[str]:
+    """The peer's address on the same rail (the rail on the peer pointing back, same subnet)."""
+    peer = inv.hosts.get(link.peer)
+    if peer is None:
+        return None
+    for other in peer.fabric:
+        if other.peer == host and other.address.network == link.address.network:
+            return str(other.address.ip)
+    return None
+
+
+def ping_command(link: FabricLink, ip: str) -> str:
+    # MTU-28 bytes (IP + ICMP headers), fragmentation forbidden: proves jumbo frames end to end
+    return f"ping -M do -s {link.mtu - 28} -c 2 -i 0.2 -W 1 -I {shlex.quote(link.device)} {shlex.quote(ip)}"
+
+
+def images_for(inv: Inventory, host: str) -> list[str]:
+    """Image references the host's runtime containers run (runtime and/or drafter image)."""
+    from sparkctl.runtime.launch import render
+
+    try:
+        plan = render(inv)
+    except Exception:  # an inventory render cannot handle: images checks then report nothing
+        return []
+    refs: list[str] = []
+    for spec in plan.for_host(host):
+        if spec.image not in refs:
+            refs.append(spec.image)
+    return refs
+
+
+def runs_runtime(inv: Inventory, host: str) -> bool:
+    return bool(images_for(inv, host))
+
+
+def gid_index_pinned(inv: Inventory) -> Optional[str]:
+    return inv.runtime.env.get("NCCL_IB_GID_INDEX")
+
+
+def probes_for(inv: Inventory, host: str, groups: Optional[Iterable[str]] = None) -> dict[str, str]:
+    """Shell probes for one host, limited to what the selected check groups read."""
+    want = set(groups) if groups is not None else None
+    h = inv.hosts[host]
+    probes: dict[str, str] = {}
+
+    def add(key: str, snippet: str) -> None:
+        kind = key.split(".", 1)[0]
+        if want is None or GROUPS_OF[kind] & want:
+            probes[key] = snippet
+
+    add("clock", "date +%s.%N")  # first: the script starts right after the command is sent
+    add("whoami", 'id -u; id -un; if [ "$(id -u)" != 0 ]; then sudo -n true 2>/dev/null && echo sudo || echo no-sudo; fi')
+    devs = [link.device for link in h.fabric]
+    rdmas = [d for link in h.fabric for d in link.rdma]
+    if h.fabric:
+        add("ip_addr", "ip -j addr")
+        add(
+            "speeds",
+            "for d in " + " ".join(shlex.quote(d) for d in devs)
+            # third column: a device without a bus device behind it is virtual (veth, lab)
+            + '; do printf "%s %s %s\\n" "$d" "$(cat /sys/class/net/$d/speed 2>/dev/null || echo -1)" '
+            '"$([ -e /sys/class/net/$d/device ] && echo physical || echo virtual)"; done',
+        )  # fmt: skip
+        for i, link in enumerate(h.fabric):
+            ip = peer_ip(inv, host, link)
+            if ip:
+                add(f"route.{i}", f"ip -j route get {shlex.quote(ip)}")
+                add(f"ping.{i}", ping_command(link, ip))
+    if rdmas:
+        add(
+            "rdma_state",
+            "for d in " + " ".join(shlex.quote(d) for d in rdmas)
+            + '; do printf "%s %s\\n" "$d" "$(cat /sys/class/infiniband/$d/ports/1/state 2>/dev/null || echo missing)"; done',
+        )  # fmt: skip
+        add("ibdev2netdev", "ibdev2netdev")
+        if gid_index_pinned(inv) is not None:
+            idx = shlex.quote(gid_index_pinned(inv))
+            add(
+                "gid",
+                "for d in " + " ".join(shlex.quote(d) for d in rdmas)
+                + f'; do printf "%s %s\\n" "$d" "$(cat /sys/class/infiniband/$d/ports/1/gid_attrs/types/{idx} 2>/dev/null || echo missing)"; done',
+            )  # fmt: skip
+    if h.gpu is not None:
+        add("gpus", NVIDIA_SMI_GPUS)
+        add(
+            "gpu_apps",
+            f'out=$({NVIDIA_SMI_APPS}); rc=$?; printf "%s\\n" "$out"; echo {GPU_APPS_SPLIT}; '
+            'for p in $(printf "%s\\n" "$out" | cut -d, -f2 | tr -d " "); do '
+            '[ "$p" -eq "$p" ] 2>/dev/null && printf "%s %s\\n" "$p" "$(tr "\\n" " " < /proc/$p/cgroup 2>/dev/null)"; done; exit $rc',
+        )
+    add("meminfo", "cat /proc/meminfo")
+    cache_path = shlex.quote(inv.caches.host_path)
+    add(
+        "disk",
+        "d=$(docker info --format '{{.DockerRootDir}}' 2>/dev/null); [ -n \"$d\" ] || d=/var/lib/docker; "
+        f"p={cache_path}; while [ ! -e \"$p\" ]; do p=$(dirname \"$p\"); done; "
+        'echo "@@docker $d"; df -P -B1 "$d"; echo "@@caches $p"; df -P -B1 "$p"',
+    )
+    add("memlock", "ulimit -l")
+    add(
+        "logind",
+        "if pidof systemd-logind >/dev/null 2>&1; then echo running; else echo stopped; fi; "
+        "cat /etc/systemd/logind.conf /etc/systemd/logind.conf.d/*.conf 2>/dev/null; true",
+    )
+    for i, ref in enumerate(images_for(inv, host)):
+        add(f"image.{i}", docker.image_probe(ref))
+    add("containers", docker.containers_probe(inv.cluster.name))
+    label = shlex.quote(f"label=io.sparkctl.cluster={inv.cluster.name}")
+    add("logs", f"ids=$(docker ps -aq --no-trunc --filter {label}) || exit $?; " + logs.scan_command())
+    if runs_runtime(inv, host):
+        add("cache", caches.cache_probe(inv.caches.host_path))
+    if inv.hosts[host].role == "head":
+        # only the top-level keys doctor reads (the record also holds the whole inventory)
+        add("applied", f"grep -E '^  \"(config_hash|applied_at)\": ' {APPLIED} 2>/dev/null || true")
+    if inv.engram and inv.engram.host == host:
+        add("engram", engram.engram_probe(inv.engram.source, inv.engram.target))
+    spec = inv.runtime.speculative
+    if spec and spec.drafter_host == host:
+        from sparkctl.runtime.launch import fabric_link_to
+
+        heads = inv.hosts_with_role("head")
+        link = fabric_link_to(inv, host, heads[0]) if heads else None
+        ip = str(link.address.ip) if link else h.ssh.address  # where render() binds the drafter
+        url = shlex.quote(f"http://{ip}:{spec.drafter_port}/health")
+        add(
+            "drafter_health",
+            f"if command -v curl >/dev/null; then curl -s -o /dev/null -w '%{{http_code}}' --max-time 3 {url}; "
+            f"else wget -q -T 3 -O /dev/null {url} && echo 200; fi",
+        )
+    return probes
+
+
+def background_keys(probes: Iterable[str]) -> set[str]:
+    return {k for k in probes if k.split(".", 1)[0] in BACKGROUND_KINDS}
+
+
+@dataclass
+class HostFacts:
+    """Parsed facts of one host. A fact that could not be read is None (with the reason in `errors`)."""
+
+    host: str
+    sections: dict[str, Section]
+    errors: dict[str, str] = field(default_factory=dict)
+    clock_offset: Optional[float] = None  # host clock minus runner clock, seconds
+    uid: Optional[int] = None
+    user: str = ""
+    sudo: Optional[bool] = None
+    interfaces: Optional[dict[str, network.Interface]] = None
+    speeds: dict[str, Optional[int]] = field(default_factory=dict)
+    virtual: set[str] = field(default_factory=set)  # net devices with no bus device (veth): no line rate
+    rdma_states: dict[str, str] = field(default_factory=dict)
+    ibdev: dict[str, rdma.RdmaPort] = field(default_factory=dict)
+    gid_types: dict[str, str] = field(default_factory=dict)
+    routes: dict[int, Optional[str]] = field(default_factory=dict)  # rail index -> device the route uses
+    route_text: dict[int, str] = field(default_factory=dict)
+    pings: dict[int, network.PingResult] = field(default_factory=dict)  # rail index -> ping
+    gpus: Optional[list[gpu.GPU]] = None
+    gpu_error: Optional[str] = None
+    gpu_apps: list[gpu.GPUApp] = field(default_factory=list)
+    app_cgroups: dict[int, str] = field(default_factory=dict)
+    meminfo: dict[str, int] = field(default_factory=dict)
+    docker_root: Optional[str] = None
+    disks: dict[str, system.Disk] = field(default_factory=dict)  # "docker" / "caches" -> disk
+    memlock_kib: Optional[int] = None
+    logind_running: Optional[bool] = None
+    remove_ipc: Optional[bool] = None
+    images: dict[str, docker.ImageFact] = field(default_factory=dict)
+    containers: Optional[list[docker.ContainerFact]] = None
+    logs: dict[str, logs.LogFacts] = field(default_factory=dict)  # container id -> log facts
+    cache: Optional[caches.CacheFacts] = None
+    engram: Optional[engram.EngramFacts] = None
+    drafter_health: Optional[int] = None
+    applied: Optional[dict] = None  # the head's record of the last `sparkctl up` (config_hash, applied_at)
+
+    def has(self, key: str) -> bool:
+        return key in self.sections
+
+
+def _first_line(sec: Section) -> str:
+    lines = [ln for ln in sec.out.strip().splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else f"exit {sec.rc}"
+
+
+def parse_host(inv: Inventory, host: str, sections: dict[str, Section], clock_sent: Optional[float] = None) -> HostFacts:
+    """Pure: sections gathered by `probes_for`'s script -> HostFacts (never raises on odd output)."""
+    f = HostFacts(host=host, sections=dict(sections))
+
+    def parse(key: str, fn) -> None:
+        sec = sections.get(key)
+        if sec is None:
+            return
+        try:
+            fn(sec)
+        except Exception as exc:  # an answer we did not expect: a fact we cannot judge, not a crash
+            f.errors[key] = f"unreadable output ({type(exc).__name__}: {exc}): {sec.out.strip()[:200]}"
+
+    def clock(sec: Section) -> None:
+        if clock_sent is not None and sec.ok:
+            f.clock_offset = float(sec.out.strip().splitlines()[0]) - clock_sent
+
+    def whoami(sec: Section) -> None:
+        lines = sec.out.split()
+        f.uid = int(lines[0])
+        f.user = lines[1] if len(lines) > 1 else ""
+        f.sudo = True if f.uid == 0 else (len(lines) > 2 and lines[2] == "sudo")
+
+    def ip_addr(sec: Section) -> None:
+        if not sec.ok:
+            f.errors["ip_addr"] = _first_line(sec)
+            return
+        f.interfaces = network.parse_ip_addr(sec.out)
+
+    def gpus(sec: Section) -> None:
+        found, err = gpu.parse_gpus(sec.rc, sec.out)
+        if err and err != "No devices were found":
+            f.gpu_error = err
+        else:
+            f.gpus = found
+
+    def gpu_apps(sec: Section) -> None:
+        apps_text, _, cg = sec.out.partition(GPU_APPS_SPLIT)
+        f.gpu_apps = gpu.parse_apps(sec.rc, apps_text)
+        for line in cg.splitlines():
+            pid, _, rest = line.strip().partition(" ")
+            if pid.isdigit():
+                f.app_cgroups[int(pid)] = rest
+
+    def disk(sec: Section) -> None:
+        label = path = None
+        rows: list[str] = []
+
+        def flush() -> None:
+            if label and path:
+                found = system.parse_df("\n".join(rows), [path])
+                if path in found:
+                    f.disks[label] = found[path]
+                if label == "docker":
+                    f.docker_root = path
+
+        for line in sec.out.splitlines():
+            if line.startswith("@@"):
+                flush()
+                label, _, path = line[2:].partition(" ")
+                rows = []
+            else:
+                rows.append(line)
+        flush()
+
+    def logind(sec: Section) -> None:
+        first, _, rest = sec.out.partition("\n")
+        f.logind_running = first.strip() == "running"
+        f.remove_ipc = system.parse_remove_ipc(rest)
+
+    def containers(sec: Section) -> None:
+        found, err = docker.parse_containers(sec.rc, sec.out)
+        if err:
+            f.errors["containers"] = err
+        else:
+            f.containers = found
+
+    def drafter(sec: Section) -> None:
+        code = sec.out.strip()
+        f.drafter_health = int(code) if code.isdigit() and int(code) > 0 else None
+
+    parse("clock", clock)
+    parse("whoami", whoami)
+    parse("ip_addr", ip_addr)
+    def speeds(sec: Section) -> None:
+        f.speeds.update(network.parse_speeds(sec.out))
+        f.virtual.update(ln.split()[0] for ln in sec.out.splitlines() if ln.split()[2:3] == ["virtual"])
+
+    def applied(sec: Section) -> None:
+        import json
+
+        lines = [ln.strip().rstrip(",") for ln in sec.out.splitlines() if ln.strip()]
+        if lines:
+            f.applied = json.loads("{" + ",".join(lines) + "}")
+
+    parse("speeds", speeds)
+    parse("applied", applied)
+    parse("rdma_state", lambda s: f.rdma_states.update(rdma.parse_port_states(s.out)))
+    parse("ibdev2netdev", lambda s: f.ibdev.update(rdma.parse_ibdev2netdev(s.out)))
+    parse("gid", lambda s: f.gid_types.update(rdma.parse_port_states(s.out)))
+    parse("gpus", gpus)
+    parse("gpu_apps", gpu_apps)
+    parse("meminfo", lambda s: f.meminfo.update(system.parse_meminfo(s.out)))
+    parse("disk", disk)
+    parse("memlock", lambda s: setattr(f, "memlock_kib", system.parse_memlock(s.out)))
+    parse("logind", logind)
+    parse("containers", containers)
+    parse("logs", lambda s: f.logs.update(logs.parse_scan(s.out)))
+    parse("cache", lambda s: setattr(f, "cache", caches.parse_cache(s.rc, s.out)))
+    parse("engram", lambda s: setattr(f, "engram", engram.parse_engram(s.out)))
+    parse("drafter_health", drafter)
+    for key, sec in sections.items():
+        kind, _, idx = key.partition(".")
+        if kind == "route":
+            parse(key, lambda s, i=int(idx): (f.routes.__setitem__(i, network.parse_route_get(s.out)), f.route_text.__setitem__(i, s.out.strip())))
+        elif kind == "ping":
+            parse(key, lambda s, i=int(idx): f.pings.__setitem__(i, network.parse_ping(s.rc, s.out)))
+    for i, ref in enumerate(images_for(inv, host)):
+        parse(f"image.{i}", lambda s, r=ref: f.images.__setitem__(r, docker.parse_image(r, s.rc, s.out)))
+    return f
+
+
+def gather_host(session, inv: Inventory, groups: Optional[Iterable[str]] = None, timeout: float = 60) -> HostFacts:
+    """Connect (if needed), run the host's probes in one round trip, parse them."""
+    session.connect()
+    probes = probes_for(inv, session.name, groups)
+    sent = time.time()
+    sections = gather(session, probes, timeout=timeout, background=background_keys(probes))
+    return parse_host(inv, session.name, sections, clock_sent=sent)

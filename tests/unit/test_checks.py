@@ -1,0 +1,350 @@
+"""Doctor's checks on facts recorded from the lab (tests/unit/recorded/doctor/): no host needed.
+
+healthy.json holds every probe section of head, worker and offload on a prepared lab; each fault
+file holds only the sections that changed with that lab fault switched on (recorded the same way),
+so each case below is real tool output. Cases the lab cannot produce are small edits of it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkctl.checks import REGISTRY
+from sparkctl.checks.base import Context, Unreachable
+from sparkctl.checks.doctor import run_checks, select
+from sparkctl.facts.host import parse_host
+from sparkctl.facts.probe import Section
+from sparkctl.inventory.models import Inventory
+
+REC = Path(__file__).parent / "recorded" / "doctor"
+INV = Inventory.model_validate(yaml.safe_load((REC / "inventory.yaml").read_text()))
+HEALTHY = json.loads((REC / "healthy.json").read_text())
+W, H, O = "worker", "head", "offload"
+RAIL = "enp1s0f0np0"
+
+
+def sections(scenario: str | None = None) -> dict[str, dict[str, dict]]:
+    secs = copy.deepcopy(HEALTHY)
+    if scenario:
+        for host, changed in json.loads((REC / f"{scenario}.json").read_text()).items():
+            secs[host].update(changed)
+    return secs
+
+
+def run(secs=None, inv: Inventory = INV, unreachable=None, deep=False, only=None, **ctx_fields):
+    secs = sections() if secs is None else secs
+    unreachable = unreachable or {}
+    facts = {}
+    for host, raw in secs.items():
+        if host in unreachable:
+            continue
+        s = {k: Section(v["rc"], v["out"]) for k, v in raw.items()}
+        clock = float(s["clock"].out.split()[0]) if "clock" in s else None  # as if sent at that instant
+        facts[host] = parse_host(inv, host, s, clock_sent=clock)
+    ctx = Context(inventory=inv, hosts=list(inv.hosts), facts=facts, unreachable=unreachable, deep=deep, **ctx_fields)
+    return run_checks(ctx, select(only=only, deep=deep))
+
+
+def failing(results) -> set[tuple[str, str, str]]:
+    return {(r.name, r.host, r.target or "") for r in results if r.status == "fail"}
+
+
+def by(results, name: str, host: str, target: str | None = None):
+    found = [r for r in results if r.name == name and r.host == host and (target is None or r.target == target)]
+    assert found, f"no result {name} on {host} {target or ''}"
+    return found[0]
+
+
+def edit(secs, host: str, key: str, out: str, rc: int = 0):
+    secs[host][key] = {"rc": rc, "out": out}
+    return secs
+
+
+# --- healthy and the recorded lab faults -----------------------------------------------------------
+
+
+def test_healthy_recording_nothing_fails_runtime_skipped():
+    results = run()
+    assert failing(results) == set()
+    assert {r.name for r in results if r.status == "warn"} <= {"caches.compile"}
+    assert {r.name for r in results} == {n for n, c in REGISTRY.items() if not c.deep_only}
+    assert all(r.status == "skipped" and "not running" in r.message for r in results if r.group == "runtime")
+    assert by(results, "caches.compile", H).status == "warn" and "cold" in by(results, "caches.compile", H).message
+    assert by(results, "engram.placed", O).status == "ok" and by(results, "engram.checksums", O).status == "ok"
+    assert by(results, "fabric.speed", W, RAIL).data["gbps"] == 200
+
+
+RECORDED_FAULTS = {
+    "link-down": {
+        ("fabric.link", W, RAIL), ("fabric.rdma", W, "rocep1s0f0"), ("fabric.ping", W, RAIL), ("fabric.route", W, RAIL),
+        ("fabric.link", H, RAIL), ("fabric.rdma", H, "rocep1s0f0"), ("fabric.ping", H, RAIL),
+    },
+    "wrong-mtu": {("fabric.mtu", W, RAIL), ("fabric.ping", W, RAIL), ("fabric.ping", H, RAIL)},
+    "degraded-speed": {("fabric.speed", W, RAIL)},
+    "rdma-down": {("fabric.rdma", W, "rocep1s0f0")},
+    "gpu-missing": {("gpu.model", W, "")},
+    "offload-gpu-missing": {("gpu.model", O, "")},
+    "wrong-driver": {("gpu.driver", W, "")},
+    "foreign-gpu-process": {("gpu.processes", H, "")},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("scenario", list(RECORDED_FAULTS))
+def test_recorded_fault_fails_exactly_its_checks_with_a_fix(scenario):
+    results = run(sections(scenario))
+    assert failing(results) == RECORDED_FAULTS[scenario]
+    for r in results:
+        if r.status == "fail":
+            assert r.fix and r.runbook == f"docs/runbooks/{r.name}.md"
+            assert (Path(__file__).parents[2] / r.runbook).exists()
+
+
+def test_fault_messages_say_what_is_wrong():
+    r = run(sections("wrong-mtu"))
+    assert "MTU 1500, expected 9000" in by(r, "fabric.mtu", W, RAIL).message
+    assert "ip link set enp1s0f0np0 mtu 9000" in by(r, "fabric.mtu", W, RAIL).fix
+    assert "message too long" in by(r, "fabric.ping", W, RAIL).message
+    r = run(sections("degraded-speed"))
+    assert "13 Gb/s, expected 200 Gb/s: degraded" in by(r, "fabric.speed", W, RAIL).message
+    r = run(sections("link-down"))
+    assert "administratively down" in by(r, "fabric.link", W, RAIL).message
+    assert "no carrier" in by(r, "fabric.link", H, RAIL).message
+    assert by(r, "fabric.speed", W, RAIL).status == "skipped"
+    r = run(sections("gpu-missing"))
+    assert "expected 1x NVIDIA GB10, nvidia-smi shows no GPU" in by(r, "gpu.model", W).message
+    assert by(r, "gpu.smi", W).status == "ok"  # nvidia-smi answers; it just sees no device
+    r = run(sections("offload-gpu-missing"))
+    assert "expected 2x NVIDIA GeForce RTX 3090, nvidia-smi shows 1x" in by(r, "gpu.model", O).message
+    r = run(sections("wrong-driver"))
+    assert "580.82.09" in by(r, "gpu.driver", W).message and "install driver 580.95.05" in by(r, "gpu.driver", W).fix
+    assert by(r, "gpu.driver", H).status == "ok"
+    r = run(sections("foreign-gpu-process"))
+    msg = by(r, "gpu.processes", H).message
+    assert "16384 MiB" in msg and "pid" in msg
+
+
+# --- cases made by editing the recording ---------------------------------------------------------
+
+
+def test_nvidia_smi_missing_fails_smi_and_skips_the_rest():
+    r = run(edit(sections(), W, "gpus", "sh: 1: nvidia-smi: not found\n", rc=127))
+    assert failing(r) == {("gpu.smi", W, "")}
+    assert by(r, "gpu.model", W).status == "skipped" and by(r, "gpu.driver", W).status == "skipped"
+
+
+def test_address_missing_wrong_prefix_and_route_leak():
+    secs = sections()
+    ip = json.loads(secs[W]["ip_addr"]["out"])
+    for item in ip:
+        if item["ifname"] == RAIL:
+            item["addr_info"] = [a for a in item["addr_info"] if a.get("family") != "inet"]
+        if item["ifname"] == "enP2p1s0f0np0":
+            for a in item["addr_info"]:
+                if a.get("family") == "inet":
+                    a["prefixlen"] = 16
+    edit(secs, W, "ip_addr", json.dumps(ip))
+    edit(secs, W, "route.0", '[{"dst":"10.231.100.2","gateway":"10.231.0.1","dev":"enP7s7","prefsrc":"10.231.0.12"}]')
+    r = run(secs)
+    assert ("fabric.address", W, RAIL) in failing(r)
+    assert "is not configured on worker" in by(r, "fabric.address", W, RAIL).message
+    assert "wrong prefix" in by(r, "fabric.address", W, "enP2p1s0f0np0").message
+    leak = by(r, "fabric.route", W, RAIL)
+    assert leak.status == "fail" and "leaves via enP7s7" in leak.message
+    assert by(r, "env.fabric", W, "sparkctl-worker").status == "fail"  # VLLM_HOST_IP no longer on the device
+
+
+def test_unreachable_host_one_failure_rest_skipped():
+    u = {W: Unreachable("worker: cannot connect to root@10.231.0.12:22 after 3 attempts: timed out", "check the host", "connect")}
+    r = run(unreachable=u)
+    worker = [x for x in r if x.host == W]
+    assert [x.name for x in worker if x.status == "fail"] == ["ssh.reachable"]
+    assert all(x.status == "skipped" for x in worker if x.name != "ssh.reachable")
+    assert failing(r) == {("ssh.reachable", W, "")}
+    # cross-host checks still judge the hosts that answered
+    assert by(r, "gpu.driver", H).status == "ok" and by(r, "images.same", H).status == "ok"
+
+
+def test_changed_host_key_is_named_and_the_host_is_up():
+    u = {O: Unreachable("offload: HOST KEY CHANGED for 10.231.0.13 ...", "ssh-keygen -R ...", "host_key")}
+    r = run(unreachable=u)
+    assert by(r, "ssh.reachable", O).status == "ok" and by(r, "ssh.host_key", O).status == "fail"
+    assert "ssh-keygen -R" in by(r, "ssh.host_key", O).fix
+
+
+def test_only_still_reports_why_a_host_is_missing():
+    u = {W: Unreachable("worker: cannot connect", None, "connect")}
+    r = run(unreachable=u, only=["gpu"])
+    assert ("ssh.reachable", W, "") in failing(r) and {x.group for x in r} == {"ssh", "gpu"}
+
+
+def test_not_root_without_sudo():
+    r = run(edit(sections(), W, "whoami", "1000\nops\nno-sudo\n"))
+    assert failing(r) == {("ssh.privilege", W, "")} and "NOPASSWD" in by(r, "ssh.privilege", W).fix
+    r = run(edit(sections(), W, "whoami", "1000\nops\nsudo\n"))
+    assert by(r, "ssh.privilege", W).status == "ok"
+
+
+def test_clock_skew():
+    secs = sections()
+    t = float(secs[W]["clock"]["out"].split()[0])
+    secs[W]["clock"]["out"] = f"{t + 4.5:.6f}\n"  # the worker's clock runs 4.5 s ahead
+    facts = {}
+    for host, raw in secs.items():
+        s = {k: Section(v["rc"], v["out"]) for k, v in raw.items()}
+        sent = t if host == W else float(s["clock"].out.split()[0])  # every probe sent "now" for its host
+        facts[host] = parse_host(INV, host, s, clock_sent=sent)
+    results = run_checks(Context(inventory=INV, hosts=list(INV.hosts), facts=facts), select(only=["ssh"]))
+    assert failing(results) == {("ssh.clock", W, "")} and "timedatectl" in by(results, "ssh.clock", W).fix
+    assert "+4.5" in by(results, "ssh.clock", W).message and by(results, "ssh.clock", H).status == "ok"
+
+
+def test_remove_ipc():
+    r = run(edit(sections(), H, "logind", "running\n[Login]\n#RemoveIPC=yes\n"))
+    assert failing(r) == {("host.remove_ipc", H, "")} and "RemoveIPC=no" in by(r, "host.remove_ipc", H).fix
+    r = run(edit(sections(), H, "logind", "running\n[Login]\nRemoveIPC=no\n"))
+    assert by(r, "host.remove_ipc", H).status == "ok"
+    r = run(sections())  # the lab runs no logind: nothing removes IPC
+    assert by(r, "host.remove_ipc", H).status == "ok" and "not running" in by(r, "host.remove_ipc", H).message
+
+
+def test_disk_low():
+    secs = sections()
+    out, section = [], None
+    for ln in secs[H]["disk"]["out"].splitlines():
+        parts = ln.split()
+        if ln.startswith("@@"):
+            section = ln.split()[0]
+        elif section == "@@docker" and len(parts) >= 6 and parts[1].isdigit():
+            parts[3] = str(5 * (1 << 30))  # 5 GiB available under docker's data root
+            ln = " ".join(parts)
+        out.append(ln)
+    r = run(edit(secs, H, "disk", "\n".join(out) + "\n"))
+    assert failing(r) == {("host.disk", H, "docker")} and "5.0 GiB free" in by(r, "host.disk", H, "docker").message
+    assert "docker image prune" in by(r, "host.disk", H, "docker").fix
+
+
+def test_images_missing_and_mismatch():
+    secs = sections()
+    edit(secs, W, "image.0", "Error: No such image: 10.231.0.1:5000/sparkctl/vllm-sim:0.1\n", rc=1)
+    r = run(secs)
+    ref = INV.runtime.image
+    assert failing(r) == {("images.present", W, ref)} and "docker pull" in by(r, "images.present", W).fix
+    assert by(r, "images.same", W).status == "skipped"
+    secs = sections()
+    edit(secs, W, "image.0", "sha256:" + "ab" * 32 + "\n")
+    r = run(secs)
+    assert failing(r) == {("images.same", W, ref)}
+    assert "head" in by(r, "images.same", W).message and by(r, "images.same", H).status == "ok"
+    edit(secs, W, "image.0", "Cannot connect to the Docker daemon at unix:///var/run/docker.sock.\n", rc=1)
+    assert "docker did not answer" in by(run(secs), "images.present", W).message
+
+
+def test_cache_dir_missing_and_compile_cache():
+    r = run(edit(sections(), W, "cache", "missing\n"))
+    assert failing(r) == {("caches.volume", W, "")} and "mkdir -p" in by(r, "caches.volume", W).fix
+    assert by(r, "caches.compile", W).status == "skipped"
+    warm = "present\nd ./3f2a\ni ./3f2a/rank_0_0/backbone/vllm_compile_cache.py\nd ./torch_aot_compile\n"
+    r = run(edit(sections(), H, "cache", warm))
+    assert by(r, "caches.compile", H).status == "ok" and "1 config" in by(r, "caches.compile", H).message
+    partial = "present\nd ./3f2a\n"
+    r = run(edit(sections(), H, "cache", partial))
+    c = by(r, "caches.compile", H)
+    assert c.status == "warn" and "interrupted" in c.message and "cold" in c.message
+
+
+def test_compile_cache_against_the_applied_config():
+    from sparkctl.runtime.launch import render
+
+    warm = "present\nd ./3f2a\ni ./3f2a/rank_0_0/backbone/vllm_compile_cache.py\n"
+    h = render(INV).config_hash
+    secs = edit(sections(), H, "cache", warm)
+    edit(secs, H, "applied", f'  "config_hash": "{h}",\n  "applied_at": "2026-11-29T15:00:00Z",\n')
+    assert "next start warm" in by(run(secs), "caches.compile", H).message
+    edit(secs, H, "applied", '  "config_hash": "0000000000000000",\n')
+    c = by(run(secs), "caches.compile", H)
+    assert c.status == "warn" and "differs from the last applied" in c.message
+
+
+def test_engram_checks():
+    secs = sections()
+    out = secs[O]["engram"]["out"]
+    r = run(edit(copy.deepcopy(secs), O, "engram", out.replace("tmpfs  10739712", "").replace("tmpfs 10739712", "")))
+    placed = by(r, "engram.placed", O)
+    assert placed.status == "warn" and "not a mount" in placed.message and "sparkctl up" in placed.fix
+    # a file cut short in RAM
+    head, _, tail = out.partition("@@target")
+    tail = tail.replace("table1.bin 2000000", "table1.bin 1999000")
+    r = run(edit(copy.deepcopy(secs), O, "engram", head + "@@target" + tail))
+    assert failing(r) == {("engram.checksums", O, "")}
+    # not enough RAM, tables not placed
+    low = edit(copy.deepcopy(secs), O, "meminfo", "MemTotal: 1000 kB\nMemAvailable: 10240 kB\n")
+    edit(low, O, "engram", "@@mount\n@@marker\n@@sums\n@@source\ntable0.bin 3000000\n@@target\n")
+    r = run(low)
+    assert failing(r) == {("engram.memory", O, "")} and "0.0 GiB RAM available" in by(r, "engram.memory", O).message
+
+
+def test_engram_deep_rehash():
+    secs = sections()
+    marker = secs[O]["engram"]["out"].split("@@marker\n")[1].split("@@sums")[0]
+    r = run(secs, deep=True, engram_checksums=(0, marker.replace("./", "")))
+    assert by(r, "engram.checksums", O).status == "ok" and "re-hashed" in by(r, "engram.checksums", O).message
+    bad = marker.replace(marker[:4], "0000", 1)
+    r = run(secs, deep=True, engram_checksums=(0, bad))
+    assert failing(r) == {("engram.checksums", O, "")}
+
+
+def test_env_fabric_twin_left_out_and_gid_index():
+    doc = yaml.safe_load((REC / "inventory.yaml").read_text())
+    doc["hosts"]["head"]["fabric"] = doc["hosts"]["head"]["fabric"][:1] + doc["hosts"]["head"]["fabric"][2:]
+    doc["hosts"]["worker"]["fabric"] = doc["hosts"]["worker"]["fabric"][:1] + doc["hosts"]["worker"]["fabric"][2:]
+    inv = Inventory.model_validate(doc)
+    secs = sections()
+    for h in (H, W):  # the probes of a one-rail inventory: ping/route indexes shift
+        secs[h] = {k: v for k, v in secs[h].items() if not k.startswith(("ping.", "route."))}
+        secs[h]["ping.0"], secs[h]["route.0"] = HEALTHY[h]["ping.0"], HEALTHY[h]["route.0"]
+        secs[h]["ping.1"], secs[h]["route.1"] = HEALTHY[h]["ping.2"], HEALTHY[h]["route.2"]
+    r = run(secs, inv=inv)
+    e = by(r, "env.fabric", H, "sparkctl-head")
+    assert e.status == "warn" and "roceP2p1s0f0" in e.message and "twin" in e.message
+    doc = yaml.safe_load((REC / "inventory.yaml").read_text())
+    doc["runtime"]["env"]["NCCL_IB_GID_INDEX"] = "2"
+    inv = Inventory.model_validate(doc)
+    secs = sections()
+    for h in (H, W, O):
+        devs = [d for link in inv.hosts[h].fabric for d in link.rdma]
+        edit(secs, h, "gid", "".join(f"{d} IB/RoCE v1\n" for d in devs))
+    r = run(secs, inv=inv)
+    assert ("env.gid_index", H, "") in failing(r) and "RoCE v2" in by(r, "env.gid_index", H).fix
+    for h in (H, W, O):
+        devs = [d for link in inv.hosts[h].fabric for d in link.rdma]
+        edit(secs, h, "gid", "".join(f"{d} RoCE v2\n" for d in devs))
+    assert by(run(secs, inv=inv), "env.gid_index", H).status == "ok"
+
+
+def test_a_crashing_check_is_one_failure_not_a_traceback(monkeypatch):
+    def boom(ctx, host, f):
+        raise KeyError("surprise")
+
+    import dataclasses
+
+    monkeypatch.setitem(REGISTRY, "gpu.model", dataclasses.replace(REGISTRY["gpu.model"], fn=boom))
+    r = run()
+    assert {x.name for x in r if x.status == "fail"} == {"gpu.model"}
+    assert "check crashed" in by(r, "gpu.model", H).message
+
+
+def test_select_rejects_unknown_groups_and_names():
+    from sparkctl.errors import InputError
+
+    with pytest.raises(InputError, match="did you mean 'fabric'"):
+        select(only=["fabrik"])
+    with pytest.raises(InputError, match="did you mean 'fabric.mtu'"):
+        select(ignore=["fabric.mtuu"])
+    names = [c.name for c in select(only=["gpu,fabric"], ignore=["gpu.driver"])]
+    assert "gpu.driver" not in names and "fabric.mtu" in names and "ssh.reachable" in names
+    assert "fabric.bandwidth" not in names and "fabric.bandwidth" in [c.name for c in select(deep=True)]
