@@ -142,18 +142,6 @@ def _preflight() -> None:
     netns.check_range_free()
 
 
-def _load_state() -> dict:
-    try:
-        return json.loads(paths.STATE_FILE.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _save_state(doc: dict) -> None:
-    paths.STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
-    paths.STATE_FILE.write_text(json.dumps(doc, indent=1))
-
-
 def ip_operstates(name: str) -> dict[str, str]:
     return {dev: v["operstate"] for dev, v in netns.links(HOSTS[name].netns).items()}
 
@@ -179,7 +167,6 @@ def _up(progress: Progress) -> dict:
     t0 = time.monotonic()
     changes: list[str] = []
     key = image.image_key()
-    lab_state = _load_state()
 
     # the rootfs tarball takes a second or two: build it while the hosts start, when needed
     builder = None
@@ -187,11 +174,8 @@ def _up(progress: Progress) -> dict:
         builder = threading.Thread(target=image.tarball, args=(key,), daemon=True)
         builder.start()
 
-    netns_mount_before = os.path.ismount(netns.NETNS_DIR)
     hostfiles.prepare(changes)
     changes += netns.ensure()
-    if not netns_mount_before and os.path.ismount(netns.NETNS_DIR):
-        lab_state["netns_mount_created"] = True
     _sync_all()
 
     # registry (restoring a cached storage snapshot on a fresh lab)
@@ -233,7 +217,6 @@ def _up(progress: Progress) -> dict:
         (paths.REGISTRY_DIR / "image-key").write_text(key)
         image.save_snapshot(key, storage)
         changes.append(f"image {IMAGE} built and pushed")
-    _save_state(lab_state)
     took = time.monotonic() - t0
     return {"changed": bool(changes), "changes": changes, "seconds": round(took, 2)}
 
@@ -281,7 +264,6 @@ def down(progress: Progress = None) -> dict:
 def _down(progress: Progress) -> dict:
     t0 = time.monotonic()
     changes: list[str] = []
-    lab_state = _load_state()
 
     inits = {n: procs.host_init(n) for n in HOSTS}
     live = [p for p in inits.values() if p]
@@ -304,12 +286,15 @@ def _down(progress: Progress) -> dict:
         changes.append("registry stopped")
 
     changes += netns.teardown()
-    if lab_state.get("netns_mount_created") and os.path.ismount(netns.NETNS_DIR) and not os.listdir(netns.NETNS_DIR):
+    # iproute2 made /run/netns a mount point for the namespaces; empty now, it goes too
+    # (`ip netns add` makes it again whenever anyone needs it)
+    if netns.NETNS_DIR in _mountpoints() and not os.listdir(netns.NETNS_DIR):
         subprocess.run(["umount", netns.NETNS_DIR], check=False)
         try:
             os.rmdir(netns.NETNS_DIR)
         except OSError:
             pass
+        changes.append(f"unmounted {netns.NETNS_DIR}")
     changes += _remove_cgroups()
     for m in _lab_mounts():
         subprocess.run(["umount", "-l", m], check=False)
@@ -320,14 +305,15 @@ def _down(progress: Progress) -> dict:
     return {"changed": bool(changes), "changes": changes, "seconds": round(time.monotonic() - t0, 2)}
 
 
-def _lab_mounts() -> list[str]:
-    out = []
+def _mountpoints() -> list[str]:
+    """Mount points of this mount namespace (os.path.ismount misses same-filesystem binds)."""
     with open("/proc/self/mountinfo") as f:
-        for line in f:
-            mp = line.split()[4]
-            if mp == str(paths.LAB_DIR) or mp.startswith(str(paths.LAB_DIR) + "/"):
-                out.append(mp)
-    return sorted(out, reverse=True)
+        return [line.split()[4] for line in f]
+
+
+def _lab_mounts() -> list[str]:
+    lab = str(paths.LAB_DIR)
+    return sorted((m for m in _mountpoints() if m == lab or m.startswith(lab + "/")), reverse=True)
 
 
 def _cgroup_dirs() -> list[Path]:

@@ -21,7 +21,6 @@ INVENTORY_PATH = LAB_DIR / "inventory.yaml"
 FAULTS_DIR = LAB_DIR / "faults"
 REGISTRY_DIR = LAB_DIR / "registry"
 BIN_DIR = LAB_DIR / "bin"  # runner-side helpers (an `ssh` that always uses the lab's config)
-STATE_FILE = LAB_DIR / "state.json"
 
 
 def host_dir(name: str) -> Path:

@@ -62,7 +62,9 @@ def _leftovers(lab_dir: Path) -> dict:
             continue
         if "sparkctl.lab.hostinit" in cmd or str(lab_dir) in cmd:
             procs.append(cmd)
-    mounts = [ln for ln in open("/proc/self/mountinfo") if str(lab_dir) in ln or "/run/netns/lab-" in ln]
+    others = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
+    mounts = [ln for ln in open("/proc/self/mountinfo") if str(lab_dir) in ln or "/run/netns/lab-" in ln
+              or (not others and ln.split()[4] == "/run/netns")]  # iproute2's own mount goes when empty
     routes = subprocess.run(["ip", "route", "show", "table", "all"], capture_output=True, text=True).stdout
     links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
     cgroups = [str(p) for p in Path("/sys/fs/cgroup").glob("*/**/sparkctl-lab-*")]
