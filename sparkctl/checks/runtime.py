@@ -210,7 +210,14 @@ def kv_pool(ctx: Context, host: str, f):
     return [ok(f"KV pool {pool:,} tokens (max_model_len {r.max_model_len:,})", **data)]
 
 
-@host_check("runtime.moe_backend", "no silent Marlin fallback: the MoE backend the log names is the configured one", scope=runtime_hosts)
+def target_hosts(ctx: Context) -> list[str]:
+    """Hosts running a rank of the main model (head, workers): where MoE kernels are chosen."""
+    plan = ctx.plan
+    hosts = {c.host for c in plan.containers if c.role in ("head", "worker")} if plan else set()
+    return [h for h in ctx.hosts if h in hosts]
+
+
+@host_check("runtime.moe_backend", "no silent Marlin fallback: the MoE backend the log names is the configured one", scope=target_hosts)
 def moe_backend(ctx: Context, host: str, f):
     if not running_anywhere(ctx):
         return [skipped(NOT_RUNNING)]

@@ -348,3 +348,12 @@ def test_select_rejects_unknown_groups_and_names():
     names = [c.name for c in select(only=["gpu,fabric"], ignore=["gpu.driver"])]
     assert "gpu.driver" not in names and "fabric.mtu" in names and "ssh.reachable" in names
     assert "fabric.bandwidth" not in names and "fabric.bandwidth" in [c.name for c in select(deep=True)]
+
+
+def test_docs_list_every_check_and_runbooks_exist():
+    root = Path(__file__).parents[2]
+    doc = (root / "docs" / "checks.md").read_text()
+    for name, check in REGISTRY.items():
+        assert f"`{name}`" in doc, name
+        if check.runbook:
+            assert (root / check.runbook_path).exists(), check.runbook_path

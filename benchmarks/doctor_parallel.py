@@ -1,0 +1,81 @@
+"""Doctor's wall time on the lab against the same per-host work done one host after another.
+
+    python benchmarks/doctor_parallel.py [-i inventories/lab.yaml] [--repeats 5]
+
+"parallel" is `sparkctl doctor` as it runs (every host's one-round-trip probe script at once,
+the API fetched alongside, then the pure checks). "sequential" does exactly that work host by host:
+connect, gather and parse one host's facts, then the next, then the API, then the same checks.
+Both open fresh SSH connections every repeat, so connection set-up is in both figures.
+Prints the median of each and their ratio. Needs root and the lab (`sparkctl lab up`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def parallel(inv) -> float:
+    from sparkctl.checks.doctor import doctor
+
+    t = time.perf_counter()
+    doctor(inv)
+    return time.perf_counter() - t
+
+
+def sequential(inv) -> float:
+    from sparkctl.checks.base import Context, Unreachable
+    from sparkctl.checks.doctor import run_checks, select
+    from sparkctl.errors import SparkctlError
+    from sparkctl.facts.endpoint import fetch
+    from sparkctl.facts.host import gather_host
+    from sparkctl.transport.ssh import HostSession
+
+    t = time.perf_counter()
+    checks = select()
+    groups = {c.group for c in checks}
+    ctx = Context(inventory=inv, hosts=list(inv.hosts), facts={})
+    for name in inv.hosts:
+        session = HostSession(inv.ssh_target(name))
+        try:
+            ctx.facts[name] = gather_host(session, inv, groups)
+        except SparkctlError as exc:
+            ctx.unreachable[name] = Unreachable(exc.message, exc.fix)
+        finally:
+            session.close()
+    head = inv.hosts_with_role("head")[0]
+    ctx.endpoint = fetch(inv.hosts[head].ssh.address, inv.runtime.port)
+    run_checks(ctx, checks)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-i", "--inventory", default=str(REPO / "inventories" / "lab.yaml"))
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    os.environ.setdefault("SPARKCTL_ONLY_NETWORKS", "127.0.0.0/8,10.231.0.0/16")  # the lab only
+
+    from sparkctl.inventory.loader import load_inventory
+
+    inv = load_inventory(args.inventory)
+    parallel(inv)  # warm-up: imports, first connections
+    par, seq = [], []
+    for _ in range(args.repeats):
+        par.append(parallel(inv))
+        seq.append(sequential(inv))
+    p, s = statistics.median(par), statistics.median(seq)
+    print(f"hosts: {len(inv.hosts)} ({', '.join(inv.hosts)}), repeats: {args.repeats}, median wall time")
+    print(f"doctor (hosts in parallel):      {p:6.3f} s   (runs: {', '.join(f'{x:.3f}' for x in par)})")
+    print(f"same work, one host after another: {s:6.3f} s   (runs: {', '.join(f'{x:.3f}' for x in seq)})")
+    print(f"ratio sequential / parallel:     {s / p:6.2f}x")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
