@@ -47,7 +47,8 @@ class LiveReport:
         style = STYLE.get(r.status, "")
         line = f"[{style}]{r.status:>7}[/] {r.host:<9} {r.step:<8} {escape(redact(r.message))}"
         console().print(line, soft_wrap=True)
-        for c in r.changes if r.status != "ok" else []:
+        # one change is already the message; list them when there are several
+        for c in r.changes if r.status != "ok" and len(r.changes) > 1 else []:
             console().print(f"{'':17}[dim]- {escape(redact(c))}[/]", soft_wrap=True)
         if r.fix:
             console().print(f"{'':17}[bold]fix:[/] {escape(redact(r.fix))}", soft_wrap=True)
