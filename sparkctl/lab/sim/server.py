@@ -260,8 +260,12 @@ class Runtime:
         address = self._ray_address()
         if not address:
             log.info("worker.py:1890", "Started a local Ray instance.")
-            # A fresh local instance has only this node's GPUs: the placement group never fits.
-            self._wait_forever_for_pg(world)
+            # A fresh local instance has only this node's GPUs.
+            if world > self.knobs.gpu_count:
+                self._wait_forever_for_pg(world)
+            for r in range(world):
+                self.rank_nodes[r] = {"local": True, "pid": os.getpid() + 10 + r, "ip": self._driver_ip()}
+            return
         self._head_ip = address.rpartition(":")[0]
         log.info("ray_utils.py:356", f"Connecting to existing Ray cluster at address: {address}...")
         try:
@@ -608,7 +612,10 @@ class Runtime:
                            f"time scale {self.knobs.step_time_scale:g}")
 
     def _engine_fatal(self, kind: str) -> None:
-        self.set_fatal(kind if ":" not in kind else "engine_bug", self.fatal_info.detail if self.fatal_info else {})
+        if ":" in kind:  # a simulator bug: keep its traceback in the log
+            self.set_fatal("engine_bug", {"traceback": kind})
+        else:
+            self.set_fatal(kind, self.fatal_info.detail if self.fatal_info else {})
         self.die()
 
     # ---- death ----
@@ -646,7 +653,7 @@ class Runtime:
             exc = ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
                    "119.70 GiB of which 1.12 GiB is free. Process has 117.10 GiB memory in use."]
         elif kind == "engine_bug":
-            exc = ["RuntimeError: simulator engine error (see above)"]
+            exc = str(d.get("traceback", "RuntimeError: simulator engine error")).splitlines()
         else:  # device-side assert (concurrent long context, or forced)
             wl = self.worker_log(1 if 1 in self.rank_nodes else 0)
             wl.error("worker_base.py:617", "Error executing method 'execute_model'. This might cause deadlock in distributed execution.")
