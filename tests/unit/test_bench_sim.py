@@ -1,0 +1,214 @@
+"""`sparkctl bench` against the runtime simulator: it measures what the simulator was configured to do.
+
+The simulator (`vllm serve` of sparkctl/lab/sim) runs as a subprocess on 127.0.0.1 with a fast step
+time scale and explicit acceptance knobs; sparkctl bench runs as the operator runs it (a subprocess,
+--out FILE). The assertions are about structure the simulator is configured with (workload
+acceptance, context decay, head-of-line prefill), not about absolute timings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import jsonschema
+import pytest
+
+from sparkctl.lab.sim import calibration, harness
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = "/models/DeepSeek-V4.1-Flash-1017"
+NAME = "deepseek-v4.1-flash"
+K = 5
+ACCEPTANCE = {"counting": 0.96, "code": 0.82, "prose": 0.6}  # not the profile's defaults: measured, not assumed
+SCHEMA = json.loads((ROOT / "docs" / "bench-result.schema.json").read_text())
+
+
+class Sim:
+    def __init__(self, tmp: Path, name: str, acceptance: dict[str, float]):
+        self.port = harness.free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        env = harness.sim_env(
+            str(tmp),
+            SIM_TIME_SCALE="0.001",
+            SIM_STEP_TIME_SCALE="0.02",
+            SIM_ACCEPTANCE=",".join(f"{w}={p}" for w, p in acceptance.items()),
+            SIM_CRASH_CONTEXT_TOKENS="0",
+            VLLM_CACHE_ROOT=str(tmp / "cache"),
+        )
+        argv = harness.module_argv(
+            "vllm_cli", "serve", MODEL, "--served-model-name", NAME, "--host", "127.0.0.1", "--port", str(self.port),
+            "--max-model-len", "327680", "--max-num-seqs", "4", "--max-num-batched-tokens", "8192",
+            "--block-size", "256", "--kv-cache-dtype", "fp8_ds_mla", "--gpu-memory-utilization", "0.85",
+            "--speculative-config", json.dumps({"method": "draft_model", "model": "/models/drafter",
+                                                 "num_speculative_tokens": K}),
+        )
+        self.proc = harness.Proc(name, argv, env, str(tmp / f"{name}.log")).start()
+        assert harness.wait_http(f"http://127.0.0.1:{self.port}/health", timeout=60, proc=self.proc), self.proc.log()[-3000:]
+
+    def state(self) -> dict:
+        return httpx.get(f"http://127.0.0.1:{self.port}/sim/state", timeout=10).json()
+
+    def stop(self) -> None:
+        self.proc.stop()
+
+
+def bench(sim: Sim, out: Path, *args: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "SPARKCTL_INVENTORY"}
+    r = subprocess.run([sys.executable, "-m", "sparkctl", "bench", "--endpoint", sim.url, "--out", str(out), *args],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, SCHEMA)  # every file written validates against the published schema
+    doc["_stderr"] = r.stderr
+    return doc
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    s = Sim(tmp_path_factory.mktemp("bench-sim"), "sim", ACCEPTANCE)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def throughput(sim, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "throughput.json"
+    return bench(sim, out, "--parts", "throughput", "--tokens", "400", "--repeats", "1")
+
+
+def cell(doc: dict, workload: str, streams: int) -> dict:
+    return next(c for c in doc["throughput"] if c["workload"] == workload and c["streams"] == streams)
+
+
+def test_counting_beats_code_beats_prose(throughput):
+    for streams in (1, 4):
+        tps = [cell(throughput, w, streams)["output_throughput"] for w in ("counting", "code", "prose")]
+        assert tps[0] > tps[1] > tps[2], (streams, tps)
+
+
+def test_four_streams_aggregate_more_than_one(throughput):
+    for w in ("counting", "code", "prose"):
+        assert cell(throughput, w, 4)["output_throughput"] > cell(throughput, w, 1)["output_throughput"]
+
+
+def test_every_request_generated_the_asked_tokens(throughput):
+    for c in throughput["throughput"]:
+        assert c["failed"] == 0 and c["completed"] == c["streams"]
+        assert c["total_output_tokens"] == 400 * c["streams"]
+
+
+def test_acceptance_matches_the_configured_model(sim, throughput):
+    state = sim.state()
+    assert state["num_speculative_tokens"] == K and state["acceptance"] == ACCEPTANCE
+    for c in throughput["throughput"]:
+        expected = calibration.expected_acceptance_length(ACCEPTANCE[c["workload"]], K)
+        assert c["spec_decode_acceptance_length"] == pytest.approx(expected, rel=0.05), c["workload"]
+        # rate (percent) and length are two views of the same counters
+        assert c["spec_decode_acceptance_rate"] == pytest.approx(100 * (c["spec_decode_acceptance_length"] - 1) / K)
+        assert len(c["spec_decode_per_position_acceptance_rates"]) == K
+
+
+def test_the_table_is_shaped_like_the_seeds(throughput):
+    err = throughput["_stderr"]
+    header = next(l for l in err.splitlines() if "One stream" in l)
+    assert "4 streams, combined" in header
+    assert any("Counting numbers, structured test" in l and "tokens/s" in l for l in err.splitlines())
+
+
+def test_context_sweep_falls(sim, tmp_path):
+    doc = bench(sim, tmp_path / "context.json", "--parts", "context", "--tokens", "200",
+                "--context-sizes", "512,8k,32k", "--warmup", "0")
+    points = doc["context"]
+    assert [p["target_prompt_tokens"] for p in points] == [512, 8192, 32768]
+    for p in points:  # sized by calibration against the server's own token counts
+        assert p["prompt_tokens"] == pytest.approx(p["target_prompt_tokens"], rel=0.03)
+    lengths = [p["spec_decode_acceptance_length"] for p in points]
+    assert lengths[0] > lengths[1] > lengths[2], lengths
+    assert lengths[0] == pytest.approx(calibration.expected_acceptance_length(ACCEPTANCE["code"], K), rel=0.05)
+
+
+def test_prefill_overhead_is_subtracted_and_the_short_request_waits(sim, tmp_path):
+    doc = bench(sim, tmp_path / "prefill.json", "--parts", "prefill,mixed", "--prefill-tokens", "32k")
+    p = doc["prefill"]
+    assert p["prompt_tokens"] == pytest.approx(32768, rel=0.03)
+    assert len(p["overhead_samples_ms"]) == 3 and p["overhead_ms"] > 0
+    assert p["ttft_adjusted_ms"] == pytest.approx(p["ttft_ms"] - p["overhead_ms"])
+    assert p["prefill_throughput_adjusted"] > p["prefill_throughput"]
+    assert p["prefill_throughput"] == pytest.approx(p["prompt_tokens"] / (p["ttft_ms"] / 1000))
+    m = doc["mixed"]
+    assert m["short_sent_during_prefill"] is True
+    # head-of-line: the long cold prompt holds the token budget, so the short one gets its first token
+    # only with the long one's last prefill chunk (the same engine step, at the earliest)
+    long, short = m["requests"]
+    long_first, short_first = long["start_ms"] + long["ttft_ms"], short["start_ms"] + short["ttft_ms"]
+    assert short_first > 0.8 * long_first
+    assert m["short_wait_ms"] == pytest.approx(m["short_ttft_ms"] - m["short_ttft_alone_ms"])
+    assert m["short_ttft_ms"] > 5 * m["short_ttft_alone_ms"]
+    assert "Mixed traffic" in doc["_stderr"] and "waited" in doc["_stderr"]
+
+
+def test_compare_prints_ratios_between_two_configurations(tmp_path_factory, throughput):
+    tmp = tmp_path_factory.mktemp("bench-sim-low")
+    low = Sim(tmp, "sim-low", {**ACCEPTANCE, "counting": 0.5})
+    try:
+        b = bench(low, tmp / "low.json", "--parts", "throughput", "--workloads", "counting", "--streams", "1",
+                  "--tokens", "400", "--repeats", "1")
+    finally:
+        low.stop()
+    a_path = tmp / "a.json"
+    a_path.write_text(json.dumps({k: v for k, v in throughput.items() if k != "_stderr"}))
+    b_path = tmp / "b.json"
+    b_path.write_text(json.dumps({k: v for k, v in b.items() if k != "_stderr"}))
+    r = subprocess.run([sys.executable, "-m", "sparkctl", "bench", "compare", str(a_path), str(b_path), "--json"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 0, r.stderr
+    rows = {x["metric"]: x for x in json.loads(r.stdout)["rows"]}
+    acc = rows["counting x1 spec_decode_acceptance_length"]
+    expected = calibration.expected_acceptance_length(0.5, K) / calibration.expected_acceptance_length(0.96, K)
+    assert acc["ratio"] == pytest.approx(expected, rel=0.07)
+    assert rows["counting x1 output_throughput"]["ratio"] < 1  # fewer accepted drafts, fewer tok/s
+    assert rows["prose x4 output_throughput"]["b"] is None  # only in A: shown, no ratio
+    human = subprocess.run([sys.executable, "-m", "sparkctl", "bench", "compare", str(a_path), str(b_path)],
+                           capture_output=True, text=True, cwd=ROOT, timeout=60)
+    line = next(l for l in human.stderr.splitlines() if "counting x1 output_throughput" in l)
+    assert f"{rows['counting x1 output_throughput']['ratio']:.2f}x" in line
+
+
+def test_ctrl_c_keeps_what_was_measured(sim, tmp_path):
+    out = tmp_path / "interrupted.json"
+    env = {k: v for k, v in os.environ.items() if k != "SPARKCTL_INVENTORY"}
+    metrics = f"http://127.0.0.1:{sim.port}/metrics"
+
+    def finished() -> float:
+        text = httpx.get(metrics, timeout=10).text
+        return sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith("vllm:request_success_total"))
+
+    before = finished()
+    p = subprocess.Popen([sys.executable, "-m", "sparkctl", "bench", "--endpoint", sim.url, "--out", str(out),
+                          "--parts", "throughput", "--tokens", "400", "--repeats", "5"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        # warm-up (4) + counting x1 (one request per repeat): wait until two repeats are done
+        deadline = time.monotonic() + 60
+        while finished() < before + 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, err[-2000:]
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, SCHEMA)
+    assert doc["interrupted"] is True
+    first = doc["throughput"][0]
+    assert first["workload"] == "counting" and first["repeats_done"] >= 2
+    assert first["output_throughput"] > 0
+    assert "interrupted" in err and "Counting numbers" in err  # the table of what was measured
