@@ -13,7 +13,6 @@ prefix caching. The step's duration comes from calibration.StepModel; the engine
 from __future__ import annotations
 
 import collections
-import itertools
 import math
 import queue
 import threading

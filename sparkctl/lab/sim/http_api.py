@@ -12,7 +12,6 @@ from __future__ import annotations
 import http.server
 import json
 import socket
-import threading
 import time
 import uuid
 from http import HTTPStatus
