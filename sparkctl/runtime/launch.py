@@ -202,12 +202,13 @@ def render(inv: Inventory) -> LaunchPlan:
         d_ip = str(d_link.address.ip) if d_link else inv.hosts[d].ssh.address
         drafter_env = {DRAFTER_URL_ENV: f"http://{d_ip}:{spec.drafter_port}"}
         gpu = inv.hosts[d].gpu
+        draft_tp = spec.draft_tensor_parallel_size or (gpu.count if gpu else 1)
         draft_cmd = [
             "vllm", "serve", spec.model or r.model,
             "--served-model-name", "drafter",
             "--host", d_ip,
             "--port", str(spec.drafter_port),
-            "--tensor-parallel-size", str(spec.draft_tensor_parallel_size or (gpu.count if gpu else 1)),
+            "--tensor-parallel-size", str(draft_tp),
             "--shutdown-timeout", str(r.shutdown_timeout),
         ]  # fmt: skip
         drafts.append(
@@ -216,7 +217,8 @@ def render(inv: Inventory) -> LaunchPlan:
                 role="drafter",
                 image=spec.drafter_image or r.image,
                 command=draft_cmd,
-                env={**base_env, **fabric_env(inv, d, head)},
+                # the drafter spreads over the offload host's own GPUs (two RTX 3090 in sPLIce)
+                env={**base_env, **fabric_env(inv, d, head), "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(draft_tp)))},
                 mounts=_model_mounts(inv, spec.model),
             )
         )

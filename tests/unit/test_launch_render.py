@@ -119,3 +119,10 @@ def test_config_hash_follows_the_config():
 def test_head_learns_the_remote_drafter_address():
     head = render(load()).for_host("head")[0]
     assert head.env["SPLICE_DRAFTER_URL"] == "http://10.231.110.4:8100"
+
+
+def test_drafter_spans_the_offload_hosts_gpus():
+    drafter = render(load()).for_host("offload")[0]
+    argv = serve_argv(drafter)
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
+    assert drafter.env["CUDA_VISIBLE_DEVICES"] == "0,1"
