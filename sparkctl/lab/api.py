@@ -296,6 +296,10 @@ def _down(progress: Progress) -> dict:
             pass
         changes.append(f"unmounted {netns.NETNS_DIR}")
     changes += _remove_cgroups()
+    try:  # the mount point the hosts needed for their own /var/lib/sparkctl (empty on this machine)
+        os.rmdir("/var/lib/sparkctl")
+    except OSError:
+        pass
     for m in _lab_mounts():
         subprocess.run(["umount", "-l", m], check=False)
         changes.append(f"unmounted {m}")

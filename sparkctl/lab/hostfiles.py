@@ -159,8 +159,35 @@ def inventory_yaml() -> str:
     return HEADER + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
 
 
+def engram_tables() -> bool:
+    """The simulated Engram tables (inventory engram.size_gib, in 64 MiB files + SHA256SUMS), made once."""
+    import hashlib
+    import os
+
+    d = paths.ENGRAM_CACHE
+    if (d / "SHA256SUMS").exists():
+        return False
+    tmp = d.with_name(d.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    chunk = 64 << 20
+    total = int(topo.ENGRAM["size_gib"] * (1 << 30))
+    sums = []
+    for i in range((total + chunk - 1) // chunk):
+        data = os.urandom(min(chunk, total - i * chunk))
+        name = f"engram-table-{i:03d}.bin"
+        (tmp / name).write_bytes(data)
+        sums.append(f"{hashlib.sha256(data).hexdigest()}  {name}")
+    (tmp / "SHA256SUMS").write_text("\n".join(sums) + "\n")
+    shutil.rmtree(d, ignore_errors=True)
+    tmp.rename(d)
+    return True
+
+
 def prepare(changes: list[str]) -> None:
     """Everything on disk the hosts and the runner need before the hosts start (idempotent)."""
+    if engram_tables():
+        changes.append(f"Engram tables ({topo.ENGRAM['size_gib']} GiB) for {topo.ENGRAM['host']}")
     client = _keypair("client", "sparkctl-lab")
     _copy_key(client, paths.SSH_KEY)
     pub = client.with_suffix(".pub").read_text()

@@ -13,6 +13,8 @@ What the host sees (its mount namespace only; the real machine is untouched):
   /run                private tmpfs (own docker.sock, containerd, /run/sshd)
   /etc                overlay: own hostname, hosts, ssh/sshd_config + host key, docker/daemon.json, shadow
   /root               LAB_DIR/hosts/NAME/root (authorized_keys, the lab's client key)
+  /var/lib/sparkctl, /srv, /mnt   own folders (node caches, Engram source and target); on the
+                      offload host /srv/engram/tables holds the simulated Engram tables (read-only)
   /usr/local/bin      overlay with the simulated nvidia-smi, ibdev2netdev, ethtool, GPU hook
   /sys                sysfs of the host's network namespace; /sys/fs/cgroup carried over;
                       /sys/class on a tmpfs with every class bound back plus `infiniband`
@@ -38,16 +40,19 @@ import time
 
 from sparkctl.lab import paths
 from sparkctl.lab.hw import state
-from sparkctl.lab.topology import HOSTS
+from sparkctl.lab.topology import ENGRAM, HOSTS
+
+ENGRAM_HOST, ENGRAM_SOURCE = ENGRAM["host"], ENGRAM["source"]
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_BIND, MS_MOVE, MS_REC = 4096, 8192, 16384
+MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC = 32, 4096, 8192, 16384
 MNT_DETACH = 2
 RTMGRP_LINK = 1
 NETLINK_ROUTE = 0
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PRIVATE = "/run/sparkctl-lab"  # staging mounts inside the host's /run
+PRIVATE_DIRS = {"/var/lib/sparkctl": "var-lib-sparkctl", "/srv": "srv", "/mnt": "mnt"}
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -106,6 +111,16 @@ def setup_mounts(name: str) -> None:
         mount(f"{PRIVATE}/keep{i}", path, None, MS_BIND | MS_REC)
         umount(f"{PRIVATE}/keep{i}")
     mount("overlay", "/usr/local/bin", "overlay", MS_RDONLY, f"lowerdir={h}/bin:/usr/local/bin")
+
+    # Each host's own disk where sparkctl keeps state on a node: caches, Engram source and target
+    for target, sub in PRIVATE_DIRS.items():
+        os.makedirs(h / sub, exist_ok=True)
+        os.makedirs(target, exist_ok=True)  # /var/lib/sparkctl may not exist on the machine: lab down removes it
+        mount(str(h / sub), target, None, MS_BIND)
+    if name == ENGRAM_HOST:  # the offload host's Engram tables on "disk" (read-only, from the cache)
+        os.makedirs(ENGRAM_SOURCE, exist_ok=True)
+        mount(str(paths.ENGRAM_CACHE), ENGRAM_SOURCE, None, MS_BIND)
+        mount(None, ENGRAM_SOURCE, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
 
     # sysfs of this network namespace, keeping the cgroup tree dockerd needs
     old = f"{PRIVATE}/oldsys"

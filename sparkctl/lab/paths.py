@@ -20,6 +20,7 @@ SSH_CONFIG = SSH_DIR / "config"
 INVENTORY_PATH = LAB_DIR / "inventory.yaml"
 FAULTS_DIR = LAB_DIR / "faults"
 REGISTRY_DIR = LAB_DIR / "registry"
+ENGRAM_CACHE = CACHE_DIR / "engram" / "tables"  # the offload host's /srv/engram/tables
 BIN_DIR = LAB_DIR / "bin"  # runner-side helpers (an `ssh` that always uses the lab's config)
 
 

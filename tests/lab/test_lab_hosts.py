@@ -113,3 +113,23 @@ def test_known_hosts_names_each_host_by_name_management_and_fabric_ips(lab):
         host = names.split(",")[0]
         served = lab.host_exec(host, ["cat", "/etc/ssh/ssh_host_ed25519_key.pub"]).stdout.split()
         assert served[:2] == [kind, blob]
+
+
+def test_node_state_folders_are_per_host(lab):
+    # what sparkctl keeps on a node (caches, Engram target) must not be shared between "machines"
+    for d in ("/var/lib/sparkctl", "/srv", "/mnt"):
+        lab.host_exec("head", ["sh", "-c", f"mkdir -p {d} && echo head > {d}/.lab-probe"], check=True)
+        try:
+            assert lab.host_exec("worker", ["cat", f"{d}/.lab-probe"]).returncode != 0, d
+            assert not os.path.exists(f"{d}/.lab-probe"), d
+        finally:
+            lab.host_exec("head", ["rm", "-f", f"{d}/.lab-probe"])
+
+
+def test_offload_host_has_the_engram_tables_on_disk(lab):
+    src = "/srv/engram/tables"
+    r = lab.host_exec("offload", ["sh", "-c", f"cd {src} && sha256sum -c SHA256SUMS && du -cb *.bin | tail -1"])
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.split()[-2]) == int(0.25 * (1 << 30))  # inventory engram.size_gib
+    assert lab.host_exec("offload", ["touch", f"{src}/x"]).returncode != 0  # a source, read-only
+    assert lab.host_exec("head", ["ls", src]).returncode != 0  # only on the offload host

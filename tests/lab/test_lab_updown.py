@@ -76,6 +76,7 @@ def _leftovers(lab_dir: Path) -> dict:
         "links": [ln for ln in links.splitlines() if ln.startswith("lab-mgmt")],
         "cgroups": cgroups,
         "lab_dir": lab_dir.exists(),
+        "node_dirs": os.path.exists("/var/lib/sparkctl"),
     }
 
 
@@ -88,7 +89,7 @@ def test_down_leaves_nothing_behind_and_up_brings_it_all_back(lab):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["changed"] is True
     assert _leftovers(lab_dir) == {"netns": [], "processes": [], "mounts": [], "routes": [], "links": [],
-                                   "cgroups": [], "lab_dir": False}
+                                   "cgroups": [], "lab_dir": False, "node_dirs": False}
     again = subprocess.run([*CLI, "down", "--json"], capture_output=True, text=True, timeout=60)
     assert json.loads(again.stdout)["changed"] is False
     st = subprocess.run([*CLI, "status", "--json"], capture_output=True, text=True, timeout=60)
