@@ -194,6 +194,11 @@ def _up(progress: Progress) -> dict:
     started = []
     for name in HOSTS:
         init = procs.host_init(name)
+        orphans = [p for p in procs.all_inits(name) if p != init]
+        if orphans:  # its namespace was deleted under it: it still holds the host's dockerd data
+            procs.kill(orphans, signal.SIGTERM)
+            procs.kill(procs.wait_gone(orphans, 15))
+            changes.append(f"stopped {len(orphans)} orphaned {name} host(s)")
         if init is not None and not (docker_ping(name) and ssh_banner(name)):
             # a host whose dockerd or sshd died: restart the whole host, as a reboot would
             procs.kill([init], signal.SIGTERM)
@@ -265,14 +270,14 @@ def _down(progress: Progress) -> dict:
     t0 = time.monotonic()
     changes: list[str] = []
 
-    inits = {n: procs.host_init(n) for n in HOSTS}
-    live = [p for p in inits.values() if p]
+    inits = {n: procs.all_inits(n) for n in HOSTS}
+    live = [p for pids in inits.values() for p in pids]
     if live:
         _say(progress, "stopping hosts (containers, dockerd, sshd)")
         procs.kill(live, signal.SIGTERM)
         left = procs.wait_gone(live, 20)
         procs.kill(left)
-        changes.append("hosts stopped: " + ", ".join(n for n, p in inits.items() if p))
+        changes.append("hosts stopped: " + ", ".join(n for n, pids in inits.items() if pids))
     for ns in topo.NETNS:  # anything else still living in a lab namespace
         stray = procs.pids_in_netns(ns)
         if stray:

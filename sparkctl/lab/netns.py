@@ -169,6 +169,12 @@ def ensure() -> list[str]:
         changes.append(f"route unreachable {topo.SUBNET}")
     batch(rc)
 
+    if new_mgmt or new_fabric:
+        # a re-laid cable has new MACs: forget the old ones now rather than in ~30 s
+        if (None, topo.RUNNER_DEVICE) not in created:
+            ip("neigh", "flush", "dev", topo.RUNNER_DEVICE, check=False)
+        for h in topo.HOSTS.values():
+            ip("-n", h.netns, "neigh", "flush", "all", check=False)
     for h in topo.HOSTS.values():
         have_links = links(h.netns)
         hc = []

@@ -74,6 +74,19 @@ def host_init(name: str) -> int | None:
     return None
 
 
+def all_inits(name: str) -> list[int]:
+    """Every PID-1 init of lab host `name`, in whatever network namespace (a namespace deleted
+    by hand leaves its host running, unnamed: `up` and `down` must stop it)."""
+    out = []
+    for pid in all_pids():
+        args = cmdline(pid)
+        if "sparkctl.lab.hostinit" in args and args[-1] == name and alive(pid):
+            nspid = [ln for ln in _read(f"/proc/{pid}/status").splitlines() if ln.startswith("NSpid:")]
+            if nspid and nspid[0].split()[-1] == "1":
+                out.append(pid)
+    return out
+
+
 def host_children(init_pid: int) -> dict[str, int]:
     """The init's daemons by name (sshd, dockerd), root-namespace pids."""
     out = {}
