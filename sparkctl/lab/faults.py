@@ -1,0 +1,162 @@
+"""Faults for tests and drills, and running commands inside a lab host.
+
+Link down and wrong MTU are real link changes (`ip -n lab-HOST link set ...`); the others live in
+LAB_DIR/faults/HOST.json, which the simulated tools and sysfs read (hw/state.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+from sparkctl.errors import InputError, SparkctlError
+from sparkctl.lab import netns, paths, preflight, procs
+from sparkctl.lab import topology as topo
+from sparkctl.lab.hw import state
+from sparkctl.lab.lifecycle import sync_all
+from sparkctl.lab.status import link_view
+from sparkctl.lab.topology import HOSTS
+
+HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# other names people use for the same faults
+ALIASES = {"degraded-speed": "speed", "wrong-mtu": "mtu", "wrong-driver": "driver", "rdma-port-down": "rdma-down",
+           "foreign-gpu-process": "gpu-process", "no-gpu": "gpu-missing"}
+DEFAULTS = {"mtu": 1500, "speed": 13000, "driver": "580.82.09", "gpu-process": 16384}
+
+
+def faults(host: str) -> dict:
+    return state.load_faults(host)
+
+
+def _host(name: str) -> topo.LabHost:
+    if name not in HOSTS:
+        raise InputError(f"unknown lab host {name!r}", fix=f"use one of: {', '.join(HOSTS)}")
+    return HOSTS[name]
+
+
+def _init_pid(name: str) -> int:
+    pid = procs.host_init(name)
+    if pid is None:
+        raise SparkctlError(f"lab host {name} is not running", fix="run `sparkctl lab up`")
+    return pid
+
+
+def host_exec(host: str, argv: list[str], input: str | None = None, timeout: float = 60,
+              check: bool = False) -> subprocess.CompletedProcess:
+    """Run argv inside a lab host (its net, mount, UTS and PID namespaces), as root in /root."""
+    preflight.require_root("host_exec")
+    _host(host)
+    pid = _init_pid(host)
+    env = {"PATH": HOST_PATH, "HOME": "/root", "LANG": "C.UTF-8", "USER": "root", "LOGNAME": "root"}
+    r = subprocess.run(
+        ["nsenter", "-t", str(pid), "-n", "-m", "-u", "-p", "--wd=/root", "--", *argv],
+        input=input, capture_output=True, text=True, timeout=timeout, env=env,
+    )
+    if check and r.returncode != 0:
+        raise SparkctlError(f"{host}: `{' '.join(argv)}` exited {r.returncode}: {r.stderr.strip()}")
+    return r
+
+
+def _netdev(h: topo.LabHost, target: str | None, kind: str) -> str:
+    devices = [h.mgmt_device] + [n.device for n in h.fabric]
+    if target is None:
+        raise InputError(f"fault {kind} needs a TARGET device on {h.name}", fix=f"one of: {', '.join(devices)}")
+    if target in devices:
+        return target
+    try:
+        return topo.find_rdma(h, target).device
+    except KeyError:
+        raise InputError(f"{h.name} has no device {target!r}", fix=f"one of: {', '.join(devices)}") from None
+
+
+def _int(value, default: int, what: str) -> int:
+    try:
+        return int(value if value is not None else default)
+    except (TypeError, ValueError):
+        raise InputError(f"{what} must be a whole number, not {value!r}", fix=f"e.g. --value {default}") from None
+
+
+def fault(host: str, kind: str, target: str | None = None, value: str | int | None = None,
+          clear: bool = False) -> dict:
+    """Switch one fault on (or off with clear=True). See the module docstring for the kinds."""
+    preflight.require_root("`sparkctl lab fault`")
+    h = _host(host)
+    kind = ALIASES.get(kind, kind)
+    if kind not in state.FAULT_KINDS:
+        raise InputError(f"unknown fault kind {kind!r}", fix=f"use one of: {', '.join(state.FAULT_KINDS)}")
+    _init_pid(host)
+    f = state.load_faults(host)
+
+    if kind in ("link-down", "mtu"):
+        dev = _netdev(h, target, kind)
+        nominal = topo.MGMT_MTU if dev == h.mgmt_device else h.nic(dev).mtu
+        if kind == "link-down":
+            netns.ip("-n", h.netns, "link", "set", dev, "up" if clear else "down")
+        else:
+            mtu = nominal if clear else _int(value, DEFAULTS["mtu"], "the MTU")
+            netns.ip("-n", h.netns, "link", "set", dev, "mtu", str(mtu))
+    elif kind == "speed":
+        dev = _netdev(h, target, kind)
+        sp = f.setdefault("speed", {})
+        if clear:
+            sp.pop(dev, None)
+        else:
+            sp[dev] = _int(value, DEFAULTS["speed"], "the speed (Mb/s)")
+    elif kind == "rdma-down":
+        dev = _netdev(h, target, kind)
+        names = [target] if target and target != dev else list(h.nic(dev).rdma) if dev != h.mgmt_device else []
+        if not names:
+            raise InputError(f"{dev} on {host} has no RDMA device", fix="name a fabric device or its RDMA device")
+        cur = set(f.get("rdma-down", []))
+        cur = cur - set(names) if clear else cur | set(names)
+        f["rdma-down"] = sorted(cur)
+    elif kind == "gpu-missing":
+        if target is not None and not (str(target).isdigit() and int(target) < len(h.gpus)):
+            raise InputError(f"{host} has no GPU {target!r}", fix=f"give an index 0..{len(h.gpus) - 1} or none for all")
+        which = "all" if target is None else int(target)
+        cur = list(f.get("gpu-missing", []))
+        if clear:
+            cur = [] if which == "all" else [x for x in cur if x != which]
+        elif which not in cur:
+            cur.append(which)
+        f["gpu-missing"] = cur
+    elif kind == "driver":
+        if clear:
+            f.pop("driver", None)
+        else:
+            f["driver"] = str(value or DEFAULTS["driver"])
+    elif kind == "gpu-process":
+        gpu = _int(target, 0, "the GPU index")
+        if gpu >= len(h.gpus):
+            raise InputError(f"{host} has no GPU {gpu}", fix=f"give an index 0..{len(h.gpus) - 1}")
+        procs_ = f.get("gpu-process", [])
+        if clear:
+            for p in procs_:
+                host_exec(host, ["kill", "-9", str(p["pid"])])
+            f["gpu-process"] = []
+        else:
+            r = host_exec(host, ["sh", "-c", "setsid sleep infinity </dev/null >/dev/null 2>&1 & echo $!"], check=True)
+            procs_.append({"pid": int(r.stdout.strip()), "name": "python3", "gpu": gpu,
+                           "used_mib": _int(value, DEFAULTS["gpu-process"], "the memory (MiB)")})
+            f["gpu-process"] = procs_
+    state.save_faults(host, f)
+    sync_all()
+    return {"host": host, "faults": state.load_faults(host),
+            "links": {ln["device"]: {k: ln.get(k) for k in ("state", "mtu", "admin_up")} for ln in link_view(host)}}
+
+
+def clear_faults() -> list[str]:
+    """Every fault off: links up at their nominal MTU, fault files emptied, foreign processes killed."""
+    preflight.require_root("`sparkctl lab fault --clear-all`")
+    changes = netns.restore_links()
+    for name in HOSTS:
+        f = state.load_faults(name)
+        if not f:
+            continue
+        if f.get("gpu-process") and procs.host_init(name):
+            for p in f["gpu-process"]:
+                host_exec(name, ["kill", "-9", str(p["pid"])])
+        state.save_faults(name, {})
+        changes.append(f"{name}: cleared {', '.join(sorted(f))}")
+    if paths.LAB_DIR.exists():
+        sync_all()
+    return changes

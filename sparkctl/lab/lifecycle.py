@@ -1,0 +1,265 @@
+"""`lab up` and `lab down`: build the lab (or complete it) and take it all away again.
+
+up: preflight (root, cgroup v1, packages, address range) -> keys and host files -> networks ->
+simulated sysfs -> registry (a cached storage snapshot on a fresh lab) -> host inits -> wait for
+every sshd, dockerd and the registry -> runtime image (built and pushed only when the sim
+sources changed). Each step creates only what is missing and reports it.
+down: host inits (containers, dockerd, sshd go with them) -> stray processes -> registry ->
+namespaces, runner veth, route -> /run/netns, cgroups, mounts -> LAB_DIR.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from sparkctl.errors import SparkctlError
+from sparkctl.lab import hostfiles, image, netns, paths, preflight, procs, registry
+from sparkctl.lab import topology as topo
+from sparkctl.lab.health import docker_ping, ssh_banner
+from sparkctl.lab.hw import state
+from sparkctl.lab.paths import CACHE_DIR, docker_socket
+from sparkctl.lab.topology import HOSTS, IMAGE, REGISTRY
+
+Progress = Callable[[str], None] | None
+READY_TIMEOUT = 60.0
+
+
+def _say(progress: Progress, msg: str) -> None:
+    if progress:
+        progress(msg)
+
+
+@contextlib.contextmanager
+def _locked():
+    """One lab operation at a time on this machine (two `lab up`s racing would both create)."""
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(CACHE_DIR / "lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def _preflight() -> None:
+    preflight.require_root()
+    preflight.require_cgroup_v1()
+    preflight.require_tools()
+    netns.check_range_free()
+
+
+def ip_operstates(name: str) -> dict[str, str]:
+    return {dev: v["operstate"] for dev, v in netns.links(HOSTS[name].netns).items()}
+
+
+def sync_all() -> None:
+    """Rewrite every host's simulated sysfs now, then have each init resync too (SIGUSR1), so a
+    pass it was making from the old faults cannot leave stale files behind."""
+    for name in HOSTS:
+        state.sync_sys(name, ip_operstates(name))
+        init = procs.host_init(name)
+        if init:
+            procs.kill([init], signal.SIGUSR1)
+
+
+def up(progress: Progress = None) -> dict:
+    """Bring the lab up (or complete it); idempotent."""
+    _preflight()
+    with _locked():
+        return _up(progress)
+
+
+def _up(progress: Progress) -> dict:
+    t0 = time.monotonic()
+    changes: list[str] = []
+    key = image.image_key()
+
+    # the rootfs tarball takes a second or two: build it while the hosts start, when needed
+    builder = None
+    if not image.snapshot_dir(key).is_dir() and not (paths.REGISTRY_DIR / "image-key").exists():
+        builder = threading.Thread(target=image.tarball, args=(key,), daemon=True)
+        builder.start()
+
+    hostfiles.prepare(changes)
+    changes += netns.ensure()
+    sync_all()
+
+    # registry (restoring a cached storage snapshot on a fresh lab)
+    paths.REGISTRY_DIR.mkdir(parents=True, exist_ok=True)
+    if hostfiles.write_if_changed(paths.REGISTRY_DIR / "config.yml", registry.config_yaml()):
+        changes.append("registry config")
+    storage = paths.REGISTRY_DIR / "storage"
+    if not storage.exists() and image.restore_snapshot(key, storage):
+        (paths.REGISTRY_DIR / "image-key").write_text(key)
+        changes.append("registry storage restored from cache")
+    storage.mkdir(exist_ok=True)
+    if procs.registry_pid() is None:
+        procs.start_registry()
+        changes.append(f"registry on {REGISTRY}")
+
+    started = []
+    for name in HOSTS:
+        init = procs.host_init(name)
+        orphans = [p for p in procs.all_inits(name) if p != init]
+        if orphans:  # its namespace was deleted under it: it still holds the host's dockerd data
+            procs.kill(orphans, signal.SIGTERM)
+            procs.kill(procs.wait_gone(orphans, 15))
+            changes.append(f"stopped {len(orphans)} orphaned {name} host(s)")
+        if init is not None and not (docker_ping(name) and ssh_banner(name)):
+            # a host whose dockerd or sshd died: restart the whole host, as a reboot would
+            procs.kill([init], signal.SIGTERM)
+            procs.kill(procs.wait_gone([init], 15))
+            changes.append(f"host {name} restarted (sshd or dockerd was not answering)")
+            init = None
+        if init is None:
+            procs.start_host(name)
+            started.append(name)
+    if started:
+        changes.append("hosts started: " + ", ".join(started))
+        _say(progress, f"starting hosts {', '.join(started)} (init, sshd, dockerd)")
+    _wait_ready(started)
+
+    have = (paths.REGISTRY_DIR / "image-key").read_text().strip() if (paths.REGISTRY_DIR / "image-key").exists() else ""
+    if have != key or registry.manifest() is None:
+        _say(progress, f"building {IMAGE} (sim sources changed or image absent)")
+        if builder:
+            builder.join()
+        image.build_and_push(key, docker_socket("head"), lambda m: _say(progress, m))
+        (paths.REGISTRY_DIR / "image-key").write_text(key)
+        image.save_snapshot(key, storage)
+        changes.append(f"image {IMAGE} built and pushed")
+    took = time.monotonic() - t0
+    return {"changed": bool(changes), "changes": changes, "seconds": round(took, 2)}
+
+
+def _wait_ready(started: list[str]) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT
+    pending = {"registry"} | {f"{n}/dockerd" for n in HOSTS} | {f"{n}/sshd" for n in HOSTS}
+    while pending and time.monotonic() < deadline:
+        for item in sorted(pending):
+            if item == "registry":
+                ok = registry.healthy()
+            else:
+                name, daemon = item.split("/")
+                ok = docker_ping(name) if daemon == "dockerd" else ssh_banner(name) is not None
+            if ok:
+                pending.discard(item)
+        if pending:
+            time.sleep(0.05)
+    if pending:
+        logs = []
+        for item in sorted(pending):
+            log = (paths.REGISTRY_DIR / "registry.log") if item == "registry" else \
+                paths.host_dir(item.split("/")[0]) / "log" / f"{item.split('/')[1]}.log"
+            init_log = paths.host_dir(item.split("/")[0]) / "log" / "init.log" if item != "registry" else None
+            for f in (log, init_log):
+                if f and f.exists():
+                    logs.append(f"--- {f}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-8:]))
+        raise SparkctlError(
+            f"lab did not come up within {READY_TIMEOUT:.0f}s: {', '.join(sorted(pending))} not answering\n"
+            + "\n".join(logs),
+            fix="see the logs above; `sparkctl lab down` then `sparkctl lab up` starts from nothing",
+        )
+
+
+def down(progress: Progress = None) -> dict:
+    """Stop the lab and remove everything it made except the caches."""
+    preflight.require_root()
+    with _locked():
+        return _down(progress)
+
+
+def _down(progress: Progress) -> dict:
+    t0 = time.monotonic()
+    changes: list[str] = []
+
+    inits = {n: procs.all_inits(n) for n in HOSTS}
+    live = [p for pids in inits.values() for p in pids]
+    if live:
+        _say(progress, "stopping hosts (containers, dockerd, sshd)")
+        procs.kill(live, signal.SIGTERM)
+        left = procs.wait_gone(live, 20)
+        procs.kill(left)
+        changes.append("hosts stopped: " + ", ".join(n for n, pids in inits.items() if pids))
+    for ns in topo.NETNS:  # anything else still living in a lab namespace
+        stray = procs.pids_in_netns(ns)
+        if stray:
+            procs.kill(stray)
+            procs.wait_gone(stray, 5)
+            changes.append(f"killed {len(stray)} stray processes in {ns}")
+    reg = procs.registry_pid()
+    if reg:
+        procs.kill([reg], signal.SIGTERM)
+        procs.kill(procs.wait_gone([reg], 5))
+        changes.append("registry stopped")
+
+    changes += netns.teardown()
+    # iproute2 made /run/netns a mount point for the namespaces; empty now, it goes too
+    # (`ip netns add` makes it again whenever anyone needs it)
+    if netns.NETNS_DIR in _mountpoints() and not os.listdir(netns.NETNS_DIR):
+        subprocess.run(["umount", netns.NETNS_DIR], check=False)
+        try:
+            os.rmdir(netns.NETNS_DIR)
+        except OSError:
+            pass
+        changes.append(f"unmounted {netns.NETNS_DIR}")
+    changes += _remove_cgroups()
+    try:  # the mount point the hosts needed for their own /var/lib/sparkctl (empty on this machine)
+        os.rmdir("/var/lib/sparkctl")
+    except OSError:
+        pass
+    for m in _lab_mounts():
+        subprocess.run(["umount", "-l", m], check=False)
+        changes.append(f"unmounted {m}")
+    if paths.LAB_DIR.exists():
+        hostfiles.remove_lab_dir()
+        changes.append(f"removed {paths.LAB_DIR}")
+    return {"changed": bool(changes), "changes": changes, "seconds": round(time.monotonic() - t0, 2)}
+
+
+def _mountpoints() -> list[str]:
+    """Mount points of this mount namespace (os.path.ismount misses same-filesystem binds)."""
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f]
+
+
+def _lab_mounts() -> list[str]:
+    lab = str(paths.LAB_DIR)
+    return sorted((m for m in _mountpoints() if m == lab or m.startswith(lab + "/")), reverse=True)
+
+
+def _cgroup_dirs() -> list[Path]:
+    """The cgroups the hosts' dockerd made (cgroup-parent sparkctl-lab-<host>), deepest first."""
+    root = Path("/sys/fs/cgroup")
+    found: list[Path] = []
+    names = {f"sparkctl-lab-{n}" for n in HOSTS}
+    for hier in root.iterdir() if root.is_dir() else []:
+        if not hier.is_dir():
+            continue
+        for dirpath, dirnames, _ in os.walk(hier):
+            depth = len(Path(dirpath).relative_to(hier).parts)
+            for d in dirnames:
+                if d in names:
+                    found.append(Path(dirpath) / d)
+            if depth >= 3:
+                dirnames[:] = []
+            else:
+                dirnames[:] = [d for d in dirnames if d not in names]
+    return found
+
+
+def _remove_cgroups() -> list[str]:
+    removed = 0
+    for d in _cgroup_dirs():
+        for sub, dirs, _ in sorted(os.walk(d, topdown=False), key=lambda t: -len(t[0])):
+            try:
+                os.rmdir(sub)
+                removed += 1
+            except OSError:
+                pass
+    return [f"removed {removed} lab cgroups"] if removed else []

@@ -1,0 +1,122 @@
+"""`lab status`: what runs, what answers, how the links look, and which faults are on."""
+
+from __future__ import annotations
+
+from sparkctl.lab import image, netns, paths, preflight, procs, registry
+from sparkctl.lab import topology as topo
+from sparkctl.lab.health import docker_get, ssh_banner
+from sparkctl.lab.hw import state
+from sparkctl.lab.paths import INVENTORY_PATH, LAB_DIR, SSH_CONFIG, docker_socket
+from sparkctl.lab.topology import HOSTS, IMAGE, REGISTRY
+
+
+def link_view(name: str) -> list[dict]:
+    h = HOSTS[name]
+    have = netns.links(h.netns)
+    f = state.load_faults(name)
+    rows = []
+    expected = [(h.mgmt_device, h.mgmt_address, topo.MGMT_MTU, "management", h.mgmt_speed_mbps, [])]
+    expected += [(n.device, n.address, n.mtu, n.peer, n.speed_mbps, list(n.rdma)) for n in h.fabric]
+    for dev, addr, mtu, peer, speed, rdma in expected:
+        cur = have.get(dev)
+        row = {"device": dev, "peer": peer, "address": addr, "expected_mtu": mtu, "rdma": rdma,
+               "present": cur is not None}
+        if cur:
+            row.update({
+                "addresses": cur["addresses"], "mtu": cur["mtu"], "state": cur["operstate"], "admin_up": cur["up"],
+                "speed_mbps": state.speed(h, dev, f, cur["operstate"]),
+                "rdma_state": {r: state.rdma_state(r, f, cur["operstate"])[1] for r in rdma},
+            })
+        rows.append(row)
+    return rows
+
+
+def _fault_lines(name: str, links: list[dict]) -> list[str]:
+    f = state.load_faults(name)
+    out = []
+    for ln in links:
+        if not ln["present"]:
+            out.append(f"{name}: {ln['device']} missing")
+            continue
+        if not ln["admin_up"]:
+            out.append(f"{name}: link-down {ln['device']}")
+        if ln["mtu"] != ln["expected_mtu"]:
+            out.append(f"{name}: mtu {ln['device']}={ln['mtu']} (expected {ln['expected_mtu']})")
+    for dev, v in f.get("speed", {}).items():
+        out.append(f"{name}: speed {dev}={v}Mb/s")
+    for r in f.get("rdma-down", []):
+        out.append(f"{name}: rdma-down {r}")
+    if f.get("gpu-missing"):
+        out.append(f"{name}: gpu-missing {','.join(map(str, f['gpu-missing']))}")
+    if f.get("driver"):
+        out.append(f"{name}: driver {f['driver']}")
+    for p in f.get("gpu-process", []):
+        out.append(f"{name}: gpu-process pid {p['pid']} {p['used_mib']}MiB on GPU {p.get('gpu', 0)}")
+    return out
+
+
+def status() -> dict:
+    preflight.require_root("`sparkctl lab status`")
+    existing = netns.existing_netns()
+    hosts = {}
+    all_faults: list[str] = []
+    healthy = True
+    for name, h in HOSTS.items():
+        init = procs.host_init(name)
+        kids = procs.host_children(init) if init else {}
+        dv = docker_get(name, "/version") if init else None
+        banner = ssh_banner(name) if init else None
+        links = link_view(name) if h.netns in existing else []
+        fl = _fault_lines(name, links) if links else []
+        all_faults += fl
+        ok = bool(init and dv and banner)
+        healthy &= ok
+        hosts[name] = {
+            "role": h.role,
+            "netns": h.netns,
+            "netns_exists": h.netns in existing,
+            "init_pid": init,
+            "management": {"device": h.mgmt_device, "address": h.mgmt_address},
+            "sshd": {"pid": kids.get("sshd"), "healthy": banner is not None, "banner": banner},
+            "dockerd": {"pid": kids.get("dockerd"), "healthy": dv is not None,
+                        "version": (dv or {}).get("Version"), "api_version": (dv or {}).get("ApiVersion"),
+                        "socket": str(docker_socket(name))},
+            "gpus": [g.name for g in h.gpus],
+            "links": links,
+            "faults": state.load_faults(name),
+            "rss_mib": round(procs.rss_kib([init]) / 1024, 1) if init else 0,
+            "healthy": ok,
+        }
+    root = netns.links(None).get(topo.RUNNER_DEVICE)
+    reg_pid = procs.registry_pid()
+    reg_ok = registry.healthy() if reg_pid else False
+    cfg = registry.image_config() if reg_ok else None
+    key_file = paths.REGISTRY_DIR / "image-key"
+    present_key = ((cfg or {}).get("config") or {}).get("Labels", {}).get(image.KEY_LABEL) if cfg else None
+    healthy &= reg_ok and cfg is not None
+    return {
+        "up": bool(healthy),
+        "lab_dir": str(LAB_DIR),
+        "inventory": str(INVENTORY_PATH) if INVENTORY_PATH.exists() else None,
+        "ssh_config": str(SSH_CONFIG) if SSH_CONFIG.exists() else None,
+        "namespaces": sorted(n for n in topo.NETNS if n in existing),
+        "runner": {
+            "device": topo.RUNNER_DEVICE,
+            "address": f"{topo.RUNNER_ADDRESS}/24",
+            "present": root is not None,
+            "state": (root or {}).get("operstate"),
+            "route_unreachable": netns._has_unreachable(),
+        },
+        "hosts": hosts,
+        "registry": {"address": REGISTRY, "pid": reg_pid, "healthy": reg_ok,
+                     "rss_mib": round(procs.rss_kib([reg_pid]) / 1024, 1) if reg_pid else 0},
+        "image": {
+            "name": IMAGE,
+            "present": cfg is not None,
+            "id": (cfg or {}).get("_id"),
+            "digest": (cfg or {}).get("_manifest_digest"),
+            "key": present_key or (key_file.read_text().strip() if key_file.exists() else None),
+            "current": present_key == image.image_key() if cfg else False,
+        },
+        "faults": all_faults,
+    }
