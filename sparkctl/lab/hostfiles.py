@@ -7,7 +7,9 @@ Keys are generated once and kept under CACHE_DIR/keys, so host identities surviv
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -54,7 +56,8 @@ def _copy_key(src: Path, dst: Path) -> None:
         write_if_changed(d, text, mode)
 
 
-def host_public_key(name: str) -> str:
+def host_public_key(name: str) -> list[str]:
+    """[key type, base64 blob] of a lab host's SSH host key."""
     return (paths.CACHE_DIR / "keys" / f"host-{name}.pub").read_text().split()[:2]
 
 
@@ -161,9 +164,6 @@ def inventory_yaml() -> str:
 
 def engram_tables() -> bool:
     """The simulated Engram tables (inventory engram.size_gib, in 64 MiB files + SHA256SUMS), made once."""
-    import hashlib
-    import os
-
     d = paths.ENGRAM_CACHE
     if (d / "SHA256SUMS").exists():
         return False

@@ -86,7 +86,10 @@ def _up(progress: Progress) -> dict:
         builder.start()
 
     hostfiles.prepare(changes)
-    changes += netns.ensure()
+    net = netns.ensure()
+    if net:
+        _say(progress, "network: " + "; ".join(net))
+    changes += net
     sync_all()
 
     # registry (restoring a cached storage snapshot on a fresh lab)
