@@ -215,6 +215,12 @@ class Runtime(Model):
     speculative: Optional[Speculative] = Field(None, description="Speculative decoding (--speculative-config).")
     env: dict[EnvName, str] = Field(default_factory=dict, description="Extra environment for the runtime containers.")
     shutdown_timeout: int = Field(60, ge=0, description="Seconds to drain in-flight requests on stop.")
+    memlock: int = Field(
+        -1,
+        ge=-1,
+        description="Containers' locked-memory limit in bytes (--ulimit memlock); -1 = unlimited, what RDMA "
+        "registration needs on real hosts. Lower it only where the engine may not raise limits (the lab).",
+    )
     custom_values: list[Literal["kv_cache_dtype", "moe_backend", "speculative.method"]] = Field(
         default_factory=list,
         description="Keys whose value your image supports although upstream vLLM does not list it; sparkctl "

@@ -171,7 +171,7 @@ def engram_tables() -> bool:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     chunk = 64 << 20
-    total = int(topo.ENGRAM["size_gib"] * (1 << 30))
+    total = topo.ENGRAM_TABLE_BYTES
     sums = []
     for i in range((total + chunk - 1) // chunk):
         data = os.urandom(min(chunk, total - i * chunk))
@@ -187,7 +187,7 @@ def engram_tables() -> bool:
 def prepare(changes: list[str]) -> None:
     """Everything on disk the hosts and the runner need before the hosts start (idempotent)."""
     if engram_tables():
-        changes.append(f"Engram tables ({topo.ENGRAM['size_gib']} GiB) for {topo.ENGRAM['host']}")
+        changes.append(f"Engram tables ({topo.ENGRAM_TABLE_BYTES >> 20} MiB) for {topo.ENGRAM_HOST}")
     client = _keypair("client", "sparkctl-lab")
     _copy_key(client, paths.SSH_KEY)
     pub = client.with_suffix(".pub").read_text()

@@ -40,9 +40,8 @@ import time
 
 from sparkctl.lab import paths
 from sparkctl.lab.hw import state
-from sparkctl.lab.topology import ENGRAM, HOSTS
+from sparkctl.lab.topology import ENGRAM_HOST, ENGRAM_SOURCE, HOSTS
 
-ENGRAM_HOST, ENGRAM_SOURCE = ENGRAM["host"], ENGRAM["source"]
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC = 32, 4096, 8192, 16384

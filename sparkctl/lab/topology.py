@@ -11,6 +11,8 @@ Stdlib only (the host init imports it).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from dataclasses import dataclass, field
 
 SUBNET = "10.231.0.0/16"  # everything the lab owns; routed `unreachable` in the root namespace
@@ -176,46 +178,31 @@ def find_rdma(host: LabHost, name: str) -> Nic:
     raise KeyError(name)
 
 
-# The runtime part of the lab inventory: what the simulator image is asked to run.
-RUNTIME = {
-    "image": IMAGE,
-    "model": "/models/DeepSeek-V4.1-Flash-1017",
-    "served_model_name": "deepseek-v4.1-flash",
-    "port": 8888,
-    "tensor_parallel_size": 2,
-    "distributed_executor_backend": "ray",
-    "kv_cache_dtype": "fp8_ds_mla",
-    "block_size": 256,
-    "gpu_memory_utilization": 0.85,
-    "max_model_len": 327680,
-    "max_num_seqs": 4,
-    "max_num_batched_tokens": 8192,
-    "kv_pool_tokens": 1930000,
-    "moe_backend": "flashinfer_b12x",
-    "speculative": {
-        "method": "draft_model",
-        "model": "/models/drafter",
-        "num_speculative_tokens": 5,
-        "drafter_host": "offload",
-        "drafter_port": 8100,
-    },
-    "env": {"SIM_TIME_SCALE": "0.01"},
-    "shutdown_timeout": 30,
-}
+# The runtime, caches and Engram sections come from the shipped inventories/lab.yaml (one source
+# of truth), read when the inventory is written; the hosts and fabric above are what the lab
+# builds, and a test asserts the two agree. The host init (python -S, no yaml) needs only where
+# the offload host's Engram tables live, kept here and checked against the file.
+SHIPPED_INVENTORY = Path(__file__).resolve().parents[2] / "inventories" / "lab.yaml"
+ENGRAM_HOST = "offload"
+ENGRAM_SOURCE = "/srv/engram/tables"
+# The simulated tables on the offload host's disk: 4 files of 64 MiB (engram.size_gib is the
+# tmpfs they are placed in, a little larger for SHA256SUMS and sparkctl's marker).
+ENGRAM_TABLE_BYTES = 256 << 20
 
-CACHES = {"host_path": "/var/lib/sparkctl/cache", "container_path": "/root/.cache/vllm"}
 
-ENGRAM = {
-    "host": "offload",
-    "source": "/srv/engram/tables",
-    "size_gib": 0.25,
-    "target": "/mnt/engram",
-    "min_free_gib": 0.5,
-}
+def shipped_sections() -> dict:
+    import yaml
+
+    doc = yaml.safe_load(SHIPPED_INVENTORY.read_text())
+    engram = doc["engram"]
+    if (engram["host"], engram["source"]) != (ENGRAM_HOST, ENGRAM_SOURCE):
+        raise ValueError(f"{SHIPPED_INVENTORY}: engram host/source must stay {ENGRAM_HOST}:{ENGRAM_SOURCE} (the lab provisions them)")
+    return doc
 
 
 def inventory_doc(ssh_key: str, known_hosts: str) -> dict:
     """The lab's inventory as a plain document (what LAB_DIR/inventory.yaml holds)."""
+    shipped = shipped_sections()
     hosts = {}
     for h in HOSTS.values():
         doc: dict = {
@@ -247,7 +234,7 @@ def inventory_doc(ssh_key: str, known_hosts: str) -> dict:
             "host_key_policy": "strict",
         },
         "hosts": hosts,
-        "runtime": RUNTIME,
-        "caches": CACHES,
-        "engram": ENGRAM,
+        "runtime": shipped["runtime"],
+        "caches": shipped["caches"],
+        "engram": shipped["engram"],
     }

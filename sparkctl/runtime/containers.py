@@ -11,31 +11,36 @@ from typing import Optional
 from sparkctl.runtime.launch import LABEL_PREFIX, ContainerSpec
 
 
-def docker_kwargs(spec: ContainerSpec) -> dict:
+def create_args(api, spec: ContainerSpec) -> dict:
+    """docker-py low-level `create_container` arguments for a spec (the high-level `run` cannot
+    set a stop timeout, and the drain needs one)."""
     from docker.types import DeviceRequest, Ulimit
 
+    host_config = api.create_host_config(
+        network_mode=spec.network_mode,
+        ipc_mode=spec.ipc_mode,
+        # --gpus all
+        device_requests=[DeviceRequest(count=-1, capabilities=[["gpu"]])] if spec.gpus == "all" else None,
+        devices=[f"{d}:{d}:rwm" for d in spec.devices],
+        ulimits=[Ulimit(name=k, soft=v, hard=v) for k, v in spec.ulimits.items()],
+        # -v semantics (binds), as the rendered `docker run` line shows
+        binds={m.source: {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in spec.mounts},
+    )
     return dict(
         image=spec.image,
         command=spec.command,
         name=spec.name,
-        detach=True,
-        network_mode=spec.network_mode,
-        ipc_mode=spec.ipc_mode,
-        # --gpus all
-        device_requests=[DeviceRequest(count=-1, capabilities=[["gpu"]])] if spec.gpus == "all" else [],
-        devices=[f"{d}:{d}:rwm" for d in spec.devices],
-        ulimits=[Ulimit(name=k, soft=v, hard=v) for k, v in spec.ulimits.items()],
         environment=dict(spec.env),
         labels=dict(spec.labels),
-        # -v semantics (binds), as the rendered `docker run` line shows
-        volumes={m.source: {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in spec.mounts},
+        host_config=host_config,
         stop_signal="SIGTERM",
         stop_timeout=spec.stop_timeout,
+        detach=True,
     )
 
 
 def start(client, spec: ContainerSpec):
-    """Remove any stale container of the same name, then start this spec. Returns the container."""
+    """Remove any stale container of the same name, then create and start this spec."""
     import docker
 
     try:
@@ -43,7 +48,9 @@ def start(client, spec: ContainerSpec):
         old.remove(force=True)
     except docker.errors.NotFound:
         pass
-    return client.containers.run(**docker_kwargs(spec))
+    created = client.api.create_container(**create_args(client.api, spec))
+    client.api.start(created["Id"])
+    return client.containers.get(created["Id"])
 
 
 def find(client, cluster: str, role: Optional[str] = None) -> list:

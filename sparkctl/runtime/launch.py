@@ -51,7 +51,7 @@ class ContainerSpec(BaseModel):
     gpus: str = "all"
     network_mode: str = "host"
     ipc_mode: str = "host"
-    ulimits: dict[str, int] = Field(default_factory=lambda: {"memlock": -1})
+    ulimits: dict[str, int]
     stop_timeout: int
     labels: dict[str, str]
 
@@ -262,6 +262,7 @@ def render(inv: Inventory) -> LaunchPlan:
                 name=f"sparkctl-{n['role']}",
                 devices=["/dev/infiniband"] if any(link.rdma for link in host.fabric) else [],
                 stop_timeout=stop_timeout,
+                ulimits={"memlock": r.memlock},
                 labels={
                     f"{LABEL_PREFIX}.cluster": inv.cluster.name,
                     f"{LABEL_PREFIX}.role": n["role"],

@@ -39,7 +39,7 @@ def parse_sums(text: str) -> dict[str, str]:
 
 
 def parse_mount(text: str) -> tuple[str, int] | None:
-    """`df -P -B1 --output=fstype,size TARGET` restricted to an exact mount -> (fstype, bytes)."""
+    """`df -B1 --output=fstype,size TARGET` restricted to an exact mount -> (fstype, bytes)."""
     lines = [ln.split() for ln in text.strip().splitlines() if ln.strip()]
     if len(lines) >= 2 and len(lines[-1]) >= 2 and lines[-1][1].isdigit():
         return lines[-1][0], int(lines[-1][1])
@@ -59,7 +59,7 @@ class EngramStep(Step):
         return {
             "meminfo": "cat /proc/meminfo",
             # only when target is itself a mount point (mountpoint is util-linux, on every Debian/DGX OS)
-            "mount": f"mountpoint -q {t} && df -P -B1 --output=fstype,size {t}",
+            "mount": f"mountpoint -q {t} && df -B1 --output=fstype,size {t}",
             "source_sums": sums_command(e.source),
             "placed": f"cat {t}/{MARKER}",
         }

@@ -102,7 +102,7 @@ def test_containers_get_host_network_ipc_gpus_rdma_and_cache_volume():
     for c in render(inv).containers:
         assert (c.network_mode, c.ipc_mode, c.gpus) == ("host", "host", "all")
         assert c.devices == ["/dev/infiniband"]
-        assert c.ulimits == {"memlock": -1}
+        assert c.ulimits == {"memlock": inv.runtime.memlock}
         cache = [m for m in c.mounts if m.target == inv.caches.container_path]
         assert cache and cache[0].source == inv.caches.host_path
         assert c.env["VLLM_CACHE_ROOT"] == inv.caches.container_path
@@ -126,3 +126,8 @@ def test_drafter_spans_the_offload_hosts_gpus():
     argv = serve_argv(drafter)
     assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
     assert drafter.env["CUDA_VISIBLE_DEVICES"] == "0,1"
+
+
+def test_real_clusters_get_unlimited_memlock_for_rdma():
+    for c in render(load("dspark-recipe.yaml")).containers:
+        assert c.ulimits == {"memlock": -1}
