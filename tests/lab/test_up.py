@@ -1,0 +1,206 @@
+"""`sparkctl up` on the lab: converge, no-op, --force, drift repaired and only drift, warm restart.
+
+Runs the real CLI (`python -m sparkctl up --json`) against the lab's real sshd/dockerd, and reads
+the results the way a script would. The tests share one converged cluster and run in order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+pytestmark = pytest.mark.lab
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8,10.231.0.0/16"}
+
+
+def sparkctl(*args: str, check_rc: int | None = 0) -> dict:
+    p = subprocess.run([sys.executable, "-m", "sparkctl", *args, "--json"], capture_output=True, text=True, env=ENV, timeout=600)
+    assert "Traceback" not in p.stderr, p.stderr
+    doc = json.loads(p.stdout)
+    if check_rc is not None:
+        assert p.returncode == check_rc, (p.returncode, json.dumps(doc, indent=1)[-3000:], p.stderr[-2000:])
+    return doc
+
+
+def changed(doc: dict) -> set[tuple[str, str]]:
+    return {(r["host"], r["step"]) for r in doc["results"] if r["status"] == "changed"}
+
+
+def container_id(lab, host: str, name: str) -> str:
+    return lab.host_exec(host, ["docker", "inspect", "-f", "{{.Id}}", name], check=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def inventory(lab, tmp_path_factory) -> Path:
+    return Path(lab.INVENTORY_PATH)
+
+
+@pytest.fixture(scope="module")
+def converged(lab, inventory):
+    # start from a stopped runtime (images, caches and Engram stay, as `down` promises)
+    down = sparkctl("down", "-i", str(inventory))
+    assert not down["failed"]
+    for h in ("head", "worker", "offload"):
+        assert lab.host_exec(h, ["docker", "ps", "-q", "--filter", "label=io.sparkctl.cluster"]).stdout.strip() == ""
+    doc = sparkctl("up", "-i", str(inventory))
+    assert doc["failed"] == 0
+    return doc
+
+
+def test_up_brings_the_splice_shape_to_serving(lab, converged):
+    hosts = converged["hosts"]
+    assert set(hosts) == {"head", "worker", "offload"}
+    assert "serving at http://10.231.0.11:8888" in hosts["head"]["runtime"]["message"]
+    assert "smoke completion ok" in hosts["head"]["runtime"]["message"]
+    for h in ("head", "worker", "offload"):
+        assert "jumbo ping ok" in hosts[h]["fabric"]["message"]
+    assert hosts["offload"]["engram"]["status"] in ("ok", "changed")
+    models = httpx.get("http://10.231.0.11:8888/v1/models", timeout=10).json()
+    assert [m["id"] for m in models["data"]] == ["deepseek-v4.1-flash"]
+    assert models["data"][0]["max_model_len"] == 327680
+
+
+def test_second_up_changes_nothing_and_keeps_the_runtime(lab, inventory, converged):
+    before = container_id(lab, "head", "sparkctl-head")
+    doc = sparkctl("up", "-i", str(inventory))
+    assert doc["changed"] == 0 and doc["failed"] == 0
+    assert container_id(lab, "head", "sparkctl-head") == before
+    assert "running config" in doc["hosts"]["head"]["runtime"]["message"]
+    assert "already" in doc["hosts"]["head"]["fabric"]["message"]
+
+
+def test_check_mode_shows_the_plan_and_changes_nothing(lab, inventory, converged):
+    # the second twin: a half-configured rail that carries Ray's traffic would (really) kill the engine
+    lab.host_exec("worker", ["ip", "link", "set", "enP2p1s0f0np0", "mtu", "1500"], check=True)
+    try:
+        doc = sparkctl("up", "-i", str(inventory), "--check")
+        assert changed(doc) == {("worker", "fabric")}
+        assert "set MTU 9000 on enP2p1s0f0np0 (now 1500)" in doc["hosts"]["worker"]["fabric"]["message"]
+        mtu = lab.host_exec("worker", ["cat", "/sys/class/net/enP2p1s0f0np0/mtu"]).stdout.strip()
+        assert mtu == "1500"  # --check changed nothing
+    finally:
+        lab.host_exec("worker", ["ip", "link", "set", "enP2p1s0f0np0", "mtu", "9000"], check=True)
+
+
+def test_mtu_changed_by_hand_is_repaired_by_the_fabric_step_only(lab, inventory, converged):
+    lab.host_exec("worker", ["ip", "link", "set", "enP2p1s0f0np0", "mtu", "1500"], check=True)
+    doc = sparkctl("up", "-i", str(inventory))
+    assert changed(doc) == {("worker", "fabric")}
+    assert lab.host_exec("worker", ["cat", "/sys/class/net/enP2p1s0f0np0/mtu"]).stdout.strip() == "9000"
+    assert "jumbo ping ok on 3 rail(s)" in doc["hosts"]["worker"]["fabric"]["message"]
+
+
+def test_image_removed_from_the_worker_is_pulled_back_by_the_images_step_only(lab, inventory, converged):
+    image = yaml.safe_load(inventory.read_text())["runtime"]["image"]
+    lab.host_exec("worker", ["docker", "rmi", "-f", image], check=True)
+    running_before = container_id(lab, "worker", "sparkctl-worker")
+    doc = sparkctl("up", "-i", str(inventory))
+    assert changed(doc) == {("worker", "images")}
+    assert f"pulled {image}" in doc["hosts"]["worker"]["images"]["message"]
+    assert container_id(lab, "worker", "sparkctl-worker") == running_before
+
+
+def test_engram_mount_removed_is_placed_again_by_the_engram_step_only(lab, inventory, converged):
+    lab.host_exec("offload", ["umount", "/mnt/engram"], check=True)
+    doc = sparkctl("up", "-i", str(inventory))
+    assert changed(doc) == {("offload", "engram")}
+    assert "checksums verified" in doc["hosts"]["offload"]["engram"]["message"]
+
+
+def test_force_restarts_the_runtime(lab, inventory, converged):
+    before = container_id(lab, "head", "sparkctl-head")
+    doc = sparkctl("up", "-i", str(inventory), "--force")
+    assert {s for h, s in changed(doc)} == {"runtime"}
+    assert container_id(lab, "head", "sparkctl-head") != before
+    assert "warm (compile cache hit)" in doc["hosts"]["head"]["runtime"]["message"]
+
+
+def test_config_change_outside_the_compile_hash_restarts_warm_and_is_recorded(lab, inventory, converged, tmp_path):
+    doc = yaml.safe_load(inventory.read_text())
+    doc["runtime"]["served_model_name"] = "lab-renamed"  # not part of vLLM's compile hash
+    changed_inv = tmp_path / "renamed.yaml"
+    changed_inv.write_text(yaml.safe_dump(doc))
+    try:
+        out = sparkctl("up", "-i", str(changed_inv))
+        assert ("head", "runtime") in changed(out) and ("head", "record") in changed(out)
+        assert "warm (compile cache hit)" in out["hosts"]["head"]["runtime"]["message"]
+        assert out["runtime_start"]["cache"].startswith("warm")
+        history = lab.host_exec("head", ["ls", "/var/lib/sparkctl/state/history"]).stdout.split()
+        assert history, "the replaced record is kept for rollback"
+    finally:
+        sparkctl("up", "-i", str(inventory))  # back to the lab's own config
+
+
+def test_a_failed_step_stops_up_and_says_what_was_not_done(lab, inventory, converged):
+    # a NIC that is not there (renamed, as a missing or misnamed ConnectX-7 would be): up cannot fix it
+    dev = "enP2p1s0f0np0"
+    lab.host_exec("worker", ["sh", "-c", f"ip link set {dev} down && ip link set {dev} name sparkgone0"], check=True)
+    try:
+        doc = sparkctl("up", "-i", str(inventory), check_rc=1)
+        assert doc["stopped_at"] == "fabric"
+        worker = doc["hosts"]["worker"]["fabric"]
+        assert worker["status"] == "failed" and f"net device {dev} does not exist" in worker["message"]
+        # validated before touching any host: the others' plans were not applied
+        assert doc["hosts"]["head"]["fabric"]["status"] == "skipped"
+        later = [r for r in doc["results"] if r["step"] != "fabric"]
+        assert later and all(r["status"] == "skipped" for r in later)
+    finally:
+        lab.host_exec("worker", ["sh", "-c", f"ip link set sparkgone0 name {dev} && ip link set {dev} up"], check=True)
+        sparkctl("up", "-i", str(inventory))
+
+
+def test_bad_inventory_touches_nothing_and_exits_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    doc = yaml.safe_load((ROOT / "inventories" / "lab.yaml").read_text())
+    doc["runtime"]["max_num_seqs"] = "four"
+    bad.write_text(yaml.safe_dump(doc))
+    p = subprocess.run([sys.executable, "-m", "sparkctl", "up", "-i", str(bad)], capture_output=True, text=True, env=ENV)
+    assert p.returncode == 2
+    assert "runtime.max_num_seqs" in p.stderr and "Traceback" not in p.stderr
+
+
+def dspark_shape(inventory: Path) -> dict:
+    """The DSpark recipe's shape (seed 002) on the lab's two Sparks: no offload host, DSpark k=3."""
+    doc = yaml.safe_load(inventory.read_text())
+    doc["cluster"]["name"] = "lab-dspark"
+    del doc["hosts"]["offload"]
+    for h in doc["hosts"].values():
+        h["fabric"] = [link for link in h["fabric"] if link["peer"] != "offload"]
+    doc.pop("engram")
+    r = doc["runtime"]
+    r.update(
+        served_model_name="deepseek-v4-flash-dspark",
+        model="/cache/huggingface/fraserprice/DeepSeek-V4-Flash-DSpark",
+        kv_cache_dtype="nvfp4_ds_mla",
+        max_model_len=262144,
+        max_num_seqs=2,
+        kv_pool_tokens=2830000,
+        speculative={"method": "dspark", "num_speculative_tokens": 3},
+    )
+    r["env"]["VLLM_DSPARK_GPU_REJECTED_CONTEXT_MASK"] = "1"
+    return doc
+
+
+def test_dspark_shape_two_sparks_serves(lab, inventory, converged, tmp_path):
+    inv = tmp_path / "dspark.yaml"
+    inv.write_text(yaml.safe_dump(dspark_shape(inventory)))
+    try:
+        doc = sparkctl("up", "-i", str(inv))
+        assert set(doc["hosts"]) == {"head", "worker"}
+        assert "serving at" in doc["hosts"]["head"]["runtime"]["message"]
+        models = httpx.get("http://10.231.0.11:8888/v1/models", timeout=10).json()["data"]
+        assert [(m["id"], m["max_model_len"]) for m in models] == [("deepseek-v4-flash-dspark", 262144)]
+        again = sparkctl("up", "-i", str(inv))
+        assert again["changed"] == 0
+    finally:
+        sparkctl("down", "-i", str(inv))
+        sparkctl("up", "-i", str(inventory))
