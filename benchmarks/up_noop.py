@@ -6,7 +6,7 @@
 Floor: one parallel SSH round trip to every host doing nothing (OpenSSH `ssh -F <lab config> HOST
 true`, all hosts at once), what any tool must pay. The no-op run is `sparkctl up` on a lab that
 is already converged (the script runs one `up` first to get there). With --cold-warm it also
-measures a restart with the compile caches emptied (cold) and one with them kept (warm).
+measures a restart with the persistent cache volume emptied (cold: torch.compile, Triton, FlashInfer) and one with them kept (warm).
 Prints figures; asserts nothing (timings are not tests).
 """
 
@@ -80,7 +80,7 @@ def main() -> None:
     if args.cold_warm:
         cache = "/var/lib/sparkctl/cache"  # caches.host_path in the lab inventory
         for h in HOSTS:
-            subprocess.run(["ssh", "-F", str(SSH_CONFIG), h, f"rm -rf {cache}/torch_compile_cache"], check=True)
+            subprocess.run(["ssh", "-F", str(SSH_CONFIG), h, f"rm -rf {cache}/* {cache}/.cache"], check=True)
         cold = up("--force")
         warm = up("--force")
         c, w = cold["runtime_start"], warm["runtime_start"]

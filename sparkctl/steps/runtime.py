@@ -163,7 +163,7 @@ class RuntimeStep(Step):
                 if time.monotonic() > deadline:
                     raise HostError(f"{host}: runtime not serving after {deadline - t0:.0f} s (last phase: {phase})")
                 ctx.progress(host, self.name, f"{phase} ({time.monotonic() - t0:.0f} s)")
-                time.sleep(0.5)
+                time.sleep(0.25)
             took = time.monotonic() - t0
             ctx.progress(host, self.name, "smoke test: one completion")
             try:
