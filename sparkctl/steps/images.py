@@ -18,6 +18,8 @@ from sparkctl.runtime.launch import render
 from sparkctl.steps.base import Change, Plan, RunContext, Step
 
 CHUNK = 1 << 20
+WINDOW = 64 << 20  # SSH channel window: keep the pipe full over the relay
+PACKET = 32768
 
 
 def images_by_host(inv: Inventory) -> dict[str, list[str]]:
@@ -54,19 +56,37 @@ def reference_ids(ctx: RunContext) -> dict[str, str]:
 
 
 def stream_image(src, dst, image: str, progress=lambda n: None) -> int:
-    """`docker save` on src piped into `docker load` on dst through this machine; returns bytes moved."""
-    out_chan = src.paramiko_client.get_transport().open_session()
-    in_chan = dst.paramiko_client.get_transport().open_session()
+    """`docker save` on src piped into `docker load` on dst through this machine; returns bytes moved.
+
+    Reading and writing overlap (a reader thread feeds a bounded queue) and both channels get
+    large SSH windows, so the relay runs near the speed of a plain SSH stream.
+    """
+    import queue
+
+    out_chan = src.paramiko_client.get_transport().open_session(window_size=WINDOW, max_packet_size=PACKET)
+    in_chan = dst.paramiko_client.get_transport().open_session(window_size=WINDOW, max_packet_size=PACKET)
     out_chan.exec_command(f"docker save {shlex.quote(image)}")
     in_chan.exec_command("docker load")
+    chunks: "queue.Queue[bytes | None]" = queue.Queue(maxsize=64)
+
+    def reader() -> None:
+        try:
+            while True:
+                data = out_chan.recv(CHUNK)
+                if not data:
+                    break
+                chunks.put(data)
+        finally:
+            chunks.put(None)
+
+    t = threading.Thread(target=reader, name="sparkctl-side-load", daemon=True)
+    t.start()
     total = 0
-    while True:
-        data = out_chan.recv(CHUNK)
-        if not data:
-            break
+    while (data := chunks.get()) is not None:
         in_chan.sendall(data)
         total += len(data)
         progress(total)
+    t.join()
     in_chan.shutdown_write()
     save_rc = out_chan.recv_exit_status()
     load_rc = in_chan.recv_exit_status()

@@ -204,3 +204,15 @@ def test_dspark_shape_two_sparks_serves(lab, inventory, converged, tmp_path):
     finally:
         sparkctl("down", "-i", str(inv))
         sparkctl("up", "-i", str(inventory))
+
+
+def test_side_load_streams_the_image_from_the_head_and_verifies_its_id(lab, inventory, converged):
+    image = yaml.safe_load(inventory.read_text())["runtime"]["image"]
+    head_id = lab.host_exec("head", ["docker", "image", "inspect", "-f", "{{.Id}}", image], check=True).stdout.strip()
+    lab.host_exec("worker", ["docker", "rmi", "-f", image], check=True)
+    doc = sparkctl("up", "-i", str(inventory), "--side-load")
+    assert changed(doc) == {("worker", "images")}
+    msg = doc["hosts"]["worker"]["images"]["message"]
+    assert "side-loaded" in msg and "from head" in msg and "image ID matches" in msg
+    worker_id = lab.host_exec("worker", ["docker", "image", "inspect", "-f", "{{.Id}}", image], check=True).stdout.strip()
+    assert worker_id == head_id
