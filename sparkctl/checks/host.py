@@ -66,24 +66,25 @@ def rdma_runtime_hosts(ctx: Context) -> list[str]:
 @host_check("host.memlock", "the runtime's containers may lock memory without limit (RDMA registers it)", scope=rdma_runtime_hosts)
 def memlock(ctx: Context, host: str, f):
     plan = ctx.plan
-    specs = plan.for_host(host) if plan else []
-    bad_spec = [s.name for s in specs if s.ulimits.get("memlock") != -1]
-    if bad_spec:
+    specs = {s.name: s for s in (plan.for_host(host) if plan else [])}
+    shell = "unlimited" if f.memlock_kib == -1 else (f"{f.memlock_kib} KiB" if f.memlock_kib is not None else "unknown")
+    running = [c for c in (f.containers or []) if c.running and c.name in specs]
+    drifted = [c for c in running if c.memlock != specs[c.name].ulimits.get("memlock")]
+    if drifted:
         return [
             fail(
-                f"the rendered launch of {', '.join(bad_spec)} does not set --ulimit memlock=-1",
-                "a sparkctl bug: render() must give every RDMA node memlock=-1 (report it)",
+                "running with another memlock limit than the launch: "
+                + ", ".join(f"{c.name} ({'not set' if c.memlock is None else c.memlock})" for c in drifted),
+                "restart the runtime with `sparkctl up` (it starts containers with the launch's --ulimit memlock)",
             )
         ]
-    shell = "unlimited" if f.memlock_kib == -1 else (f"{f.memlock_kib} KiB" if f.memlock_kib is not None else "unknown")
-    running = [c for c in (f.containers or []) if c.running]
-    limited = [c for c in running if c.memlock not in (-1,)]
+    limited = sorted({s.ulimits.get("memlock") for s in specs.values()} - {-1}, key=str)
     if limited:
         return [
-            fail(
-                "running with a memlock limit: "
-                + ", ".join(f"{c.name} ({'not set' if c.memlock is None else c.memlock})" for c in limited),
-                "restart the runtime with `sparkctl up` (it starts containers with --ulimit memlock=-1)",
+            warn(
+                f"the launch limits locked memory to {', '.join(map(str, limited))} bytes (runtime.memlock): "
+                "RDMA memory registration needs unlimited on real hosts",
+                "leave runtime.memlock at its default -1 (unlimited) unless the engine cannot raise limits (the lab)",
             )
         ]
     where = f"{len(running)} running container(s) unlimited" if running else "containers start with --ulimit memlock=-1"

@@ -143,3 +143,20 @@ def test_kv_pool_smaller_than_expected_or_than_a_request():
 def test_kv_nearly_full_warns():
     r = run(running(), endpoint=endpoint(metrics={**METRICS, "vllm:kv_cache_usage_perc": 0.97}))
     assert by(r, "runtime.metrics", H).status == "warn" and "nearly full" in by(r, "runtime.metrics", H).message
+
+
+def test_memlock_limited_launch_warns_and_drift_fails():
+    import yaml
+
+    from sparkctl.inventory.models import Inventory
+    from test_checks import REC
+
+    doc = yaml.safe_load((REC / "inventory.yaml").read_text())
+    doc["runtime"]["memlock"] = 8388608  # what the lab sets: its dockerd may not raise the limit
+    inv = Inventory.model_validate(doc)
+    r = run(sections(), inv=inv)
+    m = by(r, "host.memlock", H)
+    assert m.status == "warn" and "8388608" in m.message and "-1" in m.fix
+    # containers running with -1 while the launch says 8 MiB: they were not started from this launch
+    r = run(running(), inv=inv, endpoint=endpoint())
+    assert ("host.memlock", H, "") in failing(r) and "sparkctl up" in by(r, "host.memlock", H).fix

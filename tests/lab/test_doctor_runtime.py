@@ -1,0 +1,130 @@
+"""`sparkctl doctor` with the runtime simulator running in the lab: healthy, Marlin fallback, crash.
+
+The containers are started the way `sparkctl up` starts them (sparkctl/runtime/containers.py
+`start()` with the specs `render()` gives, drafter -> worker -> head), from the lab registry's
+simulator image. The model paths live under each lab host's own /srv, so docker's bind mounts
+create nothing on the machine's filesystem.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import yaml
+
+from test_doctor import doctor_lab, failing, run_doctor, sh, variant  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.lab
+
+MODELS = "/srv/doctor-models"
+
+
+def runtime_variant(tmp_path, name: str, **env: str):
+    def edit(doc):
+        doc["runtime"]["model"] = f"{MODELS}/DeepSeek-V4.1-Flash-1017"
+        doc["runtime"]["speculative"]["model"] = f"{MODELS}/drafter"
+        doc["runtime"]["env"].update(env)
+
+    return variant(tmp_path, name, edit)
+
+
+def _client(lab, host: str):
+    import docker
+
+    return docker.DockerClient(base_url=f"unix://{lab.docker_socket(host)}")
+
+
+def stop_all(lab, cluster: str) -> None:
+    from sparkctl.runtime import containers
+
+    for host in ("head", "worker", "offload"):
+        containers.stop(_client(lab, host), cluster, timeout=2)
+
+
+def start(lab, inv_path, wait_health: bool = True, timeout: float = 120):
+    """Start the rendered launch in order; wait until the head serves (or its container exits)."""
+    import httpx
+
+    from sparkctl.inventory.loader import load_inventory
+    from sparkctl.runtime import containers
+    from sparkctl.runtime.launch import render
+
+    inv = load_inventory(inv_path)
+    for host in ("head", "worker", "offload"):
+        sh(lab, host, f"mkdir -p {MODELS}/DeepSeek-V4.1-Flash-1017 {MODELS}/drafter")
+    stop_all(lab, inv.cluster.name)
+    plan = render(inv)
+    for spec in plan.containers:  # drafter, worker, head
+        client = _client(lab, spec.host)
+        containers.start(client, spec)
+    head = inv.hosts_with_role("head")[0]
+    url = f"http://{inv.hosts[head].ssh.address}:{inv.runtime.port}/health"
+    deadline = time.monotonic() + timeout
+    head_ctr = _client(lab, head).containers.get("sparkctl-head")
+    while time.monotonic() < deadline:
+        head_ctr.reload()
+        if head_ctr.status == "exited":
+            return inv, "exited"
+        try:
+            if wait_health and httpx.get(url, timeout=1, trust_env=False).status_code == 200:
+                return inv, "serving"
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise AssertionError(f"runtime did not serve in {timeout} s: {head_ctr.logs(tail=30).decode(errors='replace')}")
+
+
+@pytest.fixture(scope="module")
+def sim(doctor_lab):
+    lab, inv = doctor_lab
+    if not lab.status().get("image", {}).get("present", True):
+        pytest.skip("the simulator image is not in the lab registry (`sparkctl lab up` builds it)")
+    yield lab, inv
+    stop_all(lab, yaml.safe_load(inv.read_text())["cluster"]["name"])
+    for host in ("head", "worker", "offload"):
+        sh(lab, host, f"rm -rf {MODELS}", check=False)
+
+
+def test_running_runtime_every_runtime_check_ok(sim, tmp_path):
+    lab, _ = sim
+    inv = runtime_variant(tmp_path, "ok")
+    _, state = start(lab, inv)
+    assert state == "serving"
+    rc, doc, err = run_doctor(inv, "--json", "--only", "runtime,gpu,host,images,caches")
+    assert failing(doc) == set() and rc == 0, failing(doc)
+    runtime = {(c["name"], c["host"]): c for c in doc["checks"] if c["name"].startswith("runtime.")}
+    assert all(c["status"] == "ok" for c in runtime.values()), [c for c in runtime.values() if c["status"] != "ok"]
+    assert ("runtime.drafter", "offload") in runtime and ("runtime.containers", "worker") in runtime
+    assert runtime[("runtime.kv_pool", "head")]["data"]["kv_pool_tokens"] > 0
+    assert "running" in runtime[("runtime.metrics", "head")]["message"]
+
+
+def test_marlin_fallback_fails_only_moe_backend(sim, tmp_path):
+    lab, _ = sim
+    inv = runtime_variant(tmp_path, "marlin", SIM_FAULTS="marlin")
+    _, state = start(lab, inv)
+    assert state == "serving"
+    rc, doc, _ = run_doctor(inv, "--json", "--only", "runtime")
+    assert failing(doc) == {("runtime.moe_backend", "head", "sparkctl-head")} and rc == 1
+    bad = next(c for c in doc["checks"] if c["status"] == "fail")
+    assert "Marlin" in bad["message"] and "flashinfer_b12x" in bad["fix"]
+
+
+def test_crash_fails_engine_and_says_why(sim, tmp_path):
+    lab, _ = sim
+    inv = runtime_variant(tmp_path, "crash", SIM_FAULTS="crash_now")
+    _, state = start(lab, inv)
+    head = _client(lab, "head").containers.get("sparkctl-head")
+    deadline = time.monotonic() + 60
+    while head.status != "exited" and time.monotonic() < deadline:  # 503 for SIM_DEATH_LINGER, then exit 1
+        time.sleep(0.3)
+        head.reload()
+    assert head.status == "exited"
+    rc, doc, _ = run_doctor(inv, "--json", "--only", "runtime")
+    names = {n for n, h, _ in failing(doc) if h == "head"}
+    assert {"runtime.engine", "runtime.containers", "runtime.health"} <= names, failing(doc)
+    assert {n for n, _, _ in failing(doc)} <= {"runtime.engine", "runtime.containers", "runtime.health", "runtime.drafter"}
+    engine = next(c for c in doc["checks"] if c["name"] == "runtime.engine" and c["host"] == "head")
+    assert "device-side assert" in engine["message"] and "max_num_seqs" in engine["fix"]
+    assert rc == 1
