@@ -13,11 +13,13 @@ import time
 import pytest
 import yaml
 
-from test_doctor import doctor_lab, failing, run_doctor, sh, variant  # noqa: F401  (fixture)
+from test_doctor import LAB, doctor_lab, failing, run_doctor, sh, variant  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.lab
 
 MODELS = "/srv/doctor-models"
+HOST_CACHE = LAB["caches"]["host_path"]  # the head's cache dir, mounted in its container at:
+CONTAINER_CACHE = LAB["caches"]["container_path"]
 
 
 def runtime_variant(tmp_path, name: str, **env: str):
@@ -112,19 +114,28 @@ def test_marlin_fallback_fails_only_moe_backend(sim, tmp_path):
 
 
 def test_crash_fails_engine_and_says_why(sim, tmp_path):
+    # SIM_FAULTS_FILE is read by every container; only the head's host gets the file (the cache
+    # dir is per host), so only the head's engine crashes: a device-side assert while serving.
     lab, _ = sim
-    inv = runtime_variant(tmp_path, "crash", SIM_FAULTS="crash_now")
+    fault_file = f"{CONTAINER_CACHE}/doctor-sim-faults"
+    inv = runtime_variant(tmp_path, "crash", SIM_FAULTS_FILE=fault_file)
     _, state = start(lab, inv)
-    head = _client(lab, "head").containers.get("sparkctl-head")
-    deadline = time.monotonic() + 60
-    while head.status != "exited" and time.monotonic() < deadline:  # 503 for SIM_DEATH_LINGER, then exit 1
-        time.sleep(0.3)
-        head.reload()
-    assert head.status == "exited"
-    rc, doc, _ = run_doctor(inv, "--json", "--only", "runtime")
-    names = {n for n, h, _ in failing(doc) if h == "head"}
-    assert {"runtime.engine", "runtime.containers", "runtime.health"} <= names, failing(doc)
-    assert {n for n, _, _ in failing(doc)} <= {"runtime.engine", "runtime.containers", "runtime.health", "runtime.drafter"}
+    assert state == "serving"
+    sh(lab, "head", f"echo crash_now > {HOST_CACHE}/doctor-sim-faults")
+    try:
+        head = _client(lab, "head").containers.get("sparkctl-head")
+        deadline = time.monotonic() + 60
+        while head.status != "exited" and time.monotonic() < deadline:  # 503 while it lingers, then exit
+            time.sleep(0.3)
+            head.reload()
+        assert head.status == "exited"
+        rc, doc, _ = run_doctor(inv, "--json", "--only", "runtime")
+    finally:
+        sh(lab, "head", f"rm -f {HOST_CACHE}/doctor-sim-faults")
+    assert rc == 1
+    on_head = {n for n, h, _ in failing(doc) if h == "head"}
+    assert {"runtime.engine", "runtime.containers", "runtime.health"} <= on_head, failing(doc)
+    # the worker's Ray node may go down with the head (its GCS is gone): that is the same crash
+    assert {n for n, _, _ in failing(doc)} <= {"runtime.engine", "runtime.containers", "runtime.health"}, failing(doc)
     engine = next(c for c in doc["checks"] if c["name"] == "runtime.engine" and c["host"] == "head")
     assert "device-side assert" in engine["message"] and "max_num_seqs" in engine["fix"]
-    assert rc == 1
