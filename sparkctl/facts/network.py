@@ -79,8 +79,11 @@ class PingResult:
 
 
 def parse_ping(rc: int, text: str) -> PingResult:
-    """`ping -M do -s SIZE -c N -I DEV PEER` output: ok only when every packet came back."""
-    m = _PING_TX.search(text)
+    """`ping -M do -s SIZE -c N -I DEV PEER` output: ok only when every packet came back.
+
+    When the output holds several runs (a retry after a lost packet), the last one counts."""
+    matches = list(_PING_TX.finditer(text))
+    m = matches[-1] if matches else None
     sent, received = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     detail = next((ln for ln in lines if "too long" in ln or "mtu" in ln.lower() or "unreachable" in ln.lower()), "")

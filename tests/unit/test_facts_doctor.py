@@ -129,6 +129,15 @@ vllm:spec_decode_num_drafts_created{engine="0",model_name="m"} 1.7e9
     assert m["vllm:spec_decode_num_accepted_tokens_total"] == 280 and "vllm:spec_decode_num_drafts_created" not in m
 
 
+def test_ping_retry_counts_the_last_run():
+    from sparkctl.facts import network
+
+    lost = "PING x\n\n--- x ping statistics ---\n1 packets transmitted, 0 received, 100% packet loss, time 0ms\n"
+    good = "PING x\n8980 bytes from x: icmp_seq=1 ttl=64 time=0.05 ms\n\n--- x ping statistics ---\n1 packets transmitted, 1 received, 0% packet loss, time 0ms\n"
+    assert network.parse_ping(0, lost + good).ok
+    assert not network.parse_ping(1, good + lost).ok
+
+
 def test_iperf_json_and_rails():
     ok = json.dumps({"end": {"sum_received": {"bits_per_second": 23.5e9, "seconds": 2.0}}})
     assert round(bandwidth.parse_iperf(0, ok).gbps, 1) == 23.5
@@ -145,7 +154,7 @@ def test_iperf_json_and_rails():
 
 def test_probe_set_follows_the_inventory_and_only():
     p = probes_for(LAB, "head")
-    assert p["ping.0"] == "ping -M do -s 8972 -c 2 -i 0.2 -W 1 -I enp1s0f0np0 10.231.100.3"
+    assert p["ping.0"].startswith("ping -M do -s 8972 -c 1 -W 1 -I enp1s0f0np0 10.231.100.3 || ")
     assert p["route.2"] == "ip -j route get 10.231.110.4"
     assert "rocep1s0f0" in p["rdma_state"] and "applied" in p and "engram" not in p
     assert "engram" in probes_for(LAB, "offload") and "drafter_health" in probes_for(LAB, "offload")
