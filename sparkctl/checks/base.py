@@ -107,9 +107,6 @@ class Context:
     def role(self, host: str) -> str:
         return self.inventory.hosts[host].role
 
-    def sparks(self) -> list[str]:
-        return [h for h in self.hosts if self.role(h) in ("head", "worker")]
-
 
 @dataclass(frozen=True)
 class Unreachable:

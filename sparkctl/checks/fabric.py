@@ -295,7 +295,7 @@ def bandwidth(ctx: Context, host: str, f):
             )
             continue
         want = link.speed_gbps
-        msg = f"{r.gbps:.1f} Gb/s to {link.peer} (iperf3, {r.streams} stream(s), {r.seconds:g} s; link {want:g} Gb/s)"
+        msg = f"{r.gbps:.1f} Gb/s to {link.peer} (iperf3, {r.streams} streams, {r.seconds:.0f} s; link {want:g} Gb/s)"
         if link.device in f.virtual:
             out.append(ok(f"{msg}; virtual link: no threshold", link.device, gbps=round(r.gbps, 2)))
         elif r.gbps < want * BANDWIDTH_FAIL:

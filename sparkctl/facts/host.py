@@ -228,9 +228,6 @@ class HostFacts:
     drafter_health: Optional[int] = None
     applied: Optional[dict] = None  # the head's record of the last `sparkctl up` (config_hash, applied_at)
 
-    def has(self, key: str) -> bool:
-        return key in self.sections
-
 
 def _first_line(sec: Section) -> str:
     lines = [ln for ln in sec.out.strip().splitlines() if ln.strip()]
