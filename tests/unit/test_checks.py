@@ -71,10 +71,10 @@ def edit(secs, host: str, key: str, out: str, rc: int = 0):
 def test_healthy_recording_nothing_fails_runtime_skipped():
     results = run()
     assert failing(results) == set()
-    assert {r.name for r in results if r.status == "warn"} <= {"caches.compile"}
+    # the lab inventory limits memlock (its dockerd cannot raise it): a warning, as on any such host
+    assert {r.name for r in results if r.status == "warn"} <= {"caches.compile", "host.memlock"}
     assert {r.name for r in results} == {n for n, c in REGISTRY.items() if not c.deep_only}
     assert all(r.status == "skipped" and "not running" in r.message for r in results if r.group == "runtime")
-    assert by(results, "caches.compile", H).status == "warn" and "cold" in by(results, "caches.compile", H).message
     assert by(results, "engram.placed", O).status == "ok" and by(results, "engram.checksums", O).status == "ok"
     assert by(results, "fabric.speed", W, RAIL).data["gbps"] == 200
 
@@ -270,28 +270,44 @@ def test_compile_cache_against_the_applied_config():
     assert c.status == "warn" and "differs from the last applied" in c.message
 
 
+def _engram_parts(out: str) -> dict[str, str]:
+    parts, key = {}, None
+    for line in out.splitlines(keepends=True):
+        if line.startswith("@@"):
+            key = line.strip()[2:]
+            parts[key] = ""
+        elif key:
+            parts[key] += line
+    return parts
+
+
+def _engram_text(parts: dict[str, str]) -> str:
+    return "".join(f"@@{k}\n{v}" for k, v in parts.items())
+
+
 def test_engram_checks():
     secs = sections()
-    out = secs[O]["engram"]["out"]
-    r = run(edit(copy.deepcopy(secs), O, "engram", out.replace("tmpfs  10739712", "").replace("tmpfs 10739712", "")))
+    parts = _engram_parts(secs[O]["engram"]["out"])
+    assert parts["mount"].startswith("tmpfs") and parts["marker"]  # the recording has them placed
+    r = run(edit(copy.deepcopy(secs), O, "engram", _engram_text({**parts, "mount": ""})))
     placed = by(r, "engram.placed", O)
     assert placed.status == "warn" and "not a mount" in placed.message and "sparkctl up" in placed.fix
     # a file cut short in RAM
-    head, _, tail = out.partition("@@target")
-    tail = tail.replace("table1.bin 2000000", "table1.bin 1999000")
-    r = run(edit(copy.deepcopy(secs), O, "engram", head + "@@target" + tail))
-    assert failing(r) == {("engram.checksums", O, "")}
+    name, size = next(ln for ln in parts["target"].splitlines() if not ln.startswith("SHA256SUMS")).rsplit(" ", 1)
+    short = parts["target"].replace(f"{name} {size}\n", f"{name} {int(size) - 1000}\n")
+    r = run(edit(copy.deepcopy(secs), O, "engram", _engram_text({**parts, "target": short})))
+    assert failing(r) == {("engram.checksums", O, "")} and name in by(r, "engram.checksums", O).message
     # not enough RAM, tables not placed
     low = edit(copy.deepcopy(secs), O, "meminfo", "MemTotal: 1000 kB\nMemAvailable: 10240 kB\n")
-    edit(low, O, "engram", "@@mount\n@@marker\n@@sums\n@@source\ntable0.bin 3000000\n@@target\n")
+    edit(low, O, "engram", _engram_text({**parts, "mount": "", "marker": "", "target": ""}))
     r = run(low)
     assert failing(r) == {("engram.memory", O, "")} and "0.0 GiB RAM available" in by(r, "engram.memory", O).message
 
 
 def test_engram_deep_rehash():
     secs = sections()
-    marker = secs[O]["engram"]["out"].split("@@marker\n")[1].split("@@sums")[0]
-    r = run(secs, deep=True, engram_checksums=(0, marker.replace("./", "")))
+    marker = _engram_parts(secs[O]["engram"]["out"])["marker"]
+    r = run(secs, deep=True, engram_checksums=(0, marker))
     assert by(r, "engram.checksums", O).status == "ok" and "re-hashed" in by(r, "engram.checksums", O).message
     bad = marker.replace(marker[:4], "0000", 1)
     r = run(secs, deep=True, engram_checksums=(0, bad))

@@ -30,7 +30,7 @@ def container(spec, status="running", exit_code=0, config_hash=None, image_id=No
         "Image": image_id or "",
         "State": {"Status": status, "ExitCode": exit_code, "StartedAt": "2026-11-29T15:20:00.000Z", "Error": ""},
         "Config": {"Image": spec.image, "Labels": {**spec.labels, **({"io.sparkctl.config-hash": config_hash} if config_hash else {})}},
-        "HostConfig": {"Ulimits": [{"Name": "memlock", "Soft": -1, "Hard": -1}]},
+        "HostConfig": {"Ulimits": [{"Name": "memlock", "Soft": spec.ulimits["memlock"], "Hard": spec.ulimits["memlock"]}]},
     }
 
 
@@ -67,7 +67,7 @@ def test_runtime_up_and_healthy():
     assert m.data["acceptance_length"] == 3.8 and m.data["acceptance_rate"] == 0.56
     assert "1,930,112" in by(r, "runtime.kv_pool", H).message
     assert by(r, "runtime.containers", W, "sparkctl-worker").status == "ok"
-    assert by(r, "host.memlock", H).status == "ok" and "1 running container(s) unlimited" in by(r, "host.memlock", H).message
+    assert by(r, "host.memlock", H).status == "warn"  # the lab inventory's limit; the containers have it
 
 
 def test_marlin_fallback_fails_moe_backend_only():
@@ -145,18 +145,19 @@ def test_kv_nearly_full_warns():
     assert by(r, "runtime.metrics", H).status == "warn" and "nearly full" in by(r, "runtime.metrics", H).message
 
 
-def test_memlock_limited_launch_warns_and_drift_fails():
+def test_memlock_launch_limit_warns_unlimited_is_ok_and_drift_fails():
     import yaml
 
     from sparkctl.inventory.models import Inventory
     from test_checks import REC
 
-    doc = yaml.safe_load((REC / "inventory.yaml").read_text())
-    doc["runtime"]["memlock"] = 8388608  # what the lab sets: its dockerd may not raise the limit
-    inv = Inventory.model_validate(doc)
-    r = run(sections(), inv=inv)
+    r = run(sections())  # the recorded lab inventory sets 8 MiB: its dockerd cannot raise the limit
     m = by(r, "host.memlock", H)
     assert m.status == "warn" and "8388608" in m.message and "-1" in m.fix
-    # containers running with -1 while the launch says 8 MiB: they were not started from this launch
+    doc = yaml.safe_load((REC / "inventory.yaml").read_text())
+    doc["runtime"]["memlock"] = -1
+    inv = Inventory.model_validate(doc)
+    assert by(run(sections(), inv=inv), "host.memlock", H).status == "ok"
+    # containers running with 8 MiB while the launch now says unlimited: not started from this launch
     r = run(running(), inv=inv, endpoint=endpoint())
     assert ("host.memlock", H, "") in failing(r) and "sparkctl up" in by(r, "host.memlock", H).fix
