@@ -232,8 +232,10 @@ class Endpoint:
                     return m
                 async for event in source.aiter_sse():
                     acc.feed(event.data, time.perf_counter())
-                    if acc.finished or m.error:
+                    if m.error:
                         break
+                # Read to the end of the body even after [DONE] (timed already), so the keep-alive
+                # connection goes back to the pool instead of being reset.
         except (httpx.HTTPError, SSEError) as err:
             m.error = f"{type(err).__name__}: {err}"
         acc.close(time.perf_counter())

@@ -109,3 +109,20 @@ def parse_spec_counters(text: str, model: Optional[str] = None) -> Optional[Spec
                 continue
             c.accepted_per_position[pos] = c.accepted_per_position.get(pos, 0.0) + value
     return c
+
+
+def parse_running(text: str, model: Optional[str] = None) -> Optional[float]:
+    """vllm:num_requests_running (summed over engines), or None if the server does not export it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples = [
+        s
+        for family in text_string_to_metric_families(text)
+        if family.name == "vllm:num_requests_running"
+        for s in family.samples
+    ]
+    if not samples:
+        return None
+    if model is not None and any(s.labels.get("model_name") == model for s in samples):
+        samples = [s for s in samples if s.labels.get("model_name") == model]
+    return sum(s.value for s in samples)

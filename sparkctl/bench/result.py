@@ -151,6 +151,11 @@ class MixedResult(_Model):
     short_ttft_alone_ms: Optional[float] = Field(None, description="Median TTFT of the short request on an idle server.")
     short_ttft_ms: Optional[float] = Field(None, description="TTFT of the short request behind the long one.")
     short_wait_ms: Optional[float] = Field(None, description="short_ttft_ms - short_ttft_alone_ms: the extra wait.")
+    long_admitted_after_ms: Optional[float] = Field(
+        None,
+        description="When /metrics first showed the long request running (admitted, prefilling), ms after it was "
+        "sent: the server's own preprocessing. Null without /metrics.",
+    )
     short_sent_after_ms: Optional[float] = Field(None, description="When the short request left, after the long one.")
     short_sent_during_prefill: Optional[bool] = Field(
         None, description="The short request left before the long one's first token (else the test measured nothing)."

@@ -15,7 +15,7 @@ from typing import Optional, Protocol
 from sparkctl.bench import stats
 from sparkctl.bench.client import Endpoint, Measured
 from sparkctl.bench.longprompt import CALIBRATION_LINES, Calibration, Kind, filler, tagged
-from sparkctl.bench.metrics import SpecCounters, parse_spec_counters
+from sparkctl.bench.metrics import SpecCounters, parse_running, parse_spec_counters
 from sparkctl.bench.protocol import SHORT_PROMPT, WORKLOADS, BenchOptions
 from sparkctl.bench.result import (
     BenchResult,
@@ -353,9 +353,17 @@ class BenchRunner:
             prefill = self.result.prefill
             delay = prefill.ttft_ms / 10_000.0 if prefill and prefill.ttft_ms else 0.5
         self.progress.describe(f"mixed traffic: a short request {delay:.2f} s behind ~{target} cold tokens")
+        baseline = await self._running()
         t0 = time.perf_counter()
         long_task = asyncio.create_task(self._send(prompt, 1, stream=0))
-        await asyncio.sleep(delay)
+        # Wait until the server runs the long request (a real server spends a while reading and
+        # tokenizing a long prompt; a short request sent before that would simply go first).
+        admitted = await self._wait_admitted(baseline, long_task) if baseline is not None else None
+        if admitted is not None:
+            res.long_admitted_after_ms = (admitted - t0) * 1000.0
+        remaining = delay - (time.perf_counter() - t0)
+        if remaining > 0:
+            await asyncio.sleep(remaining)
         short = await self._send(SHORT_PROMPT, SHORT_MAX_TOKENS, stream=1)
         long = await long_task
         res.requests = [request_record(long, t0), request_record(short, t0)]
@@ -378,6 +386,26 @@ class BenchRunner:
         for m in (long, short):
             if m.error:
                 self._note(f"mixed traffic: a request failed: {m.error}")
+
+    async def _running(self) -> Optional[float]:
+        text = await self.endpoint.optional_text(self._probe, "/metrics")
+        if text is None:
+            return None
+        try:
+            return parse_running(text, self.endpoint.model)
+        except ValueError:
+            return None
+
+    async def _wait_admitted(self, baseline: float, long_task: asyncio.Task) -> Optional[float]:
+        """perf_counter() when /metrics first shows one more request running, None if it never does."""
+        while not long_task.done():
+            running = await self._running()
+            if running is None:
+                return None
+            if running > baseline:
+                return time.perf_counter()
+            await asyncio.sleep(0.01)
+        return None
 
     # ---- notes ------------------------------------------------------------------------------
 

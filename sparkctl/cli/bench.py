@@ -51,11 +51,14 @@ def _endpoint_from_inventory(path: Path) -> tuple[str, str]:
 
 
 class _RichProgress:
-    """The run's progress bar on stderr (requests done / planned)."""
+    """The run's progress on stderr: a bar (requests done / planned) on a terminal, and one line per
+    step otherwise (logs and pipes get no animation, but still see where a long run is)."""
 
     def __init__(self, console):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+        self._console = console
+        self._live = console.is_terminal
         self._p = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -63,8 +66,11 @@ class _RichProgress:
             TimeElapsedColumn(),
             console=console,
             transient=False,
+            disable=not self._live,
         )
         self._task = None
+        self._done = self._total = 0
+        self._last = ""
 
     def __enter__(self):
         self._p.start()
@@ -74,15 +80,23 @@ class _RichProgress:
         self._p.stop()
 
     def start(self, total: int) -> None:
+        self._total = total
         self._task = self._p.add_task("starting", total=total)
 
     def advance(self, description: Optional[str] = None) -> None:
+        self._done += 1
         if self._task is not None:
-            self._p.update(self._task, advance=1, **({"description": description} if description else {}))
+            self._p.update(self._task, advance=1)
+        if description:
+            self.describe(description)
 
     def describe(self, description: str) -> None:
         if self._task is not None:
             self._p.update(self._task, description=description)
+        if not self._live and description != self._last:
+            count = f"[{self._done}/{self._total}] " if self._total else ""
+            self._console.print(f"{count}{description}", highlight=False, soft_wrap=True, markup=False)
+        self._last = description
 
 
 def _write(path: Path, result) -> None:

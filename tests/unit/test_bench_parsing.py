@@ -11,7 +11,7 @@ import pytest
 from sparkctl.bench import stats
 from sparkctl.bench.client import Endpoint, normalise_endpoint
 from sparkctl.bench.longprompt import Calibration, filler, tagged
-from sparkctl.bench.metrics import parse_spec_counters
+from sparkctl.bench.metrics import parse_running, parse_spec_counters
 from sparkctl.bench.protocol import parse_tokens
 from sparkctl.errors import InputError
 
@@ -166,6 +166,13 @@ def test_model_filter_when_a_server_hosts_two_models():
     both = RECORDED_METRICS + "\n".join(l for l in other.splitlines() if l and not l.startswith("#")) + "\n"
     assert parse_spec_counters(both, "deepseek-v4.1-flash").drafts == 160.0
     assert parse_spec_counters(both, None).drafts == 320.0
+
+
+def test_running_requests_gauge():
+    assert parse_running(RECORDED_METRICS, "deepseek-v4.1-flash") == 0.0
+    busy = RECORDED_METRICS.replace('model_name="deepseek-v4.1-flash"} 0.0', 'model_name="deepseek-v4.1-flash"} 2.0')
+    assert parse_running(busy) == 2.0
+    assert parse_running("# TYPE other gauge\nother 1.0\n") is None
 
 
 def test_no_spec_counters_means_none():

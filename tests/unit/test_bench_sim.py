@@ -46,6 +46,7 @@ class Sim:
             "vllm_cli", "serve", MODEL, "--served-model-name", NAME, "--host", "127.0.0.1", "--port", str(self.port),
             "--max-model-len", "327680", "--max-num-seqs", "4", "--max-num-batched-tokens", "8192",
             "--block-size", "256", "--kv-cache-dtype", "fp8_ds_mla", "--gpu-memory-utilization", "0.85",
+            "--moe-backend", "flashinfer_b12x",  # as the lab inventory: no Marlin fallback (half speed)
             "--speculative-config", json.dumps({"method": "draft_model", "model": "/models/drafter",
                                                  "num_speculative_tokens": K}),
         )
@@ -143,6 +144,8 @@ def test_prefill_overhead_is_subtracted_and_the_short_request_waits(sim, tmp_pat
     assert p["prefill_throughput_adjusted"] > p["prefill_throughput"]
     assert p["prefill_throughput"] == pytest.approx(p["prompt_tokens"] / (p["ttft_ms"] / 1000))
     m = doc["mixed"]
+    # sent once the server showed the long request running, and before its prefill ended
+    assert m["long_admitted_after_ms"] is not None and m["short_sent_after_ms"] >= m["long_admitted_after_ms"]
     assert m["short_sent_during_prefill"] is True
     # head-of-line: the long cold prompt holds the token budget, so the short one gets its first token
     # only with the long one's last prefill chunk (the same engine step, at the earliest)
