@@ -44,6 +44,9 @@ def up(
     side_load: Annotated[
         bool, typer.Option("--side-load", help="Copy images from the head over SSH instead of pulling.")
     ] = False,
+    pull: Annotated[
+        bool, typer.Option("--pull", help="Pull the images on every node even if they agree (pick up a new tag).")
+    ] = False,
     timeout: Annotated[
         Optional[float], typer.Option("--timeout", help="Seconds to wait for the runtime to serve (default 1800).")
     ] = None,
@@ -53,4 +56,4 @@ def up(
     Every step gathers facts, plans, and applies only its plan; a second run changes nothing
     and says so. --check prints every plan and changes nothing.
     """
-    run_steps(inventory, "up", check, json_out, force=force, side_load=side_load, timeout=timeout)
+    run_steps(inventory, "up", check, json_out, force=force, side_load=side_load, pull=pull, timeout=timeout)

@@ -31,7 +31,7 @@ from pathlib import Path
 from sparkctl.lab import paths
 from sparkctl.lab import topology as topo
 
-BUILDER_VERSION = "1"  # bump when the image layout below changes
+BUILDER_VERSION = "2"  # bump when the image layout below changes
 SIM_DIR = Path(__file__).resolve().parent / "sim"
 KEY_LABEL = "org.sparkctl.lab.image-key"
 ENTRYPOINTS = {"vllm": "sparkctl.lab.sim.vllm_cli", "ray": "sparkctl.lab.sim.ray_cli"}
@@ -152,7 +152,10 @@ def build_rootfs(out: Path) -> None:
         t.link("usr/bin/python3", ver)
         t.link("usr/bin/python", ver)
         dynload = sorted((lib / "lib-dynload").glob("*.so"))
-        for so in sorted(ldd_paths([py.resolve(), *dynload])):
+        # glibc dlopens libgcc_s at thread exit/cancel (ldd cannot see it): without it a dying
+        # Python aborts with "libgcc_s.so.1 must be installed for pthread_exit to work" (exit 139)
+        libgcc = sorted(Path("/lib").glob("*-linux-gnu/libgcc_s.so.1"))[:1]
+        for so in sorted(ldd_paths([py.resolve(), *dynload]) | {str(p) for p in libgcc}):
             t.copy(os.path.realpath(so), _usr(so))
         for root, dirs, files in os.walk(lib):
             rel = os.path.relpath(root, lib)

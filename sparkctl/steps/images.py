@@ -110,19 +110,38 @@ class ImagesStep(Step):
         return {"ids": _inspect(images_by_host(inv)[host])}
 
     def plan(self, ctx: RunContext, host: str) -> Plan:
-        wanted = images_by_host(ctx.inventory)[host]
-        have = parse_ids(ctx.section(host, "ids").out)
+        """Nothing to do when every node has the image with one ID. Otherwise the registry is the
+        truth: every node pulls (a pull of an up-to-date image moves no layers), so a stale tag on
+        one node is refreshed too; with --side-load the nodes lacking the head's ID copy it."""
+        by_host = images_by_host(ctx.inventory)
         ref = reference_ids(ctx)
         side_load = bool(ctx.options.get("side_load"))
+        force_pull = bool(ctx.options.get("pull"))
         changes, fine = [], []
-        for image in wanted:
-            iid = have.get(image)
-            if iid and (image not in ref or ref[image] == iid):
+        for image in by_host[host]:
+            ids = {h: parse_ids(ctx.section(h, "ids").out).get(image) for h, imgs in by_host.items() if image in imgs}
+            iid = ids[host]
+            agree = all(ids.values()) and len(set(ids.values())) == 1
+            if side_load and image in ref:
+                if iid == ref[image]:
+                    fine.append(f"{image} present ({iid[7:19]})")
+                    continue
+                why = "missing" if not iid else f"ID {iid[7:19]} differs from the cluster's {ref[image][7:19]}"
+                changes.append(Change("side-load", f"side-load {image} ({why})", {"image": image}))
+                continue
+            if agree and not force_pull:
                 fine.append(f"{image} present ({iid[7:19]})")
                 continue
-            why = "missing" if not iid else f"ID {iid[7:19]} differs from the cluster's {ref[image][7:19]}"
-            how = "side-load" if side_load and image in ref else "pull"
-            changes.append(Change(how, f"{how} {image} ({why})", {"image": image, "want": ref.get(image)}))
+            if force_pull:
+                why = "--pull"
+            elif not iid:
+                why = "missing"
+            else:
+                distinct = len({i for i in ids.values() if i})
+                missing = [h for h, i in ids.items() if not i]
+                why = (f"nodes hold {distinct} different IDs" if distinct > 1 else f"missing on {', '.join(missing)}")
+                why += ": refresh from the registry"
+            changes.append(Change("pull", f"pull {image} ({why})", {"image": image}))
         if not changes:
             return self.noop(host, "; ".join(fine))
         return self.changes(host, changes)

@@ -22,13 +22,14 @@ from sparkctl.steps.base import Change, Plan, RunContext, Step
 DEFAULT_TIMEOUT = 1800.0  # a real cold boot takes 10-15 min (seed 002)
 
 
-def parse_containers(text: str) -> dict[str, tuple[str, str]]:
-    """`docker ps -a --format '{{.Names}}|{{.State}}|{{.Label ...}}'` -> {name: (state, config hash)}."""
+def parse_containers(text: str) -> dict[str, tuple[str, str, str]]:
+    """`docker inspect --format '{{.Name}}|{{.State.Status}}|<config hash label>|{{.Image}}'` lines
+    -> {name: (state, config hash, image ID)}."""
     out = {}
     for line in text.splitlines():
         parts = line.strip().split("|")
-        if len(parts) == 3 and parts[0]:
-            out[parts[0]] = (parts[1], parts[2])
+        if len(parts) == 4 and parts[0]:
+            out[parts[0].lstrip("/")] = (parts[1], parts[2], parts[3])
     return out
 
 
@@ -62,10 +63,10 @@ class RuntimeStep(Step):
         return seen
 
     def probes(self, inv: Inventory, host: str) -> dict[str, str]:
-        fmt = "{{.Names}}|{{.State}}|{{.Label \"%s.config-hash\"}}" % LABEL_PREFIX
+        fmt = '{{.Name}}|{{.State.Status}}|{{index .Config.Labels "%s.config-hash"}}|{{.Image}}' % LABEL_PREFIX
         probes = {
-            "containers": f"docker ps -a --filter label={LABEL_PREFIX}.cluster={shlex.quote(inv.cluster.name)} "
-            f"--format {shlex.quote(fmt)}"
+            "containers": f"docker ps -aq --filter label={LABEL_PREFIX}.cluster={shlex.quote(inv.cluster.name)} "
+            f"| xargs -r docker inspect --format {shlex.quote(fmt)}"
         }
         if inv.hosts[host].role == "head":
             probes["health"] = health_probe(inv.runtime.port)
@@ -74,15 +75,19 @@ class RuntimeStep(Step):
     def _drift(self, ctx: RunContext) -> list[str]:
         """Why the runtime must (re)start, over all hosts; empty when everything matches."""
         launch = self.launch(ctx)
+        node_images = ctx.shared.get("image_ids", {})  # what the images step just verified on each node
         reasons = []
         for spec in launch.containers:
             running = parse_containers(ctx.section(spec.host, "containers").out).get(spec.name)
+            current = node_images.get(spec.host, {}).get(spec.image)
             if running is None:
                 reasons.append(f"{spec.name} not on {spec.host}")
             elif running[0] != "running":
                 reasons.append(f"{spec.name} on {spec.host} is {running[0]}")
             elif running[1] != launch.config_hash:
                 reasons.append(f"{spec.name} on {spec.host} runs config {running[1][:12]}")
+            elif current and running[2] != current:
+                reasons.append(f"{spec.name} on {spec.host} runs image {running[2][7:19]}, the node now has {current[7:19]}")
         head = ctx.inventory.hosts_with_role("head")[0]
         if not reasons:
             status = ctx.section(head, "health").out.strip()

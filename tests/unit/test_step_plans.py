@@ -36,18 +36,27 @@ def test_images_present_everywhere_with_one_id_is_a_noop():
     assert "present (111111111111)" in plans[0].reason
 
 
-def test_missing_image_on_worker_is_pulled_there_only():
+def test_missing_image_on_one_node_refreshes_every_node_from_the_registry():
     c = ctx(images_facts({"head": ID1, "worker": None, "offload": ID1}))
     plans = {h: ImagesStep().plan(c, h) for h in ("head", "worker", "offload")}
-    assert plans["head"].empty and plans["offload"].empty
-    assert [(ch.action, ch.data["image"]) for ch in plans["worker"].changes] == [("pull", IMAGE)]
+    assert all([(ch.action, ch.data["image"]) for ch in p.changes] == [("pull", IMAGE)] for p in plans.values())
+    assert "(missing)" in plans["worker"].reason
+    assert "missing on worker: refresh from the registry" in plans["head"].reason
 
 
-def test_a_different_id_than_the_heads_is_drift_and_side_load_is_honoured():
+def test_nodes_that_disagree_all_pull_and_side_load_copies_the_heads():
+    c = ctx(images_facts({"head": ID1, "worker": ID2, "offload": ID1}))
+    assert "nodes hold 2 different IDs" in ImagesStep().plan(c, "head").reason
     c = ctx(images_facts({"head": ID1, "worker": ID2, "offload": ID1}), options={"side_load": True})
+    assert ImagesStep().plan(c, "head").empty
     plan = ImagesStep().plan(c, "worker")
     assert plan.changes[0].action == "side-load"
     assert "differs from the cluster's 111111111111" in plan.changes[0].summary
+
+
+def test_pull_option_pulls_everywhere():
+    c = ctx(images_facts({"head": ID1, "worker": ID1, "offload": ID1}), options={"pull": True})
+    assert all(ImagesStep().plan(c, h).changes[0].summary.endswith("(--pull)") for h in ("head", "worker", "offload"))
 
 
 def test_cache_dir_missing_is_created_present_is_reported_warm_or_cold():
@@ -63,7 +72,7 @@ def runtime_facts(hash_by_host: dict[str, str], state="running", health="HTTP/1.
     names = {"head": "sparkctl-head", "worker": "sparkctl-worker", "offload": "sparkctl-drafter"}
     facts = {}
     for h, name in names.items():
-        line = f"{name}|{state}|{hash_by_host.get(h, '')}\n" if h in hash_by_host else ""
+        line = f"/{name}|{state}|{hash_by_host.get(h, '')}|{ID1}\n" if h in hash_by_host else ""
         facts[h] = {"containers": Section(0, line)}
     facts["head"]["health"] = Section(0, health)
     return facts
@@ -85,6 +94,15 @@ def test_runtime_one_stale_node_restarts_every_node_in_order():
     plans = [step.plan(c, h) for h in step.hosts(INV)]
     assert all(not p.empty for p in plans)  # vLLM has no partial restart
     assert "sparkctl-worker on worker runs config 0ld" in plans[0].reason
+
+
+def test_runtime_restarts_when_a_node_now_holds_a_newer_image():
+    want = render(INV).config_hash
+    c = ctx(runtime_facts({"head": want, "worker": want, "offload": want}))
+    c.shared["image_ids"] = {"worker": {IMAGE: ID2}}
+    assert "sparkctl-worker on worker runs image 111111111111, the node now has 222222222222" in (
+        RuntimeStep().plan(c, "head").reason
+    )
 
 
 def test_runtime_force_restarts_and_dead_head_restarts():
