@@ -359,8 +359,6 @@ class BenchRunner:
         # Wait until the server runs the long request (a real server spends a while reading and
         # tokenizing a long prompt; a short request sent before that would simply go first).
         admitted = await self._wait_admitted(baseline, long_task) if baseline is not None else None
-        if admitted is not None:
-            res.long_admitted_after_ms = (admitted - t0) * 1000.0
         remaining = delay - (time.perf_counter() - t0)
         if remaining > 0:
             await asyncio.sleep(remaining)
@@ -372,6 +370,8 @@ class BenchRunner:
         res.short_prompt_tokens = short.prompt_tokens
         res.short_ttft_ms = _ms(short.ttft)
         res.short_sent_after_ms = (short.sent - long.sent) * 1000.0
+        if admitted is not None:
+            res.long_admitted_after_ms = (admitted - long.sent) * 1000.0
         if short.ttft is not None and res.short_ttft_alone_ms is not None:
             res.short_wait_ms = res.short_ttft_ms - res.short_ttft_alone_ms
         if long.first_token is not None:
