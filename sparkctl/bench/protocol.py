@@ -113,8 +113,8 @@ class BenchOptions(BaseModel):
     mixed_delay_s: Optional[float] = Field(
         None,
         ge=0,
-        description="Seconds after the long prompt is sent that the short one follows (default: a tenth of the "
-        "measured prefill TTFT, or 0.5 s).",
+        description="Seconds at least after the long prompt is sent that the short one follows; it also waits "
+        "until /metrics shows the long one running (default: a tenth of the measured prefill TTFT, or 0.5 s).",
     )
     warmup: int = Field(1, ge=0, description="Short requests sent first and not measured.")
     timeout_s: float = Field(1800.0, gt=0, description="Longest wait for one request, seconds.")

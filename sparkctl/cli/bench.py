@@ -151,8 +151,9 @@ def bench(
                                     "--prefill-tokens).", show_default=False)
     ] = None,
     mixed_delay: Annotated[
-        Optional[float], typer.Option("--mixed-delay", min=0, help="Seconds between the long and the short "
-                                      "request (default: a tenth of the prefill TTFT).", show_default=False)
+        Optional[float], typer.Option("--mixed-delay", min=0, help="Seconds at least between the long and the short "
+                                      "request, which also waits until /metrics shows the long one running "
+                                      "(default: a tenth of the prefill TTFT, or 0.5).", show_default=False)
     ] = None,
     ignore_eos: Annotated[
         bool, typer.Option("--ignore-eos/--no-ignore-eos", help="Send vLLM's ignore_eos/min_tokens so every "
