@@ -37,27 +37,35 @@ def seed_table(result: BenchResult):
     return table
 
 
+def _num(value: Optional[float], digits: int = 1) -> str:
+    """A table figure: fewer decimals for big numbers, so columns stay narrow."""
+    if value is None:
+        return "-"
+    return f"{value:.{0 if abs(value) >= 1000 else digits}f}"
+
+
 def details_table(result: BenchResult):
-    """Every cell's figures; units in the headers so it fits 80 columns."""
+    """Every cell's figures; short headers and times in ms so it fits 80 columns."""
     from rich.table import Table
 
     failed = any(c.failed for c in result.throughput)
-    table = Table(title="Per cell (medians)", title_justify="left")
-    cols = ["workload", "streams", "agg tok/s", "tok/s per stream", "TTFT ms", "ITL ms", "TPOT ms",
-            "accept len", "accept %"] + (["failed"] if failed else [])
+    table = Table(title="Per cell (medians; times in ms)", title_justify="left")
+    cols = ["workload", "streams", "tok/s", "tok/s\nper\nstream", "TTFT", "ITL", "TPOT", "accept\nlength",
+            "accept\n%"]
+    cols += ["failed"] if failed else []
     for col in cols:
-        table.add_column(col, justify="left" if col == "workload" else "right", no_wrap=col == "workload")
+        table.add_column(col, justify="left" if col == "workload" else "right", min_width=4)
     for c in result.throughput:
         row = [
             c.workload,
             str(c.streams),
-            fmt(c.output_throughput),
-            fmt(c.per_stream_output_throughput),
-            fmt(c.median_ttft_ms),
-            fmt(c.median_itl_ms),
-            fmt(c.median_tpot_ms, digits=2),
-            fmt(c.spec_decode_acceptance_length, digits=2),
-            fmt(c.spec_decode_acceptance_rate),
+            _num(c.output_throughput),
+            _num(c.per_stream_output_throughput),
+            _num(c.median_ttft_ms),
+            _num(c.median_itl_ms),
+            _num(c.median_tpot_ms, 2 if (c.median_tpot_ms or 0) < 10 else 1),
+            _num(c.spec_decode_acceptance_length, 2),
+            _num(c.spec_decode_acceptance_rate),
         ]
         table.add_row(*row, *([str(c.failed)] if failed else []))
     return table

@@ -1,0 +1,94 @@
+"""`sparkctl bench` against the lab's runtime (the simulator image on the head, TP 2 over Ray, the
+drafter on the offload host), with the endpoint taken from the inventory as an operator would.
+
+If the runtime is not serving yet, `sparkctl up` converges it first (the lab itself is the session
+fixture's business). Assertions are about what the runtime is configured to do (/sim/state), never
+absolute timings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import jsonschema
+import pytest
+
+pytestmark = pytest.mark.lab
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8,10.231.0.0/16"}
+ENV.pop("SPARKCTL_INVENTORY", None)
+SCHEMA = json.loads((ROOT / "docs" / "bench-result.schema.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def serving(lab):
+    """(inventory path, API root) of a runtime that answers /health."""
+    from sparkctl.cli.bench import _endpoint_from_inventory
+
+    inventory = Path(lab.INVENTORY_PATH)
+    url, _ = _endpoint_from_inventory(inventory)
+    root = url.removesuffix("/v1")
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{root}/health", timeout=3).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    if not healthy():
+        p = subprocess.run([sys.executable, "-m", "sparkctl", "up", "-i", str(inventory), "--json"],
+                           capture_output=True, text=True, env=ENV, timeout=600)
+        assert p.returncode == 0, p.stderr[-3000:]
+        deadline = time.monotonic() + 120
+        while not healthy() and time.monotonic() < deadline:
+            time.sleep(0.5)
+    assert healthy(), f"the lab runtime does not answer {root}/health"
+    return inventory, root
+
+
+def bench(inventory: Path, out: Path, *args: str) -> dict:
+    p = subprocess.run([sys.executable, "-m", "sparkctl", "bench", "-i", str(inventory), "--out", str(out), *args],
+                       capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, SCHEMA)
+    return doc
+
+
+def test_lab_table_and_acceptance(serving, tmp_path):
+    inventory, root = serving
+    state = httpx.get(f"{root}/sim/state", timeout=10).json()
+    doc = bench(inventory, tmp_path / "lab.json", "--parts", "throughput", "--repeats", "1")
+    assert doc["endpoint"] == "http://10.231.0.11:8888/v1" and doc["model"] == "deepseek-v4.1-flash"
+
+    def cell(w: str, s: int) -> dict:
+        return next(c for c in doc["throughput"] if c["workload"] == w and c["streams"] == s)
+
+    for s in (1, 4):
+        tps = [cell(w, s)["output_throughput"] for w in ("counting", "code", "prose")]
+        assert tps[0] > tps[1] > tps[2], (s, tps)
+    for w in ("counting", "code", "prose"):
+        assert cell(w, 4)["output_throughput"] > cell(w, 1)["output_throughput"]
+        for s in (1, 4):
+            assert cell(w, s)["spec_decode_acceptance_length"] == pytest.approx(
+                state["expected_mean_acceptance_length"][w], rel=0.05), (w, s)
+
+
+def test_lab_context_prefill_and_mixed(serving, tmp_path):
+    inventory, _ = serving
+    doc = bench(inventory, tmp_path / "lab-long.json", "--parts", "context,prefill,mixed", "--tokens", "200",
+                "--context-sizes", "512,32k", "--prefill-tokens", "32k", "--warmup", "0")
+    a, b = doc["context"]
+    assert a["spec_decode_acceptance_length"] > b["spec_decode_acceptance_length"]
+    p = doc["prefill"]
+    assert p["ttft_adjusted_ms"] == pytest.approx(p["ttft_ms"] - p["overhead_ms"]) and p["overhead_ms"] > 0
+    m = doc["mixed"]
+    assert m["short_sent_during_prefill"] is True
+    assert m["short_wait_ms"] > 0 and m["short_ttft_ms"] > m["short_ttft_alone_ms"]
