@@ -25,6 +25,7 @@ PLAYBOOKS_DIR = Path(__file__).resolve().parent.parent / "playbooks"
 class Recap:
     playbook: str
     check_mode: bool
+    steps: list[str] = field(default_factory=list)  # playbook order, for the recap's columns
     results: list[StepResult] = field(default_factory=list)
     plans: list[Plan] = field(default_factory=list)
     seconds: float = 0.0
@@ -74,15 +75,17 @@ def gather_facts(ctx: RunContext, steps: list[Step]) -> dict[str, tuple[str, Opt
     from sparkctl.facts.probe import gather
 
     per_host: dict[str, dict[str, str]] = {h: {} for h in ctx.fleet.sessions}
+    background: dict[str, set[str]] = {h: set() for h in ctx.fleet.sessions}
     for step in steps:
         for host in step.hosts(ctx.inventory):
             if host in per_host:
                 per_host[host].update({f"{step.name}.{k}": v for k, v in step.probes(ctx.inventory, host).items()})
-    out = ctx.fleet.map(lambda s: gather(s, per_host[s.name]) if per_host[s.name] else {})
+                background[host] |= {f"{step.name}.{k}" for k in step.background(ctx.inventory, host)}
+    out = ctx.fleet.map(lambda s: gather(s, per_host[s.name], background=background[s.name]) if per_host[s.name] else {})
     errors = {}
     for host, outcome in out.items():
         if outcome.ok:
-            ctx.facts[host] = outcome.value
+            ctx.facts.setdefault(host, {}).update(outcome.value)
         else:
             errors[host] = (outcome.error, outcome.fix)
     return errors
@@ -94,54 +97,90 @@ def run_playbook(
     playbook: str,
     on_result: Callable[[StepResult], None] = lambda r: None,
 ) -> Recap:
+    """Run the steps in order. Gate steps (preflight) run only once something is about to change,
+    just before the first change, with one more round trip: a no-op run does not pay for them."""
     start = time.monotonic()
-    recap = Recap(playbook=playbook, check_mode=ctx.check_mode)
+    recap = Recap(playbook=playbook, check_mode=ctx.check_mode, steps=[s.name for s in steps])
 
     def emit(r: StepResult) -> None:
         recap.results.append(r)
         on_result(r)
 
-    unreachable = gather_facts(ctx, steps)
-    failed_step: Optional[str] = None
-    for step in steps:
+    def stop(step: Step) -> None:
+        nonlocal failed_step
+        failed_step = recap.stopped_at = step.name
+
+    def plan_step(step: Step) -> tuple[RunContext, dict[str, Plan], bool]:
+        """Plan every host; validate everything before touching any host."""
         hosts = [h for h in step.hosts(ctx.inventory) if h in ctx.fleet.sessions]
-        if failed_step:
-            for h in hosts:
-                emit(StepResult(step.name, h, "skipped", f"not run: step {failed_step!r} failed"))
-            continue
         view = _scoped(ctx, step)
         plans: dict[str, Plan] = {}
-        step_failed = False
+        failed = False
         for h in hosts:
             if h in unreachable:
                 error, fix = unreachable[h]
                 emit(StepResult(step.name, h, "failed", error, fix=fix or "check SSH: `sparkctl doctor --only ssh`"))
-                step_failed = True
+                failed = True
                 continue
             t0 = time.monotonic()
             try:
                 plans[h] = step.plan(view, h)
             except SparkctlError as exc:
                 emit(StepResult(step.name, h, "failed", exc.message, seconds=time.monotonic() - t0, fix=exc.fix))
-                step_failed = True
+                failed = True
         for h, plan in plans.items():
             recap.plans.append(plan)
             if plan.blocked:
                 emit(StepResult(step.name, h, "failed", plan.blocked))
-                step_failed = True
-        if step_failed:  # validate everything before touching any host
+                failed = True
+        if failed:
             for h, plan in plans.items():
                 if not plan.blocked:
                     emit(StepResult(step.name, h, "skipped", "not applied: another host failed this step's plan"))
-            failed_step = step.name
-            recap.stopped_at = step.name
+        return view, plans, not failed
+
+    def open_gates() -> bool:
+        while pending_gates:
+            gate = pending_gates.pop(0)
+            ctx.progress("all", gate.name, "checking before the first change")
+            unreachable.update(gather_facts(ctx, [gate]))
+            _, plans, ok = plan_step(gate)
+            if not ok:
+                stop(gate)
+                return False
+            for h, plan in plans.items():
+                emit(StepResult(gate.name, h, "ok", plan.reason))
+        return True
+
+    failed_step: Optional[str] = None
+    pending_gates = [s for s in steps if s.gate]
+    unreachable = gather_facts(ctx, [s for s in steps if not s.gate])
+    for step in steps:
+        if step.gate:
+            continue
+        hosts = [h for h in step.hosts(ctx.inventory) if h in ctx.fleet.sessions]
+        if failed_step:
+            for h in hosts:
+                emit(StepResult(step.name, h, "skipped", f"not run: step {failed_step!r} failed"))
+            continue
+        view, plans, ok = plan_step(step)
+        if not ok:
+            stop(step)
+            continue
+        if any(not p.empty for p in plans.values()) and not open_gates():
+            for h in hosts:
+                emit(StepResult(step.name, h, "skipped", f"not applied: step {failed_step!r} failed"))
             continue
         results = _apply_all(view, step, plans)
         for r in results:
             emit(r)
         if any(r.status == "failed" for r in results):
-            failed_step = step.name
-            recap.stopped_at = step.name
+            stop(step)
+    for gate in pending_gates:  # never needed: nothing was about to change
+        why = f"not run: step {failed_step!r} failed" if failed_step else "not needed: nothing to change"
+        for h in gate.hosts(ctx.inventory):
+            if h in ctx.fleet.sessions:
+                emit(StepResult(gate.name, h, "skipped", why))
     recap.seconds = time.monotonic() - start
     return recap
 
@@ -183,7 +222,10 @@ def _apply_all(ctx: RunContext, step: Step, plans: dict[str, Plan]) -> list[Step
         if plan.empty:
             return StepResult(step.name, host, "ok", plan.reason)
         ctx.progress(host, step.name, plan.reason)
-        return StepResult(step.name, host, "changed", step.apply(ctx, plan), changes)
+        out = step.apply(ctx, plan)
+        # apply may report that nothing really changed (e.g. a pull of an image already current)
+        message, did_change = out if isinstance(out, tuple) else (out, True)
+        return StepResult(step.name, host, "changed" if did_change else "ok", message, changes if did_change else [])
 
     def verify_one(host: str) -> StepResult:
         r = results[host]

@@ -60,7 +60,8 @@ def print_recap(recap) -> None:
     from sparkctl.cli.output import console
 
     hosts = sorted({r.host for r in recap.results}, key=[r.host for r in recap.results].index)
-    steps = sorted({r.step for r in recap.results}, key=[r.step for r in recap.results].index)
+    seen = {r.step for r in recap.results}
+    steps = [s for s in recap.steps if s in seen] or sorted(seen)
     table = Table(title=f"{recap.playbook}{' --check' if recap.check_mode else ''}: recap", title_justify="left")
     table.add_column("host")
     for s in steps:

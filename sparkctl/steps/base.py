@@ -87,6 +87,8 @@ class Step:
     description: str = ""
     # run hosts one after another (e.g. runtime start order) instead of all at once
     sequential: bool = False
+    # a gate (preflight) changes nothing and runs only when a later step is about to change something
+    gate: bool = False
 
     def hosts(self, inv: Inventory) -> list[str]:
         return list(inv.hosts)
@@ -95,11 +97,16 @@ class Step:
         """Shell snippets whose output `plan` needs; gathered with every other step's in one round trip."""
         return {}
 
+    def background(self, inv: Inventory, host: str) -> set[str]:
+        """Keys of `probes` that only wait (pings, nvidia-smi, docker): run alongside the others."""
+        return set()
+
     def plan(self, ctx: RunContext, host: str) -> Plan:
         raise NotImplementedError
 
-    def apply(self, ctx: RunContext, plan: Plan) -> str:
-        """Make the planned changes; return a one-line summary. Raise SparkctlError to fail."""
+    def apply(self, ctx: RunContext, plan: Plan) -> "str | tuple[str, bool]":
+        """Make the planned changes; return a one-line summary (or (summary, changed) when applying
+        found nothing actually needed changing). Raise SparkctlError to fail."""
         raise NotImplementedError
 
     # helpers for subclasses

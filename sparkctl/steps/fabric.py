@@ -47,6 +47,9 @@ class FabricStep(Step):
             probes[f"ping{i}"] = ping_command(link, peer_address(inv, host, link))
         return probes
 
+    def background(self, inv: Inventory, host: str) -> set[str]:
+        return {f"ping{i}" for i in range(len(inv.hosts[host].fabric))}
+
     def plan(self, ctx: RunContext, host: str) -> Plan:
         inv = ctx.inventory
         sec = ctx.section(host, "ip_addr")

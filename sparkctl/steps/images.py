@@ -146,14 +146,20 @@ class ImagesStep(Step):
             return self.noop(host, "; ".join(fine))
         return self.changes(host, changes)
 
-    def apply(self, ctx: RunContext, plan: Plan) -> str:
-        done = []
+    def apply(self, ctx: RunContext, plan: Plan) -> tuple[str, bool]:
+        """Returns (summary, whether any image ID on this host actually changed)."""
+        done, changed = [], False
+        before = parse_ids(ctx.section(plan.host, "ids").out)
         for c in plan.changes:
             image = c.data["image"]
             if c.action == "pull":
                 try:
-                    self._pull(ctx, plan.host, image)
-                    done.append(f"pulled {image}")
+                    now = self._pull(ctx, plan.host, image)
+                    if now == before.get(image):
+                        done.append(f"{image} already current in the registry ({now[7:19]})")
+                    else:
+                        done.append(f"pulled {image} ({now[7:19]})")
+                        changed = True
                     continue
                 except HostError as exc:
                     source = self._source(ctx, image, exclude=plan.host)
@@ -171,7 +177,8 @@ class ImagesStep(Step):
                 lambda n: ctx.progress(plan.host, self.name, f"side-load {image} from {source}: {n / 1e6:.0f} MB"),
             )  # fmt: skip
             done.append(f"side-loaded {image} from {source} ({moved / 1e6:.0f} MB)")
-        return "; ".join(done)
+            changed = True
+        return "; ".join(done), changed
 
     def _source(self, ctx: RunContext, image: str, exclude: str) -> Optional[str]:
         ref = reference_ids(ctx).get(image)
@@ -180,7 +187,8 @@ class ImagesStep(Step):
                 return h
         return None
 
-    def _pull(self, ctx: RunContext, host: str, image: str) -> None:
+    def _pull(self, ctx: RunContext, host: str, image: str) -> str:
+        """Pull with byte progress; returns the image ID now on the host."""
         import docker
 
         client = ctx.fleet[host].docker()
@@ -196,6 +204,7 @@ class ImagesStep(Step):
                     cur = sum(c for c, _ in layers.values())
                     tot = sum(t for _, t in layers.values())
                     ctx.progress(host, self.name, f"pull {image}: {cur / 1e6:.0f}/{tot / 1e6:.0f} MB")
+            return client.images.get(image).id
         except docker.errors.APIError as exc:
             raise HostError(f"{host}: pull {image} failed: {exc.explanation or exc}") from None
 

@@ -11,10 +11,11 @@ def step_classes() -> dict[str, type[Step]]:
     from sparkctl.steps.engram import EngramStep
     from sparkctl.steps.fabric import FabricStep
     from sparkctl.steps.images import ImagesStep
+    from sparkctl.steps.preflight import PreflightStep
     from sparkctl.steps.record import RecordStep
     from sparkctl.steps.runtime import RuntimeStep
 
-    return {c.name: c for c in (FabricStep, ImagesStep, CachesStep, EngramStep, RuntimeStep, RecordStep)}
+    return {c.name: c for c in (PreflightStep, FabricStep, ImagesStep, CachesStep, EngramStep, RuntimeStep, RecordStep)}
 
 
 def build(names: list[str], playbook: str) -> list[Step]:

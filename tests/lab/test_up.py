@@ -106,6 +106,7 @@ def test_image_removed_from_the_worker_is_pulled_back_by_the_images_step_only(la
     doc = sparkctl("up", "-i", str(inventory))
     assert changed(doc) == {("worker", "images")}
     assert f"pulled {image}" in doc["hosts"]["worker"]["images"]["message"]
+    assert "already current in the registry" in doc["hosts"]["head"]["images"]["message"]
     assert container_id(lab, "worker", "sparkctl-worker") == running_before
 
 
@@ -216,3 +217,22 @@ def test_side_load_streams_the_image_from_the_head_and_verifies_its_id(lab, inve
     assert "side-loaded" in msg and "from head" in msg and "image ID matches" in msg
     worker_id = lab.host_exec("worker", ["docker", "image", "inspect", "-f", "{{.Id}}", image], check=True).stdout.strip()
     assert worker_id == head_id
+
+
+def test_preflight_runs_only_before_a_change_and_blocks_on_a_missing_gpu(lab, inventory, converged):
+    noop = sparkctl("up", "-i", str(inventory))
+    assert {r["status"] for r in noop["results"] if r["step"] == "preflight"} == {"skipped"}
+    assert "not needed: nothing to change" in noop["hosts"]["head"]["preflight"]["message"]
+    lab.fault("worker", "gpu-missing")
+    lab.host_exec("worker", ["ip", "link", "set", "enP2p1s0f0np0", "mtu", "1500"], check=True)
+    try:
+        doc = sparkctl("up", "-i", str(inventory), check_rc=1)
+        assert doc["stopped_at"] == "preflight"
+        pre = doc["hosts"]["worker"]["preflight"]
+        assert pre["status"] == "failed" and "gpu.model" in pre["message"] and "nvidia-smi shows no GPU" in pre["message"]
+        # nothing changed: the drift the fabric step would repair is still there
+        assert lab.host_exec("worker", ["cat", "/sys/class/net/enP2p1s0f0np0/mtu"]).stdout.strip() == "1500"
+        assert doc["changed"] == 0
+    finally:
+        lab.clear_faults()
+        sparkctl("up", "-i", str(inventory))
