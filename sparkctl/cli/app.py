@@ -17,6 +17,7 @@ from sparkctl.cli import doctor as doctor_cli
 from sparkctl.cli import pending
 from sparkctl.cli import down as down_cli
 from sparkctl.cli import render as render_cli
+from sparkctl.cli import status as status_cli
 from sparkctl.cli import up as up_cli
 
 app = typer.Typer(
@@ -38,6 +39,7 @@ app.add_typer(lab_cli.app, name="lab")
 app.command("up")(up_cli.up)
 app.command("down")(down_cli.down)
 app.command("render")(render_cli.render)
+app.command("status")(status_cli.status)
 app.add_typer(bench_cli.app, name="bench")
 app.command("doctor")(doctor_cli.doctor)
 pending.register(app, skip={"bench", "doctor"})  # placeholders for whatever is not registered above

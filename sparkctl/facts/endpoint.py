@@ -18,6 +18,8 @@ METRICS = (
     "vllm:spec_decode_num_drafts_total",
     "vllm:spec_decode_num_draft_tokens_total",
     "vllm:spec_decode_num_accepted_tokens_total",
+    "vllm:generation_tokens_total",  # status: live tok/s from two scrapes
+    "vllm:prompt_tokens_total",
 )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -236,3 +237,33 @@ def test_preflight_runs_only_before_a_change_and_blocks_on_a_missing_gpu(lab, in
     finally:
         lab.clear_faults()
         sparkctl("up", "-i", str(inventory))
+
+
+def test_status_shows_where_it_runs_and_live_figures(lab, inventory, converged):
+    import threading
+
+    model = yaml.safe_load(inventory.read_text())["runtime"]["served_model_name"]
+
+    def load():  # one long generation while status samples /metrics
+        httpx.post(
+            "http://10.231.0.11:8888/v1/completions",
+            json={"model": model, "prompt": "Count from 1 to 200:", "max_tokens": 60000, "temperature": 0, "ignore_eos": True},
+            timeout=120,
+        )
+
+    t = threading.Thread(target=load)
+    t.start()
+    time.sleep(0.5)  # the lab decodes ~100x faster than a Spark: 60K tokens last a few seconds
+    try:
+        doc = sparkctl("status", "-i", str(inventory), "--sample", "1")
+    finally:
+        t.join()
+    assert doc["healthy"] is True
+    assert {h: [c["name"] for c in v["containers"]] for h, v in doc["hosts"].items()} == {
+        "head": ["sparkctl-head"], "worker": ["sparkctl-worker"], "offload": ["sparkctl-drafter"]
+    }
+    assert all(c["config_matches"] for v in doc["hosts"].values() for c in v["containers"])
+    r = doc["runtime"]
+    assert r["health"] == 200 and r["model"] == model
+    assert r["output_tokens_per_s"] > 0 and r["running"] == 1
+    assert 0 < r["spec_decode_acceptance_rate"] <= 1
