@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The two set-up commands of the README, for a fresh Debian 12 machine (run as root):
-#   ./dev.sh demo   install what is needed, bring the lab up and show it
+#   ./dev.sh demo   install what is needed, bring the lab up, converge it with `sparkctl up`,
+#                   then status, doctor and a short bench against it
 #   ./dev.sh test   install what is needed, bring the lab up and run the whole test suite
 # Both are idempotent: a second run reuses the venv, the packages and the running lab.
 set -euo pipefail
@@ -55,20 +56,30 @@ case "$cmd" in
     need_root demo
     install_system
     install_python
-    say "sparkctl lab up"
+    INV=/var/lib/sparkctl-lab/inventory.yaml
+    say "sparkctl lab up                      (three namespaced hosts, real sshd + dockerd, registry)"
     "$VENV/bin/sparkctl" lab up
-    say "sparkctl lab status"
-    "$VENV/bin/sparkctl" lab status
-    say "sparkctl inventory show inventories/lab.yaml"
-    "$VENV/bin/sparkctl" inventory show inventories/lab.yaml
+    say "sparkctl up -i $INV                  (fabric, images, caches, Engram, runtime, record)"
+    "$VENV/bin/sparkctl" up -i "$INV"
+    say "sparkctl up -i $INV   again          (nothing to change, and it says so)"
+    "$VENV/bin/sparkctl" up -i "$INV"
+    say "sparkctl status -i $INV"
+    "$VENV/bin/sparkctl" status -i "$INV"
+    say "sparkctl doctor -i $INV"
+    "$VENV/bin/sparkctl" doctor -i "$INV" || true
+    say "sparkctl bench -i $INV --repeats 1   (the sparkdash protocol; the lab runs ~100x a real Spark)"
+    mkdir -p results
+    "$VENV/bin/sparkctl" bench -i "$INV" --repeats 1 --out results/bench-lab.json
     cat >&2 <<'EOT'
 
-The lab is up. Try:
-  .venv/bin/sparkctl lab status
-  ip netns list                                  # lab-head, lab-worker, lab-offload, lab-switch
+The lab cluster is up and serving. Try:
+  .venv/bin/sparkctl status -i /var/lib/sparkctl-lab/inventory.yaml
+  ip netns list                                    # lab-head, lab-worker, lab-offload, lab-switch
   ssh -F /var/lib/sparkctl-lab/ssh/config head nvidia-smi
-  ip -n lab-worker link set enp1s0f0np0 mtu 1500 # break a rail the way a bad cable would
-  .venv/bin/sparkctl lab down                    # leaves nothing behind
+  ip -n lab-worker link set enP2p1s0f0np0 mtu 1500 # break a rail the way a bad cable would ...
+  .venv/bin/sparkctl doctor -i /var/lib/sparkctl-lab/inventory.yaml --only fabric   # ... see it
+  .venv/bin/sparkctl up -i /var/lib/sparkctl-lab/inventory.yaml                     # ... repair only that
+  .venv/bin/sparkctl lab down                      # leaves nothing behind
 EOT
     ;;
   test)
