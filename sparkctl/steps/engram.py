@@ -16,10 +16,10 @@ import shlex
 
 from sparkctl.errors import HostError
 from sparkctl.facts import system
+from sparkctl.facts.engram import MARKER, parse_sums
 from sparkctl.inventory.models import Inventory
 from sparkctl.steps.base import Change, Plan, RunContext, Step
 
-MARKER = ".sparkctl-placed"
 GIB = 1 << 30
 
 
@@ -27,15 +27,6 @@ def sums_command(directory: str) -> str:
     """The source's SHA256SUMS if it ships one, else computed (sorted, relative names)."""
     d = shlex.quote(directory)
     return f"cd {d} && if [ -f SHA256SUMS ]; then cat SHA256SUMS; else find . -type f ! -name SHA256SUMS ! -name {MARKER} | sort | xargs -r sha256sum; fi"
-
-
-def parse_sums(text: str) -> dict[str, str]:
-    out = {}
-    for line in text.splitlines():
-        parts = line.split(None, 1)
-        if len(parts) == 2 and len(parts[0]) == 64:
-            out[parts[1].strip().lstrip("*").removeprefix("./")] = parts[0]
-    return out
 
 
 def parse_mount(text: str) -> tuple[str, int] | None:

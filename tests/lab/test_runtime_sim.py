@@ -1,0 +1,209 @@
+"""The runtime simulator in the lab's containers, started by `sparkctl up` from the rendered launch.
+
+What each test checks is what an operator (or doctor, or bench) sees of a real vLLM cluster: the
+port refusing while loading, the head's engine dying with its worker, max_num_seqs queueing,
+acceptance by workload and by context, and the drain on SIGTERM. HTTP goes from this machine to
+the head's management address; metrics are read with prometheus_client's parser.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+pytestmark = pytest.mark.lab
+
+ENV = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8,10.231.0.0/16"}
+URL = "http://10.231.0.11:8888"
+
+
+def sparkctl(*args: str, rc: int = 0) -> dict:
+    p = subprocess.run([sys.executable, "-m", "sparkctl", *args, "--json"], capture_output=True, text=True, env=ENV, timeout=600)
+    assert p.returncode == rc, (p.stdout[-3000:], p.stderr[-2000:])
+    return json.loads(p.stdout)
+
+
+def metrics() -> dict[str, float]:
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(httpx.get(f"{URL}/metrics", timeout=5).text):
+        for s in fam.samples:
+            key = s.name + (f"[{s.labels['position']}]" if "position" in s.labels else "")
+            out[key] = out.get(key, 0.0) + s.value
+    return out
+
+
+def mean_acceptance_length(before: dict, after: dict) -> float:
+    drafts = after["vllm:spec_decode_num_drafts_total"] - before["vllm:spec_decode_num_drafts_total"]
+    accepted = after["vllm:spec_decode_num_accepted_tokens_total"] - before["vllm:spec_decode_num_accepted_tokens_total"]
+    return 1 + accepted / drafts
+
+
+@pytest.fixture(scope="module")
+def lab_inventory(lab) -> dict:
+    return yaml.safe_load(Path(lab.INVENTORY_PATH).read_text())
+
+
+def variant(tmp_path: Path, base: dict, env: dict | None = None, **runtime) -> Path:
+    doc = json.loads(json.dumps(base))
+    doc["runtime"]["env"].update(env or {})
+    doc["runtime"].update(runtime)
+    path = tmp_path / "variant.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.fixture
+def restore(lab):
+    yield
+    sparkctl("up", "-i", str(lab.INVENTORY_PATH))
+
+
+def complete(model: str, prompt: str, tokens: int, timeout: float = 120) -> httpx.Response:
+    return httpx.post(
+        f"{URL}/v1/completions",
+        json={"model": model, "prompt": prompt, "max_tokens": tokens, "temperature": 0, "ignore_eos": True},
+        timeout=timeout,
+    )
+
+
+def test_port_refuses_connections_while_loading(lab, lab_inventory, tmp_path, restore):
+    inv = variant(tmp_path, lab_inventory, {"SIM_FAULTS": "slow_start=30"})
+    up = subprocess.Popen([sys.executable, "-m", "sparkctl", "up", "-i", str(inv), "--json"], stdout=subprocess.PIPE, env=ENV, text=True)
+    refused = 0
+    try:
+        while up.poll() is None:
+            head = lab.host_exec("head", ["docker", "inspect", "-f", "{{.State.Status}}", "sparkctl-head"])
+            if head.stdout.strip() == "running":
+                try:
+                    httpx.get(f"{URL}/health", timeout=1)
+                except httpx.ConnectError:
+                    refused += 1
+            time.sleep(0.2)
+        doc = json.loads(up.stdout.read())
+    finally:
+        up.kill() if up.poll() is None else None
+    assert doc["failed"] == 0, doc["stopped_at"]
+    assert refused > 0, "the port should refuse connections while the engine loads"
+    assert httpx.get(f"{URL}/health", timeout=5).status_code == 200
+
+
+def test_worker_loss_kills_the_heads_engine(lab, lab_inventory, restore):
+    sparkctl("up", "-i", str(lab.INVENTORY_PATH))
+    assert httpx.get(f"{URL}/health", timeout=5).status_code == 200
+    lab.host_exec("worker", ["docker", "kill", "sparkctl-worker"], check=True)
+    deadline, seen = time.time() + 30, None
+    while time.time() < deadline:
+        try:
+            seen = httpx.get(f"{URL}/health", timeout=2).status_code
+        except httpx.HTTPError:
+            seen = "gone"
+        if seen in (503, "gone"):
+            break
+        time.sleep(0.2)
+    assert seen in (503, "gone")
+    # the process exits after its death lines (SIM_DEATH_LINGER): wait for the container to stop
+    for _ in range(50):
+        if lab.host_exec("head", ["docker", "inspect", "-f", "{{.State.Status}}", "sparkctl-head"]).stdout.strip() == "exited":
+            break
+        time.sleep(0.2)
+    out = lab.host_exec("head", ["docker", "logs", "sparkctl-head"])
+    logs = out.stdout + out.stderr
+    assert "RayWorkerProc rank=1 died unexpectedly" in logs
+    assert "EngineCore encountered a fatal error." in logs
+    # and doctor names it
+    doc = sparkctl("doctor", "-i", str(lab.INVENTORY_PATH), "--only", "runtime", rc=1)
+    assert "runtime.containers" in doc["summary"]["failed_checks"]
+
+
+def test_max_num_seqs_runs_four_and_queues_the_rest(lab, lab_inventory, tmp_path, restore):
+    inv = variant(tmp_path, lab_inventory, {"SIM_STEP_TIME_SCALE": "0.5"})
+    sparkctl("up", "-i", str(inv))
+    model = lab_inventory["runtime"]["served_model_name"]
+    threads = [threading.Thread(target=complete, args=(model, f"Write an essay about rivers, part {i}.", 400)) for i in range(6)]
+    for t in threads:
+        t.start()
+    peak = (0.0, 0.0)
+    try:
+        for _ in range(40):
+            m = metrics()
+            running, waiting = m["vllm:num_requests_running"], m["vllm:num_requests_waiting"]
+            peak = max(peak, (running, waiting))
+            if (running, waiting) == (4.0, 2.0):
+                break
+            time.sleep(0.1)
+    finally:
+        for t in threads:
+            t.join()
+    assert peak == (4.0, 2.0)  # max_num_seqs 4: the other two wait
+
+
+def test_acceptance_depends_on_the_text_and_decays_with_context(lab, lab_inventory, restore):
+    sparkctl("up", "-i", str(lab.INVENTORY_PATH))
+    model = lab_inventory["runtime"]["served_model_name"]
+
+    def measured(prompt: str, tokens: int = 400) -> float:
+        before = metrics()
+        assert complete(model, prompt, tokens).status_code == 200
+        return mean_acceptance_length(before, metrics())
+
+    counting = measured("Count from 1 to 200.")
+    code = measured("def quicksort(items):\n    # implement quicksort in Python\n")
+    prose = measured("Write a short story about a lighthouse keeper.")
+    assert counting > code > prose
+    assert counting > 5.0  # nearly all of 5 drafts accepted (seed 000)
+    long_code = measured("def parse(data):\n" + "    x = compute(x) + 1\n" * 12000)  # ~80K tokens of context
+    assert long_code < code - 0.8  # ~4.3 falling to ~2.8 by 80K (seed 002)
+
+
+def test_sigterm_drains_in_flight_and_rejects_new_requests(lab, lab_inventory, tmp_path, restore):
+    inv = variant(tmp_path, lab_inventory, {"SIM_STEP_TIME_SCALE": "0.5"}, shutdown_timeout=30)
+    sparkctl("up", "-i", str(inv))
+    model = lab_inventory["runtime"]["served_model_name"]
+    result: dict = {}
+    t = threading.Thread(target=lambda: result.update(r=complete(model, "Write an essay about the sea.", 600)))
+    t.start()
+    time.sleep(0.5)
+    stopper = threading.Thread(target=lambda: lab.host_exec("head", ["docker", "stop", "sparkctl-head"], timeout=60))
+    stopper.start()
+    time.sleep(0.5)
+    try:
+        late = httpx.get(f"{URL}/health", timeout=2).status_code
+    except httpx.HTTPError:
+        late = "refused"
+    t.join(timeout=60)
+    stopper.join(timeout=60)
+    assert late in (503, "refused")  # new work is turned away while draining
+    r = result["r"]
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 600  # in-flight finished
+
+
+def test_shutdown_timeout_zero_aborts_in_flight(lab, lab_inventory, tmp_path, restore):
+    inv = variant(tmp_path, lab_inventory, {"SIM_STEP_TIME_SCALE": "0.5"}, shutdown_timeout=0)
+    sparkctl("up", "-i", str(inv))
+    model = lab_inventory["runtime"]["served_model_name"]
+    result: dict = {}
+
+    def call() -> None:
+        try:
+            result["r"] = complete(model, "Write an essay about the sea.", 600)
+        except httpx.HTTPError as exc:
+            result["error"] = exc
+
+    t = threading.Thread(target=call)
+    t.start()
+    time.sleep(0.5)
+    lab.host_exec("head", ["docker", "stop", "sparkctl-head"], timeout=60)
+    t.join(timeout=60)
+    r = result.get("r")
+    aborted = r is None or r.status_code != 200 or r.json()["usage"]["completion_tokens"] < 600
+    assert aborted
