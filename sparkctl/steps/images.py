@@ -18,7 +18,7 @@ from sparkctl.runtime.launch import render
 from sparkctl.steps.base import Change, Plan, RunContext, Step
 
 CHUNK = 1 << 20
-WINDOW = 64 << 20  # SSH channel window: keep the pipe full over the relay
+WINDOW = 8 << 20  # SSH channel window: 8 MiB measured best on the lab relay (2: 57, 8: 56, 64: 20-46 MB/s)
 PACKET = 32768
 
 
@@ -94,6 +94,35 @@ def stream_image(src, dst, image: str, progress=lambda n: None) -> int:
     if save_rc or load_rc:
         raise HostError(f"side-load of {image} {src.name}->{dst.name} failed (save {save_rc}, load {load_rc}): {err.strip()}")
     return total
+
+
+def direct_command(image: str, dst_ip: str) -> str:
+    """Run on the source node: stream the image straight to the destination over the fabric with
+    the node's own OpenSSH and known_hosts (never auto-adding a key)."""
+    ssh = f"ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=5 {shlex.quote(dst_ip)}"
+    return f"{ssh} true && docker save {shlex.quote(image)} | {ssh} docker load"
+
+
+def side_load(ctx: RunContext, source: str, host: str, image: str, progress=lambda text: None) -> str:
+    """Copy `image` from `source` to `host`: straight over the fabric when the source node can SSH
+    to the destination's fabric address (as multi-node Spark setups allow), else relayed through
+    this machine over the two SSH connections sparkctl already holds. Returns how it went."""
+    from sparkctl.runtime.launch import fabric_link_to
+
+    link = fabric_link_to(ctx.inventory, host, source)
+    if link is not None:
+        progress(f"side-load {image}: {source} -> {host} over the fabric ({link.address.ip})")
+        r = ctx.fleet[source].run(["bash", "-o", "pipefail", "-c", direct_command(image, str(link.address.ip))])
+        if r.ok:
+            return f"side-loaded {image} from {source} straight over the fabric ({link.device})"
+        if r.exit_code != 255:  # ssh worked, save or load failed: a real error, not a missing trust
+            raise HostError(f"side-load {source}->{host} over the fabric failed: {(r.stderr or r.stdout).strip()[-300:]}")
+    moved = stream_image(
+        ctx.fleet[source], ctx.fleet[host], image,
+        lambda n: progress(f"side-load {image} from {source} via this machine: {n / 1e6:.0f} MB"),
+    )  # fmt: skip
+    why = "" if link is None else f" ({source} cannot SSH to {host}'s fabric address)"
+    return f"side-loaded {image} from {source} relayed through this machine, {moved / 1e6:.0f} MB{why}"
 
 
 class ImagesStep(Step):
@@ -172,11 +201,7 @@ class ImagesStep(Step):
             source = self._source(ctx, image, exclude=plan.host)
             if source is None:
                 raise HostError(f"{plan.host}: no node has {image} to side-load from")
-            moved = stream_image(
-                ctx.fleet[source], ctx.fleet[plan.host], image,
-                lambda n: ctx.progress(plan.host, self.name, f"side-load {image} from {source}: {n / 1e6:.0f} MB"),
-            )  # fmt: skip
-            done.append(f"side-loaded {image} from {source} ({moved / 1e6:.0f} MB)")
+            done.append(side_load(ctx, source, plan.host, image, lambda t: ctx.progress(plan.host, self.name, t)))
             changed = True
         return "; ".join(done), changed
 

@@ -208,16 +208,31 @@ def test_dspark_shape_two_sparks_serves(lab, inventory, converged, tmp_path):
         sparkctl("up", "-i", str(inventory))
 
 
-def test_side_load_streams_the_image_from_the_head_and_verifies_its_id(lab, inventory, converged):
+def side_load_worker(lab, inventory) -> tuple[dict, str, str]:
     image = yaml.safe_load(inventory.read_text())["runtime"]["image"]
     head_id = lab.host_exec("head", ["docker", "image", "inspect", "-f", "{{.Id}}", image], check=True).stdout.strip()
     lab.host_exec("worker", ["docker", "rmi", "-f", image], check=True)
     doc = sparkctl("up", "-i", str(inventory), "--side-load")
-    assert changed(doc) == {("worker", "images")}
-    msg = doc["hosts"]["worker"]["images"]["message"]
-    assert "side-loaded" in msg and "from head" in msg and "image ID matches" in msg
     worker_id = lab.host_exec("worker", ["docker", "image", "inspect", "-f", "{{.Id}}", image], check=True).stdout.strip()
+    assert changed(doc) == {("worker", "images")}
     assert worker_id == head_id
+    return doc, head_id, doc["hosts"]["worker"]["images"]["message"]
+
+
+def test_side_load_goes_straight_over_the_fabric_and_verifies_the_id(lab, inventory, converged):
+    _, _, msg = side_load_worker(lab, inventory)
+    assert "side-loaded" in msg and "from head straight over the fabric (enp1s0f0np0)" in msg
+    assert "image ID matches" in msg
+
+
+def test_side_load_relays_through_this_machine_when_nodes_cannot_ssh_each_other(lab, inventory, converged):
+    # the head does not know the worker's host key: its ssh refuses (never auto-adds), sparkctl relays
+    lab.host_exec("head", ["mv", "/root/.ssh/known_hosts", "/root/.ssh/known_hosts.off"], check=True)
+    try:
+        _, _, msg = side_load_worker(lab, inventory)
+    finally:
+        lab.host_exec("head", ["mv", "/root/.ssh/known_hosts.off", "/root/.ssh/known_hosts"], check=True)
+    assert "relayed through this machine" in msg and "cannot SSH to worker's fabric address" in msg
 
 
 def test_preflight_runs_only_before_a_change_and_blocks_on_a_missing_gpu(lab, inventory, converged):
