@@ -11,6 +11,7 @@ import shlex
 
 from sparkctl.errors import HostError
 from sparkctl.facts import network
+from sparkctl.facts.host import peer_ip, ping_command  # the same proof doctor's fabric.ping uses
 from sparkctl.inventory.models import FabricLink, Inventory
 from sparkctl.steps.base import Change, Plan, RunContext, Step
 from sparkctl.templates import render_template
@@ -20,14 +21,10 @@ NETPLAN_PATH = "/etc/netplan/40-sparkctl-fabric.yaml"
 
 def peer_address(inv: Inventory, host: str, link: FabricLink) -> str:
     """The peer's address on the same rail (same subnet), as the inventory validator guarantees."""
-    for other in inv.hosts[link.peer].fabric:
-        if other.peer == host and other.address.network == link.address.network:
-            return str(other.address.ip)
-    raise HostError(f"{host}: no rail on {link.peer} in {link.address.network} points back here")
-
-
-def ping_command(link: FabricLink, peer_ip: str) -> str:
-    return f"ping -M do -s {link.mtu - 28} -c 1 -W 1 -I {shlex.quote(link.device)} {shlex.quote(peer_ip)}"
+    ip = peer_ip(inv, host, link)
+    if ip is None:
+        raise HostError(f"{host}: no rail on {link.peer} in {link.address.network} points back here")
+    return ip
 
 
 def netplan_text(inv: Inventory, host: str) -> str:

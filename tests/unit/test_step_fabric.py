@@ -92,7 +92,7 @@ def test_netplan_file_lists_every_rail_with_mtu():
 def test_probes_ping_every_rail_at_jumbo_size_without_fragmenting():
     probes = FabricStep().probes(lab_inventory(), "offload")
     pings = sorted(v for k, v in probes.items() if k.startswith("ping"))
-    assert pings == [
+    assert [p.split(" || ")[0] for p in pings] == [
         "ping -M do -s 8972 -c 1 -W 1 -I enp65s0f0np0 10.231.110.2",
         "ping -M do -s 8972 -c 1 -W 1 -I enp65s0f1np1 10.231.111.3",
     ]
