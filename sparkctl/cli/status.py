@@ -11,11 +11,9 @@ from sparkctl.cli.options import InventoryOpt, JsonOpt, require_inventory
 
 
 def _containers(session, cluster: str) -> list[dict]:
-    from sparkctl.runtime.launch import LABEL_PREFIX
-    from sparkctl.steps.runtime import parse_containers
+    from sparkctl.steps.runtime import containers_command, parse_containers
 
-    fmt = '{{.Name}}|{{.State.Status}}|{{index .Config.Labels "%s.config-hash"}}|{{.Image}}' % LABEL_PREFIX
-    r = session.run(f"docker ps -aq --filter label={LABEL_PREFIX}.cluster={cluster} | xargs -r docker inspect --format '{fmt}'")
+    r = session.run(containers_command(cluster))
     r.check("docker inspect")
     return [
         {"name": n, "state": st, "config_hash": h, "image_id": i}

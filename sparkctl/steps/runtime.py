@@ -33,6 +33,15 @@ def parse_containers(text: str) -> dict[str, tuple[str, str, str]]:
     return out
 
 
+def containers_command(cluster: str) -> str:
+    """Name, state, config hash and image ID of this cluster's containers (read by parse_containers)."""
+    fmt = '{{.Name}}|{{.State.Status}}|{{index .Config.Labels "%s.config-hash"}}|{{.Image}}' % LABEL_PREFIX
+    return (
+        f"docker ps -aq --filter label={LABEL_PREFIX}.cluster={shlex.quote(cluster)} "
+        f"| xargs -r docker inspect --format {shlex.quote(fmt)}"
+    )
+
+
 def health_probe(port: int) -> str:
     """/health from the head itself, in the facts round trip: bash's /dev/tcp needs no curl on the host."""
     return (
@@ -63,11 +72,7 @@ class RuntimeStep(Step):
         return seen
 
     def probes(self, inv: Inventory, host: str) -> dict[str, str]:
-        fmt = '{{.Name}}|{{.State.Status}}|{{index .Config.Labels "%s.config-hash"}}|{{.Image}}' % LABEL_PREFIX
-        probes = {
-            "containers": f"docker ps -aq --filter label={LABEL_PREFIX}.cluster={shlex.quote(inv.cluster.name)} "
-            f"| xargs -r docker inspect --format {shlex.quote(fmt)}"
-        }
+        probes = {"containers": containers_command(inv.cluster.name)}
         if inv.hosts[host].role == "head":
             probes["health"] = health_probe(inv.runtime.port)
         return probes

@@ -35,8 +35,12 @@ def test_addresses_outside_the_fence_are_refused(fenced, address):
 
 def test_seed_inventory_hosts_are_refused_before_any_socket_opens(fenced, monkeypatch):
     opened = []
-    real_connect = socket.socket.connect
-    monkeypatch.setattr(socket.socket, "connect", lambda self, addr: opened.append(addr) or real_connect(self, addr))
+
+    def refuse(self, addr):  # record, and never let a packet leave even if the fence broke
+        opened.append(addr)
+        raise ConnectionRefusedError("test: no real connection")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
     inv = load_inventory(ROOT / "inventories" / "dspark-recipe.yaml")
     with Fleet(inv) as fleet:
         out = fleet.map(lambda s: s.run("true"))

@@ -132,22 +132,7 @@ class GcsServer:
         send(h.wfile, node.wlock, {"op": "registered", "node_id": node.node_id})
         self.log(f"node joined: {node.node_id[:8]} ip={ip} resources={node.resources}")
         h.connection.settimeout(PING_INTERVAL * 2)
-        while not self.stopping.is_set():
-            try:
-                line = h.rfile.readline()
-            except socket.timeout:
-                if time.monotonic() - node.last_seen > self.health_timeout:
-                    break
-                continue
-            except OSError:
-                break
-            if not line:
-                break
-            node.last_seen = time.monotonic()
-            try:
-                m = json.loads(line)
-            except ValueError:
-                continue
+        for m in messages(h.rfile, self.stopping.is_set, node, self.health_timeout):
             if m.get("op") == "reply":
                 with self.lock:
                     waiter = self.pending.get(m.get("call_id"))
@@ -256,6 +241,28 @@ class GcsServer:
         return {"nodes": self.node_list(), "started": self.started, "address": f"{self.host}:{self.port}"}
 
 
+def messages(rfile, stopped: Callable[[], bool], peer, health_timeout: float):
+    """Yield each JSON line from a peer until the connection closes, `stopped()` turns true, or the
+    peer has been silent (peer.last_seen, refreshed on every line) longer than health_timeout.
+    The socket has a read timeout, so silence is noticed even with nothing to read."""
+    while not stopped():
+        try:
+            line = rfile.readline()
+        except socket.timeout:
+            if time.monotonic() - peer.last_seen > health_timeout:
+                return
+            continue
+        except OSError:
+            return
+        if not line:
+            return
+        peer.last_seen = time.monotonic()
+        try:
+            yield json.loads(line)
+        except ValueError:
+            continue
+
+
 def _read(rfile) -> dict | None:
     try:
         line = rfile.readline()
@@ -310,22 +317,7 @@ class NodeAgent:
 
     def _reader(self) -> None:
         self.sock.settimeout(PING_INTERVAL * 2)
-        while not self.lost.is_set():
-            try:
-                line = self.rfile.readline()
-            except socket.timeout:
-                if time.monotonic() - self.last_seen > self.health_timeout:
-                    break
-                continue
-            except OSError:
-                break
-            if not line:
-                break
-            self.last_seen = time.monotonic()
-            try:
-                m = json.loads(line)
-            except ValueError:
-                continue
+        for m in messages(self.rfile, self.lost.is_set, self, self.health_timeout):
             if m.get("op") == "call":
                 threading.Thread(target=self._call, args=(m,), daemon=True).start()
         self.lost.set()

@@ -106,6 +106,33 @@ def _wait_for_signal(stop: threading.Event) -> None:
     signal.signal(signal.SIGINT, handler)
 
 
+def _head_banner(ip: str, address: str, foreground: bool) -> None:
+    """What `ray start --head` prints once the head is up (the daemonizing parent prints the short form)."""
+    _say("Usage stats collection is disabled.")
+    _say("")
+    _say(f"Local node IP: {ip}")
+    _say("")
+    _say("--------------------")
+    _say("Ray runtime started.")
+    _say("--------------------")
+    _say("")
+    _say("Next steps")
+    _say("  To add another node to this Ray cluster, run")
+    _say(f"    ray start --address='{address}'")
+    _say("")
+    if foreground:
+        _say("  To connect to this Ray cluster:")
+        _say("    import ray")
+        _say(f"    ray.init(_node_ip_address='{ip}')")
+        _say("")
+    _say("  To terminate the Ray runtime, run")
+    _say("    ray stop")
+    if foreground:
+        _say("")
+        _say("  To view the status of the cluster, use")
+        _say("    ray status")
+
+
 def _block_banner() -> None:
     _say("--block")
     _say("  This command will now block forever until terminated by a signal.")
@@ -134,27 +161,7 @@ def run_head(args, foreground_banner: bool = True) -> int:
     stop = threading.Event()
     _wait_for_signal(stop)
     if foreground_banner:
-        _say("Usage stats collection is disabled.")
-        _say("")
-        _say(f"Local node IP: {ip}")
-        _say("")
-        _say("--------------------")
-        _say("Ray runtime started.")
-        _say("--------------------")
-        _say("")
-        _say("Next steps")
-        _say("  To add another node to this Ray cluster, run")
-        _say(f"    ray start --address='{address}'")
-        _say("")
-        _say("  To connect to this Ray cluster:")
-        _say("    import ray")
-        _say(f"    ray.init(_node_ip_address='{ip}')")
-        _say("")
-        _say("  To terminate the Ray runtime, run")
-        _say("    ray stop")
-        _say("")
-        _say("  To view the status of the cluster, use")
-        _say("    ray status")
+        _head_banner(ip, address, foreground=True)
         if args.block:
             _say("")
             _block_banner()
@@ -273,20 +280,7 @@ def cmd_start(args, argv: list[str]) -> int:
 
         rc = _daemonize(argv, tdir, "head", head_ready)
         if rc == 0:
-            _say("Usage stats collection is disabled.")
-            _say("")
-            _say(f"Local node IP: {ip}")
-            _say("")
-            _say("--------------------")
-            _say("Ray runtime started.")
-            _say("--------------------")
-            _say("")
-            _say("Next steps")
-            _say("  To add another node to this Ray cluster, run")
-            _say(f"    ray start --address='{address}'")
-            _say("")
-            _say("  To terminate the Ray runtime, run")
-            _say("    ray stop")
+            _head_banner(ip, address, foreground=False)
         return rc
     if args.block or args._daemon:
         return run_worker(args)
