@@ -9,6 +9,10 @@ when the environment variable CI is set: CI runs everything, so there they fail 
 
 tests/lab/test_lab_updown.py takes the lab down and up again, so it is ordered after every
 other test of the session (the rest see one undisturbed lab).
+
+There is one lab per machine: a session that runs lab tests holds an exclusive lock on
+LAB_SESSION_LOCK from its first lab test to its end, so two pytest runs on one machine (two
+developers, or a developer beside a benchmark) take turns instead of breaking each other's lab.
 """
 
 from __future__ import annotations
@@ -18,6 +22,25 @@ import os
 import pytest
 
 RUN_LAST = "test_lab_updown.py"
+LAB_SESSION_LOCK = "/run/lock/sparkctl-lab-tests.lock"
+_lab_lock = None  # the open lock file while this session holds the lab
+
+
+def _hold_lab() -> None:
+    """Block until no other test session uses the lab; held until this process exits."""
+    global _lab_lock
+    if _lab_lock is not None:
+        return
+    import fcntl
+
+    os.makedirs(os.path.dirname(LAB_SESSION_LOCK), exist_ok=True)
+    f = open(LAB_SESSION_LOCK, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"\n[waiting for the lab: another test session holds {LAB_SESSION_LOCK}]", flush=True)
+        fcntl.flock(f, fcntl.LOCK_EX)
+    _lab_lock = f
 
 
 def _why_no_lab() -> str | None:
@@ -41,6 +64,7 @@ def pytest_runtest_setup(item):
         reason = _why_no_lab()
         if reason:
             _skip_or_fail(reason)
+        _hold_lab()
 
 
 @pytest.fixture(scope="session")
@@ -48,6 +72,7 @@ def lab():
     reason = _why_no_lab()
     if reason:
         _skip_or_fail(reason)
+    _hold_lab()
     from sparkctl.lab import api
 
     api.up()
