@@ -42,10 +42,11 @@ install_python() {
     say "python3 -m venv $VENV"
     python3 -m venv "$VENV"
   fi
-  if ! "$VENV/bin/python" -c "import sparkctl, pytest, jsonschema" 2>/dev/null \
-     || [ pyproject.toml -nt "$VENV/.installed" ]; then
-    say "pip install -e .[test]"
-    "$VENV/bin/pip" install -q --disable-pip-version-check -e '.[test]'
+  # sparkctl itself, and the lab (its own package in lab/: a development tool operators never install)
+  if ! "$VENV/bin/python" -c "import sparkctl, sparkctl_lab, pytest, jsonschema" 2>/dev/null \
+     || [ pyproject.toml -nt "$VENV/.installed" ] || [ lab/pyproject.toml -nt "$VENV/.installed" ]; then
+    say "pip install -e .[test] -e ./lab"
+    "$VENV/bin/pip" install -q --disable-pip-version-check -e '.[test]' -e ./lab
     touch "$VENV/.installed"
   fi
 }

@@ -37,8 +37,8 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
-    from sparkctl.lab import api, procs
-    from sparkctl.lab.paths import CACHE_DIR
+    from sparkctl_lab import api, procs
+    from sparkctl_lab.paths import CACHE_DIR
 
     times: dict[str, list[float]] = {"cold": [], "warm": [], "noop": [], "down": []}
     for _ in range(args.repeat):

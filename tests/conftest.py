@@ -4,7 +4,7 @@ Tests marked `lab` need root and the lab. Without root they are skipped with the
 when the environment variable CI is set: CI runs everything, so there they fail instead.
 
     lab         (session) brings the lab up once (idempotent), clears leftover faults, and
-                returns `sparkctl.lab.api` (host_exec, status, fault, LAB_DIR, ...)
+                returns `sparkctl_lab.api` (host_exec, status, fault, LAB_DIR, ...)
     lab_faults  (function) the same api; clears every fault when the test ends
 
 tests/lab/test_lab_updown.py takes the lab down and up again, so it is ordered after every
@@ -73,7 +73,7 @@ def lab():
     if reason:
         _skip_or_fail(reason)
     _hold_lab()
-    from sparkctl.lab import api
+    from sparkctl_lab import api
 
     api.up()
     api.clear_faults()

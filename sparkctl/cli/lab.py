@@ -11,6 +11,21 @@ from sparkctl.cli.options import JsonOpt
 app = typer.Typer(help="The lab: a simulated three-host cluster on this machine (needs root).", no_args_is_help=True)
 
 
+def lab_api():
+    """The lab package (`sparkctl-lab`, in this repository's lab/ folder): a development and
+    demo tool, not part of what operators install."""
+    try:
+        from sparkctl_lab import api
+    except ImportError:
+        from sparkctl.errors import InputError
+
+        raise InputError(
+            "the lab is not installed (it is a development tool, kept out of the sparkctl package)",
+            fix="from a sparkctl checkout: `pip install -e ./lab` (or run `./dev.sh demo`, which installs it)",
+        ) from None
+    return api
+
+
 def _progress(json_out: bool):
     from sparkctl.cli.output import console
 
@@ -36,7 +51,7 @@ def _report(result: dict, verb: str, json_out: bool) -> None:
 @app.command()
 def up(json_out: JsonOpt = False) -> None:
     """Bring the lab up: namespaces, links, hosts (sshd + dockerd), registry, runtime image. Idempotent."""
-    from sparkctl.lab import api
+    api = lab_api()
 
     result = api.up(progress=_progress(json_out))
     _report(result, "up", json_out)
@@ -49,7 +64,7 @@ def up(json_out: JsonOpt = False) -> None:
 @app.command()
 def down(json_out: JsonOpt = False) -> None:
     """Stop the lab and remove everything it made (caches under /var/cache/sparkctl-lab stay)."""
-    from sparkctl.lab import api
+    api = lab_api()
 
     result = api.down(progress=_progress(json_out))
     _report(result, "down", json_out)
@@ -59,7 +74,7 @@ def down(json_out: JsonOpt = False) -> None:
 def status(json_out: JsonOpt = False) -> None:
     """Hosts, namespaces, pids, sshd/dockerd health, links, registry, image, faults. Exit 1 unless all is up."""
     from sparkctl.cli.output import console, print_json
-    from sparkctl.lab import api
+    api = lab_api()
 
     doc = api.status()
     if json_out:
@@ -125,7 +140,7 @@ def fault(
     """Switch a fault on or off (link down and wrong MTU are real `ip link` changes)."""
     from sparkctl.cli.output import console, print_json
     from sparkctl.errors import InputError
-    from sparkctl.lab import api
+    api = lab_api()
 
     if clear_all:
         if host or kind:

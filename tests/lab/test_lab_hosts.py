@@ -83,7 +83,7 @@ def test_etc_and_root_are_per_host_and_the_real_machine_is_untouched(lab):
 def test_host_pid_1_is_the_lab_init_and_run_is_private(lab):
     for name in HOSTS:
         comm = lab.host_exec(name, ["cat", "/proc/1/cmdline"]).stdout.split("\0")
-        assert "sparkctl.lab.hostinit" in comm and name in comm
+        assert "sparkctl_lab.hostinit" in comm and name in comm
         sock = lab.host_exec(name, ["ls", "/run/docker.sock", "/run/sshd.pid"])
         assert sock.returncode == 0, sock.stderr
 

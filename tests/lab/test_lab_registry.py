@@ -12,7 +12,7 @@ pytestmark = pytest.mark.lab
 
 
 def test_registry_serves_the_image(lab):
-    from sparkctl.lab.topology import IMAGE_REPO, IMAGE_TAG
+    from sparkctl_lab.topology import IMAGE_REPO, IMAGE_TAG
 
     catalog = httpx.get("http://10.231.0.1:5000/v2/_catalog", timeout=5).json()
     assert IMAGE_REPO in catalog["repositories"]
@@ -33,8 +33,8 @@ def test_a_host_pulls_the_image_and_runs_the_entrypoints(lab):
                                   "cat /usr/local/bin/vllm /usr/local/bin/ray; python3 -c 'import http.server, "
                                   "ssl, json, asyncio, sqlite3; print(\"stdlib ok\")'"], timeout=120)
     assert r.returncode == 0, r.stderr
-    assert 'exec python3 -m sparkctl.lab.sim.vllm_cli "$@"' in r.stdout
-    assert 'exec python3 -m sparkctl.lab.sim.ray_cli "$@"' in r.stdout
+    assert 'exec python3 -m sparkctl_lab.sim.vllm_cli "$@"' in r.stdout
+    assert 'exec python3 -m sparkctl_lab.sim.ray_cli "$@"' in r.stdout
     assert "stdlib ok" in r.stdout
 
 

@@ -72,7 +72,7 @@ def test_sysfs_is_the_hosts_own_and_cgroups_survive(lab):
 
 
 def test_gpus_and_rdma_devices_reach_containers_with_the_real_flags(lab):
-    from sparkctl.lab.topology import IMAGE
+    from sparkctl_lab.topology import IMAGE
 
     r = lab.host_exec("worker", ["docker", "run", "--rm", "--network", "host", "--ipc", "host", "--gpus", "all",
                                  "--device", "/dev/infiniband", IMAGE, "sh", "-c",

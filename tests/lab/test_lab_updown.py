@@ -42,7 +42,7 @@ def test_refuses_when_the_range_is_routed_by_someone_else(lab):
 
 
 def test_cgroup_v2_only_is_recognised():
-    from sparkctl.lab.preflight import cgroup_mode
+    from sparkctl_lab.preflight import cgroup_mode
 
     v2 = "35 24 0:30 / /sys/fs/cgroup rw,nosuid shared:9 - cgroup2 cgroup2 rw,nsdelegate\n"
     v1 = "40 30 0:35 / /sys/fs/cgroup/devices rw shared:16 - cgroup cgroup rw,devices\n" + v2
@@ -60,7 +60,7 @@ def _leftovers(lab_dir: Path) -> dict:
             cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if "sparkctl.lab.hostinit" in cmd or str(lab_dir) in cmd:
+        if "sparkctl_lab.hostinit" in cmd or str(lab_dir) in cmd:
             procs.append(cmd)
     others = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
     mounts = [ln for ln in open("/proc/self/mountinfo") if str(lab_dir) in ln or "/run/netns/lab-" in ln

@@ -20,7 +20,7 @@ import httpx
 import jsonschema
 import pytest
 
-from sparkctl.lab.sim import calibration, harness
+from sparkctl_lab.sim import calibration, harness
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "/models/DeepSeek-V4.1-Flash-1017"

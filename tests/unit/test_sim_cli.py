@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from sparkctl.lab.sim import harness
+from sparkctl_lab.sim import harness
 
 
 def run(module: str, *args: str, tmp_path, timeout: float = 20.0, **env: str) -> subprocess.CompletedProcess:
@@ -51,7 +51,7 @@ def test_max_model_len_above_kv_pool_fails_with_vllms_message(tmp_path):
 
 
 def test_human_readable_max_model_len_is_read_as_vllm_reads_it(tmp_path):
-    from sparkctl.lab.sim.serve_args import parse
+    from sparkctl_lab.sim.serve_args import parse
 
     assert parse(["m", "--max-model-len", "256k"]).max_model_len == 256000
     assert parse(["m", "--max-model-len", "256K"]).max_model_len == 262144
@@ -85,7 +85,7 @@ def test_worker_cannot_join_a_missing_head(tmp_path):
 def test_module_imports_only_the_standard_library():
     """The image has python3 + stdlib only: importing the CLIs must not pull in anything else."""
     code = (
-        "import sys, sparkctl.lab.sim.vllm_cli, sparkctl.lab.sim.ray_cli, sparkctl.lab.sim.server;"
+        "import sys, sparkctl_lab.sim.vllm_cli, sparkctl_lab.sim.ray_cli, sparkctl_lab.sim.server;"
         "import sysconfig, os;"
         "std = sysconfig.get_paths()['stdlib'];"
         "bad = [m for m, mod in sys.modules.items() if getattr(mod, '__file__', None) and "

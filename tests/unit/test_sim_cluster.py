@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from sparkctl.lab.sim import harness
+from sparkctl_lab.sim import harness
 
 MODEL = "/models/DeepSeek-V4.1-Flash-1017"
 SPEC = json.dumps({"method": "draft_model", "model": "/models/drafter", "num_speculative_tokens": 5})

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sparkctl.lab.sim import calibration, harness
+from sparkctl_lab.sim import calibration, harness
 
 MODEL = "/models/DeepSeek-V4.1-Flash-1017"
 NAME = "deepseek-v4.1-flash"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import http.client
 import json
 
-from sparkctl.lab import paths
-from sparkctl.lab import topology as topo
+from sparkctl_lab import paths
+from sparkctl_lab import topology as topo
 
 MANIFEST_TYPES = ", ".join([
     "application/vnd.docker.distribution.manifest.v2+json",

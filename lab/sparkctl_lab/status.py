@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from sparkctl.lab import image, netns, paths, preflight, procs, registry
-from sparkctl.lab import topology as topo
-from sparkctl.lab.health import docker_get, ssh_banner
-from sparkctl.lab.hw import state
-from sparkctl.lab.paths import INVENTORY_PATH, LAB_DIR, SSH_CONFIG, docker_socket
-from sparkctl.lab.topology import HOSTS, IMAGE, REGISTRY
+from sparkctl_lab import image, netns, paths, preflight, procs, registry
+from sparkctl_lab import topology as topo
+from sparkctl_lab.health import docker_get, ssh_banner
+from sparkctl_lab.hw import state
+from sparkctl_lab.paths import INVENTORY_PATH, LAB_DIR, SSH_CONFIG, docker_socket
+from sparkctl_lab.topology import HOSTS, IMAGE, REGISTRY
 
 
 def link_view(name: str) -> list[dict]:

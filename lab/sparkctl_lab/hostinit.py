@@ -1,7 +1,7 @@
-"""PID 1 of a lab host: `python -m sparkctl.lab.hostinit NAME`, started by `lab up` as
+"""PID 1 of a lab host: `python -m sparkctl_lab.hostinit NAME`, started by `lab up` as
 
     setsid -f nsenter --net=/run/netns/lab-NAME unshare --pid --fork --mount-proc --mount --uts \
-        --propagation slave --kill-child -- python -S -m sparkctl.lab.hostinit NAME
+        --propagation slave --kill-child -- python -S -m sparkctl_lab.hostinit NAME
 
 (`nsenter --net` + `unshare --mount`, not `ip netns exec`, which remounts /sys and hides the
 cgroup mounts dockerd needs). It makes the mount namespace look like that host's machine,
@@ -38,9 +38,9 @@ import subprocess
 import sys
 import time
 
-from sparkctl.lab import paths
-from sparkctl.lab.hw import state
-from sparkctl.lab.topology import ENGRAM_HOST, ENGRAM_SOURCE, HOSTS
+from sparkctl_lab import paths
+from sparkctl_lab.hw import state
+from sparkctl_lab.topology import ENGRAM_HOST, ENGRAM_SOURCE, HOSTS
 
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8

@@ -1,6 +1,6 @@
 """The lab's Python API (what `sparkctl lab ...`, the tests and other engineers use). Needs root.
 
-    from sparkctl.lab import api
+    from sparkctl_lab import api
 
     api.up(progress=print) -> dict        bring the lab up; idempotent (a second run changes nothing
                                           and says so: {"changed": False, "changes": [], ...})
@@ -40,10 +40,10 @@ ethtool, sysfs), topology.py (the shape, shared by all of these).
 
 from __future__ import annotations
 
-from sparkctl.lab.faults import ALIASES, DEFAULTS, clear_faults, fault, faults, host_exec  # noqa: F401
-from sparkctl.lab.health import docker_get, docker_ping, ssh_banner  # noqa: F401
-from sparkctl.lab.lifecycle import down, up  # noqa: F401
-from sparkctl.lab.paths import (  # noqa: F401
+from sparkctl_lab.faults import ALIASES, DEFAULTS, clear_faults, fault, faults, host_exec  # noqa: F401
+from sparkctl_lab.health import docker_get, docker_ping, ssh_banner  # noqa: F401
+from sparkctl_lab.lifecycle import down, up  # noqa: F401
+from sparkctl_lab.paths import (  # noqa: F401
     CACHE_DIR,
     INVENTORY_PATH,
     KNOWN_HOSTS,
@@ -52,8 +52,8 @@ from sparkctl.lab.paths import (  # noqa: F401
     SSH_KEY,
     docker_socket,
 )
-from sparkctl.lab.status import status  # noqa: F401
-from sparkctl.lab.topology import HOSTS, IMAGE, REGISTRY  # noqa: F401
+from sparkctl_lab.status import status  # noqa: F401
+from sparkctl_lab.topology import HOSTS, IMAGE, REGISTRY  # noqa: F401
 
 __all__ = [
     "up", "down", "status", "fault", "clear_faults", "faults", "host_exec", "ALIASES", "DEFAULTS",

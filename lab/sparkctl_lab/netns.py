@@ -18,7 +18,7 @@ import os
 import subprocess
 
 from sparkctl.errors import InputError, SparkctlError
-from sparkctl.lab import topology as topo
+from sparkctl_lab import topology as topo
 
 NETNS_DIR = "/run/netns"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import socket
 
-from sparkctl.lab.paths import docker_socket
-from sparkctl.lab.topology import HOSTS
+from sparkctl_lab.paths import docker_socket
+from sparkctl_lab.topology import HOSTS
 
 
 def docker_ping(name: str, timeout: float = 1.0) -> bool:

@@ -244,7 +244,7 @@ def _daemonize(argv: list[str], tdir: str, role: str, ready) -> int:
     """Start this command again with --block in its own session; wait until it is up."""
     os.makedirs(os.path.join(tdir, "session_latest", "logs"), exist_ok=True)
     log_path = os.path.join(tdir, "session_latest", "logs", f"{role}.out")
-    cmd = [sys.executable, "-m", "sparkctl.lab.sim.ray_cli", *argv, "--block", "--_daemon"]
+    cmd = [sys.executable, "-m", "sparkctl_lab.sim.ray_cli", *argv, "--block", "--_daemon"]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 120

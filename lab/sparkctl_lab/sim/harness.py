@@ -105,7 +105,7 @@ class Proc:
 
 
 def module_argv(module: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", f"sparkctl.lab.sim.{module}", *args]
+    return [sys.executable, "-m", f"sparkctl_lab.sim.{module}", *args]
 
 
 def sim_env(base_dir: str, **extra: str) -> dict[str, str]:
@@ -116,8 +116,8 @@ def sim_env(base_dir: str, **extra: str) -> dict[str, str]:
         "RAY_TMPDIR": os.path.join(base_dir, "raytmp"),
         "PYTHONUNBUFFERED": "1",
     })
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds sparkctl_lab
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update(extra)
     os.makedirs(env["HOME"], exist_ok=True)
     os.makedirs(env["RAY_TMPDIR"], exist_ok=True)

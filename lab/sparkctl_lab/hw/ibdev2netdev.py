@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from sparkctl.lab.hw import state
+from sparkctl_lab.hw import state
 
 
 def main(argv: list[str]) -> int:

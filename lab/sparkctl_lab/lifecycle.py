@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Callable
 
 from sparkctl.errors import SparkctlError
-from sparkctl.lab import hostfiles, image, netns, paths, preflight, procs, registry
-from sparkctl.lab import topology as topo
-from sparkctl.lab.health import docker_ping, ssh_banner
-from sparkctl.lab.hw import state
-from sparkctl.lab.paths import CACHE_DIR, docker_socket
-from sparkctl.lab.topology import HOSTS, IMAGE, REGISTRY
+from sparkctl_lab import hostfiles, image, netns, paths, preflight, procs, registry
+from sparkctl_lab import topology as topo
+from sparkctl_lab.health import docker_ping, ssh_banner
+from sparkctl_lab.hw import state
+from sparkctl_lab.paths import CACHE_DIR, docker_socket
+from sparkctl_lab.topology import HOSTS, IMAGE, REGISTRY
 
 Progress = Callable[[str], None] | None
 READY_TIMEOUT = 60.0

@@ -1,7 +1,7 @@
 """Finding and stopping the lab's processes, from /proc alone (no pid files to go stale).
 
 A host's init is the process whose network namespace is /run/netns/lab-NAME, which is PID 1 of
-its own PID namespace and runs `sparkctl.lab.hostinit NAME`. Everything else of the host lives
+its own PID namespace and runs `sparkctl_lab.hostinit NAME`. Everything else of the host lives
 in the same network namespace. The registry is the `docker-registry` serving the lab's config.
 """
 
@@ -14,9 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-from sparkctl.lab import paths
-from sparkctl.lab import topology as topo
-from sparkctl.lab.hw import tools
+from sparkctl_lab import paths
+from sparkctl_lab import topology as topo
+from sparkctl_lab.hw import tools
 
 
 def _read(path: str) -> str:
@@ -67,7 +67,7 @@ def host_init(name: str) -> int | None:
     """Root-namespace pid of the host's PID-1 init, if it runs."""
     for pid in pids_in_netns(f"lab-{name}"):
         args = cmdline(pid)
-        if "sparkctl.lab.hostinit" in args and args[-1] == name:
+        if "sparkctl_lab.hostinit" in args and args[-1] == name:
             nspid = [ln for ln in _read(f"/proc/{pid}/status").splitlines() if ln.startswith("NSpid:")]
             if nspid and nspid[0].split()[-1] == "1":
                 return pid
@@ -80,7 +80,7 @@ def all_inits(name: str) -> list[int]:
     out = []
     for pid in all_pids():
         args = cmdline(pid)
-        if "sparkctl.lab.hostinit" in args and args[-1] == name and alive(pid):
+        if "sparkctl_lab.hostinit" in args and args[-1] == name and alive(pid):
             nspid = [ln for ln in _read(f"/proc/{pid}/status").splitlines() if ln.startswith("NSpid:")]
             if nspid and nspid[0].split()[-1] == "1":
                 out.append(pid)
@@ -119,7 +119,7 @@ def start_host(name: str) -> None:
     subprocess.run(
         ["setsid", "-f", "nsenter", f"--net=/run/netns/{h.netns}",
          "unshare", "--pid", "--fork", "--mount-proc", "--mount", "--uts", "--propagation", "slave", "--kill-child",
-         "--", sys.executable, "-S", "-m", "sparkctl.lab.hostinit", name],
+         "--", sys.executable, "-S", "-m", "sparkctl_lab.hostinit", name],
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, check=True, cwd="/",
     )
     log.close()

@@ -19,8 +19,8 @@ import json
 import os
 from pathlib import Path
 
-from sparkctl.lab import paths
-from sparkctl.lab.topology import HOSTS, LabHost
+from sparkctl_lab import paths
+from sparkctl_lab.topology import HOSTS, LabHost
 
 FAULT_KINDS = ("link-down", "mtu", "speed", "rdma-down", "gpu-missing", "driver", "gpu-process")
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from sparkctl.lab import paths
+from sparkctl_lab import paths
 
 TOOLS = {
-    "nvidia-smi": "sparkctl.lab.hw.nvidia_smi",
-    "ibdev2netdev": "sparkctl.lab.hw.ibdev2netdev",
-    "ethtool": "sparkctl.lab.hw.ethtool",
+    "nvidia-smi": "sparkctl_lab.hw.nvidia_smi",
+    "ibdev2netdev": "sparkctl_lab.hw.ibdev2netdev",
+    "ethtool": "sparkctl_lab.hw.ethtool",
 }
 
 # dockerd 20.10 registers its "nvidia" device driver (so `--gpus all` works) when this is on its
@@ -24,9 +24,13 @@ TOOLS = {
 GPU_HOOK = "nvidia-container-runtime-hook"
 
 
-def package_root() -> Path:
-    """The folder holding the `sparkctl` package (for PYTHONPATH in the wrappers)."""
-    return Path(__file__).resolve().parents[3]
+def package_root() -> str:
+    """PYTHONPATH for the wrappers and host inits (run with -S, no site-packages): the folders
+    holding the `sparkctl_lab` and `sparkctl` packages."""
+    import sparkctl
+
+    roots = [Path(__file__).resolve().parents[2], Path(sparkctl.__file__).resolve().parents[1]]
+    return ":".join(dict.fromkeys(str(r) for r in roots))
 
 
 def write_tools(host: str, bin_dir: Path) -> None:

@@ -1,6 +1,6 @@
 """`vllm` entry point of the simulator image: `vllm serve ...`, `vllm --version`.
 
-The image runs it as `python3 -m sparkctl.lab.sim.vllm_cli "$@"`.
+The image runs it as `python3 -m sparkctl_lab.sim.vllm_cli "$@"`.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Its root filesystem is assembled from this machine: Debian's python3.11 (or, where that is
 missing, the interpreter running sparkctl), the libraries `ldd` names for it and its
 extension modules, the standard library, a static busybox, and the runtime simulator
-(the directory sparkctl/lab/sim, whatever it holds at build time) under /opt/sparkctl.
-`/usr/local/bin/vllm` and `/usr/local/bin/ray` run `python3 -m sparkctl.lab.sim.vllm_cli` /
+(the directory lab/sparkctl_lab/sim, whatever it holds at build time) under /opt/sparkctl.
+`/usr/local/bin/vllm` and `/usr/local/bin/ray` run `python3 -m sparkctl_lab.sim.vllm_cli` /
 `...ray_cli`. The tarball is imported into the head's dockerd with `docker import`-style
 changes (ENV, CMD), pushed to the lab registry and removed again, so every host starts
 without it, as fresh Sparks would.
@@ -28,13 +28,13 @@ import tarfile
 import time
 from pathlib import Path
 
-from sparkctl.lab import paths
-from sparkctl.lab import topology as topo
+from sparkctl_lab import paths
+from sparkctl_lab import topology as topo
 
-BUILDER_VERSION = "2"  # bump when the image layout below changes
+BUILDER_VERSION = "3"  # bump when the image layout below changes
 SIM_DIR = Path(__file__).resolve().parent / "sim"
 KEY_LABEL = "org.sparkctl.lab.image-key"
-ENTRYPOINTS = {"vllm": "sparkctl.lab.sim.vllm_cli", "ray": "sparkctl.lab.sim.ray_cli"}
+ENTRYPOINTS = {"vllm": "sparkctl_lab.sim.vllm_cli", "ray": "sparkctl_lab.sim.ray_cli"}
 STDLIB_SKIP = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "site-packages",
                "dist-packages", "sitecustomize.py", "EXTERNALLY-MANAGED"}
 CHANGES = [
@@ -172,13 +172,12 @@ def build_rootfs(out: Path) -> None:
         t.file("etc/group", b"root:x:0:\nnogroup:x:65534:\n")
         t.file("etc/nsswitch.conf", b"passwd: files\ngroup: files\nhosts: files dns\n")
         t.file("etc/os-release", b'PRETTY_NAME="sparkctl lab runtime (vllm-sim)"\nID=sparkctl-lab\n')
-        # the simulator, under a bare `sparkctl` package (nothing else of sparkctl is in the image)
-        base = "opt/sparkctl/sparkctl"
-        t.file(f"{base}/__init__.py", b'"""sparkctl (only the lab simulator is in this image)."""\n')
-        t.file(f"{base}/lab/__init__.py", b'"""The lab runtime simulator lives in sparkctl.lab.sim."""\n')
-        t.dir(f"{base}/lab/sim")
+        # the simulator, under a bare `sparkctl_lab` package (nothing else of sparkctl is in the image)
+        base = "opt/sparkctl/sparkctl_lab"
+        t.file(f"{base}/__init__.py", b'"""sparkctl lab (only the runtime simulator is in this image)."""\n')
+        t.dir(f"{base}/sim")
         for f in sim_files():
-            t.copy(f, f"{base}/lab/sim/{f.relative_to(SIM_DIR)}")
+            t.copy(f, f"{base}/sim/{f.relative_to(SIM_DIR)}")
         for exe, module in ENTRYPOINTS.items():
             t.file(f"usr/local/bin/{exe}", f'#!/bin/sh\nexec python3 -m {module} "$@"\n'.encode(), 0o755)
     tmp.replace(out)

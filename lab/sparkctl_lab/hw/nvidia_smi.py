@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 
-from sparkctl.lab.hw import state
+from sparkctl_lab.hw import state
 
 NO_DEVICES = "No devices were found"
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import subprocess
 
 from sparkctl.errors import InputError, SparkctlError
-from sparkctl.lab import netns, paths, preflight, procs
-from sparkctl.lab import topology as topo
-from sparkctl.lab.hw import state
-from sparkctl.lab.lifecycle import sync_all
-from sparkctl.lab.status import link_view
-from sparkctl.lab.topology import HOSTS
+from sparkctl_lab import netns, paths, preflight, procs
+from sparkctl_lab import topology as topo
+from sparkctl_lab.hw import state
+from sparkctl_lab.lifecycle import sync_all
+from sparkctl_lab.status import link_view
+from sparkctl_lab.topology import HOSTS
 
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # other names people use for the same faults

@@ -14,9 +14,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from sparkctl.lab import paths
-from sparkctl.lab import topology as topo
-from sparkctl.lab.hw import tools
+from sparkctl_lab import paths
+from sparkctl_lab import topology as topo
+from sparkctl_lab.hw import tools
 
 HEADER = """\
 # The lab cluster: three simulated hosts in network namespaces on this machine
