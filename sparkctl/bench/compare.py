@@ -37,9 +37,9 @@ def load(path: Path) -> BenchResult:
     try:
         doc = json.loads(Path(path).read_text())
     except OSError as err:
-        raise InputError(f"cannot read {path}: {err.strerror}", fix="pass two files written by `sparkctl bench --out`") from err
+        raise InputError(f"cannot read {path}: {err.strerror}", fix="pass result files written by `sparkctl bench --out`") from err
     except ValueError as err:
-        raise InputError(f"{path} is not JSON ({err})", fix="pass two files written by `sparkctl bench --out`") from err
+        raise InputError(f"{path} is not JSON ({err})", fix="pass result files written by `sparkctl bench --out`") from err
     try:
         return BenchResult.model_validate(doc)
     except ValidationError as err:
@@ -47,7 +47,7 @@ def load(path: Path) -> BenchResult:
         where = ".".join(str(x) for x in first["loc"])
         raise InputError(
             f"{path} is not a sparkctl bench result ({where}: {first['msg']})",
-            fix="pass two files written by `sparkctl bench --out` (schema: `sparkctl bench schema`)",
+            fix="pass result files written by `sparkctl bench --out` (schema: `sparkctl bench schema`)",
         ) from err
 
 

@@ -16,7 +16,7 @@ from sparkctl.cli.options import InventoryOpt, JsonOpt
 
 app = typer.Typer(
     help="Measure tok/s, TTFT, speculative acceptance and mixed traffic on an endpoint "
-    "(the sparkdash protocol of seed 000). Subcommands: compare, schema.",
+    "(the sparkdash protocol of seed 000). Subcommands: report, compare, schema.",
     invoke_without_command=True,
     no_args_is_help=False,
 )
@@ -167,6 +167,10 @@ def bench(
         Optional[Path], typer.Option("--out", help="Write the result file here (JSON; schema: `sparkctl bench "
                                      "schema`).", show_default=False)
     ] = None,
+    report: Annotated[
+        Optional[Path], typer.Option("--report", help="Also write the HTML report and its PNG plots into this "
+                                     "folder (as `sparkctl bench report`).", show_default=False)
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     if ctx.invoked_subcommand is not None:
@@ -228,16 +232,46 @@ def bench(
     result = runner.finish(interrupted=interrupted) if interrupted else runner.result
     if out is not None:
         _write(out, result)
+    written = _report([(out.stem if out is not None else "this run", result)], report) if report else []
     if json_out:
         print_json(result.model_dump(mode="json"))
     else:
         render(result, c)
         if out is not None:
             c.print(f"result written to {out}")
+        if written:
+            c.print(f"report written to {written[0]} (plots: {', '.join(p.name for p in written[1:])})")
     if interrupted:
         sys.exit(130)
     if runner.failed_requests:
         raise typer.Exit(1)  # the file and the table hold them; a failed request is a failed step
+
+
+def _report(runs: list, out_dir: Path) -> list[Path]:
+    from sparkctl.bench.html import write_report
+    from sparkctl.bench.plots import Labeled
+
+    return write_report([Labeled(label, result) for label, result in runs], out_dir)
+
+
+@app.command("report")
+def report_cmd(
+    results: Annotated[list[Path], typer.Argument(help="Result files (`sparkctl bench --out`), drawn side by side.")],
+    out: Annotated[Path, typer.Option("--out", help="Folder for report.html and the PNG plots.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """An HTML report (one file, plots embedded, opens offline) and its plots as PNG files."""
+    from sparkctl.bench.compare import load
+    from sparkctl.bench.html import labels_for
+    from sparkctl.cli.output import console, print_json
+
+    written = _report([(label, load(p)) for label, p in zip(labels_for(results), results)], out)
+    if json_out:
+        print_json({"report": str(written[0]), "plots": [str(p) for p in written[1:]]})
+    else:
+        console().print(f"report written to {written[0]}")
+        for p in written[1:]:
+            console().print(f"  plot {p}")
 
 
 @app.command("compare")
