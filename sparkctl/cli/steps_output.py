@@ -1,57 +1,191 @@
-"""How step runs look: one live line per host and step as results arrive, then a recap table."""
+"""How step runs look: a line per finished host and step as results arrive, then a recap table.
+
+On a terminal, a live block under those lines shows one line per host, like docker compose's
+per-service lines: the step it is in and that step's latest phase (spinning), or the last step it
+finished. Finished lines are shortened at a word to the terminal's width, so nothing wraps; the
+full text is in `--json` and in the plain lines written off a terminal (CI, pipes), which stay as
+they always were. Built only on the runner's two callbacks: progress(host, step, text) while a step
+applies, and result(StepResult) for each finished host and step.
+"""
 
 from __future__ import annotations
 
+import textwrap
 import threading
+import time
+from dataclasses import dataclass
+from typing import Optional
 
 STYLE = {"ok": "green", "changed": "yellow", "failed": "bold red", "skipped": "dim"}
+MARK = {"ok": "✓", "changed": "✓", "failed": "✗", "skipped": "-"}
+INDENT = 17  # under the message: status (7) + host (9) + spaces
+CLUSTER = "all"  # the host name the runner gives cluster-wide phases (the gate)
+
+
+@dataclass
+class HostLine:
+    step: str = ""
+    text: str = "waiting"
+    status: Optional[str] = None  # None while the step runs; else how the last step ended
+    since: float = 0.0
+
+
+def shorten(text: str, width: int) -> str:
+    """One line of at most `width` cells, cut at a word (a single over-long word is cut with '…')."""
+    text = " ".join(text.split())
+    if len(text) <= width:
+        return text
+    short = textwrap.shorten(text, width=width, placeholder=" …")
+    if short.strip() == "…" or len(short) > width:  # no word fits whole
+        return text[: max(width - 1, 0)] + "…"
+    return short
 
 
 class LiveReport:
-    """Prints each StepResult as it lands and shows what is in progress (a spinner line)."""
+    """Prints each StepResult as it lands, and on a terminal keeps one live line per host."""
 
-    def __init__(self, quiet: bool):
+    def __init__(self, quiet: bool, hosts: Optional[list[str]] = None, console=None):
         self.quiet = quiet
-        self._status = None
+        self._console = console
+        self._live = None
         self._lock = threading.Lock()
-        self._current: dict[tuple[str, str], str] = {}
+        self._hosts: dict[str, HostLine] = {h: HostLine() for h in hosts or []}
+        self._cluster: Optional[tuple[str, str]] = None  # (step, phase) of a cluster-wide phase
+        self._spinners: dict = {}
 
-    def __enter__(self) -> "LiveReport":
-        if not self.quiet:
+    @property
+    def console(self):
+        if self._console is None:
             from sparkctl.cli.output import console
 
-            self._status = console().status("gathering facts from every host ...")
-            self._status.__enter__()
+            self._console = console()
+        return self._console
+
+    @property
+    def interactive(self) -> bool:
+        return not self.quiet and self.console.is_terminal and not self.console.is_dumb_terminal
+
+    def __enter__(self) -> "LiveReport":
+        if self.interactive:
+            from rich.live import Live
+
+            self._live = Live(self, console=self.console, refresh_per_second=8, transient=False)
+            self._live.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._status is not None:
-            self._status.__exit__(*exc)
+        if self._live is not None:
+            with self._lock:
+                self._cluster = None
+            self._live.__exit__(*exc)
+
+    # ---- the runner's callbacks ------------------------------------------------------------------
 
     def progress(self, host: str, step: str, text: str) -> None:
+        now = time.monotonic()
         with self._lock:
-            self._current[(host, step)] = text
-            if self._status is not None:
-                self._status.update(" | ".join(f"{h} {s}: {t}" for (h, s), t in self._current.items())[:200])
+            if host == CLUSTER:
+                self._cluster = (step, text)
+                return
+            if self._cluster and self._cluster[0] != step:
+                self._cluster = None  # the cluster-wide phase is over: another step runs
+            line = self._hosts.setdefault(host, HostLine())
+            if line.step != step or line.status is not None:
+                line.since = now
+            line.step, line.text, line.status = step, text, None
 
     def result(self, r) -> None:
         with self._lock:
-            self._current.pop((r.host, r.step), None)
+            if self._cluster and self._cluster[0] == r.step:
+                self._cluster = None
+            line = self._hosts.setdefault(r.host, HostLine())
+            # a skip (a gate not needed, steps after a failure) never hides the last step that ran
+            if r.status != "skipped" or line.status in (None, "skipped"):
+                line.step, line.text, line.status = r.step, r.message, r.status
         if self.quiet:
             return
+        if self._live is not None:
+            self._print_short(r)
+        else:
+            self._print_full(r)
+
+    # ---- finished lines ---------------------------------------------------------------------------
+
+    def _print_full(self, r) -> None:
+        """Off a terminal: every word, as plain lines (logs and CI keep the whole text)."""
         from rich.markup import escape
 
-        from sparkctl.cli.output import console
         from sparkctl.transport.redact import redact
 
+        c = self.console
         style = STYLE.get(r.status, "")
-        line = f"[{style}]{r.status:>7}[/] {r.host:<9} {r.step:<8} {escape(redact(r.message))}"
-        console().print(line, soft_wrap=True)
+        c.print(f"[{style}]{r.status:>7}[/] {r.host:<9} {r.step:<8} {escape(redact(r.message))}", soft_wrap=True)
         # one change is already the message; list them when there are several
-        for c in r.changes if r.status != "ok" and len(r.changes) > 1 else []:
-            console().print(f"{'':17}[dim]- {escape(redact(c))}[/]", soft_wrap=True)
+        for ch in r.changes if r.status != "ok" and len(r.changes) > 1 else []:
+            c.print(f"{'':{INDENT}}[dim]- {escape(redact(ch))}[/]", soft_wrap=True)
         if r.fix:
-            console().print(f"{'':17}[bold]fix:[/] {escape(redact(r.fix))}", soft_wrap=True)
+            c.print(f"{'':{INDENT}}[bold]fix:[/] {escape(redact(r.fix))}", soft_wrap=True)
+
+    def _print_short(self, r) -> None:
+        """On a terminal: each line cut at a word to the width; a fix is wrapped at words, never cut."""
+        from rich.text import Text
+
+        from sparkctl.transport.redact import redact
+
+        width = self.console.width
+        head = f"{r.status:>7} {r.host:<9} {r.step:<8} "
+        line = Text(head[:7], style=STYLE.get(r.status, ""))
+        line.append(head[7:] + shorten(redact(r.message), max(width - len(head), 8)))
+        lines = [line]
+        for ch in r.changes if r.status != "ok" and len(r.changes) > 1 else []:
+            lines.append(Text(" " * INDENT + "- " + shorten(redact(ch), max(width - INDENT - 2, 8)), style="dim"))
+        if r.fix:
+            wrapped = textwrap.wrap(redact(r.fix), width=max(width - INDENT - 5, 20), break_long_words=False)
+            for i, part in enumerate(wrapped):
+                lines.append(Text(" " * INDENT + ("fix: " if i == 0 else "     ") + part))
+        for t in lines:
+            t.no_wrap, t.overflow = True, "ellipsis"
+            self.console.print(t)
+
+    # ---- the live block ---------------------------------------------------------------------------
+
+    def __rich__(self):
+        from rich.console import Group
+        from rich.text import Text
+
+        now = time.monotonic()
+        with self._lock:
+            hosts = [(h, HostLine(**vars(line))) for h, line in self._hosts.items()]
+            cluster = self._cluster
+        rows = []  # (mark, name, step, phase)
+        if not cluster and not any(line.step for _, line in hosts):
+            rows.append((self._frame("", now), "", "", "gathering facts from every host"))
+        if cluster:
+            rows.append((self._frame(CLUSTER, now), CLUSTER, cluster[0], cluster[1]))
+        for host, line in hosts:
+            if line.status is None and line.step:
+                rows.append((self._frame(host, now), host, line.step, f"{line.text} ({now - line.since:.0f} s)"))
+            else:
+                mark = Text(MARK.get(line.status or "", "·"), style=STYLE.get(line.status or "", "dim"))
+                rows.append((mark, host, line.step or "-", f"{line.status or ''} {line.text}"))
+        name_w = max((len(r[1]) for r in rows), default=0)
+        step_w = max((len(r[2]) for r in rows), default=0)
+        width = self.console.width
+        lines = []
+        for mark, name, step, phase in rows:
+            t = Text.assemble(mark, " ", (f"{name:<{name_w}}", "bold"), " ", f"{step:<{step_w}}", " ")
+            t.append(shorten(phase, max(width - t.cell_len, 8)))
+            t.no_wrap, t.overflow = True, "ellipsis"
+            lines.append(t)
+        return Group(*lines)
+
+    def _frame(self, key: str, now: float):
+        """The spinner of one line at this moment (one spinner per line, so each keeps turning)."""
+        from rich.spinner import Spinner
+
+        if key not in self._spinners:
+            self._spinners[key] = Spinner("dots", style="cyan")
+        return self._spinners[key].render(now)
 
 
 def print_recap(recap) -> None:

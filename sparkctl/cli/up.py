@@ -21,7 +21,7 @@ def run_steps(inventory_path, playbook: str, check: bool, json_out: bool, force:
 
     inv = load_inventory(require_inventory(inventory_path))
     steps = registry.build(load_playbook(playbook), playbook)
-    with Fleet(inv) as fleet, LiveReport(quiet=json_out) as live:
+    with Fleet(inv) as fleet, LiveReport(quiet=json_out, hosts=list(inv.hosts)) as live:
         ctx = RunContext(
             inventory=inv, fleet=fleet, check_mode=check, force=force, options=options, progress=live.progress
         )

@@ -1,0 +1,127 @@
+"""The live report of `up`/`down`: per-host lines that are never stale, finished lines that fit the
+terminal (cut at a word, never wrapped), and full plain lines off a terminal.
+
+Driven through the runner's two callbacks only, with real StepResults, printed on a rich console
+as a terminal of 80 columns (or as a pipe).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+
+from rich.console import Console
+
+from sparkctl.cli.steps_output import LiveReport, shorten
+from sparkctl.steps.base import StepResult
+
+LONG = ("image ID matches on every node: 10.231.0.1:5000/sparkctl/vllm-sim:0.1 present as "
+        "sha256:4f2a9c0e1b7d on head, worker and offload, nothing to pull")
+FIX = ("free the GPU on spark-b: stop the process that holds it (nvidia-smi lists it) or pass --ignore "
+       "gpu.free when you know it is harmless")
+
+
+def _console(terminal: bool, width: int = 80) -> tuple[Console, io.StringIO]:
+    out = io.StringIO()
+    return Console(file=out, force_terminal=terminal, width=width, color_system=None, highlight=False), out
+
+
+def _screen_lines(out: io.StringIO) -> list[str]:
+    """What was written, as lines: the live block's cursor moves and erases removed."""
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    return [line for line in re.split(r"[\r\n]", text) if line]
+
+
+def _block(report: LiveReport, console: Console) -> list[str]:
+    """The live block as the terminal shows it now."""
+    with console.capture() as cap:
+        console.print(report)
+    return cap.get().rstrip("\n").split("\n")
+
+
+def test_shorten_cuts_at_a_word():
+    assert shorten(LONG, 40) == "image ID matches on every node: …"
+    assert shorten("short", 40) == "short"
+    assert shorten("x" * 50, 10) == "x" * 9 + "…"
+    for width in range(10, 90):
+        assert len(shorten(LONG, width)) <= width
+
+
+def test_terminal_lines_fit_and_break_at_words():
+    console, out = _console(terminal=True)
+    with LiveReport(quiet=False, console=console) as live:
+        live.result(StepResult("images", "head", "ok", LONG))
+        live.result(StepResult("preflight", "spark-b", "failed", "gpu.free: GPU 0 is used by process 4242 (python)",
+                               fix=FIX))
+    lines = _screen_lines(out)
+    assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
+    first = next(line for line in lines if "head" in line and "images" in line)
+    assert first.endswith(" …")
+    kept = first.split("images", 1)[1].removesuffix(" …").split()
+    assert kept == LONG.split()[: len(kept)]  # whole words, in order: cut at a word, not wrapped mid-word
+    # the fix is never cut: every word of it is on screen, wrapped at words under the message
+    fix_lines = [line.strip() for line in lines if line.startswith(" " * 17)]
+    assert " ".join(fix_lines).removeprefix("fix: ").split() == FIX.split()
+
+
+def test_off_a_terminal_every_word_stays():
+    console, out = _console(terminal=False)
+    with LiveReport(quiet=False, console=console) as live:
+        live.progress("head", "runtime", "starting sparkctl-head")
+        live.result(StepResult("images", "head", "ok", LONG))
+        live.result(StepResult("preflight", "spark-b", "failed", "gpu busy", fix=FIX))
+    text = out.getvalue()
+    assert " ".join(text.split()).count(LONG) == 1
+    assert FIX in " ".join(text.split())
+    assert "starting sparkctl-head" not in text  # no live block, no spinner frames in logs
+    assert text.splitlines()[0] == f"     ok head      images   {LONG}"
+
+
+def test_live_block_one_line_per_host_never_stale():
+    console, _ = _console(terminal=True)
+    report = LiveReport(quiet=False, hosts=["head", "worker", "offload"], console=console)
+    block = _block(report, console)
+    assert "gathering facts from every host" in block[0]
+
+    report.progress("all", "preflight", "checking before the first change")
+    assert any("all" in line and "checking before the first change" in line for line in _block(report, console))
+    for h in ("head", "worker", "offload"):
+        report.result(StepResult("preflight", h, "ok", "5 blocking check(s) ok"))
+    report.progress("head", "images", "pull 10.231.0.1:5000/sparkctl/vllm-sim:0.1")
+    report.progress("worker", "images", "side-load from head")
+    block = _block(report, console)
+    assert not any("checking before the first change" in line for line in block)  # the gate is over
+    assert len(block) == 3  # one line per host
+    head, worker, offload = block
+    assert head.split()[1:3] == ["head", "images"] and "pull 10.231.0.1" in head
+    assert worker.split()[1:3] == ["worker", "images"] and "side-load from head" in worker
+    assert offload.split()[1:4] == ["offload", "preflight", "ok"]
+
+    report.progress("head", "images", "pulled 3 of 5 layers")
+    assert "pulled 3 of 5 layers" in _block(report, console)[0] and "pull 10.231" not in _block(report, console)[0]
+    report.result(StepResult("images", "head", "changed", "pulled " + LONG))
+    report.result(StepResult("runtime", "worker", "failed", "sparkctl-worker exited (code 1)"))
+    report.result(StepResult("record", "worker", "skipped", "not run: step 'runtime' failed"))
+    head, worker, _ = _block(report, console)
+    assert head.split()[:4] == ["✓", "head", "images", "changed"]
+    # a skip after the failure does not hide the step that failed
+    assert worker.split()[:4] == ["✗", "worker", "runtime", "failed"]
+    assert all(len(line) <= 80 for line in _block(report, console))
+
+
+def test_a_cluster_phase_gives_way_to_the_next_step():
+    console, _ = _console(terminal=True)
+    report = LiveReport(quiet=False, console=console)
+    report.progress("all", "preflight", "checking before the first change")
+    report.progress("head", "runtime", "waiting for health")
+    block = _block(report, console)
+    assert not any("checking before the first change" in line for line in block)
+    assert block[0].split()[1:3] == ["head", "runtime"]
+
+
+def test_quiet_prints_nothing():
+    console, out = _console(terminal=True)
+    with LiveReport(quiet=True, console=console) as live:
+        live.progress("head", "runtime", "starting")
+        live.result(StepResult("images", "head", "ok", LONG))
+    assert out.getvalue() == ""
