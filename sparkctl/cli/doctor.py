@@ -1,7 +1,8 @@
 """`sparkctl doctor`: every named check on all hosts in parallel, with the fix for each failure.
 
-Human output (stderr): one table per host, a row per check (and per rail/device/image where a
-check looks at several), the fix under each failure, then the totals and the wall time.
+Human output (stderr), for a person: one line per check group with each host's counts, then
+only what is not ok, expanded (message, fix, runbook; the same finding on several hosts once),
+then the totals. `-v`: one table per host with every row. Nothing breaks a check name at 80 columns.
 `--json`: one document {"checks": [...], "summary": {...}, "seconds": ...} on stdout.
 Exit 0 when nothing fails, 1 when a check fails, 2 on bad input.
 """
@@ -15,6 +16,8 @@ import typer
 from sparkctl.cli.options import InventoryOpt, JsonOpt, require_inventory
 
 STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "skipped": "dim"}
+MARK = {"ok": "✓", "warn": "!", "fail": "✗", "skipped": "–"}
+HOSTS_PER_LINE = 4  # host columns of the group summary that fit 80 columns
 
 
 def doctor(
@@ -36,6 +39,10 @@ def doctor(
     deep: Annotated[
         bool,
         typer.Option("--deep", help="Also measure: iperf3 over every rail, re-hash the Engram tables in RAM."),
+    ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option("-v", "--verbose", help="Print every row (one table per host), not only what is not ok."),
     ] = False,
 ) -> None:
     """Run every named check on all hosts in parallel, with the fix for each failure.
@@ -59,7 +66,7 @@ def doctor(
             report = run_doctor(
                 inv, hosts=hosts, only=only, ignore=ignore, deep=deep, progress=lambda t: status.update(f"sparkctl doctor: {t}")
             )
-        print_report(report)
+        (print_report if verbose else print_summary)(report)
     raise typer.Exit(1 if report.failed else 0)
 
 
@@ -68,14 +75,16 @@ def _short_target(target) -> str:
     return (target or "").rsplit("/", 1)[-1]
 
 
-def print_report(report) -> None:
+def print_report(report, c=None) -> None:
+    """-v: one table per host, a row per check (and per rail/device/image)."""
     from rich.table import Table
     from rich.text import Text
 
+    from sparkctl.alerts import runbooks
     from sparkctl.cli.output import console
     from sparkctl.transport.redact import redact
 
-    c = console()
+    c = c or console()
     for host in report.hosts:
         rows = [r for r in report.results if r.host == host]
         if not rows:
@@ -90,13 +99,19 @@ def print_report(report) -> None:
             if r.status == "fail" and r.fix:
                 message.append("\nfix: ", style="bold")
                 message.append(redact(r.fix))
-                if r.runbook:
-                    message.append(f"\nrunbook: {r.runbook}", style="dim")
+                if runbooks.for_result(r):
+                    message.append(f"\nrunbook: {runbooks.for_result(r)}", style="dim")
             elif r.status == "warn" and r.fix:
                 message.append(f"\n{redact(r.fix)}", style="dim")
             table.add_row(r.name, _short_target(r.target), Text(r.status, style=STYLE[r.status]), message)
         c.print(table)
         c.print()
+    _print_totals(report, c)
+
+
+def _print_totals(report, c) -> None:
+    from rich.text import Text
+
     s = report.summary()
     line = Text()
     for status in ("ok", "warn", "fail", "skipped"):
@@ -106,3 +121,84 @@ def print_report(report) -> None:
     c.print(line)
     if s["failed_checks"]:
         c.print(Text("failed: " + ", ".join(s["failed_checks"]), style="bold red"))
+
+
+def _cell(rows) -> "Text":
+    from rich.text import Text
+
+    cell = Text(no_wrap=True)
+    if not rows:
+        return Text("·", style="dim")
+    for status in ("fail", "warn", "ok", "skipped"):
+        n = sum(1 for r in rows if r.status == status)
+        if n:
+            cell.append(f"{MARK[status]} {n} ", style=STYLE[status])
+    return cell
+
+
+def _groups(report) -> list[str]:
+    from sparkctl.checks import GROUPS
+
+    seen = {r.group for r in report.results}
+    return [g for g in GROUPS if g in seen]
+
+
+def _findings(report) -> list[tuple]:
+    """Non-ok results to expand, failures first; one entry per (check, status, message, fix)
+    with the hosts and targets it was seen on. Skipped rows are only counted: each says which
+    other check explains it, and that one is expanded."""
+    from sparkctl.checks import REGISTRY
+
+    order = {name: i for i, name in enumerate(REGISTRY)}  # a cause (fabric.mtu) before its effect (fabric.ping)
+    merged: dict[tuple, list] = {}
+    for status in ("fail", "warn"):
+        for r in sorted((r for r in report.results if r.status == status), key=lambda r: order.get(r.name, len(order))):
+            merged.setdefault((r.name, r.status, r.message, r.fix), []).append(r)
+    return list(merged.items())
+
+
+def print_summary(report, c=None) -> None:
+    """The default: a line per group with each host's counts; only what is not ok, expanded."""
+    from rich.padding import Padding
+    from rich.table import Table
+    from rich.text import Text
+
+    from sparkctl.alerts import runbooks
+    from sparkctl.cli.output import console
+    from sparkctl.transport.redact import redact
+
+    c = c or console()
+    groups = _groups(report)
+    hosts = [h for h in report.hosts if any(r.host == h for r in report.results)]
+    for start in range(0, len(hosts), HOSTS_PER_LINE):
+        chunk = hosts[start : start + HOSTS_PER_LINE]
+        t = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0))
+        t.add_column("group", no_wrap=True, style="bold")
+        for h in chunk:
+            t.add_column(h, no_wrap=True, overflow="ellipsis", max_width=18)
+        for g in groups:
+            t.add_row(g, *[_cell([r for r in report.results if r.group == g and r.host == h]) for h in chunk])
+        c.print(t)
+    for g in groups:  # a group skipped everywhere for one reason: say it once (e.g. runtime not running)
+        rows = [r for r in report.results if r.group == g]
+        reasons = {r.message for r in rows}
+        if rows and all(r.status == "skipped" for r in rows) and len(reasons) == 1:
+            c.print(Text(f"{MARK['skipped']} {g}: {reasons.pop()}", style="dim"))
+    for (name, status, message, fix), rows in _findings(report):
+        c.print()
+        where = ", ".join(dict.fromkeys(r.host + (f" {_short_target(r.target)}" if r.target else "") for r in rows))
+        head = Text(f"{MARK[status]} ", style=STYLE[status])
+        head.append(name, style=STYLE[status])
+        head.append(f"  on {where}")
+        c.print(head)
+        body = Text(redact(message))
+        if fix:
+            body.append("\nfix: ", style="bold")
+            body.append(redact(fix))
+        book = runbooks.for_result(rows[0])
+        if book:
+            body.append("\nrunbook: ", style="bold")
+            body.append(book)
+        c.print(Padding(body, (0, 0, 0, 2)))
+    c.print()
+    _print_totals(report, c)

@@ -1,0 +1,53 @@
+"""Which runbook answers a doctor result or an alert (docs/runbooks/<name>.md).
+
+A runbook is named after the check that finds its failure (`fabric.mtu.md`), or after the failure
+when one check finds several (runtime.engine: a device-side assert or a lost worker) or when only
+an alert sees it (`kv-cache-full.md`). Checks never hold the link themselves: it is derived here
+from the check's name and the cause it reports, so a new runbook file is picked up without
+touching the checks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+RUNBOOK_DIR = Path(__file__).resolve().parent.parent.parent / "docs" / "runbooks"
+RUNBOOK_PREFIX = "docs/runbooks/"
+
+# (check, the `sign` its finding reports) -> runbook: one check, several causes
+BY_CAUSE = {
+    ("runtime.engine", "device_assert"): "engine-crash",
+    ("runtime.engine", "engine_fatal"): "engine-crash",
+    ("runtime.engine", "worker_died"): "worker-lost",
+}
+# checks that see the symptom of a failure whose runbook is named after the failure
+BY_CHECK = {
+    "runtime.containers": "runtime-down",
+    "runtime.health": "runtime-down",
+}
+
+
+def exists(name: str) -> bool:
+    return (RUNBOOK_DIR / f"{name}.md").is_file()
+
+
+def path(name: str) -> str:
+    return f"{RUNBOOK_PREFIX}{name}.md"
+
+
+def for_check(check: str, sign: Optional[str] = None) -> Optional[str]:
+    """The runbook's path for a check's finding, or None when it has none yet."""
+    for name in (BY_CAUSE.get((check, sign or "")), BY_CHECK.get(check), check):
+        if name and exists(name):
+            return path(name)
+    return None
+
+
+def for_result(result) -> Optional[str]:
+    """The runbook of a doctor CheckResult (its own link first, else derived from its name and cause)."""
+    return result.runbook or for_check(result.name, (result.data or {}).get("sign"))
+
+
+def all_names() -> list[str]:
+    return sorted(p.stem for p in RUNBOOK_DIR.glob("*.md") if p.stem != "README")
