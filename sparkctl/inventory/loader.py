@@ -23,8 +23,27 @@ def _fail(path: Path, message: str, line: int | None = None, column: int | None 
     raise InventoryError(path, [Problem((), message, line=line, column=column)], fix=fix)
 
 
+_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def _refuse_special(path: Path, mode: int) -> None:
+    """Only a regular file is an inventory: reading a FIFO or a device could block forever or never end."""
+    kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+    raise InputError(
+        f"{path} is {kind}, not an inventory file (only a regular file is read)",
+        fix="name the YAML file itself, e.g. inventories/lab.yaml (write a pipe's content to a file first)",
+    )
+
+
 def read_text(path: Path) -> str:
-    """The file's text, refusing missing, oversized, binary and non-UTF-8 files before parsing."""
+    """The file's text, refusing missing, special (FIFO, device, directory), oversized, binary and
+    non-UTF-8 files before parsing."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -34,16 +53,25 @@ def read_text(path: Path) -> str:
         ) from None
     except OSError as err:
         raise InputError(f"cannot read inventory file {path}: {err.strerror}", fix="check the path and its permissions") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise InputError(f"{path} is a directory, not an inventory file", fix="name the YAML file, e.g. inventories/lab.yaml")
+    if not stat.S_ISREG(st.st_mode):
+        _refuse_special(path, st.st_mode)
     too_big = f"is larger than {MAX_BYTES // 1024} KiB; an inventory is a few KiB of YAML"
     if st.st_size > MAX_BYTES:
         _fail(path, f"{too_big} ({st.st_size} bytes)", fix="name the inventory YAML file, not something else")
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)  # bounded even for pipes and devices that report size 0
+        # O_NONBLOCK: should the path have become a FIFO since the stat, opening it cannot hang;
+        # fstat then judges what was really opened.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as err:
         raise InputError(f"cannot read inventory file {path}: {err.strerror}", fix="check the path and its permissions") from None
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            _refuse_special(path, mode)
+        try:
+            raw = f.read(MAX_BYTES + 1)  # bounded even if the file grows while being read
+        except OSError as err:
+            raise InputError(f"cannot read inventory file {path}: {err.strerror}", fix="check the path and its permissions") from None
     if len(raw) > MAX_BYTES:
         _fail(path, too_big, fix="name the inventory YAML file, not something else")
     if b"\x00" in raw:

@@ -99,9 +99,47 @@ def test_huge_file_is_refused_before_reading(tmp_path):
     assert f"larger than {MAX_BYTES // 1024} KiB" in err.message
 
 
-def test_endless_device_is_read_only_up_to_the_cap():
+def test_device_is_refused_before_reading():
     err = refused(Path("/dev/zero"))  # reports size 0, never ends
-    assert "larger than" in err.message
+    assert "is a character device, not an inventory file" in err.message
+
+
+def test_fifo_is_refused_without_blocking(tmp_path):
+    import os
+    import threading
+
+    fifo = tmp_path / "inv.yaml"
+    os.mkfifo(fifo)
+    outcome = {}
+
+    def load():  # a thread: if loading opened the FIFO for reading it would block with no writer
+        try:
+            load_inventory(fifo)
+        except InputError as exc:
+            outcome["err"] = exc
+
+    t = threading.Thread(target=load, daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive():  # unblock the reader so the test process can end, then fail
+        with open(fifo, "w"):
+            pass
+        pytest.fail("loading a FIFO blocked")
+    assert "is a FIFO (named pipe), not an inventory file" in outcome["err"].message
+    assert outcome["err"].exit_code == 2
+
+
+def test_fifo_via_cli_exits_2(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "inv.yaml"
+    os.mkfifo(fifo)
+    r = subprocess.run([sys.executable, "-m", "sparkctl", "inventory", "validate", str(fifo)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "FIFO" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_binary_file_is_refused(tmp_path):
