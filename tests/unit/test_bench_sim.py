@@ -215,3 +215,45 @@ def test_ctrl_c_keeps_what_was_measured(sim, tmp_path):
     assert first["workload"] == "counting" and first["repeats_done"] >= 2
     assert first["output_throughput"] > 0
     assert "interrupted" in err and "Counting numbers" in err  # the table of what was measured
+
+
+class CountingProgress:
+    """The progress bar's view of a run: the total it was given and how far it got."""
+
+    def __init__(self):
+        self.total = None
+        self.done = 0
+
+    def start(self, total: int) -> None:
+        self.total = total
+
+    def advance(self, description=None) -> None:
+        self.done += 1
+
+    def describe(self, description: str) -> None:
+        pass
+
+
+@pytest.mark.parametrize("parts, extra", [
+    ("throughput", {"streams": [1, 3], "repeats": 2}),
+    ("context", {"context_sizes": [1024, 400_000, 500_000]}),  # both large sizes cap to one
+    ("prefill,mixed", {"prefill_tokens": 8192}),
+    ("mixed", {"mixed_tokens": 8192, "overhead_samples": 2}),
+    ("throughput,context,prefill,mixed", {"repeats": 1, "context_sizes": [1024, 4096], "prefill_tokens": 8192}),
+])
+def test_progress_total_is_every_request_sent(sim, parts, extra):
+    """Each part knows its own request count: the bar ends exactly at its total, whatever runs."""
+    import asyncio
+
+    from sparkctl.bench.client import Endpoint
+    from sparkctl.bench.protocol import BenchOptions
+    from sparkctl.bench.runner import BenchRunner
+
+    options = BenchOptions(parts=parts.split(","), max_tokens=32, **extra)
+    progress = CountingProgress()
+    runner = BenchRunner(Endpoint(sim.url, NAME, None, 60.0), options, progress)
+    result = asyncio.run(runner.run())
+    assert runner.failed_requests == 0, result.notes
+    assert progress.total == progress.done
+    if parts == "context":
+        assert len(result.context) == 2 and any("capped" in n for n in result.notes)
