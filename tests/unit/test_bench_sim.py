@@ -257,3 +257,19 @@ def test_progress_total_is_every_request_sent(sim, parts, extra):
     assert progress.total == progress.done
     if parts == "context":
         assert len(result.context) == 2 and any("capped" in n for n in result.notes)
+
+
+def test_report_at_the_end_of_a_run_is_the_report_of_its_file(sim, tmp_path):
+    """`bench --report DIR` writes what `bench report RESULT.json --out DIR` writes from its result file."""
+    out = tmp_path / "run.json"
+    doc = bench(sim, out, "--parts", "throughput,context", "--tokens", "64", "--repeats", "1",
+                "--context-sizes", "1k,4k", "--report", str(tmp_path / "live"))
+    assert "report written to" in doc["_stderr"]
+    env = {k: v for k, v in os.environ.items() if k != "SPARKCTL_INVENTORY"}
+    r = subprocess.run([sys.executable, "-m", "sparkctl", "bench", "report", str(out), "--out", str(tmp_path / "later")],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    live = sorted(p.name for p in (tmp_path / "live").iterdir())
+    assert live == ["acceptance-context.png", "latency.png", "report.html", "throughput.png"]  # no prefill/mixed run
+    for name in live:
+        assert (tmp_path / "live" / name).read_bytes() == (tmp_path / "later" / name).read_bytes(), name
