@@ -10,26 +10,25 @@ from sparkctl.cli.options import CheckOpt, InventoryOpt, JsonOpt, require_invent
 
 
 def run_steps(inventory_path, playbook: str, check: bool, json_out: bool, force: bool = False, **options):
-    """Load + validate the inventory (before any host is touched), then run the playbook."""
+    """Load + validate the inventory and the playbook (before any host is touched), then run it."""
     from sparkctl.cli.output import print_json
     from sparkctl.cli.steps_output import LiveReport, print_recap
     from sparkctl.inventory.loader import load_inventory
-    from sparkctl.runner import load_playbook, run_playbook
-    from sparkctl.steps import registry
+    from sparkctl.runner import build_stages, load_playbook, run_playbook
     from sparkctl.steps.base import RunContext
     from sparkctl.transport.ssh import Fleet
 
     inv = load_inventory(require_inventory(inventory_path))
-    steps = registry.build(load_playbook(playbook), playbook)
+    stages = build_stages(load_playbook(playbook))
     with Fleet(inv) as fleet, LiveReport(quiet=json_out, hosts=list(inv.hosts)) as live:
         ctx = RunContext(
             inventory=inv, fleet=fleet, check_mode=check, force=force, options=options, progress=live.progress
         )
-        recap = run_playbook(ctx, steps, playbook, on_result=live.result)
+        recap = run_playbook(ctx, stages, playbook, on_result=live.result)
     if json_out:
         doc = recap.to_dict()
-        if "runtime_start" in ctx.shared:
-            doc["runtime_start"] = ctx.shared["runtime_start"]
+        if ctx.outputs.runtime_start:
+            doc["runtime_start"] = ctx.outputs.runtime_start
         print_json(doc)
     else:
         print_recap(recap)
