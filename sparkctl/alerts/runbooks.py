@@ -25,6 +25,9 @@ BY_CAUSE = {
 BY_CHECK = {
     "runtime.containers": "runtime-down",
     "runtime.health": "runtime-down",
+    "runtime.metrics": "kv-cache-full",  # it warns only on a nearly full KV pool
+    "runtime.kv_pool": "kv-cache-full",
+    "engram.checksums": "engram.placed",
 }
 
 

@@ -10,6 +10,7 @@ import sys
 
 import typer
 
+from sparkctl.cli import alerts as alerts_cli
 from sparkctl.cli import inventory as inventory_cli
 from sparkctl.cli import lab as lab_cli
 from sparkctl.cli import bench as bench_cli
@@ -42,6 +43,7 @@ app.command("render")(render_cli.render)
 app.command("status")(status_cli.status)
 app.add_typer(bench_cli.app, name="bench")
 app.command("doctor")(doctor_cli.doctor)
+app.command("alerts")(alerts_cli.alerts)
 pending.register(app, skip={"bench", "doctor"})  # placeholders for whatever is not registered above
 
 

@@ -25,6 +25,7 @@ from pydantic import (
     field_validator,
 )
 
+from sparkctl.alerts.config import Alerts
 from sparkctl.inventory.vllm import parse_token_count
 
 Role = Literal["head", "worker", "offload"]
@@ -278,6 +279,7 @@ class Inventory(Model):
     runtime: Runtime = Field(..., description="The inference runtime (vLLM) settings.")
     caches: Caches = Field(default_factory=Caches, description="Where each node keeps its persistent kernel caches.")
     engram: Optional[Engram] = Field(None, description="Engram tables placed in an offload host's RAM.")
+    alerts: Alerts = Field(default_factory=Alerts, description="Thresholds of `sparkctl alerts` (docs/alerts.md).")
     # Where the file came from (set by the loader; not part of the YAML): relative key and
     # known_hosts paths are resolved against its folder.
     _source: Optional[Path] = PrivateAttr(None)

@@ -1,0 +1,45 @@
+"""The inventory's `alerts:` section: thresholds of the alerting rules (every key has a default).
+
+Kept apart from sparkctl/inventory/models.py so the rules own their knobs; the inventory only
+holds this section. Unknown keys are errors, like everywhere in the inventory.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Alerts(BaseModel):
+    """Thresholds of `sparkctl alerts` (Prometheus alerting rules for this cluster)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    job: Optional[str] = Field(
+        None, min_length=1, description="Prometheus job that scrapes the head's and the drafter's /metrics "
+        "(default sparkctl-<cluster name>); targets carry a `role` label: head, drafter.",
+    )
+    nodes_job: Optional[str] = Field(
+        None, min_length=1, description="Job that scrapes a node exporter on every host (default "
+        "<job>-nodes), targets labelled `role` (head, worker, offload): worker loss is seen there.",
+    )
+    runbook_base_url: Optional[str] = Field(
+        None, min_length=1, description="Where the runbooks are published (e.g. your git host's "
+        "docs/runbooks/ URL); each alert's runbook_url is this + <runbook>.md. Default: this checkout's "
+        "docs/runbooks as a file:// URL.",
+    )
+    down_for: str = Field("30s", pattern=r"^\d+[smh]$", description="How long the head or drafter may be unscrapable before paging.")
+    kv_usage: float = Field(0.95, gt=0, le=1, description="KV cache usage (0-1) that warns when held for 2 minutes.")
+    preemptions_per_5m: float = Field(0, ge=0, description="Preemptions in 5 minutes above which to warn (0: any).")
+    waiting_requests: int = Field(4, ge=0, description="Requests waiting for a slot, held for 2 minutes, that warns.")
+    ttft_p99_seconds: float = Field(30.0, gt=0, description="p99 time to first token over 5 minutes that warns.")
+    acceptance_length_min: float = Field(
+        2.0, gt=1, description="Mean acceptance length (1 + accepted/drafts over 10 minutes) below which "
+        "speculative decoding is not paying; set it from `sparkctl bench` for your workload.",
+    )
+    decode_tokens_per_s_baseline: Optional[float] = Field(
+        None, gt=0, description="Recorded decode speed of one stream (tok/s, from `sparkctl bench`); "
+        "without it the throughput rule (the Marlin case) is not written.",
+    )
+    decode_drop: float = Field(0.35, gt=0, lt=1, description="Fraction below the baseline that warns (0.35: below 65%).")

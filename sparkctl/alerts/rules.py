@@ -1,0 +1,200 @@
+"""The alerting rules for an inventory's cluster: what pages, on which series, which runbook answers.
+
+Series are vLLM's own (`vllm:*` on the head's /metrics), Prometheus's `up` for the head and the
+drafter (one job, targets labelled `role`), and `up` of a node exporter per host for worker loss.
+Thresholds come from the inventory's `alerts:` section (sparkctl/alerts/config.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sparkctl.alerts import runbooks
+
+Severity = Literal["page", "ticket"]
+
+
+class Rule(BaseModel):
+    """One Prometheus alerting rule, with the runbook that answers it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    alert: str
+    expr: str
+    for_: str = Field("0s", alias="for")
+    severity: Severity
+    summary: str
+    description: str
+    runbook: str  # docs/runbooks/<runbook>.md
+
+    def to_prometheus(self, runbook_base_url: str, cluster: str) -> dict:
+        return {
+            "alert": self.alert,
+            "expr": self.expr,
+            "for": self.for_,
+            "labels": {"severity": self.severity, "cluster": cluster},
+            "annotations": {
+                "summary": self.summary,
+                "description": self.description,
+                "runbook_url": f"{runbook_base_url}{self.runbook}.md",
+            },
+        }
+
+
+class RuleSet(BaseModel):
+    cluster: str
+    job: str
+    nodes_job: str
+    runbook_base_url: str
+    rules: list[Rule]
+    not_written: dict[str, str] = Field(default_factory=dict)  # alert -> why (and the key that enables it)
+
+    def to_prometheus(self) -> dict:
+        """The rule file's document (`promtool check rules` accepts it)."""
+        return {
+            "groups": [
+                {
+                    "name": f"sparkctl-{self.cluster}",
+                    "rules": [r.to_prometheus(self.runbook_base_url, self.cluster) for r in self.rules],
+                }
+            ]
+        }
+
+
+def default_runbook_base_url() -> str:
+    return runbooks.RUNBOOK_DIR.as_uri() + "/"
+
+
+def rules_for(inv) -> RuleSet:
+    a = inv.alerts
+    cluster = inv.cluster.name
+    job = a.job or f"sparkctl-{cluster}"
+    nodes_job = a.nodes_job or f"{job}-nodes"
+    head = f'job="{job}",role="head"'
+    served = f'{head},model_name="{inv.runtime.served_model_name}"'
+    rules = [
+        Rule(
+            alert="SparkctlEngineDown",
+            expr=f"up{{{head}}} == 0",
+            **{"for": a.down_for},
+            severity="page",
+            summary=f"{cluster}: the inference API on {{{{ $labels.instance }}}} is down",
+            description="Prometheus cannot scrape the head's /metrics: the engine died (crash, lost worker, "
+            "unreachable drafter) or its container stopped. `sparkctl doctor --only runtime` names the cause.",
+            runbook="runtime-down",
+        ),
+        Rule(
+            alert="SparkctlWorkerLost",
+            expr=f'up{{job="{nodes_job}",role="worker"}} == 0',
+            **{"for": a.down_for},
+            severity="page",
+            summary=f"{cluster}: worker {{{{ $labels.instance }}}} is unreachable",
+            description="The worker Spark does not answer; the head's engine dies with it (tensor parallel "
+            "needs every rank).",
+            runbook="worker-lost",
+        ),
+    ]
+    if inv.runtime.speculative and inv.runtime.speculative.drafter_host:
+        rules.append(
+            Rule(
+                alert="SparkctlDrafterUnreachable",
+                expr=f'up{{job="{job}",role="drafter"}} == 0',
+                **{"for": a.down_for},
+                severity="page",
+                summary=f"{cluster}: the drafter on {{{{ $labels.instance }}}} is unreachable",
+                description="The head's engine stops after 3 failed drafter health checks in a row.",
+                runbook="runtime.drafter",
+            )
+        )
+    rules += [
+        Rule(
+            alert="SparkctlKVCacheNearFull",
+            expr=f"vllm:kv_cache_usage_perc{{{served}}} > {a.kv_usage:g}",
+            **{"for": "2m"},
+            severity="ticket",
+            summary=f"{cluster}: KV cache {{{{ $value | humanizePercentage }}}} used",
+            description="The KV pool is shared by every live request; when it is full the newest request is preempted.",
+            runbook="kv-cache-full",
+        ),
+        Rule(
+            alert="SparkctlPreemptionsRising",
+            expr=f"increase(vllm:num_preemptions_total{{{served}}}[5m]) > {a.preemptions_per_5m:g}",
+            severity="ticket",
+            summary=f"{cluster}: {{{{ $value | humanize }}}} preemptions in 5 minutes",
+            description="Requests are preempted because the KV pool cannot hold every live sequence.",
+            runbook="kv-cache-full",
+        ),
+        Rule(
+            alert="SparkctlWaitingQueueGrowing",
+            expr=f"min_over_time(vllm:num_requests_waiting{{{served}}}[2m]) > {a.waiting_requests}",
+            severity="ticket",
+            summary=f"{cluster}: {{{{ $value }}}} requests have waited for a slot for 2 minutes",
+            description="Every slot (max_num_seqs) is busy or a long prefill holds the token budget.",
+            runbook="long-ttft",
+        ),
+        Rule(
+            alert="SparkctlTTFTHigh",
+            expr=f"histogram_quantile(0.99, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{{{served}}}[5m]))) "
+            f"> {a.ttft_p99_seconds:g}",
+            severity="ticket",
+            summary=f"{cluster}: p99 time to first token {{{{ $value | humanizeDuration }}}}",
+            description="Short requests wait behind a long cold prompt's prefill (head-of-line) or a full queue.",
+            runbook="long-ttft",
+        ),
+    ]
+    if inv.runtime.speculative:
+        drafts = f"rate(vllm:spec_decode_num_drafts_total{{{served}}}[10m])"
+        accepted = f"rate(vllm:spec_decode_num_accepted_tokens_total{{{served}}}[10m])"
+        rules.append(
+            Rule(
+                alert="SparkctlSpecAcceptanceLow",
+                expr=f"(1 + {accepted} / {drafts}) < {a.acceptance_length_min:g} and {drafts} > 0",
+                severity="ticket",
+                summary=f"{cluster}: mean acceptance length {{{{ $value | printf \"%.2f\" }}}}, "
+                f"expected >= {a.acceptance_length_min:g}",
+                description="Speculative decoding accepts fewer drafted tokens than this workload should "
+                "(long contexts lower acceptance; a wrong or remote drafter too).",
+                runbook="spec-acceptance-low",
+            )
+        )
+    not_written = {}
+    if a.decode_tokens_per_s_baseline:
+        floor = a.decode_tokens_per_s_baseline * (1 - a.decode_drop)
+        # per stream: tokens generated per second of decoding (no decode at all: NaN, never below the floor)
+        speed = (
+            f"sum(rate(vllm:generation_tokens_total{{{served}}}[5m])) / "
+            f"sum(rate(vllm:request_decode_time_seconds_sum{{{served}}}[5m]))"
+        )
+        rules.append(
+            Rule(
+                alert="SparkctlDecodeThroughputLow",
+                expr=f"({speed}) < {floor:g}",
+                **{"for": "5m"},
+                severity="ticket",
+                summary=f"{cluster}: decode {{{{ $value | humanize }}}} tok/s per stream, baseline "
+                f"{a.decode_tokens_per_s_baseline:g}",
+                description="Decode runs well below the recorded baseline: the silent Marlin fallback halves it.",
+                runbook="runtime.moe_backend",
+            )
+        )
+    else:
+        not_written["SparkctlDecodeThroughputLow"] = (
+            "no recorded baseline: set alerts.decode_tokens_per_s_baseline (one stream's tok/s from `sparkctl bench`)"
+        )
+    return RuleSet(
+        cluster=cluster,
+        job=job,
+        nodes_job=nodes_job,
+        runbook_base_url=a.runbook_base_url or default_runbook_base_url(),
+        rules=rules,
+        not_written=not_written,
+    )
+
+
+def missing_runbooks(rs: RuleSet, root: Optional[Path] = None) -> list[str]:
+    """Runbooks the rules link to that do not exist (a defect: every alert needs its runbook)."""
+    root = root or runbooks.RUNBOOK_DIR
+    return sorted({r.runbook for r in rs.rules if not (root / f"{r.runbook}.md").is_file()})

@@ -1,0 +1,61 @@
+"""`sparkctl alerts`: Prometheus alerting rules for the inventory's cluster, each linking its runbook."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from sparkctl.cli.options import InventoryOpt, JsonOpt, require_inventory
+
+
+def alerts(
+    inventory: InventoryOpt = None,
+    json_out: JsonOpt = False,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", "-o", help="Write the rule file here (default: print it on stdout).")
+    ] = None,
+    prometheus_config: Annotated[
+        Optional[Path],
+        typer.Option("--prometheus-config", help="Also write a prometheus.yml scraping this cluster with the rules "
+                     "(needs --out: it names that file)."),
+    ] = None,  # fmt: skip
+) -> None:
+    """Write Prometheus alerting rules for the cluster: engine down, worker lost, drafter unreachable,
+    KV cache near full, preemptions, waiting queue, TTFT p99, speculative acceptance, decode speed.
+
+    Each rule has labels severity (page|ticket) and cluster, annotations summary, description and
+    runbook_url. Thresholds: the inventory's `alerts:` section (docs/alerts.md). Check the file with
+    `promtool check rules FILE`."""
+    import yaml
+
+    from sparkctl.alerts.render import rules_yaml, scrape_config
+    from sparkctl.alerts.rules import missing_runbooks, rules_for
+    from sparkctl.cli.output import console, print_json
+    from sparkctl.errors import InputError
+    from sparkctl.inventory.loader import load_inventory
+
+    inv = load_inventory(require_inventory(inventory))
+    if prometheus_config and not out:
+        raise InputError("--prometheus-config needs --out", fix="sparkctl alerts --out rules.yml --prometheus-config prometheus.yml")
+    rs = rules_for(inv)
+    text = rules_yaml(rs)
+    if out:
+        out.write_text(text)
+    if prometheus_config:
+        doc = scrape_config(rs, inv, [str(out.resolve())])
+        prometheus_config.write_text(yaml.safe_dump(doc, sort_keys=False))
+    if json_out:
+        print_json({**rs.to_prometheus(), "not_written": rs.not_written, "written_to": str(out) if out else None})
+        return
+    if not out:
+        typer.echo(text, nl=False)
+    c = console()
+    for alert, why in rs.not_written.items():
+        c.print(f"[yellow]not written:[/] {alert}: {why}", soft_wrap=True)
+    for name in missing_runbooks(rs):
+        c.print(f"[red]missing runbook:[/] docs/runbooks/{name}.md", soft_wrap=True)
+    if out:
+        c.print(f"{len(rs.rules)} rules written to {out}" + (f", scrape config to {prometheus_config}" if prometheus_config else ""),
+                soft_wrap=True)

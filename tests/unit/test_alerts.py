@@ -1,0 +1,205 @@
+"""`sparkctl alerts`: the rule file passes `promtool check rules`, and `promtool test rules` shows
+each alert firing on synthetic series that break its threshold (and staying quiet on healthy ones).
+
+promtool is Debian's `prometheus` package (dev.sh installs it). The expected annotations are the
+rendered ones: summary with its value filled in, description and runbook_url from the rule.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkctl.alerts import runbooks
+from sparkctl.alerts.render import rules_yaml
+from sparkctl.alerts.rules import missing_runbooks, rules_for
+from sparkctl.inventory.models import Inventory
+
+REPO = Path(__file__).resolve().parents[2]
+LAB = yaml.safe_load((REPO / "inventories" / "lab.yaml").read_text())
+BASE = "https://runbooks.example/sparkctl/"
+HEAD = {"job": "sparkctl-lab", "role": "head", "instance": "10.231.0.11:8888"}
+VLLM = {**HEAD, "engine": "0", "model_name": "deepseek-v4.1-flash"}
+
+
+def inventory(**alerts) -> Inventory:
+    doc = json.loads(json.dumps(LAB))
+    doc["alerts"] = {"runbook_base_url": BASE, "decode_tokens_per_s_baseline": 100, **alerts}
+    return Inventory.model_validate(doc)
+
+
+def need_promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail("promtool missing: dev.sh installs Debian's prometheus package", pytrace=False)
+        pytest.skip("promtool not installed (apt-get install prometheus)")
+    return path
+
+
+def series(name: str, labels: dict, values: str) -> dict:
+    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    return {"series": f"{name}{{{inner}}}", "values": values}
+
+
+def firing(rs, alert: str, labels: dict, summary: str) -> dict:
+    rule = next(r for r in rs.rules if r.alert == alert)
+    return {
+        "exp_labels": {**labels, "severity": rule.severity, "cluster": "lab"},
+        "exp_annotations": {"summary": summary, "description": rule.description, "runbook_url": f"{BASE}{rule.runbook}.md"},
+    }
+
+
+def cases(rs) -> list[dict]:
+    """(input series, checks): each alert once breaking its threshold, once healthy."""
+    ttft = lambda le, v: series("vllm:time_to_first_token_seconds_bucket", {**VLLM, "le": le}, v)  # noqa: E731
+    return [
+        {   # the head stops answering: pages after 30 s, not before
+            "input_series": [series("up", HEAD, "1 1 0x8")],
+            "alert_rule_test": [
+                {"eval_time": "40s", "alertname": "SparkctlEngineDown", "exp_alerts": []},
+                {"eval_time": "90s", "alertname": "SparkctlEngineDown",
+                 "exp_alerts": [firing(rs, "SparkctlEngineDown", HEAD, "lab: the inference API on 10.231.0.11:8888 is down")]},
+            ],
+        },
+        {
+            "input_series": [series("up", {"job": "sparkctl-lab-nodes", "role": "worker", "instance": "10.231.0.12:9100"}, "0x8"),
+                             series("up", {"job": "sparkctl-lab-nodes", "role": "head", "instance": "10.231.0.11:9100"}, "1x8"),
+                             series("up", {"job": "sparkctl-lab", "role": "drafter", "instance": "10.231.0.13:8100"}, "0x8")],
+            "alert_rule_test": [
+                {"eval_time": "60s", "alertname": "SparkctlWorkerLost",
+                 "exp_alerts": [firing(rs, "SparkctlWorkerLost", {"job": "sparkctl-lab-nodes", "role": "worker", "instance": "10.231.0.12:9100"},
+                                       "lab: worker 10.231.0.12:9100 is unreachable")]},
+                {"eval_time": "60s", "alertname": "SparkctlDrafterUnreachable",
+                 "exp_alerts": [firing(rs, "SparkctlDrafterUnreachable", {"job": "sparkctl-lab", "role": "drafter", "instance": "10.231.0.13:8100"},
+                                       "lab: the drafter on 10.231.0.13:8100 is unreachable")]},
+            ],
+        },
+        {   # KV usage 97% for 3 minutes; preemptions 0 -> 3; 6 requests waiting throughout
+            "input_series": [series("vllm:kv_cache_usage_perc", VLLM, "0.97x16"),
+                             series("vllm:num_preemptions_total", VLLM, "0 0 0 3 3 3 3 3 3 3 3 3 3"),
+                             series("vllm:num_requests_waiting", VLLM, "6x16")],
+            "alert_rule_test": [
+                {"eval_time": "60s", "alertname": "SparkctlKVCacheNearFull", "exp_alerts": []},
+                {"eval_time": "3m", "alertname": "SparkctlKVCacheNearFull",
+                 "exp_alerts": [firing(rs, "SparkctlKVCacheNearFull", VLLM, "lab: KV cache 97% used")]},
+                {"eval_time": "2m", "alertname": "SparkctlPreemptionsRising",
+                 "exp_alerts": [firing(rs, "SparkctlPreemptionsRising", VLLM, "lab: 3 preemptions in 5 minutes")]},
+                {"eval_time": "3m", "alertname": "SparkctlWaitingQueueGrowing",
+                 "exp_alerts": [firing(rs, "SparkctlWaitingQueueGrowing", VLLM, "lab: 6 requests have waited for a slot for 2 minutes")]},
+            ],
+        },
+        {   # healthy: KV 50%, no preemption, the queue drains
+            "input_series": [series("vllm:kv_cache_usage_perc", VLLM, "0.5x16"),
+                             series("vllm:num_preemptions_total", VLLM, "0x16"),
+                             series("vllm:num_requests_waiting", VLLM, "6x9 0 6 6")],
+            "alert_rule_test": [
+                {"eval_time": "3m", "alertname": a, "exp_alerts": []}
+                for a in ("SparkctlKVCacheNearFull", "SparkctlPreemptionsRising", "SparkctlWaitingQueueGrowing")
+            ],
+        },
+        {   # every first token takes 40-60 s: p99 above 30 s
+            "input_series": [ttft("1", "0x40"), ttft("60", "0+10x40"), ttft("+Inf", "0+10x40")],
+            "alert_rule_test": [
+                {"eval_time": "5m", "alertname": "SparkctlTTFTHigh",
+                 "exp_alerts": [firing(rs, "SparkctlTTFTHigh", {}, "lab: p99 time to first token 59.41s")]},
+            ],
+        },
+        {   # 100 drafts / 15 s with 50 accepted tokens: mean acceptance length 1.5 < 2
+            "input_series": [series("vllm:spec_decode_num_drafts_total", VLLM, "0+100x60"),
+                             series("vllm:spec_decode_num_accepted_tokens_total", VLLM, "0+50x60")],
+            "alert_rule_test": [
+                {"eval_time": "10m", "alertname": "SparkctlSpecAcceptanceLow",
+                 "exp_alerts": [firing(rs, "SparkctlSpecAcceptanceLow", VLLM, "lab: mean acceptance length 1.50, expected >= 2")]},
+            ],
+        },
+        {   # acceptance length 4: quiet
+            "input_series": [series("vllm:spec_decode_num_drafts_total", VLLM, "0+100x60"),
+                             series("vllm:spec_decode_num_accepted_tokens_total", VLLM, "0+300x60")],
+            "alert_rule_test": [{"eval_time": "10m", "alertname": "SparkctlSpecAcceptanceLow", "exp_alerts": []}],
+        },
+        {   # Marlin: 50 tok/s per stream against a 100 tok/s baseline (floor 65), held 5 minutes
+            "input_series": [series("vllm:generation_tokens_total", VLLM, "0+750x60"),
+                             series("vllm:request_decode_time_seconds_sum", VLLM, "0+15x60"),
+                             series("vllm:request_decode_time_seconds_count", VLLM, "0+1x60")],
+            "alert_rule_test": [
+                {"eval_time": "4m", "alertname": "SparkctlDecodeThroughputLow", "exp_alerts": []},
+                {"eval_time": "11m", "alertname": "SparkctlDecodeThroughputLow",
+                 "exp_alerts": [firing(rs, "SparkctlDecodeThroughputLow", {}, "lab: decode 50 tok/s per stream, baseline 100")]},
+            ],
+        },
+        {   # at the baseline: quiet
+            "input_series": [series("vllm:generation_tokens_total", VLLM, "0+1500x60"),
+                             series("vllm:request_decode_time_seconds_sum", VLLM, "0+15x60"),
+                             series("vllm:request_decode_time_seconds_count", VLLM, "0+1x60")],
+            "alert_rule_test": [{"eval_time": "11m", "alertname": "SparkctlDecodeThroughputLow", "exp_alerts": []}],
+        },
+    ]
+
+
+def test_rule_file_passes_promtool_check(tmp_path):
+    promtool = need_promtool()
+    rules = tmp_path / "rules.yml"
+    rules.write_text(rules_yaml(rules_for(inventory())))
+    r = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "SUCCESS: 9 rules found" in r.stdout, r.stdout + r.stderr
+
+
+def test_every_alert_fires_on_its_series_and_stays_quiet_otherwise(tmp_path):
+    promtool = need_promtool()
+    rs = rules_for(inventory())
+    (tmp_path / "rules.yml").write_text(rules_yaml(rs))
+    doc = {"rule_files": ["rules.yml"], "evaluation_interval": "15s",
+           "tests": [{"interval": "15s", **c} for c in cases(rs)]}  # fmt: skip
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    tested = {t["alertname"] for c in doc["tests"] for t in c["alert_rule_test"] if t["exp_alerts"]}
+    assert tested == {r.alert for r in rs.rules}, "every rule is shown firing"
+    r = subprocess.run([promtool, "test", "rules", "test.yml"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
+
+
+def test_thresholds_come_from_the_inventory():
+    rs = rules_for(inventory(kv_usage=0.8, waiting_requests=10, ttft_p99_seconds=5, job="vllm"))
+    exprs = {r.alert: r.expr for r in rs.rules}
+    assert exprs["SparkctlKVCacheNearFull"].endswith("> 0.8") and 'job="vllm"' in exprs["SparkctlKVCacheNearFull"]
+    assert exprs["SparkctlWaitingQueueGrowing"].endswith("> 10") and exprs["SparkctlTTFTHigh"].endswith("> 5")
+    assert 'job="vllm-nodes"' in exprs["SparkctlWorkerLost"]
+    no_baseline = rules_for(Inventory.model_validate(LAB))  # the lab inventory: defaults, no baseline
+    assert "SparkctlDecodeThroughputLow" in no_baseline.not_written
+    assert no_baseline.runbook_base_url == runbooks.RUNBOOK_DIR.as_uri() + "/"
+
+
+def test_every_alert_links_an_existing_runbook():
+    rs = rules_for(inventory())
+    assert missing_runbooks(rs) == []
+    for rule in rs.to_prometheus()["groups"][0]["rules"]:
+        assert rule["labels"]["severity"] in ("page", "ticket")
+        assert rule["annotations"]["runbook_url"].startswith(BASE) and rule["annotations"]["summary"]
+
+
+def test_cli_writes_rules_and_a_matching_prometheus_config(tmp_path):
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(yaml.safe_dump({**LAB, "alerts": {"decode_tokens_per_s_baseline": 100}}))
+    env = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8"}
+    run = lambda *a: subprocess.run([sys.executable, "-m", "sparkctl", "alerts", "-i", str(inv), *a],  # noqa: E731
+                                    capture_output=True, text=True, timeout=60, env=env)
+    r = run("--out", str(tmp_path / "rules.yml"), "--prometheus-config", str(tmp_path / "prometheus.yml"))
+    assert r.returncode == 0, r.stderr
+    assert "9 rules written" in r.stderr
+    prom = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
+    assert prom["rule_files"] == [str(tmp_path / "rules.yml")]
+    jobs = {j["job_name"]: j for j in prom["scrape_configs"]}
+    assert jobs["sparkctl-lab"]["static_configs"][0] == {"targets": ["10.231.0.11:8888"], "labels": {"role": "head"}}
+    r = run("--json")
+    assert r.returncode == 0 and len(json.loads(r.stdout)["groups"][0]["rules"]) == 9
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**LAB, "alerts": {"kv_usage": 2}}))
+    r = subprocess.run([sys.executable, "-m", "sparkctl", "alerts", "-i", str(bad)], capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and "alerts.kv_usage" in r.stderr and "Traceback" not in r.stderr
