@@ -86,8 +86,8 @@ def _lines(result) -> list[str]:
     m = result.mixed
     if m is not None:
         out.append(f"Mixed traffic: a short request sent {fmt(m.short_sent_after_ms, 'ms', 0)} after the long prompt "
-                   f"got its first token after {fmt(m.short_ttft_ms, 'ms')} (alone {fmt(m.short_ttft_alone_ms, 'ms')}),"
-                   f" {fmt(m.short_wait_ms, 'ms')} extra")
+                   f"got its first token after {fmt(m.short_ttft_ms, 'ms')}, {fmt(m.short_wait_ms, 'ms')} more than "
+                   f"alone ({fmt(m.short_ttft_alone_ms, 'ms')})")
     return out
 
 
