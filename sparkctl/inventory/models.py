@@ -102,7 +102,18 @@ class SSHDefaults(Model):
         description="strict: the host key must already be known. accept-new: record an unknown host's key "
         "on first contact; a changed key is always refused.",
     )
-    connect_timeout: float = Field(10.0, gt=0, description="Seconds to wait for an SSH connection.")
+    connect_timeout: float = Field(
+        10.0,
+        gt=0,
+        description="Seconds to wait for an SSH connection, and for a connected host to answer a keepalive "
+        "before it is reported as not answering (link down, sshd frozen).",
+    )
+    timeout: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds a command (a probe) may run on a host before it is reported as hung; long "
+        "operations (copies, image transfers, drains) set their own, longer deadlines.",
+    )
 
 
 class SSH(Model):
@@ -114,6 +125,7 @@ class SSH(Model):
     key: Optional[Path] = Field(None, description="Private key on the control machine (default: ssh_defaults.key).")
     known_hosts: Optional[Path] = Field(None, description="known_hosts file (default: ssh_defaults.known_hosts).")
     host_key_policy: Optional[HostKeyPolicy] = Field(None, description="strict or accept-new (default: ssh_defaults).")
+    timeout: Optional[float] = Field(None, gt=0, description="Command deadline in seconds (default: ssh_defaults.timeout).")
 
 
 class GPU(Model):
@@ -309,6 +321,7 @@ class Inventory(Model):
             known_hosts=resolve(host.ssh.known_hosts or d.known_hosts) or Path("~/.ssh/known_hosts").expanduser(),
             host_key_policy=host.ssh.host_key_policy or d.host_key_policy,
             connect_timeout=d.connect_timeout,
+            timeout=host.ssh.timeout or d.timeout,
         )
 
     def hosts_with_role(self, role: Role) -> list[str]:
@@ -326,3 +339,4 @@ class SSHTarget(Model):
     known_hosts: Path
     host_key_policy: HostKeyPolicy
     connect_timeout: float
+    timeout: float = 60.0

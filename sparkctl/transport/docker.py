@@ -6,6 +6,11 @@ connection `HostSession` already opened and verified: each HTTP connection to th
 channel on that transport running `docker system dial-stdio`, exactly what docker-py's paramiko
 path does, so there is one SSH connection per host per run and one host-key policy.
 The API version is negotiated with the engine (lab: Debian's 20.10 speaks 1.41).
+
+Deadlines: every request has the inventory's ssh.timeout as its socket timeout (docker-py adds
+a stop's own drain time to it), and the session's watchdog ends any request on a host that
+stopped answering. Library errors (APIError 409, connection resets) are turned into sparkctl's
+messages by `HostSession.explain` (transport/failures.py).
 """
 
 from __future__ import annotations
@@ -51,9 +56,12 @@ class _SharedSSHAdapter(SSHHTTPAdapter):
         BaseHTTPAdapter.close(self)  # the SSH client belongs to HostSession
 
 
-def docker_over_ssh(session, timeout: float = 120) -> docker.DockerClient:
-    """A DockerClient for `session`'s host; the API version negotiated with its engine."""
+def docker_over_ssh(session, timeout: float | None = None) -> docker.DockerClient:
+    """A DockerClient for `session`'s host; the API version negotiated with its engine.
+
+    `timeout` (default: the inventory's ssh.timeout) bounds each request's wait for an answer."""
     t = session.target
+    timeout = session.timeout if timeout is None else timeout
     # use_ssh_client=True makes docker-py skip opening its own paramiko connection at init;
     # we then mount our adapter in its place before any request is made.
     api = docker.APIClient(
@@ -68,10 +76,14 @@ def docker_over_ssh(session, timeout: float = 120) -> docker.DockerClient:
     try:
         api._version = api._retrieve_server_version()
     except docker.errors.DockerException as exc:
+        if session.dead is not None:
+            raise session.dead from None
         raise HostError(
             f"{t.name}: Docker Engine did not answer over SSH: {exc}",
             fix="check that dockerd runs on the host and that the SSH user may use it (root or the docker group)",
         ) from None
+    except Exception as exc:  # the SSH connection broke under the request
+        raise session.explain(exc) from None
     client = docker.DockerClient.__new__(docker.DockerClient)
     client.api = api
     return client

@@ -1,8 +1,14 @@
 """SSH to the cluster's hosts: one Fabric connection per host per run, reused for everything.
 
 - `HostSession` wraps a Fabric `Connection` for one inventory host: host keys are verified with
-  sparkctl's policy (never Fabric's auto-add), connection errors are retried with tenacity, and
-  commands are never retried blindly (a command may have changed state before it failed).
+  sparkctl's policy (never Fabric's auto-add), refused connections are retried with tenacity
+  (within one connect timeout), and commands are never retried blindly (a command may have
+  changed state before it failed).
+- Every remote call has a deadline: the connect timeout; a timeout on every command (the
+  inventory's `ssh.timeout` unless the caller passes a longer one, e.g. for a transfer); and a
+  watchdog per connection that asks sshd for a reply every few seconds and, when none comes
+  within the connect timeout (link down, sshd frozen), names the host and closes the connection,
+  which ends every call blocked on it. A host that stopped answering stays failed for the run.
 - `Fleet` holds the sessions of a run and runs a function on every host in parallel, returning
   one `Outcome` per host (value or error, and how long it took), so a slow or dead host never
   hides the others' results.
@@ -12,22 +18,30 @@ from __future__ import annotations
 
 import shlex
 import socket
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Iterable, Mapping, Optional, TypeVar
 
+import logging
+
 import paramiko
 from fabric import Config, Connection
 from invoke.exceptions import CommandTimedOut
-from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import retry, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from sparkctl.errors import HostError, SparkctlError
 from sparkctl.inventory.models import Inventory, SSHTarget
 from sparkctl.transport import hostkeys
+from sparkctl.transport.failures import FIX_FROZEN, FIX_REACH, describe, unresponsive
 from sparkctl.transport.redact import redact
 
 T = TypeVar("T")
+
+# paramiko logs its transport thread's tracebacks (banner timeouts, resets); sparkctl reports each
+# failure once, as its own message, so they must not reach the terminal through logging's default.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 CONNECT_ATTEMPTS = 3
 
@@ -56,20 +70,61 @@ class CommandResult:
 
 
 def _is_transient(exc: BaseException) -> bool:
-    """Connection errors worth another try; never a host-key or authentication refusal."""
+    """Connection errors worth another try: sshd refused or dropped us (restarting, MaxStartups).
+    Never a timeout (it already cost a whole connect timeout), a host key or an authentication."""
     if isinstance(exc, (paramiko.BadHostKeyException, paramiko.AuthenticationException, SparkctlError)):
+        return False
+    if isinstance(exc, (socket.timeout, TimeoutError)):
         return False
     return isinstance(
         exc,
-        (
-            paramiko.ssh_exception.NoValidConnectionsError,
-            paramiko.SSHException,
-            socket.timeout,
-            ConnectionError,
-            EOFError,
-            OSError,
-        ),
+        (paramiko.ssh_exception.NoValidConnectionsError, paramiko.SSHException, ConnectionError, EOFError),
     )
+
+
+def _tune_socket(sock: socket.socket, deadline: float) -> None:
+    """Let the kernel give up on a peer that stops acknowledging (TCP_USER_TIMEOUT) and probe an
+    idle connection, so a dead link breaks the socket instead of leaving unsent bytes queued for
+    the kernel's ~15 minutes of retransmissions."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, max(1, int(deadline / 2)))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, int(deadline / 4)))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+        # later than the watchdog (deadline + one interval), whose message says more
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(deadline * 2000))
+    except (OSError, AttributeError):  # not a TCP socket (tests) or not Linux: the watchdog still runs
+        pass
+
+
+class _Watchdog(threading.Thread):
+    """Asks sshd for a reply every `interval` s; if none comes within `deadline` s, the host is
+    declared unresponsive and the connection closed (every call blocked on it then ends)."""
+
+    def __init__(self, session: "HostSession", transport: paramiko.Transport, deadline: float):
+        super().__init__(name=f"sparkctl-watchdog-{session.name}", daemon=True)
+        self.session = session
+        self.transport = transport
+        self.deadline = deadline
+        self.interval = max(0.5, min(5.0, deadline / 3))
+        self.stopped = threading.Event()
+
+    def _ping(self) -> None:
+        try:  # OpenSSH answers an unknown global request with a failure: any answer proves life
+            self.transport.global_request("keepalive@openssh.com", wait=True)
+        except Exception:
+            pass
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            if not self.transport.is_active():
+                return
+            probe = threading.Thread(target=self._ping, name=f"{self.name}-ping", daemon=True)
+            probe.start()
+            probe.join(self.deadline)
+            if probe.is_alive() and not self.stopped.is_set():
+                self.session._declare_dead(unresponsive(self.session.name, self.deadline), self.transport)
+                return
 
 
 class HostSession:
@@ -80,6 +135,9 @@ class HostSession:
         self.name = target.name
         self._conn: Optional[Connection] = None
         self._docker = None
+        self._watchdog: Optional[_Watchdog] = None
+        # Set once the host stopped answering: every later call fails at once with this error.
+        self.dead: Optional[HostError] = None
 
     # -- connection -----------------------------------------------------------------------
 
@@ -105,6 +163,8 @@ class HostSession:
         return conn
 
     def connect(self) -> "HostSession":
+        if self.dead is not None:
+            raise self.dead
         if self._conn is not None and self._conn.is_connected:
             return self
         t = self.target
@@ -119,7 +179,7 @@ class HostSession:
 
         @retry(
             retry=retry_if_exception(_is_transient),
-            stop=stop_after_attempt(CONNECT_ATTEMPTS),
+            stop=stop_after_attempt(CONNECT_ATTEMPTS) | stop_after_delay(t.connect_timeout),
             wait=wait_exponential(multiplier=0.2, max=2),
             reraise=True,
         )
@@ -128,24 +188,71 @@ class HostSession:
             conn.open()
             return conn
 
+        where = f"{t.user}@{t.address}:{t.port}"
         try:
             self._conn = attempt()
         except paramiko.BadHostKeyException as exc:
             raise hostkeys.describe_bad_host_key(exc, t.known_hosts, t.name, t.address, t.port) from None
         except paramiko.AuthenticationException as exc:
             raise HostError(
-                f"{t.name}: SSH authentication failed for {t.user}@{t.address}:{t.port}: {exc}",
+                f"{t.name}: SSH authentication failed for {where}: {exc}",
                 fix="check ssh.user and ssh.key in the inventory and that the public key is in the host's authorized_keys",
             ) from None
         except SparkctlError:
             raise
-        except Exception as exc:  # after retries: unreachable
+        except (socket.timeout, TimeoutError):
             raise HostError(
-                f"{t.name}: cannot connect to {t.user}@{t.address}:{t.port} after {CONNECT_ATTEMPTS} attempts: "
-                f"{type(exc).__name__}: {exc}",
-                fix="check the host is up, sshd runs, and ssh.address/port in the inventory are right",
+                f"{t.name}: cannot connect to {where}: no answer within {t.connect_timeout:g} s "
+                "(management link down or host off?)",
+                fix=FIX_REACH,
             ) from None
+        except paramiko.SSHException as exc:
+            # TCP accepted, sshd never spoke: paramiko says "Error reading SSH protocol banner", or
+            # "No existing session" when the banner wait ended the transport under the handshake
+            if any(w in str(exc).lower() for w in ("banner", "no existing session")):
+                raise HostError(
+                    f"{t.name}: cannot connect to {where}: sshd accepted the connection but did not "
+                    f"answer within {t.connect_timeout:g} s (sshd frozen or overloaded?)",
+                    fix=FIX_FROZEN,
+                ) from None
+            raise HostError(f"{t.name}: cannot connect to {where}: SSH handshake failed: {exc}", fix=FIX_REACH) from None
+        except Exception as exc:  # after retries: unreachable
+            why = describe(t.name, exc).message.removeprefix(f"{t.name}: ")
+            raise HostError(f"{t.name}: cannot connect to {where}: {why}", fix=FIX_REACH) from None
+        transport = self._conn.client.get_transport()
+        _tune_socket(transport.sock, t.connect_timeout)
+        self._watchdog = _Watchdog(self, transport, t.connect_timeout)
+        self._watchdog.start()
         return self
+
+    def _declare_dead(self, error: HostError, transport: Optional[paramiko.Transport] = None) -> None:
+        """The host stopped answering: remember why, and break the connection so blocked calls end."""
+        if self.dead is None:
+            self.dead = error
+        transport = transport or (self._conn.client.get_transport() if self._conn is not None else None)
+        if transport is None:
+            return
+        try:  # shutdown wakes threads blocked in send/recv on the socket; close alone would not
+            transport.sock.shutdown(socket.SHUT_RDWR)
+        except (OSError, AttributeError):
+            pass
+        threading.Thread(target=transport.close, name=f"sparkctl-close-{self.name}", daemon=True).start()
+
+    def _lost(self, exc: BaseException) -> SparkctlError:
+        """An error mid-call: when it broke the connection, the host stays failed for the run
+        (reconnecting to a host that just vanished would cost a connect timeout per call)."""
+        err = self.explain(exc)
+        transport = self._conn.client.get_transport() if self._conn is not None else None
+        if self.dead is None and isinstance(err, HostError) and (transport is None or not transport.is_active()):
+            self.dead = err
+        return err
+
+    def explain(self, exc: BaseException) -> SparkctlError:
+        """sparkctl's message for an error met while working on this host (the watchdog's verdict
+        first: a frozen host surfaces as whatever the blocked library call happened to raise)."""
+        if self.dead is not None:
+            return self.dead
+        return describe(self.name, exc)
 
     @property
     def connection(self) -> Connection:
@@ -158,6 +265,9 @@ class HostSession:
         return self.connection.client
 
     def close(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.stopped.set()
+            self._watchdog = None
         if self._docker is not None:
             try:
                 self._docker.close()
@@ -170,6 +280,11 @@ class HostSession:
 
     # -- commands -------------------------------------------------------------------------
 
+    @property
+    def timeout(self) -> float:
+        """Seconds a command may take unless its caller says otherwise (inventory `ssh.timeout`)."""
+        return self.target.timeout
+
     def run(
         self,
         command: str | list[str],
@@ -179,31 +294,52 @@ class HostSession:
         """Run a command; return its result (non-zero exit is data, not an exception).
 
         A list is shell-quoted. Never retried: it may have changed state before failing.
+        `timeout` defaults to the inventory's ssh.timeout; pass a longer one for long operations
+        (copies, transfers). A host that stops answering fails the call within the connect timeout.
         """
         cmd = command if isinstance(command, str) else shlex.join(command)
         if env:
             cmd = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + cmd
+        timeout = self.timeout if timeout is None else timeout
         conn = self.connection
         start = time.monotonic()
         try:
             r = conn.run(cmd, hide=True, warn=True, in_stream=False, timeout=timeout)
         except CommandTimedOut:
-            raise HostError(f"{self.name}: command timed out after {timeout} s: {redact(cmd)[:200]}") from None
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise HostError(f"{self.name}: connection lost while running {redact(cmd)[:200]}: {exc}") from None
+            if self.dead is not None:
+                raise self.dead from None
+            raise HostError(
+                f"{self.name}: command did not finish within {timeout:g} s: {redact(cmd)[:200]}",
+                fix="the host answers but the command hangs: look at it on the host (ps, dmesg); "
+                "if it is only slow, raise ssh.timeout in the inventory",
+            ) from None
+        except Exception as exc:  # connection lost mid-command, or the watchdog closed it
+            err = self._lost(exc)
+            raise type(err)(f"{err.message} (while running {redact(cmd)[:160]})", fix=err.fix) from None
+        if self.dead is not None:  # the watchdog closed the channel: the exit code means nothing
+            raise HostError(f"{self.dead.message} (while running {redact(cmd)[:160]})", fix=self.dead.fix)
+        if r.exited == -1 and not conn.is_connected:
+            raise HostError(f"{self.name}: the SSH connection was lost while running {redact(cmd)[:160]}", fix=FIX_REACH)
         return CommandResult(self.name, cmd, r.exited, r.stdout, r.stderr, time.monotonic() - start)
 
-    def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
-        """Write a file on the host atomically (temp file + rename) over SFTP."""
-        sftp = self.paramiko_client.open_sftp()
+    def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644, timeout: Optional[float] = None) -> None:
+        """Write a file on the host atomically (temp file + rename) over SFTP, within `timeout`."""
         try:
-            tmp = f"{remote_path}.sparkctl-tmp"
-            with sftp.open(tmp, "wb") as f:
-                f.write(data)
-            sftp.chmod(tmp, mode)
-            sftp.posix_rename(tmp, remote_path)
-        finally:
-            sftp.close()
+            sftp = self.paramiko_client.open_sftp()
+            sftp.get_channel().settimeout(self.timeout if timeout is None else timeout)
+            try:
+                tmp = f"{remote_path}.sparkctl-tmp"
+                with sftp.open(tmp, "wb") as f:
+                    f.write(data)
+                sftp.chmod(tmp, mode)
+                sftp.posix_rename(tmp, remote_path)
+            finally:
+                sftp.close()
+        except SparkctlError:
+            raise
+        except Exception as exc:
+            err = self._lost(exc)
+            raise type(err)(f"{err.message} (while writing {remote_path})", fix=err.fix) from None
 
     # -- docker ---------------------------------------------------------------------------
 
@@ -279,12 +415,9 @@ class Fleet:
             try:
                 value = fn(self.sessions[name])
                 return Outcome(name, value=value, seconds=time.monotonic() - start)
-            except SparkctlError as exc:
-                return Outcome(name, error=redact(exc.message), fix=exc.fix, seconds=time.monotonic() - start)
-            except Exception as exc:  # a bug or an unexpected remote answer: still per host
-                return Outcome(
-                    name, error=redact(f"{type(exc).__name__}: {exc}"), seconds=time.monotonic() - start
-                )
+            except Exception as exc:  # library errors become sparkctl's message for this host
+                err = exc if isinstance(exc, SparkctlError) else self.sessions[name].explain(exc)
+                return Outcome(name, error=redact(err.message), fix=err.fix, seconds=time.monotonic() - start)
 
         if not names:
             return results
@@ -293,8 +426,9 @@ class Fleet:
         done, pending = wait(futures, timeout=timeout)
         for fut in pending:
             name = futures[fut]
-            results[name] = Outcome(name, error=f"{name}: no answer within {timeout} s", seconds=timeout or 0.0)
-            self.sessions[name].close()  # unblock the stuck thread's socket
+            err = unresponsive(name, timeout or 0.0)
+            results[name] = Outcome(name, error=err.message, fix=err.fix, seconds=timeout or 0.0)
+            self.sessions[name]._declare_dead(err)  # unblock the stuck thread's socket
         for fut in done:
             results[futures[fut]] = fut.result()
         pool.shutdown(wait=False, cancel_futures=True)

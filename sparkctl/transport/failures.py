@@ -1,0 +1,106 @@
+"""Raw library errors (paramiko, socket, docker, requests) as sparkctl's own messages: the host,
+what went wrong in words an operator can act on, and the fix.
+
+`describe(host, exc)` never returns a class name or a library's internal phrase alone
+("NoValidConnectionsError: [Errno None]", "SSHException: No existing session", "APIError: 409");
+the original text is kept after the explanation only when it adds something.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+import paramiko
+
+from sparkctl.errors import HostError, SparkctlError
+from sparkctl.transport.redact import redact
+
+FIX_REACH = "check the host is up, its management link and sshd (`sparkctl doctor --only ssh`), then rerun"
+FIX_FROZEN = (
+    "check the host's management link (cable, switch port, `ip link`) and that sshd answers "
+    "(`ssh HOST true`); rerun once it does"
+)
+
+
+class HostUnresponsive(HostError):
+    """The host stopped answering on an open SSH connection (keepalives unanswered)."""
+
+
+def unresponsive(host: str, seconds: float) -> HostUnresponsive:
+    return HostUnresponsive(
+        f"{host}: no answer within {seconds:g} s (management link down or sshd frozen?)", fix=FIX_FROZEN
+    )
+
+
+def _docker_error(host: str, exc: BaseException) -> HostError | None:
+    try:
+        import docker.errors
+        import requests.exceptions
+    except ImportError:  # pragma: no cover - both are dependencies
+        return None
+    if isinstance(exc, docker.errors.NotFound):
+        return HostError(
+            f"{host}: Docker Engine: not found: {redact(_explanation(exc))}",
+            fix="something removed it meanwhile (another sparkctl run or a manual docker command?); rerun `sparkctl up`",
+        )
+    if isinstance(exc, docker.errors.APIError):
+        code = exc.status_code
+        text = redact(_explanation(exc))
+        if code == 409:
+            return HostError(
+                f"{host}: Docker Engine refused a container change as conflicting with another one in progress "
+                f"({text})",
+                fix="another sparkctl run or docker command is changing this host's containers: let it finish "
+                "(`sparkctl up` takes the cluster lock), then rerun",
+            )
+        return HostError(
+            f"{host}: Docker Engine answered HTTP {code}: {text}",
+            fix="check the engine on the host (`docker info`, `journalctl -u docker`), then rerun",
+        )
+    if isinstance(exc, requests.exceptions.Timeout):
+        return HostError(f"{host}: Docker Engine did not answer in time ({redact(str(exc))[:200]})", fix=FIX_FROZEN)
+    if isinstance(exc, requests.exceptions.ConnectionError):
+        return HostError(f"{host}: lost the connection to the Docker Engine over SSH", fix=FIX_REACH)
+    if isinstance(exc, docker.errors.DockerException):
+        return HostError(f"{host}: Docker Engine: {redact(str(exc))[:300]}", fix="check dockerd on the host")
+    return None
+
+
+def _explanation(exc) -> str:
+    return str(getattr(exc, "explanation", None) or exc)
+
+
+def describe(host: str, exc: BaseException) -> SparkctlError:
+    """The operator's message for any error met while talking to `host`."""
+    if isinstance(exc, SparkctlError):
+        return exc
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return HostError(
+            f"{host}: SSH host key does not match known_hosts (refused: this is what a man-in-the-middle looks like)",
+            fix="verify the host's key out of band, then update known_hosts (ssh-keygen -R) and rerun",
+        )
+    if isinstance(exc, paramiko.AuthenticationException):
+        return HostError(
+            f"{host}: SSH authentication failed",
+            fix="check ssh.user and ssh.key in the inventory and the host's authorized_keys",
+        )
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        codes = {e.errno for e in exc.errors.values() if isinstance(e, OSError)}
+        why = "connection refused (sshd not running or wrong port?)" if errno.ECONNREFUSED in codes else "no route to it"
+        return HostError(f"{host}: cannot reach sshd: {why}", fix=FIX_REACH)
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return HostError(f"{host}: no answer in time (management link down or host overloaded?)", fix=FIX_FROZEN)
+    if isinstance(exc, paramiko.ChannelException):
+        return HostError(f"{host}: sshd refused to open a session ({exc.text})", fix="check sshd's MaxSessions and load on the host")
+    if isinstance(exc, (paramiko.SSHException, EOFError)):
+        why = redact(str(exc))
+        return HostError(f"{host}: the SSH connection was lost" + (f" ({why})" if why else ""), fix=FIX_REACH)
+    docker_err = _docker_error(host, exc)
+    if docker_err is not None:
+        return docker_err
+    if isinstance(exc, ConnectionError):
+        return HostError(f"{host}: connection lost ({exc.strerror or exc})", fix=FIX_REACH)
+    if isinstance(exc, OSError) and exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT):
+        return HostError(f"{host}: {exc.strerror} (management link down?)", fix=FIX_REACH)
+    return HostError(f"{host}: {type(exc).__name__}: {redact(str(exc))[:300]}")
