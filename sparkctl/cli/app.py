@@ -19,6 +19,7 @@ from sparkctl.cli import pending
 from sparkctl.cli import down as down_cli
 from sparkctl.cli import render as render_cli
 from sparkctl.cli import status as status_cli
+from sparkctl.cli import unlock as unlock_cli
 from sparkctl.cli import up as up_cli
 
 app = typer.Typer(
@@ -39,6 +40,7 @@ app.add_typer(inventory_cli.app, name="inventory")
 app.add_typer(lab_cli.app, name="lab")
 app.command("up")(up_cli.up)
 app.command("down")(down_cli.down)
+app.command("unlock")(unlock_cli.unlock)
 app.command("render")(render_cli.render)
 app.command("status")(status_cli.status)
 app.add_typer(bench_cli.app, name="bench")

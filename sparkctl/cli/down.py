@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from sparkctl.cli.options import CheckOpt, InventoryOpt, JsonOpt
+from sparkctl.cli.unlock import LockWaitOpt
 
 
 def down(
@@ -17,6 +18,7 @@ def down(
         Optional[int],
         typer.Option("--drain", help="Seconds to let in-flight requests finish (default: runtime.shutdown_timeout)."),
     ] = None,
+    wait: LockWaitOpt = 0,
 ) -> None:
     """Stop the runtime, head first (it drains in-flight requests), then worker and drafter.
 
@@ -24,4 +26,4 @@ def down(
     """
     from sparkctl.cli.up import run_steps
 
-    run_steps(inventory, "down", check, json_out, drain=drain)
+    run_steps(inventory, "down", check, json_out, drain=drain, wait=wait)

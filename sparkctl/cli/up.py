@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from sparkctl.cli.options import CheckOpt, InventoryOpt, JsonOpt, require_inventory
+from sparkctl.cli.unlock import LockWaitOpt
 
 
 def run_steps(inventory_path, playbook: str, check: bool, json_out: bool, force: bool = False, **options):
@@ -14,13 +15,15 @@ def run_steps(inventory_path, playbook: str, check: bool, json_out: bool, force:
     from sparkctl.cli.output import print_json
     from sparkctl.cli.steps_output import LiveReport, print_recap
     from sparkctl.inventory.loader import load_inventory
+    from sparkctl.lock import cluster_lock
     from sparkctl.runner import build_stages, load_playbook, run_playbook
     from sparkctl.steps.base import RunContext
     from sparkctl.transport.ssh import Fleet
 
     inv = load_inventory(require_inventory(inventory_path))
     stages = build_stages(load_playbook(playbook))
-    with Fleet(inv) as fleet, LiveReport(quiet=json_out, hosts=list(inv.hosts)) as live:
+    wait = options.pop("wait", 0)  # a changing run holds the cluster lock; --check takes none
+    with Fleet(inv) as fleet, cluster_lock(fleet, wait=wait, hold=not check), LiveReport(quiet=json_out, hosts=list(inv.hosts)) as live:
         ctx = RunContext(
             inventory=inv, fleet=fleet, check_mode=check, force=force, options=options, progress=live.progress
         )
@@ -49,10 +52,11 @@ def up(
     timeout: Annotated[
         Optional[float], typer.Option("--timeout", help="Seconds to wait for the runtime to serve (default 1800).")
     ] = None,
+    wait: LockWaitOpt = 0,
 ) -> None:
     """Converge the cluster to the inventory: fabric, images, caches, runtime, record.
 
     Every step gathers facts, plans, and applies only its plan; a second run changes nothing
     and says so. --check prints every plan and changes nothing.
     """
-    run_steps(inventory, "up", check, json_out, force=force, side_load=side_load, pull=pull, timeout=timeout)
+    run_steps(inventory, "up", check, json_out, force=force, side_load=side_load, pull=pull, timeout=timeout, wait=wait)
