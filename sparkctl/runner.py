@@ -1,24 +1,70 @@
 """The runner: a playbook's steps in order, hosts in parallel, one result per host and step.
 
-It owns concurrency and results (steps never print):
-1. facts: every step's probes for a host are gathered in ONE round trip, all hosts at once;
-2. per step: plan every host (pure), then (unless --check) apply only non-empty plans, in
-   parallel or in the step's order, then let the step verify what it changed;
-3. the first failed step stops the run: later steps are reported skipped, with why.
+The playbook (playbooks/<name>.yaml) is data that drives the run: the steps' order, which step is
+a gate, which applies host after host, and per-step options. The runner owns concurrency and
+results (steps never print):
+1. facts: the fact kinds every step declares are gathered in ONE round trip per host, all hosts
+   at once, and shared by all steps (a step re-reads only what it changed);
+2. per step: plan the cluster (pure), then (unless --check) apply exactly the planned operations,
+   in parallel or in the step's host order, then let the step verify what it changed;
+3. a gate (preflight) runs only once something is about to change, just before the first change,
+   with one more round trip: a no-op run does not pay for it;
+4. the first failed step stops the run: later steps are reported skipped, with why.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl.steps.base import Plan, RunContext, Step, StepResult
 
-PLAYBOOKS_DIR = Path(__file__).resolve().parent.parent / "playbooks"
+
+class PlaybookStep(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    step: str = Field(description="the step's name (sparkctl/steps/registry.py)")
+    gate: bool = Field(False, description="run only when a later step is about to change something")
+    in_order: bool = Field(False, description="apply host after host in the step's order; a failure stops the rest")
+    options: dict[str, Any] = Field(default_factory=dict, description="options the step reads")
+
+
+class Playbook(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    steps: list[PlaybookStep]
+
+
+def load_playbook(name: str) -> Playbook:
+    """playbooks/<name>.yaml, shipped inside the package (read with importlib.resources)."""
+    import yaml
+
+    from sparkctl.resources import names, read_text
+
+    text = read_text("playbooks", f"{name}.yaml")
+    if text is None:
+        raise InputError(f"no playbook {name!r}", fix=f"playbooks: {', '.join(n[:-5] for n in names('playbooks', '.yaml'))}")
+    try:
+        return Playbook.model_validate(yaml.safe_load(text))
+    except (ValidationError, yaml.YAMLError) as exc:
+        raise InputError(f"playbook {name!r} is malformed: {exc}".splitlines()[0], fix="see the comment at the top of playbooks/up.yaml") from None
+
+
+@dataclass
+class Stage:
+    """One playbook entry bound to the step object that implements it."""
+
+    spec: PlaybookStep
+    step: Step
+
+    @property
+    def name(self) -> str:
+        return self.step.name
 
 
 @dataclass
@@ -53,39 +99,45 @@ class Recap:
             "seconds": round(self.seconds, 3),
             "hosts": hosts,
             "results": [r.to_dict() for r in self.results],
+            "plans": [p.to_dict() for p in self.plans],
         }
 
 
-def load_playbook(name: str) -> list[str]:
-    """Step names in order from playbooks/<name>.yaml (data an on-call engineer can read)."""
-    import yaml
+def build_stages(playbook: Playbook, classes: Optional[dict[str, type[Step]]] = None) -> list[Stage]:
+    from sparkctl.steps.registry import step_classes
 
-    path = PLAYBOOKS_DIR / f"{name}.yaml"
-    if not path.exists():
-        raise InputError(f"no playbook {name!r} in {PLAYBOOKS_DIR}")
-    doc = yaml.safe_load(path.read_text())
-    steps = doc.get("steps") if isinstance(doc, dict) else None
-    if not isinstance(steps, list) or not all(isinstance(s, str) for s in steps):
-        raise InputError(f"{path}: `steps` must be a list of step names")
-    return steps
+    classes = classes or step_classes()
+    unknown = [s.step for s in playbook.steps if s.step not in classes]
+    if unknown:
+        raise InputError(
+            f"playbook {playbook.name!r} names unknown step(s): {', '.join(unknown)}", fix=f"known steps: {', '.join(classes)}"
+        )
+    stages = []
+    for spec in playbook.steps:
+        step = classes[spec.step]()
+        step.options = dict(spec.options)
+        stages.append(Stage(spec, step))
+    return stages
 
 
-def gather_facts(ctx: RunContext, steps: list[Step]) -> dict[str, tuple[str, Optional[str]]]:
-    """One round trip per host with every step's probes; returns per-host (error, fix) for hosts that failed."""
-    from sparkctl.facts.probe import gather
+def _reached(ctx: RunContext, stage: Stage) -> list[str]:
+    return [h for h in stage.step.hosts(ctx.inventory) if h in ctx.fleet.sessions]
 
-    per_host: dict[str, dict[str, str]] = {h: {} for h in ctx.fleet.sessions}
-    background: dict[str, set[str]] = {h: set() for h in ctx.fleet.sessions}
-    for step in steps:
-        for host in step.hosts(ctx.inventory):
-            if host in per_host:
-                per_host[host].update({f"{step.name}.{k}": v for k, v in step.probes(ctx.inventory, host).items()})
-                background[host] |= {f"{step.name}.{k}" for k in step.background(ctx.inventory, host)}
-    out = ctx.fleet.map(lambda s: gather(s, per_host[s.name], background=background[s.name]) if per_host[s.name] else {})
+
+def gather_facts(ctx: RunContext, stages: list[Stage]) -> dict[str, tuple[str, Optional[str]]]:
+    """One round trip per host with every stage's fact kinds; returns per-host (error, fix) for hosts that failed."""
+    from sparkctl.facts.host import gather_host
+
+    kinds: dict[str, set[str]] = {h: set() for h in ctx.fleet.sessions}
+    for stage in stages:
+        for host in _reached(ctx, stage):
+            kinds[host] |= set(stage.step.facts)
+    wanted = [h for h, k in kinds.items() if k]
+    out = ctx.fleet.map(lambda s: gather_host(s, ctx.inventory, kinds[s.name], into=ctx.facts.get(s.name)), hosts=wanted)
     errors = {}
     for host, outcome in out.items():
         if outcome.ok:
-            ctx.facts.setdefault(host, {}).update(outcome.value)
+            ctx.facts[host] = outcome.value
         else:
             errors[host] = (outcome.error, outcome.fix)
     return errors
@@ -93,110 +145,95 @@ def gather_facts(ctx: RunContext, steps: list[Step]) -> dict[str, tuple[str, Opt
 
 def run_playbook(
     ctx: RunContext,
-    steps: list[Step],
+    stages: list[Stage],
     playbook: str,
     on_result: Callable[[StepResult], None] = lambda r: None,
 ) -> Recap:
-    """Run the steps in order. Gate steps (preflight) run only once something is about to change,
-    just before the first change, with one more round trip: a no-op run does not pay for them."""
     start = time.monotonic()
-    recap = Recap(playbook=playbook, check_mode=ctx.check_mode, steps=[s.name for s in steps])
+    recap = Recap(playbook=playbook, check_mode=ctx.check_mode, steps=[s.name for s in stages])
+    failed_step: Optional[str] = None
 
     def emit(r: StepResult) -> None:
         recap.results.append(r)
         on_result(r)
 
-    def stop(step: Step) -> None:
-        nonlocal failed_step
-        failed_step = recap.stopped_at = step.name
-
-    def plan_step(step: Step) -> tuple[RunContext, dict[str, Plan], bool]:
-        """Plan every host; validate everything before touching any host."""
-        hosts = [h for h in step.hosts(ctx.inventory) if h in ctx.fleet.sessions]
-        view = _scoped(ctx, step)
-        plans: dict[str, Plan] = {}
+    def plan_stage(stage: Stage) -> tuple[dict[str, Plan], bool]:
+        """Plan the cluster, or fail every host it covers; validate everything before touching any host."""
+        hosts = _reached(ctx, stage)
         failed = False
         for h in hosts:
             if h in unreachable:
                 error, fix = unreachable[h]
-                emit(StepResult(step.name, h, "failed", error, fix=fix or "check SSH: `sparkctl doctor --only ssh`"))
+                emit(StepResult(stage.name, h, "failed", error, fix=fix or "check SSH: `sparkctl doctor --only ssh`"))
                 failed = True
-                continue
-            t0 = time.monotonic()
-            try:
-                plans[h] = step.plan(view, h)
-            except SparkctlError as exc:
-                emit(StepResult(step.name, h, "failed", exc.message, seconds=time.monotonic() - t0, fix=exc.fix))
-                failed = True
+        t0 = time.monotonic()
+        try:
+            plans = stage.step.plan(ctx)
+        except SparkctlError as exc:
+            for h in hosts:
+                if h not in unreachable:
+                    emit(StepResult(stage.name, h, "failed", exc.message, seconds=time.monotonic() - t0, fix=exc.fix))
+            return {}, False
         for h, plan in plans.items():
             recap.plans.append(plan)
             if plan.blocked:
-                emit(StepResult(step.name, h, "failed", plan.blocked))
+                emit(StepResult(stage.name, h, "failed", plan.blocked))
                 failed = True
         if failed:
             for h, plan in plans.items():
                 if not plan.blocked:
-                    emit(StepResult(step.name, h, "skipped", "not applied: another host failed this step's plan"))
-        return view, plans, not failed
+                    emit(StepResult(stage.name, h, "skipped", "not applied: another host failed this step's plan"))
+        return plans, not failed
 
     def open_gates() -> bool:
+        nonlocal failed_step
         while pending_gates:
             gate = pending_gates.pop(0)
             ctx.progress("all", gate.name, "checking before the first change")
             unreachable.update(gather_facts(ctx, [gate]))
-            _, plans, ok = plan_step(gate)
+            plans, ok = plan_stage(gate)
+            ctx.progress("all", gate.name, "done")
             if not ok:
-                stop(gate)
+                failed_step = recap.stopped_at = gate.name
                 return False
             for h, plan in plans.items():
                 emit(StepResult(gate.name, h, "ok", plan.reason))
         return True
 
-    failed_step: Optional[str] = None
-    pending_gates = [s for s in steps if s.gate]
-    unreachable = gather_facts(ctx, [s for s in steps if not s.gate])
-    for step in steps:
-        if step.gate:
+    pending_gates = [s for s in stages if s.spec.gate]
+    unreachable = gather_facts(ctx, [s for s in stages if not s.spec.gate])
+    for stage in stages:
+        if stage.spec.gate:
             continue
-        hosts = [h for h in step.hosts(ctx.inventory) if h in ctx.fleet.sessions]
         if failed_step:
-            for h in hosts:
-                emit(StepResult(step.name, h, "skipped", f"not run: step {failed_step!r} failed"))
+            for h in _reached(ctx, stage):
+                emit(StepResult(stage.name, h, "skipped", f"not run: step {failed_step!r} failed"))
             continue
-        view, plans, ok = plan_step(step)
+        plans, ok = plan_stage(stage)
         if not ok:
-            stop(step)
+            failed_step = recap.stopped_at = stage.name
             continue
         if any(not p.empty for p in plans.values()) and not open_gates():
-            for h in hosts:
-                emit(StepResult(step.name, h, "skipped", f"not applied: step {failed_step!r} failed"))
+            for h in plans:
+                emit(StepResult(stage.name, h, "skipped", f"not applied: step {failed_step!r} failed"))
             continue
-        results = _apply_all(view, step, plans)
+        results = _apply_all(ctx, stage, plans)
         for r in results:
             emit(r)
         if any(r.status == "failed" for r in results):
-            stop(step)
+            failed_step = recap.stopped_at = stage.name
     for gate in pending_gates:  # never needed: nothing was about to change
         why = f"not run: step {failed_step!r} failed" if failed_step else "not needed: nothing to change"
-        for h in gate.hosts(ctx.inventory):
-            if h in ctx.fleet.sessions:
-                emit(StepResult(gate.name, h, "skipped", why))
+        for h in _reached(ctx, gate):
+            emit(StepResult(gate.name, h, "skipped", why))
     recap.seconds = time.monotonic() - start
     return recap
 
 
-def _scoped(ctx: RunContext, step: Step) -> RunContext:
-    """The context as one step sees it: its own probes under their short keys (same shared dict)."""
-    prefix = f"{step.name}."
-    facts = {
-        h: {k[len(prefix) :]: v for k, v in secs.items() if k.startswith(prefix)} for h, secs in ctx.facts.items()
-    }
-    return dataclasses.replace(ctx, facts=facts)
-
-
-def _apply_all(ctx: RunContext, step: Step, plans: dict[str, Plan]) -> list[StepResult]:
-    """Apply every host's plan (in parallel, or in order for sequential steps), THEN verify each
-    host: a proof such as a jumbo ping must not run while the peer is still being configured."""
+def _apply_all(ctx: RunContext, stage: Stage, plans: dict[str, Plan]) -> list[StepResult]:
+    """Apply every host's plan (in parallel, or in order), THEN verify each host: a proof such as
+    a jumbo ping must not run while the peer is still being configured."""
+    step = stage.step
     any_change = any(not p.empty for p in plans.values())
     names = list(plans)
     results: dict[str, StepResult] = {}
@@ -206,7 +243,7 @@ def _apply_all(ctx: RunContext, step: Step, plans: dict[str, Plan]) -> list[Step
         try:
             r = fn()
         except SparkctlError as exc:
-            r = StepResult(step.name, host, "failed", exc.message, fix=exc.fix)
+            r = StepResult(step.name, host, "failed", exc.message, fix=exc.fix, operations=[c.action for c in plans[host].changes])
         except Exception as exc:  # unexpected: still a per-host failure, never a traceback
             r = StepResult(step.name, host, "failed", f"{type(exc).__name__}: {exc}")
         r.seconds += time.monotonic() - t0
@@ -215,17 +252,16 @@ def _apply_all(ctx: RunContext, step: Step, plans: dict[str, Plan]) -> list[Step
     def apply_one(host: str) -> StepResult:
         plan = plans[host]
         changes = [c.summary for c in plan.changes]
-        if ctx.check_mode:
-            if plan.empty:
-                return StepResult(step.name, host, "ok", plan.reason)
-            return StepResult(step.name, host, "changed", f"would: {plan.reason}", changes)
+        ops = [c.action for c in plan.changes]
         if plan.empty:
             return StepResult(step.name, host, "ok", plan.reason)
+        if ctx.check_mode:
+            return StepResult(step.name, host, "changed", f"would: {plan.reason}", changes, operations=ops)
         ctx.progress(host, step.name, plan.reason)
         out = step.apply(ctx, plan)
         # apply may report that nothing really changed (e.g. a pull of an image already current)
         message, did_change = out if isinstance(out, tuple) else (out, True)
-        return StepResult(step.name, host, "changed" if did_change else "ok", message, changes if did_change else [])
+        return StepResult(step.name, host, "changed" if did_change else "ok", message, changes if did_change else [], operations=ops)
 
     def verify_one(host: str) -> StepResult:
         r = results[host]
@@ -248,7 +284,7 @@ def _apply_all(ctx: RunContext, step: Step, plans: dict[str, Plan]) -> list[Step
             for h, r in zip(hosts, pool.map(lambda h: guarded(h, lambda: fn(h)), hosts)):
                 results[h] = r
 
-    run_phase(apply_one, names, step.sequential)
+    run_phase(apply_one, names, stage.spec.in_order)
     if not ctx.check_mode and hasattr(step, "verify"):
         run_phase(verify_one, [h for h in names if results[h].status in ("ok", "changed")], False)
     return [results[h] for h in names]

@@ -1,19 +1,18 @@
-"""Rendering files from templates/ (jinja2). Pure: same inputs, same text."""
+"""Rendering files from templates/ (jinja2, read from the package data). Pure: same inputs, same text."""
 
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
-
-TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
 
 
 @lru_cache(maxsize=1)
 def _env():
     import jinja2
 
+    from sparkctl.resources import read_text
+
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+        loader=jinja2.FunctionLoader(lambda name: read_text("templates", name)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,

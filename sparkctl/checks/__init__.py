@@ -7,3 +7,10 @@ from sparkctl.checks import ssh, host, gpu, fabric, env, images, caches, engram,
 from sparkctl.checks.base import REGISTRY, CheckResult, Context  # noqa: F401
 
 GROUPS = ("ssh", "host", "gpu", "fabric", "env", "images", "caches", "engram", "runtime")
+# group -> the fact kinds its checks read, as each checks module declares them (READS)
+GROUP_READS = {g: globals()[g].READS for g in GROUPS}
+
+
+def kinds_for(groups) -> set[str]:
+    """The fact kinds doctor gathers for these check groups."""
+    return set().union(*(GROUP_READS[g] for g in groups))

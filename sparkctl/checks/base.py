@@ -13,14 +13,12 @@ A host that could not be reached gets `skipped` for every check in scope (ssh.re
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Optional
 
 from sparkctl.inventory.models import Inventory
 
 Status = Literal["ok", "warn", "fail", "skipped"]
 STATUSES: tuple[Status, ...] = ("ok", "warn", "fail", "skipped")
-RUNBOOK_DIR = Path(__file__).resolve().parent.parent.parent / "docs" / "runbooks"
 
 
 @dataclass(frozen=True)
@@ -88,7 +86,6 @@ class Context:
     unreachable: dict[str, "Unreachable"] = field(default_factory=dict)
     endpoint: Any = None  # EndpointFacts of the head's API, None when not fetched
     bandwidth: dict[str, Any] = field(default_factory=dict)  # "host/device" -> BandwidthResult (--deep)
-    engram_checksums: Any = None  # (rc, output) of the --deep checksum comparison, None when not run
     deep: bool = False
     _plan: Any = None
 
@@ -138,7 +135,9 @@ class Check:
 
     @property
     def runbook_path(self) -> Optional[str]:
-        return f"docs/runbooks/{self.name}.md" if self.runbook else None
+        """docs/runbooks/<name>.md when the check says it has one or the package ships it."""
+        has = self.runbook or _runbook_exists(self.name)
+        return f"docs/runbooks/{self.name}.md" if has else None
 
     def run(self, ctx: Context) -> list[CheckResult]:
         hosts = [h for h in ctx.hosts if h in set(self.scope(ctx))]
@@ -169,6 +168,12 @@ class Check:
 
 
 REGISTRY: dict[str, Check] = {}
+
+
+def _runbook_exists(name: str) -> bool:
+    from sparkctl.resources import data_dir
+
+    return (data_dir("runbooks") / f"{name}.md").is_file()
 
 
 def _register(check: Check) -> Callable:

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
-from sparkctl.checks import GROUPS, REGISTRY
+from sparkctl.checks import GROUPS, REGISTRY, kinds_for
 from sparkctl.checks.base import Check, CheckResult, Context, Unreachable
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl.inventory.models import Inventory
@@ -133,6 +133,9 @@ def doctor(
     start = time.monotonic()
     checks = select(only, ignore, deep)
     groups = {c.group for c in checks} | {"ssh"}
+    kinds = kinds_for(groups)
+    if deep and any(c.name == "engram.checksums" for c in checks):
+        kinds.add("engram_rehash")  # --deep re-hashes the whole RAM copy (minutes for ~220 GiB)
     names = _split(hosts) if hosts is not None else list(inv.hosts)
     with Fleet(inv, names) as fleet:  # InputError for unknown hosts
         selected = list(fleet.sessions)
@@ -160,7 +163,7 @@ def doctor(
 
         def one(session):
             try:
-                return gather_host(session, inv, groups)
+                return gather_host(session, inv, kinds, timeout=3600 if deep else 60)
             except SparkctlError as exc:
                 return _classify(exc)
 
@@ -186,32 +189,10 @@ def doctor(
 
 
 def _deep(ctx: Context, fleet, names: set[str]) -> None:
-    """--deep: iperf3 per rail (one after another) and re-hashing the Engram tables, concurrently."""
+    """--deep: iperf3 per rail, one after another (the Engram re-hash is a fact of the round trip)."""
     from sparkctl.facts import bandwidth
-    from sparkctl.facts.engram import checksum_command
 
-    jobs = []
     if "fabric.bandwidth" in names:
         reached = [h for h in ctx.hosts if h in ctx.facts]
-
-        def measure_rails() -> None:
-            for i, rail in enumerate(bandwidth.rails(ctx.inventory, reached)):
-                ctx.bandwidth[rail.key] = bandwidth.measure(fleet, rail, bandwidth.BASE_PORT + i)
-
-        jobs.append(threading.Thread(target=measure_rails))
-    e = ctx.inventory.engram
-    f = ctx.facts.get(e.host) if e else None
-    if "engram.checksums" in names and f is not None and f.engram is not None and f.engram.placed_sums:
-
-        def rehash() -> None:
-            try:
-                r = fleet[e.host].run(checksum_command(e.target), timeout=3600)
-                ctx.engram_checksums = (r.exit_code, r.stdout + r.stderr)
-            except SparkctlError as exc:
-                ctx.engram_checksums = (1, exc.message)
-
-        jobs.append(threading.Thread(target=rehash))
-    for j in jobs:
-        j.start()
-    for j in jobs:
-        j.join()
+        for i, rail in enumerate(bandwidth.rails(ctx.inventory, reached)):
+            ctx.bandwidth[rail.key] = bandwidth.measure(fleet, rail, bandwidth.BASE_PORT + i)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from sparkctl.checks.base import Context, fail, host_check, ok, skipped, warn
-from sparkctl.facts.engram import parse_sums
+
+# the fact kinds (sparkctl/facts/host.py) this group's checks read: gathered for them
+READS = frozenset({"meminfo", "engram"})
 
 GIB = 1 << 30
 PLACE = "`sparkctl up` places them (mounts a tmpfs at the target, copies and verifies)"
@@ -79,12 +81,11 @@ def checksums(ctx: Context, host: str, f):
     if g.source_sums and g.source_sums != g.placed_sums:
         bad = sorted(n for n in set(g.source_sums) | set(g.placed_sums) if g.source_sums.get(n) != g.placed_sums.get(n))
         return [fail(f"the placement record differs from {e.source}/SHA256SUMS for {', '.join(bad[:3])}: the source changed", fix)]
-    if ctx.engram_checksums is not None:
-        rc, text = ctx.engram_checksums
-        got = parse_sums(text) if rc == 0 else {}
+    if f.engram_hashes is not None:  # --deep
+        got = f.engram_hashes
         bad = sorted(n for n in g.placed_sums if got.get(n) != g.placed_sums[n])
-        if rc != 0 or bad:
-            detail = ", ".join(bad[:3]) if rc == 0 else text.strip()[:200]
+        if "engram_hashes" in f.errors or bad:
+            detail = ", ".join(bad[:3]) or f.errors["engram_hashes"][:200]
             return [fail(f"re-hashing {e.target} disagrees with the placement record: {detail}", fix)]
         return [ok(f"{len(got)} file(s) re-hashed in RAM: every SHA-256 matches")]
     basis = "the source's SHA256SUMS" if g.source_sums else "the sums verified at placement"

@@ -6,6 +6,9 @@ from collections import Counter
 
 from sparkctl.checks.base import Context, cluster_check, fail, host_check, ok, skipped
 
+# the fact kinds (sparkctl/facts/host.py) this group's checks read: gathered for them
+READS = frozenset({"gpus", "gpu_apps", "containers"})
+
 
 def gpu_hosts(ctx: Context) -> list[str]:
     return [h for h in ctx.hosts if ctx.inventory.hosts[h].gpu is not None]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from sparkctl.checks.base import Context, fail, host_check, ok, skipped, warn
 
+# the fact kinds (sparkctl/facts/host.py) this group's checks read: gathered for them
+READS = frozenset({"disk", "memlock", "logind", "containers"})
+
 GIB = 1 << 30
 # (fail below, warn below) GiB free. An image of this kind is ~20-30 GB and a new tag needs room
 # next to the old one; compile caches (torch.compile, Triton, FlashInfer JIT) take a few GB.

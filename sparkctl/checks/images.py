@@ -10,6 +10,9 @@ from sparkctl.checks.base import Context, cluster_check, fail, host_check, ok, s
 from sparkctl.checks.host import runtime_hosts
 from sparkctl.facts.host import images_for
 
+# the fact kinds (sparkctl/facts/host.py) this group's checks read: gathered for them
+READS = frozenset({"image", "containers"})
+
 
 def _short(image_id: str) -> str:
     return image_id.split(":", 1)[-1][:12]

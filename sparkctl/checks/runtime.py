@@ -10,6 +10,9 @@ from __future__ import annotations
 from sparkctl.checks.base import Context, fail, host_check, ok, skipped, warn
 from sparkctl.checks.host import runtime_hosts
 
+# the fact kinds (sparkctl/facts/host.py) this group's checks read: gathered for them
+READS = frozenset({"containers", "logs", "drafter_health", "applied"})
+
 NOT_RUNNING = "runtime not running (`sparkctl up` starts it)"
 KV_USAGE_WARN = 0.95
 POOL_TOLERANCE = 0.10  # a pool within 10% of the inventory's kv_pool_tokens is as expected

@@ -6,6 +6,9 @@ import statistics
 
 from sparkctl.checks.base import Context, cluster_check, fail, host_check, ok, skipped
 
+# the fact kinds (sparkctl/facts/host.py) this group's checks read: gathered for them
+READS = frozenset({"clock", "whoami"})
+
 CLOCK_SKEW_FAIL = 1.0  # seconds between hosts: Ray heartbeats, TLS and log correlation go wrong beyond this
 
 

@@ -10,15 +10,15 @@ import typer
 from sparkctl.cli.options import InventoryOpt, JsonOpt, require_inventory
 
 
-def _containers(session, cluster: str) -> list[dict]:
-    from sparkctl.steps.runtime import containers_command, parse_containers
+def _containers(session, inv) -> list[dict]:
+    """This cluster's containers on one host, from the `containers` fact (facts/host.py)."""
+    from sparkctl.errors import HostError
+    from sparkctl.facts.host import gather_host
 
-    r = session.run(containers_command(cluster))
-    r.check("docker inspect")
-    return [
-        {"name": n, "state": st, "config_hash": h, "image_id": i}
-        for n, (st, h, i) in parse_containers(r.stdout).items()
-    ]
+    f = gather_host(session, inv, {"containers"})
+    if f.containers is None:
+        raise HostError(f"{session.name}: cannot list containers: {f.errors.get('containers', 'no answer')}")
+    return [{"name": c.name, "state": c.status, "config_hash": c.config_hash, "image_id": c.image_id} for c in f.containers]
 
 
 def collect(inv, sample_seconds: float) -> dict:
@@ -32,7 +32,7 @@ def collect(inv, sample_seconds: float) -> dict:
     address = inv.hosts[head].ssh.address
     check_address(address, "the runtime's HTTP endpoint")
     with Fleet(inv, hosts=sorted({c.host for c in plan.containers}, key=list(inv.hosts).index)) as fleet:
-        found = fleet.map(lambda s: _containers(s, inv.cluster.name))
+        found = fleet.map(lambda s: _containers(s, inv))
     hosts = {}
     for h, o in found.items():
         want = [c.name for c in plan.for_host(h)]
@@ -40,7 +40,8 @@ def collect(inv, sample_seconds: float) -> dict:
         hosts[h] = {
             "error": o.error,
             "containers": [
-                {**have.get(n, {"name": n, "state": "absent"}), "config_matches": have.get(n, {}).get("config_hash") == plan.config_hash}
+                {**have.get(n, {"name": n, "state": "unknown (host not reached)" if o.error else "absent"}),
+                 "config_matches": have.get(n, {}).get("config_hash") == plan.config_hash}
                 for n in want
             ],
         }

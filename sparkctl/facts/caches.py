@@ -21,7 +21,7 @@ def cache_probe(host_path: str) -> str:
     p = shlex.quote(host_path)
     c = shlex.quote(f"{host_path}/{COMPILE_DIR}")
     return (
-        f"if [ -d {p} ]; then echo present; else echo missing; exit 0; fi; "
+        f"if [ -d {p} ]; then echo present; elif [ -e {p} ]; then echo not-a-directory; exit 0; else echo missing; exit 0; fi; "
         f"[ -d {c} ] && cd {c} && {{ find . -mindepth 1 -maxdepth 1 -type d | sed 's/^/d /'; "
         f"find . -mindepth 4 -maxdepth 4 -name {INDEX} | sed 's/^/i /'; }} | head -n 1000; true"
     )
@@ -32,6 +32,7 @@ class CacheFacts:
     present: bool
     hashes: tuple[str, ...] = ()  # compile hash directories (excluding AOT)
     complete: dict[str, tuple[str, ...]] = field(default_factory=dict)  # hash -> ranks with an index
+    not_a_directory: bool = False  # the path exists as something else (a file): mkdir cannot help
 
     @property
     def warm_hashes(self) -> list[str]:
@@ -45,7 +46,7 @@ class CacheFacts:
 def parse_cache(rc: int, text: str) -> CacheFacts:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if not lines or lines[0] != "present":
-        return CacheFacts(present=False)
+        return CacheFacts(present=False, not_a_directory=bool(lines) and lines[0] == "not-a-directory")
     hashes: list[str] = []
     complete: dict[str, set[str]] = {}
     for ln in lines[1:]:

@@ -17,36 +17,22 @@ from sparkctl.facts import caches, docker, engram, gpu, logs, network, rdma, sys
 from sparkctl.facts.probe import Section, gather
 from sparkctl.inventory.models import FabricLink, Inventory
 
-# Probe key -> the check groups that read it; a run limited by --only gathers only what it needs.
-GROUPS_OF = {
-    "clock": {"ssh"},
-    "whoami": {"ssh"},
-    "ip_addr": {"fabric", "env"},
-    "speeds": {"fabric"},
-    "rdma_state": {"fabric", "env"},
-    "ibdev2netdev": {"fabric"},
-    "route": {"fabric"},
-    "ping": {"fabric"},
-    "gpus": {"gpu"},
-    "gpu_apps": {"gpu"},
-    "meminfo": {"engram"},
-    "disk": {"host"},
-    "memlock": {"host"},
-    "logind": {"host"},
-    "image": {"images"},
-    "containers": {"runtime", "gpu", "host", "images"},
-    "logs": {"runtime", "caches"},
-    "cache": {"caches"},
-    "engram": {"engram"},
-    "drafter_health": {"runtime"},
-    "applied": {"caches", "runtime"},
-    "gid": {"env"},
-}
+# Every fact kind a host can be asked for. Checks (checks/*.py `READS`) and steps (`Step.facts`)
+# declare the kinds they read; a run gathers the union, once per host, in one round trip.
+KINDS = frozenset({
+    "clock", "whoami", "ip_addr", "speeds", "rdma_state", "ibdev2netdev", "route", "ping", "gpus",
+    "gpu_apps", "meminfo", "disk", "memlock", "logind", "image", "containers", "logs", "cache",
+    "engram", "engram_hashes", "engram_rehash", "engram_source_hashes", "drafter_health", "applied", "gid", "netplan",
+    "health",
+})
 # waiting, not working: run these concurrently inside the host's script
-BACKGROUND_KINDS = {"ping", "route", "gpus", "gpu_apps", "disk", "image", "containers", "logs", "drafter_health"}
+BACKGROUND_KINDS = {"ping", "route", "gpus", "gpu_apps", "disk", "image", "containers", "logs", "drafter_health",
+                    "engram_hashes", "engram_rehash", "engram_source_hashes"}
 
 GPU_APPS_SPLIT = "@@cgroups"
-APPLIED = "/var/lib/sparkctl/state/applied.json"  # written by `sparkctl up` (steps/record.py) on the head
+STATE_DIR = "/var/lib/sparkctl/state"  # on the head: what `sparkctl up` applied, with history
+APPLIED = f"{STATE_DIR}/applied.json"  # written by steps/record.py
+NETPLAN_PATH = "/etc/netplan/40-sparkctl-fabric.yaml"  # written by steps/fabric.py
 NVIDIA_SMI_GPUS = f"nvidia-smi --query-gpu={gpu.GPU_QUERY} --format=csv,noheader,nounits"
 NVIDIA_SMI_APPS = f"nvidia-smi --query-compute-apps={gpu.APPS_QUERY} --format=csv,noheader,nounits"
 
@@ -93,15 +79,24 @@ def gid_index_pinned(inv: Inventory) -> Optional[str]:
     return inv.runtime.env.get("NCCL_IB_GID_INDEX")
 
 
-def probes_for(inv: Inventory, host: str, groups: Optional[Iterable[str]] = None) -> dict[str, str]:
-    """Shell probes for one host, limited to what the selected check groups read."""
-    want = set(groups) if groups is not None else None
+def health_probe(port: int) -> str:
+    """/health from the head itself: bash's /dev/tcp needs no curl on the host."""
+    return (
+        "bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d && printf \"GET /health HTTP/1.0\\r\\n\\r\\n\" >&3 "
+        "&& timeout 2 head -1 <&3' 2>/dev/null || echo refused" % port
+    )
+
+
+def probes_for(inv: Inventory, host: str, kinds: Optional[Iterable[str]] = None) -> dict[str, str]:
+    """Shell probes for one host, limited to the fact kinds asked for (all when None)."""
+    want = set(kinds) if kinds is not None else None
+    if want is not None and want - KINDS:
+        raise ValueError(f"unknown fact kind(s): {sorted(want - KINDS)}")
     h = inv.hosts[host]
     probes: dict[str, str] = {}
 
     def add(key: str, snippet: str) -> None:
-        kind = key.split(".", 1)[0]
-        if want is None or GROUPS_OF[kind] & want:
+        if want is None or key.split(".", 1)[0] in want:
             probes[key] = snippet
 
     add("clock", "date +%s.%N")  # first: the script starts right after the command is sent
@@ -166,10 +161,16 @@ def probes_for(inv: Inventory, host: str, groups: Optional[Iterable[str]] = None
     if runs_runtime(inv, host):
         add("cache", caches.cache_probe(inv.caches.host_path))
     if inv.hosts[host].role == "head":
-        # only the top-level keys doctor reads (the record also holds the whole inventory)
-        add("applied", f"grep -E '^  \"(config_hash|applied_at)\": ' {APPLIED} 2>/dev/null || true")
+        add("applied", f"cat {APPLIED} 2>/dev/null || true")
+        add("health", health_probe(inv.runtime.port))
+    if h.fabric:
+        add("netplan", f"cat {NETPLAN_PATH}")
     if inv.engram and inv.engram.host == host:
         add("engram", engram.engram_probe(inv.engram.source, inv.engram.target))
+        # `up` re-hashes what changed since placement; `doctor --deep` re-hashes every byte (minutes for ~220 GiB)
+        add("engram_hashes", engram.changed_checksum_command(inv.engram.target))
+        add("engram_rehash", engram.checksum_command(inv.engram.target))
+        add("engram_source_hashes", engram.source_sums_command(inv.engram.source))
     spec = inv.runtime.speculative
     if spec and spec.drafter_host == host:
         from sparkctl.runtime.launch import fabric_link_to
@@ -226,7 +227,12 @@ class HostFacts:
     cache: Optional[caches.CacheFacts] = None
     engram: Optional[engram.EngramFacts] = None
     drafter_health: Optional[int] = None
-    applied: Optional[dict] = None  # the head's record of the last `sparkctl up` (config_hash, applied_at)
+    applied: Optional[dict] = None  # the head's record of the last `sparkctl up` (whole applied.json)
+    health: Optional[str] = None  # the head's /health status line from the head itself, or "refused"
+    netplan: Optional[str] = None  # the fabric netplan file sparkctl writes, None when absent
+    engram_rehashed: list[str] = field(default_factory=list)  # files whose size/ctime moved since placement
+    engram_hashes: Optional[dict[str, str]] = None  # SHA-256 per file of the RAM copy (re-hashed where changed, or all with --deep)
+    engram_source_hashes: Optional[dict[str, str]] = None  # the source's SHA256SUMS, else computed
 
 
 def _first_line(sec: Section) -> str:
@@ -325,9 +331,28 @@ def parse_host(inv: Inventory, host: str, sections: dict[str, Section], clock_se
     def applied(sec: Section) -> None:
         import json
 
-        lines = [ln.strip().rstrip(",") for ln in sec.out.splitlines() if ln.strip()]
-        if lines:
-            f.applied = json.loads("{" + ",".join(lines) + "}")
+        if sec.out.strip():
+            f.applied = json.loads(sec.out)
+
+    def netplan(sec: Section) -> None:
+        f.netplan = sec.out if sec.ok else None
+
+    def engram_hashes(sec: Section) -> None:
+        if not sec.ok:
+            f.errors["engram_hashes"] = _first_line(sec)
+        placed = f.engram.placed_sums if f.engram else {}
+        f.engram_hashes = engram.parse_changed_sums(sec.out, placed)
+        f.engram_rehashed = sorted(engram.parse_sums(sec.out))
+
+    def engram_rehash(sec: Section) -> None:
+        if not sec.ok:
+            f.errors["engram_hashes"] = _first_line(sec)
+        f.engram_hashes = engram.parse_sums(sec.out)
+
+    def engram_source_hashes(sec: Section) -> None:
+        if not sec.ok:
+            f.errors["engram_source_hashes"] = _first_line(sec)
+        f.engram_source_hashes = engram.parse_sums(sec.out) if sec.ok else None
 
     parse("speeds", speeds)
     parse("applied", applied)
@@ -345,6 +370,11 @@ def parse_host(inv: Inventory, host: str, sections: dict[str, Section], clock_se
     parse("cache", lambda s: setattr(f, "cache", caches.parse_cache(s.rc, s.out)))
     parse("engram", lambda s: setattr(f, "engram", engram.parse_engram(s.out)))
     parse("drafter_health", drafter)
+    parse("health", lambda s: setattr(f, "health", s.out.strip() or "no answer"))
+    parse("netplan", netplan)
+    parse("engram_hashes", engram_hashes)
+    parse("engram_rehash", engram_rehash)
+    parse("engram_source_hashes", engram_source_hashes)
     for key, sec in sections.items():
         kind, _, idx = key.partition(".")
         if kind == "route":
@@ -356,10 +386,19 @@ def parse_host(inv: Inventory, host: str, sections: dict[str, Section], clock_se
     return f
 
 
-def gather_host(session, inv: Inventory, groups: Optional[Iterable[str]] = None, timeout: float = 60) -> HostFacts:
-    """Connect (if needed), run the host's probes in one round trip, parse them."""
+def gather_host(
+    session, inv: Inventory, kinds: Optional[Iterable[str]] = None, timeout: float = 60, into: Optional[HostFacts] = None
+) -> HostFacts:
+    """Connect (if needed), run the host's probes for `kinds` in one round trip, parse them.
+    With `into`, the new sections replace that HostFacts' sections of the same keys (a re-read
+    after a change, or a second round trip for a gate), and everything is parsed again."""
     session.connect()
-    probes = probes_for(inv, session.name, groups)
+    probes = probes_for(inv, session.name, kinds)
     sent = time.time()
-    sections = gather(session, probes, timeout=timeout, background=background_keys(probes))
-    return parse_host(inv, session.name, sections, clock_sent=sent)
+    sections = gather(session, probes, timeout=timeout, background=background_keys(probes)) if probes else {}
+    if into is None:
+        return parse_host(inv, session.name, sections, clock_sent=sent)
+    f = parse_host(inv, session.name, {**into.sections, **sections}, clock_sent=sent if "clock" in probes else None)
+    if "clock" not in probes:
+        f.clock_offset = into.clock_offset
+    return f

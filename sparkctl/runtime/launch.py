@@ -183,7 +183,20 @@ def _hash(obj: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+_RENDERED: dict[int, tuple[Inventory, "LaunchPlan"]] = {}
+
+
 def render(inv: Inventory) -> LaunchPlan:
+    """The launch for this inventory (pure and frozen, so each inventory object renders once)."""
+    hit = _RENDERED.get(id(inv))
+    if hit is not None and hit[0] is inv:
+        return hit[1]
+    plan = _render(inv)
+    _RENDERED[id(inv)] = (inv, plan)
+    return plan
+
+
+def _render(inv: Inventory) -> LaunchPlan:
     """Render the launch of every host. Pure: same inventory, same plan, same hash."""
     r = inv.runtime
     head = inv.hosts_with_role("head")[0]

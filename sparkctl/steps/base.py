@@ -1,19 +1,19 @@
 """What a step is: facts -> plan -> apply, with results an operator can read.
 
-A step (modelled on pyinfra's operations) declares the shell probes it needs, computes a `Plan`
-for one host from the inventory and those facts (pure: testable on recorded output without a
-host), and applies only that plan. An empty plan carries the reason nothing is needed
-("fabric IP 10.231.100.2/24 already on enp1s0f0np0"). Steps never print: the runner owns
-concurrency, progress and output.
+A step (modelled on pyinfra's operations) declares the fact kinds it reads (`facts`, gathered
+with every other step's in one round trip per host by the runner), plans for the whole cluster
+in one call from the inventory and those facts (pure: testable on recorded output without a
+host), and applies exactly the planned operations, nothing else. An empty plan carries the
+reason nothing is needed ("fabric IP 10.231.100.2/24 already on enp1s0f0np0"). Steps never
+print: the runner owns order, concurrency, progress and output; the playbook says the order.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable, Literal, Optional
 
-from sparkctl.facts.probe import Section
 from sparkctl.inventory.models import Inventory
 
 Status = Literal["ok", "changed", "failed", "skipped"]
@@ -21,7 +21,7 @@ Status = Literal["ok", "changed", "failed", "skipped"]
 
 @dataclass(frozen=True)
 class Change:
-    """One change a step will make on a host, printable and comparable."""
+    """One operation a step will perform on a host: printable, comparable, and exactly what runs."""
 
     action: str  # machine-readable verb, e.g. "set-mtu"
     summary: str  # what an operator reads, e.g. "set MTU 9000 on enp1s0f0np0 (now 1500)"
@@ -40,6 +40,15 @@ class Plan:
     def empty(self) -> bool:
         return not self.changes
 
+    def to_dict(self) -> dict:
+        return {
+            "step": self.step,
+            "host": self.host,
+            "reason": self.reason,
+            "operations": [{"action": c.action, "summary": c.summary} for c in self.changes],
+            **({"blocked": self.blocked} if self.blocked else {}),
+        }
+
 
 @dataclass
 class StepResult:
@@ -50,6 +59,7 @@ class StepResult:
     changes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     fix: Optional[str] = None
+    operations: list[str] = field(default_factory=list)  # actions planned (--check) or performed
 
     def to_dict(self) -> dict:
         return {
@@ -58,9 +68,25 @@ class StepResult:
             "status": self.status,
             "message": self.message,
             "changes": self.changes,
+            "operations": self.operations,
             "seconds": round(self.seconds, 3),
             **({"fix": self.fix} if self.fix else {}),
         }
+
+
+@dataclass
+class Outputs:
+    """What steps hand to later steps in one run: declared and typed, never looked up by string."""
+
+    # images -> runtime, record: per host, image reference -> the ID it holds once `images` is done
+    # (verified after applying; predicted by the plan in --check; None = cannot be known before)
+    image_ids: dict[str, dict[str, Optional[str]]] = field(default_factory=dict)
+    # stop/runtime: why the runtime must restart (empty: it runs the inventory's config), decided once
+    restart: Optional[list[str]] = None
+    # runtime -> the CLI's --json: how the last start went (seconds, warm/cold)
+    runtime_start: Optional[dict] = None
+    # preflight: doctor's blocking check results per host
+    preflight: Optional[dict[str, list]] = None
 
 
 @dataclass
@@ -69,44 +95,51 @@ class RunContext:
 
     inventory: Inventory
     fleet: Any  # sparkctl.transport.ssh.Fleet
-    facts: dict[str, dict[str, Section]] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)  # host -> HostFacts (facts/host.py)
     check_mode: bool = False
     force: bool = False
     options: dict[str, Any] = field(default_factory=dict)
     progress: Callable[[str, str, str], None] = lambda host, step, text: None
-    shared: dict[str, Any] = field(default_factory=dict)  # values one step hands to a later one
+    outputs: Outputs = field(default_factory=Outputs)
 
-    def section(self, host: str, key: str) -> Section:
-        return self.facts.get(host, {}).get(key, Section(255, "fact not gathered"))
+    @cached_property
+    def launch(self):
+        """The rendered launch (containers, commands, config hash): rendered once per run."""
+        from sparkctl.runtime.launch import render
+
+        return render(self.inventory)
+
+    def refresh(self, host: str, kinds: set[str]) -> Any:
+        """Read these fact kinds on `host` again (after this run changed them) and return its facts."""
+        from sparkctl.facts.host import gather_host
+
+        self.facts[host] = gather_host(self.fleet[host], self.inventory, kinds, into=self.facts.get(host))
+        return self.facts[host]
 
 
 class Step:
-    """Base class: subclasses set `name` and implement `hosts`, `probes`, `plan`, `apply`."""
+    """Base class: subclasses set `name` and `facts`, and implement `hosts`, `plan_host` (or
+    `plan` for a decision over the whole cluster) and `apply`; `verify` is optional."""
 
     name: str = ""
     description: str = ""
-    # run hosts one after another (e.g. runtime start order) instead of all at once
-    sequential: bool = False
-    # a gate (preflight) changes nothing and runs only when a later step is about to change something
-    gate: bool = False
+    facts: frozenset[str] = frozenset()  # fact kinds (facts/host.py KINDS) the plan reads
+    options: dict[str, Any] = {}  # the playbook entry's `options` (set per run by the runner)
 
     def hosts(self, inv: Inventory) -> list[str]:
+        """The hosts this step plans for, in the order it applies them when the playbook says in order."""
         return list(inv.hosts)
 
-    def probes(self, inv: Inventory, host: str) -> dict[str, str]:
-        """Shell snippets whose output `plan` needs; gathered with every other step's in one round trip."""
-        return {}
+    def plan(self, ctx: RunContext) -> dict[str, Plan]:
+        """One plan per reached host; steps deciding for the cluster override this."""
+        return {h: self.plan_host(ctx, h) for h in self.hosts(ctx.inventory) if h in ctx.facts}
 
-    def background(self, inv: Inventory, host: str) -> set[str]:
-        """Keys of `probes` that only wait (pings, nvidia-smi, docker): run alongside the others."""
-        return set()
-
-    def plan(self, ctx: RunContext, host: str) -> Plan:
+    def plan_host(self, ctx: RunContext, host: str) -> Plan:
         raise NotImplementedError
 
     def apply(self, ctx: RunContext, plan: Plan) -> "str | tuple[str, bool]":
-        """Make the planned changes; return a one-line summary (or (summary, changed) when applying
-        found nothing actually needed changing). Raise SparkctlError to fail."""
+        """Perform exactly the plan's operations; return a one-line summary (or (summary, changed)
+        when applying found nothing actually needed changing). Raise SparkctlError to fail."""
         raise NotImplementedError
 
     # helpers for subclasses
@@ -116,8 +149,6 @@ class Step:
     def changes(self, host: str, changes: list[Change], reason: str = "") -> Plan:
         return Plan(self.name, host, tuple(changes), reason or "; ".join(c.summary for c in changes))
 
+    def blocked(self, host: str, why: str) -> Plan:
+        return Plan(self.name, host, blocked=why)
 
-def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-    start = time.monotonic()
-    value = fn()
-    return value, time.monotonic() - start

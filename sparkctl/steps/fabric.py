@@ -8,15 +8,14 @@ rail is proven in both directions. A rail that cannot be proven stops `up` with 
 from __future__ import annotations
 
 import shlex
+from typing import Optional
 
 from sparkctl.errors import HostError
 from sparkctl.facts import network
-from sparkctl.facts.host import peer_ip, ping_command  # the same proof doctor's fabric.ping uses
+from sparkctl.facts.host import NETPLAN_PATH, peer_ip  # the same jumbo-ping proof doctor's fabric.ping reads
 from sparkctl.inventory.models import FabricLink, Inventory
 from sparkctl.steps.base import Change, Plan, RunContext, Step
 from sparkctl.templates import render_template
-
-NETPLAN_PATH = "/etc/netplan/40-sparkctl-fabric.yaml"
 
 
 def peer_address(inv: Inventory, host: str, link: FabricLink) -> str:
@@ -31,42 +30,61 @@ def netplan_text(inv: Inventory, host: str) -> str:
     return render_template("netplan-fabric.yaml.j2", cluster=inv.cluster.name, host=host, links=inv.hosts[host].fabric)
 
 
+def owner_of(inv: Inventory, ip) -> Optional[str]:
+    """Which inventory host a fabric address belongs to (None: no host's)."""
+    for name, spec in inv.hosts.items():
+        if any(link.address.ip == ip for link in spec.fabric):
+            return name
+    return None
+
+
 class FabricStep(Step):
     name = "fabric"
     description = "fabric addresses and MTU on every rail, persisted in netplan, proven by jumbo ping"
+    facts = frozenset({"ip_addr", "netplan", "ping"})
 
     def hosts(self, inv: Inventory) -> list[str]:
         return [h for h, spec in inv.hosts.items() if spec.fabric]
 
-    def probes(self, inv: Inventory, host: str) -> dict[str, str]:
-        probes = {"ip_addr": "ip -j addr", "netplan": f"cat {NETPLAN_PATH}"}
-        for i, link in enumerate(inv.hosts[host].fabric):
-            probes[f"ping{i}"] = ping_command(link, peer_address(inv, host, link))
-        return probes
-
-    def background(self, inv: Inventory, host: str) -> set[str]:
-        return {f"ping{i}" for i in range(len(inv.hosts[host].fabric))}
-
-    def plan(self, ctx: RunContext, host: str) -> Plan:
+    def plan_host(self, ctx: RunContext, host: str) -> Plan:
+        """Each rail ends with exactly the inventory's address: stray addresses on a rail are removed
+        (a wrong one left primary would be the source of the traffic), an address sitting on another
+        rail of this host is moved; one held by a device that is not a rail is refused with the fix."""
         inv = ctx.inventory
-        sec = ctx.section(host, "ip_addr")
-        if not sec.ok:
-            return Plan(self.name, host, blocked=f"cannot read interfaces (ip -j addr): {sec.out.strip()[:200]}")
-        ifaces = network.parse_ip_addr(sec.out)
+        f = ctx.facts[host]
+        if f.interfaces is None:
+            return self.blocked(host, f"cannot read interfaces (ip -j addr): {f.errors.get('ip_addr', 'no answer')[:200]}")
+        ifaces = f.interfaces
+        rails = {link.device for link in inv.hosts[host].fabric}
         changes: list[Change] = []
         fine: list[str] = []
         for link in inv.hosts[host].fabric:
             iface = ifaces.get(link.device)
             if iface is None:
-                return Plan(
-                    self.name,
-                    host,
-                    blocked=f"net device {link.device} does not exist (have: {', '.join(sorted(ifaces))})",
-                )
-            holder = next((i.name for i in ifaces.values() if link.address.ip in [a.ip for a in i.addresses]), None)
-            if holder and holder != link.device:
-                return Plan(self.name, host, blocked=f"{link.address.ip} is already on {holder}, not {link.device}")
+                return self.blocked(host, f"net device {link.device} does not exist (have: {', '.join(sorted(ifaces))})")
             dev_changes = []
+            for other in ifaces.values():
+                held = [a for a in other.addresses if a.ip == link.address.ip]
+                if other.name == link.device or not held:
+                    continue
+                if other.name not in rails:
+                    return self.blocked(
+                        host,
+                        f"{link.address.ip} is on {other.name}, which is not a fabric rail: move it by hand "
+                        f"(`ip addr del {held[0]} dev {other.name}` on {host}), then rerun `sparkctl up`",
+                    )
+                dev_changes.append(
+                    Change("del-address", f"remove {held[0]} from {other.name} (it belongs on {link.device})",
+                           {"device": other.name, "address": str(held[0])})
+                )  # fmt: skip
+            for stray in iface.addresses:
+                if stray != link.address:
+                    whose = owner_of(inv, stray.ip)
+                    why = f"{whose}'s address" if whose and whose != host else "not in the inventory"
+                    dev_changes.append(
+                        Change("del-address", f"remove stray {stray} from {link.device} ({why})",
+                               {"device": link.device, "address": str(stray)})
+                    )  # fmt: skip
             if iface.mtu != link.mtu:
                 dev_changes.append(
                     Change("set-mtu", f"set MTU {link.mtu} on {link.device} (now {iface.mtu})",
@@ -84,22 +102,32 @@ class FabricStep(Step):
             else:
                 fine.append(f"{link.address} MTU {link.mtu} already on {link.device}")
         wanted = netplan_text(inv, host)
-        current = ctx.section(host, "netplan")
-        if not current.ok or current.out != wanted:
-            what = "write" if not current.ok else "update"
+        if f.netplan != wanted:
+            what = "write" if f.netplan is None else "update"
             changes.append(
                 Change("persist", f"{what} {NETPLAN_PATH} (previous kept as .bak)", {"path": NETPLAN_PATH, "text": wanted})
             )
         if not changes:
             return self.noop(host, "; ".join(fine) + f"; {NETPLAN_PATH} up to date")
-        return self.changes(host, changes)
+        # an address moved from another rail is also a stray there: remove it once
+        unique, seen = [], set()
+        for c in changes:
+            key = (c.action, c.data.get("device"), c.data.get("address"))
+            if key not in seen:
+                seen.add(key)
+                unique.append(c)
+        # removals first: the right address, added after, becomes the rail's primary (source) address
+        order = {"del-address": 0}
+        return self.changes(host, sorted(unique, key=lambda c: order.get(c.action, 1)))
 
     def apply(self, ctx: RunContext, plan: Plan) -> str:
         session = ctx.fleet[plan.host]
         cmds = []
         for c in plan.changes:
             dev = shlex.quote(c.data.get("device", ""))
-            if c.action == "set-mtu":
+            if c.action == "del-address":
+                cmds.append(f"ip addr del {shlex.quote(c.data['address'])} dev {dev}")
+            elif c.action == "set-mtu":
                 cmds.append(f"ip link set dev {dev} mtu {int(c.data['mtu'])}")
             elif c.action == "link-up":
                 cmds.append(f"ip link set dev {dev} up")
@@ -123,19 +151,18 @@ class FabricStep(Step):
     def verify(self, ctx: RunContext, host: str, changed: bool) -> str:
         """Prove every rail with a jumbo ping (pinged again when anything changed on this run)."""
         inv = ctx.inventory
+        pings = ctx.facts[host].pings
+        if changed or not all(p.ok for p in pings.values()):  # the gathered pings predate this run's changes
+            pings = ctx.refresh(host, {"ping"}).pings
         failures, proven = [], []
         for i, link in enumerate(inv.hosts[host].fabric):
-            peer_ip = peer_address(inv, host, link)
-            sec = ctx.section(host, f"ping{i}")
-            result = network.parse_ping(sec.rc, sec.out)
-            if changed or not result.ok:  # the gathered ping predates this run's changes: ask again
-                r = ctx.fleet[host].run(ping_command(link, peer_ip))
-                result = network.parse_ping(r.exit_code, r.stdout + r.stderr)
+            result = pings.get(i) or network.PingResult(False, 0, 0, "not pinged")
             if result.ok:
                 proven.append(f"{link.device}->{link.peer}")
             else:
                 failures.append(
-                    f"{link.device} -> {link.peer} {peer_ip}: {link.mtu - 28}-byte ping failed ({result.detail or 'no reply'})"
+                    f"{link.device} -> {link.peer} {peer_address(inv, host, link)}: "
+                    f"{link.mtu - 28}-byte ping failed ({result.detail or 'no reply'})"
                 )
         if failures:
             raise HostError(

@@ -30,26 +30,17 @@ def images_by_host(inv: Inventory) -> dict[str, list[str]]:
     return out
 
 
-def _inspect(images: list[str]) -> str:
-    return "; ".join(f"echo {shlex.quote(i)} $(docker image inspect --format '{{{{.Id}}}}' {shlex.quote(i)} 2>/dev/null)" for i in images)
+def ids_of(ctx: RunContext, host: str) -> dict[str, Optional[str]]:
+    """Image reference -> ID the host holds under it (None: absent), from the `image` fact."""
+    return {ref: fact.id for ref, fact in ctx.facts[host].images.items()}
 
 
-def parse_ids(text: str) -> dict[str, Optional[str]]:
-    ids = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if parts:
-            ids[parts[0]] = parts[1] if len(parts) > 1 else None
-    return ids
-
-
-def reference_ids(ctx: RunContext) -> dict[str, str]:
+def reference_ids(inv: Inventory, have: dict[str, dict[str, Optional[str]]]) -> dict[str, str]:
     """Per image, the ID the cluster should converge on: the head's, else the first node's that has it."""
-    inv = ctx.inventory
     order = inv.hosts_with_role("head") + [h for h in inv.hosts if inv.hosts[h].role != "head"]
     ref: dict[str, str] = {}
     for h in order:
-        for image, iid in parse_ids(ctx.section(h, "ids").out).items():
+        for image, iid in have.get(h, {}).items():
             if iid and image not in ref:
                 ref[image] = iid
     return ref
@@ -128,89 +119,91 @@ def side_load(ctx: RunContext, source: str, host: str, image: str, progress=lamb
 class ImagesStep(Step):
     name = "images"
     description = "runtime/drafter image present on every node with the same image ID"
+    facts = frozenset({"image"})
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._fresh: Optional[dict[str, dict[str, Optional[str]]]] = None
 
     def hosts(self, inv: Inventory) -> list[str]:
         return list(images_by_host(inv))
 
-    def probes(self, inv: Inventory, host: str) -> dict[str, str]:
-        return {"ids": _inspect(images_by_host(inv)[host])}
-
-    def plan(self, ctx: RunContext, host: str) -> Plan:
+    def plan(self, ctx: RunContext) -> dict[str, Plan]:
         """Nothing to do when every node has the image with one ID. Otherwise the registry is the
         truth: every node pulls (a pull of an up-to-date image moves no layers), so a stale tag on
-        one node is refreshed too; with --side-load the nodes lacking the head's ID copy it."""
-        by_host = images_by_host(ctx.inventory)
-        ref = reference_ids(ctx)
+        one node is refreshed too; with --side-load the nodes lacking the head's ID copy it. A pull
+        that may fall back to a side-load says so, and names the node it would copy from."""
+        inv = ctx.inventory
+        by_host = {h: refs for h, refs in images_by_host(inv).items() if h in ctx.facts}
+        have = {h: ids_of(ctx, h) for h in by_host}
+        ref = reference_ids(inv, have)
         side_load = bool(ctx.options.get("side_load"))
         force_pull = bool(ctx.options.get("pull"))
-        changes, fine = [], []
-        for image in by_host[host]:
-            ids = {h: parse_ids(ctx.section(h, "ids").out).get(image) for h, imgs in by_host.items() if image in imgs}
-            iid = ids[host]
-            agree = all(ids.values()) and len(set(ids.values())) == 1
-            if side_load and image in ref:
-                if iid == ref[image]:
+        plans = {}
+        for host, images in by_host.items():
+            changes, fine = [], []
+            expect = ctx.outputs.image_ids.setdefault(host, {})
+            for image in images:
+                ids = {h: have[h].get(image) for h, imgs in by_host.items() if image in imgs}
+                iid = ids[host]
+                agree = all(ids.values()) and len(set(ids.values())) == 1
+                source = next((h for h in inv.hosts if h != host and image in ref and have.get(h, {}).get(image) == ref[image]), None)
+                if side_load and image in ref:
+                    expect[image] = ref[image]
+                    if iid == ref[image]:
+                        fine.append(f"{image} present ({iid[7:19]})")
+                        continue
+                    why = "missing" if not iid else f"ID {iid[7:19]} differs from the cluster's {ref[image][7:19]}"
+                    changes.append(Change("side-load", f"side-load {image} from {source} ({why})", {"image": image, "source": source}))
+                    continue
+                if agree and not force_pull:
+                    expect[image] = iid
                     fine.append(f"{image} present ({iid[7:19]})")
                     continue
-                why = "missing" if not iid else f"ID {iid[7:19]} differs from the cluster's {ref[image][7:19]}"
-                changes.append(Change("side-load", f"side-load {image} ({why})", {"image": image}))
-                continue
-            if agree and not force_pull:
-                fine.append(f"{image} present ({iid[7:19]})")
-                continue
-            if force_pull:
-                why = "--pull"
-            elif not iid:
-                why = "missing"
-            else:
-                distinct = len({i for i in ids.values() if i})
-                missing = [h for h, i in ids.items() if not i]
-                why = (f"nodes hold {distinct} different IDs" if distinct > 1 else f"missing on {', '.join(missing)}")
-                why += ": refresh from the registry"
-            changes.append(Change("pull", f"pull {image} ({why})", {"image": image}))
-        if not changes:
-            return self.noop(host, "; ".join(fine))
-        return self.changes(host, changes)
+                # the registry decides the ID; known in advance only when every node that has it agrees
+                holders = {i for i in ids.values() if i}
+                expect[image] = next(iter(holders)) if len(holders) == 1 and not force_pull else None
+                if force_pull:
+                    why = "--pull"
+                elif not iid:
+                    why = "missing"
+                else:
+                    missing = [h for h, i in ids.items() if not i]
+                    why = f"nodes hold {len(holders)} different IDs" if len(holders) > 1 else f"missing on {', '.join(missing)}"
+                    why += ": refresh from the registry"
+                fallback = f"; if the registry fails, side-load from {source}" if source and not iid else ""
+                changes.append(Change("pull", f"pull {image} ({why}){fallback}", {"image": image, "fallback": source if fallback else None}))
+            plans[host] = self.changes(host, changes) if changes else self.noop(host, "; ".join(fine))
+        return plans
 
     def apply(self, ctx: RunContext, plan: Plan) -> tuple[str, bool]:
-        """Returns (summary, whether any image ID on this host actually changed)."""
+        """Exactly the planned operations. Returns (summary, whether any image ID on this host changed)."""
         done, changed = [], False
-        before = parse_ids(ctx.section(plan.host, "ids").out)
+        before = ids_of(ctx, plan.host)
         for c in plan.changes:
             image = c.data["image"]
             if c.action == "pull":
                 try:
                     now = self._pull(ctx, plan.host, image)
-                    if now == before.get(image):
-                        done.append(f"{image} already current in the registry ({now[7:19]})")
-                    else:
-                        done.append(f"pulled {image} ({now[7:19]})")
-                        changed = True
-                    continue
                 except HostError as exc:
-                    source = self._source(ctx, image, exclude=plan.host)
-                    if source is None:
-                        raise HostError(
-                            f"{exc.message}; and no other node has {image} to side-load from",
-                            fix="check the registry is reachable from this node, or load the image on one node",
-                        ) from None
-                    done.append(f"pull failed ({exc.message[:80]}), side-loading from {source}")
-            source = self._source(ctx, image, exclude=plan.host)
-            if source is None:
-                raise HostError(f"{plan.host}: no node has {image} to side-load from")
-            done.append(side_load(ctx, source, plan.host, image, lambda t: ctx.progress(plan.host, self.name, t)))
-            changed = True
+                    if not c.data.get("fallback"):
+                        raise
+                    done.append(f"pull failed ({exc.message[:80]}), side-loading from {c.data['fallback']} as planned")
+                    done.append(side_load(ctx, c.data["fallback"], plan.host, image, lambda t: ctx.progress(plan.host, self.name, t)))
+                    changed = True
+                    continue
+                if now == before.get(image):
+                    done.append(f"{image} already current in the registry ({now[7:19]})")
+                else:
+                    done.append(f"pulled {image} ({now[7:19]})")
+                    changed = True
+            elif c.action == "side-load":
+                if not c.data.get("source"):
+                    raise HostError(f"{plan.host}: no node has {image} to side-load from",
+                                    fix="load the image on one node (or check the registry), then rerun `sparkctl up`")
+                done.append(side_load(ctx, c.data["source"], plan.host, image, lambda t: ctx.progress(plan.host, self.name, t)))
+                changed = True
         return "; ".join(done), changed
-
-    def _source(self, ctx: RunContext, image: str, exclude: str) -> Optional[str]:
-        ref = reference_ids(ctx).get(image)
-        for h in ctx.inventory.hosts:
-            if h != exclude and ref and parse_ids(ctx.section(h, "ids").out).get(image) == ref:
-                return h
-        return None
 
     def _pull(self, ctx: RunContext, host: str, image: str) -> str:
         """Pull with byte progress; returns the image ID now on the host."""
@@ -233,23 +226,23 @@ class ImagesStep(Step):
         except docker.errors.APIError as exc:
             raise HostError(f"{host}: pull {image} failed: {exc.explanation or exc}") from None
 
-    def _ids_now(self, ctx: RunContext, host: str, changed: bool) -> dict[str, Optional[str]]:
-        """Image IDs on host: as gathered, or read again (once per run) when this step changed anything."""
-        if not changed:
-            return parse_ids(ctx.section(host, "ids").out)
+    def _ids_now(self, ctx: RunContext, changed: bool) -> dict[str, dict[str, Optional[str]]]:
+        """Image IDs on every node: as gathered, or read again (once per run, all nodes at once)
+        when this step changed anything."""
         with self._lock:
-            cache = ctx.shared.setdefault("images_fresh", {})
-        if host not in cache:
-            r = ctx.fleet[host].run(["sh", "-c", _inspect(images_by_host(ctx.inventory)[host])])
-            with self._lock:
-                cache[host] = parse_ids(r.stdout)
-        return cache[host]
+            if self._fresh is None:
+                hosts = list(images_by_host(ctx.inventory))
+                if changed:
+                    ctx.fleet.map(lambda s: ctx.refresh(s.name, {"image"}), hosts=hosts)
+                self._fresh = {h: ids_of(ctx, h) for h in hosts if h in ctx.facts}
+            return self._fresh
 
     def verify(self, ctx: RunContext, host: str, changed: bool) -> str:
         wanted = images_by_host(ctx.inventory)[host]
-        have = self._ids_now(ctx, host, changed)
+        fresh = self._ids_now(ctx, changed)
+        have = fresh.get(host, {})
         head = ctx.inventory.hosts_with_role("head")[0]
-        ref = self._ids_now(ctx, head, changed) if head in images_by_host(ctx.inventory) else {}
+        ref = fresh.get(head, {})
         bad = [i for i in wanted if not have.get(i) or (ref.get(i) and have[i] != ref[i])]
         if bad:
             raise HostError(
@@ -257,6 +250,5 @@ class ImagesStep(Step):
                 + ", ".join(f"{i} has {(have.get(i) or 'nothing')[7:19]}, {head} has {(ref.get(i) or '?')[7:19]}" for i in bad),
                 fix="run `sparkctl up --side-load` to copy the head's image to this node",
             )
-        with self._lock:
-            ctx.shared.setdefault("image_ids", {})[host] = {i: have[i] for i in wanted}
+        ctx.outputs.image_ids[host] = {i: have[i] for i in wanted}
         return "image ID matches on every node: " + ", ".join(f"{have[i][7:19]}" for i in wanted)

@@ -12,24 +12,21 @@ import shlex
 import time
 
 from sparkctl import __version__
+from sparkctl.facts.host import APPLIED, STATE_DIR
 from sparkctl.inventory.models import Inventory
 from sparkctl.steps.base import Change, Plan, RunContext, Step
 from sparkctl.transport.redact import redact_obj
 
-STATE_DIR = "/var/lib/sparkctl/state"
-APPLIED = f"{STATE_DIR}/applied.json"
 HISTORY_KEEP = 20
 
 
 def record_document(ctx: RunContext) -> dict:
-    from sparkctl.runtime.launch import render
-
-    launch = ctx.shared.get("launch") or render(ctx.inventory)
+    launch = ctx.launch
     return redact_obj(
         {
             "cluster": ctx.inventory.cluster.name,
             "config_hash": launch.config_hash,
-            "images": ctx.shared.get("image_ids", {}),
+            "images": ctx.outputs.image_ids,
             "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "sparkctl_version": __version__,
             "inventory": ctx.inventory.model_dump(mode="json"),
@@ -42,22 +39,15 @@ class RecordStep(Step):
     name = "record"
     description = "applied config, hash and image IDs recorded on the head, with history"
 
+    facts = frozenset({"applied"})
+
     def hosts(self, inv: Inventory) -> list[str]:
         return inv.hosts_with_role("head")
 
-    def probes(self, inv: Inventory, host: str) -> dict[str, str]:
-        return {"applied": f"cat {APPLIED}"}
-
-    def plan(self, ctx: RunContext, host: str) -> Plan:
-        from sparkctl.runtime.launch import render
-
-        config_hash = render(ctx.inventory).config_hash
-        sec = ctx.section(host, "applied")
-        try:
-            current = json.loads(sec.out) if sec.ok else None
-        except json.JSONDecodeError:
-            current = None
-        images = ctx.shared.get("image_ids")
+    def plan_host(self, ctx: RunContext, host: str) -> Plan:
+        config_hash = ctx.launch.config_hash
+        current = ctx.facts[host].applied
+        images = ctx.outputs.image_ids or None
         if current and current.get("config_hash") == config_hash and (images is None or current.get("images") == images):
             return self.noop(host, f"{APPLIED} already records config {config_hash} ({current.get('applied_at')})")
         what = "first record" if current is None else f"replaces config {current.get('config_hash')}"

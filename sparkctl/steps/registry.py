@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from sparkctl.errors import InputError
 from sparkctl.steps.base import Step
 
 
@@ -13,17 +12,7 @@ def step_classes() -> dict[str, type[Step]]:
     from sparkctl.steps.images import ImagesStep
     from sparkctl.steps.preflight import PreflightStep
     from sparkctl.steps.record import RecordStep
-    from sparkctl.steps.runtime import RuntimeStep
+    from sparkctl.steps.runtime import RuntimeStep, StopStep
 
-    return {c.name: c for c in (PreflightStep, FabricStep, ImagesStep, CachesStep, EngramStep, RuntimeStep, RecordStep)}
-
-
-def build(names: list[str], playbook: str) -> list[Step]:
-    classes = step_classes()
-    unknown = [n for n in names if n not in classes]
-    if unknown:
-        raise InputError(
-            f"playbook {playbook!r} names unknown step(s): {', '.join(unknown)}",
-            fix=f"known steps: {', '.join(classes)}",
-        )
-    return [classes[n]() for n in names]
+    classes = (PreflightStep, FabricStep, ImagesStep, CachesStep, EngramStep, StopStep, RuntimeStep, RecordStep)
+    return {c.name: c for c in classes}

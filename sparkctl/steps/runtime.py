@@ -1,148 +1,235 @@
-"""Runtime step: start drafter, worker and head in the order the engine needs, wait until it serves.
+"""Runtime steps: `stop` the old runtime (head first, so it drains) and start the new one
+(`runtime`: drafter, worker, head, in the order the engine needs), then wait until it serves.
 
-A runtime whose containers all run with the inventory's config hash is left running (that is
-the no-op). Otherwise the whole runtime restarts, because vLLM has no partial restart: every
-old container is stopped first (head first, so it drains), then drafter, worker and head start
-in that order; the head is watched through its log phases until /health answers, and a real
-completion request is the smoke test.
+A runtime whose containers all run the inventory's config hash and the image each node now holds
+under the tag is left running (that is the no-op). Otherwise the whole runtime restarts, because
+vLLM has no partial restart. Nothing is stopped until everything needed to start again is in
+place: `stop` first proves every runtime host answers and holds its image. A runtime that is
+still loading (no fatal sign in its log) is waited for, never restarted: a Spark's cold boot
+takes 10-15 minutes. The head is watched through its log phases until /health answers, and a
+real completion request is the smoke test.
 """
 
 from __future__ import annotations
 
-import shlex
-import threading
 import time
+from dataclasses import dataclass
+from typing import Optional
 
 from sparkctl.errors import HostError
 from sparkctl.inventory.models import Inventory
 from sparkctl.runtime import containers, health
-from sparkctl.runtime.launch import LABEL_PREFIX, LaunchPlan, render
+from sparkctl.runtime.launch import render
 from sparkctl.steps.base import Change, Plan, RunContext, Step
 
 DEFAULT_TIMEOUT = 1800.0  # a real cold boot takes 10-15 min (seed 002)
+BARRIER_TIMEOUT = 10.0  # every runtime host must answer within this before anything is stopped
+ROLE_ORDER = {"drafter": 0, "worker": 1, "head": 2}  # start order; stop is the reverse
 
 
-def parse_containers(text: str) -> dict[str, tuple[str, str, str]]:
-    """`docker inspect --format '{{.Name}}|{{.State.Status}}|<config hash label>|{{.Image}}'` lines
-    -> {name: (state, config hash, image ID)}."""
-    out = {}
-    for line in text.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) == 4 and parts[0]:
-            out[parts[0].lstrip("/")] = (parts[1], parts[2], parts[3])
-    return out
+@dataclass(frozen=True)
+class Drift:
+    """Why the runtime must restart (reasons), or that it is loading and must be waited for."""
+
+    reasons: tuple[str, ...] = ()
+    loading: Optional[str] = None  # "head loading for 42 s (no fatal sign in its log)"
+    blocked: Optional[str] = None  # the containers could not be read on some host
 
 
-def containers_command(cluster: str) -> str:
-    """Name, state, config hash and image ID of this cluster's containers (read by parse_containers)."""
-    fmt = '{{.Name}}|{{.State.Status}}|{{index .Config.Labels "%s.config-hash"}}|{{.Image}}' % LABEL_PREFIX
-    return (
-        f"docker ps -aq --filter label={LABEL_PREFIX}.cluster={shlex.quote(cluster)} "
-        f"| xargs -r docker inspect --format {shlex.quote(fmt)}"
-    )
+def runtime_hosts(inv: Inventory) -> list[str]:
+    """Hosts running runtime containers, in start order (drafter, worker, head)."""
+    specs = sorted(render(inv).containers, key=lambda c: ROLE_ORDER.get(c.role, 1))
+    return list(dict.fromkeys(c.host for c in specs))
 
 
-def health_probe(port: int) -> str:
-    """/health from the head itself, in the facts round trip: bash's /dev/tcp needs no curl on the host."""
-    return (
-        "bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d && printf \"GET /health HTTP/1.0\\r\\n\\r\\n\" >&3 "
-        "&& timeout 2 head -1 <&3' 2>/dev/null || echo refused" % port
-    )
+def current_image(ctx: RunContext, host: str, image: str) -> Optional[str]:
+    """The image ID `host` holds under `image` once the images step is done (its declared output:
+    verified, or predicted in --check), else as gathered."""
+    out = ctx.outputs.image_ids.get(host, {}).get(image)
+    if out:
+        return out
+    fact = ctx.facts[host].images.get(image)
+    return fact.id if fact else None
+
+
+def drift(ctx: RunContext) -> Drift:
+    """Decided once per run (stop and runtime both plan from it)."""
+    if ctx.outputs.restart is not None:
+        return ctx.outputs.restart
+    launch = ctx.launch
+    reasons, head_container = [], None
+    for spec in launch.containers:
+        f = ctx.facts.get(spec.host)
+        if f is None:
+            continue  # unreachable: the runner fails the host
+        if f.containers is None:
+            d = Drift(blocked=f"cannot list containers on {spec.host}: {f.errors.get('containers', 'no answer')}")
+            ctx.outputs.restart = d
+            return d
+        running = next((c for c in f.containers if c.name == spec.name), None)
+        current = current_image(ctx, spec.host, spec.image)
+        if running is None:
+            reasons.append(f"{spec.name} not on {spec.host}")
+        elif not running.running:
+            reasons.append(f"{spec.name} on {spec.host} is {running.status}")
+        elif running.config_hash != launch.config_hash:
+            reasons.append(f"{spec.name} on {spec.host} runs config {running.config_hash[:12]}")
+        elif current and running.image_id != current:
+            reasons.append(f"{spec.name} on {spec.host} runs image {running.image_id[7:19]}, the node now has {current[7:19]}")
+        if spec.role == "head":
+            head_container = running
+    loading = None
+    head = ctx.inventory.hosts_with_role("head")[0]
+    hf = ctx.facts.get(head)
+    if not reasons and hf is not None and " 200" not in (hf.health or ""):
+        # not serving: a loading runtime is waited for; a dead one restarts
+        if head_container is not None and head_container.id not in hf.logs:  # read only in this rare case
+            hf = ctx.refresh(head, {"logs"})
+        logs = hf.logs.get(head_container.id) if head_container else None
+        fatal = logs.fatal if logs else []
+        if fatal:
+            reasons.append(f"head does not answer /health ({hf.health or 'no answer'}); its log shows: {fatal[0][:160]}")
+        elif logs is not None and logs.ready:
+            reasons.append(f"head does not answer /health ({hf.health or 'no answer'}) although its log says it started serving")
+        else:
+            since = _age(head_container.started_at) if head_container else None
+            loading = f"head still loading{f' for {since:.0f} s' if since is not None else ''} (no fatal sign in its log)"
+    d = Drift(tuple(reasons), loading)
+    ctx.outputs.restart = d
+    return d
+
+
+def _age(started_at: str) -> Optional[float]:
+    from datetime import datetime, timezone
+
+    try:
+        t = datetime.fromisoformat(started_at[:26].rstrip("Z") + "+00:00" if "." in started_at else started_at.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return max((datetime.now(timezone.utc) - t).total_seconds(), 0.0)
+
+
+class StopStep(Step):
+    """Stop the old runtime: every container of this cluster, head first (it drains in-flight
+    requests), then worker, then drafter. In `up` only when the runtime must restart; in `down`
+    (playbook option `always`) whatever runs."""
+
+    name = "stop"
+    description = "old runtime containers stopped, head first (it drains)"
+    facts = frozenset({"containers", "health", "image"})
+
+    def hosts(self, inv: Inventory) -> list[str]:
+        order = runtime_hosts(inv)[::-1]  # head, worker, drafter
+        return order + [h for h in inv.hosts if h not in order]
+
+    def plan(self, ctx: RunContext) -> dict[str, Plan]:
+        inv = ctx.inventory
+        always = bool(self.options.get("always"))
+        hosts = [h for h in self.hosts(inv) if h in ctx.facts]
+        if not always:
+            d = drift(ctx)
+            if d.blocked:
+                return {h: self.blocked(h, d.blocked) for h in hosts[:1]}
+            if not (d.reasons or ctx.force):
+                why = d.loading or "the runtime runs the inventory's config"
+                return {h: self.noop(h, f"nothing to stop: {why}") for h in hosts}
+            why = "--force" if not d.reasons else "; ".join(d.reasons)
+        else:
+            why = "sparkctl down"
+        drain = ctx.options.get("drain")
+        plans, first = {}, True
+        for h in hosts:
+            f = ctx.facts[h]
+            if f.containers is None:
+                plans[h] = self.blocked(h, f"cannot list containers: {f.errors.get('containers', 'no answer')}")
+                continue
+            changes = []
+            if first and not always:
+                changes.append(Change("barrier", "check every runtime host answers and holds its image before stopping anything"))
+            first = False
+            names = [c.name for c in f.containers]
+            if names:
+                how = f"drain up to {drain} s" if drain is not None else "drain up to each container's stop timeout"
+                changes.append(Change("stop", f"stop {', '.join(names)} ({how})", {"names": names}))
+            plans[h] = self.changes(h, changes, reason=f"restart runtime: {why}") if changes else self.noop(h, "no runtime container")
+        return plans
+
+    def apply(self, ctx: RunContext, plan: Plan) -> str:
+        done = []
+        for c in plan.changes:
+            if c.action == "barrier":
+                done.append(self._barrier(ctx))
+            elif c.action == "stop":
+                ctx.progress(plan.host, self.name, f"stopping {', '.join(c.data['names'])} (drain)")
+                stopped = containers.stop(ctx.fleet[plan.host].docker(), ctx.inventory.cluster.name, timeout=ctx.options.get("drain"))
+                done.append(f"stopped {', '.join(stopped)}" if stopped else "nothing left to stop")
+        return "; ".join(done)
+
+    def _barrier(self, ctx: RunContext) -> str:
+        """Nothing is stopped unless every runtime host answers now and holds the image it will start."""
+        hosts = runtime_hosts(ctx.inventory)
+        answers = ctx.fleet.map(lambda s: s.run("true", timeout=BARRIER_TIMEOUT).check("liveness"), hosts=hosts, timeout=BARRIER_TIMEOUT + 5)
+        silent = [h for h, o in answers.items() if not o.ok]
+        if silent:
+            raise HostError(
+                f"not stopping anything: {', '.join(silent)} did not answer within {BARRIER_TIMEOUT:.0f} s "
+                f"({answers[silent[0]].error})",
+                fix="the old runtime keeps serving; restore the host's link (`sparkctl doctor --only ssh`), then rerun `sparkctl up`",
+            )
+        missing = [f"{s.image} on {s.host}" for s in ctx.launch.containers if not current_image(ctx, s.host, s.image)]
+        if missing:
+            raise HostError(f"not stopping anything: image missing ({', '.join(missing)})", fix="rerun `sparkctl up` (the images step places it)")
+        return f"all {len(hosts)} runtime host(s) answer and hold their image"
 
 
 class RuntimeStep(Step):
     name = "runtime"
     description = "drafter, worker and head running the inventory's config, serving"
-    sequential = True
-
-    def __init__(self) -> None:
-        self._stopped = False
-        self._lock = threading.Lock()
-
-    def launch(self, ctx: RunContext) -> LaunchPlan:
-        if "launch" not in ctx.shared:
-            ctx.shared["launch"] = render(ctx.inventory)
-        return ctx.shared["launch"]
+    facts = frozenset({"containers", "health", "image"})
 
     def hosts(self, inv: Inventory) -> list[str]:
-        seen: list[str] = []
-        for c in render(inv).containers:
-            if c.host not in seen:
-                seen.append(c.host)
-        return seen
+        return runtime_hosts(inv)
 
-    def probes(self, inv: Inventory, host: str) -> dict[str, str]:
-        probes = {"containers": containers_command(inv.cluster.name)}
-        if inv.hosts[host].role == "head":
-            probes["health"] = health_probe(inv.runtime.port)
-        return probes
-
-    def _drift(self, ctx: RunContext) -> list[str]:
-        """Why the runtime must (re)start, over all hosts; empty when everything matches."""
-        launch = self.launch(ctx)
-        node_images = ctx.shared.get("image_ids", {})  # what the images step just verified on each node
-        reasons = []
-        for spec in launch.containers:
-            running = parse_containers(ctx.section(spec.host, "containers").out).get(spec.name)
-            current = node_images.get(spec.host, {}).get(spec.image)
-            if running is None:
-                reasons.append(f"{spec.name} not on {spec.host}")
-            elif running[0] != "running":
-                reasons.append(f"{spec.name} on {spec.host} is {running[0]}")
-            elif running[1] != launch.config_hash:
-                reasons.append(f"{spec.name} on {spec.host} runs config {running[1][:12]}")
-            elif current and running[2] != current:
-                reasons.append(f"{spec.name} on {spec.host} runs image {running[2][7:19]}, the node now has {current[7:19]}")
-        head = ctx.inventory.hosts_with_role("head")[0]
-        if not reasons:
-            status = ctx.section(head, "health").out.strip()
-            if " 200" not in status:
-                reasons.append(f"head does not answer /health ({status or 'no answer'})")
-        return reasons
-
-    def plan(self, ctx: RunContext, host: str) -> Plan:
-        launch = self.launch(ctx)
-        specs = launch.for_host(host)
-        with self._lock:
-            if "runtime_drift" not in ctx.shared:
-                ctx.shared["runtime_drift"] = self._drift(ctx)
-        drift = ctx.shared["runtime_drift"]
-        if not drift and not ctx.force:
+    def plan(self, ctx: RunContext) -> dict[str, Plan]:
+        launch = ctx.launch
+        d = drift(ctx)
+        hosts = [h for h in self.hosts(ctx.inventory) if h in ctx.facts]
+        if d.blocked:
+            return {h: self.blocked(h, d.blocked) for h in hosts[:1]}
+        plans = {}
+        for h in hosts:
+            specs = launch.for_host(h)
             names = ", ".join(s.name for s in specs)
-            return self.noop(host, f"{names} running config {launch.config_hash}")
-        why = "--force" if not drift else "; ".join(drift)
-        return self.changes(
-            host,
-            [Change("start", f"(re)start {s.name} with config {launch.config_hash}", {"name": s.name}) for s in specs],
-            reason=f"restart runtime: {why}",
-        )
-
-    def _stop_everything(self, ctx: RunContext) -> None:
-        """Stop every old runtime container, head first so it drains, before starting any new one."""
-        with self._lock:
-            if self._stopped:
-                return
-            self._stopped = True
-        inv = ctx.inventory
-        order = sorted(self.hosts(inv), key=lambda h: {"head": 0, "worker": 1}.get(inv.hosts[h].role, 2))
-        for h in order:
-            ctx.progress(h, self.name, "stopping old runtime (drain)")
-            containers.stop(ctx.fleet[h].docker(), inv.cluster.name)
+            if d.reasons or ctx.force:
+                why = "--force" if not d.reasons else "; ".join(d.reasons)
+                ops = [Change("start", f"start {s.name} with config {launch.config_hash}", {"name": s.name}) for s in specs]
+                if any(s.role == "head" for s in specs):
+                    ops.append(Change("wait-serving", "wait until /health answers, then one smoke completion"))
+                plans[h] = self.changes(h, ops, reason=f"restart runtime: {why}")
+            elif d.loading and any(s.role == "head" for s in specs):
+                plans[h] = self.changes(
+                    h, [Change("wait-serving", f"wait for the loading runtime, not restarting it: {d.loading}")]
+                )
+            else:
+                plans[h] = self.noop(h, f"{names} running config {launch.config_hash}")
+        return plans
 
     def apply(self, ctx: RunContext, plan: Plan) -> str:
-        self._stop_everything(ctx)
         client = ctx.fleet[plan.host].docker()
-        started = []
-        for spec in self.launch(ctx).for_host(plan.host):
-            ctx.progress(plan.host, self.name, f"starting {spec.name}")
-            try:
-                containers.start(client, spec)
-            except Exception as exc:  # docker.errors.APIError/ImageNotFound: the engine's own words
-                raise HostError(f"{plan.host}: cannot start {spec.name}: {exc}") from None
-            started.append(spec.name)
-            if spec.role == "head":
-                return f"started {', '.join(started)}; " + self._wait_serving(ctx, plan.host, spec.name)
-        return f"started {', '.join(started)}"
+        done = []
+        for c in plan.changes:
+            if c.action == "start":
+                spec = next(s for s in ctx.launch.for_host(plan.host) if s.name == c.data["name"])
+                ctx.progress(plan.host, self.name, f"starting {spec.name}")
+                try:
+                    containers.start(client, spec)
+                except Exception as exc:  # docker.errors.APIError/ImageNotFound: the engine's own words
+                    raise HostError(f"{plan.host}: cannot start {spec.name}: {exc}") from None
+                done.append(f"started {spec.name}")
+            elif c.action == "wait-serving":
+                head = next(s for s in ctx.launch.for_host(plan.host) if s.role == "head")
+                done.append(self._wait_serving(ctx, plan.host, head.name))
+        return "; ".join(done)
 
     def _wait_serving(self, ctx: RunContext, host: str, name: str) -> str:
         import docker
@@ -166,7 +253,7 @@ class RuntimeStep(Step):
                 if c.status != "running" or fatal:
                     raise HostError(
                         f"{host}: runtime died while {phase}: {fatal or 'container ' + c.status}",
-                        fix="read `docker logs sparkctl-head` on the head and run `sparkctl doctor`",
+                        fix=f"read `docker logs {name}` on the head and run `sparkctl doctor`",
                     )
                 if health.health(http, url) == 200:
                     break
@@ -181,5 +268,5 @@ class RuntimeStep(Step):
             except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
                 raise HostError(f"{host}: serving, but the smoke completion failed: {exc}") from None
         cache = "warm (compile cache hit)" if "Directly load the compiled graph" in log else "cold (compiled)"
-        ctx.shared["runtime_start"] = {"seconds": round(took, 2), "cache": cache}
+        ctx.outputs.runtime_start = {"seconds": round(took, 2), "cache": cache}
         return f"serving at {url} after {took:.1f} s, {cache}; smoke completion ok"

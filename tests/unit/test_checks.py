@@ -263,9 +263,9 @@ def test_compile_cache_against_the_applied_config():
     warm = "present\nd ./3f2a\ni ./3f2a/rank_0_0/backbone/vllm_compile_cache.py\n"
     h = render(INV).config_hash
     secs = edit(sections(), H, "cache", warm)
-    edit(secs, H, "applied", f'  "config_hash": "{h}",\n  "applied_at": "2026-11-29T15:00:00Z",\n')
+    edit(secs, H, "applied", json.dumps({"config_hash": h, "applied_at": "2026-11-29T15:00:00Z"}))
     assert "next start warm" in by(run(secs), "caches.compile", H).message
-    edit(secs, H, "applied", '  "config_hash": "0000000000000000",\n')
+    edit(secs, H, "applied", json.dumps({"config_hash": "0000000000000000"}))
     c = by(run(secs), "caches.compile", H)
     assert c.status == "warn" and "differs from the last applied" in c.message
 
@@ -305,12 +305,13 @@ def test_engram_checks():
 
 
 def test_engram_deep_rehash():
+    # --deep gathers the `engram_rehash` fact: sha256sum of every file in RAM
     secs = sections()
     marker = _engram_parts(secs[O]["engram"]["out"])["marker"]
-    r = run(secs, deep=True, engram_checksums=(0, marker))
+    r = run(edit(copy.deepcopy(secs), O, "engram_rehash", marker), deep=True)
     assert by(r, "engram.checksums", O).status == "ok" and "re-hashed" in by(r, "engram.checksums", O).message
     bad = marker.replace(marker[:4], "0000", 1)
-    r = run(secs, deep=True, engram_checksums=(0, bad))
+    r = run(edit(copy.deepcopy(secs), O, "engram_rehash", bad), deep=True)
     assert failing(r) == {("engram.checksums", O, "")}
 
 

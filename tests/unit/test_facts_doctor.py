@@ -159,7 +159,9 @@ def test_probe_set_follows_the_inventory_and_only():
     assert "rocep1s0f0" in p["rdma_state"] and "applied" in p and "engram" not in p
     assert "engram" in probes_for(LAB, "offload") and "drafter_health" in probes_for(LAB, "offload")
     assert "10.231.110.4:8100" in probes_for(LAB, "offload")["drafter_health"]
-    gpu_only = probes_for(LAB, "worker", groups={"gpu", "ssh"})
+    from sparkctl.checks import kinds_for
+
+    gpu_only = probes_for(LAB, "worker", kinds_for({"gpu", "ssh"}))
     assert {"gpus", "gpu_apps", "clock", "containers"} <= set(gpu_only) and not any(k.startswith("ping") for k in gpu_only)
     assert {k for k in background_keys(p)} >= {"ping.0", "gpus", "containers", "logs"}
 

@@ -1,68 +1,91 @@
-"""Engram step plans: RAM check, tmpfs mount, copy + checksum; placed and matching is a no-op."""
+"""Engram step plans from recorded output parsed by the fact layer: RAM check, tmpfs mount, copy
+of exactly the missing or corrupt files, SHA-256 verified; placed and matching is a no-op."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from hostfacts import host_facts, inventory, sec
 
-from sparkctl.facts.probe import Section
-from sparkctl.inventory.loader import load_inventory
+from sparkctl.facts.engram import MARKER, parse_changed_sums, parse_sums
 from sparkctl.steps.base import RunContext
-from sparkctl.steps.engram import EngramStep, parse_sums
+from sparkctl.steps.engram import EngramStep
 
-ROOT = Path(__file__).resolve().parents[2]
-A, B = "a" * 64, "b" * 64
+A, B, C = "a" * 64, "b" * 64, "c" * 64
 SUMS = f"{A}  ./table-000.bin\n{B}  ./table-001.bin\n"
 MEMINFO = "MemTotal:       527380000 kB\nMemAvailable:   {avail} kB\n"
-DF_TMPFS = "Type 1B-blocks\ntmpfs {size}\n"
+INV = inventory("splice-build")
+HOST = INV.engram.host
+SIZE = int(INV.engram.size_gib * (1 << 30))
 
 
-def ctx(avail_kb=500_000_000, mount=None, placed=None, sums=SUMS):
-    facts = {
-        "meminfo": Section(0, MEMINFO.format(avail=avail_kb)),
-        "mount": Section(0, mount) if mount else Section(1, ""),
-        "source_sums": Section(0, sums),
-        "placed": Section(0, placed) if placed is not None else Section(1, "No such file or directory"),
-    }
-    inv = load_inventory(ROOT / "inventories" / "splice-build.yaml")
-    return RunContext(inventory=inv, fleet=None, facts={inv.engram.host: facts})
+def engram_section(mounted=True, marker=SUMS, sums=SUMS, files=("table-000.bin", "table-001.bin")) -> str:
+    """The `engram` fact as engram_probe prints it."""
+    listing = "".join(f"{n} 1000\n" for n in files)
+    return (
+        "@@mount\n" + (f"tmpfs {SIZE}\n" if mounted else "")
+        + "@@marker\n" + (marker or "")
+        + "@@sums\n" + (sums or "")
+        + "@@source\n" + listing
+        + "@@target\n" + (listing if mounted else "")
+    )  # fmt: skip
 
 
-def host(c):
-    return c.inventory.engram.host
+def plan(avail_kb=500_000_000, hashes="unchanged table-000.bin\nunchanged table-001.bin\n", hashes_rc=0, **engram):
+    f = host_facts(
+        INV, HOST,
+        meminfo=sec(MEMINFO.format(avail=avail_kb)),
+        engram=sec(engram_section(**engram)),
+        engram_hashes=sec(hashes, hashes_rc),
+        engram_source_hashes=sec(""),  # the source ships SHA256SUMS: nothing computed
+    )  # fmt: skip
+    return EngramStep().plan(RunContext(inventory=INV, fleet=None, facts={HOST: f}))[HOST]
 
 
 def test_parse_sums_accepts_sha256sum_output_with_and_without_dot_slash():
     assert parse_sums(f"{A}  ./t0\n{B} *t1\nnot a sum\n") == {"t0": A, "t1": B}
 
 
-def test_fresh_host_mounts_then_copies():
-    c = ctx()
-    plan = EngramStep().plan(c, host(c))
-    assert [ch.action for ch in plan.changes] == ["mount", "copy"]
-    assert plan.changes[0].data["bytes"] == int(c.inventory.engram.size_gib * (1 << 30))
+def test_unchanged_files_keep_the_hash_verified_at_placement():
+    assert parse_changed_sums(f"unchanged t0\n{C}  t1\n", {"t0": A, "t1": B}) == {"t0": A, "t1": C}
+
+
+def test_fresh_host_mounts_then_copies_every_file():
+    p = plan(mounted=False, marker="", hashes="", hashes_rc=1)
+    assert [ch.action for ch in p.changes] == ["mount", "copy"]
+    assert p.changes[0].data["bytes"] == SIZE
+    assert p.changes[1].data["files"] == ["table-000.bin", "table-001.bin"]
 
 
 def test_not_enough_free_ram_blocks_before_anything_changes():
-    c = ctx(avail_kb=10 * 1024 * 1024)
-    plan = EngramStep().plan(c, host(c))
-    assert plan.blocked and "10.0 GiB RAM available" in plan.blocked
+    p = plan(avail_kb=10 * 1024 * 1024, mounted=False, marker="", hashes="", hashes_rc=1)
+    assert p.blocked and "10.0 GiB RAM available" in p.blocked
 
 
 def test_placed_and_matching_is_a_noop_with_the_reason():
-    c = ctx()
-    size = int(c.inventory.engram.size_gib * (1 << 30))
-    plan = EngramStep().plan(ctx(mount=DF_TMPFS.format(size=size), placed=f"{A}  table-000.bin\n{B}  table-001.bin\n"), host(c))
-    assert plan.empty and "sums match" in plan.reason
+    p = plan()
+    assert p.empty and "every SHA-256 matches" in p.reason
 
 
-def test_mounted_but_stale_tables_copy_again_without_remounting():
-    c = ctx()
-    size = int(c.inventory.engram.size_gib * (1 << 30))
-    plan = EngramStep().plan(ctx(mount=DF_TMPFS.format(size=size), placed=f"{A}  table-000.bin\n"), host(c))
-    assert [ch.action for ch in plan.changes] == ["copy"]
+def test_a_flipped_byte_copies_only_that_file_again():
+    # same size, so only its moved ctime makes the fact re-hash it, and the hash differs
+    p = plan(hashes=f"unchanged table-000.bin\n{C}  table-001.bin\n")
+    assert [ch.action for ch in p.changes] == ["copy"]
+    assert p.changes[0].data["files"] == ["table-001.bin"]
+    assert "1 with a wrong SHA-256" in p.changes[0].summary
+
+
+def test_a_missing_file_copies_only_that_file():
+    p = plan(hashes="unchanged table-000.bin\n", files=("table-000.bin",))
+    assert p.changes[0].data["files"] == ["table-001.bin"] and "1 missing" in p.changes[0].summary
+
+
+def test_rehashed_files_that_match_only_refresh_the_record():
+    p = plan(hashes=f"{A}  table-000.bin\nunchanged table-001.bin\n")
+    assert [ch.action for ch in p.changes] == ["mark"]
+    assert MARKER in EngramStep().plan(RunContext(inventory=INV, fleet=None, facts={HOST: host_facts(
+        INV, HOST, meminfo=sec(MEMINFO.format(avail=1)), engram=sec(engram_section(marker="")),
+        engram_hashes=sec(f"{A}  table-000.bin\n{B}  table-001.bin\n"), engram_source_hashes=sec(""))}))[HOST].changes[0].summary  # fmt: skip
 
 
 def test_missing_source_blocks():
-    c = ctx(sums="")
-    plan = EngramStep().plan(c, host(c))
-    assert plan.blocked and "no Engram tables" in plan.blocked
+    p = plan(sums="", files=())
+    assert p.blocked and "no Engram tables" in p.blocked

@@ -1,0 +1,144 @@
+"""The runner with fake steps: gate before the first change, stop on the first failure, skips,
+check mode, and order across hosts, as playbook data drives them (no host: the fake steps read
+no facts, so the runner has nothing to gather)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from hostfacts import inventory
+
+from sparkctl.errors import HostError, InputError
+from sparkctl.runner import Playbook, Stage, build_stages, load_playbook, run_playbook
+from sparkctl.steps.base import Change, Plan, RunContext, Step
+
+INV = inventory()
+HOSTS = list(INV.hosts)  # head, worker, offload
+
+
+class NoHosts:
+    """The runner's view of the SSH fleet when no step reads facts: every host reached."""
+
+    sessions = {h: None for h in HOSTS}
+
+    def map(self, fn, hosts=None, timeout=None):
+        assert not list(hosts or []), "fake steps read no facts: nothing to gather"
+        return {}
+
+
+class Fake(Step):
+    """A step that plans `changes` per host and records when and where it applied."""
+
+    def __init__(self, name, changes=None, fail_on=None, block_on=None, log=None, sleep=0.0):
+        self.name = name
+        self._changes = changes or {}
+        self.fail_on, self.block_on, self.log, self.sleep = fail_on, block_on, log if log is not None else [], sleep
+
+    def plan_host(self, ctx, host):
+        if host == self.block_on:
+            return self.blocked(host, "blocked by the fake")
+        acts = self._changes.get(host, [])
+        if not acts:
+            return self.noop(host, "nothing to do")
+        return self.changes(host, [Change(a, f"{a} on {host}") for a in acts])
+
+    def plan(self, ctx):
+        # the runner must offer every reached host (no facts: plan for all)
+        return {h: self.plan_host(ctx, h) for h in self.hosts(ctx.inventory)}
+
+    def apply(self, ctx, plan):
+        time.sleep(self.sleep)
+        self.log.append((self.name, plan.host, threading.current_thread().name, time.monotonic()))
+        if plan.host == self.fail_on:
+            raise HostError(f"{plan.host}: fake failure")
+        return "done"
+
+
+def run(stages, check=False):
+    ctx = RunContext(inventory=INV, fleet=NoHosts(), check_mode=check)
+    return run_playbook(ctx, stages, "test")
+
+
+def stage(step, gate=False, in_order=False):
+    from sparkctl.runner import PlaybookStep
+
+    return Stage(PlaybookStep(step=step.name, gate=gate, in_order=in_order), step)
+
+
+def statuses(recap, step):
+    return {r.host: r.status for r in recap.results if r.step == step}
+
+
+def test_a_gate_is_not_run_when_nothing_changes():
+    gate = Fake("gate")
+    recap = run([stage(gate, gate=True), stage(Fake("a"))])
+    assert statuses(recap, "gate") == {h: "skipped" for h in HOSTS}
+    assert all(r.message == "not needed: nothing to change" for r in recap.results if r.step == "gate")
+    assert not recap.failed
+
+
+def test_a_gate_runs_just_before_the_first_change_and_a_failing_gate_stops_it():
+    log = []
+    recap = run([stage(Fake("gate", block_on="worker"), gate=True), stage(Fake("a", {"head": ["x"]}, log=log)), stage(Fake("b"))])
+    assert log == []  # nothing applied
+    assert statuses(recap, "gate")["worker"] == "failed" and recap.stopped_at == "gate"
+    assert statuses(recap, "a") == statuses(recap, "b") == {h: "skipped" for h in HOSTS}
+
+
+def test_the_first_failed_step_stops_the_run_and_later_steps_say_why():
+    log = []
+    recap = run([stage(Fake("a", {h: ["x"] for h in HOSTS}, fail_on="worker", log=log)), stage(Fake("b", {"head": ["y"]}, log=log))])
+    assert statuses(recap, "a") == {"head": "changed", "worker": "failed", "offload": "changed"}
+    assert statuses(recap, "b") == {h: "skipped" for h in HOSTS}
+    assert {s for s, *_ in log} == {"a"}
+    assert "not run: step 'a' failed" in [r.message for r in recap.results if r.step == "b"]
+
+
+def test_a_blocked_plan_fails_before_any_host_is_touched():
+    log = []
+    recap = run([stage(Fake("a", {h: ["x"] for h in HOSTS}, block_on="offload", log=log))])
+    assert log == [] and statuses(recap, "a") == {"head": "skipped", "worker": "skipped", "offload": "failed"}
+
+
+def test_check_mode_lists_the_operations_and_applies_nothing():
+    log = []
+    recap = run([stage(Fake("a", {"worker": ["set-mtu", "persist"]}, log=log))], check=True)
+    assert log == []
+    (r,) = [r for r in recap.results if r.host == "worker"]
+    assert r.status == "changed" and r.operations == ["set-mtu", "persist"] and r.message.startswith("would: ")
+    assert recap.to_dict()["plans"][1]["operations"] == [
+        {"action": "set-mtu", "summary": "set-mtu on worker"}, {"action": "persist", "summary": "persist on worker"},
+    ]  # fmt: skip
+
+
+def test_in_order_applies_host_after_host_and_stops_at_the_first_failure():
+    log = []
+    recap = run([stage(Fake("a", {h: ["x"] for h in HOSTS}, fail_on="worker", log=log), in_order=True)])
+    assert [h for _, h, *_ in log] == ["head", "worker"]
+    assert statuses(recap, "a")["offload"] == "skipped"
+
+
+def test_without_in_order_hosts_apply_at_once():
+    log = []
+    run([stage(Fake("a", {h: ["x"] for h in HOSTS}, log=log, sleep=0.2))])
+    assert len({t for *_, t, _ in log}) == 3  # three threads
+    starts = sorted(t for *_, t in log)
+    assert starts[-1] - starts[0] < 0.2  # all three had started before the first finished its sleep
+
+
+def test_the_shipped_playbooks_are_data_the_runner_understands():
+    up = load_playbook("up")
+    assert [s.step for s in up.steps] == ["preflight", "fabric", "images", "caches", "engram", "stop", "runtime", "record"]
+    assert [s.step for s in up.steps if s.gate] == ["preflight"]
+    assert {s.step for s in up.steps if s.in_order} == {"stop", "runtime"}
+    down = build_stages(load_playbook("down"))
+    assert [(s.name, s.spec.in_order, s.step.options) for s in down] == [("stop", True, {"always": True})]
+
+
+def test_an_unknown_playbook_or_step_is_bad_input():
+    with pytest.raises(InputError, match="no playbook 'nope'"):
+        load_playbook("nope")
+    with pytest.raises(InputError, match="unknown step"):
+        build_stages(Playbook(name="x", steps=[{"step": "fabrik"}]))
