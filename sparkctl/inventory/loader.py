@@ -15,6 +15,7 @@ from sparkctl.errors import InputError
 from sparkctl.inventory.models import Inventory
 from sparkctl.inventory.problems import InventoryError, Problem, from_validation_error
 from sparkctl.inventory.validate import check_inventory, errors, warnings
+from sparkctl.transport.redact import remember_env
 
 MAX_BYTES = 1024 * 1024  # an inventory is a few KiB
 
@@ -121,6 +122,8 @@ def load_inventory_report(path: Path | str) -> tuple[Inventory, list[Problem]]:
     if errors(found):
         raise InventoryError(path, errors(found))
     inv._source = path
+    # From here on every output of this process masks the inventory's secrets (transport/redact.py).
+    remember_env(inv.runtime.env, inv.runtime.secret_env)
     return inv, warnings(found)
 
 

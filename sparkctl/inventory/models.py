@@ -227,6 +227,12 @@ class Runtime(Model):
     )
     speculative: Optional[Speculative] = Field(None, description="Speculative decoding (--speculative-config).")
     env: dict[EnvName, str] = Field(default_factory=dict, description="Extra environment for the runtime containers.")
+    secret_env: list[EnvName] = Field(
+        default_factory=list,
+        description="Names in env whose values are secret: masked in every output and stored on the head only as "
+        "a digest. Names containing KEY, TOKEN, SECRET, PASSWORD, PASS, CREDENTIAL or AUTH, passwords in URLs "
+        "and token-shaped values are masked without being listed.",
+    )
     shutdown_timeout: int = Field(60, ge=0, description="Seconds to drain in-flight requests on stop.")
     memlock: int = Field(
         -1,
@@ -261,6 +267,15 @@ class Runtime(Model):
             else:
                 out[k] = v
         return out
+
+    @field_validator("secret_env")
+    @classmethod
+    def _secret_env_is_set(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        env = info.data.get("env") or {}
+        missing = [n for n in value if n not in env]
+        if missing:
+            raise ValueError(f"{', '.join(missing)} not set in runtime.env; list only names runtime.env sets")
+        return value
 
 
 class Caches(Model):

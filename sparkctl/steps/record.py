@@ -31,7 +31,8 @@ def record_document(ctx: RunContext) -> dict:
             "sparkctl_version": __version__,
             "inventory": ctx.inventory.model_dump(mode="json"),
             "launch": launch.model_dump(mode="json"),
-        }
+        },
+        digests=True,  # a secret is stored as its digest: a change stays visible, the value never is
     )
 
 
