@@ -164,7 +164,8 @@ class LiveReport:
             rows.append((self._frame(CLUSTER, now), CLUSTER, cluster[0], cluster[1]))
         for host, line in hosts:
             if line.status is None and line.step:
-                rows.append((self._frame(host, now), host, line.step, f"{line.text} ({now - line.since:.0f} s)"))
+                # how long this host has been in the step, then the step's latest phase
+                rows.append((self._frame(host, now), host, line.step, f"{now - line.since:3.0f}s {line.text}"))
             else:
                 mark = Text(MARK.get(line.status or "", "·"), style=STYLE.get(line.status or "", "dim"))
                 rows.append((mark, host, line.step or "-", f"{line.status or ''} {line.text}"))

@@ -2,8 +2,9 @@
 output replayed into a terminal emulator (pyte). No line is wider than the terminal (the terminal
 never wraps one), and the final screen shows every host with the last step it took part in.
 
-`--force` restarts the runtime, so the live block really shows phases (drain, start, health) while
-the run goes on; which step is each host's last comes from the run's own `--json` recap.
+`down` then `up`: both change the runtime, so the live block really shows phases (drain, start,
+health) while the run goes on; which step is each host's last comes from the command's own `--json`
+recap. The lab ends serving, as it started.
 """
 
 from __future__ import annotations
@@ -75,9 +76,10 @@ def run_in_pty(*args: str, timeout: float = 600) -> tuple[int, bytes]:
     return proc.wait(timeout=30), out
 
 
-def test_up_fits_an_80_column_terminal_and_ends_on_each_hosts_last_step(lab):
-    inventory = str(lab.INVENTORY_PATH)
-    rc, raw = run_in_pty("up", "-i", inventory, "--force")
+def check_in_terminal(command: str, inventory: str) -> None:
+    """Run `sparkctl COMMAND -i INVENTORY` in the terminal: nothing wraps, a live phase was shown,
+    and the final screen shows each host's last step."""
+    rc, raw = run_in_pty(command, "-i", inventory)
     assert rc == 0, raw.decode(errors="replace")[-3000:]
 
     screen = WrapWatchingScreen(COLUMNS, ROWS)
@@ -87,11 +89,13 @@ def test_up_fits_an_80_column_terminal_and_ends_on_each_hosts_last_step(lab):
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]", "", raw.decode())
     widths = {line: wcswidth(line) for line in re.split(r"[\r\n]", text) if line}
     assert max(widths.values()) <= COLUMNS, [line for line, w in widths.items() if w > COLUMNS][:3]
-    # it was live: a runtime phase was shown with its elapsed time while the step ran
-    assert re.search(r"runtime +\S.* \(\d+ s\)", text), "no live phase line for the runtime step"
+    # it was live: the step that changes the runtime showed its time and phase while it ran
+    step = {"down": "stop", "up": "runtime"}[command]
+    assert re.search(rf"^\S \w+ +{step} +\d+s \S", text, re.M), f"no live phase line for {command}'s {step} step"
 
-    # each host's last step that ran, from the run's own JSON recap (a no-op run: same hosts, same steps)
-    p = subprocess.run([sys.executable, "-m", "sparkctl", "up", "-i", inventory, "--json"], capture_output=True,
+    # each host's last step that ran, from the command's own JSON recap (run again: a no-op, same
+    # hosts and steps)
+    p = subprocess.run([sys.executable, "-m", "sparkctl", command, "-i", inventory, "--json"], capture_output=True,
                        text=True, env=ENV, cwd=ROOT, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     last: dict[str, str] = {}
@@ -104,5 +108,13 @@ def test_up_fits_an_80_column_terminal_and_ends_on_each_hosts_last_step(lab):
     final = [line.rstrip() for line in screen.display]
     for host, step in last.items():
         assert any(re.match(rf"^[✓✗] {host} +{step} +(ok|changed) ", line) for line in final), (
-            f"{host}'s last step {step} is not on the final screen:\n" + "\n".join(final)
+            f"{command}: {host}'s last step {step} is not on the final screen:\n" + "\n".join(final)
         )
+
+
+def test_down_and_up_fit_an_80_column_terminal_and_end_on_each_hosts_last_step(lab):
+    inventory = str(lab.INVENTORY_PATH)
+    try:
+        check_in_terminal("down", inventory)
+    finally:
+        check_in_terminal("up", inventory)  # the lab serves again, whatever happened to down
