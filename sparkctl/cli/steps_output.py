@@ -44,8 +44,9 @@ def shorten(text: str, width: int) -> str:
 class LiveReport:
     """Prints each StepResult as it lands, and on a terminal keeps one live line per host."""
 
-    def __init__(self, quiet: bool, hosts: Optional[list[str]] = None, console=None):
+    def __init__(self, quiet: bool, hosts: Optional[list[str]] = None, console=None, verbose: bool = False):
         self.quiet = quiet
+        self.verbose = verbose  # on a terminal: every word of each finished line, wrapped at words
         self._console = console
         self._live = None
         self._lock = threading.Lock()
@@ -127,18 +128,28 @@ class LiveReport:
             c.print(f"{'':{INDENT}}[bold]fix:[/] {escape(redact(r.fix))}", soft_wrap=True)
 
     def _print_short(self, r) -> None:
-        """On a terminal: each line cut at a word to the width; a fix is wrapped at words, never cut."""
+        """On a terminal: each line cut at a word to the width (verbose: wrapped at words, whole);
+        a fix is always wrapped at words, never cut."""
         from rich.text import Text
 
         from sparkctl.transport.redact import redact
 
         width = self.console.width
         head = f"{r.status:>7} {r.host:<9} {r.step:<8} "
+
+        def fit(text: str, indent: int) -> list[str]:
+            room = max(width - indent, 20)
+            if self.verbose:
+                return textwrap.wrap(redact(text), width=room, break_long_words=False) or [""]
+            return [shorten(redact(text), room)]
+
+        message = fit(r.message, len(head))
         line = Text(head[:7], style=STYLE.get(r.status, ""))
-        line.append(head[7:] + shorten(redact(r.message), max(width - len(head), 8)))
-        lines = [line]
+        line.append(head[7:] + message[0])
+        lines = [line] + [Text(" " * len(head) + more) for more in message[1:]]
         for ch in r.changes if r.status != "ok" and len(r.changes) > 1 else []:
-            lines.append(Text(" " * INDENT + "- " + shorten(redact(ch), max(width - INDENT - 2, 8)), style="dim"))
+            for i, part in enumerate(fit(ch, INDENT + 2)):
+                lines.append(Text(" " * INDENT + ("- " if i == 0 else "  ") + part, style="dim"))
         if r.fix:
             wrapped = textwrap.wrap(redact(r.fix), width=max(width - INDENT - 5, 20), break_long_words=False)
             for i, part in enumerate(wrapped):

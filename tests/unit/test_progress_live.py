@@ -125,3 +125,18 @@ def test_quiet_prints_nothing():
         live.progress("head", "runtime", "starting")
         live.result(StepResult("images", "head", "ok", LONG))
     assert out.getvalue() == ""
+
+
+def test_verbose_keeps_every_word_wrapped_at_words():
+    console, out = _console(terminal=True)
+    with LiveReport(quiet=False, console=console, verbose=True) as live:
+        live.result(StepResult("images", "head", "changed", LONG, changes=[LONG, "second change"]))
+    lines = [line for line in _screen_lines(out) if not line.startswith(("⠋", "·", "✓"))]
+    assert all(len(line) <= 80 for line in lines)
+    first = lines.index(next(line for line in lines if line.lstrip().startswith("changed head")))
+    message = []
+    for line in lines[first:]:
+        if line.startswith(" " * 17 + "- "):
+            break
+        message += line.split()
+    assert message[3:] == LONG.split()  # after "changed head images": every word, none cut
