@@ -115,13 +115,13 @@ def test_engram_mount_removed_is_placed_again_by_the_engram_step_only(lab, inven
     lab.host_exec("offload", ["umount", "/mnt/engram"], check=True)
     doc = sparkctl("up", "-i", str(inventory))
     assert changed(doc) == {("offload", "engram")}
-    assert "checksums verified" in doc["hosts"]["offload"]["engram"]["message"]
+    assert "every SHA-256 in /mnt/engram verified" in doc["hosts"]["offload"]["engram"]["message"]
 
 
 def test_force_restarts_the_runtime(lab, inventory, converged):
     before = container_id(lab, "head", "sparkctl-head")
     doc = sparkctl("up", "-i", str(inventory), "--force")
-    assert {s for h, s in changed(doc)} == {"runtime"}
+    assert {s for h, s in changed(doc)} == {"stop", "runtime"}
     assert container_id(lab, "head", "sparkctl-head") != before
     assert "warm (compile cache hit)" in doc["hosts"]["head"]["runtime"]["message"]
 
