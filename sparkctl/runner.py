@@ -24,6 +24,9 @@ from sparkctl.errors import InputError, SparkctlError
 from sparkctl.steps.base import Plan, RunContext, Step, StepResult
 
 
+CONNECT = "connect"  # the pseudo-step hosts fail when their facts could not be read over SSH
+
+
 class PlaybookStep(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -202,12 +205,18 @@ def run_playbook(
 
     pending_gates = [s for s in stages if s.spec.gate]
     unreachable = gather_facts(ctx, [s for s in stages if not s.spec.gate])
+    if unreachable:  # SSH (connect, host key, auth, deadline) failed: named as such, before any step
+        recap.steps.insert(0, CONNECT)
+        for h, (error, fix) in unreachable.items():
+            emit(StepResult(CONNECT, h, "failed", error, fix=fix or "check SSH: `sparkctl doctor --only ssh`"))
+        failed_step = recap.stopped_at = CONNECT
     for stage in stages:
         if stage.spec.gate:
             continue
         if failed_step:
             for h in _reached(ctx, stage):
-                emit(StepResult(stage.name, h, "skipped", f"not run: step {failed_step!r} failed"))
+                if h not in unreachable:
+                    emit(StepResult(stage.name, h, "skipped", f"not run: step {failed_step!r} failed"))
             continue
         plans, ok = plan_stage(stage)
         if not ok:
@@ -225,7 +234,8 @@ def run_playbook(
     for gate in pending_gates:  # never needed: nothing was about to change
         why = f"not run: step {failed_step!r} failed" if failed_step else "not needed: nothing to change"
         for h in _reached(ctx, gate):
-            emit(StepResult(gate.name, h, "skipped", why))
+            if h not in unreachable:
+                emit(StepResult(gate.name, h, "skipped", why))
     recap.seconds = time.monotonic() - start
     return recap
 

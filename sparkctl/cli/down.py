@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from sparkctl.cli.options import CheckOpt, InventoryOpt, JsonOpt
+from sparkctl.cli.options import CheckOpt, InventoryOpt, JsonOpt, VerboseOpt
 from sparkctl.cli.unlock import LockWaitOpt
 
 
@@ -19,6 +19,7 @@ def down(
         typer.Option("--drain", help="Seconds to let in-flight requests finish (default: runtime.shutdown_timeout)."),
     ] = None,
     wait: LockWaitOpt = 0,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Stop the runtime, head first (it drains in-flight requests), then worker and drafter.
 
@@ -26,4 +27,4 @@ def down(
     """
     from sparkctl.cli.up import run_steps
 
-    run_steps(inventory, "down", check, json_out, drain=drain, wait=wait)
+    run_steps(inventory, "down", check, json_out, drain=drain, wait=wait, verbose=verbose)

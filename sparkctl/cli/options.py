@@ -23,6 +23,11 @@ JsonOpt = Annotated[
     typer.Option("--json", help="Print exactly one JSON document on stdout (human output is suppressed)."),
 ]
 
+VerboseOpt = Annotated[
+    bool,
+    typer.Option("-v", "--verbose", help="On a terminal, print every word of each result (wrapped), not one line each."),
+]
+
 CheckOpt = Annotated[
     bool,
     typer.Option("--check", help="Show the plan for every host and change nothing."),

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from sparkctl.cli.options import CheckOpt, InventoryOpt, JsonOpt, require_inventory
+from sparkctl.cli.options import CheckOpt, InventoryOpt, JsonOpt, VerboseOpt, require_inventory
 from sparkctl.cli.unlock import LockWaitOpt
 
 
@@ -23,7 +23,8 @@ def run_steps(inventory_path, playbook: str, check: bool, json_out: bool, force:
     inv = load_inventory(require_inventory(inventory_path))
     stages = build_stages(load_playbook(playbook))
     wait = options.pop("wait", 0)  # a changing run holds the cluster lock; --check takes none
-    with Fleet(inv) as fleet, cluster_lock(fleet, wait=wait, hold=not check), LiveReport(quiet=json_out, hosts=list(inv.hosts)) as live:
+    live = LiveReport(quiet=json_out, hosts=list(inv.hosts), verbose=bool(options.pop("verbose", False)))
+    with Fleet(inv) as fleet, cluster_lock(fleet, wait=wait, hold=not check), live:
         ctx = RunContext(
             inventory=inv, fleet=fleet, check_mode=check, force=force, options=options, progress=live.progress
         )
@@ -53,10 +54,11 @@ def up(
         Optional[float], typer.Option("--timeout", help="Seconds to wait for the runtime to serve (default 1800).")
     ] = None,
     wait: LockWaitOpt = 0,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Converge the cluster to the inventory: fabric, images, caches, runtime, record.
 
     Every step gathers facts, plans, and applies only its plan; a second run changes nothing
     and says so. --check prints every plan and changes nothing.
     """
-    run_steps(inventory, "up", check, json_out, force=force, side_load=side_load, pull=pull, timeout=timeout, wait=wait)
+    run_steps(inventory, "up", check, json_out, force=force, side_load=side_load, pull=pull, timeout=timeout, wait=wait, verbose=verbose)

@@ -142,3 +142,27 @@ def test_an_unknown_playbook_or_step_is_bad_input():
         load_playbook("nope")
     with pytest.raises(InputError, match="unknown step"):
         build_stages(Playbook(name="x", steps=[{"step": "fabrik"}]))
+
+
+class WorkerUnreachable(NoHosts):
+    """A fleet whose worker never answered the facts round trip (as a refused host key would)."""
+
+    def map(self, fn, hosts=None, timeout=None):
+        from sparkctl.transport.ssh import Outcome
+
+        return {h: Outcome(h, error="worker: host key refused", fix="ssh-keygen -R worker") if h == "worker"
+                else Outcome(h, value=None) for h in hosts}  # fmt: skip
+
+
+class Reads(Fake):
+    facts = frozenset({"clock"})
+
+
+def test_a_host_that_cannot_be_reached_fails_connect_and_nothing_runs():
+    log = []
+    ctx = RunContext(inventory=INV, fleet=WorkerUnreachable())
+    recap = run_playbook(ctx, [stage(Reads("a", {h: ["x"] for h in HOSTS}, log=log))], "test")
+    assert log == [] and recap.stopped_at == "connect" and recap.steps[0] == "connect"
+    assert statuses(recap, "connect") == {"worker": "failed"}
+    assert [r.fix for r in recap.results if r.step == "connect"] == ["ssh-keygen -R worker"]
+    assert statuses(recap, "a") == {"head": "skipped", "offload": "skipped"}
