@@ -1,0 +1,186 @@
+"""What a tag means in its registry right now: the manifest digest and the image ID (config digest).
+
+`resolve("10.231.0.1:5000/sparkctl/vllm-sim:0.1")` asks the registry's HTTP API (distribution
+spec): HEAD /v2/<name>/manifests/<tag> with the manifest media types in Accept gives the
+manifest digest (Docker-Content-Digest); the manifest names its config blob, whose digest is the
+image ID every node's `docker image inspect` must show. A multi-platform index is narrowed to
+the nodes' platform (DGX Spark: linux/arm64). Anonymous bearer tokens (the WWW-Authenticate
+challenge public registries send) are fetched; private registries needing credentials are out
+of scope here (the nodes' own `docker pull` still uses their logins).
+
+`RegistryUnreachable` (no answer, TLS or HTTP failure) is kept apart from `TagNotFound` (the
+registry answered: that tag is not there), so a caller can fall back to the last good image
+ID only when the registry really could not be asked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+import httpx
+
+from sparkctl.errors import SparkctlError
+from sparkctl.transport.guard import check_url
+
+MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
+MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+ACCEPT = ", ".join([MANIFEST_V2, MANIFEST_LIST, OCI_MANIFEST, OCI_INDEX])
+INDEXES = (MANIFEST_LIST, OCI_INDEX)
+DOCKER_HUB = "registry-1.docker.io"
+
+
+class RegistryUnreachable(SparkctlError):
+    """The registry could not be asked (connection, TLS, timeout, 5xx)."""
+
+
+class TagNotFound(SparkctlError):
+    """The registry answered: it has no such tag (or refuses it to an anonymous client)."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    registry: str  # host[:port] as the nodes' dockerd spells it
+    repository: str
+    tag: str
+    digest: Optional[str] = None  # a pin written into the reference (name@sha256:...)
+
+    @property
+    def api_host(self) -> str:
+        return DOCKER_HUB if self.registry in ("docker.io", "index.docker.io") else self.registry
+
+    @classmethod
+    def parse(cls, ref: str) -> "Reference":
+        from docker.auth import resolve_repository_name
+        from docker.utils import parse_repository_tag
+
+        name, _, digest = ref.partition("@")
+        repo, tag = parse_repository_tag(name)
+        registry, repository = resolve_repository_name(repo)
+        if registry == "docker.io" and "/" not in repository:
+            repository = f"library/{repository}"
+        return cls(registry, repository, tag or "latest", digest or None)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    reference: str
+    manifest_digest: str  # what `docker pull name@<digest>` takes
+    image_id: str  # config digest: what `docker image inspect -f {{.Id}}` shows once pulled
+    platform: str
+
+
+def _challenge(header: str) -> dict[str, str]:
+    return dict(re.findall(r'(\w+)="([^"]*)"', header))
+
+
+class RegistryClient:
+    """One registry's HTTP API, plain httpx; `insecure` allows http:// after https:// fails
+    (as dockerd does for the registries listed under insecure-registries)."""
+
+    def __init__(self, registry: str, *, insecure: bool = False, timeout: float = 5.0,
+                 transport: Optional[httpx.BaseTransport] = None):  # fmt: skip
+        self.registry = registry
+        self.schemes = ["https", "http"] if insecure else ["https"]
+        self.http = httpx.Client(timeout=timeout, trust_env=False, transport=transport, follow_redirects=True)
+        self.base: Optional[str] = None
+        self.token: Optional[str] = None
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> "RegistryClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _send(self, method: str, path: str, headers: dict[str, str], repository: str) -> httpx.Response:
+        bases = [self.base] if self.base else [f"{s}://{self.registry}" for s in self.schemes]
+        last: Exception | None = None
+        for base in bases:
+            url = base + path
+            check_url(url, f"the registry {self.registry}")
+            try:
+                r = self._with_token(method, url, headers, repository)
+            except httpx.HTTPError as exc:
+                last = exc
+                continue
+            self.base = base
+            return r
+        raise RegistryUnreachable(
+            f"registry {self.registry} did not answer: {type(last).__name__}: {last}",
+            fix=f"check that {self.registry} is up and reachable from this machine",
+        )
+
+    def _with_token(self, method: str, url: str, headers: dict[str, str], repository: str) -> httpx.Response:
+        if self.token:
+            headers = {**headers, "Authorization": f"Bearer {self.token}"}
+        r = self.http.request(method, url, headers=headers)
+        auth = r.headers.get("www-authenticate", "")
+        if r.status_code == 401 and auth.lower().startswith("bearer") and not self.token:
+            c = _challenge(auth)
+            realm = c.get("realm")
+            if realm:
+                check_url(realm, f"the token service of {self.registry}")
+                params = {k: v for k, v in (("service", c.get("service")), ("scope", f"repository:{repository}:pull")) if v}
+                t = self.http.get(realm, params=params)
+                if t.status_code == 200:
+                    doc = t.json()
+                    self.token = doc.get("token") or doc.get("access_token")
+                    if self.token:
+                        return self._with_token(method, url, headers, repository)
+        return r
+
+    def get(self, path: str, accept: str, repository: str, method: str = "GET") -> httpx.Response:
+        r = self._send(method, path, {"Accept": accept}, repository)
+        if r.status_code >= 500:
+            raise RegistryUnreachable(f"registry {self.registry} answered {r.status_code} for {path}")
+        return r
+
+    def resolve(self, ref: Reference, platform: str = "linux/arm64") -> Resolved:
+        target = ref.digest or ref.tag
+        path = f"/v2/{ref.repository}/manifests/{target}"
+        r = self.get(path, ACCEPT, ref.repository)
+        if r.status_code in (401, 403, 404):
+            raise TagNotFound(
+                f"{ref.registry}/{ref.repository}:{ref.tag} is not in the registry (HTTP {r.status_code})",
+                fix="check runtime.image in the inventory (name and tag), or push the image",
+            )
+        r.raise_for_status()
+        digest = r.headers.get("docker-content-digest") or ("sha256:" + hashlib.sha256(r.content).hexdigest())
+        doc = r.json()
+        if doc.get("mediaType", r.headers.get("content-type", "")).split(";")[0] in INDEXES or "manifests" in doc:
+            want_os, _, want_arch = platform.partition("/")
+            match = [m for m in doc.get("manifests", [])
+                     if (m.get("platform") or {}).get("os") == want_os and (m.get("platform") or {}).get("architecture") == want_arch]  # fmt: skip
+            if not match:
+                raise TagNotFound(
+                    f"{ref.registry}/{ref.repository}:{ref.tag} has no {platform} image",
+                    fix=f"build or push the image for {platform}",
+                )
+            inner = self.get(f"/v2/{ref.repository}/manifests/{match[0]['digest']}", ACCEPT, ref.repository)
+            inner.raise_for_status()
+            doc = inner.json()
+        config = (doc.get("config") or {}).get("digest")
+        if not config:
+            raise TagNotFound(f"{ref.registry}/{ref.repository}:{target}: the manifest names no config (schema 1?)",
+                              fix="push the image again with a current docker (manifest schema 2)")  # fmt: skip
+        if ref.digest and digest != ref.digest:
+            raise TagNotFound(f"{ref.registry}/{ref.repository}@{ref.digest}: the registry serves {digest}")
+        return Resolved(f"{ref.registry}/{ref.repository}:{ref.tag}", digest, config, platform)
+
+
+def resolve(image: str, *, platform: str = "linux/arm64", insecure: bool = False, timeout: float = 5.0,
+            transport: Optional[httpx.BaseTransport] = None) -> Resolved:  # fmt: skip
+    """Manifest digest and image ID of `image` (tag or name@digest) in its registry now."""
+    ref = Reference.parse(image)
+    with RegistryClient(ref.api_host, insecure=insecure, timeout=timeout, transport=transport) as client:
+        try:
+            return client.resolve(ref, platform)
+        except httpx.HTTPError as exc:
+            raise RegistryUnreachable(f"registry {ref.registry}: {type(exc).__name__}: {exc}") from None

@@ -1,0 +1,124 @@
+"""Image transport between the lab's real dockerds (20.10): only missing layers move, the image ID
+is verified, the fabric path is used when the head can SSH to the worker's rail, and an
+interrupted copy leaves the tag where it was."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from sparkctl.errors import HostError
+from sparkctl.inventory.loader import load_inventory
+from sparkctl.transport.images import copy_image, stored_image
+from sparkctl.transport.ssh import Fleet
+
+pytestmark = pytest.mark.lab
+
+NAME = "sparkctl-test/transport"
+BASE, FULL, BIG = f"{NAME}:base", f"{NAME}:full", f"{NAME}:big"
+LAYER_MB = 2
+WORKER_RAIL = ("10.231.100.3", "enp1s0f0np0")  # the worker's address and device on the head's first rail
+
+
+def build(session) -> None:
+    """On the head: BASE = 3 random layers, FULL = BASE + 1 random top layer, BIG = one 100 MB layer."""
+    script = f"""set -e; d=$(mktemp -d); cd $d
+for i in 1 2 3 4; do head -c {LAYER_MB}000000 /dev/urandom > b$i; done
+printf 'FROM scratch\\nCOPY b1 /b1\\nCOPY b2 /b2\\nCOPY b3 /b3\\n' > Dockerfile.base
+printf 'FROM {BASE}\\nCOPY b4 /b4\\n' > Dockerfile
+DOCKER_BUILDKIT=0 docker build -q -f Dockerfile.base -t {BASE} . >/dev/null 2>&1
+DOCKER_BUILDKIT=0 docker build -q -t {FULL} . >/dev/null 2>&1
+head -c 100000000 /dev/urandom > big; tar cf big.tar big; docker import big.tar {BIG} >/dev/null
+cd /; rm -rf $d"""
+    session.run(["sh", "-c", script], timeout=300).check("build the test images")
+
+
+def remove(session) -> None:
+    session.run(f"docker rmi -f {BASE} {FULL} {BIG} >/dev/null 2>&1; docker image prune -f >/dev/null 2>&1")
+
+
+@pytest.fixture(scope="module")
+def fleet(lab):
+    with Fleet(load_inventory(lab.INVENTORY_PATH), hosts=["head", "worker"]) as f:
+        for s in f.sessions.values():
+            remove(s)
+        build(f["head"])
+        yield f
+        for s in f.sessions.values():
+            remove(s)
+
+
+@pytest.fixture
+def head(fleet):
+    return fleet["head"]
+
+
+@pytest.fixture
+def worker(fleet):
+    remove(fleet["worker"])
+    return fleet["worker"]
+
+
+def rx_bytes(session, device: str) -> int:
+    return int(session.run(f"cat /sys/class/net/{device}/statistics/rx_bytes").check().stdout)
+
+
+def test_fresh_node_receives_the_whole_image_over_the_fabric_and_its_id_matches(head, worker):
+    want = stored_image(head, FULL)
+    seen = []
+    before = rx_bytes(worker, WORKER_RAIL[1])
+    t = copy_image(head, worker, want.id, FULL, fabric_address=WORKER_RAIL[0], progress=seen.append)
+    moved = rx_bytes(worker, WORKER_RAIL[1]) - before
+    assert t.path == "fabric", t.why
+    assert stored_image(worker, FULL).id == want.id
+    assert (t.layers_sent, t.layers_skipped) == (4, 0)
+    assert moved >= 4 * LAYER_MB * 10**6  # the four layers crossed the worker's rail
+    assert seen and seen[-1].sent == t.bytes_sent and seen[-1].total == 4 * LAYER_MB * 10**6
+
+
+def test_a_worker_missing_only_the_top_layer_receives_only_that_layer(head, worker):
+    copy_image(head, worker, stored_image(head, BASE).id, BASE, fabric_address=WORKER_RAIL[0])
+    want = stored_image(head, FULL)
+    before = rx_bytes(worker, WORKER_RAIL[1])
+    t = copy_image(head, worker, want.id, FULL, fabric_address=WORKER_RAIL[0])
+    moved = rx_bytes(worker, WORKER_RAIL[1]) - before
+    assert stored_image(worker, FULL).id == want.id
+    assert (t.layers_sent, t.layers_skipped) == (1, 3)
+    layer = LAYER_MB * 10**6
+    assert layer <= t.bytes_sent < layer + 64 * 1024  # the layer's tar and a few KiB of metadata
+    assert layer <= moved < 1.5 * layer  # what the rail carried: one layer (+ SSH framing), not four
+
+
+def test_relay_through_this_machine_when_no_fabric_address(head, worker):
+    want = stored_image(head, FULL)
+    t = copy_image(head, worker, want.id, FULL)
+    assert t.path == "relay"
+    assert stored_image(worker, FULL).id == want.id
+    again = copy_image(head, worker, want.id, FULL)
+    assert again.path == "none" and again.bytes_sent == 0
+
+
+def test_an_interrupted_copy_leaves_the_tag_on_the_image_it_had(head, worker):
+    old = stored_image(head, BASE).id
+    copy_image(head, worker, old, BIG, fabric_address=WORKER_RAIL[0])  # BIG on the worker is some other image
+    big = stored_image(head, BIG).id
+
+    def interrupt(p):
+        if p.total and p.sent < p.total:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        copy_image(head, worker, big, BIG, fabric_address=WORKER_RAIL[0], progress=interrupt)
+    deadline = time.monotonic() + 30  # the pipeline on the head dies at its next progress line
+    while head.run(f"pgrep -f 'docker [s]ave {big}'").ok and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not head.run(f"pgrep -f 'docker [s]ave {big}'").ok
+    time.sleep(1)
+    assert stored_image(worker, BIG).id == old  # the tag never moved to a partial image
+    assert stored_image(worker, big) is None  # and nothing of the cut image is left as an image
+
+
+def test_copy_refuses_a_source_without_the_image(head, worker):
+    with pytest.raises(HostError, match="does not hold image"):
+        copy_image(worker, head, stored_image(head, FULL).id, FULL)
