@@ -160,3 +160,42 @@ def fault(
     else:
         verb = "cleared" if clear else "set"
         console().print(f"{host}: {kind} {target or ''} {verb}; faults now: {result['faults'] or 'none'}", soft_wrap=True)
+
+
+@app.command()
+def drill(
+    name: Optional[str] = typer.Argument(None, help="The drill to run (`--list` shows them)."),
+    list_: bool = typer.Option(False, "--list", help="List the drills: what breaks, the check, the runbook."),
+    json_out: JsonOpt = False,
+) -> None:
+    """Break the lab the way a real cluster breaks, to practise its runbook (docs/runbooks/).
+
+    Then: `sparkctl doctor` names the check, the runbook's fix commands repair it.
+    `sparkctl lab fault --clear-all` does not undo a drill: its runbook does."""
+    from sparkctl.cli.output import console, print_json
+    from sparkctl.errors import InputError
+
+    lab_api()  # says how to install the lab when it is missing
+    from sparkctl_lab import drills
+
+    if list_:
+        rows = [drills.describe(d) for d in drills.DRILLS.values()]
+        if json_out:
+            print_json({"drills": rows})
+            return
+        c = console()
+        for r in rows:
+            c.print(f"[bold]{r['name']}[/]: {r['what']}", soft_wrap=True)
+            c.print(f"    doctor: {r['check']} on {r['host']}   runbook: {r['runbook']}"
+                    + (f"   alerts: {', '.join(r['alerts'])}" if r["alerts"] else ""), soft_wrap=True)  # fmt: skip
+        return
+    if not name:
+        raise InputError("drill needs a NAME (or --list)", fix="sparkctl lab drill --list")
+    result = drills.run(name)
+    if json_out:
+        print_json(result)
+        return
+    c = console()
+    c.print(f"drill {name}: {result['done']}", soft_wrap=True)
+    c.print(f"now: `sparkctl doctor` (it names {result['check']} on {result['host']}), then follow {result['runbook']}",
+            soft_wrap=True)

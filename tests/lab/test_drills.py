@@ -1,0 +1,186 @@
+"""Every drill end to end: break the lab, doctor names the runbook's check, the runbook's own
+confirm/fix/verify commands (its fenced code blocks, run as written) repair it, doctor is clean
+and the runtime serves again. A runbook with fix commands and no drill fails here too.
+
+Also doctor's default output at 80 columns on a one-fault lab (the wrong-MTU drill) and on the
+healthy lab after the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.lab
+
+REPO = Path(__file__).resolve().parents[2]
+RUNBOOKS = REPO / "docs" / "runbooks"
+FENCE = "127.0.0.0/8,10.231.0.0/16"
+HEAD = "http://10.231.0.11:8888"
+# Runbooks with no drill yet, and why (the lab cannot break it the way the page describes).
+NOT_DRILLED = {
+    "kv-cache-full": "the lab's KV pool (1.93M tokens) outlasts max_num_seqs x max_model_len",
+    "long-ttft": "no doctor check: the alert and `sparkctl bench` see it",
+    "spec-acceptance-low": "no doctor check: the alert sees it",
+    "caches.compile": "needs a cold restart: not drilled yet",
+    "ssh.reachable": "its fix is physical (power, cable)",
+}
+
+
+def env(inventory: Path) -> dict:
+    return {**os.environ, "SPARKCTL_INVENTORY": str(inventory), "SPARKCTL_ONLY_NETWORKS": FENCE,
+            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "COLUMNS": "80"}  # fmt: skip
+
+
+def blocks(runbook: str) -> dict[str, list[str]]:
+    """The runbook's `sh confirm`, `sh fix` and `sh verify` code blocks."""
+    text = (RUNBOOKS / f"{runbook}.md").read_text()
+    out: dict[str, list[str]] = {"confirm": [], "fix": [], "verify": []}
+    for kind, body in re.findall(r"^```sh (confirm|fix|verify)\n(.*?)^```", text, re.M | re.S):
+        out[kind].append(body)
+    return out
+
+
+def sh(script: str, inventory: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, timeout=timeout,
+                          env=env(inventory), cwd=REPO)  # fmt: skip
+
+
+def doctor_json(inventory: Path, *args: str) -> dict:
+    r = subprocess.run([sys.executable, "-m", "sparkctl", "doctor", "-i", str(inventory), "--json", *args],
+                       capture_output=True, text=True, timeout=300, env=env(inventory))  # fmt: skip
+    return json.loads(r.stdout)
+
+
+def not_ok(doc: dict) -> dict[tuple[str, str], dict]:
+    return {(c["name"], c["host"]): c for c in doc["checks"] if c["status"] in ("fail", "warn")}
+
+
+def failing(doc: dict) -> set[tuple[str, str]]:
+    return {(c["name"], c["host"]) for c in doc["checks"] if c["status"] == "fail"}
+
+
+def serves() -> bool:
+    try:
+        r = httpx.post(f"{HEAD}/v1/chat/completions", timeout=30, trust_env=False,
+                       json={"model": "deepseek-v4.1-flash", "messages": [{"role": "user", "content": "Count from 1 to 5."}],
+                             "max_tokens": 20})  # fmt: skip
+        return r.status_code == 200 and r.json()["choices"][0]["message"]["content"]
+    except httpx.HTTPError:
+        return False
+
+
+def up(inventory: Path) -> None:
+    r = sh("sparkctl up --json", inventory)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def serving(lab):
+    """The lab converged by `sparkctl up` and serving, and what doctor fails on it before any drill
+    (nothing, on a clean tree: a drill must leave no failure that was not there before it)."""
+    inventory = Path(lab.INVENTORY_PATH)
+    up(inventory)
+    assert serves()
+    return lab, inventory, failing(doctor_json(inventory))
+
+
+@pytest.fixture
+def drill_lab(serving):
+    lab, inventory, before = serving
+    yield lab, inventory, before
+    lab.clear_faults()
+    if not serves() or failing(doctor_json(inventory)) - before:
+        up(inventory)  # a failed drill must not break the next test
+
+
+def drill_names() -> list[str]:
+    from sparkctl_lab import drills
+
+    return list(drills.DRILLS)
+
+
+def test_every_runbook_with_commands_has_a_drill():
+    from sparkctl_lab import drills
+
+    drilled = {d.runbook for d in drills.DRILLS.values()}
+    with_fix = {p.stem for p in RUNBOOKS.glob("*.md") if blocks(p.stem)["fix"]}
+    assert with_fix - drilled <= set(NOT_DRILLED), with_fix - drilled - set(NOT_DRILLED)
+    for d in drills.DRILLS.values():
+        b = blocks(d.runbook)
+        assert b["confirm"] and b["fix"] and b["verify"], f"{d.runbook}.md needs confirm, fix and verify blocks"
+    assert not drilled & set(NOT_DRILLED)
+
+
+@pytest.mark.parametrize("name", drill_names())
+def test_drill_end_to_end(drill_lab, name):
+    from sparkctl_lab import drills
+
+    lab, inventory, before = drill_lab
+    d = drills.DRILLS[name]
+    assert (d.check, d.host) not in before
+    r = subprocess.run([sys.executable, "-m", "sparkctl", "lab", "drill", name, "--json"], capture_output=True, text=True,
+                       timeout=600, env=env(inventory))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["runbook"] == f"docs/runbooks/{d.runbook}.md"
+
+    # doctor names the check, and its default output links the runbook
+    deadline = time.monotonic() + 30
+    while (d.check, d.host) not in not_ok(doc := doctor_json(inventory)) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert (d.check, d.host) in not_ok(doc), sorted(not_ok(doc))
+    human = subprocess.run([sys.executable, "-m", "sparkctl", "doctor"], capture_output=True, text=True, timeout=300,
+                           env=env(inventory))  # fmt: skip
+    assert f"docs/runbooks/{d.runbook}.md" in human.stderr, human.stderr
+
+    # the runbook's own commands, as written
+    b = blocks(d.runbook)
+    for script in b["confirm"]:
+        out = sh(script, inventory)
+        assert d.check in out.stdout + out.stderr, (script, out.stderr[-2000:])
+    for script in b["fix"]:
+        out = sh(script, inventory)
+        assert out.returncode == 0, (script, out.stdout[-2000:], out.stderr[-2000:])
+    for script in b["verify"]:
+        out = sh(script, inventory)
+        assert out.returncode == 0, (script, out.stdout[-2000:], out.stderr[-2000:])
+
+    # the check is ok again (a warning is not a repair), doctor as clean as before the drill, serving
+    after = doctor_json(inventory)
+    assert (d.check, d.host) not in not_ok(after), not_ok(after)[(d.check, d.host)]
+    assert failing(after) <= before
+    assert serves()
+
+
+def test_doctor_default_output_at_80_columns_one_fault_and_healthy(drill_lab):
+    from sparkctl_lab import drills
+
+    lab, inventory, before = drill_lab
+    drills.run("wrong-mtu")
+    time.sleep(0.5)  # link changes reach the simulated sysfs through a netlink watcher
+    r = subprocess.run([sys.executable, "-m", "sparkctl", "doctor"], capture_output=True, text=True, timeout=300,
+                       env=env(inventory))  # fmt: skip
+    assert r.returncode == 1
+    lines = r.stderr.rstrip().splitlines()
+    print("\n".join(lines))  # the one-fault output, for the record (-s)
+    assert max(len(line) for line in lines) <= 80
+    text = re.sub(r"\s+", " ", r.stderr)
+    mtu = next(c for c in doctor_json(inventory)["checks"] if c["name"] == "fabric.mtu" and c["status"] == "fail")
+    assert any(line.startswith("✗ fabric.mtu ") for line in lines)
+    assert re.sub(r"\s+", " ", mtu["message"]) in text and re.sub(r"\s+", " ", mtu["fix"]) in text
+    assert "runbook: docs/runbooks/fabric.mtu.md" in text
+    up(inventory)
+    r = subprocess.run([sys.executable, "-m", "sparkctl", "doctor"], capture_output=True, text=True, timeout=300,
+                       env=env(inventory))  # fmt: skip
+    lines = r.stderr.rstrip().splitlines()
+    print("\n".join(lines))
+    assert r.returncode == (1 if before else 0) and len(lines) <= 40, r.stderr
+    assert max(len(line) for line in lines) <= 80 and "fabric.mtu" not in r.stderr
