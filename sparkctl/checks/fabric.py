@@ -183,7 +183,22 @@ def address(ctx: Context, host: str, f):
         holders = [i for i in f.interfaces.values() if any(a.ip == link.address.ip for a in i.addresses)]
         on_dev = f.interfaces.get(link.device)
         fix_add = f"`ip addr add {link.address} dev {link.device}` on {host} now; {_persist(link)}"
-        if on_dev is not None and link.address in on_dev.addresses:
+        strays = [a for a in (on_dev.addresses if on_dev is not None else ()) if a.ip != link.address.ip]
+        if on_dev is not None and link.address in on_dev.addresses and strays:
+            described = []
+            for a in strays:
+                whose = next((n for n, spec in ctx.inventory.hosts.items() if any(x.address.ip == a.ip for x in spec.fabric)), None)
+                described.append(f"{a} ({whose}'s address: a duplicate on the fabric)" if whose and whose != host else str(a))
+            out.append(
+                fail(
+                    f"{link.device} has {link.address} and also {', '.join(described)}",
+                    f"`sparkctl up` removes the stray address(es), or by hand: "
+                    + "; ".join(f"`ip addr del {a} dev {link.device}`" for a in strays) + f" on {host}",
+                    link.device,
+                    strays=[str(a) for a in strays],
+                )
+            )
+        elif on_dev is not None and link.address in on_dev.addresses:
             others = [i.name for i in holders if i.name != link.device]
             if others:
                 out.append(
@@ -211,6 +226,16 @@ def address(ctx: Context, host: str, f):
                     f"{link.address.ip} is on {', '.join(i.name for i in holders)}, not on {link.device}",
                     f"move it: `ip addr del {link.address.ip}/{link.address.network.prefixlen} dev {holders[0].name}`, then {fix_add}",
                     link.device,
+                )
+            )
+        elif strays:
+            out.append(
+                fail(
+                    f"{link.device} has {', '.join(map(str, strays))}, not {link.address} (a wrong address on the rail)",
+                    f"`sparkctl up` replaces it, or by hand: "
+                    + "; ".join(f"`ip addr del {a} dev {link.device}`" for a in strays) + f"; then {fix_add}",
+                    link.device,
+                    strays=[str(a) for a in strays],
                 )
             )
         else:

@@ -374,3 +374,27 @@ def test_docs_list_every_check_and_runbooks_exist():
         assert f"`{name}`" in doc, name
         if check.runbook:
             assert (root / check.runbook_path).exists(), check.runbook_path
+
+
+def _with_addresses(secs, host: str, device: str, addrs: list[str]):
+    """Set a device's IPv4 addresses in a recorded `ip -j addr` section."""
+    items = json.loads(secs[host]["ip_addr"]["out"])
+    for it in items:
+        if it["ifname"] == device:
+            it["addr_info"] = [a for a in it.get("addr_info", []) if a["family"] != "inet"] + [
+                {"family": "inet", "local": a.split("/")[0], "prefixlen": int(a.split("/")[1]), "scope": "global"} for a in addrs
+            ]
+    return edit(secs, host, "ip_addr", json.dumps(items))
+
+
+def test_fabric_address_names_a_wrong_a_stray_and_a_peers_duplicate_address():
+    # a wrong IP on the worker's rail (the right one absent)
+    r = run(_with_addresses(sections(), W, "enp1s0f0np0", ["10.231.100.9/24"]))
+    f = by(r, "fabric.address", W, "enp1s0f0np0")
+    assert f.status == "fail" and "has 10.231.100.9/24, not 10.231.100.3/24" in f.message
+    assert "ip addr del 10.231.100.9/24 dev enp1s0f0np0" in f.fix
+    # the head's address added on the worker's rail: the worker is named, the head is not
+    r = run(_with_addresses(sections(), W, "enp1s0f0np0", ["10.231.100.3/24", "10.231.100.2/24"]))
+    f = by(r, "fabric.address", W, "enp1s0f0np0")
+    assert f.status == "fail" and "10.231.100.2/24 (head's address: a duplicate on the fabric)" in f.message
+    assert by(r, "fabric.address", H, "enp1s0f0np0").status == "ok"
