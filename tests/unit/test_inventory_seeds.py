@@ -8,6 +8,7 @@ file, the value on the line must appear in its quote (262144 ~ "262K", 2830000 ~
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -15,7 +16,18 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-SEEDS = REPO.parent / "shared" / "seeds"
+SEEDS = REPO.parent / "shared" / "seeds"  # the seed write-ups live beside a clone, not in it
+
+
+@pytest.fixture(autouse=True)
+def seed_texts():
+    """A clone on its own has no seed texts: skip, saying so. CI copies shared/ beside the clone,
+    so there a missing folder is a failure, not a skip."""
+    if not SEEDS.is_dir():
+        why = f"the seed texts are not at {SEEDS} (shared/ beside the clone)"
+        if os.environ.get("CI"):
+            pytest.fail(f"{why}; CI copies them there, so this must not happen", pytrace=False)
+        pytest.skip(why)
 
 SEED_INVENTORIES = {
     "dspark-recipe.yaml": "002",
@@ -106,10 +118,6 @@ def check_lines(lines: list[str], seed_text: str, seed_id: str) -> tuple[list[st
         if re.search(r"\d", raw) and not tag and not NOT_IN_SEED.search(comment):
             problems.append(f"line {n}: {line.strip()!r} has a number but neither a seed quote nor 'not in seed: why'")
     return problems, tagged
-
-
-def test_seeds_are_beside_the_clone():
-    assert SEEDS.is_dir(), f"seed texts expected at {SEEDS} (CI copies shared/ beside the clone)"
 
 
 @pytest.mark.parametrize("name", sorted(SEED_INVENTORIES))
