@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 SEEDS = REPO.parent / "shared" / "seeds"  # the seed write-ups live beside a clone, not in it
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def seed_texts():
     """A clone on its own has no seed texts: skip, saying so. CI copies shared/ beside the clone,
     so there a missing folder is a failure, not a skip."""
@@ -121,7 +121,7 @@ def check_lines(lines: list[str], seed_text: str, seed_id: str) -> tuple[list[st
 
 
 @pytest.mark.parametrize("name", sorted(SEED_INVENTORIES))
-def test_every_seed_number_is_traceable(name):
+def test_every_seed_number_is_traceable(name, seed_texts):
     seed_id = SEED_INVENTORIES[name]
     (seed_file,) = SEEDS.glob(f"{seed_id}_*.txt")
     seed_text = seed_file.read_text(encoding="utf-8")
