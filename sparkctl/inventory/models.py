@@ -225,6 +225,13 @@ class Runtime(Model):
     moe_backend: Optional[str] = Field(
         None, min_length=1, description="MoE kernels (--moe-backend), e.g. flashinfer_b12x; dashes read as underscores."
     )
+    moe_quantization: Optional[Literal["nvfp4", "mxfp4"]] = Field(
+        None,
+        description="The checkpoint's MoE expert quantization, which picks vLLM's kernel path (not passed: vLLM reads "
+        "it from the checkpoint): nvfp4 (ModelOpt NVFP4) or mxfp4 (DeepSeek-V4-Flash's own experts). vLLM logs "
+        "the MoE backend by a path-specific name (e.g. flashinfer_b12x -> FLASHINFER_B12X on nvfp4); unset accepts "
+        "the names of either path.",
+    )
     speculative: Optional[Speculative] = Field(None, description="Speculative decoding (--speculative-config).")
     env: dict[EnvName, str] = Field(default_factory=dict, description="Extra environment for the runtime containers.")
     secret_env: list[EnvName] = Field(
