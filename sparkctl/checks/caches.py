@@ -39,10 +39,34 @@ def compile_cache(ctx: Context, host: str, f):
         return [skipped("no cache directory (see caches.volume)")]
     where = f"{ctx.inventory.caches.host_path}/{COMPILE_DIR}"
     partial = f"; {len(cache.partial_hashes)} interrupted compile(s)" if cache.partial_hashes else ""
+    # The newest compile line of a container running this config says how its last start went.
+    last = None
     for c in _running_here(ctx, f):
         logs = f.logs.get(c.id)
-        if logs and logs.compile_cache_hit:
-            return [ok(f"{c.name} loaded its compiled graphs from {where} (warm start)")]
+        if logs and logs.compile_start:
+            last = (c, logs)
+            if logs.compile_start == "warm":
+                return [ok(f"{c.name} loaded its compiled graphs from {where} (warm start)", last_start="warm")]
+    if last is not None:
+        c, logs = last
+        took = f" ({logs.compile_seconds:g} s)" if logs.compile_seconds is not None else ""
+        if not cache.warm_hashes:
+            return [
+                fail(
+                    f"{c.name}'s last start compiled from scratch{took}, yet {where} holds no compiled graphs{partial}: "
+                    "what it compiled is not on the persistent volume, so every start is cold",
+                    f"the runtime's cache root must be the mounted volume: VLLM_CACHE_ROOT = caches.container_path "
+                    f"({ctx.inventory.caches.container_path}); `sparkctl up` sets both",
+                    last_start="cold",
+                )
+            ]
+        return [
+            ok(
+                f"{c.name}'s last start compiled from scratch{took} (cold); the graphs are now in {where} "
+                f"({len(cache.warm_hashes)} config(s)): next start of this config warm{partial}",
+                last_start="cold",
+            )
+        ]
     if not cache.warm_hashes:
         return [warn(f"no compiled graphs in {where}{partial}: {COLD}", "nothing to fix; the first start fills the cache")]
     n = len(cache.warm_hashes)

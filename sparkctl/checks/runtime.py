@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from sparkctl.checks.base import Context, fail, host_check, ok, skipped, warn
 from sparkctl.checks.host import runtime_hosts
+from sparkctl.facts.logs import MARLIN_BACKENDS, MOE_BACKEND_NAMES, QUANT_WORD, expected_moe_names
+from sparkctl.runtime.metrics import KV_USAGE, RUNNING, WAITING
 
 # the fact kinds (sparkctl/facts/host.py) this group's checks read: gathered for them
 READS = frozenset({"containers", "logs", "drafter_health", "applied"})
@@ -155,27 +157,34 @@ def metrics(ctx: Context, host: str, f):
     if ep.metrics_error:
         return [fail(f"/metrics: {ep.metrics_error}", f"`curl {ep.url}/metrics` by hand")]
     m = ep.metrics
-    running, waiting = m.get("vllm:num_requests_running", 0), m.get("vllm:num_requests_waiting", 0)
-    kv = m.get("vllm:kv_cache_usage_perc")
+    running, waiting = m.total(RUNNING) or 0.0, m.total(WAITING) or 0.0  # request counts add up over engines
+    kv = m.gauge(KV_USAGE)  # one pool per engine: never summed
     parts = [f"{running:g} running, {waiting:g} waiting"]
-    data = {"running": running, "waiting": waiting}
+    data: dict = {"running": running, "waiting": waiting}
     if kv is not None:
-        parts.append(f"KV cache {kv:.0%} used")
-        data["kv_usage"] = kv
-    drafts = m.get("vllm:spec_decode_num_drafts_total", 0)
-    draft_tokens = m.get("vllm:spec_decode_num_draft_tokens_total", 0)
-    accepted = m.get("vllm:spec_decode_num_accepted_tokens_total", 0)
-    if drafts > 0 and draft_tokens > 0:
-        length, rate = 1 + accepted / drafts, accepted / draft_tokens
-        parts.append(f"speculative: mean acceptance length {length:.2f}, acceptance rate {rate:.0%} since start")
-        data.update(acceptance_length=round(length, 3), acceptance_rate=round(rate, 3))
+        if len(kv.per_engine) == 1:
+            parts.append(f"KV cache {kv.max:.0%} used")
+        else:
+            parts.append(
+                f"KV cache {kv.max:.0%} used on the fullest of {len(kv.per_engine)} engines (engine {kv.fullest_engine}), "
+                f"{kv.mean:.0%} on average"
+            )
+        data["kv_cache_usage"] = kv.as_dict()
+    spec = m.spec
+    if spec is not None and spec.drafts > 0 and spec.draft_tokens > 0:
+        parts.append(
+            f"speculative: mean acceptance length {spec.acceptance_length:.2f}, "
+            f"acceptance rate {spec.acceptance_rate:.0f}% since start"
+        )
+        data.update(spec.fields())
     elif ctx.inventory.runtime.speculative:
         parts.append("speculative: no drafts yet")
     msg = "; ".join(parts)
-    if kv is not None and kv >= KV_USAGE_WARN:
+    if kv is not None and kv.max >= KV_USAGE_WARN:
+        where = "the pool is" if len(kv.per_engine) == 1 else f"engine {kv.fullest_engine}'s pool is"
         return [
             warn(
-                f"{msg}: the pool is nearly full (requests get preempted)",
+                f"{msg}: {where} nearly full (requests get preempted)",
                 "the pool is shared by all live requests: lower max_num_seqs or the context in use, or add memory",
                 **data,
             )
@@ -189,10 +198,16 @@ def kv_pool(ctx: Context, host: str, f):
         return [skipped(NOT_RUNNING)]
     _, c, logs = _head_container(ctx)
     r = ctx.inventory.runtime
-    if logs is None or logs.kv_pool_tokens is None:
-        return [skipped("no 'GPU KV cache size' line in the head's log yet")]
-    pool = logs.kv_pool_tokens
-    data = {"kv_pool_tokens": pool}
+    ep = ctx.endpoint
+    # vllm:cache_config_info carries kv_cache_size_tokens once the pool is sized: no log needed.
+    from_metrics = ep.metrics.kv_cache_size_tokens() if ep is not None and ep.metrics is not None else {}
+    if logs is not None and logs.kv_pool_tokens is not None:
+        pool, source = logs.kv_pool_tokens, "log"
+    elif from_metrics:
+        pool, source = min(from_metrics.values()), "metrics"
+    else:
+        return [skipped("no 'GPU KV cache size' line in the head's log and no kv_cache_size_tokens in /metrics yet")]
+    data = {"kv_pool_tokens": pool, "source": source}
     if pool < r.max_model_len:
         return [
             fail(
@@ -220,35 +235,70 @@ def target_hosts(ctx: Context) -> list[str]:
     return [h for h in ctx.hosts if h in hosts]
 
 
+def _moe_names_text(quantization, want) -> str:
+    paths = [quantization] if quantization else list(MOE_BACKEND_NAMES)
+    names = sorted({n for p in paths for n in (expected_moe_names(p, want) or ())})
+    return ", ".join(names)
+
+
 @host_check("runtime.moe_backend", "no silent Marlin fallback: the MoE backend the log names is the configured one", scope=target_hosts)
 def moe_backend(ctx: Context, host: str, f):
     if not running_anywhere(ctx):
         return [skipped(NOT_RUNNING)]
-    want = ctx.inventory.runtime.moe_backend
+    r = ctx.inventory.runtime
+    want, quant = r.moe_backend, r.moe_quantization
+    # vLLM 0.33 logs the enum name of the selected backend (fused_moe/oracle/nvfp4.py, mxfp4.py);
+    # which names the inventory's value stands for depends on the checkpoint's path.
+    paths = [quant] if quant else list(MOE_BACKEND_NAMES)
+    names = {n for p in paths for n in (expected_moe_names(p, want) or ())}
     out = []
     for c in f.containers or []:
         logs = f.logs.get(c.id)
         if c.role == "drafter" or logs is None:
             continue
-        if logs.marlin and want != "marlin":
+        logged = logs.moe_backend
+        marlin = (logged in MARLIN_BACKENDS) or bool(logs.marlin)
+        if marlin and want != "marlin":
+            said = logs.marlin[0] if logs.marlin else f"MoE backend {logged}"
             out.append(
                 fail(
-                    f"{c.name} fell back to Marlin (W4A16, about half the throughput): {logs.marlin[0][-160:]}",
+                    f"{c.name} fell back to Marlin (W4A16, about half the throughput): {said[-160:]}",
                     f"run an image whose MoE kernels include {want or 'flashinfer_b12x'} and set runtime.moe_backend to it, "
                     "then `sparkctl up`",
                     c.name,
+                    moe_backend=logged,
                 )
             )
-        elif logs.moe_backend and want and logs.moe_backend != want:
+        elif logged and quant and logs.moe_path and logs.moe_path != QUANT_WORD[quant]:
             out.append(
                 fail(
-                    f"{c.name} uses MoE backend {logs.moe_backend}, the inventory asks for {want}",
-                    f"the image lacks {want}: use one that has it (or set runtime.moe_backend to what it has)",
+                    f"{c.name} runs the {logs.moe_path} MoE path ({logged}), the inventory says moe_quantization {quant}",
+                    "set runtime.moe_quantization to the checkpoint's (nvfp4 or mxfp4), or mount the checkpoint you meant",
                     c.name,
+                    moe_backend=logged,
                 )
             )
-        elif logs.moe_backend:
-            out.append(ok(f"{c.name}: MoE backend {logs.moe_backend}", c.name))
+        elif logged and names and logged not in names:
+            out.append(
+                fail(
+                    f"{c.name} uses MoE backend {logged}, the inventory asks for {want} (vLLM logs it as {_moe_names_text(quant, want)})",
+                    f"the image lacks {want}: use one that has it (or set runtime.moe_backend to what it has)",
+                    c.name,
+                    moe_backend=logged,
+                )
+            )
+        elif logged and want and want != "auto" and not names:
+            # e.g. flashinfer_b12x on an MXFP4 checkpoint: vLLM 0.33 refuses it; an image that runs it has its own.
+            out.append(
+                ok(
+                    f"{c.name}: MoE backend {logged} (vLLM 0.33 has no {quant or 'NvFp4/Mxfp4'} backend named {want}: "
+                    "the image's own build)",
+                    c.name,
+                    moe_backend=logged,
+                )
+            )
+        elif logged:
+            out.append(ok(f"{c.name}: MoE backend {logged}", c.name, moe_backend=logged))
         else:
             out.append(ok(f"{c.name}: no Marlin fallback in its log", c.name))
     return out or [skipped("no runtime container here")]
@@ -271,12 +321,10 @@ def engine(ctx: Context, host: str, f):
         logs = f.logs.get(c.id)
         if logs is None:
             continue
-        for kind in ("device_assert", "worker_died", "engine_fatal"):  # the most specific cause first
-            lines = getattr(logs, kind)
-            if lines:
-                out.append(fail(f"{c.name}: {lines[0][-200:]}", _FATAL_FIX[kind].format(name=c.name), c.name, sign=kind))
-                break
-        else:
+        signs = logs.signs  # every sign, the most causal first (a CUDA assert kills a worker kills the engine)
+        for kind, line in signs:
+            out.append(fail(f"{c.name}: {line[-200:]}", _FATAL_FIX[kind].format(name=c.name), c.name, sign=kind))
+        if not signs:
             out.append(ok(f"{c.name}: no fatal sign in its log", c.name))
     return out or [skipped("no runtime container here")]
 

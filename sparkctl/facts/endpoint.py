@@ -9,18 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-# Summed over label sets (model_name, engine); counters are read under their `_total` sample name.
-METRICS = (
-    "vllm:num_requests_running",
-    "vllm:num_requests_waiting",
-    "vllm:kv_cache_usage_perc",
-    "vllm:num_preemptions_total",
-    "vllm:spec_decode_num_drafts_total",
-    "vllm:spec_decode_num_draft_tokens_total",
-    "vllm:spec_decode_num_accepted_tokens_total",
-    "vllm:generation_tokens_total",  # status: live tok/s from two scrapes
-    "vllm:prompt_tokens_total",
-)
+from sparkctl.runtime.metrics import MetricsPage, parse_page
 
 
 @dataclass
@@ -30,7 +19,7 @@ class EndpointFacts:
     health_error: Optional[str] = None  # e.g. "connection refused" (loading, or nothing listening)
     models: Optional[list[dict]] = None
     models_error: Optional[str] = None
-    metrics: dict[str, float] = field(default_factory=dict)
+    metrics: MetricsPage = field(default_factory=MetricsPage)  # per engine (sparkctl/runtime/metrics.py)
     metrics_error: Optional[str] = None
 
     @property
@@ -38,16 +27,9 @@ class EndpointFacts:
         return self.health is not None
 
 
-def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text -> the sums of the samples doctor reads (prometheus_client's parser)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in METRICS:
-                out[sample.name] = out.get(sample.name, 0.0) + float(sample.value)
-    return out
+def parse_metrics(text: str, model: Optional[str] = None) -> MetricsPage:
+    """Prometheus text -> the page by engine (prometheus_client's parser); see runtime/metrics.py."""
+    return parse_page(text, model)
 
 
 def _why(exc: Exception) -> str:
@@ -60,7 +42,7 @@ def _why(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def fetch(host: str, port: int, timeout: float = 3.0) -> EndpointFacts:
+def fetch(host: str, port: int, timeout: float = 3.0, model: Optional[str] = None) -> EndpointFacts:
     import httpx
 
     base = f"http://{host}:{port}"
@@ -81,7 +63,7 @@ def fetch(host: str, port: int, timeout: float = 3.0) -> EndpointFacts:
         try:
             r = client.get("/metrics")
             r.raise_for_status()
-            facts.metrics = parse_metrics(r.text)
+            facts.metrics = parse_metrics(r.text, model)
         except httpx.HTTPError as exc:
             facts.metrics_error = _why(exc)
         except ValueError as exc:

@@ -1,9 +1,11 @@
-"""The runtime's log lines an operator greps for (vllm-interface.md, seeds 000/002), found on the host.
+"""The runtime's log lines an operator greps for, found on the host (docs/conformance.md: each line's
+vLLM 0.33 source and format string).
 
 The scan runs on the host (awk over `docker logs`), so only matching lines cross the network:
 a container that has run for weeks can have gigabytes of log. Startup lines (KV pool size, MoE
-backend) are kept from the start, bad signs are capped per kind, the newest speculative decoding
-line is kept. `classify` turns the lines into facts the checks read.
+backend) are kept from the start, bad signs are capped per kind; for the newest speculative
+decoding line and the newest compile line of each kind (cache hit, compiled) only the newest is
+kept, so the last start's warm/cold is known. `classify` turns the lines into facts the checks read.
 """
 
 from __future__ import annotations
@@ -14,32 +16,100 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 # Lower-case substrings the host-side awk keeps (each at most PER_KIND times).
-# Order matters: a line is kept under the first kind it matches ("Using 'x' ... MoE backend out of
-# potential backends: [... 'marlin' ...]" is a backend line, not a Marlin fallback).
+# Order matters: a line is kept under the first kind it matches ("Using 'X' NvFp4 MoE backend out of
+# potential backends: [... 'MARLIN' ...]" is a backend line, not a Marlin fallback).
 KINDS = {
     "moe_backend": "moe backend",
-    "marlin": "marlin",
+    "marlin": "leveraging the marlin kernel",
     "device_assert": "device-side assert triggered",
     "engine_fatal": "enginecore encountered a fatal error",
     "engine_start": "enginecore failed to start",
     "worker_died": "died unexpectedly",
-    "kv_pool": "gpu kv cache size",
+    "kv_pool": "kv cache size:",
     "ready": "starting vllm server",
-    "compile": "compil",
 }
 PER_KIND = 5
-SPEC_MARK = "SpecDecoding metrics"
+# Only the newest line of each of these is kept (exact case: vLLM's own format strings).
+NEWEST = {
+    "spec": "SpecDecoding metrics",
+    "compile_hit": "Directly load the compiled graph(s) for compile range",
+    "compile_miss": "Compiling a graph for compile range",
+}
+SPEC_MARK = NEWEST["spec"]
+
+# vLLM 0.33 logs the MoE backend it selected by its enum value, upper case, not by the --moe-backend
+# value: map_nvfp4_backend() in model_executor/layers/fused_moe/oracle/nvfp4.py and
+# map_mxfp4_backend() in .../oracle/mxfp4.py (the batched activation format swaps
+# FLASHINFER_CUTEDSL -> FLASHINFER_CUTEDSL_BATCHED and MARLIN -> BATCHED_MARLIN). A value missing
+# from a path's map is refused by vLLM 0.33 at start-up for a checkpoint of that path.
+MOE_BACKEND_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
+    "nvfp4": {
+        "b12x": ("B12X",),
+        "cutlass": ("VLLM_CUTLASS",),
+        "flashinfer_trtllm": ("FLASHINFER_TRTLLM",),
+        "flashinfer_cutlass": ("FLASHINFER_CUTLASS",),
+        "flashinfer_cutedsl": ("FLASHINFER_CUTEDSL", "FLASHINFER_CUTEDSL_BATCHED"),
+        "flashinfer_moe_ep_cutedsl": ("FLASHINFER_MOE_EP_CUTEDSL",),
+        "flashinfer_b12x": ("FLASHINFER_B12X",),
+        "marlin": ("MARLIN",),
+        "humming": ("HUMMING",),
+        "emulation": ("EMULATION",),
+    },
+    "mxfp4": {
+        "b12x": ("B12X_MXFP4_MXFP8", "B12X_MXFP4_BF16"),
+        "deep_gemm": ("DEEPGEMM_MXFP4",),
+        "flashinfer_trtllm": ("FLASHINFER_TRTLLM_MXFP4_BF16", "FLASHINFER_TRTLLM_MXFP4_MXFP8"),
+        "flashinfer_trtllm_afp8": ("FLASHINFER_TRTLLM_MXFP4_MXFP8",),
+        "flashinfer_cutlass": ("FLASHINFER_CUTLASS_MXFP4_BF16", "FLASHINFER_CUTLASS_MXFP4_MXFP8"),
+        "flashinfer_cutlass_afp8": ("FLASHINFER_CUTLASS_MXFP4_MXFP8",),
+        "flashinfer_moe_ep_cutedsl": ("FLASHINFER_MOE_EP_CUTEDSL",),
+        "flashinfer_moe_ep_mega_deep_gemm": ("FLASHINFER_MOE_EP_DEEP_GEMM",),
+        "triton": ("TRITON",),
+        "triton_unfused": ("TRITON_UNFUSED",),
+        "humming": ("HUMMING",),
+        "marlin": ("MARLIN", "BATCHED_MARLIN"),
+        "aiter": (
+            "AITER_MXFP4_BF16",
+            "AITER_TRITON_MXFP4_BF16",
+            "AITER_MXFP4_FP8",
+            "AITER_MXFP4_MXFP4",
+            "AITER_TRITON_MXFP4_MXFP4",
+        ),
+        "aiter_triton_mxfp4_bf16": ("AITER_TRITON_MXFP4_BF16",),
+        "aiter_mxfp4_fp8": ("AITER_MXFP4_FP8",),
+        "aiter_triton_mxfp4_mxfp4": ("AITER_TRITON_MXFP4_MXFP4",),
+        "aiter_mxfp4_mxfp4": ("AITER_MXFP4_MXFP4",),
+        "xpu": ("XPU",),
+        "cpu": ("CPU",),
+        "emulation": ("EMULATION",),
+    },
+}
+MARLIN_BACKENDS = frozenset({"MARLIN", "BATCHED_MARLIN"})
+# The word each path's line carries: "Using '%s' NvFp4 MoE backend out of ..." / "Using '%s' Mxfp4 MoE backend."
+QUANT_WORD = {"nvfp4": "NvFp4", "mxfp4": "Mxfp4"}
+
+
+def expected_moe_names(quantization: str, moe_backend: Optional[str]) -> Optional[tuple[str, ...]]:
+    """The enum names vLLM 0.33 logs for the inventory's --moe-backend on this checkpoint path;
+    None when the value has no name on that path (or is unset / auto)."""
+    if not moe_backend or moe_backend == "auto":
+        return None
+    return MOE_BACKEND_NAMES.get(quantization, {}).get(moe_backend)
 
 
 def awk_program() -> str:
-    """The host-side filter: matching lines (at most PER_KIND per kind), then the newest spec-decode line."""
+    """The host-side filter: matching lines (at most PER_KIND per kind), then the newest of NEWEST in log order."""
+    newest = "\n".join(
+        f'  if (index($0, "{needle}")) {{ nl["{kind}"] = $0; nn["{kind}"] = NR; next }}' for kind, needle in NEWEST.items()
+    )
     conds = "\n".join(
         f'  if (index(l, "{needle}") && c["{kind}"]++ < {PER_KIND}) {{ print; next }}' for kind, needle in KINDS.items()
     )
     return (
-        "{ if (index($0, \"" + SPEC_MARK + "\")) { spec = $0; next }\n"
-        "  l = tolower($0)\n" + conds + "\n}\n"
-        "END { if (spec != \"\") print spec }"
+        "{\n" + newest + "\n  l = tolower($0)\n" + conds + "\n}\n"
+        "END { n = 0; for (k in nn) key[++n] = k\n"
+        "  for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (nn[key[j]] < nn[key[i]]) { t = key[i]; key[i] = key[j]; key[j] = t }\n"
+        "  for (i = 1; i <= n; i++) print nl[key[i]]\n}"
     )
 
 
@@ -48,9 +118,13 @@ def scan_command(container_ids: str = "$ids") -> str:
     return f'for c in {container_ids}; do echo "@@ctr $c"; docker logs "$c" 2>&1 | awk {shlex.quote(awk_program())}; done'
 
 
-_KV = re.compile(r"GPU KV cache size:\s*([\d,]+)\s*tokens")
+_KV = re.compile(r"KV cache size:\s*([\d,]+)\s*tokens")
 _ACCEPT = re.compile(r"Mean acceptance length:\s*([\d.]+)")
-_BACKEND = re.compile(r"Using '([\w-]+)'.*MoE backend")
+_BACKEND = re.compile(r"Using '([\w-]+)' (\w+) MoE backend")
+_COMPILE_SECONDS = re.compile(r"(?:took|takes) ([\d.]+) s")
+
+# Fatal signs, most causal first: a CUDA assert kills the worker, a dead worker kills the engine.
+FATAL_KINDS = ("device_assert", "worker_died", "engine_fatal")
 
 
 @dataclass
@@ -59,15 +133,31 @@ class LogFacts:
 
     container: str
     kv_pool_tokens: Optional[int] = None
-    moe_backend: Optional[str] = None
+    moe_backend: Optional[str] = None  # the enum value vLLM logged, e.g. FLASHINFER_B12X
+    moe_path: Optional[str] = None  # "NvFp4" or "Mxfp4": the checkpoint's quantization path as logged
     ready: bool = False
     spec_mean_acceptance: Optional[float] = None
-    compile_cache_hit: bool = False  # "Directly load the compiled graph(s) ... from the cache"
-    compile_cache_miss: bool = False  # "Compiling a graph for compile range ..."
+    # The newest compile line says how the last start went: "warm" (loaded from the compile cache)
+    # or "cold" (compiled), with the seconds that line reports.
+    compile_start: Optional[str] = None
+    compile_seconds: Optional[float] = None
     marlin: list[str] = field(default_factory=list)
     device_assert: list[str] = field(default_factory=list)
     engine_fatal: list[str] = field(default_factory=list)
     worker_died: list[str] = field(default_factory=list)
+
+    @property
+    def signs(self) -> list[tuple[str, str]]:
+        """Every fatal sign as (kind, first line of that kind), most causal first."""
+        return [(kind, getattr(self, kind)[0]) for kind in FATAL_KINDS if getattr(self, kind)]
+
+    @property
+    def compile_cache_hit(self) -> bool:
+        return self.compile_start == "warm"
+
+    @property
+    def compile_cache_miss(self) -> bool:
+        return self.compile_start == "cold"
 
     @property
     def fatal(self) -> list[str]:
@@ -97,18 +187,21 @@ def classify(facts: LogFacts, line: str) -> None:
         if m:
             facts.spec_mean_acceptance = float(m.group(1))
         return
+    for kind, state in (("compile_hit", "warm"), ("compile_miss", "cold")):
+        if NEWEST[kind] in line:
+            # Lines arrive in log order: the newest wins.
+            facts.compile_start = state
+            m = _COMPILE_SECONDS.search(line)
+            facts.compile_seconds = float(m.group(1)) if m else None
+            return
     if m := _KV.search(line):
         facts.kv_pool_tokens = int(m.group(1).replace(",", ""))
     if m := _BACKEND.search(line):
-        facts.moe_backend = m.group(1).replace("-", "_")
+        facts.moe_backend, facts.moe_path = m.group(1), m.group(2)
     if KINDS["ready"] in low:
         facts.ready = True
-    if "leveraging the marlin kernel" in low or ("marlin" in low and "fall" in low):
+    if KINDS["marlin"] in low:
         facts.marlin.append(line.strip())
-    if "directly load the compiled graph" in low:
-        facts.compile_cache_hit = True
-    elif "compiling a graph for" in low:
-        facts.compile_cache_miss = True
     if KINDS["device_assert"] in low:
         facts.device_assert.append(line.strip())
     if KINDS["engine_fatal"] in low or KINDS["engine_start"] in low:

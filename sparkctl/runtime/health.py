@@ -10,21 +10,25 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-# (pattern, phase shown to the operator), newest phase wins
+# (pattern, phase shown to the operator), newest phase wins. The vLLM 0.33 line behind each
+# pattern is in docs/conformance.md; Ray's own lines come from `ray start` / ray.init.
 PHASES = [
     (re.compile(r"ray start|Ray runtime started|Started a local Ray instance"), "starting Ray"),
-    (re.compile(r"[Ww]aiting for .*(worker|node|placement)"), "waiting for the worker to join"),
-    (re.compile(r"[Ll]oading (model )?weights|Loading safetensors"), "loading weights"),
-    (re.compile(r"GPU KV cache size"), "allocating KV cache"),
+    (re.compile(r"Waiting for creating a placement group"), "waiting for the worker to join"),
+    (re.compile(r"Starting to load model|Loading safetensors checkpoint shards"), "loading weights"),
     (re.compile(r"Directly load the compiled graph"), "compiling (cache hit)"),
-    (re.compile(r"Compiling a graph for compile range"), "compiling (cache miss: cold start)"),
-    (re.compile(r"[Cc]apturing (CUDA )?graphs"), "capturing CUDA graphs"),
-    (re.compile(r"init engine .* took"), "engine initialised"),
+    (re.compile(r"Compiling a graph for compile range|Cache the graph of compile range"), "compiling (cache miss: cold start)"),
+    (re.compile(r"KV cache size: [\d,]+ tokens"), "allocating KV cache"),
+    (re.compile(r"Capturing CUDA graphs"), "capturing CUDA graphs"),
+    (re.compile(r"init engine \(profile, create kv cache, warmup model\) took"), "engine initialised"),
     (re.compile(r"Starting vLLM server on"), "serving"),
 ]
 FATAL = [
     re.compile(r"EngineCore encountered a fatal error"),
-    re.compile(r"RayWorkerProc rank=\d+ died unexpectedly"),
+    re.compile(r"EngineCore failed to start"),
+    # ray_executor_v2.py formats the list of dead ranks: "RayWorkerProc rank=[1] died unexpectedly, ..."
+    re.compile(r"RayWorkerProc rank=\[?[\d, ]+\]? died unexpectedly"),
+    re.compile(r"Worker proc \S+ died unexpectedly"),
     re.compile(r"device-side assert triggered"),
     re.compile(r"vllm serve: error:"),
 ]

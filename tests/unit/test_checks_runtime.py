@@ -1,26 +1,27 @@
 """Runtime checks on the recorded lab facts plus the runtime's answers: containers (docker inspect),
-log lines (vLLM's own, as the simulator prints them), and the HTTP API."""
+log lines and /metrics pages built from vLLM 0.33's format strings (docs/conformance.md, via
+test_conformance), and the HTTP API."""
 
 from __future__ import annotations
 
 import json
 
-from sparkctl.facts.endpoint import EndpointFacts
+from sparkctl.facts.endpoint import EndpointFacts, parse_metrics
 from sparkctl.runtime.launch import render
 from test_checks import INV, H, O, W, by, edit, failing, run, sections
+from test_conformance import line, metrics_page
 
 PLAN = render(INV)
+RAY1 = "RayWorkerProc pid=80, ip=10.231.100.3"
 OK_LOG = [
-    "(RayWorkerWrapper pid=80) INFO [oracle.py:389] Using 'flashinfer_b12x' Mxfp4 MoE backend out of potential backends: ['flashinfer_b12x', 'marlin'].",
-    "(EngineCore_DP0 pid=2) INFO [kv_cache_utils.py:1733] GPU KV cache size: 1,930,112 tokens",
-    "(APIServer pid=1) INFO [api_server.py:1950] Starting vLLM server on http://0.0.0.0:8888",
+    line("moe_nvfp4", "FLASHINFER_B12X", ["FLASHINFER_TRTLLM", "MARLIN"], process="Worker_TP0 pid=79", ray="RayWorkerProc pid=79"),
+    line("kv_size", "GPU", "1,930,112", "327,680", 5.89),
+    line("serving", "http://0.0.0.0:8888", process="APIServer pid=1"),
 ]
 MODELS = [{"id": INV.runtime.served_model_name, "object": "model", "max_model_len": INV.runtime.max_model_len}]
-METRICS = {
-    "vllm:num_requests_running": 2.0, "vllm:num_requests_waiting": 0.0, "vllm:kv_cache_usage_perc": 0.31,
-    "vllm:spec_decode_num_drafts_total": 100.0, "vllm:spec_decode_num_draft_tokens_total": 500.0,
-    "vllm:spec_decode_num_accepted_tokens_total": 280.0,
-}  # fmt: skip
+ENGINE0 = {"m_running": 2, "m_waiting": 0, "m_kv_usage": 0.31, "m_spec_drafts": 100, "m_spec_draft_tokens": 500,
+           "m_spec_accepted": 280}
+METRICS = {"0": ENGINE0}
 
 
 def container(spec, status="running", exit_code=0, config_hash=None, image_id=None):
@@ -53,8 +54,9 @@ def running(secs=None, logs=None, status=None, config_hash=None, drafter_health=
     return secs
 
 
-def endpoint(health=200, models=MODELS, metrics=METRICS, error=None):
-    return EndpointFacts(url="http://10.231.0.11:8888", health=health, health_error=error, models=models, metrics=dict(metrics))
+def endpoint(health=200, models=MODELS, metrics=METRICS, error=None, info=None):
+    page = parse_metrics(metrics_page(metrics, INV.runtime.served_model_name, info))
+    return EndpointFacts(url="http://10.231.0.11:8888", health=health, health_error=error, models=models, metrics=page)
 
 
 def test_runtime_up_and_healthy():
@@ -64,7 +66,9 @@ def test_runtime_up_and_healthy():
     assert runtime and all(x.status == "ok" for x in runtime), [x for x in runtime if x.status != "ok"]
     m = by(r, "runtime.metrics", H)
     assert "2 running, 0 waiting" in m.message and "KV cache 31% used" in m.message
-    assert m.data["acceptance_length"] == 3.8 and m.data["acceptance_rate"] == 0.56
+    # one unit per name: vllm bench serve's (rate in percent of draft tokens, length in tokens per step)
+    assert m.data["spec_decode_acceptance_length"] == 3.8 and m.data["spec_decode_acceptance_rate"] == 56.0
+    assert "acceptance rate 56% since start" in m.message
     assert "1,930,112" in by(r, "runtime.kv_pool", H).message
     assert by(r, "runtime.containers", W, "sparkctl-worker").status == "ok"
     assert by(r, "host.memlock", H).status == "warn"  # the lab inventory's limit; the containers have it
@@ -72,20 +76,42 @@ def test_runtime_up_and_healthy():
 
 def test_marlin_fallback_fails_moe_backend_only():
     marlin = [
-        "(RayWorkerWrapper pid=80) WARNING [marlin_utils_fp8.py:118] Your GPU does not have native support for FP8 computation but "
-        "FP8 quantization is being used. Weight-only FP8 compression will be used leveraging the Marlin kernel.",
-        "(RayWorkerWrapper pid=80) INFO [oracle.py:389] Using 'marlin' Mxfp4 MoE backend out of potential backends: ['flashinfer_b12x', 'marlin'].",
+        line("moe_nvfp4_auto", "MARLIN", ["FLASHINFER_TRTLLM", "MARLIN"], process="Worker_TP0 pid=79"),
+        line("marlin_fp4", process="Worker_TP0 pid=79", level="WARNING"),
     ] + OK_LOG[1:]
     r = run(running(logs={"head": marlin}), endpoint=endpoint())
     assert failing(r) == {("runtime.moe_backend", H, "sparkctl-head")}
     f = by(r, "runtime.moe_backend", H)
     assert "fell back to Marlin" in f.message and "flashinfer_b12x" in f.fix
+    # the MXFP4 path logs no Marlin warning: the backend line alone says it
+    r = run(running(logs={"head": [line("moe_mxfp4_auto", "MARLIN")] + OK_LOG[1:]}), endpoint=endpoint())
+    assert failing(r) == {("runtime.moe_backend", H, "sparkctl-head")}
+
+
+def test_moe_backend_is_read_by_vllms_enum_name_for_the_checkpoints_path():
+    # item 1: upper-case enum names, per quantization path (fused_moe/oracle/nvfp4.py, mxfp4.py)
+    r = run(running(), endpoint=endpoint())
+    assert by(r, "runtime.moe_backend", H).status == "ok" and "FLASHINFER_B12X" in by(r, "runtime.moe_backend", H).message
+    nv = INV.model_copy(update={"runtime": INV.runtime.model_copy(update={"moe_quantization": "nvfp4"})})
+    assert by(run(running(), inv=nv, endpoint=endpoint()), "runtime.moe_backend", H).status == "ok"
+    # another backend than asked: fail, naming what vLLM would have logged
+    other = [line("moe_nvfp4", "VLLM_CUTLASS", ["FLASHINFER_TRTLLM"], process="Worker_TP0 pid=79")] + OK_LOG[1:]
+    f = by(run(running(logs={"head": other}), inv=nv, endpoint=endpoint()), "runtime.moe_backend", H)
+    assert f.status == "fail" and "VLLM_CUTLASS" in f.message and "FLASHINFER_B12X" in f.message
+    # the inventory says mxfp4 but the checkpoint took the NvFp4 path
+    mx = INV.model_copy(update={"runtime": INV.runtime.model_copy(update={"moe_quantization": "mxfp4"})})
+    f = by(run(running(), inv=mx, endpoint=endpoint()), "runtime.moe_backend", H)
+    assert f.status == "fail" and "NvFp4" in f.message and "moe_quantization" in f.fix
+    # flashinfer_b12x has no MXFP4 name in vLLM 0.33: an image that runs it logs its own; not a failure
+    b12x = [line("moe_mxfp4", "B12X_MXFP4_MXFP8", process="Worker_TP0 pid=79")] + OK_LOG[1:]
+    f = by(run(running(logs={"head": b12x}), inv=mx, endpoint=endpoint()), "runtime.moe_backend", H)
+    assert f.status == "ok" and "B12X_MXFP4_MXFP8" in f.message and "no mxfp4 backend named flashinfer_b12x" in f.message
 
 
 def test_crash_fails_engine_health_and_container():
     dead = OK_LOG + [
-        "(EngineCore_DP0 pid=2) ERROR [worker_base.py:617] RuntimeError: CUDA error: device-side assert triggered",
-        "(EngineCore_DP0 pid=2) ERROR [core.py:710] EngineCore encountered a fatal error.",
+        "(RayWorkerProc pid=80, ip=10.231.100.3) torch.AcceleratorError: CUDA error: device-side assert triggered",
+        line("fatal", level="ERROR"),
     ]
     r = run(running(logs={"head": dead}, status={"head": "exited"}), endpoint=endpoint(health=None, error="connection refused"))
     assert failing(r) == {
@@ -100,13 +126,24 @@ def test_crash_fails_engine_health_and_container():
 
 
 def test_lost_ray_worker_names_the_worker():
-    lost = OK_LOG + [
-        "(EngineCore_DP0 pid=2) ERROR [ray_executor.py:508] RayWorkerProc rank=1 died unexpectedly (node ip=10.231.100.3).",
-        "(EngineCore_DP0 pid=2) ERROR [core.py:710] EngineCore encountered a fatal error.",
-    ]
+    lost = OK_LOG + [line("ray_worker_died", [1], level="ERROR"), line("fatal", level="ERROR")]
     r = run(running(logs={"head": lost}), endpoint=endpoint(health=503))
-    e = by(r, "runtime.engine", H)
-    assert e.status == "fail" and "RayWorkerProc rank=1 died unexpectedly" in e.message and "worker" in e.fix
+    found = [x for x in r if x.name == "runtime.engine" and x.host == H]
+    assert [x.data["sign"] for x in found] == ["worker_died", "engine_fatal"]  # every sign, the cause first
+    assert "RayWorkerProc rank=[1] died unexpectedly" in found[0].message and "worker" in found[0].fix
+
+
+def test_several_fatal_signs_are_all_reported_most_causal_first():
+    # item 3: a device-side assert, a lost Ray worker and the engine's death in one log
+    dead = OK_LOG + [
+        line("fatal", level="ERROR"),
+        "(RayWorkerProc pid=80, ip=10.231.100.3) torch.AcceleratorError: CUDA error: device-side assert triggered",
+        line("ray_worker_died", [1], level="ERROR"),
+    ]
+    r = run(running(logs={"head": dead}), endpoint=endpoint(health=503))
+    found = [x for x in r if x.name == "runtime.engine" and x.host == H]
+    assert [(x.status, x.data["sign"]) for x in found] == [("fail", "device_assert"), ("fail", "worker_died"), ("fail", "engine_fatal")]
+    assert "max_num_seqs" in found[0].fix and "worker" in found[1].fix and "traceback" in found[2].fix
 
 
 def test_still_loading_is_a_warning():
@@ -132,17 +169,40 @@ def test_missing_container_and_stale_drafter():
 
 
 def test_kv_pool_smaller_than_expected_or_than_a_request():
-    small = [OK_LOG[0], "(EngineCore_DP0 pid=2) INFO [kv_cache_utils.py:1733] GPU KV cache size: 1,500,000 tokens", OK_LOG[2]]
+    small = [OK_LOG[0], line("kv_size", "GPU", "1,500,000", "327,680", 4.58), OK_LOG[2]]
     r = run(running(logs={"head": small}), endpoint=endpoint())
     assert by(r, "runtime.kv_pool", H).status == "warn" and "1,930,000" in by(r, "runtime.kv_pool", H).message
-    tiny = [OK_LOG[0], "(EngineCore_DP0 pid=2) INFO [kv_cache_utils.py:1733] GPU KV cache size: 200,000 tokens", OK_LOG[2]]
+    tiny = [OK_LOG[0], line("kv_size", "GPU", "200,000", "327,680", 0.61), OK_LOG[2]]
     r = run(running(logs={"head": tiny}), endpoint=endpoint())
     assert failing(r) == {("runtime.kv_pool", H, "")}
 
 
 def test_kv_nearly_full_warns():
-    r = run(running(), endpoint=endpoint(metrics={**METRICS, "vllm:kv_cache_usage_perc": 0.97}))
+    r = run(running(), endpoint=endpoint(metrics={"0": {**ENGINE0, "m_kv_usage": 0.97}}))
     assert by(r, "runtime.metrics", H).status == "warn" and "nearly full" in by(r, "runtime.metrics", H).message
+
+
+def test_two_engines_at_half_are_not_a_full_pool():
+    # item 2: a gauge is never summed over engines (data parallel: one pool each)
+    two = {"0": {**ENGINE0, "m_kv_usage": 0.5}, "1": {**ENGINE0, "m_running": 1, "m_kv_usage": 0.5}}
+    m = by(run(running(), endpoint=endpoint(metrics=two)), "runtime.metrics", H)
+    assert m.status == "ok" and "KV cache 50% used on the fullest of 2 engines" in m.message
+    assert "3 running" in m.message  # request counts do add up
+    assert m.data["kv_cache_usage"] == {"max": 0.5, "mean": 0.5, "per_engine": {"0": 0.5, "1": 0.5}}
+    assert m.data["spec_decode_acceptance_rate"] == 56.0  # counters summed, then divided
+    one_full = {"0": {**ENGINE0, "m_kv_usage": 0.2}, "1": {**ENGINE0, "m_kv_usage": 0.96}}
+    m = by(run(running(), endpoint=endpoint(metrics=one_full)), "runtime.metrics", H)
+    assert m.status == "warn" and "engine 1's pool is nearly full" in m.message
+
+
+def test_kv_pool_from_cache_config_info_without_the_log_line():
+    # item 8: vllm:cache_config_info carries kv_cache_size_tokens
+    no_kv_line = [OK_LOG[0], OK_LOG[2]]
+    r = run(running(logs={"head": no_kv_line}), endpoint=endpoint())
+    assert by(r, "runtime.kv_pool", H).status == "skipped"
+    info = {"0": {"block_size": "256", "kv_cache_size_tokens": "1930112"}}
+    k = by(run(running(logs={"head": no_kv_line}), endpoint=endpoint(info=info)), "runtime.kv_pool", H)
+    assert k.status == "ok" and "1,930,112" in k.message and k.data["source"] == "metrics"
 
 
 def test_memlock_launch_limit_warns_unlimited_is_ok_and_drift_fails():
@@ -161,3 +221,20 @@ def test_memlock_launch_limit_warns_unlimited_is_ok_and_drift_fails():
     # containers running with 8 MiB while the launch now says unlimited: not started from this launch
     r = run(running(), inv=inv, endpoint=endpoint())
     assert ("host.memlock", H, "") in failing(r) and "sparkctl up" in by(r, "host.memlock", H).fix
+
+
+def test_last_starts_warm_or_cold_from_the_log_informs_the_cache_check():
+    # item 3: the compile line the log ends on says how the running config's last start went
+    cold = OK_LOG + [line("compile_miss", "[backbone] ", "(1, 8192)", 612.0, process="Worker_TP0 pid=79")]
+    warm = "present\nd ./3f2a\ni ./3f2a/rank_0_0/backbone/vllm_compile_cache.py\n"
+    secs = edit(running(logs={"head": cold}, config_hash=PLAN.config_hash), H, "cache", warm)
+    c = by(run(secs, endpoint=endpoint()), "caches.compile", H)
+    assert c.status == "ok" and "last start compiled from scratch (612 s)" in c.message and c.data["last_start"] == "cold"
+    # compiled, yet nothing on the volume: the runtime writes its cache elsewhere, every start is cold
+    secs = edit(running(logs={"head": cold}, config_hash=PLAN.config_hash), H, "cache", "present\n")
+    c = by(run(secs, endpoint=endpoint()), "caches.compile", H)
+    assert c.status == "fail" and "every start is cold" in c.message and "VLLM_CACHE_ROOT" in c.fix
+    hit = cold + [line("compile_hit", "[backbone] ", "(1, 8192)", 1.2, process="Worker_TP0 pid=79")]
+    secs = edit(running(logs={"head": hit}, config_hash=PLAN.config_hash), H, "cache", warm)
+    c = by(run(secs, endpoint=endpoint()), "caches.compile", H)
+    assert c.status == "ok" and "warm start" in c.message and c.data["last_start"] == "warm"

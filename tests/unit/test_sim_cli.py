@@ -95,3 +95,28 @@ def test_module_imports_only_the_standard_library():
     done = subprocess.run([sys.executable, "-S", "-c", "import sys; sys.path.insert(0, '.');" + code],
                           capture_output=True, text=True, cwd=harness.sim_env("/tmp")["PYTHONPATH"].split(":")[0])
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_moe_backend_names_follow_the_checkpoints_quantization_path(tmp_path):
+    # item 1 (simulator side): vLLM 0.33 logs the enum name; MXFP4 has no flashinfer_b12x (fused_moe/oracle/mxfp4.py)
+    def start(quant: str, backend: str, expect_rc: int | None):
+        port = harness.free_port()
+        argv = harness.module_argv("vllm_cli", "serve", "/models/m", "--port", str(port), "--max-model-len", "65536",
+                                   "--moe-backend", backend)
+        env = harness.sim_env(str(tmp_path), SIM_TIME_SCALE="0.001", SIM_CHECKPOINT_QUANT=quant)
+        proc = harness.Proc(f"{quant}-{backend}", argv, env, str(tmp_path / f"{quant}-{backend}.log")).start()
+        try:
+            if expect_rc is None:
+                assert harness.wait_http(f"http://127.0.0.1:{port}/health", timeout=30, proc=proc), proc.log()[-2000:]
+            else:
+                assert proc.wait(30) == expect_rc
+            return proc.log()
+        finally:
+            proc.stop()
+
+    log = start("mxfp4", "b12x", None)
+    assert "Using 'B12X_MXFP4_MXFP8' Mxfp4 MoE backend." in log and "NvFp4" not in log
+    log = start("mxfp4", "flashinfer_b12x", 1)
+    assert "ValueError: moe_backend='flashinfer_b12x' is not supported for MXFP4 MoE. Expected one of ['b12x'," in log
+    log = start("nvfp4", "cutlass", None)
+    assert "Using 'VLLM_CUTLASS' NvFp4 MoE backend out of potential backends: ['FLASHINFER_TRTLLM', " in log

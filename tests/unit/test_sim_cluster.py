@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+from test_conformance import assert_conforms
+
 from sparkctl_lab.sim import harness
 
 MODEL = "/models/DeepSeek-V4.1-Flash-1017"
@@ -91,7 +93,8 @@ def test_head_waits_for_the_worker_refuses_while_loading_and_dies_with_it(cluste
     log = vllm.log()
     assert log.index("GPU KV cache size: 1,930,2") < log.index("Starting vLLM server on http://127.0.0.1:")
     assert re.search(r"Maximum concurrency for 327,680 tokens per request: 5\.89x", log)
-    assert "(RayWorkerWrapper pid=" in log and ", ip=127.0.0.1)" in log  # rank 1 reports from the worker node
+    # rank 1 reports from the worker node: Ray's actor prefix, then vLLM's own (Worker_TP1)
+    assert re.search(r"\(RayWorkerProc pid=\d+, ip=127\.0\.0\.1\) \(Worker_TP1 pid=\d+\) INFO ", log)
     status = cluster.ray("status")
     assert " 2.0/2.0 GPU" in status.stdout and status.stdout.count(" 1 node_") == 2
 
@@ -101,8 +104,10 @@ def test_head_waits_for_the_worker_refuses_while_loading_and_dies_with_it(cluste
     log = vllm.log()
     assert saw_503
     assert rc != 0
-    assert "RayWorkerProc rank=1 died unexpectedly" in log
-    assert log.index("RayWorkerProc rank=1 died unexpectedly") < log.index("EngineCore encountered a fatal error.")
+    # ray_executor_v2.py formats the list of dead ranks
+    assert "RayWorkerProc rank=[1] died unexpectedly, shutting down executor." in log
+    assert log.index("RayWorkerProc rank=[1] died unexpectedly") < log.index("EngineCore encountered a fatal error.")
+    assert_conforms(log)  # every line of the Ray path (placement, Worker_TP lines behind Ray's prefix, death) is vLLM 0.33's
 
 
 def test_worker_exits_when_the_head_goes_away(cluster):
@@ -151,6 +156,9 @@ def test_cold_then_warm_start_through_the_compile_cache(cluster, tmp_path):
     assert "Compiling a graph" not in warm
     assert f"torch_compile_cache/{hash_dir}/rank_1_0/backbone" in warm
     assert _compile_seconds(warm) < _compile_seconds(cold)
+    assert "[backbone] Directly load AOT compilation from path" in warm and "autotune cache loaded on rank 1" in warm
+    assert_conforms(cold)
+    assert_conforms(warm)
     print(f"init engine: cold {_init_seconds(cold):.2f} s, warm {_init_seconds(warm):.2f} s "
           f"(ratio {_init_seconds(cold) / _init_seconds(warm):.1f}x at SIM_TIME_SCALE=0.002; compile "
           f"{_compile_seconds(cold):.2f} s vs {_compile_seconds(warm):.2f} s)")
@@ -174,7 +182,7 @@ def test_driver_ip_not_in_the_ray_cluster_is_vllms_error(cluster):
     cluster.start_worker()
     vllm, _ = cluster.serve(env={"VLLM_HOST_IP": "127.0.0.9"})
     assert vllm.wait(30) == 1
-    assert "Ray does not allocate any GPUs on the driver node.Driver IP: 127.0.0.9" in vllm.log()
+    assert "Ray does not allocate any GPUs on the driver node. Driver IP: 127.0.0.9" in vllm.log()
 
 
 def test_splice_head_waits_for_the_remote_drafter_and_dies_without_it(tmp_path):
@@ -219,5 +227,6 @@ def test_mp_multinode_head_waits_for_the_headless_worker(tmp_path):
         worker.signal(signal.SIGKILL)
         assert head.wait(30) == 1
         assert "Worker proc VllmWorker-1 died unexpectedly" in head.log()
+        assert_conforms(head.log())
     finally:
         c.close()

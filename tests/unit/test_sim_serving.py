@@ -133,27 +133,73 @@ def test_streaming_with_include_usage(server):
 
 
 def test_stream_options_without_stream_is_a_400(server):
+    # a model_validator in completion/protocol.py: FastAPI's validation error through vLLM's handler
     r = server.client.post("/v1/completions", json={"model": NAME, "prompt": "hi", "stream_options": {"include_usage": True}})
     assert r.status_code == 400
     err = r.json()["error"]
-    assert err["type"] == "BadRequestError" and err["code"] == 400
+    assert err["type"] == "Bad Request" and err["code"] == 400 and err["param"] == "stream_options"
+    assert err["message"].startswith("1 validation error:\n  {'type': 'value_error', 'loc': 'body', ")
     assert "Stream options can only be defined when `stream=True`." in err["message"]
 
 
 def test_prompt_longer_than_max_model_len_is_a_400(server):
     r = server.client.post("/v1/completions", json={"model": NAME, "prompt": "a " * 70000, "max_tokens": 1})
     assert r.status_code == 400
-    assert r.json()["error"]["message"] == ("This model's maximum context length is 65536 tokens. However, your request has "
-                                            "70000 input tokens. Please reduce the length of the input messages.")
-    r = server.client.post("/v1/completions", json={"model": NAME, "prompt": "a " * 60000, "max_tokens": 6000})
+    err = r.json()["error"]
+    assert err == {"message": "This model's maximum context length is 65536 tokens. However, your prompt contains 70000 input "
+                              "tokens, which exceeds this limit even without any output tokens. Please reduce the length of "
+                              "the input prompt. (parameter=input_tokens, value=70000)",
+                   "type": "BadRequestError", "param": "input_tokens", "code": 400}
+
+
+def test_max_tokens_beyond_the_context_is_clamped_not_refused(server):
+    # item 4: api_utils.get_max_tokens() takes min(max_model_len - prompt, max_tokens): no 400
+    r = server.client.post("/v1/completions", json={"model": NAME, "prompt": "a " * 65530, "max_tokens": 100,
+                                                    "ignore_eos": True, "temperature": 0})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["usage"]["prompt_tokens"] == 65530 and body["usage"]["completion_tokens"] == 6
+    assert body["choices"][0]["finish_reason"] == "length"
+    # a prompt that fills the context leaves max_tokens 0: SamplingParams refuses it
+    r = server.client.post("/v1/completions", json={"model": NAME, "prompt": "a " * 65536, "max_tokens": 5})
+    assert r.status_code == 400 and r.json()["error"]["message"] == "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)"
+
+
+def test_negative_or_too_high_temperature_is_a_400(server):
+    # item 5: sampling_params.py _verify_args()
+    r = server.client.post("/v1/completions", json={"model": NAME, "prompt": "hi", "temperature": -1})
     assert r.status_code == 400
-    assert "'max_tokens' or 'max_completion_tokens' is too large: 6000." in r.json()["error"]["message"]
+    assert r.json()["error"] == {"message": "temperature must be non-negative, got -1.0. (parameter=temperature, value=-1.0)",
+                                 "type": "BadRequestError", "param": "temperature", "code": 400}
+    r = server.client.post("/v1/chat/completions", json={"model": NAME, "messages": [{"role": "user", "content": "hi"}],
+                                                         "temperature": 2.5})
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith("temperature must be in [0, 2], got 2.5.")
+    assert server.client.post("/v1/completions", json={"model": NAME, "prompt": "hi", "max_tokens": 2, "temperature": 0}).status_code == 200
+
+
+def test_invalid_json_and_wrong_method_answer_like_fastapi(server):
+    # item 6: fastapi/routing.py's json_invalid through vLLM's validation handler
+    r = server.client.post("/v1/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["type"] == "Bad Request" and err["code"] == 400 and err["param"] == "body.1"
+    assert err["message"] == ("1 validation error:\n  {'type': 'json_invalid', 'loc': 'body.1', 'msg': 'JSON decode error', "
+                              "'input': '<dict of 0 items>', 'ctx': {'error': 'Expecting property name enclosed in double quotes'}}")
+    r = server.client.post("/v1/chat/completions", json={"model": NAME})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "body.messages"
+    assert "'type': 'missing', 'loc': 'body.messages', 'msg': 'Field required'" in r.json()["error"]["message"]
+    # a known route with another method is Starlette's 405 (with Allow), an unknown one its 404
+    r = server.client.get("/v1/completions")
+    assert r.status_code == 405 and r.json() == {"detail": "Method Not Allowed"} and r.headers["allow"] == "POST"
+    assert server.client.post("/health").status_code == 405
+    assert server.client.get("/v2/nothing").json() == {"detail": "Not Found"}
 
 
 def test_unknown_model_is_a_404(server):
     r = server.client.post("/v1/completions", json={"model": "other", "prompt": "hi"})
     assert r.status_code == 404
-    assert r.json()["error"]["message"] == "The model `other` does not exist."
+    assert r.json()["error"] == {"message": f"The model `other` does not exist. Valid aliases: {NAME}.", "type": "NotFoundError",
+                                 "param": "model", "code": 404}
 
 
 # ---- metrics ----
@@ -182,6 +228,31 @@ def test_metrics_have_vllms_names_and_labels(server):
     assert positions == {str(i) for i in range(K)}
     ttft = [s for s in families["vllm:time_to_first_token_seconds"].samples if s.name.endswith("_count")]
     assert ttft[0].value >= 1
+
+
+def test_metrics_vllm_033_adds_are_exported(server):
+    # item 8: series vLLM 0.33 exports that the simulator lacked, read the way sparkctl reads them
+    from sparkctl.runtime.metrics import parse_page
+
+    prompt = "A cached prefix for the metrics test. " * 40
+    server.complete(prompt, max_tokens=4)
+    server.complete(prompt, max_tokens=4)
+    text = server.client.get("/metrics").text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    waiting = {s.labels["reason"]: s.value for s in families["vllm:num_requests_waiting_by_reason"].samples}
+    assert set(waiting) == {"capacity", "deferred"}
+    sleep = {s.labels["sleep_state"]: s.value for s in families["vllm:engine_sleep_state"].samples}
+    assert sleep == {"awake": 1.0, "weights_offloaded": 0.0, "discard_all": 0.0}
+    page = parse_page(text, NAME)
+    cached = page.total("vllm:prompt_tokens_cached_total")
+    assert cached and cached == page.total("vllm:prompt_tokens_by_source_total", source="local_cache_hit")
+    assert page.total("vllm:request_prefill_kv_computed_tokens_count") >= 2
+    # cache_config_info: CacheConfig's every field as a label, kv_cache_size_tokens among them
+    info = page.cache_config()["0"]
+    assert {"block_size", "cache_dtype", "gpu_memory_utilization", "num_gpu_blocks", "kv_cache_size_tokens",
+            "kv_cache_max_concurrency", "enable_prefix_caching", "prefix_caching_hash_algo", "_block_size_resolved"} <= set(info)
+    state = server.client.get("/sim/state").json()
+    assert page.kv_cache_size_tokens() == {"0": state["kv_pool_tokens"]} and info["block_size"] == "256"
 
 
 def test_max_num_seqs_queueing_is_visible_in_metrics(server):
@@ -306,10 +377,13 @@ def test_marlin_fallback_warns_and_decodes_at_half_speed(tmp_path, server):
     marlin = Server(str(tmp_path), "--moe-backend", "marlin", name="marlin")
     try:
         log = marlin.proc.log()
-        assert "Weight-only FP8 compression will be used leveraging the Marlin kernel" in log
-        assert "Using 'flashinfer_b12x'" not in log
+        # An NVFP4 checkpoint on Marlin: marlin_utils_fp4.py's warning and the backend by its enum name (nvfp4.py).
+        assert "Weight-only FP4 compression will be used leveraging the Marlin kernel" in log
+        assert "Using 'MARLIN' NvFp4 MoE backend out of potential backends: [" in log
+        assert "FLASHINFER_B12X'" not in log
         b12x_log = server.proc.log()
-        assert "Using 'flashinfer_b12x' Mxfp4 MoE backend out of potential backends: [" in b12x_log
+        assert "Using 'FLASHINFER_B12X' NvFp4 MoE backend out of potential backends: ['FLASHINFER_TRTLLM'," in b12x_log
+        assert "leveraging the Marlin kernel" not in b12x_log
         step = lambda text: float(re.search(r"decode step ([\d.]+) ms at 1 stream", text).group(1))  # noqa: E731
         slow, fast = step(log), step(b12x_log)
         print(f"decode step: flashinfer_b12x {fast} ms, marlin {slow} ms")

@@ -185,3 +185,21 @@ def rank_cache_from_spec(spec: dict, env: dict[str, str]) -> RankCache:
         flashinfer_ops=list(spec["flashinfer_ops"]),
         triton_dir=env.get("TRITON_CACHE_DIR") or None,
     )
+
+
+def rank_call(method: str, spec: dict, env: dict[str, str], pid: int | None) -> dict:
+    """The one writer of a rank's caches, on whichever node hosts the rank (the driver for its own
+    ranks, a node agent for remote ones): `init_rank` reports what is cached, `save_rank` writes
+    what the spec says was just built."""
+    rc = rank_cache_from_spec(spec, env)
+    if method == "init_rank":
+        return {**rc.describe(), "pid": pid}
+    if method != "save_rank":
+        raise ValueError(f"unknown rank method {method!r}")
+    if spec.get("compiled"):
+        rc.write_compiled()
+    if spec.get("flashinfer"):
+        rc.write_flashinfer()
+    if spec.get("autotune"):
+        rc.write_autotune()
+    return {"ok": True}

@@ -271,6 +271,7 @@ class Engine:
                 r.cached_tokens = hits
                 self.metrics.inc(self.metrics.prefix_queries, r.prefill_len)
                 self.metrics.inc(self.metrics.prefix_hits, hits)
+                self.metrics.prompt_admitted(r.prefill_len, hits)
                 self.iv["queries"] += r.prefill_len
                 self.iv["hits"] += hits
             n = min(r.prefill_len - r.num_computed, budget)
@@ -315,6 +316,7 @@ class Engine:
         r.prefill_len = r.num_tokens  # recompute prompt + output on resume
         self.waiting.appendleft(r)
         self.metrics.inc(self.metrics.preemptions)
+        self.iv["preemptions"] += 1
 
     def _prefix_hits(self, r: Request) -> int:
         if not self.prefix_caching:
@@ -481,6 +483,7 @@ class Engine:
         m = self.metrics
         m.set_gauge(m.running, len(self.running))
         m.set_gauge(m.waiting, len(self.waiting))
+        m.set_gauge(m.waiting_by_reason, len(self.waiting), reason="capacity")  # nothing here defers a request
         m.set_gauge(m.kv_usage, self.used_blocks / self.total_blocks)
 
     def _die(self, message: str) -> None:

@@ -3,19 +3,25 @@
 Routes: /health, /ping, /version, /v1/models, /v1/completions, /v1/chat/completions (streaming
 as server-sent events over chunked transfer encoding, `stream_options.include_usage`),
 /tokenize, /metrics, and /sim/state (simulator-only: configuration and acceptance model).
-Errors use vLLM's shape {"error": {"message", "type", "param", "code"}}; access lines are logged
-as uvicorn logs them.
+Errors use vLLM 0.33's shapes (entrypoints/serve/exception_handling/): a vLLM error is
+{"error": {"message": str(exc), "type": "BadRequestError" | "NotFoundError" | ..., "param", "code"}}
+(a VLLMValidationError's str() appends "(parameter=..., value=...)"); a request FastAPI cannot
+validate (bad JSON, wrong types) is type "Bad Request" with "N validation error(s):" and pydantic's
+error dicts; an unknown route or method is FastAPI's {"detail": "Not Found" | "Method Not Allowed"}.
+Access lines are uvicorn's (no vLLM prefix).
 """
 
 from __future__ import annotations
 
 import http.server
 import json
+import math
 import socket
 import time
 import uuid
 from http import HTTPStatus
 
+from . import vlog
 from .engine import EngineDead, Request
 from .workload import TextStream, classify, last_user_text, render_chat, seed_for, token_ids
 
@@ -28,6 +34,47 @@ class ApiError(Exception):
 
 def error_body(status: int, message: str, err_type: str, param: str | None = None) -> dict:
     return {"error": {"message": message, "type": err_type, "param": param, "code": status}}
+
+
+def vllm_validation_error(message: str, parameter: str | None = None, value=None) -> ApiError:
+    """A VLLMValidationError (vllm/exceptions.py) as create_error_response() sends it: str(exc) appends its extras."""
+    extras = [f"parameter={parameter}"] if parameter is not None else []
+    if value is not None:
+        extras.append(f"value={value}")
+    return ApiError(400, f"{message} ({', '.join(extras)})" if extras else message, "BadRequestError", parameter)
+
+
+def _summarize(value):
+    # exception_handling/handlers/validation.py _summarize_error_input()
+    if isinstance(value, str):
+        return value[:200] + "...[truncated]" if len(value) > 200 else value
+    if isinstance(value, (list, tuple, set, frozenset, dict)):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    return str(value)
+
+
+def request_validation_error(errors: list[dict]) -> ApiError:
+    """FastAPI's RequestValidationError through vLLM's validation_exception_handler: type "Bad Request",
+    "N validation error(s):" then each pydantic error dict (loc joined with dots, input summarized)."""
+    shown = []
+    for err in errors:
+        err = dict(err)
+        err["loc"] = ".".join(str(p) for p in err["loc"])
+        if "input" in err:
+            err["input"] = _summarize(err["input"])
+        shown.append(str(err))
+    label = "error" if len(errors) == 1 else "errors"
+    message = f"{len(errors)} validation {label}:\n" + "".join(f"  {e}\n" for e in shown)
+    param = next((e["ctx"]["parameter"] for e in errors if e.get("ctx", {}).get("parameter")), None)
+    return ApiError(400, message.rstrip(), "Bad Request", param or ".".join(str(p) for p in errors[0]["loc"]))
+
+
+# Routes and their methods, as FastAPI routes them (a known path with another method is a 405).
+ROUTE_METHODS = {
+    "/health": {"GET"}, "/ping": {"GET", "POST"}, "/version": {"GET"}, "/metrics": {"GET"}, "/load": {"GET"},
+    "/v1/models": {"GET"}, "/v1/completions": {"POST"}, "/v1/chat/completions": {"POST"}, "/tokenize": {"POST"},
+    "/sim/state": {"GET"},
+}
 
 
 class SimHTTPServer(http.server.ThreadingHTTPServer):
@@ -69,7 +116,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         except ValueError:
             phrase = ""
         host, port = self.client_address[:2]
-        self.rt.api_log.raw(f'INFO:     {host}:{port} - "{self.command} {self.path} {self.request_version}" {status} {phrase}')
+        vlog.plain(f'INFO:     {host}:{port} - "{self.command} {self.path} {self.request_version}" {status} {phrase}')
 
     def _send(self, status: int, body: bytes, ctype: str = "application/json", headers: dict | None = None) -> None:
         self.send_response_only(status)
@@ -95,11 +142,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         try:
             data = json.loads(raw or b"{}")
-        except ValueError as e:
-            raise ApiError(400, f"JSON decode error: {e}", "BadRequestError") from None
+        except json.JSONDecodeError as e:
+            # fastapi/routing.py: a body that is not JSON
+            raise request_validation_error([{"type": "json_invalid", "loc": ("body", e.pos), "msg": "JSON decode error",
+                                             "input": {}, "ctx": {"error": e.msg}}]) from None
         if not isinstance(data, dict):
-            raise ApiError(400, "Input should be a valid dictionary or object to extract fields from", "BadRequestError")
+            raise request_validation_error([{"type": "model_attributes_type", "loc": ("body",), "input": data,
+                                             "msg": "Input should be a valid dictionary or object to extract fields from"}])
         return data
+
+    def _not_routed(self, path: str) -> None:
+        """FastAPI's own answer for a path or method no route takes (not vLLM's error shape)."""
+        methods = ROUTE_METHODS.get(path)
+        if methods is None:
+            return self._json(404, {"detail": "Not Found"})
+        self._send(405, json.dumps({"detail": "Method Not Allowed"}).encode(), headers={"allow": ", ".join(sorted(methods))})
 
     def _check_key(self) -> None:
         keys = self.rt.api_keys
@@ -128,7 +185,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return self._json(200, {"server_load": self.rt.engine.num_unfinished()})
             if path == "/sim/state":
                 return self._json(200, self.rt.sim_state())
-            self._json(404, {"detail": "Not Found"})
+            self._not_routed(path)
         except ApiError as e:
             self._error(e)
         except (BrokenPipeError, ConnectionResetError):
@@ -151,7 +208,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     text = body.get("prompt", "")
                 ids = token_ids(text)
                 return self._json(200, {"count": len(ids), "max_model_len": self.rt.max_model_len, "tokens": ids, "token_strs": None})
-            self._json(404, {"detail": "Not Found"})
+            self._not_routed(path)
         except ApiError as e:
             self._error(e)
         except (BrokenPipeError, ConnectionResetError):
@@ -169,18 +226,27 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if rt.draining:
             raise ApiError(503, "The server is shutting down and is not accepting new requests.", "ServiceUnavailableError")
         if body.get("stream_options") and not body.get("stream"):
-            raise ApiError(400, "Stream options can only be defined when `stream=True`.", "BadRequestError", "stream_options")
+            # completion/protocol.py validate_stream_options (a model_validator: pydantic wraps the VLLMValidationError)
+            msg = "Stream options can only be defined when `stream=True`."
+            raise request_validation_error([{"type": "value_error", "loc": ("body",), "msg": f"Value error, {msg}",
+                                             "input": body, "ctx": {"error": f"{msg} (parameter=stream_options)",
+                                                                    "parameter": "stream_options"}}])
         model = body.get("model")
         if model is not None and model not in rt.cfg.served_model_names:
-            raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+            # entrypoints/serve/engine/serving.py _check_model()
+            raise ApiError(404, f"The model `{model}` does not exist. Valid aliases: {', '.join(rt.cfg.served_model_names)}.",
+                           "NotFoundError", "model")
         model = model or rt.cfg.served_model_name
         n = body.get("n") or 1
         if n != 1:
             raise ApiError(400, "The simulator serves n=1 only.", "BadRequestError", "n")
         if chat:
             messages = body.get("messages")
+            if messages is None:
+                raise request_validation_error([{"type": "missing", "loc": ("body", "messages"), "msg": "Field required",
+                                                 "input": body}])
             if not isinstance(messages, list) or not messages:
-                raise ApiError(400, "Field required: messages", "BadRequestError", "messages")
+                raise ApiError(400, "messages must be a non-empty list", "BadRequestError", "messages")
             prompt_text = render_chat(messages, **_template_kwargs(body))
             topic = last_user_text(messages)
             max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
@@ -198,20 +264,32 @@ class Handler(http.server.BaseHTTPRequestHandler):
             max_tokens = body.get("max_tokens", 16)
         ids = token_ids(prompt_text)
         L = rt.max_model_len
-        if len(ids) >= L:
-            raise ApiError(400, f"This model's maximum context length is {L} tokens. However, your request has "
-                                f"{len(ids)} input tokens. Please reduce the length of the input messages.",
-                           "BadRequestError", "input_tokens")
-        if max_tokens is not None:
-            if not isinstance(max_tokens, int) or max_tokens < 1:
-                raise ApiError(400, f"max_tokens must be at least 1, got {max_tokens}.", "BadRequestError", "max_tokens")
-            if len(ids) + max_tokens > L:
-                raise ApiError(400, f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's "
-                                    f"maximum context length is {L} tokens and your request has {len(ids)} input tokens "
-                                    f"({max_tokens} > {L} - {len(ids)}).", "BadRequestError", "max_tokens")
-        else:
-            max_tokens = L - len(ids)
-        temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
+        if len(ids) > L:
+            # renderers/params.py _token_len_check(): max_input_tokens is the whole max_model_len
+            raise vllm_validation_error(f"This model's maximum context length is {L} tokens. However, your prompt contains "
+                                        f"{len(ids)} input tokens, which exceeds this limit even without any output tokens. "
+                                        "Please reduce the length of the input prompt.", "input_tokens", len(ids))
+        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
+            raise request_validation_error([{"type": "int_parsing", "loc": ("body", "max_tokens"), "input": max_tokens,
+                                             "msg": "Input should be a valid integer, unable to parse string as an integer"}])
+        # entrypoints/serve/utils/api_utils.py get_max_tokens(): what the request asks for, clamped to what fits
+        # (prompt + max_tokens beyond max_model_len is not an error).
+        max_tokens = min(L - len(ids), max_tokens) if max_tokens is not None else L - len(ids)
+        if max_tokens < 1:
+            raise vllm_validation_error(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens", max_tokens)
+        raw_t = body.get("temperature")
+        temperature = 1.0 if raw_t is None else raw_t
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+            raise request_validation_error([{"type": "float_parsing", "loc": ("body", "temperature"), "input": temperature,
+                                             "msg": "Input should be a valid number, unable to parse string as a number"}])
+        temperature = float(temperature)
+        # sampling_params.py SamplingParams._verify_args()
+        if not math.isfinite(temperature):
+            raise vllm_validation_error(f"temperature must be a finite number, got {temperature}.", "temperature", temperature)
+        if temperature < 0.0:
+            raise vllm_validation_error(f"temperature must be non-negative, got {temperature}.", "temperature", temperature)
+        if temperature > 2.0:
+            raise vllm_validation_error(f"temperature must be in [0, 2], got {temperature}.", "temperature", temperature)
         seed = body.get("seed")
         workload = rt.knobs.workload or classify(topic)
         rng_seed = seed_for(prompt_text, seed, temperature)
@@ -230,8 +308,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         try:
             rt.submit(req)
         except EngineDead:
-            raise ApiError(500, "EngineCore encountered an issue. See stack trace (above) for the root cause.",
-                           "InternalServerError") from None
+            # EngineDeadError.CLIENT_MESSAGE (v1/engine/exceptions.py)
+            raise ApiError(500, "The server had an error while processing your request.", "InternalServerError") from None
         created = int(time.time())
         if body.get("stream"):
             self._stream(req, model, created, chat, body.get("stream_options") or {})

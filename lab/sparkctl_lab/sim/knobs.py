@@ -68,6 +68,7 @@ class Knobs:
     model_max_len: int = 1048576
     role: str = ""  # "" = auto (a model path containing "draft" is a drafter)
     check_model_path: bool = False
+    checkpoint_quant: str = "nvfp4"  # the checkpoint's MoE expert quantization: nvfp4 | mxfp4 (vLLM's kernel path)
 
     def scaled(self, seconds: float) -> float:
         """Wall seconds for a simulated start-up duration."""
@@ -113,12 +114,15 @@ def load(env: dict[str, str] | None = None) -> Knobs:
         model_max_len=_int(env, "SIM_MODEL_MAX_LEN", 1048576),
         role=env.get("SIM_ROLE", "").strip().lower(),
         check_model_path=env.get("SIM_CHECK_MODEL_PATH", "0").strip() not in ("", "0", "false", "no"),
+        checkpoint_quant=env.get("SIM_CHECKPOINT_QUANT", "nvfp4").strip().lower() or "nvfp4",
     )
     if k.workload and k.workload not in WORKLOADS:
         raise SystemExit(f"SIM_WORKLOAD={k.workload!r}: choose from {', '.join(WORKLOADS)}")
     for name in k.acceptance:
         if name not in WORKLOADS:
             raise SystemExit(f"SIM_ACCEPTANCE: unknown workload {name!r} (choose from {', '.join(WORKLOADS)})")
+    if k.checkpoint_quant not in ("nvfp4", "mxfp4"):
+        raise SystemExit(f"SIM_CHECKPOINT_QUANT={k.checkpoint_quant!r}: choose nvfp4 or mxfp4")
     if k.profile not in ("auto", "splice", "dspark"):
         raise SystemExit(f"SIM_PROFILE={k.profile!r}: choose auto, splice or dspark")
     return k

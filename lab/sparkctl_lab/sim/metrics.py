@@ -1,8 +1,10 @@
 """`/metrics`: vLLM's Prometheus metrics, written in the text format prometheus_client produces.
 
-Names, help texts, labels (`engine`, `model_name`, plus `finished_reason` / `position`) and
-buckets follow vllm/v1/metrics/loggers.py and vllm/v1/spec_decode/metrics.py. Counters expose
-`_total` and `_created` like a default (non-multiprocess) prometheus_client registry.
+Names, help texts, labels (`model_name`, `engine`, plus `finished_reason` / `position` / `reason` /
+`sleep_state` / `source`, in vLLM's label order) and buckets follow vLLM 0.33's
+vllm/v1/metrics/loggers.py and vllm/v1/spec_decode/metrics.py (docs/conformance.md lists each).
+Counters expose `_total` and `_created` like a default (non-multiprocess) prometheus_client registry.
+One engine (engine="0"): the lab runs no data parallelism.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
 ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0]
 REQUEST_LATENCY_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
                            240.0, 480.0, 960.0, 1920.0, 7680.0]
-FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")  # v1/engine FinishReason
+WAITING_REASONS = ("capacity", "deferred")  # loggers.py WAITING_REASON_*
+SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
+PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")  # stats.py PromptTokenStats.ALL_SOURCES
 
 
 def _fmt(v: float) -> str:
@@ -26,9 +31,10 @@ def _fmt(v: float) -> str:
 
 
 def _labels(d: dict[str, str]) -> str:
+    # prometheus_client writes labels in labelnames order (model_name, engine, then the metric's own)
     if not d:
         return ""
-    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(d.items()))
+    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in d.items())
     return "{" + inner + "}"
 
 
@@ -133,11 +139,20 @@ class VllmMetrics:
 
         self.running = m("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.")
         self.waiting = m("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.")
+        self.waiting_by_reason = m("vllm:num_requests_waiting_by_reason", "gauge",
+                                   "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling "
+                                   "capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked "
+                                   "status). Sum of all reasons equals vllm:num_requests_waiting.")
+        self.sleep_state = m("vllm:engine_sleep_state", "gauge",
+                             "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
+                             "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.")
         self.kv_usage = m("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.")
         self.prefix_queries = m("vllm:prefix_cache_queries", "counter", "Prefix cache queries, in terms of number of queried tokens.")
         self.prefix_hits = m("vllm:prefix_cache_hits", "counter", "Prefix cache hits, in terms of number of cached tokens.")
         self.preemptions = m("vllm:num_preemptions", "counter", "Cumulative number of preemption from the engine.")
         self.prompt_tokens = m("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.")
+        self.prompt_by_source = m("vllm:prompt_tokens_by_source", "counter", "Number of prompt tokens by source.")
+        self.prompt_cached = m("vllm:prompt_tokens_cached", "counter", "Number of cached prompt tokens (local + external).")
         self.generation_tokens = m("vllm:generation_tokens", "counter", "Number of generation tokens processed.")
         self.success = m("vllm:request_success", "counter", "Count of successfully processed requests.")
         token_buckets = build_1_2_5_buckets(max_model_len)
@@ -153,6 +168,8 @@ class VllmMetrics:
         self.inference_time = m("vllm:request_inference_time_seconds", "histogram", "Histogram of time spent in RUNNING phase for request.", REQUEST_LATENCY_BUCKETS)
         self.prefill_time = m("vllm:request_prefill_time_seconds", "histogram", "Histogram of time spent in PREFILL phase for request.", REQUEST_LATENCY_BUCKETS)
         self.decode_time = m("vllm:request_decode_time_seconds", "histogram", "Histogram of time spent in DECODE phase for request.", REQUEST_LATENCY_BUCKETS)
+        self.prefill_kv_computed = m("vllm:request_prefill_kv_computed_tokens", "histogram",
+                                     "Histogram of new KV tokens computed during prefill (excluding cached tokens).", token_buckets)
         self.cache_info = m("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig")
         self.spec_drafts = self.spec_draft_tokens = self.spec_accepted = self.spec_per_pos = None
         if num_spec_tokens:
@@ -169,13 +186,23 @@ class VllmMetrics:
             elif metric is self.spec_per_pos:
                 for pos in range(num_spec_tokens):
                     metric.child({**self.base, "position": str(pos)})
+            elif metric is self.waiting_by_reason:
+                for reason in WAITING_REASONS:
+                    metric.child({**self.base, "reason": reason})
+            elif metric is self.sleep_state:
+                for state in SLEEP_STATES:  # record_sleep_state(): awake by default
+                    metric.child({**self.base, "sleep_state": state}).value = 1.0 if state == "awake" else 0.0
+            elif metric is self.prompt_by_source:
+                for source in PROMPT_SOURCES:
+                    metric.child({**self.base, "source": source})
             elif metric is self.cache_info:
+                # log_metrics_info(): CacheConfig.metrics_info() with engine set last
                 metric.child({**cache_info, "engine": "0"}).value = 1.0
             else:
                 metric.child(self.base)
 
-    def set_gauge(self, metric: Metric, value: float) -> None:
-        metric.child(self.base).value = float(value)
+    def set_gauge(self, metric: Metric, value: float, **extra: str) -> None:
+        metric.child({**self.base, **extra}).value = float(value)
 
     def inc(self, metric: Metric, value: float = 1.0, **extra: str) -> None:
         if value:
@@ -183,6 +210,13 @@ class VllmMetrics:
 
     def observe(self, metric: Metric, value: float) -> None:
         metric.child(self.base).observe(value)
+
+    def prompt_admitted(self, prompt_tokens: int, cached: int) -> None:
+        """A prompt's tokens by where their KV comes from, counted at admission (loggers.py)."""
+        self.inc(self.prompt_cached, cached)
+        self.inc(self.prompt_by_source, cached, source="local_cache_hit")
+        self.inc(self.prompt_by_source, prompt_tokens - cached, source="local_compute")
+        self.observe(self.prefill_kv_computed, prompt_tokens - cached)
 
     def value(self, metric: Metric, **extra: str) -> float:
         return metric.child({**self.base, **extra}).value

@@ -25,7 +25,7 @@ import threading
 import time
 
 from . import RAY_VERSION, cluster, knobs
-from .compile_cache import rank_cache_from_spec
+from .compile_cache import rank_call
 
 
 def temp_dir(flag: str | None = None) -> str:
@@ -78,18 +78,10 @@ def node_handlers() -> dict:
     env = dict(os.environ)
 
     def init_rank(spec: dict) -> dict:
-        rc = rank_cache_from_spec(spec, env)
-        return {**rc.describe(), "pid": os.getpid()}
+        return rank_call("init_rank", spec, env, os.getpid())
 
     def save_rank(spec: dict) -> dict:
-        rc = rank_cache_from_spec(spec, env)
-        if spec.get("compiled"):
-            rc.write_compiled()
-        if spec.get("flashinfer"):
-            rc.write_flashinfer()
-        if spec.get("autotune"):
-            rc.write_autotune()
-        return {"ok": True}
+        return rank_call("save_rank", spec, env, os.getpid())
 
     def hello(_args: dict) -> dict:
         return {"pid": os.getpid(), "hostname": socket.gethostname()}

@@ -20,10 +20,11 @@ KV_CACHE_DTYPES = [
     "fp8_per_token_head", "int8_per_token_head", "int4_per_token_head", "turboquant_k8v4",
     "turboquant_4bit_nc", "turboquant_3bit_nc", "nvfp4", "nvfp4_ds_mla",
 ]
-MOE_BACKENDS = [
-    "auto", "triton", "deep_gemm", "deep_gemm_mega_moe", "cutlass", "flashinfer_trtllm",
-    "flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_b12x", "marlin", "humming",
-    "triton_unfused", "aiter", "emulation",
+MOE_BACKENDS = [  # vllm/config/kernel.py MoEBackend (0.33.0)
+    "auto", "triton", "batched_triton", "deep_gemm", "deep_gemm_mega_moe", "cutlass", "flashinfer_trtllm",
+    "flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_moe_ep_cutedsl", "flashinfer_b12x", "b12x",
+    "flashinfer_moe_ep_mega_deep_gemm", "marlin", "humming", "triton_unfused", "aiter", "aiter_mega_moe",
+    "aiter_triton_mxfp4_bf16", "aiter_triton_mxfp4_mxfp4", "flydsl", "hpc", "emulation", "rdna3",
 ]
 SPEC_METHODS = [
     "ngram", "ngram_gpu", "suffix", "medusa", "mlp_speculator", "draft_model", "eagle", "eagle3",

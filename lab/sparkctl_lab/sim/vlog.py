@@ -1,7 +1,14 @@
-"""Log lines in vLLM's format, written unbuffered to stdout (what `docker logs` shows).
+"""Log lines in vLLM 0.33's format, written unbuffered to stdout (what `docker logs` shows).
 
-vLLM prints `(APIServer pid=1) INFO 06-21 07:20:50 [api_server.py:596] Starting vLLM server on ...`;
-the process tag names the process that logged (APIServer, EngineCore_DP0, a Ray worker).
+vllm/logger.py's format is `(%(vllm_process_name)s pid=%(process)d) %(levelname)s %(asctime)s
+[%(fileinfo)s:%(lineno)d] %(message)s` (date `%m-%d %H:%M:%S`), e.g. `(APIServer pid=1) INFO
+12-01 07:20:50 [entry.py:139] Starting vLLM server on http://0.0.0.0:8000`; NewLineFormatter repeats
+the prefix on every line of a multi-line message. The process names are vLLM's: APIServer,
+EngineCore (EngineCore_DP<n> with data parallel), Worker_TP<r>. A Ray actor's output reaches the
+driver's log behind Ray's own prefix, `(RayWorkerProc pid=80, ip=10.0.0.3) ` (ip for remote nodes).
+uvicorn's lines (`INFO:     Application startup complete.`) and tqdm bars use neither prefix.
+Every `[file:line]` and message is in docs/conformance.md with its vLLM 0.33 source; lines that
+are the simulator's own say `[simulator]`.
 """
 
 from __future__ import annotations
@@ -28,19 +35,23 @@ def write_line(line: str, stream=None) -> None:
             pass
 
 
-class Logger:
-    """One process tag, e.g. `APIServer pid=1` or `RayWorkerWrapper pid=80, ip=10.0.0.3`."""
+def plain(text: str, stream=None) -> None:
+    """Lines with no vLLM prefix: uvicorn's own logger, tqdm bars, `print`ed tracebacks."""
+    for part in text.split("\n"):
+        write_line(part, stream)
 
-    def __init__(self, tag: str):
-        self.tag = tag
+
+class Logger:
+    """One process, e.g. `APIServer pid=1`; `outer` is Ray's actor prefix for a Ray worker's lines."""
+
+    def __init__(self, tag: str, outer: str = ""):
+        self.tag, self.outer = tag, outer
 
     def _emit(self, level: str, where: str, msg: str) -> None:
-        prefix = f"({self.tag}) " if self.tag else ""
-        for i, part in enumerate(msg.split("\n")):
-            if i == 0:
-                write_line(f"{prefix}{level} {_stamp()} [{where}] {part}")
-            else:
-                write_line(f"{prefix}{level} {_stamp()} [{where}] {part}")
+        outer = f"({self.outer}) " if self.outer else ""
+        head = f"{outer}({self.tag}) {level} {_stamp()} [{where}] "
+        for part in msg.split("\n"):
+            write_line(head + part)
 
     def info(self, where: str, msg: str) -> None:
         self._emit("INFO", where, msg)
@@ -52,10 +63,10 @@ class Logger:
         self._emit("ERROR", where, msg)
 
     def raw(self, text: str) -> None:
-        """A line printed without level/time (uvicorn, tqdm, tracebacks)."""
-        prefix = f"({self.tag}) " if self.tag else ""
+        """A line the process prints itself (tqdm): only Ray's actor prefix, if any."""
+        outer = f"({self.outer}) " if self.outer else ""
         for part in text.split("\n"):
-            write_line(f"{prefix}{part}")
+            write_line(f"{outer}{part}")
 
 
 def api_logger() -> Logger:
@@ -63,5 +74,6 @@ def api_logger() -> Logger:
 
 
 def engine_logger() -> Logger:
-    # vLLM runs the engine core in its own process; one process here, so a neighbouring pid.
-    return Logger(f"EngineCore_DP0 pid={os.getpid() + 1}")
+    # vLLM runs the engine core in its own process (EngineCore without data parallel); one process
+    # here, so a neighbouring pid.
+    return Logger(f"EngineCore pid={os.getpid() + 1}")

@@ -1,0 +1,256 @@
+"""vLLM's /metrics page as sparkctl reads it: per engine, counters summed, gauges never.
+
+vLLM 0.33 (vllm/v1/metrics/loggers.py, vllm/v1/spec_decode/metrics.py) labels every series with
+`model_name` and `engine` (one engine per data-parallel rank). Counters and request counts add up
+over engines; a usage gauge does not: two engines at 50% are two half-full pools, not one full one,
+so KV usage is reported per engine with its max and mean. docs/conformance.md lists each name read
+here with its source line. The text is parsed with prometheus_client's parser.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping, Optional
+
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+KV_USAGE = "vllm:kv_cache_usage_perc"  # gauge, 1.0 = full, one pool per engine
+CACHE_INFO = "vllm:cache_config_info"  # gauge set to 1, CacheConfig fields as labels
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+PREEMPTIONS = "vllm:num_preemptions_total"
+
+SPEC_PREFIX = "vllm:spec_decode_"
+_SPEC_COUNTERS = {
+    "num_drafts": "drafts",
+    "num_draft_tokens": "draft_tokens",
+    "num_accepted_tokens": "accepted_tokens",
+}
+_SPEC_PER_POS = "num_accepted_tokens_per_pos"
+# Gauges that are levels of one engine's own resources: never summed over engines.
+PER_ENGINE_GAUGES = frozenset({KV_USAGE})
+
+
+@dataclass
+class SpecCounters:
+    """Speculative-decoding counters at one instant, summed over engines.
+
+    The quantities are in `vllm bench serve`'s units (vllm/benchmarks/serve.py): acceptance rate in
+    percent of draft tokens, mean acceptance length in tokens per step (1 + accepted / drafts).
+    Doctor, status and bench all read them from here, under those names.
+    """
+
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted_tokens: float = 0.0
+    accepted_per_position: dict[int, float] = field(default_factory=dict)
+
+    def __sub__(self, before: "SpecCounters") -> "SpecCounters":
+        # A counter that went down means the server restarted in between: count from zero.
+        def d(a: float, b: float) -> float:
+            return a - b if a >= b else a
+
+        positions = set(self.accepted_per_position) | set(before.accepted_per_position)
+        return SpecCounters(
+            d(self.drafts, before.drafts),
+            d(self.draft_tokens, before.draft_tokens),
+            d(self.accepted_tokens, before.accepted_tokens),
+            {
+                p: d(self.accepted_per_position.get(p, 0.0), before.accepted_per_position.get(p, 0.0))
+                for p in sorted(positions)
+            },
+        )
+
+    def __add__(self, other: "SpecCounters") -> "SpecCounters":
+        positions = set(self.accepted_per_position) | set(other.accepted_per_position)
+        return SpecCounters(
+            self.drafts + other.drafts,
+            self.draft_tokens + other.draft_tokens,
+            self.accepted_tokens + other.accepted_tokens,
+            {
+                p: self.accepted_per_position.get(p, 0.0) + other.accepted_per_position.get(p, 0.0)
+                for p in sorted(positions)
+            },
+        )
+
+    @property
+    def acceptance_rate(self) -> Optional[float]:
+        """Percent of draft tokens accepted (vllm bench serve's spec_decode_acceptance_rate)."""
+        return 100.0 * self.accepted_tokens / self.draft_tokens if self.draft_tokens > 0 else None
+
+    @property
+    def acceptance_length(self) -> Optional[float]:
+        """Mean tokens per step including the bonus token (spec_decode_acceptance_length)."""
+        return 1.0 + self.accepted_tokens / self.drafts if self.drafts > 0 else None
+
+    @property
+    def per_position_acceptance_rates(self) -> Optional[list[float]]:
+        """Percent of drafts whose token at each position was accepted."""
+        if self.drafts <= 0 or not self.accepted_per_position:
+            return None
+        top = max(self.accepted_per_position)
+        return [100.0 * self.accepted_per_position.get(p, 0.0) / self.drafts for p in range(top + 1)]
+
+    def fields(self, digits: int = 2) -> dict[str, Optional[float]]:
+        """The two figures under vllm bench serve's result names (rate in percent)."""
+        rate, length = self.acceptance_rate, self.acceptance_length
+        return {
+            "spec_decode_acceptance_rate": None if rate is None else round(rate, digits),
+            "spec_decode_acceptance_length": None if length is None else round(length, digits),
+        }
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str  # sample name as exposed: counters end in _total
+    engine: str
+    labels: Mapping[str, str]  # all labels but model_name and engine
+    value: float
+
+
+@dataclass(frozen=True)
+class GaugeStats:
+    """One gauge across engines: never a sum."""
+
+    per_engine: dict[str, float]
+
+    @property
+    def max(self) -> float:
+        return max(self.per_engine.values())
+
+    @property
+    def mean(self) -> float:
+        return sum(self.per_engine.values()) / len(self.per_engine)
+
+    @property
+    def fullest_engine(self) -> str:
+        return max(self.per_engine, key=lambda e: self.per_engine[e])
+
+    def as_dict(self, digits: int = 4) -> dict:
+        return {
+            "max": round(self.max, digits),
+            "mean": round(self.mean, digits),
+            "per_engine": {e: round(v, digits) for e, v in self.per_engine.items()},
+        }
+
+
+@dataclass
+class MetricsPage(Mapping[str, float]):
+    """One scrape, for one model: every vllm: sample by engine (no _created, no buckets).
+
+    As a mapping (`page[name]`) it gives a counter or request count summed over engines and a
+    per-engine gauge's max: the figures that may stand alone. Use `gauge()` for the spread.
+    """
+
+    samples: list[Sample] = field(default_factory=list)
+
+    # ---- mapping view ----
+    def _names(self) -> list[str]:
+        return list(dict.fromkeys(s.name for s in self.samples))
+
+    def __getitem__(self, name: str) -> float:
+        if name in PER_ENGINE_GAUGES:
+            g = self.gauge(name)
+            if g is None:
+                raise KeyError(name)
+            return g.max
+        values = [s.value for s in self.samples if s.name == name]
+        if not values:
+            raise KeyError(name)
+        return sum(values)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    # ---- views ----
+    @property
+    def engines(self) -> list[str]:
+        return sorted({s.engine for s in self.samples}, key=lambda e: (len(e), e))
+
+    def total(self, name: str, **labels: str) -> Optional[float]:
+        """Sum over engines of a counter or request count (optionally one label value), None if absent."""
+        values = [s.value for s in self.samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+        return sum(values) if values else None
+
+    def gauge(self, name: str) -> Optional[GaugeStats]:
+        per = {s.engine: s.value for s in self.samples if s.name == name and not s.labels}
+        return GaugeStats(per) if per else None
+
+    def cache_config(self) -> dict[str, dict[str, str]]:
+        """engine -> vllm:cache_config_info's labels (CacheConfig fields, as text)."""
+        return {s.engine: dict(s.labels) for s in self.samples if s.name == CACHE_INFO}
+
+    def kv_cache_size_tokens(self) -> dict[str, int]:
+        """engine -> KV pool in tokens from cache_config_info (set once the KV cache is sized)."""
+        out = {}
+        for engine, labels in self.cache_config().items():
+            raw = labels.get("kv_cache_size_tokens")
+            if raw not in (None, "", "None"):
+                try:
+                    out[engine] = int(float(raw))
+                except ValueError:
+                    pass
+        return out
+
+    @property
+    def spec(self) -> Optional[SpecCounters]:
+        """Speculative counters summed over engines; None when the server exports none."""
+        spec = [s for s in self.samples if s.name.startswith(SPEC_PREFIX)]
+        if not spec:
+            return None
+        c = SpecCounters()
+        for s in spec:
+            key = s.name[len(SPEC_PREFIX) :].removesuffix("_total")
+            if key in _SPEC_COUNTERS:
+                attr = _SPEC_COUNTERS[key]
+                setattr(c, attr, getattr(c, attr) + s.value)
+            elif key == _SPEC_PER_POS and "position" in s.labels:
+                try:
+                    pos = int(s.labels["position"])
+                except ValueError:
+                    continue
+                c.accepted_per_position[pos] = c.accepted_per_position.get(pos, 0.0) + s.value
+        return c
+
+
+def parse_page(text: str, model: Optional[str] = None) -> MetricsPage:
+    """Prometheus text -> MetricsPage. Raises ValueError on text that is not the exposition format.
+
+    When samples carry model_name and some match `model`, only those (and series without model_name) count.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    raw = []
+    for family in text_string_to_metric_families(text):
+        if not family.name.startswith("vllm:"):
+            continue
+        for s in family.samples:
+            if s.name.endswith(("_created", "_bucket")):
+                continue
+            raw.append(s)
+    if model is not None and any(s.labels.get("model_name") == model for s in raw):
+        # cache_config_info carries no model_name: it stays
+        raw = [s for s in raw if s.labels.get("model_name", model) == model]
+    samples = [
+        Sample(
+            s.name,
+            str(s.labels.get("engine", "")),
+            {k: v for k, v in s.labels.items() if k not in ("model_name", "engine")},
+            float(s.value),
+        )
+        for s in raw
+    ]
+    return MetricsPage(samples)
+
+
+def parse_spec_counters(text: str, model: Optional[str] = None) -> Optional[SpecCounters]:
+    """The speculative counters of a page (summed over engines); None if the server exports none."""
+    return parse_page(text, model).spec
+
+
+def parse_running(text: str, model: Optional[str] = None) -> Optional[float]:
+    """vllm:num_requests_running summed over engines, None if the server does not export it."""
+    return parse_page(text, model).total(RUNNING)
