@@ -118,7 +118,7 @@ def test_worker_loss_kills_the_heads_engine(lab, lab_inventory, restore):
         time.sleep(0.2)
     out = lab.host_exec("head", ["docker", "logs", "sparkctl-head"])
     logs = out.stdout + out.stderr
-    assert "RayWorkerProc rank=1 died unexpectedly" in logs
+    assert "RayWorkerProc rank=[1] died unexpectedly, shutting down executor." in logs  # ray_executor_v2.py: the list of ranks
     assert "EngineCore encountered a fatal error." in logs
     # and doctor names it
     doc = sparkctl("doctor", "-i", str(lab.INVENTORY_PATH), "--only", "runtime", rc=1)
