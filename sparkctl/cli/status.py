@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -76,15 +76,45 @@ def status(
     inventory: InventoryOpt = None,
     json_out: JsonOpt = False,
     sample: Annotated[float, typer.Option("--sample", help="Seconds between the two /metrics scrapes for tok/s.")] = 1.0,
+    endpoint: Annotated[
+        Optional[str],
+        typer.Option("--endpoint", help="Read any vLLM endpoint (http://HOST:PORT): /health, /v1/models and /metrics, "
+                     "with no inventory and no SSH."),
+    ] = None,  # fmt: skip
+    watch: Annotated[
+        bool, typer.Option("--watch", help="A live view refreshed every --interval seconds; q or Ctrl-C exits.")
+    ] = False,
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between refreshes of --watch.")] = 2.0,
 ) -> None:
     """What runs where (config hash against the inventory's), health, live tok/s, acceptance, KV usage.
 
     Exit 0 when every runtime container runs the inventory's config and /health is 200, else 1.
-    Speculative acceptance is cumulative since the runtime started (vLLM's counters)."""
+    Speculative acceptance is cumulative since the runtime started (vLLM's counters); with --watch
+    every figure is over the last interval. --endpoint URL: only the runtime part, for any vLLM
+    endpoint (exit 0 when /health is 200)."""
     from sparkctl.cli.output import console, print_json
+    from sparkctl.errors import InputError
     from sparkctl.inventory.loader import load_inventory
 
+    if watch and json_out:
+        raise InputError("--watch is a live view for a person; --json prints one document",
+                         fix="drop one of them (a script polls `sparkctl status --json`)")  # fmt: skip
+    if interval <= 0:
+        raise InputError(f"--interval {interval:g}: must be more than 0 seconds", fix="e.g. --interval 2")
+    if endpoint:
+        base = endpoint_base(endpoint)
+        if watch:
+            return watch_view(lambda: None, base, interval)
+        doc = endpoint_status(base, max(0.2, sample))
+        if json_out:
+            print_json(doc)
+        else:
+            console().print(runtime_line(doc["runtime"]), soft_wrap=True)
+        raise typer.Exit(0 if doc["healthy"] else 1)
     inv = load_inventory(require_inventory(inventory))
+    if watch:
+        head = inv.hosts_with_role("head")[0]
+        return watch_view(lambda: collect(inv, 0.2), (inv.hosts[head].ssh.address, inv.runtime.port), interval)
     doc = collect(inv, max(0.2, sample))
     if json_out:
         print_json(doc)
@@ -104,13 +134,188 @@ def status(
     con.print(t)
     r = doc["runtime"]
     if r["health"] is None:
-        con.print(f"runtime {r['url']}: [red]not answering[/] ({r['error']})")
+        con.print(runtime_line(r), soft_wrap=True)
     else:
-        con.print(
-            f"runtime {r['url']}: /health {r['health']}, model {r.get('model')} (max_model_len {r.get('max_model_len')}), "
-            f"running {r.get('running')}, waiting {r.get('waiting')}, KV {100 * (r.get('kv_cache_usage') or 0):.1f}%, "
-            f"{r.get('output_tokens_per_s')} tok/s, acceptance rate {r.get('spec_decode_acceptance_rate')}, "
-            f"mean acceptance length {r.get('spec_decode_acceptance_length')}"
-        )
+        con.print(runtime_line(r), soft_wrap=True)
     con.print("[green]healthy[/]" if doc["healthy"] else "[red]not healthy[/]: run `sparkctl doctor` (or `sparkctl up`)")
     raise typer.Exit(0 if doc["healthy"] else 1)
+
+
+# --- the runtime part alone: any vLLM endpoint, and the live view ----------------------------------
+
+
+def endpoint_base(url: str) -> tuple[str, int]:
+    """--endpoint URL -> (host, port), fenced like every connection sparkctl makes."""
+    from urllib.parse import urlsplit
+
+    from sparkctl.errors import InputError
+    from sparkctl.transport.guard import check_address
+
+    u = urlsplit(url if "://" in url else f"http://{url}")
+    try:
+        port = u.port or 80
+    except ValueError:
+        port = None
+    if u.scheme != "http" or not u.hostname or port is None or u.path not in ("", "/"):
+        raise InputError(f"--endpoint {url!r} is not http://HOST:PORT", fix="e.g. --endpoint http://10.0.0.5:8000 "
+                         "(the API's base URL, without /v1)")  # fmt: skip
+    check_address(u.hostname, "the --endpoint URL")
+    return u.hostname, port
+
+
+def figures(a, b, seconds: float) -> dict:
+    """What the runtime did between two fetches (EndpointFacts) `seconds` apart: tok/s, requests,
+    KV use, speculative acceptance and mean TTFT over that interval only."""
+    ma, mb = a.metrics or {}, b.metrics or {}
+
+    def delta(name: str) -> float:
+        return max(mb.get(name, 0.0) - ma.get(name, 0.0), 0.0)  # a restart resets counters: never negative
+
+    drafts, draft_tokens = delta("vllm:spec_decode_num_drafts_total"), delta("vllm:spec_decode_num_draft_tokens_total")
+    accepted = delta("vllm:spec_decode_num_accepted_tokens_total")
+    ttft_n = delta("vllm:time_to_first_token_seconds_count")
+    return {
+        "running": int(mb.get("vllm:num_requests_running", 0)),
+        "waiting": int(mb.get("vllm:num_requests_waiting", 0)),
+        "kv_cache_usage": round(mb.get("vllm:kv_cache_usage_perc", 0.0), 4),
+        "output_tokens_per_s": round(delta("vllm:generation_tokens_total") / seconds, 1),
+        "spec_decode_acceptance_rate": round(accepted / draft_tokens, 3) if draft_tokens else None,
+        "spec_decode_acceptance_length": round(1 + accepted / drafts, 2) if drafts else None,
+        "ttft_mean_s": round(delta("vllm:time_to_first_token_seconds_sum") / ttft_n, 3) if ttft_n else None,
+        "interval_s": round(seconds, 2),
+    }
+
+
+def _runtime(first, second, seconds: float) -> dict:
+    r: dict = {"url": first.url, "health": second.health, "error": second.health_error}
+    if second.models:
+        m = second.models[0]
+        r.update(model=m.get("id"), max_model_len=m.get("max_model_len"))
+    if second.metrics_error:
+        r["metrics_error"] = second.metrics_error
+    if first.metrics and second.metrics:
+        r.update(figures(first, second, seconds))
+    return r
+
+
+def endpoint_status(base: tuple[str, int], sample_seconds: float) -> dict:
+    from sparkctl.facts.endpoint import fetch
+
+    first = fetch(*base)
+    second = first
+    if first.metrics:
+        time.sleep(sample_seconds)
+        second = fetch(*base)
+    runtime = _runtime(first, second, sample_seconds)
+    return {"endpoint": first.url, "healthy": runtime["health"] == 200, "runtime": runtime}
+
+
+def runtime_line(r: dict) -> str:
+    from rich.markup import escape
+
+    if r["health"] is None:
+        return f"runtime {r['url']}: [red]not answering[/] ({escape(r['error'] or '')})"
+    parts = [f"runtime {r['url']}: /health {r['health']}", f"model {r.get('model')} (max_model_len {r.get('max_model_len')})"]
+    if "running" in r:
+        parts += [f"running {r['running']}, waiting {r['waiting']}", f"KV {100 * (r['kv_cache_usage'] or 0):.1f}%",
+                  f"{r['output_tokens_per_s']} tok/s"]  # fmt: skip
+        if r.get("spec_decode_acceptance_length") is not None:
+            parts.append(f"acceptance rate {r['spec_decode_acceptance_rate']}, mean acceptance length "
+                         f"{r['spec_decode_acceptance_length']}")  # fmt: skip
+        if r.get("ttft_mean_s") is not None:
+            parts.append(f"TTFT {r['ttft_mean_s']:.2f} s")
+    elif r.get("metrics_error"):
+        parts.append(f"/metrics: {escape(r['metrics_error'])}")
+    return ", ".join(parts)
+
+
+def _view(runtime: dict, hosts: Optional[dict], tick: int):
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(title=f"sparkctl status --watch   (every {runtime.get('interval_s', '-')} s; q or Ctrl-C quits)",
+              title_justify="left", box=None, pad_edge=False)  # fmt: skip
+    for col in ("tok/s", "running", "waiting", "KV", "accept", "len", "TTFT"):
+        t.add_column(col, justify="right", no_wrap=True)
+    if runtime.get("health") is None:
+        t.add_row(*["-"] * 7)
+        head = Text(f"{runtime['url']}: not answering ({runtime.get('error')})", style="bold red")
+    else:
+        fmt = lambda v, f="{}": "-" if v is None else f.format(v)  # noqa: E731
+        t.add_row(fmt(runtime.get("output_tokens_per_s")), fmt(runtime.get("running")), fmt(runtime.get("waiting")),
+                  fmt(runtime.get("kv_cache_usage"), "{:.1%}"), fmt(runtime.get("spec_decode_acceptance_rate"), "{:.0%}"),
+                  fmt(runtime.get("spec_decode_acceptance_length"), "{:.2f}"), fmt(runtime.get("ttft_mean_s"), "{:.2f}s"))  # fmt: skip
+        head = Text(f"{runtime['url']}: /health {runtime['health']}  {runtime.get('model') or ''}",
+                    style="green" if runtime["health"] == 200 else "bold red")  # fmt: skip
+    parts = [head, t]
+    if hosts:
+        ht = Table(box=None, pad_edge=False)
+        for col in ("host", "container", "state"):
+            ht.add_column(col, no_wrap=True)
+        for h, info in hosts.items():
+            for c in info["containers"]:
+                ht.add_row(h, c["name"], Text(c["state"], style="green" if c["state"] == "running" else "bold red"))
+        parts.append(ht)
+    return Group(*parts)
+
+
+class _Keys:
+    """q on a terminal quits the live view; stdin is left as it was found."""
+
+    def __enter__(self):
+        import sys
+
+        self.fd = None
+        if sys.stdin.isatty():
+            import termios
+            import tty
+
+            self.fd = sys.stdin.fileno()
+            self.saved = termios.tcgetattr(self.fd)
+            tty.setcbreak(self.fd)
+        return self
+
+    def quit_within(self, seconds: float) -> bool:
+        import os
+        import select
+
+        if self.fd is None:
+            time.sleep(seconds)
+            return False
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if ready and os.read(self.fd, 1) in (b"q", b"Q"):
+                return True
+        return False
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            import termios
+
+            termios.tcsetattr(self.fd, termios.TCSADRAIN, self.saved)
+        return False
+
+
+def watch_view(containers, base: tuple[str, int], interval: float) -> None:
+    """Refresh every `interval` s: figures over the last interval (not since start), each host's
+    containers when there is an inventory. q or Ctrl-C exits 0."""
+    from rich.live import Live
+
+    from sparkctl.cli.output import console
+    from sparkctl.facts.endpoint import fetch
+
+    prev, t_prev = fetch(*base), time.monotonic()
+    tick = 0
+    try:
+        with _Keys() as keys, Live(console=console(), auto_refresh=False, transient=False) as live:
+            while True:
+                if keys.quit_within(interval if tick else 0.2):
+                    break
+                cur, t_cur = fetch(*base), time.monotonic()
+                doc = containers()
+                live.update(_view(_runtime(prev, cur, t_cur - t_prev), doc["hosts"] if doc else None, tick), refresh=True)
+                prev, t_prev, tick = cur, t_cur, tick + 1
+    except KeyboardInterrupt:
+        pass
