@@ -18,7 +18,7 @@ from typing import Optional, Protocol
 
 from sparkctl.bench.client import Endpoint, Measured
 from sparkctl.bench.longprompt import CALIBRATION_LINES, Calibration, Kind, filler, tagged
-from sparkctl.bench.metrics import SpecCounters, parse_running, parse_spec_counters
+from sparkctl.runtime.metrics import SpecCounters, parse_running, parse_spec_counters
 from sparkctl.bench.parts import SHORT_MAX_TOKENS, Part, parts_of
 from sparkctl.bench.protocol import SHORT_PROMPT, BenchOptions
 from sparkctl.bench.result import BenchResult, ServerInfo

@@ -11,7 +11,7 @@ import pytest
 from sparkctl.bench import stats
 from sparkctl.bench.client import Endpoint, normalise_endpoint
 from sparkctl.bench.longprompt import Calibration, filler, tagged
-from sparkctl.bench.metrics import parse_running, parse_spec_counters
+from sparkctl.runtime.metrics import parse_running, parse_spec_counters
 from sparkctl.bench.protocol import parse_tokens
 from sparkctl.errors import InputError
 
