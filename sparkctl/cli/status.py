@@ -7,6 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from sparkctl.runtime.metrics import SpecCounters
+
 from sparkctl.cli.options import InventoryOpt, JsonOpt, require_inventory
 
 
@@ -55,16 +57,12 @@ def collect(inv, sample_seconds: float) -> dict:
         second = fetch(address, inv.runtime.port)
         a, b = first.metrics, second.metrics or first.metrics
         gen = b.get("vllm:generation_tokens_total", 0) - a.get("vllm:generation_tokens_total", 0)
-        drafts = b.get("vllm:spec_decode_num_drafts_total", 0)
-        draft_tokens = b.get("vllm:spec_decode_num_draft_tokens_total", 0)
-        accepted = b.get("vllm:spec_decode_num_accepted_tokens_total", 0)
         runtime.update(
             running=int(b.get("vllm:num_requests_running", 0)),
             waiting=int(b.get("vllm:num_requests_waiting", 0)),
             kv_cache_usage=round(b.get("vllm:kv_cache_usage_perc", 0.0), 4),
             output_tokens_per_s=round(max(gen, 0) / sample_seconds, 1),
-            spec_decode_acceptance_rate=round(accepted / draft_tokens, 3) if draft_tokens else None,
-            spec_decode_acceptance_length=round(1 + accepted / drafts, 2) if drafts else None,
+            **(b.spec or SpecCounters()).fields(),  # since start; rate in percent (sparkctl/runtime/metrics.py)
         )
     healthy = runtime["health"] == 200 and all(
         c["state"] == "running" and c["config_matches"] for h in hosts.values() for c in h["containers"]
@@ -171,16 +169,14 @@ def figures(a, b, seconds: float) -> dict:
     def delta(name: str) -> float:
         return max(mb.get(name, 0.0) - ma.get(name, 0.0), 0.0)  # a restart resets counters: never negative
 
-    drafts, draft_tokens = delta("vllm:spec_decode_num_drafts_total"), delta("vllm:spec_decode_num_draft_tokens_total")
-    accepted = delta("vllm:spec_decode_num_accepted_tokens_total")
+    spec = (getattr(mb, "spec", None) or SpecCounters()) - (getattr(ma, "spec", None) or SpecCounters())
     ttft_n = delta("vllm:time_to_first_token_seconds_count")
     return {
         "running": int(mb.get("vllm:num_requests_running", 0)),
         "waiting": int(mb.get("vllm:num_requests_waiting", 0)),
         "kv_cache_usage": round(mb.get("vllm:kv_cache_usage_perc", 0.0), 4),
         "output_tokens_per_s": round(delta("vllm:generation_tokens_total") / seconds, 1),
-        "spec_decode_acceptance_rate": round(accepted / draft_tokens, 3) if draft_tokens else None,
-        "spec_decode_acceptance_length": round(1 + accepted / drafts, 2) if drafts else None,
+        **spec.fields(),  # rate in percent, as vllm bench serve and doctor report it
         "ttft_mean_s": round(delta("vllm:time_to_first_token_seconds_sum") / ttft_n, 3) if ttft_n else None,
         "interval_s": round(seconds, 2),
     }
@@ -220,7 +216,7 @@ def runtime_line(r: dict) -> str:
         parts += [f"running {r['running']}, waiting {r['waiting']}", f"KV {100 * (r['kv_cache_usage'] or 0):.1f}%",
                   f"{r['output_tokens_per_s']} tok/s"]  # fmt: skip
         if r.get("spec_decode_acceptance_length") is not None:
-            parts.append(f"acceptance rate {r['spec_decode_acceptance_rate']}, mean acceptance length "
+            parts.append(f"acceptance rate {r['spec_decode_acceptance_rate']}%, mean acceptance length "
                          f"{r['spec_decode_acceptance_length']}")  # fmt: skip
         if r.get("ttft_mean_s") is not None:
             parts.append(f"TTFT {r['ttft_mean_s']:.2f} s")
@@ -244,7 +240,7 @@ def _view(runtime: dict, hosts: Optional[dict], tick: int):
     else:
         fmt = lambda v, f="{}": "-" if v is None else f.format(v)  # noqa: E731
         t.add_row(fmt(runtime.get("output_tokens_per_s")), fmt(runtime.get("running")), fmt(runtime.get("waiting")),
-                  fmt(runtime.get("kv_cache_usage"), "{:.1%}"), fmt(runtime.get("spec_decode_acceptance_rate"), "{:.0%}"),
+                  fmt(runtime.get("kv_cache_usage"), "{:.1%}"), fmt(runtime.get("spec_decode_acceptance_rate"), "{:.0f}%"),
                   fmt(runtime.get("spec_decode_acceptance_length"), "{:.2f}"), fmt(runtime.get("ttft_mean_s"), "{:.2f}s"))  # fmt: skip
         head = Text(f"{runtime['url']}: /health {runtime['health']}  {runtime.get('model') or ''}",
                     style="green" if runtime["health"] == 200 else "bold red")  # fmt: skip

@@ -281,4 +281,4 @@ def test_status_shows_where_it_runs_and_live_figures(lab, inventory, converged):
     r = doc["runtime"]
     assert r["health"] == 200 and r["model"] == model
     assert r["output_tokens_per_s"] > 0 and r["running"] == 1
-    assert 0 < r["spec_decode_acceptance_rate"] <= 1
+    assert 0 < r["spec_decode_acceptance_rate"] <= 100  # percent, as vllm bench serve reports it
