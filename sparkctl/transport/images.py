@@ -147,7 +147,8 @@ class Transfer:
     layers_sent: int = 0
     layers_skipped: int = 0
     bytes_skipped: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # all of it, from the first look at the destination to the tag
+    stream_seconds: float = 0.0  # the save | load stream alone
     tag: Optional[str] = None
     stats: dict = field(default_factory=dict)
 
@@ -310,10 +311,12 @@ def copy_image(
         why = "" if ok else f"{src.name} cannot SSH to {fabric_address}: {why}"
     stats: dict = {}
     command = save_command(image_id, held)
+    t_stream = time.monotonic()
     if path == "fabric":
         _fabric(src, fabric_address, command, on_progress, stats)
     else:
         _relay(src, dst, command, on_progress, stats)
+    stream_seconds = time.monotonic() - t_stream
     now = stored_image(dst, image_id)
     if now is None or now.id != image_id:
         raise HostError(
@@ -327,5 +330,5 @@ def copy_image(
         image_id, src.name, dst.name, path, why,
         bytes_sent=int(stats.get("bytes_out", 0)), layers_sent=int(stats.get("layers_sent", 0)),
         layers_skipped=int(stats.get("layers_skipped", 0)), bytes_skipped=int(stats.get("bytes_skipped", 0)),
-        seconds=time.monotonic() - t0, tag=tag, stats=stats,
+        seconds=time.monotonic() - t0, stream_seconds=stream_seconds, tag=tag, stats=stats,
     )  # fmt: skip
