@@ -211,7 +211,7 @@ class HostSession:
             # "No existing session" when the banner wait ended the transport under the handshake
             if any(w in str(exc).lower() for w in ("banner", "no existing session")):
                 raise HostError(
-                    f"{t.name}: cannot connect to {where}: sshd accepted the connection but did not "
+                    f"{t.name}: cannot connect to {where}: sshd accepted the connection, then no "
                     f"answer within {t.connect_timeout:g} s (sshd frozen or overloaded?)",
                     fix=FIX_FROZEN,
                 ) from None
