@@ -29,7 +29,7 @@ def volume(ctx: Context, host: str, f):
 
 def _running_here(ctx: Context, f) -> list:
     plan = ctx.plan
-    return [c for c in (f.containers or []) if c.running and plan and c.config_hash == plan.config_hash]
+    return [c for c in (f.containers or []) if c.running and plan and c.config_hash == plan.expected_hash(c.name)]
 
 
 @host_check("caches.compile", "the cache holds compiled graphs, so the next start is warm", scope=runtime_hosts)

@@ -82,7 +82,7 @@ def config(ctx: Context, host: str, f):
     plan = ctx.plan
     out = []
     for c in [c for c in (f.containers or []) if c.running]:
-        want = plan.config_hash if plan else "?"
+        want = (plan.expected_hash(c.name) if plan else None) or "?"
         if c.config_hash != want:
             out.append(
                 fail(

@@ -43,7 +43,7 @@ def collect(inv, sample_seconds: float) -> dict:
             "error": o.error,
             "containers": [
                 {**have.get(n, {"name": n, "state": "unknown (host not reached)" if o.error else "absent"}),
-                 "config_matches": have.get(n, {}).get("config_hash") == plan.config_hash}
+                 "config_matches": have.get(n, {}).get("config_hash") == plan.expected_hash(n)}
                 for n in want
             ],
         }

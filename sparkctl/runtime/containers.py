@@ -61,13 +61,16 @@ def find(client, cluster: str, role: Optional[str] = None) -> list:
     return client.containers.list(all=True, filters=filters)
 
 
-def stop(client, cluster: str, timeout: Optional[int] = None, remove: bool = True) -> list[str]:
-    """Stop (SIGTERM, drain up to the container's stop timeout) and remove this cluster's containers."""
-    names = []
+def stop(client, cluster: str, timeout: Optional[int] = None, remove: bool = True, names: Optional[list[str]] = None) -> list[str]:
+    """Stop (SIGTERM, drain up to the container's stop timeout) and remove this cluster's containers
+    (only those named, when `names` is given)."""
+    stopped = []
     for c in find(client, cluster):
+        if names is not None and c.name not in names:
+            continue
         if c.status == "running":
             c.stop(timeout=timeout) if timeout is not None else c.stop()
         if remove:
             c.remove(force=True)
-        names.append(c.name)
-    return names
+        stopped.append(c.name)
+    return stopped

@@ -72,16 +72,30 @@ class ContainerSpec(BaseModel):
         return shlex.join(parts)
 
 
+def restart_group(role: str) -> str:
+    """Containers that must restart together: the engine (head and workers: one Ray cluster, vLLM
+    has no partial restart) or the drafter (its own server on the offload host)."""
+    return "drafter" if role == "drafter" else "engine"
+
+
 class LaunchPlan(BaseModel):
-    """Every host's container, in start order (drafter, worker, head), and the config hash."""
+    """Every host's container, in start order (drafter, worker, head), and the config hashes:
+    one for the whole cluster (what `up` records) and one per restart group (each container's
+    label), so a change to the drafter alone restarts the drafter alone."""
 
     model_config = ConfigDict(frozen=True)
     cluster: str
     config_hash: str
     containers: list[ContainerSpec]
+    group_hashes: dict[str, str] = Field(default_factory=dict)
 
     def for_host(self, host: str) -> list[ContainerSpec]:
         return [c for c in self.containers if c.host == host]
+
+    def expected_hash(self, name: str) -> Optional[str]:
+        """The config hash the container `name` must carry (its restart group's), None if not in the plan."""
+        spec = next((c for c in self.containers if c.name == name), None)
+        return self.group_hashes.get(restart_group(spec.role)) if spec else None
 
 
 def fabric_link_to(inv: Inventory, host: str, peer: str) -> Optional[FabricLink]:
@@ -266,6 +280,11 @@ def _render(inv: Inventory) -> LaunchPlan:
     )
 
     config_hash = _hash({"cluster": inv.cluster.name, "nodes": nodes, "stop_timeout": stop_timeout})
+    group_hashes = {
+        g: _hash({"cluster": inv.cluster.name, "group": g, "stop_timeout": stop_timeout,
+                  "nodes": [n for n in nodes if restart_group(n["role"]) == g]})
+        for g in dict.fromkeys(restart_group(n["role"]) for n in nodes)
+    }  # fmt: skip
     containers = []
     for n in nodes:
         host = inv.hosts[n["host"]]
@@ -279,8 +298,8 @@ def _render(inv: Inventory) -> LaunchPlan:
                 labels={
                     f"{LABEL_PREFIX}.cluster": inv.cluster.name,
                     f"{LABEL_PREFIX}.role": n["role"],
-                    f"{LABEL_PREFIX}.config-hash": config_hash,
+                    f"{LABEL_PREFIX}.config-hash": group_hashes[restart_group(n["role"])],
                 },
             )
         )
-    return LaunchPlan(cluster=inv.cluster.name, config_hash=config_hash, containers=containers)
+    return LaunchPlan(cluster=inv.cluster.name, config_hash=config_hash, containers=containers, group_hashes=group_hashes)

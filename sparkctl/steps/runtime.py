@@ -13,27 +13,37 @@ real completion request is the smoke test.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from sparkctl.errors import HostError
 from sparkctl.inventory.models import Inventory
 from sparkctl.runtime import containers, health
-from sparkctl.runtime.launch import render
+from sparkctl.runtime.launch import render, restart_group
 from sparkctl.steps.base import Change, Plan, RunContext, Step
 
 DEFAULT_TIMEOUT = 1800.0  # a real cold boot takes 10-15 min (seed 002)
 BARRIER_TIMEOUT = 10.0  # every runtime host must answer within this before anything is stopped
 ROLE_ORDER = {"drafter": 0, "worker": 1, "head": 2}  # start order; stop is the reverse
+ALL_GROUPS = frozenset({"engine", "drafter"})
 
 
 @dataclass(frozen=True)
 class Drift:
-    """Why the runtime must restart (reasons), or that it is loading and must be waited for."""
+    """Why which restart group must restart (engine: head + workers; drafter), or that the
+    runtime is loading and must be waited for."""
 
-    reasons: tuple[str, ...] = ()
-    loading: Optional[str] = None  # "head loading for 42 s (no fatal sign in its log)"
+    reasons: dict[str, tuple[str, ...]] = field(default_factory=dict)  # restart group -> why
+    loading: Optional[str] = None  # "head still loading for 42 s (no fatal sign in its log)"
     blocked: Optional[str] = None  # the containers could not be read on some host
+
+    @property
+    def groups(self) -> set[str]:
+        return {g for g, why in self.reasons.items() if why}
+
+    @property
+    def why(self) -> str:
+        return "; ".join(r for rs in self.reasons.values() for r in rs)
 
 
 def runtime_hosts(inv: Inventory) -> list[str]:
@@ -57,44 +67,56 @@ def drift(ctx: RunContext) -> Drift:
     if ctx.outputs.restart is not None:
         return ctx.outputs.restart
     launch = ctx.launch
-    reasons, head_container = [], None
-    for spec in launch.containers:
-        f = ctx.facts.get(spec.host)
+    reasons: dict[str, list[str]] = {}
+    head_container = None
+    for host in dict.fromkeys(c.host for c in launch.containers):
+        f = ctx.facts.get(host)
         if f is None:
             continue  # unreachable: the runner fails the host
         if f.containers is None:
-            d = Drift(blocked=f"cannot list containers on {spec.host}: {f.errors.get('containers', 'no answer')}")
+            d = Drift(blocked=f"cannot list containers on {host}: {f.errors.get('containers', 'no answer')}")
             ctx.outputs.restart = d
             return d
-        running = next((c for c in f.containers if c.name == spec.name), None)
-        current = current_image(ctx, spec.host, spec.image)
-        if running is None:
-            reasons.append(f"{spec.name} not on {spec.host}")
-        elif not running.running:
-            reasons.append(f"{spec.name} on {spec.host} is {running.status}")
-        elif running.config_hash != launch.config_hash:
-            reasons.append(f"{spec.name} on {spec.host} runs config {running.config_hash[:12]}")
-        elif current and running.image_id != current:
-            reasons.append(f"{spec.name} on {spec.host} runs image {running.image_id[7:19]}, the node now has {current[7:19]}")
-        if spec.role == "head":
-            head_container = running
+        wanted = {s.name for s in launch.for_host(host)}
+        for c in f.containers:
+            if c.name not in wanted:  # a role the inventory no longer has: it goes with the engine
+                reasons.setdefault("engine", []).append(f"{c.name} on {host} is not in the inventory")
+        for spec in launch.for_host(host):
+            group = restart_group(spec.role)
+            running = next((c for c in f.containers if c.name == spec.name), None)
+            current = current_image(ctx, host, spec.image)
+            if running is None:
+                why = f"{spec.name} not on {host}"
+            elif not running.running:
+                why = f"{spec.name} on {host} is {running.status}"
+            elif running.config_hash != launch.expected_hash(spec.name):
+                why = f"{spec.name} on {host} runs config {running.config_hash[:12] or '(none)'}"
+            elif current and running.image_id != current:
+                why = f"{spec.name} on {host} runs image {running.image_id[7:19]}, the node now has {current[7:19]}"
+            else:
+                why = None
+            if why:
+                reasons.setdefault(group, []).append(why)
+            if spec.role == "head":
+                head_container = running
     loading = None
     head = ctx.inventory.hosts_with_role("head")[0]
     hf = ctx.facts.get(head)
-    if not reasons and hf is not None and " 200" not in (hf.health or ""):
+    if "engine" not in reasons and hf is not None and " 200" not in (hf.health or ""):
         # not serving: a loading runtime is waited for; a dead one restarts
         if head_container is not None and head_container.id not in hf.logs:  # read only in this rare case
             hf = ctx.refresh(head, {"logs"})
         logs = hf.logs.get(head_container.id) if head_container else None
         fatal = logs.fatal if logs else []
+        status = hf.health or "no answer"
         if fatal:
-            reasons.append(f"head does not answer /health ({hf.health or 'no answer'}); its log shows: {fatal[0][:160]}")
+            reasons.setdefault("engine", []).append(f"head does not answer /health ({status}); its log shows: {fatal[0][:160]}")
         elif logs is not None and logs.ready:
-            reasons.append(f"head does not answer /health ({hf.health or 'no answer'}) although its log says it started serving")
+            reasons.setdefault("engine", []).append(f"head does not answer /health ({status}) although its log says it started serving")
         else:
             since = _age(head_container.started_at) if head_container else None
             loading = f"head still loading{f' for {since:.0f} s' if since is not None else ''} (no fatal sign in its log)"
-    d = Drift(tuple(reasons), loading)
+    d = Drift({g: tuple(r) for g, r in reasons.items()}, loading)
     ctx.outputs.restart = d
     return d
 
@@ -126,14 +148,16 @@ class StopStep(Step):
         inv = ctx.inventory
         always = bool(self.options.get("always"))
         hosts = [h for h in self.hosts(inv) if h in ctx.facts]
+        groups = ALL_GROUPS
         if not always:
             d = drift(ctx)
             if d.blocked:
                 return {h: self.blocked(h, d.blocked) for h in hosts[:1]}
-            if not (d.reasons or ctx.force):
+            if not (d.groups or ctx.force):
                 why = d.loading or "the runtime runs the inventory's config"
                 return {h: self.noop(h, f"nothing to stop: {why}") for h in hosts}
-            why = "--force" if not d.reasons else "; ".join(d.reasons)
+            why = "--force" if ctx.force else d.why
+            groups = ALL_GROUPS if ctx.force else d.groups
         else:
             why = "sparkctl down"
         drain = ctx.options.get("drain")
@@ -147,11 +171,12 @@ class StopStep(Step):
             if first and not always:
                 changes.append(Change("barrier", "check every runtime host answers and holds its image before stopping anything"))
             first = False
-            names = [c.name for c in f.containers]
+            names = [c.name for c in f.containers if restart_group(c.role) in groups]
             if names:
                 how = f"drain up to {drain} s" if drain is not None else "drain up to each container's stop timeout"
                 changes.append(Change("stop", f"stop {', '.join(names)} ({how})", {"names": names}))
-            plans[h] = self.changes(h, changes, reason=f"restart runtime: {why}") if changes else self.noop(h, "no runtime container")
+            what = "restart " + (" and ".join(sorted(groups)) if groups != ALL_GROUPS else "runtime")
+            plans[h] = self.changes(h, changes, reason=f"{what}: {why}") if changes else self.noop(h, "nothing to stop here")
         return plans
 
     def apply(self, ctx: RunContext, plan: Plan) -> str:
@@ -161,7 +186,8 @@ class StopStep(Step):
                 done.append(self._barrier(ctx))
             elif c.action == "stop":
                 ctx.progress(plan.host, self.name, f"stopping {', '.join(c.data['names'])} (drain)")
-                stopped = containers.stop(ctx.fleet[plan.host].docker(), ctx.inventory.cluster.name, timeout=ctx.options.get("drain"))
+                client = ctx.fleet[plan.host].docker()
+                stopped = containers.stop(client, ctx.inventory.cluster.name, timeout=ctx.options.get("drain"), names=c.data["names"])
                 done.append(f"stopped {', '.join(stopped)}" if stopped else "nothing left to stop")
         return "; ".join(done)
 
@@ -196,22 +222,23 @@ class RuntimeStep(Step):
         hosts = [h for h in self.hosts(ctx.inventory) if h in ctx.facts]
         if d.blocked:
             return {h: self.blocked(h, d.blocked) for h in hosts[:1]}
+        groups = ALL_GROUPS if ctx.force else d.groups
+        why = "--force" if ctx.force else d.why
         plans = {}
         for h in hosts:
             specs = launch.for_host(h)
-            names = ", ".join(s.name for s in specs)
-            if d.reasons or ctx.force:
-                why = "--force" if not d.reasons else "; ".join(d.reasons)
-                ops = [Change("start", f"start {s.name} with config {launch.config_hash}", {"name": s.name}) for s in specs]
-                if any(s.role == "head" for s in specs):
-                    ops.append(Change("wait-serving", "wait until /health answers, then one smoke completion"))
-                plans[h] = self.changes(h, ops, reason=f"restart runtime: {why}")
+            starting = [s for s in specs if restart_group(s.role) in groups]
+            ops = [Change("start", f"start {s.name} with config {launch.expected_hash(s.name)}", {"name": s.name}) for s in starting]
+            if any(s.role == "head" for s in starting):
+                ops.append(Change("wait-serving", "wait until /health answers, then one smoke completion"))
+            elif any(s.role == "drafter" for s in starting):
+                ops.append(Change("wait-drafter", "wait until the drafter answers /health"))
             elif d.loading and any(s.role == "head" for s in specs):
-                plans[h] = self.changes(
-                    h, [Change("wait-serving", f"wait for the loading runtime, not restarting it: {d.loading}")]
-                )
+                ops.append(Change("wait-serving", f"wait for the loading runtime, not restarting it: {d.loading}"))
+            if ops:
+                plans[h] = self.changes(h, ops, reason=f"restart {' and '.join(sorted(groups))}: {why}" if starting else "")
             else:
-                plans[h] = self.noop(h, f"{names} running config {launch.config_hash}")
+                plans[h] = self.noop(h, ", ".join(f"{s.name} running config {launch.expected_hash(s.name)}" for s in specs))
         return plans
 
     def apply(self, ctx: RunContext, plan: Plan) -> str:
@@ -229,7 +256,23 @@ class RuntimeStep(Step):
             elif c.action == "wait-serving":
                 head = next(s for s in ctx.launch.for_host(plan.host) if s.role == "head")
                 done.append(self._wait_serving(ctx, plan.host, head.name))
+            elif c.action == "wait-drafter":
+                done.append(self._wait_drafter(ctx, plan.host))
         return "; ".join(done)
+
+    def _wait_drafter(self, ctx: RunContext, host: str) -> str:
+        """The drafter's /health, asked on its own host (it binds its fabric address)."""
+        t0 = time.monotonic()
+        deadline = t0 + float(ctx.options.get("timeout") or DEFAULT_TIMEOUT)
+        while True:
+            code = ctx.refresh(host, {"drafter_health"}).drafter_health
+            if code == 200:
+                return f"drafter answers /health after {time.monotonic() - t0:.1f} s"
+            if time.monotonic() > deadline:
+                raise HostError(f"{host}: the drafter did not answer /health within {deadline - t0:.0f} s (last: {code})",
+                                fix="read `docker logs sparkctl-drafter` on the offload host")  # fmt: skip
+            ctx.progress(host, self.name, f"waiting for the drafter ({time.monotonic() - t0:.0f} s)")
+            time.sleep(0.25)
 
     def _wait_serving(self, ctx: RunContext, host: str, name: str) -> str:
         import docker

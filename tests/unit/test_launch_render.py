@@ -112,8 +112,17 @@ def test_config_hash_follows_the_config():
     base = render(load()).config_hash
     assert render(load(max_num_seqs=2)).config_hash != base
     assert render(load(served_model_name="other")).config_hash != base
-    labels = {c.labels["io.sparkctl.config-hash"] for c in render(load()).containers}
-    assert labels == {base}
+    plan = render(load())
+    labels = {c.role: c.labels["io.sparkctl.config-hash"] for c in plan.containers}
+    # one hash per restart group: the engine (head + worker) restarts together, the drafter alone
+    assert labels == {"head": plan.group_hashes["engine"], "worker": plan.group_hashes["engine"], "drafter": plan.group_hashes["drafter"]}
+    assert all(plan.expected_hash(c.name) == c.labels["io.sparkctl.config-hash"] for c in plan.containers)
+
+
+def test_a_head_only_flag_changes_the_engine_hash_and_not_the_drafters():
+    base, other = render(load()), render(load(served_model_name="other"))
+    assert other.group_hashes["engine"] != base.group_hashes["engine"]
+    assert other.group_hashes["drafter"] == base.group_hashes["drafter"]
 
 
 def test_head_learns_the_remote_drafter_address():

@@ -28,6 +28,9 @@ def image_section(iid):
     return sec(f"{iid}\n") if iid else sec(f"Error: No such image: {IMAGE}\n", 1)
 
 
+WANT = {h: render(INV).expected_hash(NAMES[h]) for h in HOSTS}  # each container's restart-group hash
+
+
 def container_json(host, config_hash, state="running", image_id=ID1):
     return {
         "Id": f"{host}-ctr", "Name": f"/{NAMES[host]}", "Image": image_id,
@@ -59,41 +62,13 @@ def ctx(f, **kw) -> RunContext:
     return RunContext(inventory=INV, fleet=None, facts=f, **kw)
 
 
-# images
+# images: provenance plans are in test_image_transport_provenance.py (issue 14)
 
 
-def test_images_present_everywhere_with_one_id_is_a_noop_and_the_ids_are_the_output():
-    c = ctx(facts())
-    plans = ImagesStep().plan(c)
-    assert all(p.empty for p in plans.values())
-    assert "present (111111111111)" in plans["head"].reason
-    assert c.outputs.image_ids == {h: {IMAGE: ID1} for h in HOSTS}
+def registry_down(ref, **kw):
+    from sparkctl.transport.registry import RegistryUnreachable
 
-
-def test_missing_image_on_one_node_pulls_everywhere_and_may_fall_back_to_a_named_side_load():
-    c = ctx(facts(ids={"head": ID1, "worker": None, "offload": ID1}))
-    plans = ImagesStep().plan(c)
-    assert all([(ch.action, ch.data["image"]) for ch in p.changes] == [("pull", IMAGE)] for p in plans.values())
-    assert "(missing); if the registry fails, side-load from head" in plans["worker"].changes[0].summary
-    assert plans["worker"].changes[0].data["fallback"] == "head"
-    assert plans["head"].changes[0].data["fallback"] is None  # it has the image: a failed pull fails
-    assert c.outputs.image_ids["worker"] == {IMAGE: ID1}  # predicted: every node that has it agrees
-
-
-def test_nodes_that_disagree_pull_with_an_unknown_outcome_and_side_load_copies_the_heads():
-    c = ctx(facts(ids={"head": ID1, "worker": ID2, "offload": ID1}))
-    assert "nodes hold 2 different IDs" in ImagesStep().plan(c)["head"].reason
-    assert c.outputs.image_ids["head"] == {IMAGE: None}  # the registry decides
-    c = ctx(facts(ids={"head": ID1, "worker": ID2, "offload": ID1}), options={"side_load": True})
-    plans = ImagesStep().plan(c)
-    assert plans["head"].empty
-    assert plans["worker"].changes[0].action == "side-load" and plans["worker"].changes[0].data["source"] == "head"
-    assert "differs from the cluster's 111111111111" in plans["worker"].changes[0].summary
-
-
-def test_pull_option_pulls_everywhere():
-    plans = ImagesStep().plan(ctx(facts(), options={"pull": True}))
-    assert all(p.changes[0].summary.startswith(f"pull {IMAGE} (--pull)") for p in plans.values())
+    raise RegistryUnreachable(f"registry of {ref}: connection refused")
 
 
 # caches
@@ -116,17 +91,15 @@ def test_cache_dir_missing_is_created_present_is_reported_warm_or_cold():
 
 
 def test_runtime_matching_hash_image_and_healthy_is_left_running():
-    want = render(INV).config_hash
-    c = ctx(facts(hashes={h: want for h in HOSTS}))
+    c = ctx(facts(hashes=WANT))
     assert all(p.empty for p in StopStep().plan(c).values())
     plans = RuntimeStep().plan(c)
     assert all(p.empty for p in plans.values())
-    assert f"running config {want}" in plans["head"].reason
+    assert f"sparkctl-head running config {WANT['head']}" in plans["head"].reason
 
 
 def test_one_stale_node_stops_head_first_then_starts_every_node_in_engine_order():
-    want = render(INV).config_hash
-    c = ctx(facts(hashes={"head": want, "worker": "0ld", "offload": want}))
+    c = ctx(facts(hashes={**WANT, "worker": "0ld"}))
     stop = StopStep().plan(c)
     assert list(stop) == ["head", "worker", "offload"]  # head first: it drains
     assert [ch.action for ch in stop["head"].changes] == ["barrier", "stop"]  # nothing stops before the barrier
@@ -138,30 +111,45 @@ def test_one_stale_node_stops_head_first_then_starts_every_node_in_engine_order(
 
 def test_a_newer_image_under_the_tag_restarts_even_in_check_mode():
     # every node holds ID2 under the tag, the containers still run ID1: --check must say restart
-    want = render(INV).config_hash
-    c = ctx(facts(ids={h: ID2 for h in HOSTS}, hashes={h: want for h in HOSTS}), check_mode=True)
-    ImagesStep().plan(c)  # the images step's declared output: what each node holds once it is done
+    c = ctx(facts(ids={h: ID2 for h in HOSTS}, hashes=WANT), check_mode=True)
+    ImagesStep(registry_down).plan(c)  # the images step's declared output: what each node holds once it is done
     reason = RuntimeStep().plan(c)["head"].reason
     assert "sparkctl-head on head runs image 111111111111, the node now has 222222222222" in reason
 
 
 def test_force_restarts_and_a_dead_head_restarts():
-    want = render(INV).config_hash
-    assert not RuntimeStep().plan(ctx(facts(hashes={h: want for h in HOSTS}), force=True))["head"].empty
+    assert not RuntimeStep().plan(ctx(facts(hashes=WANT), force=True))["head"].empty
     dead_log = "@@ctr head-ctr\nEngineCore encountered a fatal error.\n"
-    c = ctx(facts(hashes={h: want for h in HOSTS}, health="refused", logs=dead_log))
+    c = ctx(facts(hashes=WANT, health="refused", logs=dead_log))
     reason = RuntimeStep().plan(c)["head"].reason
     assert "does not answer /health (refused); its log shows: EngineCore encountered a fatal error." in reason
 
 
 def test_a_loading_head_is_waited_for_never_restarted():
-    want = render(INV).config_hash
-    c = ctx(facts(hashes={h: want for h in HOSTS}, health="refused", logs="@@ctr head-ctr\n"))
+    c = ctx(facts(hashes=WANT, health="refused", logs="@@ctr head-ctr\n"))
     assert all(p.empty for p in StopStep().plan(c).values())
     plans = RuntimeStep().plan(c)
     assert [ch.action for ch in plans["head"].changes] == ["wait-serving"]
     assert "not restarting it: head still loading" in plans["head"].changes[0].summary
     assert plans["worker"].empty
+
+
+def test_a_drafter_only_change_restarts_the_drafter_only():
+    c = ctx(facts(hashes={**WANT, "offload": "0ld-drafter"}))
+    stop = StopStep().plan(c)
+    assert [(h, [ch.action for ch in p.changes]) for h, p in stop.items()] == [
+        ("head", ["barrier"]), ("worker", []), ("offload", ["stop"]),
+    ]  # fmt: skip
+    start = RuntimeStep().plan(c)
+    assert [ch.action for ch in start["offload"].changes] == ["start", "wait-drafter"]
+    assert start["head"].empty and start["worker"].empty
+
+
+def test_a_head_only_change_restarts_the_engine_and_keeps_the_drafter():
+    c = ctx(facts(hashes={**WANT, "head": "0ld-engine", "worker": "0ld-engine"}))
+    assert StopStep().plan(c)["offload"].empty
+    start = RuntimeStep().plan(c)
+    assert start["offload"].empty and [ch.action for ch in start["head"].changes] == ["start", "wait-serving"]
 
 
 def test_down_stops_whatever_runs_head_first():
