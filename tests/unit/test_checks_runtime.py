@@ -227,14 +227,14 @@ def test_last_starts_warm_or_cold_from_the_log_informs_the_cache_check():
     # item 3: the compile line the log ends on says how the running config's last start went
     cold = OK_LOG + [line("compile_miss", "[backbone] ", "(1, 8192)", 612.0, process="Worker_TP0 pid=79")]
     warm = "present\nd ./3f2a\ni ./3f2a/rank_0_0/backbone/vllm_compile_cache.py\n"
-    secs = edit(running(logs={"head": cold}, config_hash=PLAN.config_hash), H, "cache", warm)
+    secs = edit(running(logs={"head": cold}), H, "cache", warm)
     c = by(run(secs, endpoint=endpoint()), "caches.compile", H)
     assert c.status == "ok" and "last start compiled from scratch (612 s)" in c.message and c.data["last_start"] == "cold"
     # compiled, yet nothing on the volume: the runtime writes its cache elsewhere, every start is cold
-    secs = edit(running(logs={"head": cold}, config_hash=PLAN.config_hash), H, "cache", "present\n")
+    secs = edit(running(logs={"head": cold}), H, "cache", "present\n")
     c = by(run(secs, endpoint=endpoint()), "caches.compile", H)
     assert c.status == "fail" and "every start is cold" in c.message and "VLLM_CACHE_ROOT" in c.fix
     hit = cold + [line("compile_hit", "[backbone] ", "(1, 8192)", 1.2, process="Worker_TP0 pid=79")]
-    secs = edit(running(logs={"head": hit}, config_hash=PLAN.config_hash), H, "cache", warm)
+    secs = edit(running(logs={"head": hit}), H, "cache", warm)
     c = by(run(secs, endpoint=endpoint()), "caches.compile", H)
     assert c.status == "ok" and "warm start" in c.message and c.data["last_start"] == "warm"
