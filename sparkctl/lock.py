@@ -19,6 +19,7 @@ import getpass
 import json
 import os
 import shlex
+import signal
 import socket
 import sys
 import threading
@@ -278,10 +279,28 @@ def cluster_lock(fleet, wait: float = 0, hold: bool = True, notify: Callable[[st
         return
     lock = ClusterLock(head_session(fleet), fleet.inventory.cluster.name, notify=notify)
     lock.acquire(wait)
+    previous = _interrupt_on_termination()
     try:
         yield lock
     finally:
         lock.release()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _interrupt_on_termination() -> dict:
+    """SIGTERM and SIGHUP (a closed terminal, a dropped SSH session to the control host) end the
+    run like Ctrl-C, so the lock is released instead of left for `sparkctl unlock`."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        previous[sig] = signal.signal(sig, interrupt)
+    return previous
 
 
 def break_lock(session, holder: Holder) -> bool:
