@@ -17,6 +17,7 @@ from sparkctl.cli import bench as bench_cli
 from sparkctl.cli import doctor as doctor_cli
 from sparkctl.cli import pending
 from sparkctl.cli import down as down_cli
+from sparkctl.cli import reload as reload_cli
 from sparkctl.cli import render as render_cli
 from sparkctl.cli import status as status_cli
 from sparkctl.cli import unlock as unlock_cli
@@ -45,6 +46,10 @@ app.command("render")(render_cli.render)
 app.command("status")(status_cli.status)
 app.add_typer(bench_cli.app, name="bench")
 app.command("doctor")(doctor_cli.doctor)
+app.command("reload")(reload_cli.reload)
+app.command("restart")(reload_cli.restart)
+app.command("rollback")(reload_cli.rollback)
+app.command("history")(reload_cli.history)
 app.command("alerts")(alerts_cli.alerts)
 pending.register(app, skip={"bench", "doctor"})  # placeholders for whatever is not registered above
 

@@ -13,7 +13,6 @@ PENDING = {
     "down": ("Drain and stop the runtime; images, caches and Engram tables stay.", 5),
     "render": ("Print every host's launch exactly as `up` would start it.", 5),
     "doctor": ("Run every named check on all hosts in parallel, with the fix for each failure.", 4),
-    "reload": ("Validate a new config, drain, restart in order, health-gate, roll back on failure.", None),
     "bench": ("Measure tok/s, TTFT, speculative acceptance and mixed traffic on an endpoint.", 6),
 }
 

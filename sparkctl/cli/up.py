@@ -29,13 +29,24 @@ def run_steps(inventory_path, playbook: str, check: bool, json_out: bool, force:
             inventory=inv, fleet=fleet, check_mode=check, force=force, options=options, progress=live.progress
         )
         recap = run_playbook(ctx, stages, playbook, on_result=live.result)
+    head = ctx.facts.get(inv.hosts_with_role("head")[0])
+    journal = head.journal if head is not None else None
     if json_out:
         doc = recap.to_dict()
         if ctx.outputs.runtime_start:
             doc["runtime_start"] = ctx.outputs.runtime_start
+        doc["interrupted_reload"] = journal
         print_json(doc)
     else:
         print_recap(recap)
+        if journal:
+            from sparkctl.cli.output import console
+            from sparkctl.reload import interrupted_message
+
+            console().print(
+                f"[bold yellow]note:[/] {interrupted_message(journal)}: finish it with `sparkctl reload --resume "
+                "--config NEW`, or `sparkctl rollback`", soft_wrap=True,
+            )
     raise typer.Exit(1 if recap.failed else 0)
 
 

@@ -16,6 +16,7 @@ from typing import Iterable, Optional
 from sparkctl.facts import caches, docker, engram, gpu, logs, network, rdma, system
 from sparkctl.facts.probe import Section, gather
 from sparkctl.inventory.models import FabricLink, Inventory
+from sparkctl.state import APPLIED, EVENTS, EVENTS_SHOWN, HISTORY_PROBE, JOURNAL, parse_events, parse_history
 
 # Every fact kind a host can be asked for. Checks (checks/*.py `READS`) and steps (`Step.facts`)
 # declare the kinds they read; a run gathers the union, once per host, in one round trip.
@@ -23,15 +24,13 @@ KINDS = frozenset({
     "clock", "whoami", "ip_addr", "speeds", "rdma_state", "ibdev2netdev", "route", "ping", "gpus",
     "gpu_apps", "meminfo", "disk", "memlock", "logind", "image", "containers", "logs", "cache",
     "engram", "engram_hashes", "engram_rehash", "engram_source_hashes", "drafter_health", "applied", "gid", "netplan",
-    "health",
+    "health", "journal", "events", "history",
 })
 # waiting, not working: run these concurrently inside the host's script
 BACKGROUND_KINDS = {"ping", "route", "gpus", "gpu_apps", "disk", "image", "containers", "logs", "drafter_health",
                     "engram_hashes", "engram_rehash", "engram_source_hashes"}
 
 GPU_APPS_SPLIT = "@@cgroups"
-STATE_DIR = "/var/lib/sparkctl/state"  # on the head: what `sparkctl up` applied, with history
-APPLIED = f"{STATE_DIR}/applied.json"  # written by steps/record.py
 NETPLAN_PATH = "/etc/netplan/40-sparkctl-fabric.yaml"  # written by steps/fabric.py
 NVIDIA_SMI_GPUS = f"nvidia-smi --query-gpu={gpu.GPU_QUERY} --format=csv,noheader,nounits"
 NVIDIA_SMI_APPS = f"nvidia-smi --query-compute-apps={gpu.APPS_QUERY} --format=csv,noheader,nounits"
@@ -162,6 +161,9 @@ def probes_for(inv: Inventory, host: str, kinds: Optional[Iterable[str]] = None)
         add("cache", caches.cache_probe(inv.caches.host_path))
     if inv.hosts[host].role == "head":
         add("applied", f"cat {APPLIED} 2>/dev/null || true")
+        add("journal", f"cat {JOURNAL} 2>/dev/null || true")
+        add("events", f"tail -n {EVENTS_SHOWN} {EVENTS} 2>/dev/null || true")
+        add("history", HISTORY_PROBE)
         add("health", health_probe(inv.runtime.port))
     if h.fabric:
         add("netplan", f"cat {NETPLAN_PATH}")
@@ -228,6 +230,9 @@ class HostFacts:
     engram: Optional[engram.EngramFacts] = None
     drafter_health: Optional[int] = None
     applied: Optional[dict] = None  # the head's record of the last `sparkctl up` (whole applied.json)
+    journal: Optional[dict] = None  # a reload in progress (or interrupted): state.JOURNAL
+    events: list[dict] = field(default_factory=list)  # applied configs, reloads, rollbacks: state.EVENTS
+    history: list[dict] = field(default_factory=list)  # replaced applied records, oldest first
     health: Optional[str] = None  # the head's /health status line from the head itself, or "refused"
     netplan: Optional[str] = None  # the fabric netplan file sparkctl writes, None when absent
     engram_rehashed: list[str] = field(default_factory=list)  # files whose size/ctime moved since placement
@@ -334,6 +339,12 @@ def parse_host(inv: Inventory, host: str, sections: dict[str, Section], clock_se
         if sec.out.strip():
             f.applied = json.loads(sec.out)
 
+    def journal(sec: Section) -> None:
+        import json
+
+        if sec.out.strip():
+            f.journal = json.loads(sec.out)
+
     def netplan(sec: Section) -> None:
         f.netplan = sec.out if sec.ok else None
 
@@ -372,6 +383,9 @@ def parse_host(inv: Inventory, host: str, sections: dict[str, Section], clock_se
     parse("drafter_health", drafter)
     parse("health", lambda s: setattr(f, "health", s.out.strip() or "no answer"))
     parse("netplan", netplan)
+    parse("journal", journal)
+    parse("events", lambda s: setattr(f, "events", parse_events(s.out)))
+    parse("history", lambda s: setattr(f, "history", parse_history(s.out)))
     parse("engram_hashes", engram_hashes)
     parse("engram_rehash", engram_rehash)
     parse("engram_source_hashes", engram_source_hashes)

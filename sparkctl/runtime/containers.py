@@ -61,15 +61,20 @@ def find(client, cluster: str, role: Optional[str] = None) -> list:
     return client.containers.list(all=True, filters=filters)
 
 
-def stop(client, cluster: str, timeout: Optional[int] = None, remove: bool = True, names: Optional[list[str]] = None) -> list[str]:
+def stop(
+    client, cluster: str, timeout: Optional[int] = None, remove: bool = True, names: Optional[list[str]] = None,
+    logs: Optional[dict[str, str]] = None,
+) -> list[str]:
     """Stop (SIGTERM, drain up to the container's stop timeout) and remove this cluster's containers
-    (only those named, when `names` is given)."""
+    (only those named, when `names` is given); with `logs`, keep each one's last log lines first."""
     stopped = []
     for c in find(client, cluster):
         if names is not None and c.name not in names:
             continue
         if c.status == "running":
             c.stop(timeout=timeout) if timeout is not None else c.stop()
+        if logs is not None:
+            logs[c.name] = c.logs(tail=400).decode(errors="replace")
         if remove:
             c.remove(force=True)
         stopped.append(c.name)

@@ -87,6 +87,12 @@ class Outputs:
     runtime_start: Optional[dict] = None
     # preflight: doctor's blocking check results per host
     preflight: Optional[dict[str, list]] = None
+    # throughput -> record: decode tok/s measured after the start (the next reload's baseline)
+    decode_tokens_per_s: Optional[float] = None
+    # reload -> record: seconds /v1/models did not answer during this run
+    downtime: Optional[float] = None
+    # stop -> reload: the head's in-flight requests at the drain {"in_flight", "finished", "cut"}
+    drain: Optional[dict] = None
 
 
 @dataclass

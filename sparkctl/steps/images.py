@@ -1,28 +1,40 @@
-"""Images step: the runtime (and drafter) image on every node, the same image ID everywhere.
+"""Images step: every node holds *the* image, the one its provenance names, or the run stops.
 
-Pulled in parallel from the registry before anything is stopped, so a restart never waits for a
-download. Where a node cannot pull (or with --side-load) the image is streamed from a node that
-has it over SSH (`docker save | docker load`, relayed through this machine) and its ID verified.
-Identity is the image ID (config digest), not RepoDigests: a side-loaded image has none.
+Provenance is decided once per run, before any plan: per image reference (runtime, drafter) and
+node platform, the registry is asked what the tag (or the inventory's `runtime.image_digest` pin)
+names now (transport/registry.py: manifest digest -> config digest = image ID). When the registry
+does not answer, the truth is the image ID recorded as last good for that node in the head's
+applied.json (written by the record step after a verified run). Every node must then hold that
+ID under the reference; anything else is a drift named with the ID the node has and the one it
+should have, head included (the head is not special: it is checked like every node).
+
+Repairs, exactly as planned:
+- the registry answered: the node pulls (by digest when pinned; a pull of a current image moves
+  no layers); a node whose pull fails gets a copy from a verified node (one holding the truth);
+- the registry did not answer: a node missing the image gets a copy from a verified node; a node
+  holding a *different* image is not overwritten from a record (the registry, or the operator with
+  --side-load, decides): its plan is blocked, so nothing anywhere is copied, with the exact fix;
+- no registry and no record: nothing can be verified; nodes that all hold one ID pass (said so),
+  any other state is blocked: an unverified image is never copied.
+Copies use transport/images.py: only the layers the destination lacks, over the fabric when the
+source node can SSH to the destination's rail, verified by image ID before the tag is set.
 """
 
 from __future__ import annotations
 
-import shlex
 import threading
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
-from sparkctl.errors import HostError
+from sparkctl.errors import HostError, SparkctlError
 from sparkctl.inventory.models import Inventory
-from sparkctl.runtime.launch import render
 from sparkctl.steps.base import Change, Plan, RunContext, Step
-
-CHUNK = 1 << 20
-WINDOW = 8 << 20  # SSH channel window: 8 MiB measured best on the lab relay (2: 57, 8: 56, 64: 20-46 MB/s)
-PACKET = 32768
+from sparkctl.transport.images import short
 
 
 def images_by_host(inv: Inventory) -> dict[str, list[str]]:
+    from sparkctl.runtime.launch import render
+
     out: dict[str, list[str]] = {}
     for c in render(inv).containers:
         if c.image not in out.setdefault(c.host, []):
@@ -30,225 +42,295 @@ def images_by_host(inv: Inventory) -> dict[str, list[str]]:
     return out
 
 
-def ids_of(ctx: RunContext, host: str) -> dict[str, Optional[str]]:
-    """Image reference -> ID the host holds under it (None: absent), from the `image` fact."""
-    return {ref: fact.id for ref, fact in ctx.facts[host].images.items()}
+def platform_of(inv: Inventory, host: str) -> str:
+    """The platform a multi-arch tag resolves to on this node: DGX Spark (GB10) is arm64; the
+    x86 offload host amd64."""
+    gpu = inv.hosts[host].gpu
+    return "linux/arm64" if gpu is None or "GB10" in (gpu.model or "") else "linux/amd64"
 
 
-def reference_ids(inv: Inventory, have: dict[str, dict[str, Optional[str]]]) -> dict[str, str]:
-    """Per image, the ID the cluster should converge on: the head's, else the first node's that has it."""
-    order = inv.hosts_with_role("head") + [h for h in inv.hosts if inv.hosts[h].role != "head"]
-    ref: dict[str, str] = {}
-    for h in order:
-        for image, iid in have.get(h, {}).items():
-            if iid and image not in ref:
-                ref[image] = iid
-    return ref
+@dataclass(frozen=True)
+class Truth:
+    """What one node must hold under one image reference, and where that came from."""
+
+    ref: str
+    image_id: Optional[str]  # None: nothing to verify against
+    origin: str  # "registry", "record" or "none"
+    detail: str  # for messages: "tag = manifest 1137302f5c0b", "last good in applied.json (...); the registry: ..."
+    pull: Optional[str] = None  # what `docker pull` asks for when the registry answered (tag or name@digest)
 
 
-def stream_image(src, dst, image: str, progress=lambda n: None) -> int:
-    """`docker save` on src piped into `docker load` on dst through this machine; returns bytes moved.
-
-    Reading and writing overlap (a reader thread feeds a bounded queue) and both channels get
-    large SSH windows, so the relay runs near the speed of a plain SSH stream.
-    """
-    import queue
-
-    out_chan = src.paramiko_client.get_transport().open_session(window_size=WINDOW, max_packet_size=PACKET)
-    in_chan = dst.paramiko_client.get_transport().open_session(window_size=WINDOW, max_packet_size=PACKET)
-    out_chan.exec_command(f"docker save {shlex.quote(image)}")
-    in_chan.exec_command("docker load")
-    chunks: "queue.Queue[bytes | None]" = queue.Queue(maxsize=64)
-
-    def reader() -> None:
-        try:
-            while True:
-                data = out_chan.recv(CHUNK)
-                if not data:
-                    break
-                chunks.put(data)
-        finally:
-            chunks.put(None)
-
-    t = threading.Thread(target=reader, name="sparkctl-side-load", daemon=True)
-    t.start()
-    total = 0
-    while (data := chunks.get()) is not None:
-        in_chan.sendall(data)
-        total += len(data)
-        progress(total)
-    t.join()
-    in_chan.shutdown_write()
-    save_rc = out_chan.recv_exit_status()
-    load_rc = in_chan.recv_exit_status()
-    err = in_chan.recv_stderr(4096).decode(errors="replace") + out_chan.recv_stderr(4096).decode(errors="replace")
-    if save_rc or load_rc:
-        raise HostError(f"side-load of {image} {src.name}->{dst.name} failed (save {save_rc}, load {load_rc}): {err.strip()}")
-    return total
+def last_good(applied: Optional[dict], host: str, ref: str, pin: Optional[str]) -> Optional[tuple[str, str]]:
+    """(image ID, when) recorded for `host` and `ref` by the last verified `up`, if the record is for
+    the same digest pin (a changed pin makes the old record no proof of the new one)."""
+    if not applied:
+        return None
+    recorded_pin = (((applied.get("inventory") or {}).get("runtime") or {}).get("image_digest"))
+    if pin and recorded_pin != pin:
+        return None
+    images = applied.get("images") or {}
+    iid = (images.get(host) or {}).get(ref)
+    if not iid:  # a node the record did not cover: the IDs of the same platform elsewhere agree
+        iid = next((ids.get(ref) for ids in images.values() if isinstance(ids, dict) and ids.get(ref)), None)
+    return (iid, str(applied.get("applied_at", "unknown time"))) if iid else None
 
 
-def direct_command(image: str, dst_ip: str) -> str:
-    """Run on the source node: stream the image straight to the destination over the fabric with
-    the node's own OpenSSH and known_hosts (never auto-adding a key)."""
-    ssh = f"ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=5 {shlex.quote(dst_ip)}"
-    return f"{ssh} true && docker save {shlex.quote(image)} | {ssh} docker load"
+def resolve_truths(ctx: RunContext, resolver: Optional[Callable[..., Any]] = None) -> dict[str, dict[str, Truth]]:
+    """host -> ref -> Truth, asking the registry once per (reference, platform)."""
+    from sparkctl.transport import registry
+
+    resolver = resolver or registry.resolve
+    inv = ctx.inventory
+    pin = inv.runtime.image_digest
+    head = inv.hosts_with_role("head")[0]
+    applied = ctx.facts[head].applied if head in ctx.facts else None
+    answers: dict[tuple[str, str], Any] = {}
+    out: dict[str, dict[str, Truth]] = {}
+    for host, refs in images_by_host(inv).items():
+        for ref in refs:
+            pinned = pin if ref == inv.runtime.image else None
+            asked = f"{ref}@{pinned}" if pinned else ref
+            key = (asked, platform_of(inv, host))
+            if key not in answers:
+                try:
+                    answers[key] = resolver(asked, platform=key[1], insecure=True)
+                except registry.TagNotFound as exc:
+                    answers[key] = exc
+                except registry.RegistryUnreachable as exc:
+                    answers[key] = exc
+            out.setdefault(host, {})[ref] = truth_from(answers[key], ref, pinned, host, applied)
+    return out
 
 
-def side_load(ctx: RunContext, source: str, host: str, image: str, progress=lambda text: None) -> str:
-    """Copy `image` from `source` to `host`: straight over the fabric when the source node can SSH
-    to the destination's fabric address (as multi-node Spark setups allow), else relayed through
-    this machine over the two SSH connections sparkctl already holds. Returns how it went."""
-    from sparkctl.runtime.launch import fabric_link_to
+def truth_from(answer: Any, ref: str, pinned: Optional[str], host: str, applied: Optional[dict]) -> Truth:
+    """The truth for one node from the registry's answer (a Resolved, or the error it gave)."""
+    if not isinstance(answer, SparkctlError):
+        what = f"pinned manifest {short(answer.manifest_digest)}" if pinned else f"tag = manifest {short(answer.manifest_digest)}"
+        pull = f"{ref.rpartition(':')[0] if ':' in ref.rsplit('/', 1)[-1] else ref}@{pinned}" if pinned else ref
+        return Truth(ref, answer.image_id, "registry", what, pull)
+    why = answer.message
+    record = last_good(applied, host, ref, pinned)
+    if record:
+        return Truth(ref, record[0], "record", f"last good in applied.json ({record[1]}); the registry: {why}")
+    return Truth(ref, None, "none", f"the registry: {why}; applied.json records no image for this node")
 
-    link = fabric_link_to(ctx.inventory, host, source)
-    if link is not None:
-        progress(f"side-load {image}: {source} -> {host} over the fabric ({link.address.ip})")
-        r = ctx.fleet[source].run(["bash", "-o", "pipefail", "-c", direct_command(image, str(link.address.ip))])
-        if r.ok:
-            return f"side-loaded {image} from {source} straight over the fabric ({link.device})"
-        if r.exit_code != 255:  # ssh worked, save or load failed: a real error, not a missing trust
-            raise HostError(f"side-load {source}->{host} over the fabric failed: {(r.stderr or r.stdout).strip()[-300:]}")
-    moved = stream_image(
-        ctx.fleet[source], ctx.fleet[host], image,
-        lambda n: progress(f"side-load {image} from {source} via this machine: {n / 1e6:.0f} MB"),
-    )  # fmt: skip
-    why = "" if link is None else f" ({source} cannot SSH to {host}'s fabric address)"
-    return f"side-loaded {image} from {source} relayed through this machine, {moved / 1e6:.0f} MB{why}"
+
+def _rail_speed(inv: Inventory, host: str, source: str) -> float:
+    """Gb/s of the fastest rail between the two nodes (0: none, the copy is relayed): the source to prefer."""
+    return max((link.speed_gbps or 0 for link in inv.hosts[host].fabric if link.peer == source), default=0)
+
+
+def plan_images(
+    inv: Inventory,
+    have: dict[str, dict[str, Any]],
+    truths: dict[str, dict[str, Truth]],
+    options: dict[str, Any],
+    predicted: dict[str, dict[str, Optional[str]]],
+    name: str = "images",
+) -> dict[str, Plan]:
+    """Pure: plans for every node from what each holds (ImageFact per ref) and the truths.
+    Fills `predicted` (host -> ref -> the ID it will hold; None when only a pull can tell)."""
+    side_load = bool(options.get("side_load"))
+    force_pull = bool(options.get("pull"))
+    plans: dict[str, Plan] = {}
+    for host, refs in truths.items():
+        if host not in have:
+            continue
+        changes: list[Change] = []
+        fine: list[str] = []
+        blocked: list[str] = []
+        fixes: list[str] = []
+        expect = predicted.setdefault(host, {})
+        for ref, t in refs.items():
+            fact = have[host].get(ref)
+            iid = fact.id if fact else None
+            if fact is not None and not iid and fact.error and fact.error != "not present":
+                blocked.append(f"docker did not answer for {ref}: {fact.error}")
+                fixes.append(f"start the Docker engine on {host}: `systemctl start docker`")
+                continue
+            holders = {h: (have[h].get(ref).id if have[h].get(ref) else None) for h in truths if ref in truths[h] and h in have}
+            want = t.image_id
+            if want is None:
+                ids = set(holders.values())
+                if iid and len(ids) == 1:
+                    expect[ref] = iid
+                    fine.append(f"{ref} {short(iid)} on every node, not verified ({t.detail})")
+                    continue
+                state = "missing" if not iid else f"holds {short(iid)}"
+                seen = ", ".join(f"{h} {short(i)}" for h, i in holders.items())
+                blocked.append(f"{ref} {state} here and nothing to verify it against ({t.detail}); nodes hold: {seen}")
+                fixes.append(f"make the registry answer (check `{ref}` is pushed and reachable from this machine) or pin "
+                             "runtime.image_digest, then rerun `sparkctl up`: an unverified image is never copied")  # fmt: skip
+                continue
+            expect[ref] = want
+            sources = [h for h, i in holders.items() if h != host and i == want]
+            sources.sort(key=lambda h: (-_rail_speed(inv, host, h), inv.hosts[h].role != "head", list(inv.hosts).index(h)))
+            source = sources[0] if sources else None
+            if iid == want and not (force_pull and t.origin == "registry"):
+                where = "already current in the registry" if t.origin == "registry" else "as last verified"
+                fine.append(f"{ref} {short(want)} {where} ({t.detail})")
+                continue
+            state = "missing" if not iid else f"drift: holds {short(iid)}, should hold {short(want)}"
+            data = {"image": ref, "want": want, "source": source, "pull": t.pull}
+            if t.origin == "registry":
+                if side_load and source and iid != want:
+                    changes.append(Change("copy", f"copy {short(want)} from {source} ({state}; {t.detail})", data))
+                    continue
+                fallback = f"; if the pull fails, copy from {source}" if source else ""
+                why = "--pull" if iid == want else state
+                changes.append(Change("pull", f"pull {t.pull} ({why}; {t.detail}){fallback}", data))
+                continue
+            # the registry did not answer: fill a missing image from a verified node; never overwrite a drift
+            if source and (not iid or side_load):
+                changes.append(Change("copy", f"copy {short(want)} from {source} ({state}; {t.detail})", data))
+                continue
+            if not iid:
+                blocked.append(f"{ref} missing and no node holds the last good image {short(want)} ({t.detail})")
+                fixes.append(f"bring the registry back and rerun `sparkctl up` (every node pulls {ref}); or load image "
+                             f"{want} on one node by hand")  # fmt: skip
+                continue
+            blocked.append(f"{ref} {state} ({t.detail})")
+            fix = (f"bring the registry back and rerun `sparkctl up` ({host} pulls {ref}); or, if {host} still holds it, "
+                   f"`docker tag {want} {ref}` on {host}")  # fmt: skip
+            if source:
+                fix += f"; or `sparkctl up --side-load` to copy it from {source}"
+            fixes.append(fix)
+        if blocked:
+            plan = Plan(name, host, tuple(changes), "; ".join(blocked), blocked=f"{host}: " + "; ".join(blocked))
+            plans[host] = _with_fix(plan, "; ".join(dict.fromkeys(fixes)))
+        elif changes:
+            plans[host] = Plan(name, host, tuple(changes), "; ".join(c.summary for c in changes))
+        else:
+            plans[host] = Plan(name, host, (), "; ".join(fine))
+    return plans
+
+
+def _with_fix(plan: Plan, fix: str) -> Plan:
+    """A blocked plan's message carries its fix (the runner prints `blocked` as the failure)."""
+    return Plan(plan.step, plan.host, plan.changes, plan.reason, blocked=f"{plan.blocked}. Fix: {fix}")
 
 
 class ImagesStep(Step):
     name = "images"
-    description = "runtime/drafter image present on every node with the same image ID"
-    facts = frozenset({"image"})
+    description = "every node holds the image its provenance names (registry digest, else last good record)"
+    facts = frozenset({"image", "applied"})
 
-    def __init__(self) -> None:
+    def __init__(self, resolver: Optional[Callable[..., Any]] = None) -> None:
         self._lock = threading.Lock()
         self._fresh: Optional[dict[str, dict[str, Optional[str]]]] = None
+        self._resolver = resolver
+        self.truths: dict[str, dict[str, Truth]] = {}
 
     def hosts(self, inv: Inventory) -> list[str]:
         return list(images_by_host(inv))
 
     def plan(self, ctx: RunContext) -> dict[str, Plan]:
-        """Nothing to do when every node has the image with one ID. Otherwise the registry is the
-        truth: every node pulls (a pull of an up-to-date image moves no layers), so a stale tag on
-        one node is refreshed too; with --side-load the nodes lacking the head's ID copy it. A pull
-        that may fall back to a side-load says so, and names the node it would copy from."""
-        inv = ctx.inventory
-        by_host = {h: refs for h, refs in images_by_host(inv).items() if h in ctx.facts}
-        have = {h: ids_of(ctx, h) for h in by_host}
-        ref = reference_ids(inv, have)
-        side_load = bool(ctx.options.get("side_load"))
-        force_pull = bool(ctx.options.get("pull"))
-        plans = {}
-        for host, images in by_host.items():
-            changes, fine = [], []
-            expect = ctx.outputs.image_ids.setdefault(host, {})
-            for image in images:
-                ids = {h: have[h].get(image) for h, imgs in by_host.items() if image in imgs}
-                iid = ids[host]
-                agree = all(ids.values()) and len(set(ids.values())) == 1
-                source = next((h for h in inv.hosts if h != host and image in ref and have.get(h, {}).get(image) == ref[image]), None)
-                if side_load and image in ref:
-                    expect[image] = ref[image]
-                    if iid == ref[image]:
-                        fine.append(f"{image} present ({iid[7:19]})")
-                        continue
-                    why = "missing" if not iid else f"ID {iid[7:19]} differs from the cluster's {ref[image][7:19]}"
-                    changes.append(Change("side-load", f"side-load {image} from {source} ({why})", {"image": image, "source": source}))
-                    continue
-                if agree and not force_pull:
-                    expect[image] = iid
-                    fine.append(f"{image} present ({iid[7:19]})")
-                    continue
-                # the registry decides the ID; known in advance only when every node that has it agrees
-                holders = {i for i in ids.values() if i}
-                expect[image] = next(iter(holders)) if len(holders) == 1 and not force_pull else None
-                if force_pull:
-                    why = "--pull"
-                elif not iid:
-                    why = "missing"
-                else:
-                    missing = [h for h, i in ids.items() if not i]
-                    why = f"nodes hold {len(holders)} different IDs" if len(holders) > 1 else f"missing on {', '.join(missing)}"
-                    why += ": refresh from the registry"
-                fallback = f"; if the registry fails, side-load from {source}" if source and not iid else ""
-                changes.append(Change("pull", f"pull {image} ({why}){fallback}", {"image": image, "fallback": source if fallback else None}))
-            plans[host] = self.changes(host, changes) if changes else self.noop(host, "; ".join(fine))
-        return plans
+        self.truths = {h: t for h, t in resolve_truths(ctx, self._resolver).items() if h in ctx.facts}
+        have = {h: ctx.facts[h].images for h in self.truths}
+        return plan_images(ctx.inventory, have, self.truths, {**self.options, **ctx.options}, ctx.outputs.image_ids, self.name)
 
     def apply(self, ctx: RunContext, plan: Plan) -> tuple[str, bool]:
-        """Exactly the planned operations. Returns (summary, whether any image ID on this host changed)."""
+        """Exactly the planned operations. Returns (summary, whether any image on this host changed)."""
         done, changed = [], False
-        before = ids_of(ctx, plan.host)
+        before = {ref: (f.id if f else None) for ref, f in ctx.facts[plan.host].images.items()}
         for c in plan.changes:
-            image = c.data["image"]
+            ref, want = c.data["image"], c.data["want"]
             if c.action == "pull":
                 try:
-                    now = self._pull(ctx, plan.host, image)
+                    now = self._pull(ctx, plan.host, c.data["pull"], ref)
                 except HostError as exc:
-                    if not c.data.get("fallback"):
+                    if not c.data.get("source"):
                         raise
-                    done.append(f"pull failed ({exc.message[:80]}), side-loading from {c.data['fallback']} as planned")
-                    done.append(side_load(ctx, c.data["fallback"], plan.host, image, lambda t: ctx.progress(plan.host, self.name, t)))
+                    done.append(f"pull failed ({exc.message[:100]}), copying from {c.data['source']} as planned")
+                    done.append(self._copy(ctx, plan.host, c.data["source"], want, ref))
                     changed = True
                     continue
-                if now == before.get(image):
-                    done.append(f"{image} already current in the registry ({now[7:19]})")
+                if now != want:
+                    raise HostError(
+                        f"{plan.host}: pulled {c.data['pull']} and got {short(now)}, but the registry named {short(want)} "
+                        "a moment ago (the tag moved during this run?)",
+                        fix="rerun `sparkctl up`; pin runtime.image_digest to stop the tag moving under a run",
+                    )
+                if now == before.get(ref):
+                    done.append(f"{ref} already current in the registry ({short(now)})")
                 else:
-                    done.append(f"pulled {image} ({now[7:19]})")
+                    done.append(f"pulled {c.data['pull']} ({short(now)})")
                     changed = True
-            elif c.action == "side-load":
-                if not c.data.get("source"):
-                    raise HostError(f"{plan.host}: no node has {image} to side-load from",
-                                    fix="load the image on one node (or check the registry), then rerun `sparkctl up`")
-                done.append(side_load(ctx, c.data["source"], plan.host, image, lambda t: ctx.progress(plan.host, self.name, t)))
+            elif c.action == "copy":
+                done.append(self._copy(ctx, plan.host, c.data["source"], want, ref))
                 changed = True
         return "; ".join(done), changed
 
-    def _pull(self, ctx: RunContext, host: str, image: str) -> str:
-        """Pull with byte progress; returns the image ID now on the host."""
+    def _copy(self, ctx: RunContext, host: str, source: str, image_id: str, ref: str) -> str:
+        from sparkctl.transport.images import copy_image
+
+        from sparkctl.runtime.launch import fabric_link_to
+
+        link = fabric_link_to(ctx.inventory, host, source)
+        address = str(link.address.ip) if link is not None else None
+        t = copy_image(
+            ctx.fleet[source], ctx.fleet[host], image_id, ref, fabric_address=address,
+            progress=lambda p: ctx.progress(host, self.name, f"side-load {short(image_id)} from {source}: {p}"),
+        )  # fmt: skip
+        if t.path == "fabric":
+            how = f"straight over the fabric ({link.device})"
+        elif address:
+            how = f"relayed through this machine ({source} cannot SSH to {host}'s fabric address {address}: {t.why})"
+        else:
+            how = "relayed through this machine (no rail between them)"
+        held = f", {t.layers_skipped} layer(s) already there" if t.layers_skipped else ""
+        return (f"side-loaded {ref} from {source} {how}: {t.layers_sent} layer(s), {t.bytes_sent / 1e6:.0f} MB in "
+                f"{t.seconds:.1f} s ({t.rate / 1e6:.0f} MB/s){held}")  # fmt: skip
+
+    def _pull(self, ctx: RunContext, host: str, pull: str, ref: str) -> str:
+        """Pull with byte progress (by digest when pinned, then tagged as `ref`); returns the image ID under `ref`."""
         import docker
 
         client = ctx.fleet[host].docker()
-        repo, _, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "latest")
+        name, sep, digest = pull.partition("@")
+        repo, _, tag = name.rpartition(":") if ":" in name.rsplit("/", 1)[-1] else (name, "", "latest")
         layers: dict[str, tuple[int, int]] = {}
         try:
-            for ev in client.api.pull(repo, tag=tag, stream=True, decode=True):
+            for ev in client.api.pull(repo, tag=digest or tag, stream=True, decode=True):
                 if "error" in ev:
-                    raise HostError(f"{host}: pull {image} failed: {ev['error']}")
+                    raise HostError(f"{host}: pull {pull} failed: {ev['error']}")
                 d = ev.get("progressDetail") or {}
                 if ev.get("id") and d.get("total"):
                     layers[ev["id"]] = (d.get("current", 0), d["total"])
                     cur = sum(c for c, _ in layers.values())
                     tot = sum(t for _, t in layers.values())
-                    ctx.progress(host, self.name, f"pull {image}: {cur / 1e6:.0f}/{tot / 1e6:.0f} MB")
-            return client.images.get(image).id
+                    ctx.progress(host, self.name, f"pull {pull}: {cur / 1e6:.0f}/{tot / 1e6:.0f} MB")
+            if digest:
+                got = client.api.inspect_image(pull)["Id"]
+                client.api.tag(got, repo, tag, force=True)
+            return client.api.inspect_image(ref)["Id"]
         except docker.errors.APIError as exc:
-            raise HostError(f"{host}: pull {image} failed: {exc.explanation or exc}") from None
+            raise HostError(f"{host}: pull {pull} failed: {exc.explanation or exc}") from None
 
     def _ids_now(self, ctx: RunContext, changed: bool) -> dict[str, dict[str, Optional[str]]]:
         """Image IDs on every node: as gathered, or read again (once per run, all nodes at once)
         when this step changed anything."""
         with self._lock:
             if self._fresh is None:
-                hosts = list(images_by_host(ctx.inventory))
+                hosts = [h for h in images_by_host(ctx.inventory) if h in ctx.facts]
                 if changed:
                     ctx.fleet.map(lambda s: ctx.refresh(s.name, {"image"}), hosts=hosts)
-                self._fresh = {h: ids_of(ctx, h) for h in hosts if h in ctx.facts}
+                self._fresh = {h: {r: (f.id if f else None) for r, f in ctx.facts[h].images.items()} for h in hosts}
             return self._fresh
 
     def verify(self, ctx: RunContext, host: str, changed: bool) -> str:
-        wanted = images_by_host(ctx.inventory)[host]
-        fresh = self._ids_now(ctx, changed)
-        have = fresh.get(host, {})
-        head = ctx.inventory.hosts_with_role("head")[0]
-        ref = fresh.get(head, {})
-        bad = [i for i in wanted if not have.get(i) or (ref.get(i) and have[i] != ref[i])]
-        if bad:
-            raise HostError(
-                f"{host}: image missing or ID differs from {head}'s: "
-                + ", ".join(f"{i} has {(have.get(i) or 'nothing')[7:19]}, {head} has {(ref.get(i) or '?')[7:19]}" for i in bad),
-                fix="run `sparkctl up --side-load` to copy the head's image to this node",
-            )
-        ctx.outputs.image_ids[host] = {i: have[i] for i in wanted}
-        return "image ID matches on every node: " + ", ".join(f"{have[i][7:19]}" for i in wanted)
+        have = self._ids_now(ctx, changed).get(host, {})
+        wrong, proofs = [], []
+        for ref, t in self.truths.get(host, {}).items():
+            want = t.image_id or ctx.outputs.image_ids.get(host, {}).get(ref)
+            if have.get(ref) != want or not want:
+                wrong.append(f"{ref} holds {short(have.get(ref))}, should hold {short(want)}")
+            else:
+                basis = {"registry": "the registry's", "record": "the last good record's"}.get(t.origin)
+                proofs.append(f"image ID matches {basis} ({short(want)})" if basis else
+                              f"image ID {short(want)} on every node (not verified)")  # fmt: skip
+        if wrong:
+            raise HostError(f"{host}: " + "; ".join(wrong),
+                            fix="rerun `sparkctl up`; `sparkctl doctor --only images` names every node that differs")  # fmt: skip
+        ctx.outputs.image_ids[host] = {ref: have[ref] for ref in self.truths.get(host, {})}
+        return ", ".join(proofs)

@@ -7,27 +7,31 @@ the previous record moves to `history/`, newest last, at most HISTORY_KEEP kept.
 
 from __future__ import annotations
 
-import json
-import shlex
-import time
-
-from sparkctl import __version__
-from sparkctl.facts.host import APPLIED, STATE_DIR
+from sparkctl import __version__, state
 from sparkctl.inventory.models import Inventory
 from sparkctl.steps.base import Change, Plan, RunContext, Step
 from sparkctl.transport.redact import redact_obj
 
-HISTORY_KEEP = 20
-
 
 def record_document(ctx: RunContext) -> dict:
     launch = ctx.launch
+    previous = ctx.facts.get(ctx.inventory.hosts_with_role("head")[0])
+    previous = previous.applied if previous is not None else None
+    start = ctx.outputs.runtime_start
+    if start is None and previous and previous.get("config_hash") == launch.config_hash:
+        start = previous.get("runtime_start")  # nothing restarted: how the running runtime started
+    decode = ctx.outputs.decode_tokens_per_s or (previous or {}).get("decode_tokens_per_s")
     return redact_obj(
         {
             "cluster": ctx.inventory.cluster.name,
             "config_hash": launch.config_hash,
+            "group_hashes": launch.group_hashes,
             "images": ctx.outputs.image_ids,
-            "applied_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "applied_at": state.now(),
+            "applied_by": state.who(),
+            "command": ctx.options.get("event", "up"),
+            "runtime_start": start,  # {"seconds", "cache": "warm ..."|"cold ..."}
+            "decode_tokens_per_s": decode,  # the baseline `reload --min-throughput-ratio` compares with
             "sparkctl_version": __version__,
             "inventory": ctx.inventory.model_dump(mode="json"),
             "launch": launch.model_dump(mode="json"),
@@ -36,10 +40,19 @@ def record_document(ctx: RunContext) -> dict:
     )
 
 
+def event_of(doc: dict, outcome: str, **extra) -> dict:
+    """The events.jsonl line for an applied record."""
+    start = doc.get("runtime_start") or {}
+    return {
+        "at": doc["applied_at"], "by": doc["applied_by"], "command": doc["command"], "outcome": outcome,
+        "config_hash": doc["config_hash"], "cache": (start.get("cache") or "").split(" ")[0] or None,
+        "start_seconds": start.get("seconds"), **extra,
+    }  # fmt: skip
+
+
 class RecordStep(Step):
     name = "record"
     description = "applied config, hash and image IDs recorded on the head, with history"
-
     facts = frozenset({"applied"})
 
     def hosts(self, inv: Inventory) -> list[str]:
@@ -49,24 +62,20 @@ class RecordStep(Step):
         config_hash = ctx.launch.config_hash
         current = ctx.facts[host].applied
         images = ctx.outputs.image_ids or None
-        if current and current.get("config_hash") == config_hash and (images is None or current.get("images") == images):
-            return self.noop(host, f"{APPLIED} already records config {config_hash} ({current.get('applied_at')})")
+        restarted = ctx.outputs.restart is not None and bool(ctx.outputs.restart.groups or ctx.force)
+        if current and current.get("config_hash") == config_hash and (images is None or current.get("images") == images) and not restarted:
+            return self.noop(host, f"{state.APPLIED} already records config {config_hash} ({current.get('applied_at')})")
         what = "first record" if current is None else f"replaces config {current.get('config_hash')}"
-        previous = None
-        if current:  # history file named after the record it keeps: <applied_at>-<config hash>.json
-            previous = f"{str(current.get('applied_at', 'unknown')).replace(':', '')}-{current.get('config_hash', 'unknown')}.json"
+        previous = state.history_name(current) if current else None
         return self.changes(
-            host, [Change("record", f"record config {config_hash} in {APPLIED} ({what})", {"previous": previous})]
+            host, [Change("record", f"record config {config_hash} in {state.APPLIED} ({what})", {"previous": previous})]
         )
 
     def apply(self, ctx: RunContext, plan: Plan) -> str:
         session = ctx.fleet[plan.host]
         doc = record_document(ctx)
-        previous = plan.changes[0].data.get("previous") or f"{doc['applied_at'].replace(':', '')}-unreadable.json"
-        session.run(
-            f"mkdir -p {STATE_DIR}/history && chmod 700 {STATE_DIR} && "
-            f"if [ -f {APPLIED} ]; then mv {APPLIED} {shlex.quote(STATE_DIR + '/history/' + previous)}; fi && "
-            f"ls -1t {STATE_DIR}/history | tail -n +{HISTORY_KEEP + 1} | sed 's|^|{STATE_DIR}/history/|' | xargs -r rm -f"
-        ).check("state history")
-        session.put_bytes((json.dumps(doc, indent=2) + "\n").encode(), APPLIED, mode=0o600)
-        return f"recorded config {doc['config_hash']} in {APPLIED}"
+        session.run(state.archive_command(plan.changes[0].data.get("previous"))).check("state history")
+        state.write_json(session, state.APPLIED, doc)
+        if ctx.options.get("event", "up") == "up":  # reload/restart/rollback log their own event at the end
+            state.append_event(session, event_of(doc, "applied"))
+        return f"recorded config {doc['config_hash']} in {state.APPLIED}"

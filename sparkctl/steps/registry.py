@@ -13,6 +13,7 @@ def step_classes() -> dict[str, type[Step]]:
     from sparkctl.steps.preflight import PreflightStep
     from sparkctl.steps.record import RecordStep
     from sparkctl.steps.runtime import RuntimeStep, StopStep
+    from sparkctl.steps.throughput import ThroughputStep
 
-    classes = (PreflightStep, FabricStep, ImagesStep, CachesStep, EngramStep, StopStep, RuntimeStep, RecordStep)
+    classes = (PreflightStep, FabricStep, ImagesStep, CachesStep, EngramStep, StopStep, RuntimeStep, ThroughputStep, RecordStep)
     return {c.name: c for c in classes}

@@ -12,6 +12,7 @@ real completion request is the smoke test.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -131,6 +132,64 @@ def _age(started_at: str) -> Optional[float]:
     return max((datetime.now(timezone.utc) - t).total_seconds(), 0.0)
 
 
+_DRAINING = re.compile(r"\[shutdown\] EngineCore: (?:draining|aborting) in-flight requests count=(\d+)")
+
+
+class DrainWatch:
+    """The head's in-flight requests across its drain, from vLLM's /metrics, which the API server
+    keeps answering until the engine has drained (entrypoints/launchers/launcher.py): requests
+    running + waiting at SIGTERM, and `vllm:request_success_total` by `finished_reason` until the
+    last answer. Those not finished as stop/length were cut (aborted at the shutdown timeout)."""
+
+    def __init__(self, url: str, every: float = 0.2):
+        import threading
+
+        self.url, self.every = f"{url}/metrics", every
+        self.first = self.last = None
+        self._stop = threading.Event()
+        self.first = self._scrape()
+        self._t = threading.Thread(target=self._run, name="sparkctl-drain-watch", daemon=True)
+        self._t.start()
+
+    def _scrape(self):
+        import httpx
+
+        from sparkctl.runtime.metrics import parse_page
+
+        try:
+            return parse_page(httpx.get(self.url, timeout=1, trust_env=False).text)
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            page = self._scrape()
+            if page is not None:
+                self.last = page
+
+    def counts(self, log: str) -> dict:
+        self._stop.set()
+        self._t.join(5)
+        logged = [int(m.group(1)) for m in _DRAINING.finditer(log)]
+        return drain_counts(self.first, self.last, logged[-1] if logged else None)
+
+
+def drain_counts(first, last, logged_in_flight: Optional[int]) -> dict:
+    """in flight = running + waiting at SIGTERM (vLLM's own `draining in-flight requests count=%d`
+    line when it logged one); finished = stop/length completions since; cut = the rest."""
+    def done(page) -> float:
+        if page is None:
+            return 0.0
+        return sum(page.total("vllm:request_success_total", finished_reason=r) or 0.0 for r in ("stop", "length"))
+
+    in_flight = logged_in_flight
+    if in_flight is None and first is not None:
+        in_flight = int((first.total("vllm:num_requests_running") or 0) + (first.total("vllm:num_requests_waiting") or 0))
+    in_flight = in_flight or 0
+    finished = min(int(done(last or first) - done(first)), in_flight)
+    return {"in_flight": in_flight, "finished": finished, "cut": in_flight - finished}
+
+
 class StopStep(Step):
     """Stop the old runtime: every container of this cluster, head first (it drains in-flight
     requests), then worker, then drafter. In `up` only when the runtime must restart; in `down`
@@ -138,7 +197,8 @@ class StopStep(Step):
 
     name = "stop"
     description = "old runtime containers stopped, head first (it drains)"
-    facts = frozenset({"containers", "health", "image"})
+    # journal: an interrupted reload is reported by every run that touches the runtime
+    facts = frozenset({"containers", "health", "image", "journal"})
 
     def hosts(self, inv: Inventory) -> list[str]:
         order = runtime_hosts(inv)[::-1]  # head, worker, drafter
@@ -187,8 +247,16 @@ class StopStep(Step):
             elif c.action == "stop":
                 ctx.progress(plan.host, self.name, f"stopping {', '.join(c.data['names'])} (drain)")
                 client = ctx.fleet[plan.host].docker()
-                stopped = containers.stop(client, ctx.inventory.cluster.name, timeout=ctx.options.get("drain"), names=c.data["names"])
+                watch = DrainWatch(health.base_url(ctx.inventory)) if "sparkctl-head" in c.data["names"] else None
+                logs: dict[str, str] = {}
+                stopped = containers.stop(
+                    client, ctx.inventory.cluster.name, timeout=ctx.options.get("drain"), names=c.data["names"], logs=logs
+                )
                 done.append(f"stopped {', '.join(stopped)}" if stopped else "nothing left to stop")
+                if watch is not None:
+                    ctx.outputs.drain = watch.counts(logs.get("sparkctl-head", ""))
+                    d = ctx.outputs.drain
+                    done.append(f"{d['in_flight']} request(s) in flight at the drain: {d['finished']} finished, {d['cut']} cut")
         return "; ".join(done)
 
     def _barrier(self, ctx: RunContext) -> str:

@@ -130,7 +130,8 @@ def test_without_in_order_hosts_apply_at_once():
 
 def test_the_shipped_playbooks_are_data_the_runner_understands():
     up = load_playbook("up")
-    assert [s.step for s in up.steps] == ["preflight", "fabric", "images", "caches", "engram", "stop", "runtime", "record"]
+    assert [s.step for s in up.steps] == ["preflight", "fabric", "images", "caches", "engram", "stop", "runtime", "throughput", "record"]
+    assert [s.step for s in load_playbook("reload").steps] == [s.step for s in up.steps]
     assert [s.step for s in up.steps if s.gate] == ["preflight"]
     assert {s.step for s in up.steps if s.in_order} == {"stop", "runtime"}
     down = build_stages(load_playbook("down"))

@@ -153,14 +153,15 @@ class Engine:
             self._finish(req, reason, time.monotonic())
             self.lock.notify_all()
 
-    def abort_all(self) -> int:
+    def abort_all(self) -> list[str]:
+        """Abort every unfinished request; their request ids."""
         with self.lock:
             reqs = list(self.running) + list(self.waiting)
             now = time.monotonic()
             for r in reqs:
                 self._finish(r, "abort", now)
             self.lock.notify_all()
-            return len(reqs)
+            return [r.request_id for r in reqs]
 
     def num_unfinished(self) -> int:
         with self.lock:

@@ -433,8 +433,14 @@ def serve(cfg: ServeConfig, knobs: knobs_mod.Knobs, env: dict[str, str]) -> int:
 def _drain(rt: Runtime) -> None:
     timeout = rt.cfg.shutdown_timeout
     n = rt.engine.num_unfinished()
-    rt.api_log.info(SIM, f"[simulator] Received SIGTERM: draining {n} in-flight request(s) (shutdown timeout {timeout} s); "
-                    "new requests are rejected with 503.")
+    mode = "abort" if timeout == 0 else "drain"
+    # vLLM 0.33's shutdown lines (entrypoints/launchers/launcher.py, v1/engine/core.py _handle_shutdown)
+    rt.api_log.info("launcher.py:272", f"[shutdown] API server: stopping engine client mode={mode} timeout={timeout}s")
+    rt.core_log.info("core.py:1712", f"[shutdown] EngineCore: start mode={mode} timeout={timeout}s")
+    if n and timeout == 0:
+        rt.core_log.info("core.py:1721", f"[shutdown] EngineCore: aborting in-flight requests count={n}")
+    elif n:
+        rt.core_log.info("core.py:1732", f"[shutdown] EngineCore: draining in-flight requests count={n} timeout={timeout}s")
     deadline = time.monotonic() + max(0, timeout)
     if timeout > 0:
         with rt.inflight_lock:
@@ -442,7 +448,7 @@ def _drain(rt: Runtime) -> None:
                 rt.inflight_lock.wait(min(0.1, max(0.0, deadline - time.monotonic())))
     left = rt.engine.abort_all()
     if left:
-        rt.api_log.info(SIM, f"[simulator] Shutdown timeout reached: aborted {left} in-flight request(s).")
+        rt.api_log.info(SIM, f"[simulator] Shutdown timeout reached: aborted {len(left)} in-flight request(s).")
     # let the aborted responses reach their clients
     end = time.monotonic() + 2.0
     with rt.inflight_lock:

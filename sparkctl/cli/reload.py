@@ -1,0 +1,175 @@
+"""`sparkctl reload --config NEW`, `restart`, `rollback`, `history`: change a serving cluster safely."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from sparkctl.cli.options import CheckOpt, InventoryOpt, JsonOpt, VerboseOpt, require_inventory
+from sparkctl.cli.unlock import LockWaitOpt
+
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation (needed off a terminal).")]
+DeadlineOpt = Annotated[
+    Optional[float],
+    typer.Option("--deadline", help="Seconds the new runtime has to serve before it is rolled back (default 1800)."),
+]
+RatioOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--min-throughput-ratio",
+        help="Roll back unless decode tok/s after the restart is at least R x the last recorded (e.g. 0.8): "
+        "catches a silent kernel fallback that serves fine at half speed.",
+        min=0.0,
+        max=10.0,
+    ),
+]
+
+
+def _run(kind: str, inventory, new_path, check, json_out, yes, deadline, ratio, wait, verbose, resume=False, to=0):
+    import sys
+
+    from sparkctl.cli.output import console, print_json
+    from sparkctl.cli.steps_output import LiveReport
+    from sparkctl.errors import InputError
+    from sparkctl.inventory.loader import load_inventory
+    from sparkctl.reload import run_reload
+
+    current = load_inventory(require_inventory(inventory))
+    new = load_inventory(new_path) if new_path is not None else None
+    c = console()
+
+    def confirm(plan) -> bool:
+        if not json_out:
+            for line in plan.lines():
+                c.print(line, soft_wrap=True, highlight=False, markup=False)
+        if yes:
+            return True
+        if not sys.stdin.isatty():
+            raise InputError(f"`sparkctl {kind}` changes a serving cluster and asks first", fix="pass --yes to confirm")
+        return typer.confirm(f"{kind} now?", default=False)
+
+    say = (lambda msg: None) if json_out else (lambda msg: c.print(f"[yellow]{msg}[/]", soft_wrap=True))
+    live = LiveReport(quiet=json_out, hosts=list(current.hosts), verbose=verbose)
+    with live:
+        report = run_reload(
+            kind, current, new, check=check, resume=resume, to=to, deadline=deadline, min_ratio=ratio, wait=wait,
+            confirm=confirm, progress=live.progress, on_result=live.result, say=say,
+        )  # fmt: skip
+    if json_out:
+        print_json(report.to_dict())
+    else:
+        _print(c, report, check)
+    raise typer.Exit(1 if report.failed else 0)
+
+
+def _print(c, report, check: bool) -> None:
+    if check:
+        for line in report.plan.lines():
+            c.print(line, soft_wrap=True, highlight=False, markup=False)
+        c.print("[dim](--check: nothing was changed)[/]")
+        return
+    style = "green" if not report.failed else "bold red"
+    c.print(f"[{style}]{report.outcome}[/]" + (f": {report.reason}" if report.reason else ""), soft_wrap=True)
+    if report.downtime is not None:
+        c.print(f"downtime (/v1/models not answering): {report.downtime:.2f} s")
+    if report.drain:
+        d = report.drain
+        c.print(f"drain: {d['in_flight']} request(s) in flight, {d['finished']} finished, {d['cut']} cut")
+    if report.runtime_start:
+        c.print(f"start: {report.runtime_start['cache']} in {report.runtime_start['seconds']} s")
+    if report.timeline:
+        c.print("timeline: " + ", ".join(f"{t['phase']} {t['start']:.1f}-{(t['end'] or t['start']):.1f} s" for t in report.timeline))
+    for h, st in report.hosts_state.items():
+        c.print(f"  {h}: {st}", soft_wrap=True)
+
+
+def reload(
+    config: Annotated[Path, typer.Option("--config", help="The full new inventory of the same cluster.")],
+    inventory: InventoryOpt = None,
+    check: CheckOpt = False,
+    json_out: JsonOpt = False,
+    yes: YesOpt = False,
+    deadline: DeadlineOpt = None,
+    ratio: RatioOpt = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Finish a reload that was interrupted (same --config).")] = False,
+    wait: LockWaitOpt = 0,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Change a serving cluster's config: validate, pre-stage, drain, restart only what must, health-gate.
+
+    -i is the current inventory (the last good config: it is where a failed reload rolls back to, and
+    where secrets the record keeps only as digests come from). --check prints the plan: which fields
+    change, which containers restart, warm or cold. Exit 1 when the new config was rolled back.
+    """
+    _run("reload", inventory, config, check, json_out, yes, deadline, ratio, wait, verbose, resume=resume)
+
+
+def restart(
+    inventory: InventoryOpt = None,
+    check: CheckOpt = False,
+    json_out: JsonOpt = False,
+    yes: YesOpt = False,
+    deadline: DeadlineOpt = None,
+    ratio: RatioOpt = None,
+    wait: LockWaitOpt = 0,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Restart the recorded config in order (drafter, worker, head), drained and health-gated (e.g. after a crash)."""
+    _run("restart", inventory, None, check, json_out, yes, deadline, ratio, wait, verbose)
+
+
+def rollback(
+    inventory: InventoryOpt = None,
+    to: Annotated[int, typer.Option("--to", help="Go back N configs in `sparkctl history` (0: the last good one).", min=0)] = 0,
+    check: CheckOpt = False,
+    json_out: JsonOpt = False,
+    yes: YesOpt = False,
+    deadline: DeadlineOpt = None,
+    wait: LockWaitOpt = 0,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Restore the last good config (or an earlier one), e.g. after an interrupted reload."""
+    _run("rollback", inventory, None, check, json_out, yes, deadline, None, wait, verbose, to=to)
+
+
+def history(inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
+    """Applied configs, reloads, restarts and rollbacks on this cluster: time, config, who, outcome, warm/cold, downtime."""
+    from rich.table import Table
+
+    from sparkctl.cli.output import console, print_json
+    from sparkctl.facts.host import gather_host
+    from sparkctl.inventory.loader import load_inventory
+    from sparkctl.reload import interrupted_message
+    from sparkctl.transport.ssh import Fleet
+
+    inv = load_inventory(require_inventory(inventory))
+    head = inv.hosts_with_role("head")[0]
+    with Fleet(inv, [head]) as fleet:
+        f = gather_host(fleet[head], inv, {"events", "journal", "history", "applied"})
+    records = [{"n": len(f.history) - i, "file": h.get("file"), "config_hash": h.get("config_hash"),
+                "applied_at": h.get("applied_at")} for i, h in enumerate(f.history)]  # fmt: skip
+    doc = {
+        "events": f.events,
+        "last_good": (f.applied or {}).get("config_hash"),
+        "rollback_targets": records,
+        "interrupted": f.journal,
+    }
+    if json_out:
+        print_json(doc)
+        return
+    c = console()
+    t = Table(title=f"cluster {inv.cluster.name}: last good config {doc['last_good'] or '(none)'}", title_justify="left")
+    for col in ("at", "command", "outcome", "config", "by", "start", "downtime"):
+        t.add_column(col, overflow="fold")
+    for e in f.events:
+        start = f"{e.get('cache') or '-'} {e['start_seconds']:.1f} s" if e.get("start_seconds") else (e.get("cache") or "-")
+        down = f"{e['downtime_seconds']:.2f} s" if e.get("downtime_seconds") is not None else "-"
+        t.add_row(e.get("at", "?"), e.get("command", "?"), e.get("outcome", "?"), (e.get("config_hash") or "?")[:16],
+                  e.get("by", "?"), start, down)  # fmt: skip
+    c.print(t)
+    if records:
+        c.print("rollback targets: " + ", ".join(f"--to {r['n']}: {r['config_hash']} ({r['applied_at']})" for r in reversed(records)))
+    if f.journal:
+        c.print(f"[bold red]{interrupted_message(f.journal)}[/]: `sparkctl reload --resume --config NEW` or `sparkctl rollback`")

@@ -1,0 +1,527 @@
+"""Change a serving cluster safely: `sparkctl reload --config NEW`, `restart`, `rollback`.
+
+vLLM has no partial reload: a config change restarts the engine (head + workers), and in the
+DSpark recipe (seed 002) that costs 10-15 minutes when kernels recompile. The flow, each phase
+journaled on the head as it happens (state.JOURNAL), the whole timeline in --json:
+
+1. validate   NEW fully, and against the cluster (same hosts and roles) before any host is touched;
+2. plan       field-by-field diff of the recorded (last good) config vs NEW; the restart groups
+              whose containers change (engine and/or drafter); warm or cold from the fields vLLM's
+              compile hash covers, with the expected time from this cluster's history; --check
+              stops here;
+3. prestage   fabric, images, caches and Engram for NEW while the old config serves;
+4. drain      only the changing groups, head first, with the runtime's shutdown timeout; the
+              head's in-flight requests counted (finished, cut) from vLLM's own shutdown lines;
+5. restart    in order, health-gated with --deadline, smoke completion, and with
+              --min-throughput-ratio a decode measurement against the last recorded one;
+6. commit     NEW becomes last good; or, on any failure from step 4 on, roll back to the last
+              good config (itself health-gated) and exit 1 with the reason. If the rollback fails
+              too, the journal stays and each host's state is printed.
+Downtime (the window /v1/models does not answer) is measured from this machine.
+
+The phases are the steps of playbooks/reload.yaml run by the same runner as `up`.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from sparkctl import state
+from sparkctl.errors import HostError, InputError, SparkctlError
+from sparkctl.inventory.models import Inventory
+from sparkctl.transport.redact import MASK, redact, redact_obj
+
+# inventory fields that feed vLLM's torch.compile cache hash (vllm-interface.md: vLLM version and
+# code = the image, model, cache, parallel and scheduler config, speculative and MoE kernels, and
+# VLLM_* env); a change to any of them compiles again (cold), to anything else reuses the cache.
+COMPILE_FIELDS = (
+    "runtime.image", "runtime.model", "runtime.max_model_len", "runtime.kv_cache_dtype", "runtime.block_size",
+    "runtime.tensor_parallel_size", "runtime.max_num_seqs", "runtime.max_num_batched_tokens",
+    "runtime.moe_backend", "runtime.moe_quantization", "runtime.speculative",
+)  # fmt: skip
+COMPILE_ENV = re.compile(r"^runtime\.env\.VLLM_")
+# phases a reload journals, and the playbook steps each one covers
+PHASES = {
+    "preflight": "prestage", "fabric": "prestage", "images": "prestage", "caches": "prestage", "engram": "prestage",
+    "stop": "drain", "runtime": "restart", "throughput": "verify", "record": "commit",
+}  # fmt: skip
+
+
+class ReloadInterrupted(SparkctlError):
+    """An earlier reload did not finish; this command will not start another one over it."""
+
+    exit_code = 1
+
+
+# --- plan -------------------------------------------------------------------------------------
+
+
+def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """{"runtime": {"port": 1}} -> {"runtime.port": 1}; lists stay values (a rail list is one field)."""
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for k, v in obj.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+        return out if out or not prefix else {prefix[:-1]: {}}
+    return {prefix[:-1]: obj}
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    path: str
+    old: Any
+    new: Any
+
+    def to_dict(self) -> dict:
+        return {"field": self.path, "old": self.old, "new": self.new}
+
+
+def diff_inventories(old: dict, new: dict) -> list[FieldChange]:
+    """Every field that differs, secrets masked (the record keeps only their digests)."""
+    a, b = flatten(redact_obj(old, digests=True)), flatten(redact_obj(new, digests=True))
+    out = []
+    for path in sorted(set(a) | set(b)):
+        if a.get(path) != b.get(path):
+            out.append(FieldChange(path, _shown(a.get(path)), _shown(b.get(path))))
+    return out
+
+
+def _shown(v: Any) -> Any:
+    return MASK if isinstance(v, str) and v.startswith(MASK) else v
+
+
+def compile_fields(changes: list[FieldChange]) -> list[str]:
+    return [c.path for c in changes if c.path.startswith(COMPILE_FIELDS) or COMPILE_ENV.match(c.path)]
+
+
+@dataclass
+class ReloadPlan:
+    kind: str  # reload | restart | rollback
+    from_hash: Optional[str]
+    to_hash: str
+    changes: list[FieldChange]
+    groups: list[str]  # restart groups that restart: engine (head + workers), drafter
+    containers: list[str]
+    compile_changed: list[str]
+    prediction: Optional[str]  # warm | cold | None (the engine does not restart)
+    expected_seconds: Optional[float]
+    prestage: list[str]
+
+    @property
+    def empty(self) -> bool:
+        return not self.groups and not self.changes
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind, "from_config": self.from_hash, "to_config": self.to_hash,
+            "changes": [c.to_dict() for c in self.changes], "restart_groups": self.groups,
+            "restart_containers": self.containers, "compile_fields_changed": self.compile_changed,
+            "prediction": self.prediction, "expected_start_seconds": self.expected_seconds, "prestage": self.prestage,
+        }  # fmt: skip
+
+    def lines(self) -> list[str]:
+        out = [f"{self.kind}: config {self.from_hash or '(none recorded)'} -> {self.to_hash}"]
+        if self.changes:
+            out.append(f"{len(self.changes)} field(s) change:")
+            out += [f"  {c.path}: {c.old!r} -> {c.new!r}" for c in self.changes]
+        else:
+            out.append("no field changes" + (" (restart of the recorded config)" if self.groups else ""))
+        if self.groups:
+            out.append(f"restarts: {', '.join(self.containers)} ({' and '.join(self.groups)}); the rest keeps running")
+        else:
+            out.append("restarts: nothing (no container's config changes)")
+        if self.prediction:
+            why = (f"compile inputs changed: {', '.join(self.compile_changed)}" if self.compile_changed
+                   else "no compile input changed: vLLM loads the compiled graphs from the cache")  # fmt: skip
+            exp = f", expected ~{self.expected_seconds:.0f} s to serve (this cluster's history)" if self.expected_seconds else ""
+            out.append(f"start: {self.prediction} ({why}){exp}")
+        out += [f"pre-staged while the old config serves: {p}" for p in self.prestage]
+        return out
+
+
+def expected_seconds(events: list[dict], cluster_prediction: Optional[str]) -> Optional[float]:
+    """The median start time of this cluster's past warm (or cold) starts."""
+    if not cluster_prediction:
+        return None
+    seen = sorted(e["start_seconds"] for e in events if e.get("cache") == cluster_prediction and e.get("start_seconds"))
+    return seen[len(seen) // 2] if seen else None
+
+
+def plan_reload(kind: str, recorded: Optional[dict], new: Inventory, events: list[dict], cache_warm: bool) -> ReloadPlan:
+    from sparkctl.runtime.launch import render, restart_group
+
+    launch = render(new)
+    old_inv = (recorded or {}).get("inventory") or {}
+    changes = diff_inventories(old_inv, new.model_dump(mode="json")) if recorded else []
+    old_groups = (recorded or {}).get("group_hashes") or {}
+    if kind == "restart":
+        groups = sorted(launch.group_hashes)
+    else:
+        groups = sorted(g for g, h in launch.group_hashes.items() if old_groups.get(g) != h)
+    containers = [c.name for c in launch.containers if restart_group(c.role) in groups]
+    compile_changed = compile_fields(changes)
+    prediction = None
+    if "engine" in groups:
+        prediction = "warm" if not compile_changed and cache_warm else "cold"
+    prestage = []
+    if any(c.path.startswith("hosts.") and ".fabric" in c.path for c in changes):
+        prestage.append("fabric addresses and MTU (netplan)")
+    images = sorted({c.image for c in launch.containers})
+    prestage.append(f"image(s) {', '.join(images)} on every node, same image ID, before anything stops")
+    prestage.append(f"kernel cache directory {new.caches.host_path} on every runtime node")
+    if new.engram:
+        prestage.append(f"Engram tables in {new.engram.host}'s RAM ({new.engram.target}), SHA-256 verified")
+    return ReloadPlan(
+        kind, (recorded or {}).get("config_hash"), launch.config_hash, changes, groups, containers, compile_changed,
+        prediction, expected_seconds(events, prediction), prestage,
+    )  # fmt: skip
+
+
+def same_cluster(current: Inventory, new: Inventory) -> None:
+    """NEW must describe the same cluster: same name, hosts, roles and SSH addresses."""
+    problems = []
+    if new.cluster.name != current.cluster.name:
+        problems.append(f"cluster.name is {new.cluster.name!r}, the running cluster is {current.cluster.name!r}")
+    if set(new.hosts) != set(current.hosts):
+        problems.append(f"hosts are {sorted(new.hosts)}, the running cluster has {sorted(current.hosts)}")
+    for h in set(new.hosts) & set(current.hosts):
+        a, b = current.hosts[h], new.hosts[h]
+        if a.role != b.role:
+            problems.append(f"hosts.{h}.role is {b.role!r}, the running cluster has {a.role!r}")
+        if (a.ssh.address, a.ssh.port) != (b.ssh.address, b.ssh.port):
+            problems.append(f"hosts.{h}.ssh differs ({b.ssh.address}:{b.ssh.port} vs {a.ssh.address}:{a.ssh.port})")
+    if problems:
+        raise InputError(
+            "the new config is not the same cluster: " + "; ".join(problems),
+            fix="reload changes a cluster's config, not its shape: use the same hosts and roles "
+            "(a different cluster is `sparkctl up -i NEW`)",
+        )
+
+
+def restore_secrets(recorded_inventory: dict, current: Inventory) -> Inventory:
+    """The recorded inventory (secrets kept as digests) with each secret taken from `current`
+    where its digest matches; a secret the current inventory no longer holds cannot be restored."""
+    cur = flatten(current.model_dump(mode="json"))
+    rec = flatten(recorded_inventory)
+    missing = []
+    for path, value in rec.items():
+        if isinstance(value, str) and MASK in value:
+            have = cur.get(path)
+            if isinstance(have, str) and redact_obj({path.rsplit(".", 1)[-1]: have}, digests=True).get(path.rsplit(".", 1)[-1]) == value:
+                rec[path] = have
+            elif isinstance(have, str) and redact(have, digests=True) == value:
+                rec[path] = have
+            else:
+                missing.append(path)
+    if missing:
+        raise InputError(
+            f"the recorded config keeps only digests of {', '.join(missing)}, and the current inventory's values differ",
+            fix="pass the inventory that holds those values with -i (the record never stores a secret)",
+        )
+    return Inventory.model_validate(_unflatten(rec))
+
+
+def _unflatten(flat: dict[str, Any]) -> dict:
+    out: dict = {}
+    for path, v in flat.items():
+        node = out
+        parts = path.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = v
+    return out
+
+
+# --- run ---------------------------------------------------------------------------------------
+
+
+class Journal:
+    """The reload's phases on the head, written as they happen (so a later command can tell an
+    interrupted reload and `--resume` or `rollback` it), and the timeline for --json."""
+
+    ORDER = ("prestage", "drain", "restart", "verify", "commit", "done", "rollback")
+
+    def __init__(self, session, doc: dict):
+        self.session = session
+        self.doc = {**doc, "phase": "validate", "timeline": []}
+        self.t0 = time.time()
+        self._lock = threading.Lock()  # steps apply hosts in parallel: progress arrives from several threads
+
+    def phase(self, name: str) -> None:
+        """Enter phase `name` (never back to an earlier one): written to the head before going on."""
+        with self._lock:
+            tl = self.doc["timeline"]
+            if tl and self.ORDER.index(name) <= self.ORDER.index(tl[-1]["phase"]):
+                return
+            now = time.time()
+            if tl:
+                tl[-1]["end"] = round(now - self.t0, 3)
+            tl.append({"phase": name, "start": round(now - self.t0, 3), "end": None})
+            self.doc["phase"] = name
+            state.write_json(self.session, state.JOURNAL, self.doc)
+
+    def close(self, keep: bool = False) -> None:
+        tl = self.doc["timeline"]
+        if tl and tl[-1]["end"] is None:
+            tl[-1]["end"] = round(time.time() - self.t0, 3)
+        if keep:
+            state.write_json(self.session, state.JOURNAL, self.doc)
+        else:
+            state.remove(self.session, state.JOURNAL)
+
+
+class DowntimeProbe:
+    """Polls GET /v1/models from this machine: downtime = the time it did not answer 200."""
+
+    def __init__(self, url: str, every: float = 0.1):
+        self.url, self.every = url, every
+        self.windows: list[list[float]] = []
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, name="sparkctl-downtime", daemon=True)
+
+    def start(self) -> "DowntimeProbe":
+        self._t.start()
+        return self
+
+    def _run(self) -> None:
+        import httpx
+
+        with httpx.Client(timeout=1.0, trust_env=False) as client:
+            while not self._stop.is_set():
+                t = time.monotonic()
+                try:
+                    up = client.get(f"{self.url}/v1/models").status_code == 200
+                except httpx.HTTPError:
+                    up = False
+                if not up and (not self.windows or self.windows[-1][1] is not None):
+                    self.windows.append([t, None])
+                elif up and self.windows and self.windows[-1][1] is None:
+                    self.windows[-1][1] = t
+                self._stop.wait(max(0.0, self.every - (time.monotonic() - t)))
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._t.join(5)
+        end = time.monotonic()
+        return round(sum((b or end) - a for a, b in self.windows), 2)
+
+
+@dataclass
+class ReloadReport:
+    plan: ReloadPlan
+    outcome: str = "planned"  # planned | nothing to do | ok | failed (nothing stopped) | rolled back | rollback failed
+    reason: Optional[str] = None
+    downtime: Optional[float] = None
+    drain: Optional[dict] = None
+    runtime_start: Optional[dict] = None
+    decode_tokens_per_s: Optional[float] = None
+    timeline: list[dict] = field(default_factory=list)
+    results: list[dict] = field(default_factory=list)
+    rollback_results: list[dict] = field(default_factory=list)
+    hosts_state: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome not in ("planned", "nothing to do", "ok")
+
+    def to_dict(self) -> dict:
+        return {
+            "outcome": self.outcome, "reason": self.reason, "plan": self.plan.to_dict(), "downtime_seconds": self.downtime,
+            "drain": self.drain, "runtime_start": self.runtime_start, "decode_tokens_per_s": self.decode_tokens_per_s,
+            "timeline": self.timeline, "results": self.results, "rollback_results": self.rollback_results,
+            "hosts_state": self.hosts_state, "notes": self.notes,
+        }  # fmt: skip
+
+
+def interrupted_message(journal: dict) -> str:
+    return (
+        f"an interrupted {journal.get('kind', 'reload')} (config {journal.get('from_config')} -> {journal.get('to_config')}, "
+        f"started {journal.get('started_at')} by {journal.get('by')}, stopped in phase {journal.get('phase')!r})"
+    )
+
+
+def run_reload(
+    kind: str,
+    current: Inventory,
+    new: Optional[Inventory],
+    *,
+    check: bool = False,
+    resume: bool = False,
+    to: int = 0,
+    deadline: Optional[float] = None,
+    min_ratio: Optional[float] = None,
+    wait: float = 0,
+    confirm: Callable[[ReloadPlan], bool] = lambda plan: True,
+    progress: Callable[[str, str, str], None] = lambda h, s, t: None,
+    on_result: Callable[[Any], None] = lambda r: None,
+    say: Callable[[str], None] = lambda msg: None,
+) -> ReloadReport:
+    """reload (new given), restart (new is None: the recorded config, every group), rollback
+    (new is None: the last good config, or history record `to` from the newest)."""
+    from sparkctl.facts.host import gather_host
+    from sparkctl.lock import ClusterLock, LockHeld, break_lock, read_holder
+    from sparkctl.runner import build_stages, load_playbook, run_playbook
+    from sparkctl.runtime import health
+    from sparkctl.runtime.launch import render
+    from sparkctl.steps.base import RunContext
+    from sparkctl.transport.ssh import Fleet
+
+    if new is not None:
+        same_cluster(current, new)
+    head = current.hosts_with_role("head")[0]
+    with Fleet(current) as fleet:
+        session = fleet[head]
+        f = gather_host(session, current, {"applied", "journal", "events", "cache"} | ({"history"} if to else set()))
+        recorded, journal = f.applied, f.journal
+        if journal and not resume and kind != "rollback":
+            raise ReloadInterrupted(
+                interrupted_message(journal), fix="finish it: `sparkctl reload --resume --config NEW`, or `sparkctl rollback`"
+            )
+        if kind in ("restart", "rollback") and recorded is None:
+            raise InputError(f"no applied config is recorded on {head}", fix="bring the cluster up first: `sparkctl up`")
+        if kind == "rollback":
+            source = recorded if not to else _history_record(f.history, to)
+            new = restore_secrets(source["inventory"], current)
+        elif kind == "restart":
+            new = restore_secrets(recorded["inventory"], current)
+        if resume:
+            if not journal:
+                raise InputError("there is no interrupted reload to resume", fix="`sparkctl reload --config NEW` starts one")
+            if render(new).config_hash != journal.get("to_config"):
+                raise InputError(
+                    f"--config renders {render(new).config_hash}, the interrupted reload was to {journal.get('to_config')}",
+                    fix="pass the same NEW file as the interrupted reload, or `sparkctl rollback`",
+                )
+        warm = bool(f.cache and f.cache.warm_hashes)
+        plan = plan_reload(kind, recorded, new, f.events, warm)
+        report = ReloadReport(plan)
+        if check:
+            return report
+        if plan.empty and kind == "reload" and not resume:
+            report.outcome = "nothing to do"
+            report.reason = "the new config renders the recorded one"
+            return report
+        if not confirm(plan):
+            raise InputError("not confirmed: nothing was changed", fix="pass --yes to skip the question")
+
+        lock = ClusterLock(session, current.cluster.name, notify=say)
+        try:
+            lock.acquire(wait)
+        except LockHeld:
+            holder = read_holder(session)
+            if not (holder and holder.gone() and journal and journal.get("lock_token") == holder.token):
+                raise
+            # the gone holder is the interrupted reload this command finishes or rolls back
+            break_lock(session, holder)
+            say(f"took over the cluster lock from the interrupted {journal.get('kind', 'reload')} ({holder.describe()})")
+            lock.acquire(0)
+        try:
+            return _execute(kind, current, new, recorded, plan, report, fleet, session, lock, journal if resume else None,
+                            deadline, min_ratio, progress, on_result, say)  # fmt: skip
+        finally:
+            lock.release()
+
+
+def _history_record(history: list[dict], to: int) -> dict:
+    usable = [h for h in history if not h.get("unreadable")]
+    if not 1 <= to <= len(usable):
+        raise InputError(f"--to {to}: the head keeps {len(usable)} earlier config(s)", fix="`sparkctl history` lists them")
+    return usable[-to]
+
+
+def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, resumed, deadline, min_ratio, progress, on_result, say):
+    from sparkctl.runner import build_stages, load_playbook, run_playbook
+    from sparkctl.runtime import health
+    from sparkctl.steps.base import RunContext
+
+    last_good = restore_secrets(recorded["inventory"], current) if recorded else current
+    journal = Journal(session, {
+        "kind": kind, "from_config": plan.from_hash, "to_config": plan.to_hash, "started_at": state.now(),
+        "by": state.who(), "lock_token": lock.me.token, "resumed": bool(resumed),
+    })  # fmt: skip
+    probe = DowntimeProbe(health.base_url(new)).start()
+    options = {"timeout": deadline, "min_throughput_ratio": min_ratio, "event": kind}
+
+    def tracked(host: str, step: str, text: str) -> None:  # a step starts applying: its phase begins
+        if step in PHASES:
+            journal.phase(PHASES[step])
+        progress(host, step, text)
+
+    def journaled(r) -> None:  # a step ended (also those that changed nothing): its phase was reached
+        if r.step in PHASES and r.status != "skipped" and PHASES[r.step] != "prestage":
+            journal.phase(PHASES[r.step])
+        on_result(r)
+
+    journal.phase("prestage")
+    ctx = RunContext(inventory=new, fleet=fleet, force=(kind == "restart"), options=options, progress=tracked)
+    recap = run_playbook(ctx, build_stages(load_playbook("reload")), "reload", on_result=journaled)
+    report.results = [r.to_dict() for r in recap.results]
+    report.runtime_start = ctx.outputs.runtime_start
+    report.decode_tokens_per_s = ctx.outputs.decode_tokens_per_s
+    report.drain = ctx.outputs.drain
+    if not recap.failed:
+        report.downtime = probe.stop()
+        report.outcome = "ok"
+        journal.phase("done")
+        journal.close()
+        report.timeline = journal.doc["timeline"]
+        state.append_event(session, _event(kind, "ok", plan, report))
+        return report
+
+    failed = next(r for r in recap.results if r.status == "failed")
+    report.reason = f"{failed.step} on {failed.host}: {failed.message}"
+    touched = any(r.status == "changed" for r in recap.results)
+    if not touched:  # nothing was changed or stopped: the old config still serves as it was
+        report.downtime = probe.stop()
+        report.outcome = "failed (nothing stopped)"
+        journal.close()
+        report.timeline = journal.doc["timeline"]
+        state.append_event(session, _event(kind, "failed", plan, report))
+        return report
+    say(f"{kind} failed ({report.reason}); rolling back to the last good config {plan.from_hash}")
+    journal.phase("rollback")
+    back = RunContext(inventory=last_good, fleet=fleet, options={"timeout": deadline, "event": "rollback"}, progress=progress)
+    recap2 = run_playbook(back, build_stages(load_playbook("up")), "rollback", on_result=on_result)
+    report.rollback_results = [r.to_dict() for r in recap2.results]
+    report.downtime = probe.stop()
+    if not recap2.failed:
+        report.outcome = "rolled back"
+        journal.close()
+        report.timeline = journal.doc["timeline"]
+        state.append_event(session, _event(kind, "rolled back", plan, report))
+        return report
+    report.outcome = "rollback failed"
+    report.timeline = journal.doc["timeline"]
+    report.hosts_state = _hosts_state(fleet, last_good)
+    journal.doc["hosts_state"] = report.hosts_state
+    journal.close(keep=True)
+    return report
+
+
+def _event(kind: str, outcome: str, plan: ReloadPlan, report: ReloadReport) -> dict:
+    """The events.jsonl line `sparkctl history` shows for this reload, restart or rollback."""
+    start = report.runtime_start or {}
+    return redact_obj({
+        "at": state.now(), "by": state.who(), "command": kind, "outcome": outcome, "config_hash": plan.to_hash,
+        "from_config": plan.from_hash, "reason": report.reason, "downtime_seconds": report.downtime,
+        "cache": (start.get("cache") or "").split(" ")[0] or None, "start_seconds": start.get("seconds"),
+        "restarted": plan.containers,
+    })  # fmt: skip
+
+
+def _hosts_state(fleet, inv: Inventory) -> dict:
+    """What runs where right now, for the operator after a failed rollback."""
+    from sparkctl.facts.host import gather_host
+
+    out = {}
+    for h, o in fleet.map(lambda s: gather_host(s, inv, {"containers"}), timeout=30).items():
+        if not o.ok:
+            out[h] = {"error": o.error}
+        else:
+            out[h] = {"containers": [{"name": c.name, "state": c.status, "config_hash": c.config_hash} for c in o.value.containers or []]}
+    return out

@@ -1,0 +1,109 @@
+"""The cluster's state on the head, under /var/lib/sparkctl/state (one place names the files).
+
+- applied.json   the last good config: what `up`/`reload` applied and saw serving (inventory with
+                 secrets as digests, launch, hashes, image IDs, how the start went). Replaced
+                 atomically; the previous one moves to history/ (kept for `rollback --to N`).
+- events.jsonl   one line per applied config, reload, rollback or restart: time, hash, who,
+                 outcome, warm/cold, start seconds, downtime (`sparkctl history`).
+- journal.json   a reload in progress, phase by phase; removed when it ends. Found by the next
+                 command that touches the cluster if sparkctl died mid-way (`reload --resume`,
+                 `rollback`).
+- lock           the cluster lock (sparkctl/lock.py).
+Read through the fact layer (facts `applied`, `journal`, `events`, `history`); written here.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import shlex
+import socket
+import time
+from typing import Any, Optional
+
+STATE_DIR = "/var/lib/sparkctl/state"
+APPLIED = f"{STATE_DIR}/applied.json"
+HISTORY_DIR = f"{STATE_DIR}/history"
+EVENTS = f"{STATE_DIR}/events.jsonl"
+JOURNAL = f"{STATE_DIR}/journal.json"
+HISTORY_KEEP = 20
+EVENTS_SHOWN = 200  # the newest events the `events` fact reads
+
+
+def who() -> str:
+    """user@control-host of this run (never a secret)."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no passwd entry (containers)
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def write_json(session, path: str, doc: Any) -> None:
+    """Atomically replace a state file (the state dir is root-only)."""
+    session.run(f"mkdir -p {HISTORY_DIR} && chmod 700 {STATE_DIR}").check("state directory")
+    session.put_bytes((json.dumps(doc, indent=2) + "\n").encode(), path, mode=0o600)
+
+
+def append_event(session, event: dict) -> None:
+    """One line in events.jsonl (redacted by the caller; a line is small, so one shell append)."""
+    line = json.dumps(event, separators=(",", ":"), sort_keys=True)
+    session.run(f"mkdir -p {STATE_DIR} && chmod 700 {STATE_DIR} && printf '%s\\n' {shlex.quote(line)} >> {EVENTS}").check(
+        "state events"
+    )
+
+
+def remove(session, path: str) -> None:
+    session.run(f"rm -f {shlex.quote(path)}").check(f"remove {path}")
+
+
+def history_name(record: dict) -> str:
+    """The history file a replaced record is kept under: <applied_at>-<config hash>.json."""
+    return f"{str(record.get('applied_at', 'unknown')).replace(':', '')}-{record.get('config_hash', 'unknown')}.json"
+
+
+def archive_command(previous: Optional[str]) -> str:
+    """Shell: move applied.json into history/ (as `previous`), keep the newest HISTORY_KEEP."""
+    keep = f"ls -1t {HISTORY_DIR} | tail -n +{HISTORY_KEEP + 1} | sed 's|^|{HISTORY_DIR}/|' | xargs -r rm -f"
+    move = f"if [ -f {APPLIED} ]; then mv {APPLIED} {shlex.quote(HISTORY_DIR + '/' + previous)}; fi && " if previous else ""
+    return f"mkdir -p {HISTORY_DIR} && chmod 700 {STATE_DIR} && {move}{keep}"
+
+
+def parse_events(text: str) -> list[dict]:
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a torn last line (killed mid-append) is skipped, not fatal
+    return out
+
+
+def parse_history(text: str) -> list[dict]:
+    """`history` fact: '@@file NAME' then the file's JSON, oldest first."""
+    out, name, buf = [], None, []
+
+    def flush() -> None:
+        if name is not None:
+            try:
+                out.append({"file": name, **json.loads("".join(buf))})
+            except json.JSONDecodeError:
+                out.append({"file": name, "unreadable": True})
+
+    for line in text.splitlines(keepends=True):
+        if line.startswith("@@file "):
+            flush()
+            name, buf = line[len("@@file ") :].strip(), []
+        else:
+            buf.append(line)
+    flush()
+    return out
+
+
+HISTORY_PROBE = f"cd {HISTORY_DIR} 2>/dev/null && for f in $(ls -1tr); do echo \"@@file $f\"; cat \"$f\"; done; true"

@@ -1,0 +1,81 @@
+"""Throughput step: after the engine (re)starts, one short decode measurement, compared with the
+last recorded one when the run asks for it (`--min-throughput-ratio`).
+
+A runtime that silently fell back to slower kernels serves "fine" at half speed: seed 002's
+recipe loses half its throughput when the MoE backend falls back to Marlin (W4A16). /health and a
+smoke completion cannot see that; a decode measurement can. The measurement is one streamed
+completion (temperature 0, `ignore_eos`, DECODE_TOKENS tokens; the faster of two tries), its decode
+rate (tokens after the first / time after the first) becomes the next run's baseline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Optional
+
+from sparkctl.errors import HostError
+from sparkctl.inventory.models import Inventory
+from sparkctl.steps.base import Change, Plan, RunContext, Step
+from sparkctl.steps.runtime import drift
+
+DECODE_TOKENS = 256
+PROMPT = "Count from 1 to 200, one number per line."
+
+
+def measure_decode(url: str, model: str, tries: int = 2) -> Optional[float]:
+    """Decode tok/s of one streamed completion (best of `tries`), None if none succeeded."""
+    from sparkctl.bench.client import Endpoint
+
+    async def run() -> list:
+        ep = Endpoint(url, model, timeout_s=600)
+        body = ep.chat_body(PROMPT, DECODE_TOKENS, temperature=0.0, thinking=False, ignore_eos=True)
+        async with ep.client() as client:
+            return [await ep.chat(client, body) for _ in range(tries)]
+
+    rates = [m.decode_throughput for m in asyncio.run(run())]
+    rates = [r for r in rates if r]
+    return max(rates) if rates else None
+
+
+class ThroughputStep(Step):
+    name = "throughput"
+    description = "decode speed after a restart, against the last recorded (catches a silent kernel fallback)"
+    facts = frozenset({"applied"})
+
+    def hosts(self, inv: Inventory) -> list[str]:
+        return inv.hosts_with_role("head")
+
+    def plan_host(self, ctx: RunContext, host: str) -> Plan:
+        d = drift(ctx)
+        ratio = ctx.options.get("min_throughput_ratio")
+        if not ("engine" in d.groups or ctx.force):
+            return self.noop(host, "the engine did not restart: its recorded decode rate stands")
+        baseline = (ctx.facts[host].applied or {}).get("decode_tokens_per_s")
+        if ratio and baseline:
+            what = f"measure decode tok/s; at least {ratio:g} x the last recorded {baseline:.1f} tok/s"
+        else:
+            what = "measure decode tok/s (the next reload's baseline)"
+        return self.changes(host, [Change("measure", what, {"ratio": ratio, "baseline": baseline})])
+
+    def apply(self, ctx: RunContext, plan: Plan) -> str:
+        from sparkctl.runtime import health
+
+        op = plan.changes[0].data
+        ctx.progress(plan.host, self.name, f"measuring decode ({DECODE_TOKENS} tokens)")
+        rate = measure_decode(health.base_url(ctx.inventory), ctx.inventory.runtime.served_model_name)
+        if rate is None:
+            raise HostError(f"{plan.host}: the decode measurement failed (no streamed completion)",
+                            fix="run `sparkctl doctor --only runtime` and read the head's log")  # fmt: skip
+        ctx.outputs.decode_tokens_per_s = round(rate, 1)
+        ratio, baseline = op.get("ratio"), op.get("baseline")
+        if ratio and baseline and rate < ratio * baseline:
+            logs = ctx.refresh(plan.host, {"containers", "logs"})
+            signs = [line for lf in logs.logs.values() for line in lf.marlin][:1]
+            raise HostError(
+                f"{plan.host}: decode {rate:.1f} tok/s is {rate / baseline:.2f} x the last recorded {baseline:.1f} tok/s "
+                f"(below --min-throughput-ratio {ratio:g})" + (f"; the log says: {signs[0][:200]}" if signs else ""),
+                fix="a silent kernel fallback (e.g. Marlin instead of the inventory's MoE backend): check "
+                "`sparkctl doctor --only runtime`; the previous config is restored",
+            )
+        vs = f" ({rate / baseline:.2f} x the last recorded {baseline:.1f})" if baseline else ""
+        return f"decode {rate:.1f} tok/s{vs}"

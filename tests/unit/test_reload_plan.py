@@ -1,0 +1,115 @@
+"""reload's plan without a host: field diff, restart groups, warm/cold, same-cluster check,
+secrets restored from the current inventory, drain counts from vLLM's /metrics pages."""
+
+from __future__ import annotations
+
+import pytest
+from hostfacts import inventory
+
+from sparkctl.errors import InputError
+from sparkctl.inventory.models import Inventory
+from sparkctl.reload import diff_inventories, plan_reload, restore_secrets, same_cluster
+from sparkctl.runtime.launch import render
+from sparkctl.runtime.metrics import parse_page
+from sparkctl.steps.record import record_document
+from sparkctl.steps.base import RunContext
+from sparkctl.steps.runtime import drain_counts
+
+INV = inventory()
+
+
+def changed(**runtime) -> Inventory:
+    d = INV.model_dump(mode="json")
+    for k, v in runtime.items():
+        node = d["runtime"]
+        *path, last = k.split("__")
+        for p in path:
+            node = node[p]
+        node[last] = v
+    return Inventory.model_validate(d)
+
+
+def recorded(inv: Inventory = INV) -> dict:
+    """applied.json as the record step writes it for `inv`."""
+    ctx = RunContext(inventory=inv, fleet=None)
+    return record_document(ctx)
+
+
+def test_a_served_name_change_restarts_the_engine_warm():
+    p = plan_reload("reload", recorded(), changed(served_model_name="renamed"), [], cache_warm=True)
+    assert [c.path for c in p.changes] == ["runtime.served_model_name"]
+    assert p.groups == ["engine"] and p.containers == ["sparkctl-worker", "sparkctl-head"]
+    assert p.prediction == "warm" and p.compile_changed == []
+
+
+def test_a_scheduler_change_is_predicted_cold_and_says_which_field():
+    p = plan_reload("reload", recorded(), changed(max_num_seqs=2), [], cache_warm=True)
+    assert p.prediction == "cold" and p.compile_changed == ["runtime.max_num_seqs"]
+    assert any("compile inputs changed: runtime.max_num_seqs" in line for line in p.lines())
+
+
+def test_a_drafter_only_change_restarts_the_drafter_only_and_predicts_no_engine_start():
+    p = plan_reload("reload", recorded(), changed(speculative__drafter_image="10.231.0.1:5000/sparkctl/vllm-sim:drafter"), [], True)
+    assert p.groups == ["drafter"] and p.containers == ["sparkctl-drafter"] and p.prediction is None
+
+
+def test_expected_time_comes_from_this_clusters_history():
+    events = [{"cache": "warm", "start_seconds": s} for s in (1.0, 9.0, 2.0)] + [{"cache": "cold", "start_seconds": 700}]
+    assert plan_reload("reload", recorded(), changed(served_model_name="x"), events, True).expected_seconds == 2.0
+
+
+def test_restart_restarts_every_group_of_the_recorded_config():
+    p = plan_reload("restart", recorded(), INV, [], True)
+    assert p.changes == [] and p.groups == ["drafter", "engine"]
+
+
+def test_another_cluster_is_refused_naming_the_field():
+    d = INV.model_dump(mode="json")
+    d["hosts"]["worker"]["ssh"]["address"] = "10.231.0.99"
+    with pytest.raises(InputError, match=r"hosts.worker.ssh differs"):
+        same_cluster(INV, Inventory.model_validate(d))
+    d = INV.model_dump(mode="json")
+    del d["hosts"]["offload"]
+    d.pop("engram", None)
+    d["runtime"].pop("speculative", None)
+    for h in d["hosts"].values():
+        h["fabric"] = [x for x in h["fabric"] if x["peer"] != "offload"]
+    with pytest.raises(InputError, match="not the same cluster"):
+        same_cluster(INV, Inventory.model_validate(d))
+
+
+def test_secrets_come_back_from_the_current_inventory_and_never_from_the_record():
+    with_secret = changed(env={**INV.runtime.env, "HF_TOKEN": "hf_" + "a" * 30})
+    rec = recorded(with_secret)
+    assert "hf_" not in str(rec)  # the record keeps a digest only
+    assert restore_secrets(rec["inventory"], with_secret).runtime.env["HF_TOKEN"] == "hf_" + "a" * 30
+    rotated = changed(env={**INV.runtime.env, "HF_TOKEN": "hf_" + "b" * 30})
+    with pytest.raises(InputError, match="runtime.env.HF_TOKEN"):
+        restore_secrets(rec["inventory"], rotated)
+
+
+def test_a_secret_change_shows_as_masked_in_the_diff():
+    a = changed(env={**INV.runtime.env, "WANDB_API_KEY": "k" * 20})
+    b = changed(env={**INV.runtime.env, "WANDB_API_KEY": "z" * 20})
+    (c,) = diff_inventories(a.model_dump(mode="json"), b.model_dump(mode="json"))
+    assert c.path == "runtime.env.WANDB_API_KEY" and c.old == c.new == "***"
+
+
+PAGE = """# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{{engine="0",model_name="m"}} {running}
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{{engine="0",model_name="m"}} 0
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{{engine="0",finished_reason="length",model_name="m"}} {length}
+vllm:request_success_total{{engine="0",finished_reason="stop",model_name="m"}} 1
+vllm:request_success_total{{engine="0",finished_reason="abort",model_name="m"}} {abort}
+"""
+
+
+def test_drain_counts_from_metrics_before_and_during_the_drain():
+    first = parse_page(PAGE.format(running=3, length=10, abort=0))
+    last = parse_page(PAGE.format(running=1, length=12, abort=0))
+    assert drain_counts(first, last, None) == {"in_flight": 3, "finished": 2, "cut": 1}
+    # vLLM's own line (`draining in-flight requests count=%d`) wins over the scrape
+    assert drain_counts(first, last, 4) == {"in_flight": 4, "finished": 2, "cut": 2}
+    assert drain_counts(None, None, None) == {"in_flight": 0, "finished": 0, "cut": 0}
