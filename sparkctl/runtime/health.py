@@ -13,7 +13,7 @@ from typing import Optional
 # (pattern, phase shown to the operator), newest phase wins. The vLLM 0.33 line behind each
 # pattern is in docs/conformance.md; Ray's own lines come from `ray start` / ray.init.
 PHASES = [
-    (re.compile(r"ray start|Ray runtime started|Started a local Ray instance"), "starting Ray"),
+    (re.compile(r"Ray runtime started|Started a local Ray instance"), "starting Ray"),
     (re.compile(r"Waiting for creating a placement group"), "waiting for the worker to join"),
     (re.compile(r"Starting to load model|Loading safetensors checkpoint shards"), "loading weights"),
     (re.compile(r"Directly load the compiled graph"), "compiling (cache hit)"),

@@ -321,3 +321,24 @@ def test_a_page_for_another_model_is_filtered():
 if os.environ.get("SPARKCTL_PRINT_CONFORMANCE"):  # a reviewer's aid: the rows as regexes
     for r in LOG.values():
         print(r["id"], [fmt_regex(a) for a in _formats(r)])
+
+
+def _sample(fmt: str) -> str:
+    """A format string with every placeholder filled (digits fit %s too), optional parts kept."""
+    fmt = fmt.replace("⟦", "").replace("⟧", "")
+    return re.sub(r"%(?:\.\d+)?[sdfx]|%03d", "1", fmt).replace("%%", "%")
+
+
+def test_sparkctl_reads_no_line_the_table_lacks():
+    examples = [_sample(a) for rows in (LOG, PLAIN) for r in rows.values() for a in _formats(r)]
+    for pattern, phase in health.PHASES:
+        assert any(pattern.search(e) for e in examples), f"health phase {phase!r}: no row in docs/conformance.md"
+    for pattern in health.FATAL:
+        assert any(pattern.search(e) for e in examples), f"health FATAL {pattern.pattern!r}: no row"
+    for kind, needle in {**logs.KINDS, **logs.NEWEST}.items():
+        assert any(needle.lower() in e.lower() for e in examples), f"facts/logs.py {kind} ({needle!r}): no row"
+    names = {_code(r["name"]) for r in METRICS.values()}
+    from sparkctl.runtime import metrics as m
+
+    for name in (m.RUNNING, m.WAITING, m.KV_USAGE, m.CACHE_INFO, m.GENERATION_TOKENS, m.PROMPT_TOKENS, m.PREEMPTIONS):
+        assert name.removesuffix("_total") in names, name
