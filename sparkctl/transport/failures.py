@@ -13,7 +13,7 @@ import socket
 
 import paramiko
 
-from sparkctl.errors import HostError, SparkctlError
+from sparkctl.errors import HostError, SparkctlError, UnreachableError
 from sparkctl.transport.redact import redact
 
 FIX_REACH = "check the host is up, its management link and sshd (`sparkctl doctor --only ssh`), then rerun"
@@ -23,7 +23,7 @@ FIX_FROZEN = (
 )
 
 
-class HostUnresponsive(HostError):
+class HostUnresponsive(UnreachableError):
     """The host stopped answering on an open SSH connection (keepalives unanswered)."""
 
 
@@ -76,31 +76,31 @@ def describe(host: str, exc: BaseException) -> SparkctlError:
     if isinstance(exc, SparkctlError):
         return exc
     if isinstance(exc, paramiko.BadHostKeyException):
-        return HostError(
+        return UnreachableError(
             f"{host}: SSH host key does not match known_hosts (refused: this is what a man-in-the-middle looks like)",
             fix="verify the host's key out of band, then update known_hosts (ssh-keygen -R) and rerun",
         )
     if isinstance(exc, paramiko.AuthenticationException):
-        return HostError(
+        return UnreachableError(
             f"{host}: SSH authentication failed",
             fix="check ssh.user and ssh.key in the inventory and the host's authorized_keys",
         )
     if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
         codes = {e.errno for e in exc.errors.values() if isinstance(e, OSError)}
         why = "connection refused (sshd not running or wrong port?)" if errno.ECONNREFUSED in codes else "no route to it"
-        return HostError(f"{host}: cannot reach sshd: {why}", fix=FIX_REACH)
+        return UnreachableError(f"{host}: cannot reach sshd: {why}", fix=FIX_REACH)
     if isinstance(exc, (socket.timeout, TimeoutError)):
-        return HostError(f"{host}: no answer in time (management link down or host overloaded?)", fix=FIX_FROZEN)
+        return UnreachableError(f"{host}: no answer in time (management link down or host overloaded?)", fix=FIX_FROZEN)
     if isinstance(exc, paramiko.ChannelException):
-        return HostError(f"{host}: sshd refused to open a session ({exc.text})", fix="check sshd's MaxSessions and load on the host")
+        return UnreachableError(f"{host}: sshd refused to open a session ({exc.text})", fix="check sshd's MaxSessions and load on the host")
     if isinstance(exc, (paramiko.SSHException, EOFError)):
         why = redact(str(exc))
-        return HostError(f"{host}: the SSH connection was lost" + (f" ({why})" if why else ""), fix=FIX_REACH)
+        return UnreachableError(f"{host}: the SSH connection was lost" + (f" ({why})" if why else ""), fix=FIX_REACH)
     docker_err = _docker_error(host, exc)
     if docker_err is not None:
         return docker_err
     if isinstance(exc, ConnectionError):
-        return HostError(f"{host}: connection lost ({exc.strerror or exc})", fix=FIX_REACH)
+        return UnreachableError(f"{host}: connection lost ({exc.strerror or exc})", fix=FIX_REACH)
     if isinstance(exc, OSError) and exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT):
-        return HostError(f"{host}: {exc.strerror} (management link down?)", fix=FIX_REACH)
+        return UnreachableError(f"{host}: {exc.strerror} (management link down?)", fix=FIX_REACH)
     return HostError(f"{host}: {type(exc).__name__}: {redact(str(exc))[:300]}")

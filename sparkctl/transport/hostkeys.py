@@ -21,7 +21,7 @@ from pathlib import Path
 
 import paramiko
 
-from sparkctl.errors import HostError
+from sparkctl.errors import UnreachableError  # a host-key refusal is an ssh failure, whatever step meets it
 
 _write_lock = threading.Lock()
 
@@ -43,7 +43,7 @@ class StrictPolicy(paramiko.MissingHostKeyPolicy):
         self.host_label = host_label
 
     def missing_host_key(self, client, hostname, key):
-        raise HostError(
+        raise UnreachableError(
             f"{self.host_label}: host key for {hostname} is not in {self.known_hosts} "
             f"(it offered {key.get_name()} {fingerprint(key)}); host_key_policy is strict",
             fix=(
@@ -77,7 +77,7 @@ def install_policy(client: paramiko.SSHClient, known_hosts: Path, policy: str, h
         try:
             client.load_host_keys(str(known_hosts))
         except (OSError, paramiko.SSHException) as exc:
-            raise HostError(
+            raise UnreachableError(
                 f"{host_label}: cannot read known_hosts {known_hosts}: {exc}",
                 fix="check the file's permissions and format (one 'host keytype base64' per line)",
             ) from exc
@@ -91,9 +91,9 @@ def install_policy(client: paramiko.SSHClient, known_hosts: Path, policy: str, h
 
 def describe_bad_host_key(
     exc: paramiko.BadHostKeyException, known_hosts: Path, host_label: str, address: str, port: int
-) -> HostError:
+) -> UnreachableError:
     name = known_hosts_name(address, port)
-    return HostError(
+    return UnreachableError(
         f"{host_label}: HOST KEY CHANGED for {name}: known_hosts has {exc.expected_key.get_name()} "
         f"{fingerprint(exc.expected_key)}, the host offered {exc.key.get_name()} {fingerprint(exc.key)}. "
         "Refusing to connect (this is what a man-in-the-middle looks like).",

@@ -31,7 +31,7 @@ from fabric import Config, Connection
 from invoke.exceptions import CommandTimedOut
 from tenacity import retry, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
-from sparkctl.errors import HostError, SparkctlError
+from sparkctl.errors import HostError, SparkctlError, UnreachableError
 from sparkctl.inventory.models import Inventory, SSHTarget
 from sparkctl.transport import hostkeys
 from sparkctl.transport.failures import FIX_FROZEN, FIX_REACH, describe, unresponsive
@@ -44,6 +44,7 @@ T = TypeVar("T")
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 CONNECT_ATTEMPTS = 3
+MIN_TRANSFER_RATE = 20e6  # bytes/s: slower than this, a copy is reported as hung, not waited for
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,7 @@ class HostSession:
 
         check_address(t.address, f"SSH to {t.name}")
         if t.key is not None and not t.key.exists():
-            raise HostError(
+            raise UnreachableError(
                 f"{t.name}: SSH key {t.key} does not exist",
                 fix="point ssh.key (or ssh_defaults.key) in the inventory at the private key for this host",
             )
@@ -194,14 +195,14 @@ class HostSession:
         except paramiko.BadHostKeyException as exc:
             raise hostkeys.describe_bad_host_key(exc, t.known_hosts, t.name, t.address, t.port) from None
         except paramiko.AuthenticationException as exc:
-            raise HostError(
+            raise UnreachableError(
                 f"{t.name}: SSH authentication failed for {where}: {exc}",
                 fix="check ssh.user and ssh.key in the inventory and that the public key is in the host's authorized_keys",
             ) from None
         except SparkctlError:
             raise
         except (socket.timeout, TimeoutError):
-            raise HostError(
+            raise UnreachableError(
                 f"{t.name}: cannot connect to {where}: no answer within {t.connect_timeout:g} s "
                 "(management link down or host off?)",
                 fix=FIX_REACH,
@@ -210,15 +211,15 @@ class HostSession:
             # TCP accepted, sshd never spoke: paramiko says "Error reading SSH protocol banner", or
             # "No existing session" when the banner wait ended the transport under the handshake
             if any(w in str(exc).lower() for w in ("banner", "no existing session")):
-                raise HostError(
+                raise UnreachableError(
                     f"{t.name}: cannot connect to {where}: sshd accepted the connection, then no "
                     f"answer within {t.connect_timeout:g} s (sshd frozen or overloaded?)",
                     fix=FIX_FROZEN,
                 ) from None
-            raise HostError(f"{t.name}: cannot connect to {where}: SSH handshake failed: {exc}", fix=FIX_REACH) from None
+            raise UnreachableError(f"{t.name}: cannot connect to {where}: SSH handshake failed: {exc}", fix=FIX_REACH) from None
         except Exception as exc:  # after retries: unreachable
             why = describe(t.name, exc).message.removeprefix(f"{t.name}: ")
-            raise HostError(f"{t.name}: cannot connect to {where}: {why}", fix=FIX_REACH) from None
+            raise UnreachableError(f"{t.name}: cannot connect to {where}: {why}", fix=FIX_REACH) from None
         transport = self._conn.client.get_transport()
         _tune_socket(transport.sock, t.connect_timeout)
         self._watchdog = _Watchdog(self, transport, t.connect_timeout)
@@ -285,6 +286,11 @@ class HostSession:
         """Seconds a command may take unless its caller says otherwise (inventory `ssh.timeout`)."""
         return self.target.timeout
 
+    def transfer_timeout(self, nbytes: float) -> float:
+        """A deadline for a command that moves `nbytes` (a copy, an image load): ssh.timeout plus
+        the time it takes at MIN_TRANSFER_RATE, the slowest a healthy disk or link goes."""
+        return self.timeout + max(0.0, nbytes) / MIN_TRANSFER_RATE
+
     def run(
         self,
         command: str | list[str],
@@ -317,9 +323,9 @@ class HostSession:
             err = self._lost(exc)
             raise type(err)(f"{err.message} (while running {redact(cmd)[:160]})", fix=err.fix) from None
         if self.dead is not None:  # the watchdog closed the channel: the exit code means nothing
-            raise HostError(f"{self.dead.message} (while running {redact(cmd)[:160]})", fix=self.dead.fix)
+            raise type(self.dead)(f"{self.dead.message} (while running {redact(cmd)[:160]})", fix=self.dead.fix)
         if r.exited == -1 and not conn.is_connected:
-            raise HostError(f"{self.name}: the SSH connection was lost while running {redact(cmd)[:160]}", fix=FIX_REACH)
+            raise UnreachableError(f"{self.name}: the SSH connection was lost while running {redact(cmd)[:160]}", fix=FIX_REACH)
         return CommandResult(self.name, cmd, r.exited, r.stdout, r.stderr, time.monotonic() - start)
 
     def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644, timeout: Optional[float] = None) -> None:

@@ -87,3 +87,31 @@ def test_host_key_failures_are_ssh_failures():
 def test_sparkctl_errors_pass_through_unchanged():
     mine = HostError("worker: already explained", fix="x")
     assert describe("worker", mine) is mine
+
+
+def test_ssh_failures_are_unreachable_docker_failures_are_not():
+    from sparkctl.errors import UnreachableError
+
+    ssh_side = [
+        paramiko.BadHostKeyException("h", paramiko.RSAKey.generate(1024), paramiko.RSAKey.generate(1024)),
+        paramiko.AuthenticationException("denied"),
+        paramiko.SSHException("No existing session"),
+        socket.timeout("timed out"),
+        unresponsive("worker", 10),
+    ]
+    for raw in ssh_side:
+        assert isinstance(describe("worker", raw), UnreachableError), raw
+    assert not isinstance(describe("worker", _api_error(409, "conflict")), UnreachableError)
+
+
+def test_transfer_deadline_grows_with_the_size():
+    from pathlib import Path
+
+    from sparkctl.inventory.models import SSHTarget
+    from sparkctl.transport.ssh import MIN_TRANSFER_RATE, HostSession
+
+    target = SSHTarget(name="offload", address="10.231.0.13", user="root", port=22, key=None,
+                       known_hosts=Path("/nonexistent"), host_key_policy="strict", connect_timeout=10, timeout=60)
+    s = HostSession(target)
+    assert s.transfer_timeout(0) == 60
+    assert s.transfer_timeout(300 * 2**30) == 60 + 300 * 2**30 / MIN_TRANSFER_RATE  # 300 GiB of Engram tables
