@@ -72,7 +72,7 @@ class MoeChoice:
             self.where = "nvfp4.py:314" if auto else "nvfp4.py:270"
             self.line = f"Using '{self.name}' NvFp4 MoE backend out of potential backends: {NVFP4_AVAILABLE}."
         else:
-            self.where = "mxfp4.py:818" if auto else "mxfp4.py:609"
+            self.where = "mxfp4.py:827" if auto else "mxfp4.py:609"
             self.line = f"Using '{self.name}' Mxfp4 MoE backend."
 
 
