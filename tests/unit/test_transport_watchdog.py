@@ -1,0 +1,168 @@
+"""A host that stops answering on an open SSH connection is named within the connect timeout,
+without root or the lab: a real SSH server (paramiko's server side) on loopback, reached through
+a TCP relay that can be frozen, the way a dropped link or a SIGSTOPped sshd leaves bytes unanswered.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from sparkctl.errors import UnreachableError
+from sparkctl.inventory.models import SSHTarget
+from sparkctl.transport.ssh import HostSession
+
+CONNECT_TIMEOUT = 2.0
+
+
+class _Server(paramiko.ServerInterface):
+    def __init__(self, client_key: paramiko.PKey):
+        self.client_key = client_key
+
+    def get_allowed_auths(self, username):
+        return "publickey"
+
+    def check_auth_publickey(self, username, key):
+        ok = username == "root" and key.asbytes() == self.client_key.asbytes()
+        return paramiko.AUTH_SUCCESSFUL if ok else paramiko.AUTH_FAILED
+
+    def check_channel_request(self, kind, chanid):
+        return paramiko.OPEN_SUCCEEDED if kind == "session" else paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+
+    def check_channel_exec_request(self, channel, command):
+        def answer():  # `sleep N; echo X` is all this host knows
+            cmd = command.decode()
+            if cmd.startswith("sleep "):
+                time.sleep(float(cmd.split()[1].rstrip(";")))
+            channel.sendall(b"fakehost\n")
+            channel.send_exit_status(0)
+            channel.close()
+
+        threading.Thread(target=answer, daemon=True).start()
+        return True
+
+
+class Relay:
+    """client <-> relay <-> server; `freeze()` stops carrying bytes either way (nothing is closed)."""
+
+    def __init__(self, upstream: int):
+        self.upstream = upstream
+        self.frozen = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.upstream))
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket):
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            while self.frozen.is_set():  # held, as on a dead link: never delivered, never refused
+                time.sleep(0.05)
+            try:
+                dst.sendall(data)
+            except OSError:
+                return
+
+    def freeze(self):
+        self.frozen.set()
+
+    def close(self):
+        self.frozen.clear()
+        self.listener.close()
+
+
+@pytest.fixture
+def host(tmp_path):
+    host_key = paramiko.RSAKey.generate(2048)
+    client_key = paramiko.RSAKey.generate(2048)
+    key_file = tmp_path / "id_rsa"
+    client_key.write_private_key_file(str(key_file))
+    listener = socket.create_server(("127.0.0.1", 0))
+    transports = []
+
+    def serve():
+        while True:
+            try:
+                sock, _ = listener.accept()
+            except OSError:
+                return
+            t = paramiko.Transport(sock)
+            t.add_server_key(host_key)
+            t.start_server(server=_Server(client_key))
+            transports.append(t)
+
+    threading.Thread(target=serve, daemon=True).start()
+    relay = Relay(listener.getsockname()[1])
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text(f"[127.0.0.1]:{relay.port} {host_key.get_name()} {host_key.get_base64()}\n")
+    target = SSHTarget(
+        name="worker", address="127.0.0.1", user="root", port=relay.port, key=key_file, known_hosts=known_hosts,
+        host_key_policy="strict", connect_timeout=CONNECT_TIMEOUT, timeout=30,
+    )  # fmt: skip
+    yield target, relay
+    relay.close()
+    listener.close()
+    for t in transports:
+        t.close()
+
+
+def test_command_in_flight_fails_with_the_host_named(host):
+    target, relay = host
+    session = HostSession(target)
+    try:
+        assert session.run("sleep 0; hostname").stdout == "fakehost\n"
+        relay.freeze()
+        t0 = time.monotonic()
+        with pytest.raises(UnreachableError) as exc:
+            session.run("sleep 1; hostname")
+        seconds = time.monotonic() - t0
+        assert exc.value.message == (
+            "worker: no answer within 2 s (management link down or sshd frozen?) (while running sleep 1; hostname)"
+        )
+        assert seconds < 20  # not a timing assertion: the command's own timeout (30 s) must not be what ended it
+        # the host stays failed for the run: the next call fails at once, without reconnecting
+        with pytest.raises(UnreachableError, match="no answer within 2 s"):
+            session.run("hostname")
+    finally:
+        session.close()
+
+
+def test_a_live_host_is_left_alone(host):
+    target, _ = host
+    session = HostSession(target)
+    try:  # longer than the deadline, with the host answering keepalives all along
+        assert session.run("sleep 5; hostname").stdout == "fakehost\n"
+        assert session.dead is None
+    finally:
+        session.close()
+
+
+def test_command_deadline(host):
+    target, _ = host
+    session = HostSession(target)
+    try:
+        with pytest.raises(Exception) as exc:
+            session.run("sleep 10; hostname", timeout=1)
+        assert exc.value.message.startswith("worker: command did not finish within 1 s: sleep 10; hostname")
+        assert session.dead is None  # the host answers: only the command was too slow
+    finally:
+        session.close()
