@@ -39,8 +39,9 @@ SECRET_WORDS = {
 SECRET_PAIRS = {("api", "key"), ("private", "key"), ("access", "key"), ("secret", "key")}
 # An environment-style name is secret when it contains one of these anywhere (the issue's list).
 ENV_NAME_PARTS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "CREDENTIAL", "AUTH")
+# ...except inside these words, which name settings, not secrets (TOKENIZERS_PARALLELISM).
+ENV_NAME_NOT_SECRET = ("TOKENIZER",)
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-_ENV_PARTS_RE = "|".join(ENV_NAME_PARTS)
 
 # Values remembered for free-text masking must be long enough not to mask ordinary text
 # ("8192", "true"); shorter secrets are still masked by their name.
@@ -67,13 +68,14 @@ _TEXT_PATTERNS = [
         r"(?P<v>\"[^\"]*\"|'[^']*'|[^\s,;]+)",
         re.I,
     ),
-    # environment assignments (case-sensitive: NAME=value in a docker run line, a log, an error)
-    re.compile(rf"(?P<k>\b[A-Z0-9_]*(?:{_ENV_PARTS_RE})[A-Z0-9_]*=)(?P<v>\"[^\"]*\"|'[^']*'|[^\s,;]+)"),
     re.compile(r"(?P<k>\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)(?P<v>[^/\s@]+)(?=@)"),  # scheme://user:PASSWORD@
     re.compile(r"(?P<k>\bBearer\s+)(?P<v>[A-Za-z0-9._~+/=-]+)", re.I),
     re.compile(r"(?P<k>)(?P<v>" + _TOKEN_RE.pattern + ")"),
     re.compile(r"(?P<k>)(?P<v>-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----)", re.S),
 ]
+# environment assignments (case-sensitive: NAME=value in a docker run line, a log, an error),
+# masked when NAME is secret (is_secret_env_name)
+_ENV_ASSIGNMENT = re.compile(r"(?P<k>\b(?P<name>[A-Z_][A-Z0-9_]*)=)(?P<v>\"[^\"]*\"|'[^']*'|[^\s,;]+)")
 _URL_PASSWORD = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:(?P<v>[^/\s@]+)@")
 
 _known_secrets: set[str] = set()
@@ -107,11 +109,21 @@ def remember_secret_name(name: str) -> None:
         _name_patterns.append(re.compile(rf"(?P<k>\b{re.escape(name)}=)(?P<v>\"[^\"]*\"|'[^']*'|[^\s,;]+)"))
 
 
+def is_secret_env_name(name: str) -> bool:
+    """An environment-style (UPPER_CASE) name that contains KEY, TOKEN, SECRET, PASS(WORD),
+    CREDENTIAL or AUTH: WANDB_KEY, DB_PASS, MY_AUTHTOKEN; not TOKENIZERS_PARALLELISM."""
+    if not _ENV_NAME.match(name):
+        return False
+    for word in ENV_NAME_NOT_SECRET:
+        name = name.replace(word, "")
+    return any(p in name for p in ENV_NAME_PARTS)
+
+
 def is_secret_key(key: str) -> bool:
     """A key whose value is secret: by its words, by its (environment-style) name, or marked."""
     if key in _secret_names:
         return True
-    if _ENV_NAME.match(key) and any(p in key for p in ENV_NAME_PARTS):
+    if is_secret_env_name(key):
         return True
     words = [w for w in re.split(r"[_\-.]+", key.lower()) if w]
     return any(w in SECRET_WORDS for w in words) or any(p in SECRET_PAIRS for p in zip(words, words[1:]))
@@ -178,6 +190,7 @@ def redact(text: str, digests: bool = False) -> str:
 
     for pat in patterns:
         text = pat.sub(sub, text)
+    text = _ENV_ASSIGNMENT.sub(lambda m: sub(m) if is_secret_env_name(m.group("name")) else m.group(0), text)
     for secret in known:
         if secret in text:
             text = text.replace(secret, _mask(secret, digests))

@@ -120,3 +120,13 @@ def test_env_assignments_in_free_text():
 )
 def test_token_shapes(value, secret):
     assert looks_like_token(value) is secret
+
+
+def test_names_that_only_look_secret():
+    from sparkctl.transport.redact import is_secret_key
+
+    for name in ("WANDB_KEY", "MY_AUTHTOKEN", "DB_PASS", "GCP_CREDENTIALS", "APP_SECRET", "HF_TOKEN"):
+        assert is_secret_key(name), name
+    for name in ("TOKENIZERS_PARALLELISM", "NCCL_IB_HCA", "host_key_policy", "max_num_batched_tokens", "keyboard"):
+        assert not is_secret_key(name), name
+    assert redact("TOKENIZERS_PARALLELISM=false HF_TOKEN=abc") == "TOKENIZERS_PARALLELISM=false HF_TOKEN=***"
