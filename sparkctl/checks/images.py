@@ -1,17 +1,23 @@
-"""images: the runtime (and drafter) image on every node that runs it, with the same image ID.
+"""images: the runtime (and drafter) image on every node that runs it, and the right one.
 
 Identity is the image ID (config digest), never RepoDigests: a side-loaded image has none
-(spark-fabric.md). The reference ID is the head's, as `sparkctl up` converges on it.
+(spark-fabric.md). The reference is the ID `sparkctl up` last verified for each node (the
+head's applied.json, recorded after the registry or the record proved it), so the node that
+drifted is the one named, the head included; with no record, the ID most nodes hold.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import Optional
+
 from sparkctl.checks.base import Context, cluster_check, fail, host_check, ok, skipped
 from sparkctl.checks.host import runtime_hosts
 from sparkctl.facts.host import images_for
+from sparkctl.steps.images import last_good
 
 # the fact kinds (sparkctl/facts/host.py) this group's checks read: gathered for them
-READS = frozenset({"image", "containers"})
+READS = frozenset({"image", "containers", "applied"})
 
 
 def _short(image_id: str) -> str:
@@ -41,7 +47,21 @@ def present(ctx: Context, host: str, f):
     return out
 
 
-@cluster_check("images.same", "every node has the same image ID for each image (the head's)", scope=runtime_hosts, runbook=True)
+def _reference(have: dict[str, str]) -> Optional[str]:
+    """Without a record: the ID a strict majority of the nodes holds (None on a tie: nothing tells)."""
+    counts = Counter(have.values())
+    if not counts:
+        return None
+    (top, n), *rest = counts.most_common()
+    return top if n * 2 > len(have) else None
+
+
+@cluster_check(
+    "images.same",
+    "every node holds the image `sparkctl up` last verified (applied.json), else the one most nodes hold",
+    scope=runtime_hosts,
+    runbook=True,
+)
 def same(ctx: Context):
     out: dict[str, list] = {}
     refs: dict[str, dict[str, str | None]] = {}
@@ -51,26 +71,46 @@ def same(ctx: Context):
         for ref in images_for(ctx.inventory, h):
             fact = ctx.facts[h].images.get(ref)
             refs.setdefault(ref, {})[h] = fact.id if fact else None
-    heads = set(ctx.inventory.hosts_with_role("head"))
+    head = next(iter(ctx.inventory.hosts_with_role("head")), None)
+    applied = ctx.facts[head].applied if head in ctx.facts else None
     for ref, ids in refs.items():
         have = {h: i for h, i in ids.items() if i}
-        ref_host = next((h for h in have if h in heads), next(iter(have), None))
+        pin = ctx.inventory.runtime.image_digest if ref == ctx.inventory.runtime.image else None
         for h, i in ids.items():
             if not i:
                 out.setdefault(h, []).append(skipped("not present (see images.present)", ref))
-            elif len(have) == 1:
-                out.setdefault(h, []).append(ok(f"{_short(i)} (no other node to compare)", ref))
-            elif i == have[ref_host]:
-                out.setdefault(h, []).append(ok(f"{_short(i)} on {', '.join(have)}", ref, id=i))
+                continue
+            record = last_good(applied, h, ref, pin)
+            if record:
+                want, basis = record[0], f"last verified by `sparkctl up` at {record[1]} (applied.json)"
             else:
+                want, basis = _reference(have), "what most nodes hold (applied.json records no image)"
+            holders = [p for p, x in have.items() if x == want and p != h]
+            if want is None:
+                seen = ", ".join(f"{p} {_short(x)}" for p, x in have.items())
                 out.setdefault(h, []).append(
                     fail(
-                        f"{ref} is {_short(i)} here but {_short(have[ref_host])} on {ref_host}: the nodes would run different code",
-                        f"`sparkctl up` copies {ref_host}'s image; by hand: `docker save {ref} | ssh {h} docker load` "
-                        f"from {ref_host}, then `docker image inspect -f '{{{{.Id}}}}' {ref}` on both",
+                        f"{ref} differs between the nodes ({seen}) and no record says which is right",
+                        "`sparkctl up` asks the registry which image the tag names and pulls it where it differs",
                         ref,
                         id=i,
-                        reference=have[ref_host],
+                    )
+                )
+            elif i == want:
+                others = f"; {', '.join(holders)} too" if holders else ""
+                out.setdefault(h, []).append(ok(f"{_short(i)}: {basis}{others}", ref, id=i))
+            else:
+                src = holders[0] if holders else None
+                by_hand = (f"; without a registry, from {src}: `docker save {want} | ssh {h} docker load`, then "
+                           f"`docker tag {want} {ref}` on {h}") if src else ""  # fmt: skip
+                out.setdefault(h, []).append(
+                    fail(
+                        f"{ref} is {_short(i)} on {h}, should be {_short(want)} ({basis}"
+                        f"{'; ' + ', '.join(holders) + ' hold it' if holders else ''}): {h} would run different code",
+                        f"`sparkctl up` pulls {ref} from the registry on {h}{by_hand}",
+                        ref,
+                        id=i,
+                        reference=want,
                     )
                 )
     return out

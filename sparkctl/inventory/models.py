@@ -196,6 +196,13 @@ class Runtime(Model):
     """The inference runtime (vLLM) as started on head and worker; keys are vLLM's flag names."""
 
     image: str = Field(..., min_length=1, description="Container image, the same on head and worker.")
+    image_digest: Optional[str] = Field(
+        None,
+        pattern=r"^sha256:[0-9a-f]{64}$",
+        description="Pins `image`: its manifest digest in the registry (as `docker pull image@sha256:...` takes "
+        "it, `docker image inspect -f '{{.RepoDigests}}'` shows it). up pulls by this digest and every node must "
+        "hold the image it names, whatever the tag points to now. Default: the tag, resolved once per run.",
+    )
     model: str = Field(..., min_length=1, description="Model path inside the container (and on each node).")
     served_model_name: str = Field(..., min_length=1, description="Model id clients ask for (--served-model-name).")
     port: int = Field(8000, ge=1, le=65535, description="API port on the head (--port).")

@@ -272,6 +272,8 @@ class ImagesStep(Step):
             ctx.fleet[source], ctx.fleet[host], image_id, ref, fabric_address=address,
             progress=lambda p: ctx.progress(host, self.name, f"side-load {short(image_id)} from {source}: {p}"),
         )  # fmt: skip
+        if t.path == "none":
+            return f"side-load of {ref} from {source} not needed: {host} still held {short(image_id)} (untagged), tagged it"
         if t.path == "fabric":
             how = f"straight over the fabric ({link.device})"
         elif address:

@@ -122,3 +122,16 @@ def test_an_interrupted_copy_leaves_the_tag_on_the_image_it_had(head, worker):
 def test_copy_refuses_a_source_without_the_image(head, worker):
     with pytest.raises(HostError, match="does not hold image"):
         copy_image(worker, head, stored_image(head, FULL).id, FULL)
+
+
+def test_relay_when_the_source_cannot_ssh_to_the_destination_rail(head, worker):
+    # the head does not know the worker's host key: its ssh refuses (never auto-adds), the copy is relayed
+    head.run("mv /root/.ssh/known_hosts /root/.ssh/known_hosts.off").check()
+    try:
+        want = stored_image(head, FULL)
+        t = copy_image(head, worker, want.id, FULL, fabric_address=WORKER_RAIL[0])
+    finally:
+        head.run("mv /root/.ssh/known_hosts.off /root/.ssh/known_hosts").check()
+    assert t.path == "relay" and "head cannot SSH to 10.231.100.3" in t.why
+    assert "Host key verification failed" in t.why
+    assert stored_image(worker, FULL).id == want.id

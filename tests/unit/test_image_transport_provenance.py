@@ -1,0 +1,160 @@
+"""The images step's provenance: which image every node must hold, decided from the registry's
+recorded answers (tests/unit/recorded/image_transport/registry-lab.json, replayed through httpx)
+or, with the registry down, from the head's applied.json; drift named per node, head included."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import httpx
+from hostfacts import host_facts, inventory, sec
+
+from sparkctl.steps.base import RunContext
+from sparkctl.steps.images import ImagesStep
+from sparkctl.transport import registry
+from test_image_transport_registry import recorded, recorded_manifest
+
+INV = inventory()
+IMAGE = INV.runtime.image
+DIGEST, MANIFEST = recorded_manifest()
+GOOD = MANIFEST["config"]["digest"]  # what the registry's tag names
+HAND = "sha256:" + "e" * 64  # an image built by hand under the tag
+HOSTS = ("head", "worker", "offload")
+
+
+def up_registry():
+    return functools.partial(registry.resolve, transport=recorded(https_works=False))
+
+
+def down_registry():
+    def refuse(request):
+        raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+
+    return functools.partial(registry.resolve, transport=httpx.MockTransport(refuse))
+
+
+def facts(ids: dict, applied: dict | None = None) -> dict:
+    out = {}
+    for h in HOSTS:
+        iid = ids.get(h)
+        secs = {"image__0": sec(f"{iid}\n") if iid else sec(f"Error: No such image: {IMAGE}\n", 1)}
+        if h == "head" and applied is not None:
+            secs["applied"] = sec(json.dumps(applied))
+        out[h] = host_facts(INV, h, **secs)
+    return out
+
+
+def record(image_id=GOOD, inv=INV) -> dict:
+    return {"config_hash": "x", "applied_at": "2026-12-01T00:00:00Z", "inventory": inv.model_dump(mode="json"),
+            "images": {h: {IMAGE: image_id} for h in HOSTS}}  # fmt: skip
+
+
+def plan(ids, applied=None, resolver=None, inv=INV, **options):
+    ctx = RunContext(inventory=inv, fleet=None, facts=facts(ids, applied), options=options)
+    return ImagesStep(resolver or up_registry()).plan(ctx), ctx
+
+
+def test_every_node_holding_the_registrys_image_is_a_noop_saying_so():
+    plans, ctx = plan({h: GOOD for h in HOSTS})
+    assert all(p.empty and not p.blocked for p in plans.values())
+    assert f"{GOOD.split(':')[1][:12]} already current in the registry (tag = manifest {DIGEST.split(':')[1][:12]})" in plans["head"].reason
+    assert ctx.outputs.image_ids == {h: {IMAGE: GOOD} for h in HOSTS}
+
+
+def test_a_head_rebuilt_by_hand_is_the_drifted_node_and_pulls_back_the_registrys_image():
+    plans, ctx = plan({"head": HAND, "worker": GOOD, "offload": GOOD})
+    head = plans["head"]
+    assert [c.action for c in head.changes] == ["pull"]
+    assert "drift: holds eeeeeeeeeeee, should hold " + GOOD.split(":")[1][:12] in head.changes[0].summary
+    assert head.changes[0].data["source"] in ("worker", "offload")  # a verified node, if the pull fails
+    assert plans["worker"].empty and plans["offload"].empty  # the peers are not blamed
+    assert ctx.outputs.image_ids["head"] == {IMAGE: GOOD}
+
+
+def test_registry_down_the_record_names_the_drifted_head_and_nothing_is_copied():
+    plans, _ = plan({"head": HAND, "worker": GOOD, "offload": GOOD}, applied=record(), resolver=down_registry())
+    head = plans["head"]
+    assert head.blocked and not head.changes
+    assert head.blocked.startswith(f"head: {IMAGE} drift: holds eeeeeeeeeeee, should hold {GOOD.split(':')[1][:12]}")
+    assert "last good in applied.json (2026-12-01T00:00:00Z)" in head.blocked
+    assert "Connection refused" in head.blocked
+    assert f"`docker tag {GOOD} {IMAGE}` on head" in head.blocked
+    assert "`sparkctl up --side-load` to copy it from worker" in head.blocked
+    assert not any(p.changes for p in plans.values())
+    assert not plans["worker"].blocked and not plans["offload"].blocked
+
+
+def test_registry_down_a_missing_image_is_copied_from_a_verified_node_over_the_fabric():
+    plans, _ = plan({"head": GOOD, "worker": None, "offload": GOOD}, applied=record(), resolver=down_registry())
+    (c,) = plans["worker"].changes
+    assert c.action == "copy" and c.data["source"] == "head"  # the node with a rail to the worker
+    assert c.data["want"] == GOOD
+
+
+def test_registry_down_and_no_node_holds_the_last_good_image_stops():
+    plans, _ = plan({"head": HAND, "worker": None, "offload": HAND}, applied=record(), resolver=down_registry())
+    assert "missing and no node holds the last good image" in plans["worker"].blocked
+    assert "drift: holds eeeeeeeeeeee" in plans["head"].blocked and "drift" in plans["offload"].blocked
+    assert not any(p.changes for p in plans.values())  # the hand-built image is never spread
+
+
+def test_with_the_side_load_option_a_drift_is_repaired_from_a_verified_node():
+    plans, _ = plan({"head": HAND, "worker": GOOD, "offload": GOOD}, applied=record(), resolver=down_registry(),
+                    side_load=True)  # fmt: skip
+    (c,) = plans["head"].changes
+    assert c.action == "copy" and c.data["source"] == "worker" and c.data["want"] == GOOD
+
+
+def test_nothing_to_verify_against_passes_agreement_and_never_copies():
+    plans, ctx = plan({h: HAND for h in HOSTS}, resolver=down_registry())
+    assert all(p.empty and not p.blocked for p in plans.values())
+    assert "on every node, not verified" in plans["head"].reason
+    plans, _ = plan({"head": HAND, "worker": None, "offload": HAND}, resolver=down_registry())
+    assert "nothing to verify it against" in plans["worker"].blocked
+    assert "an unverified image is never copied" in plans["worker"].blocked
+    assert not any(p.changes for p in plans.values())
+
+
+def test_a_digest_pin_pulls_by_digest_and_a_record_for_another_pin_proves_nothing():
+    pinned = INV.model_copy(update={"runtime": INV.runtime.model_copy(update={"image_digest": DIGEST})})
+    plans, _ = plan({"head": None, "worker": GOOD, "offload": GOOD}, inv=pinned)
+    (c,) = plans["head"].changes
+    assert c.data["pull"] == IMAGE.rsplit(":", 1)[0] + "@" + DIGEST and "pinned manifest" in c.summary
+    other = "sha256:" + "0" * 64
+    repinned = INV.model_copy(update={"runtime": INV.runtime.model_copy(update={"image_digest": other})})
+    plans, _ = plan({h: GOOD for h in HOSTS}, applied=record(inv=pinned), inv=repinned, resolver=down_registry())
+    assert "not verified" in plans["head"].reason  # the record was made under another pin
+
+
+def test_pull_option_pulls_everywhere_from_the_registry():
+    plans, _ = plan({h: GOOD for h in HOSTS}, pull=True)
+    assert all([c.action for c in p.changes] == ["pull"] and "(--pull;" in p.changes[0].summary for p in plans.values())
+
+
+# doctor: images.same names the drifted node against the record, not its peers
+
+
+def doctor_images(ids: dict, applied: dict | None):
+    import sparkctl.checks  # noqa: F401  (registers every check)
+    from sparkctl.checks.base import REGISTRY, Context
+    from sparkctl.checks.doctor import run_checks
+
+    ctx = Context(inventory=INV, hosts=list(HOSTS), facts=facts(ids, applied))
+    return {r.host: r for r in run_checks(ctx, [REGISTRY["images.same"]])}
+
+
+def test_doctor_names_the_drifted_head_against_the_record():
+    r = doctor_images({"head": HAND, "worker": GOOD, "offload": GOOD}, record())
+    assert r["head"].status == "fail" and (r["worker"].status, r["offload"].status) == ("ok", "ok")
+    assert f"is eeeeeeeeeeee on head, should be {GOOD.split(':')[1][:12]}" in r["head"].message
+    assert "last verified by `sparkctl up` at 2026-12-01T00:00:00Z" in r["head"].message
+    assert f"`docker tag {GOOD} {IMAGE}` on head" in r["head"].fix
+
+
+def test_doctor_without_a_record_follows_the_majority_and_a_tie_names_no_culprit():
+    r = doctor_images({"head": HAND, "worker": GOOD, "offload": GOOD}, None)
+    assert r["head"].status == "fail" and r["worker"].status == "ok"
+    r = doctor_images({"head": HAND, "worker": GOOD, "offload": None}, None)
+    assert r["head"].status == r["worker"].status == "fail"
+    assert "no record says which is right" in r["head"].message
