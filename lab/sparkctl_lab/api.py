@@ -25,6 +25,10 @@
                                           run argv inside a lab host's namespaces (net, mount, UTS, PID)
                                           with the host's PATH (so the simulated tools answer)
     api.faults(host) -> dict              a host's fault file
+    api.drills.run(name) -> dict          break the lab like a real failure (drills.DRILLS); its runbook repairs it
+    api.prometheus.up() -> dict           a real Prometheus on 127.0.0.1:19090 scraping the runtime with the
+                                          rules `sparkctl alerts` writes (+ a node exporter per host);
+                                          prometheus.alerts(), wait_firing(NAME); `lab down` stops it
     LAB_DIR, INVENTORY_PATH, SSH_KEY, KNOWN_HOSTS, SSH_CONFIG, CACHE_DIR, HOSTS, IMAGE, REGISTRY
 
 Link down and wrong MTU are real link states, so a hand-made `ip -n lab-worker link set
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 from sparkctl_lab.faults import ALIASES, DEFAULTS, clear_faults, fault, faults, host_exec  # noqa: F401
 from sparkctl_lab.health import docker_get, docker_ping, ssh_banner  # noqa: F401
+from sparkctl_lab import drills, prometheus  # noqa: F401  (drills.run(NAME); prometheus.up() / alerts())
 from sparkctl_lab.lifecycle import down, up  # noqa: F401
 from sparkctl_lab.paths import (  # noqa: F401
     CACHE_DIR,
@@ -56,7 +61,7 @@ from sparkctl_lab.status import status  # noqa: F401
 from sparkctl_lab.topology import HOSTS, IMAGE, REGISTRY  # noqa: F401
 
 __all__ = [
-    "up", "down", "status", "fault", "clear_faults", "faults", "host_exec", "ALIASES", "DEFAULTS",
+    "up", "down", "status", "drills", "prometheus", "fault", "clear_faults", "faults", "host_exec", "ALIASES", "DEFAULTS",
     "docker_ping", "docker_get", "ssh_banner", "docker_socket",
     "LAB_DIR", "CACHE_DIR", "INVENTORY_PATH", "SSH_KEY", "KNOWN_HOSTS", "SSH_CONFIG", "HOSTS", "IMAGE", "REGISTRY",
 ]

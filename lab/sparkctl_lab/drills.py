@@ -43,6 +43,8 @@ class Drill:
     inject: Callable[[], str] = field(repr=False)  # does it; returns what it did
     alerts: tuple[str, ...] = ()  # the alerts it raises (docs/alerts.md)
     needs_runtime: bool = True
+    # what hands do before the runbook's commands can work (power a host back on); None: nothing
+    hands: Callable[[], str] | None = field(default=None, repr=False)
 
 
 def _inventory() -> dict:
@@ -98,10 +100,24 @@ def _runtime_down() -> str:
     return "head: docker stop sparkctl-head"
 
 
+def _worker_devices() -> list[str]:
+    h = HOSTS["worker"]
+    return [h.mgmt_device] + [n.device for n in h.fabric]
+
+
 def _worker_lost() -> str:
-    _sh("worker", "docker kill sparkctl-worker >/dev/null")
-    _wait_unhealthy()
-    return "worker: docker kill sparkctl-worker (the rank's process dies; the head's engine follows)"
+    # the worker drops off every network at once, as when it loses power: its rank stops answering
+    # Ray's heartbeats, the head's engine dies, and nothing can reach the host
+    devs = _worker_devices()
+    _sh("worker", "; ".join(f"ip link set {d} down" for d in devs))
+    _wait_unhealthy(timeout=90)
+    return f"worker: every link down ({', '.join(devs)}): the host is gone, as on a power loss"
+
+
+def _worker_back() -> str:
+    devs = _worker_devices()
+    _sh("worker", "; ".join(f"ip link set {d} up" for d in devs))
+    return f"worker powered back on: {', '.join(devs)} up"
 
 
 def _drafter_unreachable() -> str:
@@ -182,12 +198,13 @@ DRILLS: dict[str, Drill] = {
               ("SparkctlEngineDown",)),
         Drill("engine-crash", "engine-crash", "runtime.engine", "head", "concurrent long-context requests crash the engine",
               _engine_crash, ("SparkctlEngineDown",)),
-        Drill("worker-lost", "worker-lost", "runtime.engine", "head", "the worker's rank dies", _worker_lost,
-              ("SparkctlEngineDown",)),
+        Drill("worker-lost", "worker-lost", "runtime.engine", "head", "the worker drops off the network (power loss)",
+              _worker_lost, ("SparkctlWorkerLost", "SparkctlEngineDown"), hands=_worker_back),
         Drill("drafter-unreachable", "runtime.drafter", "runtime.drafter", "offload", "the drafter on the offload host dies",
               _drafter_unreachable, ("SparkctlDrafterUnreachable", "SparkctlEngineDown")),
         Drill("marlin", "runtime.moe_backend", "runtime.moe_backend", "head",
-              "the runtime restarted without its MoE backend: silent Marlin fallback", _marlin),
+              "the runtime restarted without its MoE backend: silent Marlin fallback", _marlin,
+              ("SparkctlDecodeThroughputLow",)),
         Drill("engram-missing", "engram.placed", "engram.placed", "offload", "the Engram tables vanish from RAM (a reboot)",
               _engram_missing, needs_runtime=False),
     ]  # fmt: skip
@@ -202,7 +219,13 @@ def get(name: str) -> Drill:
 
 def describe(d: Drill) -> dict:
     return {"name": d.name, "what": d.what, "runbook": f"docs/runbooks/{d.runbook}.md", "check": d.check, "host": d.host,
-            "alerts": list(d.alerts), "needs_runtime": d.needs_runtime}  # fmt: skip
+            "alerts": list(d.alerts), "needs_runtime": d.needs_runtime, "hands": d.hands is not None}  # fmt: skip
+
+
+def hands(name: str) -> str:
+    """The physical part of the repair (power a host back on), which no command of the runbook does."""
+    d = get(name)
+    return d.hands() if d.hands else ""
 
 
 def run(name: str) -> dict:

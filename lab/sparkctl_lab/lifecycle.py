@@ -195,6 +195,9 @@ def _down(progress: Progress) -> dict:
             procs.kill(stray)
             procs.wait_gone(stray, 5)
             changes.append(f"killed {len(stray)} stray processes in {ns}")
+    from sparkctl_lab import prometheus  # the lab's Prometheus (its dir goes with LAB_DIR)
+
+    changes += prometheus.down()
     reg = procs.registry_pid()
     if reg:
         procs.kill([reg], signal.SIGTERM)

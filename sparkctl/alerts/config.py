@@ -42,4 +42,7 @@ class Alerts(BaseModel):
         None, gt=0, description="Recorded decode speed of one stream (tok/s, from `sparkctl bench`); "
         "without it the throughput rule (the Marlin case) is not written.",
     )
+    rate_window: str = Field("5m", pattern=r"^\d+[smh]$", description="Window of the rate-based rules (preemptions, TTFT, "
+                             "decode speed); acceptance uses twice this.")
+    decode_for: str = Field("5m", pattern=r"^\d+[smh]$", description="How long decode must stay below the floor before it warns.")
     decode_drop: float = Field(0.35, gt=0, lt=1, description="Fraction below the baseline that warns (0.35: below 65%).")

@@ -19,11 +19,17 @@ def rules_yaml(rs: RuleSet) -> str:
 def scrape_config(rs: RuleSet, inv, rule_files: list[str], interval: str = "5s", node_exporter_port: int = 9100,
                   nodes: bool = True) -> dict:  # fmt: skip
     """A prometheus.yml for this cluster: the runtime job, the node job and the rule files."""
+    from sparkctl.runtime.launch import fabric_link_to
+
     head = inv.hosts_with_role("head")[0]
     runtime = [{"targets": [f"{inv.hosts[head].ssh.address}:{inv.runtime.port}"], "labels": {"role": "head"}}]
     s = inv.runtime.speculative
     if s and s.drafter_host:
-        runtime.append({"targets": [f"{inv.hosts[s.drafter_host].ssh.address}:{s.drafter_port}"], "labels": {"role": "drafter"}})
+        # the drafter listens where the head reaches it: its fabric address on the link to the head
+        # (Prometheus must reach that network too, e.g. run on the head), else its management address
+        link = fabric_link_to(inv, s.drafter_host, head)
+        address = str(link.address.ip) if link else inv.hosts[s.drafter_host].ssh.address
+        runtime.append({"targets": [f"{address}:{s.drafter_port}"], "labels": {"role": "drafter"}})
     jobs = [{"job_name": rs.job, "static_configs": runtime}]
     if nodes:
         jobs.append({

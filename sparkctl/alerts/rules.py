@@ -73,6 +73,8 @@ def rules_for(inv) -> RuleSet:
     cluster = inv.cluster.name
     job = a.job or f"sparkctl-{cluster}"
     nodes_job = a.nodes_job or f"{job}-nodes"
+    w = a.rate_window
+    w2 = _twice(w)
     head = f'job="{job}",role="head"'
     served = f'{head},model_name="{inv.runtime.served_model_name}"'
     rules = [
@@ -137,7 +139,7 @@ def rules_for(inv) -> RuleSet:
         ),
         Rule(
             alert="SparkctlTTFTHigh",
-            expr=f"histogram_quantile(0.99, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{{{served}}}[5m]))) "
+            expr=f"histogram_quantile(0.99, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{{{served}}}[{w}]))) "
             f"> {a.ttft_p99_seconds:g}",
             severity="ticket",
             summary=f"{cluster}: p99 time to first token {{{{ $value | humanizeDuration }}}}",
@@ -146,8 +148,8 @@ def rules_for(inv) -> RuleSet:
         ),
     ]
     if inv.runtime.speculative:
-        drafts = f"rate(vllm:spec_decode_num_drafts_total{{{served}}}[10m])"
-        accepted = f"rate(vllm:spec_decode_num_accepted_tokens_total{{{served}}}[10m])"
+        drafts = f"rate(vllm:spec_decode_num_drafts_total{{{served}}}[{w2}])"
+        accepted = f"rate(vllm:spec_decode_num_accepted_tokens_total{{{served}}}[{w2}])"
         rules.append(
             Rule(
                 alert="SparkctlSpecAcceptanceLow",
@@ -165,14 +167,14 @@ def rules_for(inv) -> RuleSet:
         floor = a.decode_tokens_per_s_baseline * (1 - a.decode_drop)
         # per stream: tokens generated per second of decoding (no decode at all: NaN, never below the floor)
         speed = (
-            f"sum(rate(vllm:generation_tokens_total{{{served}}}[5m])) / "
-            f"sum(rate(vllm:request_decode_time_seconds_sum{{{served}}}[5m]))"
+            f"sum(rate(vllm:generation_tokens_total{{{served}}}[{w}])) / "
+            f"sum(rate(vllm:request_decode_time_seconds_sum{{{served}}}[{w}]))"
         )
         rules.append(
             Rule(
                 alert="SparkctlDecodeThroughputLow",
                 expr=f"({speed}) < {floor:g}",
-                **{"for": "5m"},
+                **{"for": a.decode_for},
                 severity="ticket",
                 summary=f"{cluster}: decode {{{{ $value | humanize }}}} tok/s per stream, baseline "
                 f"{a.decode_tokens_per_s_baseline:g}",
@@ -192,6 +194,10 @@ def rules_for(inv) -> RuleSet:
         rules=rules,
         not_written=not_written,
     )
+
+
+def _twice(duration: str) -> str:
+    return f"{2 * int(duration[:-1])}{duration[-1]}"
 
 
 def missing_runbooks(rs: RuleSet, root: Optional[Path] = None) -> list[str]:

@@ -199,6 +199,6 @@ def print_summary(report, c=None) -> None:
         if book:
             body.append("\nrunbook: ", style="bold")
             body.append(book)
-        c.print(Padding(body, (0, 0, 0, 2)))
+        c.print(Padding(body, (0, 0, 0, 2), expand=False))
     c.print()
     _print_totals(report, c)

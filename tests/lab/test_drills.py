@@ -2,6 +2,9 @@
 confirm/fix/verify commands (its fenced code blocks, run as written) repair it, doctor is clean
 and the runtime serves again. A runbook with fix commands and no drill fails here too.
 
+While a drill is in effect, a real Prometheus in the lab (scraping the runtime with the rules
+`sparkctl alerts` writes) must show each alert the drill names `firing` in /api/v1/alerts.
+
 Also doctor's default output at 80 columns on a one-fault lab (the wrong-MTU drill) and on the
 healthy lab after the fix.
 """
@@ -13,7 +16,9 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -78,6 +83,34 @@ def serves() -> bool:
         return False
 
 
+@contextmanager
+def traffic():
+    """One stream of code requests, back to back, until the block ends (what decode speed needs)."""
+    stop = threading.Event()
+
+    def loop():
+        with httpx.Client(base_url=HEAD, timeout=30, trust_env=False) as c:
+            while not stop.is_set():
+                try:
+                    c.post("/v1/chat/completions", json={"model": "deepseek-v4.1-flash", "max_tokens": 300, "ignore_eos": True,
+                           "messages": [{"role": "user", "content": "Write a python function that merges two sorted lists."}]})
+                except httpx.HTTPError:
+                    time.sleep(0.2)  # the runtime is restarting
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join(timeout=60)
+
+
+SPEED = ('sum(rate(vllm:generation_tokens_total{job="sparkctl-lab",role="head"}[30s])) / '
+         'sum(rate(vllm:request_decode_time_seconds_sum{job="sparkctl-lab",role="head"}[30s]))')
+FIRED: dict[str, list[str]] = {}  # drill -> alerts seen firing (printed at the end with -s)
+
+
 def up(inventory: Path) -> None:
     r = sh("sparkctl up --json", inventory)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
@@ -86,11 +119,24 @@ def up(inventory: Path) -> None:
 @pytest.fixture(scope="module")
 def serving(lab):
     """The lab converged by `sparkctl up` and serving, and what doctor fails on it before any drill
-    (nothing, on a clean tree: a drill must leave no failure that was not there before it)."""
+    (nothing, on a clean tree: a drill must leave no failure that was not there before it).
+    Prometheus runs with the lab's rules; the decode baseline is measured here, as `sparkctl bench`
+    would record it, before any drill."""
     inventory = Path(lab.INVENTORY_PATH)
     up(inventory)
     assert serves()
-    return lab, inventory, failing(doctor_json(inventory))
+    lab.prometheus.up()
+    with traffic():
+        deadline = time.monotonic() + 90
+        while not (result := lab.prometheus.query(SPEED)) and time.monotonic() < deadline:
+            time.sleep(2)
+        time.sleep(32)  # a full window of healthy decoding
+        result = lab.prometheus.query(SPEED)
+    assert result, "Prometheus has no decode speed: is it scraping the head?"
+    baseline = float(result[0]["value"][1])
+    lab.prometheus.up(alerts={"decode_tokens_per_s_baseline": round(baseline, 1)})
+    yield lab, inventory, failing(doctor_json(inventory))
+    print("\nalerts seen firing per drill:", json.dumps(FIRED, indent=1))
 
 
 @pytest.fixture
@@ -100,6 +146,11 @@ def drill_lab(serving):
     lab.clear_faults()
     if not serves() or failing(doctor_json(inventory)) - before:
         up(inventory)  # a failed drill must not break the next test
+
+
+@contextmanager
+def _nothing():
+    yield
 
 
 def drill_names() -> list[str]:
@@ -141,7 +192,15 @@ def test_drill_end_to_end(drill_lab, name):
                            env=env(inventory))  # fmt: skip
     assert f"docs/runbooks/{d.runbook}.md" in human.stderr, human.stderr
 
-    # the runbook's own commands, as written
+    # the alerts it names fire in Prometheus (decode speed needs traffic to be judged)
+    with traffic() if "SparkctlDecodeThroughputLow" in d.alerts else _nothing():
+        for alert in d.alerts:
+            fired = lab.prometheus.wait_firing(alert, timeout=150)
+            assert fired["annotations"]["runbook_url"].endswith(".md")
+            FIRED.setdefault(name, []).append(alert)
+
+    # hands first where a runbook needs them (power the host back on), then its own commands
+    lab.drills.hands(name)
     b = blocks(d.runbook)
     for script in b["confirm"]:
         out = sh(script, inventory)
