@@ -171,8 +171,11 @@ class Transfer:
 def save_command(image_id: str, held: list[tuple[str, str]]) -> str:
     """Run on the source: `docker save` of the image, minus the (chain ID, diff ID) layers held."""
     want = json.dumps({"chains": [c for c, _ in held], "diffs": [d for _, d in held]})
+    save = f"docker save {shlex.quote(image_id)}"
+    # a node without python3 sends every layer (docker load still skips those it holds: correct, slower)
     return (
-        f"docker save {shlex.quote(image_id)} | python3 -c {shlex.quote(FILTER_SOURCE)} {shlex.quote(want)}"
+        f"if command -v python3 >/dev/null 2>&1; then {save} | python3 -c {shlex.quote(FILTER_SOURCE)} "
+        f"{shlex.quote(want)}; else echo 'sparkctl-filter unavailable: no python3 on this node' >&2; {save}; fi"
     )
 
 
@@ -193,6 +196,8 @@ def _filter_line(line: str, on_progress: Callable[[int], None], stats: dict, err
         on_progress(int(line.split()[-1]))
     elif line.startswith("sparkctl-filter done "):
         stats.update(json.loads(line.split(" ", 2)[2]))
+    elif line.startswith("sparkctl-filter unavailable"):
+        stats["unfiltered"] = line.split(": ", 1)[-1].strip()
     elif line.strip():
         errors.append(line.strip())
 

@@ -109,6 +109,19 @@ def test_the_source_command_runs_save_through_the_filter(tmp_path):
     assert set(members(p.stdout)) == set(members(TAR)) - set(manifest_layers()[:2])
 
 
+def test_a_node_without_python3_sends_the_whole_save(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(f"#!/bin/sh\ncat {REC / 'save-3-layers.tar'}\n")
+    (bin_dir / "docker").chmod(0o755)
+    (bin_dir / "cat").symlink_to("/bin/cat")
+    chains = chain_ids(DIFFS)
+    p = subprocess.run(["/bin/bash", "-o", "pipefail", "-c", save_command(IMAGE_ID, list(zip(chains, DIFFS)))],
+                       capture_output=True, env={"PATH": str(bin_dir)})  # fmt: skip
+    assert p.returncode == 0 and p.stdout == TAR
+    assert b"sparkctl-filter unavailable: no python3" in p.stderr
+
+
 @pytest.mark.parametrize("cut", [0, 1])
 def test_the_filter_stops_when_its_reader_goes_away(cut):
     """An interrupted transfer: the next write fails and the filter exits at once (no traceback)."""
