@@ -159,15 +159,37 @@ def _marlin() -> str:
     default (auto) picks Marlin on a GB10, silently at half the decode speed."""
     doc = _inventory()
     doc["runtime"].pop("moe_backend", None)
+    path = _variant("marlin", doc)
+    _up(path)
+    return f"sparkctl up -i {path} (the inventory without runtime.moe_backend)"
+
+
+def _cold_boot() -> str:
+    """The compile cache is not persistent: someone ran the runtime with its cache root off the
+    mounted volume, and the volume was emptied. Every start now compiles from scratch."""
+    doc = _inventory()
+    host_path = doc["caches"]["host_path"]
+    for name in HOSTS:
+        _sh(name, f"rm -rf {host_path}/* {host_path}/.[!.]* 2>/dev/null; true")
+    doc["runtime"].setdefault("env", {})["VLLM_CACHE_ROOT"] = "/root/.cache/not-the-volume"
+    path = _variant("cold-boot", doc)
+    _up(path)
+    return f"{host_path} emptied on every host, then sparkctl up -i {path} (VLLM_CACHE_ROOT off the volume)"
+
+
+def _variant(name: str, doc: dict):
     drill_dir = paths.LAB_DIR / "drills"
     drill_dir.mkdir(parents=True, exist_ok=True)
-    path = drill_dir / "marlin.yaml"
+    path = drill_dir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def _up(path) -> None:
     r = subprocess.run([sys.executable, "-m", "sparkctl", "up", "-i", str(path), "--json"], capture_output=True, text=True,
                        timeout=600, env={**os.environ, "SPARKCTL_ONLY_NETWORKS": FENCE})  # fmt: skip
     if r.returncode != 0:
-        raise SparkctlError(f"drill marlin: `sparkctl up -i {path}` exited {r.returncode}: {r.stderr[-500:]}")
-    return f"sparkctl up -i {path} (the inventory without runtime.moe_backend)"
+        raise SparkctlError(f"drill: `sparkctl up -i {path}` exited {r.returncode}: {r.stderr[-500:]}")
 
 
 def _served_model() -> str:
@@ -205,6 +227,8 @@ DRILLS: dict[str, Drill] = {
         Drill("marlin", "runtime.moe_backend", "runtime.moe_backend", "head",
               "the runtime restarted without its MoE backend: silent Marlin fallback", _marlin,
               ("SparkctlDecodeThroughputLow",)),
+        Drill("cold-boot", "caches.compile", "caches.compile", "head",
+              "every start is cold: the compile cache is off the persistent volume", _cold_boot),
         Drill("engram-missing", "engram.placed", "engram.placed", "offload", "the Engram tables vanish from RAM (a reboot)",
               _engram_missing, needs_runtime=False),
     ]  # fmt: skip

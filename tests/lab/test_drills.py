@@ -35,7 +35,6 @@ NOT_DRILLED = {
     "kv-cache-full": "the lab's KV pool (1.93M tokens) outlasts max_num_seqs x max_model_len",
     "long-ttft": "no doctor check: the alert and `sparkctl bench` see it",
     "spec-acceptance-low": "no doctor check: the alert sees it",
-    "caches.compile": "needs a cold restart: not drilled yet",
     "ssh.reachable": "its fix is physical (power, cable)",
 }
 
