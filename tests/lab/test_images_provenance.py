@@ -100,3 +100,28 @@ def test_registry_down_and_a_hand_built_head_image_stop_up_naming_the_head_and_n
     head = next(r for r in doc["results"] if r["step"] == "images" and r["host"] == "head")
     assert head["status"] == "changed" and f"pulled {lab.IMAGE} ({good[7:19]})" in head["message"]
     assert all(image_id(lab, h) == good for h in HOSTS)
+
+
+def test_a_digest_pin_pulls_by_digest_and_tags_the_image(lab, tmp_path):
+    import yaml
+    from sparkctl_lab import registry
+
+    registry_start()
+    inv = str(lab.INVENTORY_PATH)
+    rc, doc = sparkctl("up", "-i", inv)
+    assert rc == 0, json.dumps(doc, indent=1)[-3000:]
+    good = image_id(lab, "offload")
+    pinned = yaml.safe_load(open(inv).read())
+    pinned["runtime"]["image_digest"] = registry.manifest()["_digest"]
+    path = tmp_path / "pinned.yaml"
+    path.write_text(yaml.safe_dump(pinned))
+    lab.host_exec("offload", ["docker", "rmi", "-f", lab.IMAGE], check=True)  # untags (its container keeps the image)
+    try:
+        rc, doc = sparkctl("up", "-i", str(path))
+        assert rc == 0, json.dumps(doc, indent=1)[-3000:]
+        offload = next(r for r in doc["results"] if r["step"] == "images" and r["host"] == "offload")
+        name = lab.IMAGE.rsplit(":", 1)[0]
+        assert f"pull {name}@{pinned['runtime']['image_digest']} (missing; pinned manifest" in offload["changes"][0]
+        assert image_id(lab, "offload") == good
+    finally:
+        lab.host_exec("offload", ["docker", "tag", good, lab.IMAGE])
