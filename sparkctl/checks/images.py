@@ -14,7 +14,7 @@ from typing import Optional
 from sparkctl.checks.base import Context, cluster_check, fail, host_check, ok, skipped
 from sparkctl.checks.host import runtime_hosts
 from sparkctl.facts.host import images_for
-from sparkctl.steps.images import last_good
+from sparkctl.steps.images import last_good, platform_of
 
 # the fact kinds (sparkctl/facts/host.py) this group's checks read: gathered for them
 READS = frozenset({"image", "containers", "applied"})
@@ -80,7 +80,8 @@ def same(ctx: Context):
             if not i:
                 out.setdefault(h, []).append(skipped("not present (see images.present)", ref))
                 continue
-            record = last_good(applied, h, ref, pin)
+            peers = [p for p in ctx.inventory.hosts if p != h and platform_of(ctx.inventory, p) == platform_of(ctx.inventory, h)]
+            record = last_good(applied, h, ref, pin, peers)
             if record:
                 want, basis = record[0], f"last verified by `sparkctl up` at {record[1]} (applied.json)"
             else:

@@ -60,9 +60,12 @@ class Truth:
     pull: Optional[str] = None  # what `docker pull` asks for when the registry answered (tag or name@digest)
 
 
-def last_good(applied: Optional[dict], host: str, ref: str, pin: Optional[str]) -> Optional[tuple[str, str]]:
+def last_good(
+    applied: Optional[dict], host: str, ref: str, pin: Optional[str], peers: Optional[list[str]] = None
+) -> Optional[tuple[str, str]]:
     """(image ID, when) recorded for `host` and `ref` by the last verified `up`, if the record is for
-    the same digest pin (a changed pin makes the old record no proof of the new one)."""
+    the same digest pin (a changed pin makes the old record no proof of the new one). A node the
+    record does not cover takes the ID recorded for its `peers` (nodes of the same platform)."""
     if not applied:
         return None
     recorded_pin = (((applied.get("inventory") or {}).get("runtime") or {}).get("image_digest"))
@@ -70,8 +73,8 @@ def last_good(applied: Optional[dict], host: str, ref: str, pin: Optional[str]) 
         return None
     images = applied.get("images") or {}
     iid = (images.get(host) or {}).get(ref)
-    if not iid:  # a node the record did not cover: the IDs of the same platform elsewhere agree
-        iid = next((ids.get(ref) for ids in images.values() if isinstance(ids, dict) and ids.get(ref)), None)
+    if not iid:
+        iid = next((images[p].get(ref) for p in peers or [] if isinstance(images.get(p), dict) and images[p].get(ref)), None)
     return (iid, str(applied.get("applied_at", "unknown time"))) if iid else None
 
 
@@ -92,24 +95,25 @@ def resolve_truths(ctx: RunContext, resolver: Optional[Callable[..., Any]] = Non
             asked = f"{ref}@{pinned}" if pinned else ref
             key = (asked, platform_of(inv, host))
             if key not in answers:
-                try:
+                try:  # https, then http: the registries dockerd lists as insecure (the lab's) speak plain HTTP
                     answers[key] = resolver(asked, platform=key[1], insecure=True)
-                except registry.TagNotFound as exc:
+                except (registry.TagNotFound, registry.RegistryUnreachable) as exc:
                     answers[key] = exc
-                except registry.RegistryUnreachable as exc:
-                    answers[key] = exc
-            out.setdefault(host, {})[ref] = truth_from(answers[key], ref, pinned, host, applied)
+            peers = [h for h in inv.hosts if h != host and platform_of(inv, h) == key[1]]
+            out.setdefault(host, {})[ref] = truth_from(answers[key], ref, pinned, host, applied, peers)
     return out
 
 
-def truth_from(answer: Any, ref: str, pinned: Optional[str], host: str, applied: Optional[dict]) -> Truth:
+def truth_from(
+    answer: Any, ref: str, pinned: Optional[str], host: str, applied: Optional[dict], peers: Optional[list[str]] = None
+) -> Truth:
     """The truth for one node from the registry's answer (a Resolved, or the error it gave)."""
     if not isinstance(answer, SparkctlError):
         what = f"pinned manifest {short(answer.manifest_digest)}" if pinned else f"tag = manifest {short(answer.manifest_digest)}"
         pull = f"{ref.rpartition(':')[0] if ':' in ref.rsplit('/', 1)[-1] else ref}@{pinned}" if pinned else ref
         return Truth(ref, answer.image_id, "registry", what, pull)
     why = answer.message
-    record = last_good(applied, host, ref, pinned)
+    record = last_good(applied, host, ref, pinned, peers)
     if record:
         return Truth(ref, record[0], "record", f"last good in applied.json ({record[1]}); the registry: {why}")
     return Truth(ref, None, "none", f"the registry: {why}; applied.json records no image for this node")

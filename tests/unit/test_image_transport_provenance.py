@@ -99,6 +99,14 @@ def test_registry_down_and_no_node_holds_the_last_good_image_stops():
     assert not any(p.changes for p in plans.values())  # the hand-built image is never spread
 
 
+def test_a_node_the_record_misses_takes_the_record_of_its_platform_only():
+    applied = record()
+    del applied["images"]["worker"], applied["images"]["offload"]
+    plans, _ = plan({h: GOOD for h in HOSTS}, applied=applied, resolver=down_registry())
+    assert "as last verified" in plans["worker"].reason  # a GB10 like the head: the head's record holds
+    assert "not verified" in plans["offload"].reason  # the x86 host: an arm64 record proves nothing for it
+
+
 def test_with_the_side_load_option_a_drift_is_repaired_from_a_verified_node():
     plans, _ = plan({"head": HAND, "worker": GOOD, "offload": GOOD}, applied=record(), resolver=down_registry(),
                     side_load=True)  # fmt: skip
