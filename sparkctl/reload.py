@@ -98,6 +98,18 @@ def compile_fields(changes: list[FieldChange]) -> list[str]:
     return [c.path for c in changes if c.path.startswith(COMPILE_FIELDS) or COMPILE_ENV.match(c.path)]
 
 
+def compile_key(inventory: dict) -> str:
+    """sparkctl's digest of the inventory fields vLLM's compile hash covers: two configs with the
+    same key compile the same graphs, so a start whose key this cluster has served before is warm
+    (the persistent cache still holds them), even going back to an older config."""
+    import hashlib
+    import json
+
+    flat = flatten(redact_obj(inventory, digests=True))
+    chosen = {k: v for k, v in flat.items() if k.startswith(COMPILE_FIELDS) or COMPILE_ENV.match(k)}
+    return hashlib.sha256(json.dumps(chosen, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
 @dataclass
 class ReloadPlan:
     kind: str  # reload | restart | rollback
@@ -110,6 +122,7 @@ class ReloadPlan:
     prediction: Optional[str]  # warm | cold | None (the engine does not restart)
     expected_seconds: Optional[float]
     prestage: list[str]
+    compile_key: str = ""
 
     @property
     def empty(self) -> bool:
@@ -135,8 +148,15 @@ class ReloadPlan:
         else:
             out.append("restarts: nothing (no container's config changes)")
         if self.prediction:
-            why = (f"compile inputs changed: {', '.join(self.compile_changed)}" if self.compile_changed
-                   else "no compile input changed: vLLM loads the compiled graphs from the cache")  # fmt: skip
+            if self.prediction == "warm" and self.compile_changed:
+                why = (f"compile inputs changed ({', '.join(self.compile_changed)}) to values this cluster has "
+                       "served before: their graphs are in the cache")  # fmt: skip
+            elif self.prediction == "warm":
+                why = "no compile input changed: vLLM loads the compiled graphs from the cache"
+            elif self.compile_changed:
+                why = f"compile inputs changed: {', '.join(self.compile_changed)}"
+            else:
+                why = "the cache holds no compiled graphs for this config"
             exp = f", expected ~{self.expected_seconds:.0f} s to serve (this cluster's history)" if self.expected_seconds else ""
             out.append(f"start: {self.prediction} ({why}){exp}")
         out += [f"pre-staged while the old config serves: {p}" for p in self.prestage]
@@ -164,9 +184,13 @@ def plan_reload(kind: str, recorded: Optional[dict], new: Inventory, events: lis
         groups = sorted(g for g, h in launch.group_hashes.items() if old_groups.get(g) != h)
     containers = [c.name for c in launch.containers if restart_group(c.role) in groups]
     compile_changed = compile_fields(changes)
+    key = compile_key(new.model_dump(mode="json"))
+    served = {e.get("compile_key") for e in events if e.get("outcome") in ("applied", "ok")}
+    if recorded:
+        served.add(compile_key(recorded.get("inventory") or {}))
     prediction = None
     if "engine" in groups:
-        prediction = "warm" if not compile_changed and cache_warm else "cold"
+        prediction = "warm" if cache_warm and key in served else "cold"
     prestage = []
     if any(c.path.startswith("hosts.") and ".fabric" in c.path for c in changes):
         prestage.append("fabric addresses and MTU (netplan)")
@@ -177,7 +201,7 @@ def plan_reload(kind: str, recorded: Optional[dict], new: Inventory, events: lis
         prestage.append(f"Engram tables in {new.engram.host}'s RAM ({new.engram.target}), SHA-256 verified")
     return ReloadPlan(
         kind, (recorded or {}).get("config_hash"), launch.config_hash, changes, groups, containers, compile_changed,
-        prediction, expected_seconds(events, prediction), prestage,
+        prediction, expected_seconds(events, prediction), prestage, key,
     )  # fmt: skip
 
 
@@ -378,10 +402,6 @@ def run_reload(
         session = fleet[head]
         f = gather_host(session, current, {"applied", "journal", "events", "cache"} | ({"history"} if to else set()))
         recorded, journal = f.applied, f.journal
-        if journal and not resume and kind != "rollback":
-            raise ReloadInterrupted(
-                interrupted_message(journal), fix="finish it: `sparkctl reload --resume --config NEW`, or `sparkctl rollback`"
-            )
         if kind in ("restart", "rollback") and recorded is None:
             raise InputError(f"no applied config is recorded on {head}", fix="bring the cluster up first: `sparkctl up`")
         if kind == "rollback":
@@ -401,6 +421,8 @@ def run_reload(
         plan = plan_reload(kind, recorded, new, f.events, warm)
         report = ReloadReport(plan)
         if check:
+            if journal:
+                report.notes.append(interrupted_message(journal))
             return report
         if plan.empty and kind == "reload" and not resume:
             report.outcome = "nothing to do"
@@ -420,6 +442,11 @@ def run_reload(
             break_lock(session, holder)
             say(f"took over the cluster lock from the interrupted {journal.get('kind', 'reload')} ({holder.describe()})")
             lock.acquire(0)
+        if journal and not resume and kind != "rollback":  # checked under the lock: a running reload is "locked"
+            lock.release()
+            raise ReloadInterrupted(
+                interrupted_message(journal), fix="finish it: `sparkctl reload --resume --config NEW`, or `sparkctl rollback`"
+            )
         try:
             return _execute(kind, current, new, recorded, plan, report, fleet, session, lock, journal if resume else None,
                             deadline, min_ratio, progress, on_result, say)  # fmt: skip
@@ -510,7 +537,7 @@ def _event(kind: str, outcome: str, plan: ReloadPlan, report: ReloadReport) -> d
         "at": state.now(), "by": state.who(), "command": kind, "outcome": outcome, "config_hash": plan.to_hash,
         "from_config": plan.from_hash, "reason": report.reason, "downtime_seconds": report.downtime,
         "cache": (start.get("cache") or "").split(" ")[0] or None, "start_seconds": start.get("seconds"),
-        "restarted": plan.containers,
+        "restarted": plan.containers, "compile_key": plan.compile_key,
     })  # fmt: skip
 
 

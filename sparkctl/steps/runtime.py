@@ -132,7 +132,8 @@ def _age(started_at: str) -> Optional[float]:
     return max((datetime.now(timezone.utc) - t).total_seconds(), 0.0)
 
 
-_DRAINING = re.compile(r"\[shutdown\] EngineCore: (?:draining|aborting) in-flight requests count=(\d+)")
+_DRAINING = re.compile(r"\[shutdown\] EngineCore: (draining|aborting) in-flight requests count=(\d+)")
+_DRAINED = "[shutdown] EngineCore: request processing complete"
 
 
 class DrainWatch:
@@ -170,13 +171,29 @@ class DrainWatch:
     def counts(self, log: str) -> dict:
         self._stop.set()
         self._t.join(5)
-        logged = [int(m.group(1)) for m in _DRAINING.finditer(log)]
-        return drain_counts(self.first, self.last, logged[-1] if logged else None)
+        told, logged = drain_from_log(log)
+        return told or drain_counts(self.first, self.last, logged)
+
+
+def drain_from_log(log: str) -> tuple[Optional[dict], Optional[int]]:
+    """What vLLM's own shutdown lines say: the counts when they settle it (all aborted with
+    --shutdown-timeout 0; all drained when the engine logged `request processing complete`), and
+    the in-flight count it logged (None if it logged none: nothing was in flight, or no drain)."""
+    found = list(_DRAINING.finditer(log))
+    if not found:
+        return None, None
+    mode, n = found[-1].group(1), int(found[-1].group(2))
+    if mode == "aborting":
+        return {"in_flight": n, "finished": 0, "cut": n}, n
+    if _DRAINED in log[found[-1].end() :]:
+        return {"in_flight": n, "finished": n, "cut": 0}, n
+    return None, n
 
 
 def drain_counts(first, last, logged_in_flight: Optional[int]) -> dict:
-    """in flight = running + waiting at SIGTERM (vLLM's own `draining in-flight requests count=%d`
-    line when it logged one); finished = stop/length completions since; cut = the rest."""
+    """When vLLM's log cannot say (its process was killed at the timeout): in flight = running +
+    waiting at SIGTERM (or vLLM's `draining in-flight requests count=%d`); finished = stop/length
+    completions the API server reported until its last answer; cut = the rest."""
     def done(page) -> float:
         if page is None:
             return 0.0

@@ -69,11 +69,14 @@ class ThroughputStep(Step):
         ctx.outputs.decode_tokens_per_s = round(rate, 1)
         ratio, baseline = op.get("ratio"), op.get("baseline")
         if ratio and baseline and rate < ratio * baseline:
-            logs = ctx.refresh(plan.host, {"containers", "logs"})
-            signs = [line for lf in logs.logs.values() for line in lf.marlin][:1]
+            logs = ctx.refresh(plan.host, {"containers", "logs"}).logs.values()
+            backends = sorted({lf.moe_backend for lf in logs if lf.moe_backend})
+            marlin = any(lf.marlin for lf in logs)
+            seen = (f"; the log: MoE backend {', '.join(backends)}" if backends else "") + (
+                " (vLLM warned: weight-only FP4 on the Marlin kernel)" if marlin else "")
             raise HostError(
                 f"{plan.host}: decode {rate:.1f} tok/s is {rate / baseline:.2f} x the last recorded {baseline:.1f} tok/s "
-                f"(below --min-throughput-ratio {ratio:g})" + (f"; the log says: {signs[0][:200]}" if signs else ""),
+                f"(below --min-throughput-ratio {ratio:g}){seen}",
                 fix="a silent kernel fallback (e.g. Marlin instead of the inventory's MoE backend): check "
                 "`sparkctl doctor --only runtime`; the previous config is restored",
             )

@@ -113,3 +113,27 @@ def test_drain_counts_from_metrics_before_and_during_the_drain():
     # vLLM's own line (`draining in-flight requests count=%d`) wins over the scrape
     assert drain_counts(first, last, 4) == {"in_flight": 4, "finished": 2, "cut": 2}
     assert drain_counts(None, None, None) == {"in_flight": 0, "finished": 0, "cut": 0}
+
+
+def test_going_back_to_a_config_this_cluster_served_is_warm_again():
+    from sparkctl.reload import compile_key
+
+    now = recorded(changed(max_num_seqs=2))
+    back = plan_reload("reload", now, INV, [{"outcome": "applied", "compile_key": compile_key(INV.model_dump(mode="json"))}], True)
+    assert back.prediction == "warm" and back.compile_changed == ["runtime.max_num_seqs"]
+    never = plan_reload("reload", now, changed(max_num_seqs=3), [], True)
+    assert never.prediction == "cold"
+
+
+def test_drain_counts_from_vllms_own_shutdown_lines():
+    from sparkctl.steps.runtime import drain_from_log
+
+    prefix = "(EngineCore pid=2) INFO 12-01 01:00:00 [core.py:%d] "
+    drained = (prefix % 1732 + "[shutdown] EngineCore: draining in-flight requests count=3 timeout=30s\n"
+               + prefix % 1743 + "[shutdown] EngineCore: request processing complete; starting resource teardown\n")
+    assert drain_from_log(drained) == ({"in_flight": 3, "finished": 3, "cut": 0}, 3)
+    aborted = prefix % 1721 + "[shutdown] EngineCore: aborting in-flight requests count=2\n"
+    assert drain_from_log(aborted) == ({"in_flight": 2, "finished": 0, "cut": 2}, 2)
+    timed_out = prefix % 1732 + "[shutdown] EngineCore: draining in-flight requests count=4 timeout=5s\n"
+    assert drain_from_log(timed_out) == (None, 4)  # killed at the timeout: /metrics must say how many finished
+    assert drain_from_log("") == (None, None)

@@ -171,7 +171,11 @@ def run_worker(args) -> int:
     deadline = time.monotonic() + k.ray_join_timeout
     agent = None
     last_error = ""
+    stop = threading.Event()
+    _wait_for_signal(stop)  # before joining: `docker stop` of a worker still looking for its head ends it at once
     while agent is None:
+        if stop.is_set():
+            return 0
         try:
             agent = cluster.NodeAgent(address, args.node_ip_address, _node_resources(args), False, node_handlers(),
                                       k.ray_health_timeout, socket.gethostname(), os.getpid())
@@ -185,8 +189,6 @@ def run_worker(args) -> int:
     tdir = temp_dir(args.temp_dir)
     os.makedirs(tdir, exist_ok=True)
     _write_pid(tdir, "worker")
-    stop = threading.Event()
-    _wait_for_signal(stop)
     _say(f"Local node IP: {agent.ip}")
     _say("")
     _say("--------------------")

@@ -449,6 +449,8 @@ def _drain(rt: Runtime) -> None:
     left = rt.engine.abort_all()
     if left:
         rt.api_log.info(SIM, f"[simulator] Shutdown timeout reached: aborted {len(left)} in-flight request(s).")
+    else:  # every in-flight request finished within the timeout
+        rt.core_log.info("core.py:1743", "[shutdown] EngineCore: request processing complete; starting resource teardown")
     # let the aborted responses reach their clients
     end = time.monotonic() + 2.0
     with rt.inflight_lock:

@@ -1,0 +1,258 @@
+"""`sparkctl reload` on the lab: warm and cold as planned, only what must restart, automatic
+rollback (a refused flag, never healthy, the Marlin fallback, a worker killed mid-restart), the
+lock, SIGKILL at three points then --resume or rollback, requests in flight finishing at the drain.
+
+Faults are the runtime's own (simulator switches in runtime.env, a flag vLLM refuses) or done by
+hand on the hosts (docker kill); sparkctl itself is killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+pytestmark = pytest.mark.lab
+
+ENV = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8,10.231.0.0/16"}
+URL = "http://10.231.0.11:8888"
+
+
+def sparkctl(*args: str, rc: int | None = 0) -> dict:
+    p = subprocess.run([sys.executable, "-m", "sparkctl", *args, "--json"], capture_output=True, text=True, env=ENV, timeout=600)
+    assert "Traceback" not in p.stderr, p.stderr
+    doc = json.loads(p.stdout) if p.stdout.strip() else {}
+    if rc is not None:
+        assert p.returncode == rc, (p.returncode, json.dumps(doc, indent=1)[-4000:], p.stderr[-2000:])
+    return doc
+
+
+def start(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "sparkctl", *args, "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENV)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def inv(lab) -> Path:
+    path = Path(lab.INVENTORY_PATH)
+    sparkctl("up", "-i", str(path))
+    # a decode baseline for --min-throughput-ratio: a restart measures and records it
+    sparkctl("restart", "-i", str(path), "--yes")
+    return path
+
+
+def variant(inv: Path, tmp_path: Path, name: str, **runtime) -> Path:
+    doc = yaml.safe_load(inv.read_text())
+    for k, v in runtime.items():
+        node = doc["runtime"]
+        *path, last = k.split("__")
+        for p in path:
+            node = node.setdefault(p, {})
+        node[last] = v
+    out = tmp_path / f"{name}.yaml"
+    out.write_text(yaml.safe_dump(doc))
+    return out
+
+
+_fresh = iter(range(1, 10_000))
+
+
+def cold(inv: Path, tmp_path: Path, name: str = "cold", **runtime) -> Path:
+    """A variant whose compile inputs this cluster has never served (a scheduler size no run used
+    before): its start compiles, so the restart phase lasts seconds."""
+    tokens = 16384 + 8 * ((int(time.time()) * 7 + next(_fresh)) % 4000)
+    return variant(inv, tmp_path, name, max_num_batched_tokens=tokens, **runtime)
+
+
+def served_name() -> str:
+    return httpx.get(f"{URL}/v1/models", timeout=10).json()["data"][0]["id"]
+
+
+def started(lab, host: str, name: str) -> str:
+    return lab.host_exec(host, ["docker", "inspect", "-f", "{{.Id}} {{.State.StartedAt}}", name], check=True).stdout.strip()
+
+
+def applied_hash(lab) -> str:
+    return json.loads(lab.host_exec("head", ["cat", "/var/lib/sparkctl/state/applied.json"], check=True).stdout)["config_hash"]
+
+
+def journal(lab) -> dict | None:
+    r = lab.host_exec("head", ["cat", "/var/lib/sparkctl/state/journal.json"])
+    return json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else None
+
+
+def test_check_shows_the_plan_and_restarts_nothing(lab, inv, tmp_path):
+    before = {h: started(lab, h, n) for h, n in (("head", "sparkctl-head"), ("offload", "sparkctl-drafter"))}
+    doc = sparkctl("reload", "-i", str(inv), "--config", str(variant(inv, tmp_path, "renamed", served_model_name="lab-renamed")), "--check")
+    plan = doc["plan"]
+    assert [c["field"] for c in plan["changes"]] == ["runtime.served_model_name"]
+    assert plan["restart_containers"] == ["sparkctl-worker", "sparkctl-head"] and plan["prediction"] == "warm"
+    assert {h: started(lab, h, n) for h, n in (("head", "sparkctl-head"), ("offload", "sparkctl-drafter"))} == before
+
+
+def test_a_change_outside_the_compile_hash_is_warm_as_planned_and_one_inside_is_cold(lab, inv, tmp_path):
+    renamed = variant(inv, tmp_path, "renamed", served_model_name="lab-renamed")
+    warm = sparkctl("reload", "-i", str(inv), "--config", str(renamed), "--yes")
+    assert warm["outcome"] == "ok" and warm["plan"]["prediction"] == "warm"
+    assert warm["runtime_start"]["cache"].startswith("warm") and served_name() == "lab-renamed"
+    assert [t["phase"] for t in warm["timeline"]] == ["prestage", "drain", "restart", "verify", "commit", "done"]
+    assert warm["downtime_seconds"] > 0
+    cold_inv = cold(inv, tmp_path, served_model_name="lab-renamed")
+    compiled = sparkctl("reload", "-i", str(renamed), "--config", str(cold_inv), "--yes")
+    assert compiled["plan"]["prediction"] == "cold"
+    assert compiled["plan"]["compile_fields_changed"] == ["runtime.max_num_batched_tokens"]
+    assert compiled["outcome"] == "ok" and compiled["runtime_start"]["cache"].startswith("cold")
+    back = sparkctl("reload", "-i", str(cold_inv), "--config", str(inv), "--yes")
+    assert back["outcome"] == "ok" and back["plan"]["prediction"] == "warm"  # this cluster served it before
+    assert back["runtime_start"]["cache"].startswith("warm")
+    history = sparkctl("history", "-i", str(inv))
+    assert [e["outcome"] for e in history["events"][-3:]] == ["ok", "ok", "ok"]
+    assert history["events"][-1]["downtime_seconds"] is not None and history["interrupted"] is None
+
+
+def test_a_drafter_only_change_restarts_the_drafter_only(lab, inv, tmp_path):
+    image = yaml.safe_load(inv.read_text())["runtime"]["image"]
+    drafter_image = image.rsplit(":", 1)[0] + ":drafter"
+    lab.host_exec("head", ["sh", "-c", f"docker tag {image} {drafter_image} && docker push -q {drafter_image}"], check=True)
+    engine = {h: started(lab, h, f"sparkctl-{h}") for h in ("head", "worker")}
+    drafter = started(lab, "offload", "sparkctl-drafter")
+    new = variant(inv, tmp_path, "drafter", speculative__drafter_image=drafter_image)
+    try:
+        doc = sparkctl("reload", "-i", str(inv), "--config", str(new), "--yes")
+        assert doc["outcome"] == "ok" and doc["plan"]["restart_containers"] == ["sparkctl-drafter"]
+        assert {h: started(lab, h, f"sparkctl-{h}") for h in ("head", "worker")} == engine
+        assert started(lab, "offload", "sparkctl-drafter") != drafter
+        assert httpx.get(f"{URL}/health", timeout=5).status_code == 200
+    finally:
+        sparkctl("reload", "-i", str(new), "--config", str(inv), "--yes", rc=None)
+
+
+def assert_rolled_back(lab, doc: dict, before_hash: str) -> None:
+    assert doc["outcome"] == "rolled back", json.dumps(doc, indent=1)[-3000:]
+    assert applied_hash(lab) == before_hash and served_name() == "deepseek-v4.1-flash"
+    assert journal(lab) is None
+    assert httpx.get(f"{URL}/health", timeout=5).status_code == 200
+
+
+def test_a_flag_the_runtime_refuses_is_rolled_back(lab, inv, tmp_path):
+    before = applied_hash(lab)
+    bad = variant(inv, tmp_path, "refused", moe_backend="b12x_experimental", custom_values=["moe_backend"])
+    doc = sparkctl("reload", "-i", str(inv), "--config", str(bad), "--yes", rc=1)
+    assert "argument --moe-backend: invalid choice" in doc["reason"]  # vLLM's argparse refuses it
+    assert_rolled_back(lab, doc, before)
+
+
+def test_a_config_that_never_becomes_healthy_is_rolled_back_at_the_deadline(lab, inv, tmp_path):
+    before = applied_hash(lab)
+    env = {**yaml.safe_load(inv.read_text())["runtime"]["env"], "SIM_FAULTS": "hang_start"}
+    doc = sparkctl("reload", "-i", str(inv), "--config", str(variant(inv, tmp_path, "hang", env=env)), "--yes", "--deadline", "6", rc=1)
+    # the engine (or the drafter: env reaches both) never serves; the deadline ends the wait
+    assert "not serving after 6 s" in doc["reason"] or "did not answer /health within 6 s" in doc["reason"]
+    assert sum(t["end"] - t["start"] for t in doc["timeline"] if t["phase"] == "restart") < 30
+    assert_rolled_back(lab, doc, before)
+
+
+def test_the_marlin_fallback_is_caught_by_the_throughput_ratio_and_rolled_back(lab, inv, tmp_path):
+    before = applied_hash(lab)
+    marlin = variant(inv, tmp_path, "marlin", moe_backend="marlin")
+    doc = sparkctl("reload", "-i", str(inv), "--config", str(marlin), "--yes", "--min-throughput-ratio", "0.8", rc=1)
+    assert "below --min-throughput-ratio 0.8" in doc["reason"] and "MoE backend MARLIN" in doc["reason"]
+    assert_rolled_back(lab, doc, before)
+
+
+def test_the_worker_killed_during_the_restart_is_rolled_back(lab, inv, tmp_path):
+    before = applied_hash(lab)
+    old_worker = started(lab, "worker", "sparkctl-worker").split()[0]
+    p = start("reload", "-i", str(inv), "--config", str(cold(inv, tmp_path)), "--yes")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # the new worker container is up: kill it while the head loads
+        r = lab.host_exec("worker", ["docker", "inspect", "-f", "{{.Id}}", "sparkctl-worker"])
+        if r.returncode == 0 and r.stdout.strip() != old_worker:
+            lab.host_exec("worker", ["docker", "kill", "sparkctl-worker"], check=True)
+            break
+        time.sleep(0.1)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 1, err[-2000:]
+    doc = json.loads(out)
+    assert doc["reason"].startswith("runtime on ")
+    assert_rolled_back(lab, doc, before)
+
+
+def test_a_second_reload_is_refused_by_the_lock_naming_the_holder(lab, inv, tmp_path):
+    first = start("reload", "-i", str(inv), "--config", str(cold(inv, tmp_path)), "--yes")
+    try:
+        deadline = time.monotonic() + 30
+        while journal(lab) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        other = variant(inv, tmp_path, "renamed", served_model_name="lab-renamed")
+        p = subprocess.run([sys.executable, "-m", "sparkctl", "reload", "-i", str(inv), "--config", str(other), "--yes"],
+                           capture_output=True, text=True, env=ENV, timeout=120)  # fmt: skip
+        assert p.returncode == 1 and "locked by" in p.stderr and "reload" in p.stderr, p.stderr
+    finally:
+        assert first.wait(300) == 0, first.stderr.read()[-2000:]
+        sparkctl("reload", "-i", str(inv), "--config", str(inv), "--yes", rc=None)
+
+
+@pytest.mark.parametrize("phase, then", [("prestage", "resume"), ("drain", "rollback"), ("restart", "resume")])
+def test_sigkill_mid_reload_is_reported_and_resume_or_rollback_restores_service(lab, inv, tmp_path, phase, then):
+    new = cold(inv, tmp_path)  # the restart phase lasts seconds
+    p = start("reload", "-i", str(inv), "--config", str(new), "--yes")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        j = journal(lab)
+        if j and j["phase"] == phase:
+            break
+        time.sleep(0.02)
+    p.send_signal(signal.SIGKILL)
+    p.wait(10)
+    # the next command that touches the cluster reports it
+    hist = sparkctl("history", "-i", str(inv))
+    assert hist["interrupted"]["phase"] == phase
+    refused = subprocess.run([sys.executable, "-m", "sparkctl", "reload", "-i", str(inv), "--config", str(new), "--yes"],
+                             capture_output=True, text=True, env=ENV, timeout=60)  # fmt: skip
+    assert refused.returncode == 1 and "interrupted reload" in refused.stderr and "--resume" in refused.stderr
+    if then == "resume":
+        doc = sparkctl("reload", "-i", str(inv), "--config", str(new), "--resume", "--yes")
+        assert doc["outcome"] == "ok"
+        sparkctl("reload", "-i", str(new), "--config", str(inv), "--yes")
+    else:
+        doc = sparkctl("rollback", "-i", str(inv), "--yes")
+        assert doc["outcome"] == "ok"
+    assert journal(lab) is None and httpx.get(f"{URL}/health", timeout=5).status_code == 200
+    assert served_name() == "deepseek-v4.1-flash"
+
+
+def test_requests_in_flight_at_the_drain_finish(lab, inv, tmp_path):
+    results: list = []
+
+    def stream() -> None:  # ~2 s of decode in the lab: still running when the drain begins
+        body = {"model": "deepseek-v4.1-flash", "prompt": "Count from 1 to 200:", "max_tokens": 20000,
+                "temperature": 0, "ignore_eos": True, "stream": True}  # fmt: skip
+        reason = None
+        with httpx.stream("POST", f"{URL}/v1/completions", json=body, timeout=120) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    reason = json.loads(line[6:])["choices"][0].get("finish_reason") or reason
+        results.append(reason)
+
+    threads = [threading.Thread(target=stream) for _ in range(2)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    doc = sparkctl("reload", "-i", str(inv), "--config", str(variant(inv, tmp_path, "renamed", served_model_name="lab-renamed")), "--yes")
+    for t in threads:
+        t.join(120)
+    try:
+        assert results == ["length", "length"]  # both ran to the end: the drain let them finish
+        assert doc["drain"]["in_flight"] == 2 and doc["drain"]["finished"] == 2 and doc["drain"]["cut"] == 0
+    finally:
+        sparkctl("reload", "-i", str(tmp_path / "renamed.yaml"), "--config", str(inv), "--yes", rc=None)
