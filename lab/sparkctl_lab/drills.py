@@ -100,6 +100,18 @@ def _runtime_down() -> str:
     return "head: docker stop sparkctl-head"
 
 
+def _unreachable() -> str:
+    dev = HOSTS["worker"].mgmt_device
+    _sh("worker", f"ip link set {dev} down")
+    return f"worker: management link {dev} down (a pulled cable, a dead switch port); the fabric still serves"
+
+
+def _unreachable_back() -> str:
+    dev = HOSTS["worker"].mgmt_device
+    _sh("worker", f"ip link set {dev} up")
+    return f"worker: cable back in ({dev} up)"
+
+
 def _worker_devices() -> list[str]:
     h = HOSTS["worker"]
     return [h.mgmt_device] + [n.device for n in h.fabric]
@@ -229,6 +241,8 @@ DRILLS: dict[str, Drill] = {
               ("SparkctlDecodeThroughputLow",)),
         Drill("cold-boot", "caches.compile", "caches.compile", "head",
               "every start is cold: the compile cache is off the persistent volume", _cold_boot),
+        Drill("host-unreachable", "ssh.reachable", "ssh.reachable", "worker", "the worker's management link goes dark",
+              _unreachable, ("SparkctlWorkerLost",), needs_runtime=False, hands=_unreachable_back),
         Drill("engram-missing", "engram.placed", "engram.placed", "offload", "the Engram tables vanish from RAM (a reboot)",
               _engram_missing, needs_runtime=False),
     ]  # fmt: skip

@@ -35,7 +35,6 @@ NOT_DRILLED = {
     "kv-cache-full": "the lab's KV pool (1.93M tokens) outlasts max_num_seqs x max_model_len",
     "long-ttft": "no doctor check: the alert and `sparkctl bench` see it",
     "spec-acceptance-low": "no doctor check: the alert sees it",
-    "ssh.reachable": "its fix is physical (power, cable)",
 }
 
 
@@ -198,12 +197,13 @@ def test_drill_end_to_end(drill_lab, name):
             assert fired["annotations"]["runbook_url"].endswith(".md")
             FIRED.setdefault(name, []).append(alert)
 
-    # hands first where a runbook needs them (power the host back on), then its own commands
-    lab.drills.hands(name)
+    # the runbook's own commands: confirm while broken; then hands where the page needs them
+    # (power the host back on, the cable back in); then its fix and verify
     b = blocks(d.runbook)
     for script in b["confirm"]:
         out = sh(script, inventory)
         assert d.check in out.stdout + out.stderr, (script, out.stderr[-2000:])
+    lab.drills.hands(name)
     for script in b["fix"]:
         out = sh(script, inventory)
         assert out.returncode == 0, (script, out.stdout[-2000:], out.stderr[-2000:])
