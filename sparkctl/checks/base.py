@@ -87,6 +87,7 @@ class Context:
     endpoint: Any = None  # EndpointFacts of the head's API, None when not fetched
     bandwidth: dict[str, Any] = field(default_factory=dict)  # "host/device" -> BandwidthResult (--deep)
     deep: bool = False
+    allow_loading: bool = False  # a runtime still loading is a warning, not a failure (doctor --allow-loading)
     _plan: Any = None
 
     @property

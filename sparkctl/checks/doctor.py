@@ -126,6 +126,7 @@ def doctor(
     ignore: Optional[Iterable[str]] = None,
     deep: bool = False,
     progress: Callable[[str], None] = lambda text: None,
+    allow_loading: bool = False,
 ) -> Report:
     from sparkctl.facts.host import gather_host
     from sparkctl.transport.ssh import Fleet
@@ -139,7 +140,7 @@ def doctor(
     names = _split(hosts) if hosts is not None else list(inv.hosts)
     with Fleet(inv, names) as fleet:  # InputError for unknown hosts
         selected = list(fleet.sessions)
-        ctx = Context(inventory=inv, hosts=selected, facts={}, deep=deep)
+        ctx = Context(inventory=inv, hosts=selected, facts={}, deep=deep, allow_loading=allow_loading)
 
         endpoint_thread = None
         heads = [h for h in inv.hosts_with_role("head") if h in selected]

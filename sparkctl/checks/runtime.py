@@ -118,7 +118,13 @@ def health(ctx: Context, host: str, f):
         return [ok(f"{ep.url}/health 200")]
     _, c, logs = _head_container(ctx)
     if ep.health is None and c is not None and c.running and not (logs and (logs.ready or logs.fatal)):
-        return [warn(f"{ep.url} refuses connections: the runtime is still loading", "wait; `sparkctl up` shows the start-up phase")]
+        since = c.running_for()
+        phase = (logs.phase if logs else None) or "starting"
+        what = f"loading ({phase}, {since:.0f} s since start)" if since is not None else f"loading ({phase})"
+        message = f"{ep.url} refuses connections: not serving yet, {what}"
+        fix = "wait: `sparkctl up` waits for a loading runtime (it never restarts one); a cold start takes 10-15 min on a Spark"
+        # a loading runtime serves nothing: it fails doctor unless the operator says loading is expected
+        return [warn(message, fix) if ctx.allow_loading else fail(message, fix + " (or `sparkctl doctor --allow-loading`)")]
     what = f"answers {ep.health}" if ep.health is not None else ep.health_error
     return [
         fail(

@@ -44,6 +44,10 @@ def doctor(
         bool,
         typer.Option("-v", "--verbose", help="Print every row (one table per host), not only what is not ok."),
     ] = False,
+    allow_loading: Annotated[
+        bool,
+        typer.Option("--allow-loading", help="A runtime still loading is a warning, not a failure (exit 0)."),
+    ] = False,
 ) -> None:
     """Run every named check on all hosts in parallel, with the fix for each failure.
 
@@ -55,7 +59,7 @@ def doctor(
 
     inv = load_inventory(require_inventory(inventory))
     if json_out:
-        report = run_doctor(inv, hosts=hosts, only=only, ignore=ignore, deep=deep)
+        report = run_doctor(inv, hosts=hosts, only=only, ignore=ignore, deep=deep, allow_loading=allow_loading)
         from sparkctl.cli.output import print_json
 
         print_json(report.to_dict())
@@ -64,7 +68,8 @@ def doctor(
 
         with console().status("sparkctl doctor: gathering facts", spinner="dots") as status:
             report = run_doctor(
-                inv, hosts=hosts, only=only, ignore=ignore, deep=deep, progress=lambda t: status.update(f"sparkctl doctor: {t}")
+                inv, hosts=hosts, only=only, ignore=ignore, deep=deep, allow_loading=allow_loading,
+                progress=lambda t: status.update(f"sparkctl doctor: {t}"),
             )
         (print_report if verbose else print_summary)(report)
     raise typer.Exit(1 if report.failed else 0)

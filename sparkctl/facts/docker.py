@@ -58,6 +58,20 @@ class ContainerFact:
     def running(self) -> bool:
         return self.status == "running"
 
+    def running_for(self) -> Optional[float]:
+        """Seconds since it started (by this machine's clock), None if unreadable."""
+        from datetime import datetime, timezone
+
+        text = self.started_at.rstrip("Z")
+        if "." in text:  # docker prints nanoseconds; datetime takes micro
+            head, frac = text.split(".", 1)
+            text = f"{head}.{frac[:6]}"
+        try:
+            t = datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
+        except ValueError:
+            return None
+        return max((datetime.now(timezone.utc) - t).total_seconds(), 0.0)
+
     @property
     def role(self) -> str:
         return self.labels.get(f"{LABEL_PREFIX}.role", "")

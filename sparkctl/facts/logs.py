@@ -34,6 +34,12 @@ NEWEST = {
     "spec": "SpecDecoding metrics",
     "compile_hit": "Directly load the compiled graph(s) for compile range",
     "compile_miss": "Compiling a graph for compile range",
+    # the start-up phase (runtime/health.py PHASES): the newest line of each, in log order
+    "ph_ray": "Ray runtime started", "ph_ray_local": "Started a local Ray instance",
+    "ph_pg": "Waiting for creating a placement group", "ph_load": "Starting to load model",
+    "ph_shards": "Loading safetensors checkpoint shards", "ph_store": "Cache the graph of compile range",
+    "ph_kv": "KV cache size:", "ph_graphs": "Capturing CUDA graphs",
+    "ph_init": "init engine (profile, create kv cache, warmup model) took", "ph_serving": "Starting vLLM server on",
 }
 SPEC_MARK = NEWEST["spec"]
 
@@ -141,6 +147,7 @@ class LogFacts:
     # or "cold" (compiled), with the seconds that line reports.
     compile_start: Optional[str] = None
     compile_seconds: Optional[float] = None
+    phase: Optional[str] = None  # the start-up phase its newest phase line names (runtime/health.py PHASES)
     marlin: list[str] = field(default_factory=list)
     device_assert: list[str] = field(default_factory=list)
     engine_fatal: list[str] = field(default_factory=list)
@@ -181,6 +188,11 @@ def parse_scan(text: str) -> dict[str, LogFacts]:
 
 
 def classify(facts: LogFacts, line: str) -> None:
+    from sparkctl.runtime.health import PHASES
+
+    for pattern, name in PHASES:  # lines arrive in log order: the newest phase wins
+        if pattern.search(line):
+            facts.phase = name
     low = line.lower()
     if SPEC_MARK in line:
         m = _ACCEPT.search(line)

@@ -115,21 +115,12 @@ def drift(ctx: RunContext) -> Drift:
         elif logs is not None and logs.ready:
             reasons.setdefault("engine", []).append(f"head does not answer /health ({status}) although its log says it started serving")
         else:
-            since = _age(head_container.started_at) if head_container else None
-            loading = f"head still loading{f' for {since:.0f} s' if since is not None else ''} (no fatal sign in its log)"
+            since = head_container.running_for() if head_container else None
+            phase = f", {logs.phase}" if logs is not None and logs.phase else ""
+            loading = f"head still loading{phase}{f' for {since:.0f} s' if since is not None else ''} (no fatal sign in its log)"
     d = Drift({g: tuple(r) for g, r in reasons.items()}, loading)
     ctx.outputs.restart = d
     return d
-
-
-def _age(started_at: str) -> Optional[float]:
-    from datetime import datetime, timezone
-
-    try:
-        t = datetime.fromisoformat(started_at[:26].rstrip("Z") + "+00:00" if "." in started_at else started_at.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return max((datetime.now(timezone.utc) - t).total_seconds(), 0.0)
 
 
 _DRAINING = re.compile(r"\[shutdown\] EngineCore: (draining|aborting) in-flight requests count=(\d+)")

@@ -146,11 +146,16 @@ def test_several_fatal_signs_are_all_reported_most_causal_first():
     assert "max_num_seqs" in found[0].fix and "worker" in found[1].fix and "traceback" in found[2].fix
 
 
-def test_still_loading_is_a_warning():
-    r = run(running(logs={"head": OK_LOG[:2]}), endpoint=endpoint(health=None, error="connection refused"))
+def test_still_loading_fails_naming_the_phase_unless_loading_is_allowed():
+    # nothing serves while the runtime loads: doctor exits 1, naming the start-up phase and the time
+    loading = running(logs={"head": OK_LOG[:2]})
+    r = run(loading, endpoint=endpoint(health=None, error="connection refused"))
     h = by(r, "runtime.health", H)
-    assert h.status == "warn" and "loading" in h.message
+    assert h.status == "fail" and "not serving yet, loading (allocating KV cache, " in h.message and " s since start)" in h.message
+    assert "--allow-loading" in h.fix and "never restarts one" in h.fix
     assert by(r, "runtime.models", H).status == "skipped"
+    allowed = by(run(loading, endpoint=endpoint(health=None, error="connection refused"), allow_loading=True), "runtime.health", H)
+    assert allowed.status == "warn"
 
 
 def test_config_changed_since_start_and_wrong_model():
