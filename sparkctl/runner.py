@@ -254,8 +254,10 @@ def _apply_all(ctx: RunContext, stage: Stage, plans: dict[str, Plan]) -> list[St
             r = fn()
         except SparkctlError as exc:
             r = StepResult(step.name, host, "failed", exc.message, fix=exc.fix, operations=[c.action for c in plans[host].changes])
-        except Exception as exc:  # unexpected: still a per-host failure, never a traceback
-            r = StepResult(step.name, host, "failed", f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # a library's error: sparkctl's words for it, per host, never a traceback
+            err = ctx.fleet[host].explain(exc) if host in getattr(ctx.fleet, "sessions", {}) else None
+            r = StepResult(step.name, host, "failed", err.message if err else f"{type(exc).__name__}: {exc}",
+                           fix=err.fix if err else None, operations=[c.action for c in plans[host].changes])  # fmt: skip
         r.seconds += time.monotonic() - t0
         return r
 

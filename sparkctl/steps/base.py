@@ -115,11 +115,11 @@ class RunContext:
 
         return render(self.inventory)
 
-    def refresh(self, host: str, kinds: set[str]) -> Any:
+    def refresh(self, host: str, kinds: set[str], timeout: float = 60) -> Any:
         """Read these fact kinds on `host` again (after this run changed them) and return its facts."""
         from sparkctl.facts.host import gather_host
 
-        self.facts[host] = gather_host(self.fleet[host], self.inventory, kinds, into=self.facts.get(host))
+        self.facts[host] = gather_host(self.fleet[host], self.inventory, kinds, timeout=timeout, into=self.facts.get(host))
         return self.facts[host]
 
 

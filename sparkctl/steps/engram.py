@@ -69,7 +69,7 @@ class EngramStep(Step):
                 f"{len(missing)} missing, {len(bad) - len(missing)} with a wrong SHA-256: {', '.join(bad[:3])}"
             )
             changes.append(Change("copy", f"copy {len(bad)} table file(s) from {e.source} and verify SHA-256 ({why})",
-                                  {"files": bad, "sums": want}))  # fmt: skip
+                                  {"files": bad, "sums": want, "sizes": g.source_files}))  # fmt: skip
         else:
             changes.append(Change("mark", f"record the {len(want)} verified sums in {e.target}/{MARKER}", {"sums": want}))
         return self.changes(host, changes)
@@ -90,17 +90,19 @@ class EngramStep(Step):
                 ctx.progress(plan.host, self.name, f"copying {len(c.data['files'])} Engram table file(s) into {e.target}")
                 files = " ".join(shlex.quote(n) for n in c.data["files"])
                 # the marker stays: files copied now have a new ctime, so only they are re-hashed below
-                s.run(f"cd {src} && cp -a --parents {files} {t}/").check("Engram copy")
-                self._verify_and_mark(ctx, plan.host, c.data["sums"])
+                size = sum(g for n, g in (c.data.get("sizes") or {}).items() if n in c.data["files"])
+                s.run(f"cd {src} && cp -a --parents {files} {t}/", timeout=s.transfer_timeout(size)).check("Engram copy")
+                self._verify_and_mark(ctx, plan.host, c.data["sums"], size)
                 done.append(f"copied {len(c.data['files'])} table file(s)")
             elif c.action == "mark":
                 self._verify_and_mark(ctx, plan.host, c.data["sums"])
                 done.append("recorded the verified sums")
         return "; ".join(done) + f"; every SHA-256 in {e.target} verified"
 
-    def _verify_and_mark(self, ctx: RunContext, host: str, sums: dict[str, str]) -> None:
+    def _verify_and_mark(self, ctx: RunContext, host: str, sums: dict[str, str], nbytes: int = 0) -> None:
         e = ctx.inventory.engram
-        got = ctx.refresh(host, {"engram", "engram_hashes"}).engram_hashes or {}
+        # re-hashes what was just copied (its ctime moved): as long as reading those bytes takes
+        got = ctx.refresh(host, {"engram", "engram_hashes"}, timeout=ctx.fleet[host].transfer_timeout(nbytes)).engram_hashes or {}
         bad = sorted(n for n, h in sums.items() if got.get(n) != h)
         if bad:
             raise HostError(

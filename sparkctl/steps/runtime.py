@@ -326,8 +326,9 @@ class RuntimeStep(Step):
                 ctx.progress(plan.host, self.name, f"starting {spec.name}")
                 try:
                     containers.start(client, spec)
-                except Exception as exc:  # docker.errors.APIError/ImageNotFound: the engine's own words
-                    raise HostError(f"{plan.host}: cannot start {spec.name}: {exc}") from None
+                except Exception as exc:  # docker's APIError/ImageNotFound: sparkctl's words, with the fix
+                    err = ctx.fleet[plan.host].explain(exc)
+                    raise HostError(f"{plan.host}: cannot start {spec.name}: {err.message}", fix=err.fix) from None
                 done.append(f"started {spec.name}")
             elif c.action == "wait-serving":
                 head = next(s for s in ctx.launch.for_host(plan.host) if s.role == "head")
