@@ -24,7 +24,8 @@ def prom(lab):
                        text=True, timeout=600, env={**os.environ, "SPARKCTL_ONLY_NETWORKS": FENCE})  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     lab.prometheus.up()
-    return lab.prometheus
+    yield lab.prometheus
+    lab.prometheus.down()
 
 
 def test_every_target_is_scraped(prom):

@@ -134,6 +134,7 @@ def serving(lab):
     baseline = float(result[0]["value"][1])
     lab.prometheus.up(alerts={"decode_tokens_per_s_baseline": round(baseline, 1)})
     yield lab, inventory, failing(doctor_json(inventory))
+    lab.prometheus.down()  # a second-by-second scraper has no business outliving the test
     print("\nalerts seen firing per drill:", json.dumps(FIRED, indent=1))
 
 
