@@ -204,7 +204,10 @@ def run_playbook(
         return True
 
     pending_gates = [s for s in stages if s.spec.gate]
+    preparing = _prepare(ctx, stages)  # e.g. a registry lookup, while the hosts answer the facts round trip
     unreachable = gather_facts(ctx, [s for s in stages if not s.spec.gate])
+    for t in preparing:
+        t.join()
     if unreachable:  # SSH (connect, host key, auth, deadline) failed: named as such, before any step
         recap.steps.insert(0, CONNECT)
         for h, (error, fix) in unreachable.items():
@@ -238,6 +241,20 @@ def run_playbook(
                 emit(StepResult(gate.name, h, "skipped", why))
     recap.seconds = time.monotonic() - start
     return recap
+
+
+def _prepare(ctx: RunContext, stages: list[Stage]) -> list:
+    """Start each step's `prepare` (work that needs no host facts) in a thread of its own. An error
+    there is the step's to report when it plans: prepare must not raise."""
+    import threading
+
+    threads = []
+    for stage in stages:
+        if type(stage.step).prepare is not Step.prepare:
+            t = threading.Thread(target=stage.step.prepare, args=(ctx,), name=f"sparkctl-prepare-{stage.name}", daemon=True)
+            t.start()
+            threads.append(t)
+    return threads
 
 
 def _apply_all(ctx: RunContext, stage: Stage, plans: dict[str, Plan]) -> list[StepResult]:

@@ -136,6 +136,9 @@ class Step:
         """The hosts this step plans for, in the order it applies them when the playbook says in order."""
         return list(inv.hosts)
 
+    def prepare(self, ctx: RunContext) -> None:
+        """Work that needs no host facts (asking a registry): the runner runs it while it gathers them."""
+
     def plan(self, ctx: RunContext) -> dict[str, Plan]:
         """One plan per reached host; steps deciding for the cluster override this."""
         return {h: self.plan_host(ctx, h) for h in self.hosts(ctx.inventory) if h in ctx.facts}

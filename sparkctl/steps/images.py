@@ -78,27 +78,42 @@ def last_good(
     return (iid, str(applied.get("applied_at", "unknown time"))) if iid else None
 
 
-def resolve_truths(ctx: RunContext, resolver: Optional[Callable[..., Any]] = None) -> dict[str, dict[str, Truth]]:
-    """host -> ref -> Truth, asking the registry once per (reference, platform)."""
+def _asked(inv: Inventory, ref: str) -> str:
+    pin = inv.runtime.image_digest if ref == inv.runtime.image else None
+    return f"{ref}@{pin}" if pin else ref
+
+
+def registry_answers(inv: Inventory, resolver: Optional[Callable[..., Any]] = None) -> dict[tuple[str, str], Any]:
+    """The registry's answer (or the error it gave) once per (reference, platform). Needs no host
+    facts, so the runner asks while it gathers them (Step.prepare)."""
     from sparkctl.transport import registry
 
     resolver = resolver or registry.resolve
+    answers: dict[tuple[str, str], Any] = {}
+    for host, refs in images_by_host(inv).items():
+        for ref in refs:
+            key = (_asked(inv, ref), platform_of(inv, host))
+            if key not in answers:
+                try:  # https, then http: the registries dockerd lists as insecure (the lab's) speak plain HTTP
+                    answers[key] = resolver(key[0], platform=key[1], insecure=True)
+                except (registry.TagNotFound, registry.RegistryUnreachable) as exc:
+                    answers[key] = exc
+    return answers
+
+
+def resolve_truths(
+    ctx: RunContext, resolver: Optional[Callable[..., Any]] = None, answers: Optional[dict[tuple[str, str], Any]] = None
+) -> dict[str, dict[str, Truth]]:
+    """host -> ref -> Truth, from the registry's answers (asked once per reference and platform)."""
     inv = ctx.inventory
-    pin = inv.runtime.image_digest
+    answers = registry_answers(inv, resolver) if answers is None else answers
     head = inv.hosts_with_role("head")[0]
     applied = ctx.facts[head].applied if head in ctx.facts else None
-    answers: dict[tuple[str, str], Any] = {}
     out: dict[str, dict[str, Truth]] = {}
     for host, refs in images_by_host(inv).items():
         for ref in refs:
-            pinned = pin if ref == inv.runtime.image else None
-            asked = f"{ref}@{pinned}" if pinned else ref
-            key = (asked, platform_of(inv, host))
-            if key not in answers:
-                try:  # https, then http: the registries dockerd lists as insecure (the lab's) speak plain HTTP
-                    answers[key] = resolver(asked, platform=key[1], insecure=True)
-                except (registry.TagNotFound, registry.RegistryUnreachable) as exc:
-                    answers[key] = exc
+            pinned = inv.runtime.image_digest if ref == inv.runtime.image else None
+            key = (_asked(inv, ref), platform_of(inv, host))
             peers = [h for h in inv.hosts if h != host and platform_of(inv, h) == key[1]]
             out.setdefault(host, {})[ref] = truth_from(answers[key], ref, pinned, host, applied, peers)
     return out
@@ -228,8 +243,12 @@ class ImagesStep(Step):
     def hosts(self, inv: Inventory) -> list[str]:
         return list(images_by_host(inv))
 
+    def prepare(self, ctx: RunContext) -> None:
+        self._answers = registry_answers(ctx.inventory, self._resolver)
+
     def plan(self, ctx: RunContext) -> dict[str, Plan]:
-        self.truths = {h: t for h, t in resolve_truths(ctx, self._resolver).items() if h in ctx.facts}
+        answers = getattr(self, "_answers", None)
+        self.truths = {h: t for h, t in resolve_truths(ctx, self._resolver, answers).items() if h in ctx.facts}
         have = {h: ctx.facts[h].images for h in self.truths}
         return plan_images(ctx.inventory, have, self.truths, {**self.options, **ctx.options}, ctx.outputs.image_ids, self.name)
 
