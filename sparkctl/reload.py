@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from sparkctl import state
-from sparkctl.errors import HostError, InputError, SparkctlError
+from sparkctl.errors import InputError, SparkctlError
 from sparkctl.inventory.models import Inventory
 from sparkctl.transport.redact import MASK, redact, redact_obj
 
@@ -389,10 +389,7 @@ def run_reload(
     (new is None: the last good config, or history record `to` from the newest)."""
     from sparkctl.facts.host import gather_host
     from sparkctl.lock import ClusterLock, LockHeld, break_lock, read_holder
-    from sparkctl.runner import build_stages, load_playbook, run_playbook
-    from sparkctl.runtime import health
     from sparkctl.runtime.launch import render
-    from sparkctl.steps.base import RunContext
     from sparkctl.transport.ssh import Fleet
 
     if new is not None:

@@ -192,7 +192,7 @@ def address(ctx: Context, host: str, f):
             out.append(
                 fail(
                     f"{link.device} has {link.address} and also {', '.join(described)}",
-                    f"`sparkctl up` removes the stray address(es), or by hand: "
+                    "`sparkctl up` removes the stray address(es), or by hand: "
                     + "; ".join(f"`ip addr del {a} dev {link.device}`" for a in strays) + f" on {host}",
                     link.device,
                     strays=[str(a) for a in strays],
@@ -232,7 +232,7 @@ def address(ctx: Context, host: str, f):
             out.append(
                 fail(
                     f"{link.device} has {', '.join(map(str, strays))}, not {link.address} (a wrong address on the rail)",
-                    f"`sparkctl up` replaces it, or by hand: "
+                    "`sparkctl up` replaces it, or by hand: "
                     + "; ".join(f"`ip addr del {a} dev {link.device}`" for a in strays) + f"; then {fix_add}",
                     link.device,
                     strays=[str(a) for a in strays],

@@ -9,7 +9,6 @@ hand on the hosts (docker kill); sparkctl itself is killed with SIGKILL.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -20,25 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from labcli import ENV, URL, sparkctl, start
 
 pytestmark = pytest.mark.lab
-
-ENV = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8,10.231.0.0/16"}
-URL = "http://10.231.0.11:8888"
-
-
-def sparkctl(*args: str, rc: int | None = 0) -> dict:
-    p = subprocess.run([sys.executable, "-m", "sparkctl", *args, "--json"], capture_output=True, text=True, env=ENV, timeout=600)
-    assert "Traceback" not in p.stderr, p.stderr
-    doc = json.loads(p.stdout) if p.stdout.strip() else {}
-    if rc is not None:
-        assert p.returncode == rc, (p.returncode, json.dumps(doc, indent=1)[-4000:], p.stderr[-2000:])
-    return doc
-
-
-def start(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "sparkctl", *args, "--json"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ENV)  # fmt: skip
 
 
 @pytest.fixture(scope="module")

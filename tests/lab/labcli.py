@@ -1,0 +1,27 @@
+"""Running the real CLI against the lab the way a script would (`python -m sparkctl ... --json`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+ENV = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8,10.231.0.0/16"}
+URL = "http://10.231.0.11:8888"  # the lab head's runtime
+
+
+def sparkctl(*args: str, rc: int | None = 0) -> dict:
+    """One command's --json document; asserts its exit code (unless rc is None) and no traceback."""
+    p = subprocess.run([sys.executable, "-m", "sparkctl", *args, "--json"], capture_output=True, text=True, env=ENV, timeout=600)
+    assert "Traceback" not in p.stderr, p.stderr
+    doc = json.loads(p.stdout) if p.stdout.strip() else {}
+    if rc is not None:
+        assert p.returncode == rc, (p.returncode, json.dumps(doc, indent=1)[-4000:], p.stderr[-2000:])
+    return doc
+
+
+def start(*args: str) -> subprocess.Popen:
+    """The same, in the background (to kill it, or to act while it runs)."""
+    return subprocess.Popen([sys.executable, "-m", "sparkctl", *args, "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENV)  # fmt: skip
