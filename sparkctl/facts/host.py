@@ -1,9 +1,12 @@
-"""Everything doctor needs to know about one host, gathered in ONE round trip and parsed once.
+"""The one fact layer: everything sparkctl reads from a host, each fact read in one place.
 
-`probes_for` builds the probe set for a host from the inventory (its rails, RDMA devices, images,
-cache path, Engram placement, ...); `gather_host` runs it over the host's SSH session and parses
-the sections into a `HostFacts`; `parse_host` is the pure half, so tests feed recorded sections.
-Probes that only wait (pings, docker CLI calls, nvidia-smi) run concurrently inside the script.
+A fact kind (KINDS) is a shell probe and its parser. Checks declare the kinds they read (READS
+in each checks module) and steps theirs (`Step.facts`); a run gathers the union in ONE round
+trip per host (`gather_host`) and parses it once into a `HostFacts` that doctor, every step,
+status and reload share. `probes_for` builds the probes from the inventory (rails, RDMA devices,
+images, cache path, Engram placement, state files on the head ...); `parse_host` is the pure
+half, so tests feed recorded sections. Probes that only wait (pings, docker CLI calls,
+nvidia-smi, hashing) run concurrently inside the script.
 """
 
 from __future__ import annotations
