@@ -221,7 +221,7 @@ def side_load_worker(lab, inventory) -> tuple[dict, str, str]:
 
 def test_side_load_of_an_image_the_worker_still_holds_only_tags_it(lab, inventory, converged):
     # the worker's container still uses the image, so `docker rmi -f` only untagged it: nothing is
-    # copied (the fabric and relay paths, and layer-only copies: tests/lab/test_image_transport.py)
+    # copied (the fabric and relay paths, and layer-only copies: tests/lab/test_image_transport_lab.py)
     _, head_id, msg = side_load_worker(lab, inventory)
     assert f"worker still held {head_id[7:19]} (untagged), tagged it" in msg
     assert "image ID matches" in msg
