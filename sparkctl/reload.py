@@ -144,7 +144,8 @@ class ReloadPlan:
         else:
             out.append("no field changes" + (" (restart of the recorded config)" if self.groups else ""))
         if self.groups:
-            out.append(f"restarts: {', '.join(self.containers)} ({' and '.join(self.groups)}); the rest keeps running")
+            rest = "; the rest keeps running" if len(self.groups) < 2 else ""
+            out.append(f"restarts: {', '.join(self.containers)} ({' and '.join(self.groups)}){rest}")
         else:
             out.append("restarts: nothing (no container's config changes)")
         if self.prediction:
@@ -171,7 +172,26 @@ def expected_seconds(events: list[dict], cluster_prediction: Optional[str]) -> O
     return seen[len(seen) // 2] if seen else None
 
 
-def plan_reload(kind: str, recorded: Optional[dict], new: Inventory, events: list[dict], cache_warm: bool) -> ReloadPlan:
+def running_drift(launch, running: Optional[dict[str, list]]) -> set[str]:
+    """Restart groups whose containers do not run NEW's config now (missing, stopped, another
+    hash): after an interrupted reload the record and the cluster can differ."""
+    from sparkctl.runtime.launch import restart_group
+
+    if running is None:
+        return set()
+    out = set()
+    for spec in launch.containers:
+        have = next((c for c in running.get(spec.host) or [] if c.name == spec.name), None)
+        if have is None or not have.running or have.config_hash != launch.expected_hash(spec.name):
+            out.add(restart_group(spec.role))
+    return out
+
+
+def plan_reload(
+    kind: str, recorded: Optional[dict], new: Inventory, events: list[dict], cache_warm: bool,
+    running: Optional[dict[str, list]] = None,
+) -> ReloadPlan:
+    """`running`: each host's containers now (facts), so the plan says what the steps will restart."""
     from sparkctl.runtime.launch import render, restart_group
 
     launch = render(new)
@@ -181,7 +201,8 @@ def plan_reload(kind: str, recorded: Optional[dict], new: Inventory, events: lis
     if kind == "restart":
         groups = sorted(launch.group_hashes)
     else:
-        groups = sorted(g for g, h in launch.group_hashes.items() if old_groups.get(g) != h)
+        changed = {g for g, h in launch.group_hashes.items() if old_groups.get(g) != h}
+        groups = sorted(changed | running_drift(launch, running))
     containers = [c.name for c in launch.containers if restart_group(c.role) in groups]
     compile_changed = compile_fields(changes)
     key = compile_key(new.model_dump(mode="json"))
@@ -397,8 +418,11 @@ def run_reload(
     head = current.hosts_with_role("head")[0]
     with Fleet(current) as fleet:
         session = fleet[head]
-        f = gather_host(session, current, {"applied", "journal", "events", "cache"} | ({"history"} if to else set()))
+        f = gather_host(session, current, {"applied", "journal", "events", "cache", "containers"} | ({"history"} if to else set()))
         recorded, journal = f.applied, f.journal
+        others = [h for h in current.hosts if h != head]
+        found = fleet.map(lambda s: gather_host(s, current, {"containers"}), hosts=others)
+        running = {head: f.containers or []} | {h: o.value.containers or [] for h, o in found.items() if o.ok and o.value}
         if kind in ("restart", "rollback") and recorded is None:
             raise InputError(f"no applied config is recorded on {head}", fix="bring the cluster up first: `sparkctl up`")
         if kind == "rollback":
@@ -415,7 +439,7 @@ def run_reload(
                     fix="pass the same NEW file as the interrupted reload, or `sparkctl rollback`",
                 )
         warm = bool(f.cache and f.cache.warm_hashes)
-        plan = plan_reload(kind, recorded, new, f.events, warm)
+        plan = plan_reload(kind, recorded, new, f.events, warm, running)
         report = ReloadReport(plan)
         if check:
             if journal:
@@ -435,6 +459,10 @@ def run_reload(
             holder = read_holder(session)
             if not (holder and holder.gone() and journal and journal.get("lock_token") == holder.token):
                 raise
+            if not resume and kind != "rollback":  # the interrupted reload's own lock: only --resume/rollback take it
+                raise ReloadInterrupted(
+                    interrupted_message(journal), fix="finish it: `sparkctl reload --resume --config NEW`, or `sparkctl rollback`"
+                ) from None
             # the gone holder is the interrupted reload this command finishes or rolls back
             break_lock(session, holder)
             say(f"took over the cluster lock from the interrupted {journal.get('kind', 'reload')} ({holder.describe()})")

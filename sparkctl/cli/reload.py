@@ -134,7 +134,11 @@ def rollback(
     _run("rollback", inventory, None, check, json_out, yes, deadline, None, wait, verbose, to=to)
 
 
-def history(inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
+def history(
+    inventory: InventoryOpt = None,
+    json_out: JsonOpt = False,
+    last: Annotated[int, typer.Option("--last", "-n", help="Show the newest N events (0: all the head keeps).", min=0)] = 20,
+) -> None:
     """Applied configs, reloads, restarts and rollbacks on this cluster: time, config, who, outcome, warm/cold, downtime."""
     from rich.table import Table
 
@@ -150,8 +154,9 @@ def history(inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
         f = gather_host(fleet[head], inv, {"events", "journal", "history", "applied"})
     records = [{"n": len(f.history) - i, "file": h.get("file"), "config_hash": h.get("config_hash"),
                 "applied_at": h.get("applied_at")} for i, h in enumerate(f.history)]  # fmt: skip
+    events = f.events[-last:] if last else f.events
     doc = {
-        "events": f.events,
+        "events": events,
         "last_good": (f.applied or {}).get("config_hash"),
         "rollback_targets": records,
         "interrupted": f.journal,
@@ -163,7 +168,7 @@ def history(inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
     t = Table(title=f"cluster {inv.cluster.name}: last good config {doc['last_good'] or '(none)'}", title_justify="left")
     for col in ("at", "command", "outcome", "config", "by", "start", "downtime"):
         t.add_column(col, overflow="fold")
-    for e in f.events:
+    for e in events:
         start = f"{e.get('cache') or '-'} {e['start_seconds']:.1f} s" if e.get("start_seconds") else (e.get("cache") or "-")
         down = f"{e['downtime_seconds']:.2f} s" if e.get("downtime_seconds") is not None else "-"
         t.add_row(e.get("at", "?"), e.get("command", "?"), e.get("outcome", "?"), (e.get("config_hash") or "?")[:16],

@@ -68,7 +68,8 @@ class RecordStep(Step):
         if current and current.get("config_hash") == config_hash and (images is None or current.get("images") == images) and not restarted:
             return self.noop(host, f"{state.APPLIED} already records config {config_hash} ({current.get('applied_at')})")
         what = "first record" if current is None else f"replaces config {current.get('config_hash')}"
-        previous = state.history_name(current) if current else None
+        # the replaced record is kept for `rollback --to N` only when it is another config
+        previous = state.history_name(current) if current and current.get("config_hash") != config_hash else None
         return self.changes(
             host, [Change("record", f"record config {config_hash} in {state.APPLIED} ({what})", {"previous": previous})]
         )

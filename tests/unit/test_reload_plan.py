@@ -137,3 +137,19 @@ def test_drain_counts_from_vllms_own_shutdown_lines():
     timed_out = prefix % 1732 + "[shutdown] EngineCore: draining in-flight requests count=4 timeout=5s\n"
     assert drain_from_log(timed_out) == (None, 4)  # killed at the timeout: /metrics must say how many finished
     assert drain_from_log("") == (None, None)
+
+
+def test_a_rollback_after_an_interrupted_reload_plans_from_what_runs_not_only_the_record():
+    from sparkctl.facts.docker import ContainerFact
+
+    launch = render(INV)
+
+    def ctr(spec, config_hash):
+        labels = {"io.sparkctl.role": spec.role, "io.sparkctl.config-hash": config_hash}
+        return ContainerFact(id=spec.name, name=spec.name, status="running", exit_code=0, image_id="", image_ref="", labels=labels)
+
+    running = {s.host: [ctr(s, launch.expected_hash(s.name))] for s in launch.containers}
+    assert plan_reload("rollback", recorded(), INV, [], True, running).groups == []  # all runs the last good config
+    running["head"] = []  # the interrupted reload had stopped the head
+    back = plan_reload("rollback", recorded(), INV, [], True, running)
+    assert back.groups == ["engine"] and back.containers == ["sparkctl-worker", "sparkctl-head"]
