@@ -83,6 +83,33 @@ def lab():
     return api
 
 
+def _clear_gone_lock(api) -> None:
+    """A cluster lock whose holder (a sparkctl run this session started) is gone: a test killed it.
+    Left in place it would fail every later test with "locked by a gone run"; a live holder stays."""
+    import json
+
+    r = api.host_exec("head", ["cat", "/var/lib/sparkctl/state/lock"])
+    if r.returncode != 0 or not r.stdout.strip():
+        return
+    try:
+        pid = int(json.loads(r.stdout)["pid"])
+        os.kill(pid, 0)
+    except (ValueError, KeyError, TypeError, ProcessLookupError):
+        api.host_exec("head", ["rm", "-f", "/var/lib/sparkctl/state/lock"])
+    except PermissionError:
+        pass
+
+
+@pytest.fixture(autouse=True)
+def _lab_lock_hygiene(request):
+    """After each lab test: no lock of a killed run survives into the next test."""
+    yield
+    if request.node.get_closest_marker("lab") is not None and _lab_lock is not None and os.geteuid() == 0:
+        from sparkctl_lab import api
+
+        _clear_gone_lock(api)
+
+
 @pytest.fixture
 def lab_faults(lab):
     yield lab

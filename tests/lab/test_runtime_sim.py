@@ -86,12 +86,14 @@ def test_port_refuses_connections_while_loading(lab, lab_inventory, tmp_path, re
             if head.stdout.strip() == "running":
                 try:
                     httpx.get(f"{URL}/health", timeout=1)
-                except httpx.ConnectError:
+                except (httpx.ConnectError, httpx.ReadError):  # refused, or reset while the port opens
                     refused += 1
             time.sleep(0.2)
         doc = json.loads(up.stdout.read())
     finally:
-        up.kill() if up.poll() is None else None
+        if up.poll() is None:  # SIGTERM: the run ends like Ctrl-C and releases the cluster lock
+            up.terminate()
+            up.wait(60)
     assert doc["failed"] == 0, doc["stopped_at"]
     assert refused > 0, "the port should refuse connections while the engine loads"
     assert httpx.get(f"{URL}/health", timeout=5).status_code == 200

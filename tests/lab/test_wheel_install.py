@@ -45,7 +45,7 @@ def test_the_installed_package_holds_its_data_and_not_the_lab(installed):
         "r.names('templates'), len(r.names('runbooks', '.md')) > 0)"
     )
     out = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd="/", check=True).stdout
-    assert out.strip() == "True ['down.yaml', 'up.yaml'] ['netplan-fabric.yaml.j2'] True"
+    assert out.strip() == "True ['down.yaml', 'reload.yaml', 'up.yaml'] ['netplan-fabric.yaml.j2'] True"
 
 
 def test_every_command_runs_from_the_wheel_on_the_lab(lab, installed, tmp_path):
