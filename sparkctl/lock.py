@@ -30,10 +30,10 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Iterator, Optional
 
 from sparkctl.errors import HostError, SparkctlError
+from sparkctl.state import LOCK, STATE_DIR  # one place names the head's state files
 from sparkctl.transport.redact import redact
 
-STATE_DIR = "/var/lib/sparkctl/state"
-LOCK_PATH = f"{STATE_DIR}/lock"
+LOCK_PATH = LOCK
 HEARTBEAT_EVERY = 5.0  # seconds between renewals of the lock's mtime
 STALE_AFTER = 30.0  # a heartbeat this old means the holder is gone (six renewals missed)
 POLL_EVERY = 1.0  # how often a waiting run looks again

@@ -557,13 +557,10 @@ def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, r
 
 def _event(kind: str, outcome: str, plan: ReloadPlan, report: ReloadReport) -> dict:
     """The events.jsonl line `sparkctl history` shows for this reload, restart or rollback."""
-    start = report.runtime_start or {}
-    return redact_obj({
-        "at": state.now(), "by": state.who(), "command": kind, "outcome": outcome, "config_hash": plan.to_hash,
-        "from_config": plan.from_hash, "reason": report.reason, "downtime_seconds": report.downtime,
-        "cache": (start.get("cache") or "").split(" ")[0] or None, "start_seconds": start.get("seconds"),
-        "restarted": plan.containers, "compile_key": plan.compile_key,
-    })  # fmt: skip
+    return redact_obj(state.event(
+        kind, outcome, plan.to_hash, report.runtime_start, plan.compile_key, from_config=plan.from_hash,
+        reason=report.reason, downtime_seconds=report.downtime, restarted=plan.containers,
+    ))  # fmt: skip
 
 
 def _hosts_state(fleet, inv: Inventory) -> dict:

@@ -26,6 +26,7 @@ APPLIED = f"{STATE_DIR}/applied.json"
 HISTORY_DIR = f"{STATE_DIR}/history"
 EVENTS = f"{STATE_DIR}/events.jsonl"
 JOURNAL = f"{STATE_DIR}/journal.json"
+LOCK = f"{STATE_DIR}/lock"  # the cluster lock (sparkctl/lock.py)
 HISTORY_KEEP = 20
 EVENTS_SHOWN = 200  # the newest events the `events` fact reads
 
@@ -41,6 +42,16 @@ def who() -> str:
 
 def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def event(command: str, outcome: str, config_hash: str, runtime_start: Optional[dict], compile_key: str, **extra) -> dict:
+    """One events.jsonl line: what `sparkctl history` shows (extra keys may override at/by)."""
+    start = runtime_start or {}
+    return {
+        "at": now(), "by": who(), "command": command, "outcome": outcome, "config_hash": config_hash,
+        "cache": (start.get("cache") or "").split(" ")[0] or None, "start_seconds": start.get("seconds"),
+        "compile_key": compile_key, **extra,
+    }  # fmt: skip
 
 
 def write_json(session, path: str, doc: Any) -> None:

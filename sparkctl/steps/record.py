@@ -44,12 +44,8 @@ def event_of(doc: dict, outcome: str, **extra) -> dict:
     """The events.jsonl line for an applied record."""
     from sparkctl.reload import compile_key
 
-    start = doc.get("runtime_start") or {}
-    return {
-        "at": doc["applied_at"], "by": doc["applied_by"], "command": doc["command"], "outcome": outcome,
-        "config_hash": doc["config_hash"], "cache": (start.get("cache") or "").split(" ")[0] or None,
-        "start_seconds": start.get("seconds"), "compile_key": compile_key(doc["inventory"]), **extra,
-    }  # fmt: skip
+    return state.event(doc["command"], outcome, doc["config_hash"], doc.get("runtime_start"), compile_key(doc["inventory"]),
+                       at=doc["applied_at"], by=doc["applied_by"], **extra)  # fmt: skip
 
 
 class RecordStep(Step):
