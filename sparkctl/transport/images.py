@@ -210,8 +210,13 @@ def _open(session, command: str):
 
 
 def _fabric(src, address: str, command: str, on_progress, stats: dict) -> None:
-    """The source node pipes the filtered save into `docker load` on the destination over SSH."""
-    full = f"set -o pipefail; {command} | {ssh_to(address)} docker load"
+    """The source node pipes the filtered save into `docker load` on the destination over SSH.
+
+    A watchdog reads the channel's stdin, which only ends when this machine closes the channel
+    (an interrupt, a crash, a lost connection): it then kills the whole pipeline at once, so the
+    node-to-node stream stops with it instead of running on into the destination's dockerd."""
+    watchdog = "exec 3<&0; { cat <&3 >/dev/null 2>&1; kill -TERM 0; } >/dev/null 2>&1 &"
+    full = f"set -o pipefail; {watchdog} {command} | {ssh_to(address)} docker load"
     chan = _open(src, f"bash -c {shlex.quote(full)}")
     errors: list[str] = []
     try:
@@ -222,7 +227,7 @@ def _fabric(src, address: str, command: str, on_progress, stats: dict) -> None:
     except socket.timeout:
         raise HostError(f"{src.name}: image transfer stalled (no progress for {STALL_SECONDS:.0f} s)") from None
     finally:
-        chan.close()  # on an interrupt the filter's next progress line breaks its pipe: all stop
+        chan.close()  # ends the watchdog's stdin: on an interrupt it kills the pipeline
     if rc:
         raise HostError(f"{src.name}: docker save | ssh {address} docker load failed (exit {rc}): "
                         f"{' '.join(errors)[-400:] or out.strip()[-400:]}")  # fmt: skip

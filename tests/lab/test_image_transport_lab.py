@@ -5,6 +5,7 @@ interrupted copy leaves the tag where it was."""
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -99,6 +100,17 @@ def test_relay_through_this_machine_when_no_fabric_address(head, worker):
     assert again.path == "none" and again.bytes_sent == 0
 
 
+@contextmanager
+def slow_rail(session, device: str, rate: str = "80mbit"):
+    """The rail's egress on `session`'s host shaped to `rate` (a busy or degraded link): the copy
+    below takes seconds, so the interrupt lands mid-stream on any machine."""
+    session.run(f"tc qdisc replace dev {device} root tbf rate {rate} burst 256kb latency 200ms").check("shape the rail")
+    try:
+        yield
+    finally:
+        session.run(f"tc qdisc del dev {device} root")
+
+
 def test_an_interrupted_copy_leaves_the_tag_on_the_image_it_had(head, worker):
     old = stored_image(head, BASE).id
     copy_image(head, worker, old, BIG, fabric_address=WORKER_RAIL[0])  # BIG on the worker is some other image
@@ -108,15 +120,19 @@ def test_an_interrupted_copy_leaves_the_tag_on_the_image_it_had(head, worker):
         if p.total and p.sent < p.total:
             raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
-        copy_image(head, worker, big, BIG, fabric_address=WORKER_RAIL[0], progress=interrupt)
-    deadline = time.monotonic() + 30  # the pipeline on the head dies at its next progress line
-    while head.run(f"pgrep -f 'docker [s]ave {big}'").ok and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not head.run(f"pgrep -f 'docker [s]ave {big}'").ok
+    with slow_rail(head, WORKER_RAIL[1]):  # 100 MB at 10 MB/s: the first progress line comes long before the end
+        with pytest.raises(KeyboardInterrupt):
+            copy_image(head, worker, big, BIG, fabric_address=WORKER_RAIL[0], progress=interrupt)
+        stopped = time.monotonic() + 10  # the watchdog on the head kills the pipeline when the channel closes
+        while head.run(f"pgrep -f 'docker [s]ave {big}'").ok and time.monotonic() < stopped:
+            time.sleep(0.2)
+        assert not head.run(f"pgrep -f 'docker [s]ave {big}'").ok
+        assert not head.run(f"pgrep -f '[s]sh .*{WORKER_RAIL[0]} docker load'").ok
     time.sleep(1)
     assert stored_image(worker, BIG).id == old  # the tag never moved to a partial image
     assert stored_image(worker, big) is None  # and nothing of the cut image is left as an image
+    again = copy_image(head, worker, big, BIG, fabric_address=WORKER_RAIL[0])  # and a new run copies it whole
+    assert again.path == "fabric" and stored_image(worker, BIG).id == big
 
 
 def test_copy_refuses_a_source_without_the_image(head, worker):
