@@ -36,9 +36,3 @@ class HostError(SparkctlError):
 class UnreachableError(HostError):
     """SSH to the host failed: no connection, a refused or changed host key, authentication, or a
     host that stopped answering. An ssh/preflight failure, whichever step happened to meet it."""
-
-
-class NotImplementedYet(SparkctlError):
-    """A command a later issue fills in: says so plainly instead of pretending."""
-
-    exit_code = 1

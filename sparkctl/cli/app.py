@@ -6,55 +6,59 @@ module level and load their heavy libraries inside the command that needs them.
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import typer
 
-from sparkctl.cli import alerts as alerts_cli
-from sparkctl.cli import inventory as inventory_cli
-from sparkctl.cli import lab as lab_cli
-from sparkctl.cli import bench as bench_cli
-from sparkctl.cli import doctor as doctor_cli
-from sparkctl.cli import pending
-from sparkctl.cli import down as down_cli
-from sparkctl.cli import reload as reload_cli
-from sparkctl.cli import render as render_cli
-from sparkctl.cli import status as status_cli
-from sparkctl.cli import unlock as unlock_cli
-from sparkctl.cli import up as up_cli
-
-app = typer.Typer(
-    name="sparkctl",
-    help=(
-        "Bring up and run a DeepSeek V4 Flash cluster of two DGX Sparks (head + worker, tensor "
-        "parallel over ConnectX-7 RoCE) and an optional x86 offload host, from one inventory file.\n\n"
-        "Exit codes: 0 success, 1 a check or step failed, 2 bad input or usage."
-    ),
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-
-app.add_typer(inventory_cli.app, name="inventory")
-app.add_typer(lab_cli.app, name="lab")
-app.command("up")(up_cli.up)
-app.command("down")(down_cli.down)
-app.command("unlock")(unlock_cli.unlock)
-app.command("render")(render_cli.render)
-app.command("status")(status_cli.status)
-app.add_typer(bench_cli.app, name="bench")
-app.command("doctor")(doctor_cli.doctor)
-app.command("reload")(reload_cli.reload)
-app.command("restart")(reload_cli.restart)
-app.command("rollback")(reload_cli.rollback)
-app.command("history")(reload_cli.history)
-app.command("alerts")(alerts_cli.alerts)
-pending.register(app, skip={"bench", "doctor"})  # placeholders for whatever is not registered above
+# command -> (module under sparkctl.cli, its attribute, a sub-app of commands or one command).
+# A run imports only the module of the command it runs (a no-op `up` has a 1 s budget);
+# `sparkctl --help` and anything not named here build the whole app.
+COMMANDS = {
+    "inventory": ("inventory", "app", "group"),
+    "lab": ("lab", "app", "group"),
+    "up": ("up", "up", "command"),
+    "down": ("down", "down", "command"),
+    "unlock": ("unlock", "unlock", "command"),
+    "render": ("render", "render", "command"),
+    "status": ("status", "status", "command"),
+    "bench": ("bench", "app", "group"),
+    "doctor": ("doctor", "doctor", "command"),
+    "reload": ("reload", "reload", "command"),
+    "restart": ("reload", "restart", "command"),
+    "rollback": ("reload", "rollback", "command"),
+    "history": ("reload", "history", "command"),
+    "alerts": ("alerts", "alerts", "command"),
+}
 
 
-@app.callback(invoke_without_command=True)
+def build_app(only: str | None = None) -> typer.Typer:
+    """The typer app with every command, or with just `only` (same help and options for it)."""
+    app = typer.Typer(
+        name="sparkctl",
+        help=(
+            "Bring up and run a DeepSeek V4 Flash cluster of two DGX Sparks (head + worker, tensor "
+            "parallel over ConnectX-7 RoCE) and an optional x86 offload host, from one inventory file.\n\n"
+            "Exit codes: 0 success, 1 a check or step failed, 2 bad input or usage."
+        ),
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    for name, (module, attr, kind) in COMMANDS.items():
+        if only is not None and name != only:
+            continue
+        target = getattr(importlib.import_module(f"sparkctl.cli.{module}"), attr)
+        if kind == "group":
+            app.add_typer(target, name=name)
+        else:
+            app.command(name)(target)
+    app.callback(invoke_without_command=True)(_root)
+    return app
+
+
 def _root(
     version: bool = typer.Option(False, "--version", help="Print sparkctl's version and exit."),
 ) -> None:
@@ -71,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
 
     args = sys.argv[1:] if argv is None else argv
     try:
-        app(args=args, prog_name="sparkctl")
+        build_app(args[0] if args and args[0] in COMMANDS else None)(args=args, prog_name="sparkctl")
     except SparkctlError as err:
         from sparkctl.cli.output import json_requested, report_error
 
