@@ -10,7 +10,6 @@ rate (tokens after the first / time after the first) becomes the next run's base
 
 from __future__ import annotations
 
-import asyncio
 from typing import Optional
 
 from sparkctl.errors import HostError
@@ -31,6 +30,8 @@ def measure_decode(url: str, model: str, tries: int = 2) -> Optional[float]:
         body = ep.chat_body(PROMPT, DECODE_TOKENS, temperature=0.0, thinking=False, ignore_eos=True)
         async with ep.client() as client:
             return [await ep.chat(client, body) for _ in range(tries)]
+
+    import asyncio  # only when measuring: a no-op run never does
 
     rates = [m.decode_throughput for m in asyncio.run(run())]
     rates = [r for r in rates if r]

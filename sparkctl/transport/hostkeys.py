@@ -72,7 +72,7 @@ class AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
 
 
 def install_policy(client: paramiko.SSHClient, known_hosts: Path, policy: str, host_label: str) -> None:
-    """Load known_hosts into the client and set the policy (replacing Fabric's AutoAddPolicy)."""
+    """Load known_hosts into the client and set the policy (never paramiko's AutoAddPolicy)."""
     if known_hosts.exists():
         try:
             client.load_host_keys(str(known_hosts))

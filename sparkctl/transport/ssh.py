@@ -1,7 +1,7 @@
-"""SSH to the cluster's hosts: one Fabric connection per host per run, reused for everything.
+"""SSH to the cluster's hosts: one paramiko connection per host per run, reused for everything.
 
-- `HostSession` wraps a Fabric `Connection` for one inventory host: host keys are verified with
-  sparkctl's policy (never Fabric's auto-add), refused connections are retried with tenacity
+- `HostSession` holds a paramiko `SSHClient` for one inventory host: host keys are verified with
+  sparkctl's policy (known_hosts; accept-new at most), refused connections are retried with tenacity
   (within one connect timeout), and commands are never retried blindly (a command may have
   changed state before it failed).
 - Every remote call has a deadline: the connect timeout; a timeout on every command (the
@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Iterable, Mapping, Optional, TypeVar
 
 import logging
+import select
 
 import paramiko
-from fabric import Config, Connection
-from invoke.exceptions import CommandTimedOut
 from tenacity import retry, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from sparkctl.errors import HostError, SparkctlError, UnreachableError
@@ -98,6 +97,37 @@ def _tune_socket(sock: socket.socket, deadline: float) -> None:
         pass
 
 
+def _exec(transport: paramiko.Transport, command: str, deadline: float) -> tuple[int, str, str]:
+    """Run `command` on a new channel; (exit status, stdout, stderr). Both streams are read as
+    they come (a full stderr must not stall stdout); past `deadline` (monotonic) the channel is
+    closed and TimeoutError raised. No stdin is sent (and none closed), no pty."""
+    chan = transport.open_session(timeout=max(0.1, deadline - time.monotonic()))
+    try:
+        chan.exec_command(command)
+        out, err = bytearray(), bytearray()
+        out_open = err_open = True
+        while out_open or err_open:
+            moved = False
+            if out_open and (chan.recv_ready() or chan.eof_received or chan.closed):
+                data = chan.recv(1 << 16)  # ready or at EOF: does not block
+                out += data
+                out_open, moved = bool(data), True
+            if err_open and (chan.recv_stderr_ready() or chan.eof_received or chan.closed):
+                data = chan.recv_stderr(1 << 16)
+                err += data
+                err_open, moved = bool(data), True
+            if not moved:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                select.select([chan], [], [], min(left, 1.0))  # readable on data in either stream, EOF or close
+        if not chan.status_event.wait(max(0.0, deadline - time.monotonic())):
+            raise TimeoutError
+        return chan.recv_exit_status(), out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+    finally:
+        chan.close()
+
+
 class _Watchdog(threading.Thread):
     """Asks sshd for a reply every `interval` s; if none comes within `deadline` s, the host is
     declared unresponsive and the connection closed (every call blocked on it then ends)."""
@@ -134,39 +164,64 @@ class HostSession:
     def __init__(self, target: SSHTarget):
         self.target = target
         self.name = target.name
-        self._conn: Optional[Connection] = None
+        self._conn: Optional[paramiko.SSHClient] = None
         self._docker = None
         self._watchdog: Optional[_Watchdog] = None
         # Set once the host stopped answering: every later call fails at once with this error.
         self.dead: Optional[HostError] = None
+        self._early: Optional[threading.Thread] = None  # a connect started ahead (connect_early)
+        self._early_error: Optional[BaseException] = None
+
+    def connect_early(self) -> None:
+        """Start connecting in the background, while the caller still imports and plans (the
+        handshake waits on sshd). The next connect() waits for it and reports its error: the host
+        is tried once, not twice."""
+        if self._conn is not None or self._early is not None:
+            return
+
+        def attempt() -> None:
+            try:
+                self.connect()
+            except BaseException as exc:  # noqa: BLE001 - handed to the next connect()
+                self._early_error = exc
+
+        self._early = threading.Thread(target=attempt, name=f"sparkctl-connect-{self.name}", daemon=True)
+        self._early.start()
 
     # -- connection -----------------------------------------------------------------------
 
-    def _new_connection(self) -> Connection:
+    def _open(self) -> paramiko.SSHClient:
+        """One connection attempt. No ~/.ssh/config, no system config: the inventory is the whole
+        truth about a host."""
         t = self.target
-        # No ~/.ssh/config, no system config: the inventory is the whole truth about a host.
-        config = Config(
-            ssh_config=paramiko.SSHConfig(), overrides={"load_ssh_configs": False, "run": {"in_stream": False}}
-        )
-        connect_kwargs: dict[str, Any] = {"banner_timeout": t.connect_timeout, "auth_timeout": t.connect_timeout}
+        client = paramiko.SSHClient()
+        hostkeys.install_policy(client, t.known_hosts, t.host_key_policy, t.name)
+        kwargs: dict[str, Any] = {"banner_timeout": t.connect_timeout, "auth_timeout": t.connect_timeout}
         if t.key is not None:
-            connect_kwargs.update(key_filename=str(t.key), look_for_keys=False, allow_agent=False)
-        conn = Connection(
-            host=t.address,
-            user=t.user,
-            port=t.port,
-            config=config,
-            connect_timeout=max(1, int(t.connect_timeout)),
-            connect_kwargs=connect_kwargs,
-        )
-        # Fabric installs AutoAddPolicy in Connection(); replace it before anything connects.
-        hostkeys.install_policy(conn.client, t.known_hosts, t.host_key_policy, t.name)
-        return conn
+            kwargs.update(key_filename=str(t.key), look_for_keys=False, allow_agent=False)
+        try:
+            client.connect(t.address, port=t.port, username=t.user, timeout=max(1, int(t.connect_timeout)), **kwargs)
+        except BaseException:
+            client.close()
+            raise
+        return client
+
+    @property
+    def connected(self) -> bool:
+        transport = self._conn.get_transport() if self._conn is not None else None
+        return transport is not None and transport.is_active()
 
     def connect(self) -> "HostSession":
+        early = self._early
+        if early is not None and early is not threading.current_thread():
+            early.join()
+            self._early = None
+            if self._early_error is not None:
+                error, self._early_error = self._early_error, None
+                raise error
         if self.dead is not None:
             raise self.dead
-        if self._conn is not None and self._conn.is_connected:
+        if self.connected:
             return self
         t = self.target
         from sparkctl.transport.guard import check_address
@@ -184,10 +239,8 @@ class HostSession:
             wait=wait_exponential(multiplier=0.2, max=2),
             reraise=True,
         )
-        def attempt() -> Connection:
-            conn = self._new_connection()
-            conn.open()
-            return conn
+        def attempt() -> paramiko.SSHClient:
+            return self._open()
 
         where = f"{t.user}@{t.address}:{t.port}"
         try:
@@ -220,7 +273,7 @@ class HostSession:
         except Exception as exc:  # after retries: unreachable
             why = describe(t.name, exc).message.removeprefix(f"{t.name}: ")
             raise UnreachableError(f"{t.name}: cannot connect to {where}: {why}", fix=FIX_REACH) from None
-        transport = self._conn.client.get_transport()
+        transport = self._conn.get_transport()
         _tune_socket(transport.sock, t.connect_timeout)
         self._watchdog = _Watchdog(self, transport, t.connect_timeout)
         self._watchdog.start()
@@ -230,7 +283,7 @@ class HostSession:
         """The host stopped answering: remember why, and break the connection so blocked calls end."""
         if self.dead is None:
             self.dead = error
-        transport = transport or (self._conn.client.get_transport() if self._conn is not None else None)
+        transport = transport or (self._conn.get_transport() if self._conn is not None else None)
         if transport is None:
             return
         try:  # shutdown wakes threads blocked in send/recv on the socket; close alone would not
@@ -243,7 +296,7 @@ class HostSession:
         """An error mid-call: when it broke the connection, the host stays failed for the run
         (reconnecting to a host that just vanished would cost a connect timeout per call)."""
         err = self.explain(exc)
-        transport = self._conn.client.get_transport() if self._conn is not None else None
+        transport = self._conn.get_transport() if self._conn is not None else None
         if self.dead is None and isinstance(err, HostError) and (transport is None or not transport.is_active()):
             self.dead = err
         return err
@@ -256,16 +309,15 @@ class HostSession:
         return describe(self.name, exc)
 
     @property
-    def connection(self) -> Connection:
+    def paramiko_client(self) -> paramiko.SSHClient:
         self.connect()
         assert self._conn is not None
         return self._conn
 
-    @property
-    def paramiko_client(self) -> paramiko.SSHClient:
-        return self.connection.client
-
     def close(self) -> None:
+        if self._early is not None:  # a connect still under way would open after this close
+            self._early.join()
+            self._early = None
         if self._watchdog is not None:
             self._watchdog.stopped.set()
             self._watchdog = None
@@ -307,11 +359,11 @@ class HostSession:
         if env:
             cmd = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + cmd
         timeout = self.timeout if timeout is None else timeout
-        conn = self.connection
+        client = self.paramiko_client
         start = time.monotonic()
         try:
-            r = conn.run(cmd, hide=True, warn=True, in_stream=False, timeout=timeout)
-        except CommandTimedOut:
+            code, out, err = _exec(client.get_transport(), cmd, start + timeout)
+        except TimeoutError:
             if self.dead is not None:
                 raise self.dead from None
             raise HostError(
@@ -324,9 +376,9 @@ class HostSession:
             raise type(err)(f"{err.message} (while running {redact(cmd)[:160]})", fix=err.fix) from None
         if self.dead is not None:  # the watchdog closed the channel: the exit code means nothing
             raise type(self.dead)(f"{self.dead.message} (while running {redact(cmd)[:160]})", fix=self.dead.fix)
-        if r.exited == -1 and not conn.is_connected:
+        if code == -1 and not self.connected:
             raise UnreachableError(f"{self.name}: the SSH connection was lost while running {redact(cmd)[:160]}", fix=FIX_REACH)
-        return CommandResult(self.name, cmd, r.exited, r.stdout, r.stderr, time.monotonic() - start)
+        return CommandResult(self.name, cmd, code, out, err, time.monotonic() - start)
 
     def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644, timeout: Optional[float] = None) -> None:
         """Write a file on the host atomically (temp file + rename) over SFTP, within `timeout`."""
@@ -394,6 +446,12 @@ class Fleet:
         self.sessions = {n: HostSession(self.inventory.ssh_target(n)) for n in names}
 
     def __enter__(self) -> "Fleet":
+        return self
+
+    def connect_early(self) -> "Fleet":
+        """Start every host's connection in the background (see HostSession.connect_early)."""
+        for s in self.sessions.values():
+            s.connect_early()
         return self
 
     def __exit__(self, *exc) -> None:

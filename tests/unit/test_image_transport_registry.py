@@ -97,3 +97,21 @@ def test_the_fence_applies_to_registries(monkeypatch):
 def test_references_parse_as_docker_does(image, expected):
     r = Reference.parse(image)
     assert (r.registry, r.repository, r.tag, r.digest) == expected
+
+
+@pytest.mark.parametrize("ref", [
+    "vllm/vllm-openai:v0.33.0", "nvcr.io/nvidia/vllm:25.09-py3", "localhost:5000/x/y:1", "ubuntu",
+    "10.231.0.1:5000/sparkctl/vllm-sim:0.33.0", "ubuntu@sha256:abc", "registry:5000/a", "a/b/c",
+    "index.docker.io/library/x:2", "host.example/a:b@sha256:ff", "localhost/a",
+])  # fmt: skip
+def test_a_reference_is_read_as_docker_py_reads_it(ref):
+    from docker.auth import resolve_repository_name
+    from docker.utils import parse_repository_tag
+
+    name, _, digest = ref.partition("@")
+    repo, tag = parse_repository_tag(name)
+    registry, repository = resolve_repository_name(repo)
+    if registry == "docker.io" and "/" not in repository:
+        repository = f"library/{repository}"
+    got = Reference.parse(ref)
+    assert (got.registry, got.repository, got.tag, got.digest) == (registry, repository, tag or "latest", digest or None)

@@ -91,8 +91,12 @@ def test_watch_live_view_over_a_pipe_exits_on_interrupt(server):
     env["SPARKCTL_ONLY_NETWORKS"] = "127.0.0.0/8"
     p = subprocess.Popen([sys.executable, "-m", "sparkctl", "status", "--endpoint", server.base, "--watch", "--interval", "0.3"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
-    time.sleep(3)
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=20)
+    try:
+        time.sleep(3)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:  # never leave a live view running behind a failed test
+            p.kill()
     assert p.returncode == 0, err
     assert "tok/s" in err and "/health 200" in err and "Traceback" not in err
