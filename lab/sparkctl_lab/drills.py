@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -26,6 +27,7 @@ from typing import Callable
 import yaml
 
 from sparkctl.errors import InputError, SparkctlError
+from sparkctl.state import LOCK
 from sparkctl_lab import paths
 from sparkctl_lab.faults import host_exec
 from sparkctl_lab.topology import HOSTS, IMAGE
@@ -189,6 +191,195 @@ def _cold_boot() -> str:
     return f"{host_path} emptied on every host, then sparkctl up -i {path} (VLLM_CACHE_ROOT off the volume)"
 
 
+def _stuck_lock() -> str:
+    """A `sparkctl up --force` (a restart) killed with SIGKILL while it holds the cluster lock (the OOM
+    killer, `kill -9`, a control host that rebooted): nothing released the lock, its pid no longer
+    runs, and the restart may have stopped half-way."""
+    p = subprocess.Popen([sys.executable, "-m", "sparkctl", "up", "--force", "-i", str(paths.INVENTORY_PATH)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True, env={**os.environ, "SPARKCTL_ONLY_NETWORKS": FENCE})  # fmt: skip
+    deadline = time.monotonic() + 120
+    try:
+        while host_exec("head", ["test", "-e", LOCK]).returncode != 0:
+            if p.poll() is not None or time.monotonic() > deadline:
+                raise SparkctlError(f"drill: `sparkctl up` ended (exit {p.returncode}) before it held the cluster lock")
+            time.sleep(0.05)
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait(timeout=30)
+    return f"sparkctl up --force (pid {p.pid}) killed with SIGKILL while it held the cluster lock"
+
+
+def _reload_rolled_back() -> str:
+    """On-call lowers gpu_memory_utilization to make room for another job and reloads: the KV pool
+    left is smaller than max_model_len, vLLM refuses to start, the health gate never passes and
+    sparkctl goes back to the last good config by itself."""
+    doc = _inventory()
+    doc["runtime"]["gpu_memory_utilization"] = 0.65
+    path = _variant("reload-rolled-back", doc)
+    r = subprocess.run([sys.executable, "-m", "sparkctl", "reload", "-i", str(paths.INVENTORY_PATH), "--config", str(path),
+                        "--yes", "--json", "--deadline", "120"], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "SPARKCTL_ONLY_NETWORKS": FENCE})  # fmt: skip
+    try:
+        outcome = json.loads(r.stdout).get("outcome")
+    except ValueError:
+        outcome = None
+    if outcome != "rolled back":
+        raise SparkctlError(f"drill: the reload ended {outcome or 'without a report'} (exit {r.returncode}), not rolled back: "
+                            f"{r.stderr[-800:]}")  # fmt: skip
+    return f"sparkctl reload --config {path} (gpu_memory_utilization 0.65): rolled back"
+
+
+def _kv_cache_full() -> str:
+    """Someone raised max_num_seqs to 48 to serve more users at once: 48 contexts of ~63K tokens no
+    longer fit the KV pool, so vLLM preempts the newest request and recomputes it later, again and
+    again. (Contexts stay under 64K: two longer ones in a step are seed 002's crash, another drill.)"""
+    doc = _inventory()
+    doc["runtime"]["max_num_seqs"] = 48
+    path = _variant("kv-cache-full", doc)
+    _up(path)
+    pid = start_load("users", "code", clients=48, context=60_000, max_tokens=3000)
+    _wait_kv_full(timeout=120)
+    return f"sparkctl up -i {path} (max_num_seqs 48), then 48 users with 60K-token prompts (load pid {pid})"
+
+
+def _wait_kv_full(timeout: float) -> None:
+    """Until the head's /metrics shows the KV pool nearly full (the clients' contexts have grown)."""
+    from sparkctl.facts.endpoint import fetch
+    from sparkctl.runtime.metrics import KV_USAGE
+
+    inv = _inventory()
+    head = next(h for h in inv["hosts"].values() if h["role"] == "head")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        kv = fetch(head["ssh"]["address"], inv["runtime"]["port"]).metrics.gauge(KV_USAGE)
+        if kv is not None and kv.max >= 0.95:
+            return
+        time.sleep(1)
+    raise SparkctlError(f"drill: the KV pool did not fill within {timeout:g} s")
+
+
+def _spec_acceptance_low() -> str:
+    """An agent job with a 250K-token history (prose) takes over the cluster: the drafter's
+    acceptance decays with context (seed 002), so vLLM's logged intervals show the mean acceptance
+    length below the expected level. (One such context at a time: two past 64K in a step are seed
+    002's crash, another drill.)"""
+    started = time.time()
+    batch = start_load("batch", "prose", clients=1, context=250_000, max_tokens=2000)
+    _wait_log("SpecDecoding metrics", after=started + 1, timeout=60)
+    return f"a client with 250K-token prose contexts, back to back (load pid {batch})"
+
+
+def _batch_moved() -> str:
+    """The long-context job is moved to its own window (a person asks its owner); the chat users'
+    short requests are what the cluster serves. Returns once vLLM's log has an interval of them."""
+    stopped = stop_load("batch")
+    moved = time.time()
+    if not (LOAD_DIR / "load-chat.pid").exists():
+        start_load("chat", "prose", clients=2, context=0, max_tokens=64)
+    _wait_log("SpecDecoding metrics", after=moved + 11, timeout=60)  # an interval (10 s) wholly after the move
+    return "; ".join(stopped) or "no batch job ran"
+
+
+def _wait_log(text: str, after: float, timeout: float) -> None:
+    """Until the head container's log has a line with `text` written after `after` (epoch s)."""
+    deadline = time.monotonic() + timeout
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(after))
+    while time.monotonic() < deadline:
+        r = host_exec("head", ["sh", "-c", f"docker logs --since {since} sparkctl-head 2>&1 | grep -c '{text}'"])
+        if r.stdout.strip().isdigit() and int(r.stdout.strip()) > 0:
+            return
+        time.sleep(1)
+    raise SparkctlError(f"drill: no `{text}` line in the head's log within {timeout:g} s")
+
+
+# --- a background load, as clients would send it ----------------------------------------------
+
+LOAD_DIR = paths.LAB_DIR / "drills"
+LOAD_LIFETIME = 900.0  # seconds: a forgotten load ends by itself
+ASK = {"code": "Write a python function that merges two sorted lists.", "prose": "Summarise the story above in a paragraph."}
+
+
+def start_load(name: str, kind: str, clients: int, context: int, max_tokens: int) -> int:
+    """Clients sending requests to the head until `stop_load()` (or LOAD_LIFETIME): a process of its
+    own, so the traffic outlives the `sparkctl lab drill` that started it. Each request is a new
+    (cold) prompt of `context` tokens, then ASK[kind]."""
+    stop_load(name)
+    LOAD_DIR.mkdir(parents=True, exist_ok=True)
+    p = subprocess.Popen([sys.executable, "-m", "sparkctl_lab.drills", "load", kind, str(clients), str(context), str(max_tokens)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    (LOAD_DIR / f"load-{name}.pid").write_text(str(p.pid))
+    return p.pid
+
+
+def stop_load(name: str | None = None) -> list[str]:
+    """End the drill's background load `name` (every one when None)."""
+    stopped = []
+    for pidfile in sorted(LOAD_DIR.glob(f"load-{name or '*'}.pid")) if LOAD_DIR.exists() else []:
+        try:
+            pid = int(pidfile.read_text())
+        except (OSError, ValueError):
+            pid = 0
+        pidfile.unlink(missing_ok=True)
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"sparkctl_lab.drills" not in f.read():
+                    continue  # the pid was reused: not ours
+            os.killpg(pid, signal.SIGTERM)
+        except (OSError, ProcessLookupError):
+            continue
+        stopped.append(f"stopped the drill's load {pidfile.stem.removeprefix('load-')} (pid {pid})")
+    if stopped and not list(LOAD_DIR.glob("load-*.pid")):  # no client left: the head's queue must empty
+        _wait_drained(timeout=180)
+    return stopped
+
+
+def _wait_drained(timeout: float) -> None:
+    """Until the head has no request left: the simulator, unlike vLLM (with_cancellation), finishes
+    a non-streaming request whose client is gone, so a stopped load leaves a queue behind it."""
+    from sparkctl.errors import SparkctlError as _Err
+    from sparkctl.facts.endpoint import fetch
+    from sparkctl.runtime.metrics import RUNNING, WAITING
+
+    inv = _inventory()
+    head = next(h for h in inv["hosts"].values() if h["role"] == "head")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            m = fetch(head["ssh"]["address"], inv["runtime"]["port"]).metrics
+        except _Err:
+            return
+        if not m or ((m.total(RUNNING) or 0) + (m.total(WAITING) or 0)) == 0:
+            return  # drained, or not serving at all
+        time.sleep(1)
+
+
+def _load(kind: str, clients: int, context: int, max_tokens: int) -> None:
+    """The load process: `clients` threads, back to back."""
+    import uuid
+
+    url, model = _head_url(), _served_model()
+    end = time.monotonic() + LOAD_LIFETIME
+    words = " ".join(f"ctx{i % 997}" for i in range(context))
+
+    def client() -> None:
+        while time.monotonic() < end:
+            prompt = f"req{uuid.uuid4().hex} {words} {ASK[kind]}" if context else ASK[kind]
+            body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+                               "ignore_eos": True}).encode()  # fmt: skip
+            req = urllib.request.Request(f"{url}/v1/chat/completions", body, {"Content-Type": "application/json"})
+            try:
+                urllib.request.urlopen(req, timeout=300).read()
+            except (urllib.error.URLError, OSError, TimeoutError):
+                time.sleep(0.5)  # restarting: try again
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    for t in threads:
+        t.start()
+        time.sleep(0.2)
+    for t in threads:
+        t.join()
+
+
 def _variant(name: str, doc: dict):
     drill_dir = paths.LAB_DIR / "drills"
     drill_dir.mkdir(parents=True, exist_ok=True)
@@ -245,6 +436,16 @@ DRILLS: dict[str, Drill] = {
               _unreachable, ("SparkctlWorkerLost",), needs_runtime=False, hands=_unreachable_back),
         Drill("engram-missing", "engram.placed", "engram.placed", "offload", "the Engram tables vanish from RAM (a reboot)",
               _engram_missing, needs_runtime=False),
+        Drill("stuck-lock", "state.lock", "state.lock", "head", "a sparkctl up --force killed with SIGKILL leaves the cluster lock behind",
+              _stuck_lock),
+        Drill("reload-rolled-back", "state.last_reload", "state.last_reload", "head",
+              "a reload with a KV pool too small for max_model_len never serves: sparkctl rolls back", _reload_rolled_back),
+        Drill("kv-cache-full", "kv-cache-full", "runtime.metrics", "head",
+              "max_num_seqs raised to 48: 48 users' 62K-token contexts overflow the KV pool", _kv_cache_full,
+              ("SparkctlPreemptionsRising",)),
+        Drill("spec-acceptance-low", "spec-acceptance-low", "runtime.spec_acceptance", "head",
+              "an agent job with 250K-token contexts: speculative acceptance decays with context", _spec_acceptance_low,
+              ("SparkctlSpecAcceptanceLow",), hands=_batch_moved),
     ]  # fmt: skip
 }
 
@@ -277,3 +478,8 @@ def run(name: str) -> dict:
                              f"{paths.INVENTORY_PATH}` first") from None  # fmt: skip
     done = d.inject()
     return {**describe(d), "done": done}
+
+
+if __name__ == "__main__":  # the background load: python -m sparkctl_lab.drills load KIND CLIENTS CONTEXT MAX_TOKENS
+    if sys.argv[1:2] == ["load"]:
+        _load(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))

@@ -148,6 +148,9 @@ def clear_faults() -> list[str]:
     """Every fault off: links up at their nominal MTU, fault files emptied, foreign processes killed."""
     preflight.require_root("`sparkctl lab fault --clear-all`")
     changes = netns.restore_links()
+    from sparkctl_lab.drills import stop_load  # a drill's background clients
+
+    changes += stop_load()
     for name in HOSTS:
         f = state.load_faults(name)
         if not f:

@@ -28,6 +28,8 @@ BY_CHECK = {
     "runtime.metrics": "kv-cache-full",  # it warns only on a nearly full KV pool
     "runtime.kv_pool": "kv-cache-full",
     "engram.checksums": "engram.placed",
+    "runtime.spec_acceptance": "spec-acceptance-low",
+    "runtime.queue": "long-ttft",
 }
 
 

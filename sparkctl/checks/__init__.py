@@ -3,10 +3,10 @@
 Importing this package registers every check in `base.REGISTRY`, in the order doctor shows them.
 """
 
-from sparkctl.checks import ssh, host, gpu, fabric, env, images, caches, engram, runtime  # noqa: F401  (registration)
+from sparkctl.checks import ssh, host, gpu, fabric, env, images, caches, engram, runtime, state  # noqa: F401  (registration)
 from sparkctl.checks.base import REGISTRY, CheckResult, Context  # noqa: F401
 
-GROUPS = ("ssh", "host", "gpu", "fabric", "env", "images", "caches", "engram", "runtime")
+GROUPS = ("ssh", "host", "gpu", "fabric", "env", "images", "caches", "engram", "runtime", "state")
 # group -> the fact kinds its checks read, as each checks module declares them (READS)
 GROUP_READS = {g: globals()[g].READS for g in GROUPS}
 

@@ -355,3 +355,61 @@ def drafter(ctx: Context, host: str, f):
             f"`docker logs --tail 100 sparkctl-drafter` on {host}; `sparkctl up` starts it before the head",
         )
     ]
+
+
+@host_check("runtime.spec_acceptance", "speculative acceptance over vLLM's last logged interval meets alerts.acceptance_length_min", scope=head_host)
+def spec_acceptance(ctx: Context, host: str, f):
+    if not running_anywhere(ctx):
+        return [skipped(NOT_RUNNING)]
+    if not ctx.inventory.runtime.speculative:
+        return [skipped("no speculative decoding in the inventory")]
+    _, c, logs = _head_container(ctx)
+    want = ctx.inventory.alerts.acceptance_length_min
+    # vLLM logs `SpecDecoding metrics: Mean acceptance length: X` every stats interval (10 s) with
+    # traffic: acceptance now, not since start (the counters on /metrics dilute a recent collapse).
+    got = logs.spec_mean_acceptance if logs is not None else None
+    if got is None:
+        return [ok("no speculative interval logged since the head started (no traffic yet)")]
+    if got < want:
+        return [
+            warn(
+                f"mean acceptance length {got:.2f} over the last logged interval, below the expected {want:g} "
+                "(alerts.acceptance_length_min): drafting costs more than it saves",
+                "long contexts lower acceptance (seed 002: code ~4.3 at short context, ~2.8 by 80K): if the traffic now "
+                "has long contexts, that is the known decay; at short context, check the drafter (runtime.drafter) "
+                "and its version",
+                acceptance_length=got, expected=want,
+            )
+        ]
+    return [ok(f"mean acceptance length {got:.2f} over the last logged interval (expected >= {want:g})",
+               acceptance_length=got, expected=want)]  # fmt: skip
+
+
+@host_check("runtime.queue", "no queue (more than alerts.waiting_requests) while a slot is free: a long prefill holding the token budget", scope=head_host)
+def queue(ctx: Context, host: str, f):
+    if not running_anywhere(ctx):
+        return [skipped(NOT_RUNNING)]
+    ep = ctx.endpoint
+    if ep is None or ep.health != 200 or ep.metrics_error:
+        return [skipped("the API is not serving (see runtime.health)")]
+    m, slots = ep.metrics, ctx.inventory.runtime.max_num_seqs
+    running, waiting = m.total(RUNNING) or 0.0, m.total(WAITING) or 0.0
+    engines = max(1, len(m.engines))  # data parallel: max_num_seqs per engine
+    data = {"running": running, "waiting": waiting, "max_num_seqs": slots}
+    kv = m.gauge(KV_USAGE)
+    if waiting > 0 and kv is not None and kv.max >= KV_USAGE_WARN:
+        return [ok(f"{waiting:g} request(s) wait for KV space, not behind a prefill (see runtime.metrics)", **data)]
+    # vLLM admits a waiting request only while the step's token budget lasts: requests waiting with
+    # slots free mean a prefill takes the whole budget (seed 000's head-of-line blocking). One or two
+    # waiting is a request that arrived mid-step; more than alerts.waiting_requests is a queue.
+    if waiting > ctx.inventory.alerts.waiting_requests and running < slots * engines:
+        return [
+            warn(
+                f"{waiting:g} request(s) wait with {running:g} of {slots * engines} slots busy: a long prompt's prefill "
+                "holds the step's token budget, and short requests wait for their first token until it ends",
+                "find the long cold prompts (`sparkctl status --watch`: waiting while few run); move long-context jobs to "
+                "their own window or cluster, or keep their prefix warm",
+                **data,
+            )
+        ]
+    return [ok(f"{running:g} running, {waiting:g} waiting (max_num_seqs {slots})", **data)]

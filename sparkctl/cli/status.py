@@ -23,18 +23,22 @@ def _containers(session, inv) -> list[dict]:
     return [{"name": c.name, "state": c.status, "config_hash": c.config_hash, "image_id": c.image_id} for c in f.containers]
 
 
-def collect(inv, sample_seconds: float) -> dict:
-    from sparkctl.facts.endpoint import fetch
+def runtime_fleet(inv):
+    """One SSH session per host that runs a container of the launch (opened on first use)."""
     from sparkctl.runtime.launch import render
-    from sparkctl.transport.guard import check_address
     from sparkctl.transport.ssh import Fleet
 
     plan = render(inv)
-    head = inv.hosts_with_role("head")[0]
-    address = inv.hosts[head].ssh.address
-    check_address(address, "the runtime's HTTP endpoint")
-    with Fleet(inv, hosts=sorted({c.host for c in plan.containers}, key=list(inv.hosts).index)) as fleet:
-        found = fleet.map(lambda s: _containers(s, inv))
+    return Fleet(inv, hosts=sorted({c.host for c in plan.containers}, key=list(inv.hosts).index))
+
+
+def host_containers(inv, fleet) -> dict:
+    """host -> its error and the launch's containers there (state, config hash against the plan),
+    over `fleet`'s sessions: --watch keeps them open for every frame."""
+    from sparkctl.runtime.launch import render
+
+    plan = render(inv)
+    found = fleet.map(lambda s: _containers(s, inv))
     hosts = {}
     for h, o in found.items():
         want = [c.name for c in plan.for_host(h)]
@@ -47,6 +51,20 @@ def collect(inv, sample_seconds: float) -> dict:
                 for n in want
             ],
         }
+    return hosts
+
+
+def collect(inv, sample_seconds: float) -> dict:
+    from sparkctl.facts.endpoint import fetch
+    from sparkctl.runtime.launch import render
+    from sparkctl.transport.guard import check_address
+
+    plan = render(inv)
+    head = inv.hosts_with_role("head")[0]
+    address = inv.hosts[head].ssh.address
+    check_address(address, "the runtime's HTTP endpoint")
+    with runtime_fleet(inv) as fleet:
+        hosts = host_containers(inv, fleet)
     first = fetch(address, inv.runtime.port)
     runtime: dict = {"url": first.url, "health": first.health, "error": first.health_error}
     if first.models:
@@ -111,8 +129,14 @@ def status(
         raise typer.Exit(0 if doc["healthy"] else 1)
     inv = load_inventory(require_inventory(inventory))
     if watch:
+        from sparkctl.transport.guard import check_address
+
         head = inv.hosts_with_role("head")[0]
-        return watch_view(lambda: collect(inv, 0.2), (inv.hosts[head].ssh.address, inv.runtime.port), interval)
+        address = inv.hosts[head].ssh.address
+        check_address(address, "the runtime's HTTP endpoint")
+        # one SSH session per host for the whole watch: a frame is one round trip, not a reconnect
+        with runtime_fleet(inv) as fleet:
+            return watch_view(lambda: {"hosts": host_containers(inv, fleet)}, (address, inv.runtime.port), interval)
     doc = collect(inv, max(0.2, sample))
     if json_out:
         print_json(doc)

@@ -14,12 +14,12 @@ from __future__ import annotations
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 from sparkctl.facts import caches, docker, engram, gpu, logs, network, rdma, system
 from sparkctl.facts.probe import Section, gather
 from sparkctl.inventory.models import FabricLink, Inventory
-from sparkctl.state import APPLIED, EVENTS, EVENTS_SHOWN, HISTORY_PROBE, JOURNAL, parse_events, parse_history
+from sparkctl.state import APPLIED, EVENTS, EVENTS_SHOWN, HISTORY_PROBE, JOURNAL, LOCK, parse_events, parse_history
 
 # Every fact kind a host can be asked for. Checks (checks/*.py `READS`) and steps (`Step.facts`)
 # declare the kinds they read; a run gathers the union, once per host, in one round trip.
@@ -27,7 +27,7 @@ KINDS = frozenset({
     "clock", "whoami", "ip_addr", "speeds", "rdma_state", "ibdev2netdev", "route", "ping", "gpus",
     "gpu_apps", "meminfo", "disk", "memlock", "logind", "image", "containers", "logs", "cache",
     "engram", "engram_hashes", "engram_rehash", "engram_source_hashes", "drafter_health", "applied", "gid", "netplan",
-    "health", "journal", "events", "history",
+    "health", "journal", "events", "history", "lock",
 })
 # waiting, not working: run these concurrently inside the host's script
 BACKGROUND_KINDS = {"ping", "route", "gpus", "gpu_apps", "disk", "image", "containers", "logs", "drafter_health",
@@ -167,6 +167,8 @@ def probes_for(inv: Inventory, host: str, kinds: Optional[Iterable[str]] = None)
         add("journal", f"cat {JOURNAL} 2>/dev/null || true")
         add("events", f"tail -n {EVENTS_SHOWN} {EVENTS} 2>/dev/null || true")
         add("history", HISTORY_PROBE)
+        # the holder record, the lock's mtime and the head's clock (lock.parse_holder reads these three)
+        add("lock", f"if [ -e {LOCK} ]; then cat {LOCK} && stat -c %Y {LOCK} && date +%s; fi")
         add("health", health_probe(inv.runtime.port))
     if h.fabric:
         add("netplan", f"cat {NETPLAN_PATH}")
@@ -236,6 +238,7 @@ class HostFacts:
     journal: Optional[dict] = None  # a reload in progress (or interrupted): state.JOURNAL
     events: list[dict] = field(default_factory=list)  # applied configs, reloads, rollbacks: state.EVENTS
     history: list[dict] = field(default_factory=list)  # replaced applied records, oldest first
+    lock: Any = None  # the cluster lock's holder (sparkctl.lock.Holder), None when the lock is free
     health: Optional[str] = None  # the head's /health status line from the head itself, or "refused"
     netplan: Optional[str] = None  # the fabric netplan file sparkctl writes, None when absent
     engram_rehashed: list[str] = field(default_factory=list)  # files whose size/ctime moved since placement
@@ -348,6 +351,15 @@ def parse_host(inv: Inventory, host: str, sections: dict[str, Section], clock_se
         if sec.out.strip():
             f.journal = json.loads(sec.out)
 
+    def lock(sec: Section) -> None:
+        from sparkctl.lock import parse_holder
+        from sparkctl.transport.redact import redact
+
+        if sec.out.strip():
+            f.lock = parse_holder(sec.out)
+            if f.lock is None:
+                f.errors["lock"] = f"unreadable lock file {LOCK}: {redact(sec.out.strip())[:200]}"
+
     def netplan(sec: Section) -> None:
         f.netplan = sec.out if sec.ok else None
 
@@ -389,6 +401,7 @@ def parse_host(inv: Inventory, host: str, sections: dict[str, Section], clock_se
     parse("journal", journal)
     parse("events", lambda s: setattr(f, "events", parse_events(s.out)))
     parse("history", lambda s: setattr(f, "history", parse_history(s.out)))
+    parse("lock", lock)
     parse("engram_hashes", engram_hashes)
     parse("engram_rehash", engram_rehash)
     parse("engram_source_hashes", engram_source_hashes)

@@ -13,11 +13,11 @@ from sparkctl.checks import REGISTRY
 from test_alerts import inventory
 
 SECTIONS = ("**What you see.**", "**Confirm.**", "**Fix.**", "**Verify.**", "**Escalate**")
-# the failures the on-call issue lists (a stuck cluster lock and a failed reload are not written yet)
+# the failures the on-call issue lists
 ON_CALL = [
     "caches.compile", "fabric.link", "fabric.mtu", "fabric.address", "images.same", "engine-crash",
     "runtime.moe_backend", "spec-acceptance-low", "kv-cache-full", "long-ttft", "engram.placed", "worker-lost",
-    "runtime.drafter", "ssh.reachable", "runtime-down",
+    "runtime.drafter", "ssh.reachable", "runtime-down", "state.lock", "state.last_reload",
 ]  # fmt: skip
 
 

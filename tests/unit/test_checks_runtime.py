@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from sparkctl.alerts import runbooks
 from sparkctl.facts.endpoint import EndpointFacts, parse_metrics
 from sparkctl.runtime.launch import render
 from test_checks import INV, H, O, W, by, edit, failing, run, sections
@@ -243,3 +244,50 @@ def test_last_starts_warm_or_cold_from_the_log_informs_the_cache_check():
     secs = edit(running(logs={"head": hit}), H, "cache", warm)
     c = by(run(secs, endpoint=endpoint()), "caches.compile", H)
     assert c.status == "ok" and "warm start" in c.message and c.data["last_start"] == "warm"
+
+
+# --- runtime.spec_acceptance: vLLM's last logged interval against the inventory's expected level ----
+
+
+
+def spec_line(length: float) -> str:
+    # vLLM 0.33's SpecDecoding line (v1/spec_decode/metrics.py:120) as the head's API server logs it
+    return line("spec", length, 310.5, 900.0, 3105, 9000, "0.510, 0.260, 0.130, 0.070, 0.040", 34.5, process="APIServer pid=1")
+
+
+def test_acceptance_over_the_last_interval_below_the_expected_level_warns():
+    logs = {"head": OK_LOG + [spec_line(3.90), spec_line(1.84)]}  # the newest interval counts, not the first
+    r = by(run(running(logs=logs), endpoint=endpoint()), "runtime.spec_acceptance", H)
+    assert r.status == "warn" and "1.84" in r.message and f"{INV.alerts.acceptance_length_min:g}" in r.message
+    assert runbooks.for_result(r) == "docs/runbooks/spec-acceptance-low.md"
+
+
+def test_acceptance_at_or_above_the_level_or_not_logged_yet_is_ok():
+    r = by(run(running(logs={"head": OK_LOG + [spec_line(1.5), spec_line(3.10)]}), endpoint=endpoint()), "runtime.spec_acceptance", H)
+    assert r.status == "ok" and "3.10" in r.message
+    r = by(run(running(), endpoint=endpoint()), "runtime.spec_acceptance", H)
+    assert r.status == "ok" and "no speculative interval" in r.message
+
+
+# --- runtime.queue: requests waiting while slots are free (a long prefill holds the budget) --------
+
+
+def test_requests_waiting_with_free_slots_warn_head_of_line():
+    r = by(run(running(), endpoint=endpoint(metrics={"0": {**ENGINE0, "m_running": 1, "m_waiting": 6}})), "runtime.queue", H)
+    assert r.status == "warn" and "6 request(s) wait with 1 of 4 slots busy" in r.message
+    assert runbooks.for_result(r) == "docs/runbooks/long-ttft.md"
+
+
+def test_waiting_for_full_slots_or_a_request_arriving_mid_step_is_ok():
+    full = {"0": {**ENGINE0, "m_running": INV.runtime.max_num_seqs, "m_waiting": 9}}
+    assert by(run(running(), endpoint=endpoint(metrics=full)), "runtime.queue", H).status == "ok"
+    mid_step = {"0": {**ENGINE0, "m_running": 2, "m_waiting": 1}}  # seen on the lab with 3 chat users, no long prompt
+    assert by(run(running(), endpoint=endpoint(metrics=mid_step)), "runtime.queue", H).status == "ok"
+    assert by(run(running(), endpoint=endpoint()), "runtime.queue", H).status == "ok"
+
+
+def test_waiting_for_kv_space_is_the_pools_problem_not_head_of_line():
+    full = {"0": {**ENGINE0, "m_running": 2, "m_waiting": 7, "m_kv_usage": 0.99}}
+    r = run(running(), endpoint=endpoint(metrics=full))
+    assert by(r, "runtime.queue", H).status == "ok" and "KV space" in by(r, "runtime.queue", H).message
+    assert by(r, "runtime.metrics", H).status == "warn"
