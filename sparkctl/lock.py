@@ -122,14 +122,20 @@ def _acquire_script(doc: str) -> str:
         f"mkdir -p {state} && chmod 700 {state} && tmp=$(mktemp {state}/.lock.XXXXXX) && "
         f"printf '%s\\n' {shlex.quote(doc)} > \"$tmp\" && "
         f"if ln \"$tmp\" {lock} 2>/dev/null; then rm -f \"$tmp\"; echo ACQUIRED; "
-        f"else rm -f \"$tmp\"; echo HELD; {_read_script()}; fi"
+        f"else rm -f \"$tmp\"; echo HELD; {read_script()}; fi"
     )
 
 
-def _read_script() -> str:
+def read_script() -> str:
     # the holder record, then the lock's mtime and the head's clock: heartbeat age by one clock
     lock = shlex.quote(LOCK_PATH)
     return f"cat {lock} 2>/dev/null && stat -c %Y {lock} && date +%s"
+
+
+def probe() -> str:
+    """The lock as a fact: nothing when free, else what parse_holder reads (facts/host.py's
+    `lock` kind runs this in the head's round trip)."""
+    return f"if [ -e {shlex.quote(LOCK_PATH)} ]; then {read_script()}; fi"
 
 
 def parse_holder(text: str) -> Optional[Holder]:
@@ -156,7 +162,7 @@ def parse_holder(text: str) -> Optional[Holder]:
 
 def read_holder(session) -> Optional[Holder]:
     """Who holds the lock on this (head) session's host, or None."""
-    r = session.run(f"if [ -e {shlex.quote(LOCK_PATH)} ]; then {_read_script()}; fi")
+    r = session.run(probe())
     r.check("read the cluster lock")
     if not r.stdout.strip():
         return None
@@ -203,13 +209,20 @@ class ClusterLock:
         self._stop = threading.Event()
         self._beat: Optional[threading.Thread] = None
         self.lost: Optional[str] = None  # set when the heartbeat found the lock broken
+        self.held = False
+        self.wait = 0.0  # how long `take` waits for another run's lock (--wait)
+
+    def take(self) -> None:
+        """Acquire for the rest of the run (a lazily held lock: before the first change)."""
+        if not self.held:
+            self.acquire(self.wait)
 
     def _record(self) -> str:
         d = asdict(self.me)
         d.pop("heartbeat_age")
         return json.dumps(d, separators=(",", ":"))
 
-    def try_acquire(self) -> Optional[Holder]:
+    def try_acquire(self, attempts: int = 3) -> Optional[Holder]:
         """Take the lock if free; else return its holder."""
         r = self.session.run(_acquire_script(self._record()))
         r.check("take the cluster lock")
@@ -217,9 +230,15 @@ class ClusterLock:
         if first.strip() == "ACQUIRED":
             return None
         holder = parse_holder(rest)
-        if holder is None:  # released between our ln and our cat: try again
-            return self.try_acquire()
-        return holder
+        if holder is not None:
+            return holder
+        if rest.strip() and attempts <= 1:  # there, but not a holder record
+            raise HostError(
+                f"{self.session.name}: the cluster lock {LOCK_PATH} is unreadable: {redact(rest.strip())[:200]}",
+                fix="look at the file on the head; if no sparkctl run is using the cluster, `sparkctl unlock` removes it",
+            )
+        time.sleep(0.1)  # released between our ln and our cat, or being written: look again
+        return self.try_acquire(attempts - 1)
 
     def acquire(self, wait: float = 0) -> None:
         deadline = time.monotonic() + max(0.0, wait)
@@ -235,6 +254,7 @@ class ClusterLock:
                 self.notify(f"waiting up to {wait:.0f} s for the cluster lock: held by {holder.describe()}")
                 told = True
             time.sleep(min(POLL_EVERY, remaining))
+        self.held = True
         self._beat = threading.Thread(target=self._heartbeat, name="sparkctl-lock-heartbeat", daemon=True)
         self._beat.start()
 
@@ -250,6 +270,9 @@ class ClusterLock:
                 self.notify(f"warning: {self.lost}")
 
     def release(self) -> None:
+        if not self.held:
+            return
+        self.held = False
         self._stop.set()
         if self._beat is not None:
             self._beat.join(HEARTBEAT_EVERY * 2 + 1)
@@ -271,14 +294,19 @@ def head_session(fleet):
 
 
 @contextmanager
-def cluster_lock(fleet, wait: float = 0, hold: bool = True, notify: Callable[[str], None] | None = None) -> Iterator[Optional[ClusterLock]]:
+def cluster_lock(
+    fleet, wait: float = 0, hold: bool = True, notify: Callable[[str], None] | None = None, lazy: bool = False
+) -> Iterator[Optional[ClusterLock]]:
     """Hold the cluster lock (on the head of `fleet`) for the body; `hold=False` (a --check run)
-    takes nothing."""
+    takes nothing. `lazy=True` yields the lock untaken: the runner takes it before the first
+    change (a run that changes nothing never writes it) and plans again under it."""
     if not hold:
         yield None
         return
     lock = ClusterLock(head_session(fleet), fleet.inventory.cluster.name, notify=notify)
-    lock.acquire(wait)
+    lock.wait = wait
+    if not lazy:
+        lock.acquire(wait)
     previous = _interrupt_on_termination()
     try:
         yield lock

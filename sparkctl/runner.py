@@ -127,11 +127,12 @@ def _reached(ctx: RunContext, stage: Stage) -> list[str]:
     return [h for h in stage.step.hosts(ctx.inventory) if h in ctx.fleet.sessions]
 
 
-def gather_facts(ctx: RunContext, stages: list[Stage]) -> dict[str, tuple[str, Optional[str]]]:
-    """One round trip per host with every stage's fact kinds; returns per-host (error, fix) for hosts that failed."""
+def gather_facts(ctx: RunContext, stages: list[Stage], extra: Optional[dict[str, set[str]]] = None) -> dict[str, tuple[str, Optional[str]]]:
+    """One round trip per host with every stage's fact kinds (and `extra` kinds per host);
+    returns per-host (error, fix) for hosts that failed."""
     from sparkctl.facts.host import gather_host
 
-    kinds: dict[str, set[str]] = {h: set() for h in ctx.fleet.sessions}
+    kinds: dict[str, set[str]] = {h: set((extra or {}).get(h, ())) for h in ctx.fleet.sessions}
     for stage in stages:
         for host in _reached(ctx, stage):
             kinds[host] |= set(stage.step.facts)
@@ -146,11 +147,45 @@ def gather_facts(ctx: RunContext, stages: list[Stage]) -> dict[str, tuple[str, O
     return errors
 
 
+class _LockFirst(Exception):
+    """Raised by a run without the cluster lock when it must take it: a change is planned, or
+    another run holds it. The run starts again under the lock, from fresh facts."""
+
+
 def run_playbook(
     ctx: RunContext,
     stages: list[Stage],
     playbook: str,
     on_result: Callable[[StepResult], None] = lambda r: None,
+) -> Recap:
+    """Run the stages. With a lock not yet taken (`ctx.lock`, lazy), the run first plans without
+    it, reading the lock on the head in the same round trip: when nothing is to change and nobody
+    holds it, that is the whole run (no lock written, no extra round trip). Otherwise it takes the
+    lock (or is refused, or waits, naming the holder) and runs again from fresh facts, because
+    what it planned from may have changed before it held the lock."""
+    lock = ctx.lock
+    if lock is None or lock.held or ctx.check_mode:
+        return _run(ctx, stages, playbook, on_result)
+    held_back: list[StepResult] = []  # shown only if this pass is the run
+    try:
+        recap = _run(ctx, stages, playbook, held_back.append, lock_free=True)
+    except _LockFirst:
+        lock.take()
+        ctx.facts.clear()
+        ctx.outputs = type(ctx.outputs)()
+        return _run(ctx, stages, playbook, on_result, prepare=False)
+    for r in held_back:
+        on_result(r)
+    return recap
+
+
+def _run(
+    ctx: RunContext,
+    stages: list[Stage],
+    playbook: str,
+    on_result: Callable[[StepResult], None],
+    prepare: bool = True,
+    lock_free: bool = False,
 ) -> Recap:
     start = time.monotonic()
     recap = Recap(playbook=playbook, check_mode=ctx.check_mode, steps=[s.name for s in stages])
@@ -204,10 +239,13 @@ def run_playbook(
         return True
 
     pending_gates = [s for s in stages if s.spec.gate]
-    preparing = _prepare(ctx, stages)  # e.g. a registry lookup, while the hosts answer the facts round trip
-    unreachable = gather_facts(ctx, [s for s in stages if not s.spec.gate])
+    preparing = _prepare(ctx, stages) if prepare else []  # e.g. a registry lookup, during the facts round trip
+    head = ctx.inventory.hosts_with_role("head")[0]
+    unreachable = gather_facts(ctx, [s for s in stages if not s.spec.gate], extra={head: {"lock"}} if lock_free else None)
     for t in preparing:
         t.join()
+    if lock_free and head in ctx.facts and (ctx.facts[head].lock is not None or "lock" in ctx.facts[head].errors):
+        raise _LockFirst  # another run holds it (or held it and is gone): refused, or --wait, by the lock
     if unreachable:  # SSH (connect, host key, auth, deadline) failed: named as such, before any step
         recap.steps.insert(0, CONNECT)
         for h, (error, fix) in unreachable.items():
@@ -225,6 +263,8 @@ def run_playbook(
         if not ok:
             failed_step = recap.stopped_at = stage.name
             continue
+        if lock_free and any(not p.empty for p in plans.values()):
+            raise _LockFirst
         if any(not p.empty for p in plans.values()) and not open_gates():
             for h in plans:
                 emit(StepResult(stage.name, h, "skipped", f"not applied: step {failed_step!r} failed"))

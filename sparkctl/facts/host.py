@@ -19,6 +19,7 @@ from typing import Any, Iterable, Optional
 from sparkctl.facts import caches, docker, engram, gpu, logs, network, rdma, system
 from sparkctl.facts.probe import Section, gather
 from sparkctl.inventory.models import FabricLink, Inventory
+from sparkctl.lock import probe as lock_probe
 from sparkctl.state import APPLIED, EVENTS, EVENTS_SHOWN, HISTORY_PROBE, JOURNAL, LOCK, parse_events, parse_history
 
 # Every fact kind a host can be asked for. Checks (checks/*.py `READS`) and steps (`Step.facts`)
@@ -168,7 +169,7 @@ def probes_for(inv: Inventory, host: str, kinds: Optional[Iterable[str]] = None)
         add("events", f"tail -n {EVENTS_SHOWN} {EVENTS} 2>/dev/null || true")
         add("history", HISTORY_PROBE)
         # the holder record, the lock's mtime and the head's clock (lock.parse_holder reads these three)
-        add("lock", f"if [ -e {LOCK} ]; then cat {LOCK} && stat -c %Y {LOCK} && date +%s; fi")
+        add("lock", lock_probe())
         add("health", health_probe(inv.runtime.port))
     if h.fabric:
         add("netplan", f"cat {NETPLAN_PATH}")

@@ -107,6 +107,8 @@ class RunContext:
     options: dict[str, Any] = field(default_factory=dict)
     progress: Callable[[str, str, str], None] = lambda host, step, text: None
     outputs: Outputs = field(default_factory=Outputs)
+    # the cluster lock, when the runner takes it before the first change (lock.cluster_lock lazy)
+    lock: Any = None
 
     @cached_property
     def launch(self):

@@ -167,3 +167,62 @@ def test_a_host_that_cannot_be_reached_fails_connect_and_nothing_runs():
     assert statuses(recap, "connect") == {"worker": "failed"}
     assert [r.fix for r in recap.results if r.step == "connect"] == ["ssh-keygen -R worker"]
     assert statuses(recap, "a") == {"head": "skipped", "offload": "skipped"}
+
+
+class HeadLock(NoHosts):
+    """A fleet whose head reports the cluster lock's holder (None: free) in the facts round trip."""
+
+    def __init__(self, holder=None):
+        self.holder, self.asked = holder, []
+
+    def map(self, fn, hosts=None, timeout=None):
+        from types import SimpleNamespace
+
+        from sparkctl.transport.ssh import Outcome
+
+        self.asked.append(list(hosts or []))
+        return {h: Outcome(h, value=SimpleNamespace(lock=self.holder, errors={})) for h in hosts or []}
+
+
+class LazyLock:
+    """The lock as the runner sees it: taken on demand (`take` raises like a refused lock would)."""
+
+    def __init__(self, refuse=None):
+        self.held, self.taken, self.refuse = False, 0, refuse
+
+    def take(self):
+        if self.refuse:
+            raise self.refuse
+        self.held, self.taken = True, self.taken + 1
+
+
+def run_lazy(stages, fleet, lock):
+    shown = []
+    ctx = RunContext(inventory=INV, fleet=fleet, lock=lock)
+    return run_playbook(ctx, stages, "test", on_result=shown.append), shown
+
+
+def test_a_run_with_nothing_to_change_reads_the_lock_and_never_takes_it():
+    fleet, lock = HeadLock(), LazyLock()
+    recap, shown = run_lazy([stage(Fake("a"))], fleet, lock)
+    assert lock.taken == 0 and fleet.asked == [["head"]]  # the lock read in the head's one round trip
+    assert not recap.failed and shown == recap.results and len(shown) == len(HOSTS)
+
+
+def test_a_planned_change_takes_the_lock_then_plans_again_from_fresh_facts_and_applies_once():
+    log = []
+    fleet, lock = HeadLock(), LazyLock()
+    recap, shown = run_lazy([stage(Reads("a", {"worker": ["x"]}, log=log))], fleet, lock)
+    assert lock.taken == 1 and fleet.asked == [HOSTS, HOSTS]  # every host read again once the lock is held
+    assert [(s, h) for s, h, *_ in log] == [("a", "worker")]  # applied once, under the lock
+    assert statuses(recap, "a")["worker"] == "changed" and shown == recap.results
+
+
+def test_a_lock_held_by_another_run_is_taken_or_refused_before_anything_is_planned():
+    from sparkctl.lock import LockHeld
+
+    log = []
+    fleet, lock = HeadLock(holder="someone"), LazyLock(refuse=LockHeld("cluster lab is locked by someone"))
+    with pytest.raises(LockHeld, match="locked by someone"):
+        run_lazy([stage(Fake("a"))], fleet, lock)  # nothing to change, but another run holds the cluster
+    assert log == [] and lock.taken == 0
