@@ -280,6 +280,49 @@ def _batch_moved() -> str:
     return "; ".join(stopped) or "no batch job ran"
 
 
+def _long_ttft() -> str:
+    """Seed 000's head-of-line blocking: a batch job sends 250K-token cold prompts, back to back,
+    into a cluster serving chat users; each prefill takes the step's whole token budget, and the
+    chat users' short requests wait behind it for their first token. (One long context at a time:
+    two past 64K in a step are seed 002's crash, another drill.)"""
+    if not (LOAD_DIR / "load-chat.pid").exists():
+        start_load("chat", "prose", clients=2, context=0, max_tokens=64)
+    batch = start_load("batch", "prose", clients=1, context=250_000, max_tokens=16)
+    _wait_ttft(above=True, timeout=90)
+    return f"a batch client with 250K-token cold prompts, back to back, beside 2 chat users (load pid {batch})"
+
+
+def _long_prompts_moved() -> str:
+    """The batch job is moved to its own window (a person asks its owner); the chat users stay.
+    Returns once their first tokens are fast again (the simulator finishes a prompt already
+    admitted, as vLLM would for a client still connected)."""
+    stopped = stop_load("batch")
+    _wait_ttft(above=False, timeout=120)
+    return "; ".join(stopped) or "no batch job ran"
+
+
+def _wait_ttft(above: bool, timeout: float, window: float = 2.0) -> None:
+    """Until the p99 time to first token over `window` s (two /metrics pages, as doctor reads
+    them) is above (or within) the inventory's alerts.ttft_p99_seconds."""
+    from sparkctl.facts.endpoint import fetch, read_again
+    from sparkctl.runtime.metrics import TTFT, quantile_between
+
+    inv = _inventory()
+    head = next(h for h in inv["hosts"].values() if h["role"] == "head")
+    want = float((inv.get("alerts") or {}).get("ttft_p99_seconds", 30.0))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ep = fetch(head["ssh"]["address"], inv["runtime"]["port"])
+        time.sleep(window)
+        read_again(ep)
+        if ep.earlier is not None:
+            p99, n = quantile_between(ep.earlier, ep.metrics, TTFT, 0.99)
+            if n and (p99 > want) == above:
+                return
+    raise SparkctlError(f"drill: p99 time to first token did not go {'above' if above else 'back within'} {want:g} s "
+                        f"within {timeout:g} s")  # fmt: skip
+
+
 def _wait_log(text: str, after: float, timeout: float) -> None:
     """Until the head container's log has a line with `text` written after `after` (epoch s)."""
     deadline = time.monotonic() + timeout
@@ -443,6 +486,9 @@ DRILLS: dict[str, Drill] = {
         Drill("kv-cache-full", "kv-cache-full", "runtime.metrics", "head",
               "max_num_seqs raised to 48: 48 users' 62K-token contexts overflow the KV pool", _kv_cache_full,
               ("SparkctlPreemptionsRising",)),
+        Drill("long-ttft", "long-ttft", "runtime.ttft", "head",
+              "a batch job's 250K-token cold prompts hold the token budget: chat users wait for their first token",
+              _long_ttft, ("SparkctlTTFTHigh",), hands=_long_prompts_moved),
         Drill("spec-acceptance-low", "spec-acceptance-low", "runtime.spec_acceptance", "head",
               "an agent job with 250K-token contexts: speculative acceptance decays with context", _spec_acceptance_low,
               ("SparkctlSpecAcceptanceLow",), hands=_batch_moved),

@@ -178,7 +178,7 @@ def find_rdma(host: LabHost, name: str) -> Nic:
     raise KeyError(name)
 
 
-# The runtime, caches and Engram sections come from the shipped inventories/lab.yaml (one source
+# The runtime, caches, Engram (and alerts) sections come from the shipped inventories/lab.yaml (one source
 # of truth), read when the inventory is written; the hosts and fabric above are what the lab
 # builds, and a test asserts the two agree. The host init (python -S, no yaml) needs only where
 # the offload host's Engram tables live, kept here and checked against the file.
@@ -237,4 +237,5 @@ def inventory_doc(ssh_key: str, known_hosts: str) -> dict:
         "runtime": shipped["runtime"],
         "caches": shipped["caches"],
         "engram": shipped["engram"],
+        **({"alerts": shipped["alerts"]} if "alerts" in shipped else {}),
     }

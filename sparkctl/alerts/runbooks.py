@@ -30,6 +30,7 @@ BY_CHECK = {
     "engram.checksums": "engram.placed",
     "runtime.spec_acceptance": "spec-acceptance-low",
     "runtime.queue": "long-ttft",
+    "runtime.ttft": "long-ttft",
 }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from sparkctl.checks.base import Context, fail, host_check, ok, skipped, warn
 from sparkctl.checks.host import runtime_hosts
 from sparkctl.facts.logs import MARLIN_BACKENDS, MOE_BACKEND_NAMES, QUANT_WORD, expected_moe_names
-from sparkctl.runtime.metrics import KV_USAGE, RUNNING, WAITING
+from sparkctl.runtime.metrics import KV_USAGE, RUNNING, TTFT, WAITING, quantile_between
 
 # the fact kinds (sparkctl/facts/host.py) this group's checks read: gathered for them
 READS = frozenset({"containers", "logs", "drafter_health", "applied"})
@@ -413,3 +413,34 @@ def queue(ctx: Context, host: str, f):
             )
         ]
     return [ok(f"{running:g} running, {waiting:g} waiting (max_num_seqs {slots})", **data)]
+
+
+@host_check("runtime.ttft", "p99 time to first token over the seconds doctor looked is within alerts.ttft_p99_seconds", scope=head_host)
+def ttft(ctx: Context, host: str, f):
+    if not running_anywhere(ctx):
+        return [skipped(NOT_RUNNING)]
+    ep = ctx.endpoint
+    if ep is None or ep.health != 200 or ep.metrics_error:
+        return [skipped("the API is not serving (see runtime.health)")]
+    if ep.earlier is None or not ep.window_s:
+        return [ok("one /metrics page only: nothing to compare (see runtime.queue)")]
+    # vLLM's histogram counts since the start; the difference between doctor's two pages is now
+    # (as Prometheus's rate() over the alert's window), so an hour-old burst does not warn today
+    p99, n = quantile_between(ep.earlier, ep.metrics, TTFT, 0.99)
+    want = ctx.inventory.alerts.ttft_p99_seconds
+    data = {"window_s": round(ep.window_s, 2), "first_tokens": n, "ttft_p99_s": None if p99 is None else round(p99, 3)}
+    if p99 is None:
+        return [ok(f"no request got its first token in the {ep.window_s:.1f} s doctor looked", **data)]
+    if p99 > want:
+        return [
+            warn(
+                f"p99 time to first token {p99:.2f} s over {n} request(s) in the last {ep.window_s:.1f} s, above "
+                f"alerts.ttft_p99_seconds ({want:g} s): requests wait for their first token",
+                "a long cold prompt ahead of short ones holds the step's token budget (seed 000's head-of-line): "
+                "find and move the job that sends it (`sparkctl status --watch`: waiting while few run); with every "
+                "slot busy it is load or a full KV pool (runtime.metrics)",
+                **data,
+            )
+        ]
+    return [ok(f"p99 time to first token {p99:.3f} s over {n} request(s) in the last {ep.window_s:.1f} s", **data)]
+

@@ -6,6 +6,7 @@ the hosts' probes. Each endpoint's answer (or why there is none) is kept; checks
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -21,6 +22,9 @@ class EndpointFacts:
     models_error: Optional[str] = None
     metrics: MetricsPage = field(default_factory=MetricsPage)  # per engine (sparkctl/runtime/metrics.py)
     metrics_error: Optional[str] = None
+    metrics_at: Optional[float] = None  # time.monotonic() of the /metrics answer
+    earlier: Optional[MetricsPage] = None  # an earlier page, for what happened in between (read_again)
+    window_s: Optional[float] = None  # seconds between `earlier` and `metrics`
 
     @property
     def answering(self) -> bool:
@@ -63,9 +67,30 @@ def fetch(host: str, port: int, timeout: float = 3.0, model: Optional[str] = Non
         try:
             r = client.get("/metrics")
             r.raise_for_status()
-            facts.metrics = parse_metrics(r.text, model)
+            facts.metrics, facts.metrics_at = parse_metrics(r.text, model), time.monotonic()
         except httpx.HTTPError as exc:
             facts.metrics_error = _why(exc)
         except ValueError as exc:
             facts.metrics_error = f"unreadable Prometheus text: {exc}"
+    return facts
+
+
+def read_again(facts: EndpointFacts, timeout: float = 3.0, model: Optional[str] = None) -> EndpointFacts:
+    """Read /metrics once more: the first page becomes `earlier`, so a check can judge what the
+    runtime did in between (a histogram's recent observations, as Prometheus's rate() would)
+    instead of everything since it started. Unchanged when the first read failed or this one does."""
+    import httpx
+
+    if facts.metrics_at is None:
+        return facts
+    try:
+        with httpx.Client(base_url=facts.url, timeout=timeout, trust_env=False) as client:
+            r = client.get("/metrics")
+            r.raise_for_status()
+            page = parse_metrics(r.text, model)
+    except (httpx.HTTPError, ValueError):
+        return facts
+    now = time.monotonic()
+    facts.earlier, facts.window_s = facts.metrics, now - facts.metrics_at
+    facts.metrics, facts.metrics_at = page, now
     return facts

@@ -19,6 +19,7 @@ CACHE_INFO = "vllm:cache_config_info"  # gauge set to 1, CacheConfig fields as l
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
 PREEMPTIONS = "vllm:num_preemptions_total"
+TTFT = "vllm:time_to_first_token_seconds"  # histogram: a request's first token, from its arrival
 
 SPEC_PREFIX = "vllm:spec_decode_"
 _SPEC_COUNTERS = {
@@ -143,6 +144,8 @@ class MetricsPage(Mapping[str, float]):
     """
 
     samples: list[Sample] = field(default_factory=list)
+    # histogram -> upper bound (le) -> cumulative count, summed over engines (buckets are not samples)
+    buckets: dict[str, dict[float, float]] = field(default_factory=dict)
 
     # ---- mapping view ----
     def _names(self) -> list[str]:
@@ -223,17 +226,24 @@ def parse_page(text: str, model: Optional[str] = None) -> MetricsPage:
     """
     from prometheus_client.parser import text_string_to_metric_families
 
-    raw = []
+    raw, bucket_samples = [], []
     for family in text_string_to_metric_families(text):
         if not family.name.startswith("vllm:"):
             continue
         for s in family.samples:
-            if s.name.endswith(("_created", "_bucket")):
-                continue
-            raw.append(s)
+            if s.name.endswith("_bucket"):
+                bucket_samples.append(s)
+            elif not s.name.endswith("_created"):
+                raw.append(s)
     if model is not None and any(s.labels.get("model_name") == model for s in raw):
         # cache_config_info carries no model_name: it stays
         raw = [s for s in raw if s.labels.get("model_name", model) == model]
+        bucket_samples = [s for s in bucket_samples if s.labels.get("model_name", model) == model]
+    buckets: dict[str, dict[float, float]] = {}
+    for s in bucket_samples:
+        per_le = buckets.setdefault(s.name.removesuffix("_bucket"), {})
+        le = float(s.labels["le"])
+        per_le[le] = per_le.get(le, 0.0) + float(s.value)
     samples = [
         Sample(
             s.name,
@@ -243,7 +253,27 @@ def parse_page(text: str, model: Optional[str] = None) -> MetricsPage:
         )
         for s in raw
     ]
-    return MetricsPage(samples)
+    return MetricsPage(samples, buckets)
+
+
+def quantile_between(before: MetricsPage, after: MetricsPage, histogram: str, q: float) -> tuple[Optional[float], int]:
+    """(q-quantile, count) of what a histogram observed between two scrapes: Prometheus's
+    histogram_quantile over the bucket increases (linear inside the bucket; the highest finite
+    bound when it falls in +Inf). (None, 0) when nothing was observed in between."""
+    now, then = after.buckets.get(histogram, {}), before.buckets.get(histogram, {})
+    bounds = sorted(now)
+    delta = [max(0.0, now[le] - then.get(le, 0.0)) for le in bounds]
+    if not bounds or not delta[-1]:
+        return None, 0
+    rank, lower, below = q * delta[-1], 0.0, 0.0
+    for le, cum in zip(bounds, delta):
+        if cum >= rank:
+            if le == float("inf"):
+                return lower, int(delta[-1])
+            inside = cum - below
+            return lower + (le - lower) * ((rank - below) / inside if inside else 1.0), int(delta[-1])
+        lower, below = le, cum
+    return lower, int(delta[-1])
 
 
 def parse_spec_counters(text: str, model: Optional[str] = None) -> Optional[SpecCounters]:

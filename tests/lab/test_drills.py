@@ -31,11 +31,7 @@ RUNBOOKS = REPO / "docs" / "runbooks"
 FENCE = "127.0.0.0/8,10.231.0.0/16"
 HEAD = "http://10.231.0.11:8888"
 # Runbooks with no drill yet, and why (the lab cannot break it the way the page describes).
-NOT_DRILLED = {
-    "long-ttft": "doctor judges one /metrics snapshot, and the lab prefills 100x faster than a Spark: a 250K-token "
-    "cold prompt holds the budget ~1 s, so the queue behind it comes and goes between snapshots (on a Spark it "
-    "lasts minutes); the alert (SparkctlTTFTHigh) fires in the lab, but doctor cannot name the check reliably",
-}
+NOT_DRILLED: dict[str, str] = {}
 
 
 def env(inventory: Path) -> dict:

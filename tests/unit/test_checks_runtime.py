@@ -291,3 +291,48 @@ def test_waiting_for_kv_space_is_the_pools_problem_not_head_of_line():
     r = run(running(), endpoint=endpoint(metrics=full))
     assert by(r, "runtime.queue", H).status == "ok" and "KV space" in by(r, "runtime.queue", H).message
     assert by(r, "runtime.metrics", H).status == "warn"
+
+
+# --- runtime.ttft: p99 time to first token between doctor's two /metrics pages ---------------------
+
+
+def sim_pages(before: list[float], between: list[float]) -> tuple[str, str]:
+    """Two /metrics pages of the simulator (its own exposition code): TTFTs observed before the
+    first page, then `between` observed before the second."""
+    from sparkctl_lab.sim.metrics import VllmMetrics
+
+    m = VllmMetrics(INV.runtime.served_model_name, INV.runtime.max_model_len, 0, {})
+    for v in before:
+        m.observe(m.ttft, v)
+    first = m.render()
+    for v in between:
+        m.observe(m.ttft, v)
+    return first, m.render()
+
+
+def windowed(before: list[float], between: list[float], window_s: float = 2.0) -> EndpointFacts:
+    first, second = sim_pages(before, between)
+    ep = endpoint()
+    ep.earlier, ep.metrics, ep.window_s = parse_metrics(first), parse_metrics(second), window_s
+    return ep
+
+
+def test_ttft_quantile_counts_only_what_happened_between_the_pages():
+    from sparkctl.runtime.metrics import TTFT, quantile_between
+
+    first, second = sim_pages([40.0] * 50, [0.01] * 99 + [0.3])  # an old burst of 40 s, then fast
+    p99, n = quantile_between(parse_metrics(first), parse_metrics(second), TTFT, 0.99)
+    assert n == 100 and p99 is not None and p99 <= 0.3  # the old burst is not in it
+    assert quantile_between(parse_metrics(second), parse_metrics(second), TTFT, 0.99) == (None, 0)
+
+
+def test_ttft_warns_on_a_slow_first_token_now_and_names_the_runbook():
+    want = INV.alerts.ttft_p99_seconds
+    slow = by(run(running(), endpoint=windowed([0.01] * 20, [0.01] * 5 + [want * 2] * 5)), "runtime.ttft", H)
+    assert slow.status == "warn" and "above alerts.ttft_p99_seconds" in slow.message and slow.data["first_tokens"] == 10
+    assert runbooks.for_check("runtime.ttft") == "docs/runbooks/long-ttft.md"
+    fast = by(run(running(), endpoint=windowed([want * 2] * 20, [0.01] * 10)), "runtime.ttft", H)
+    assert fast.status == "ok" and fast.data["first_tokens"] == 10
+    idle = by(run(running(), endpoint=windowed([0.01] * 3, [])), "runtime.ttft", H)
+    assert idle.status == "ok" and "no request got its first token" in idle.message
+    assert by(run(running(), endpoint=endpoint()), "runtime.ttft", H).status == "ok"  # one page: nothing to compare
