@@ -385,13 +385,22 @@ def spec_acceptance(ctx: Context, host: str, f):
                acceptance_length=got, expected=want)]  # fmt: skip
 
 
-@host_check("runtime.queue", "no queue (more than alerts.waiting_requests) while a slot is free: a long prefill holding the token budget", scope=head_host)
-def queue(ctx: Context, host: str, f):
+def _metrics_source(ctx: Context):
+    """(the endpoint, None) when its /metrics can be judged; else (None, the skip to report):
+    runtime.metrics reports a /metrics that does not answer, the checks reading it skip."""
     if not running_anywhere(ctx):
-        return [skipped(NOT_RUNNING)]
+        return None, [skipped(NOT_RUNNING)]
     ep = ctx.endpoint
     if ep is None or ep.health != 200 or ep.metrics_error:
-        return [skipped("the API is not serving (see runtime.health)")]
+        return None, [skipped("the API is not serving (see runtime.health)")]
+    return ep, None
+
+
+@host_check("runtime.queue", "no queue (more than alerts.waiting_requests) while a slot is free: a long prefill holding the token budget", scope=head_host)
+def queue(ctx: Context, host: str, f):
+    ep, skip = _metrics_source(ctx)
+    if skip:
+        return skip
     m, slots = ep.metrics, ctx.inventory.runtime.max_num_seqs
     running, waiting = m.total(RUNNING) or 0.0, m.total(WAITING) or 0.0
     engines = max(1, len(m.engines))  # data parallel: max_num_seqs per engine
@@ -417,11 +426,9 @@ def queue(ctx: Context, host: str, f):
 
 @host_check("runtime.ttft", "p99 time to first token over the seconds doctor looked is within alerts.ttft_p99_seconds", scope=head_host)
 def ttft(ctx: Context, host: str, f):
-    if not running_anywhere(ctx):
-        return [skipped(NOT_RUNNING)]
-    ep = ctx.endpoint
-    if ep is None or ep.health != 200 or ep.metrics_error:
-        return [skipped("the API is not serving (see runtime.health)")]
+    ep, skip = _metrics_source(ctx)
+    if skip:
+        return skip
     if ep.earlier is None or not ep.window_s:
         return [ok("one /metrics page only: nothing to compare (see runtime.queue)")]
     # vLLM's histogram counts since the start; the difference between doctor's two pages is now
