@@ -168,11 +168,16 @@ def read_holder(session) -> Optional[Holder]:
         return None
     holder = parse_holder(r.stdout)
     if holder is None:
-        raise HostError(
-            f"{session.name}: the cluster lock {LOCK_PATH} is unreadable: {redact(r.stdout.strip())[:200]}",
-            fix="look at the file on the head; if no sparkctl run is using the cluster, `sparkctl unlock` removes it",
-        )
+        raise unreadable(session.name, r.stdout)
     return holder
+
+
+def unreadable(host: str, text: str) -> HostError:
+    """A lock file that is there but holds no holder record."""
+    return HostError(
+        f"{host}: the cluster lock {LOCK_PATH} is unreadable: {redact(text.strip())[:200]}",
+        fix="look at the file on the head; if no sparkctl run is using the cluster, `sparkctl unlock` removes it",
+    )
 
 
 def refusal(holder: Holder, cluster: str, waited: float = 0) -> LockHeld:
@@ -233,10 +238,7 @@ class ClusterLock:
         if holder is not None:
             return holder
         if rest.strip() and attempts <= 1:  # there, but not a holder record
-            raise HostError(
-                f"{self.session.name}: the cluster lock {LOCK_PATH} is unreadable: {redact(rest.strip())[:200]}",
-                fix="look at the file on the head; if no sparkctl run is using the cluster, `sparkctl unlock` removes it",
-            )
+            raise unreadable(self.session.name, rest)
         time.sleep(0.1)  # released between our ln and our cat, or being written: look again
         return self.try_acquire(attempts - 1)
 
