@@ -1,45 +1,36 @@
-"""Is a lab host's daemon answering? Stdlib probes, cheap enough for `lab status`."""
+"""Is a lab host's daemon answering? Cheap probes, for `lab up` and `lab status`."""
 
 from __future__ import annotations
 
-import json
 import socket
+
+import httpx
 
 from sparkctl_lab.paths import docker_socket
 from sparkctl_lab.topology import HOSTS
 
 
-def docker_ping(name: str, timeout: float = 1.0) -> bool:
+def _docker(name: str, path: str, timeout: float) -> httpx.Response | None:
+    """GET `path` from the host's dockerd through the runner's socket; None when it does not answer."""
+    transport = httpx.HTTPTransport(uds=str(docker_socket(name)))
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout)
-            s.connect(str(docker_socket(name)))
-            s.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
-            head = s.recv(64)
-            return head.split(b"\r\n", 1)[0].split(b" ")[1:2] == [b"200"]
-    except OSError:
-        return False
+        with httpx.Client(transport=transport, timeout=timeout, trust_env=False) as c:
+            return c.get(f"http://docker{path}")
+    except httpx.HTTPError:
+        return None
+
+
+def docker_ping(name: str, timeout: float = 1.0) -> bool:
+    r = _docker(name, "/_ping", timeout)
+    return r is not None and r.status_code == 200
 
 
 def docker_get(name: str, path: str, timeout: float = 2.0) -> dict | None:
-    import http.client
-
-    class Conn(http.client.HTTPConnection):
-        def connect(self):
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.sock.settimeout(timeout)
-            self.sock.connect(str(docker_socket(name)))
-
-    c = Conn("docker", timeout=timeout)
+    r = _docker(name, path, timeout)
     try:
-        c.request("GET", path)
-        r = c.getresponse()
-        body = r.read()
-        return json.loads(body) if r.status == 200 else None
-    except (OSError, ValueError):
+        return r.json() if r is not None and r.status_code == 200 else None
+    except ValueError:
         return None
-    finally:
-        c.close()
 
 
 def ssh_banner(name: str, timeout: float = 1.0) -> str | None:

@@ -28,13 +28,12 @@ from sparkctl_lab.hw import state
 from sparkctl_lab.paths import CACHE_DIR, docker_socket
 from sparkctl_lab.topology import HOSTS, IMAGE, REGISTRY
 
-Progress = Callable[[str], None] | None
+Progress = Callable[[str], None]
 READY_TIMEOUT = 60.0
 
 
-def _say(progress: Progress, msg: str) -> None:
-    if progress:
-        progress(msg)
+def _quiet(msg: str) -> None:
+    pass
 
 
 @contextlib.contextmanager
@@ -67,7 +66,7 @@ def sync_all() -> None:
             procs.kill([init], signal.SIGUSR1)
 
 
-def up(progress: Progress = None) -> dict:
+def up(progress: Progress = _quiet) -> dict:
     """Bring the lab up (or complete it); idempotent."""
     _preflight()
     with _locked():
@@ -88,7 +87,7 @@ def _up(progress: Progress) -> dict:
     hostfiles.prepare(changes)
     net = netns.ensure()
     if net:
-        _say(progress, "network: " + "; ".join(net))
+        progress("network: " + "; ".join(net))
     changes += net
     sync_all()
 
@@ -110,13 +109,11 @@ def _up(progress: Progress) -> dict:
         init = procs.host_init(name)
         orphans = [p for p in procs.all_inits(name) if p != init]
         if orphans:  # its namespace was deleted under it: it still holds the host's dockerd data
-            procs.kill(orphans, signal.SIGTERM)
-            procs.kill(procs.wait_gone(orphans, 15))
+            procs.stop(orphans, 15)
             changes.append(f"stopped {len(orphans)} orphaned {name} host(s)")
         if init is not None and not (docker_ping(name) and ssh_banner(name)):
             # a host whose dockerd or sshd died: restart the whole host, as a reboot would
-            procs.kill([init], signal.SIGTERM)
-            procs.kill(procs.wait_gone([init], 15))
+            procs.stop([init], 15)
             changes.append(f"host {name} restarted (sshd or dockerd was not answering)")
             init = None
         if init is None:
@@ -124,20 +121,19 @@ def _up(progress: Progress) -> dict:
             started.append(name)
     if started:
         changes.append("hosts started: " + ", ".join(started))
-        _say(progress, f"starting hosts {', '.join(started)} (init, sshd, dockerd)")
+        progress(f"starting hosts {', '.join(started)} (init, sshd, dockerd)")
     _wait_ready(started)
 
-    have = (paths.REGISTRY_DIR / "image-key").read_text().strip() if (paths.REGISTRY_DIR / "image-key").exists() else ""
-    if have != key or registry.manifest() is None:
-        _say(progress, f"building {IMAGE} (sim sources changed or image absent)")
+    key_file = paths.REGISTRY_DIR / "image-key"
+    if (key_file.read_text().strip() if key_file.exists() else "") != key or registry.manifest() is None:
+        progress(f"building {IMAGE} (sim sources changed or image absent)")
         if builder:
             builder.join()
-        image.build_and_push(key, docker_socket("head"), lambda m: _say(progress, m))
-        (paths.REGISTRY_DIR / "image-key").write_text(key)
+        image.build_and_push(key, docker_socket("head"), progress)
+        key_file.write_text(key)
         image.save_snapshot(key, storage)
         changes.append(f"image {IMAGE} built and pushed")
-    took = time.monotonic() - t0
-    return {"changed": bool(changes), "changes": changes, "seconds": round(took, 2)}
+    return {"changed": bool(changes), "changes": changes, "seconds": round(time.monotonic() - t0, 2)}
 
 
 def _wait_ready(started: list[str]) -> None:
@@ -157,12 +153,11 @@ def _wait_ready(started: list[str]) -> None:
     if pending:
         logs = []
         for item in sorted(pending):
-            log = (paths.REGISTRY_DIR / "registry.log") if item == "registry" else \
-                paths.host_dir(item.split("/")[0]) / "log" / f"{item.split('/')[1]}.log"
-            init_log = paths.host_dir(item.split("/")[0]) / "log" / "init.log" if item != "registry" else None
-            for f in (log, init_log):
-                if f and f.exists():
-                    logs.append(f"--- {f}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-8:]))
+            host, _, daemon = item.partition("/")
+            files = [paths.REGISTRY_DIR / "registry.log"] if item == "registry" else \
+                [paths.host_dir(host) / "log" / f"{daemon}.log", paths.host_dir(host) / "log" / "init.log"]
+            logs += [f"--- {f}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-8:])
+                     for f in files if f.exists()]
         raise SparkctlError(
             f"lab did not come up within {READY_TIMEOUT:.0f}s: {', '.join(sorted(pending))} not answering\n"
             + "\n".join(logs),
@@ -170,7 +165,7 @@ def _wait_ready(started: list[str]) -> None:
         )
 
 
-def down(progress: Progress = None) -> dict:
+def down(progress: Progress = _quiet) -> dict:
     """Stop the lab and remove everything it made except the caches."""
     preflight.require_root()
     with _locked():
@@ -184,10 +179,8 @@ def _down(progress: Progress) -> dict:
     inits = {n: procs.all_inits(n) for n in HOSTS}
     live = [p for pids in inits.values() for p in pids]
     if live:
-        _say(progress, "stopping hosts (containers, dockerd, sshd)")
-        procs.kill(live, signal.SIGTERM)
-        left = procs.wait_gone(live, 20)
-        procs.kill(left)
+        progress("stopping hosts (containers, dockerd, sshd)")
+        procs.stop(live, 20)
         changes.append("hosts stopped: " + ", ".join(n for n, pids in inits.items() if pids))
     for ns in topo.NETNS:  # anything else still living in a lab namespace
         stray = procs.pids_in_netns(ns)
@@ -200,8 +193,7 @@ def _down(progress: Progress) -> dict:
     changes += prometheus.down()
     reg = procs.registry_pid()
     if reg:
-        procs.kill([reg], signal.SIGTERM)
-        procs.kill(procs.wait_gone([reg], 5))
+        procs.stop([reg], 5)
         changes.append("registry stopped")
 
     changes += netns.teardown()
@@ -209,16 +201,12 @@ def _down(progress: Progress) -> dict:
     # (`ip netns add` makes it again whenever anyone needs it)
     if netns.NETNS_DIR in _mountpoints() and not os.listdir(netns.NETNS_DIR):
         subprocess.run(["umount", netns.NETNS_DIR], check=False)
-        try:
+        with contextlib.suppress(OSError):
             os.rmdir(netns.NETNS_DIR)
-        except OSError:
-            pass
         changes.append(f"unmounted {netns.NETNS_DIR}")
     changes += _remove_cgroups()
-    try:  # the mount point the hosts needed for their own /var/lib/sparkctl (empty on this machine)
+    with contextlib.suppress(OSError):  # the mount point the hosts needed for their own /var/lib/sparkctl (empty here)
         os.rmdir("/var/lib/sparkctl")
-    except OSError:
-        pass
     for m in _lab_mounts():
         subprocess.run(["umount", "-l", m], check=False)
         changes.append(f"unmounted {m}")
@@ -240,32 +228,17 @@ def _lab_mounts() -> list[str]:
 
 
 def _cgroup_dirs() -> list[Path]:
-    """The cgroups the hosts' dockerd made (cgroup-parent sparkctl-lab-<host>), deepest first."""
-    root = Path("/sys/fs/cgroup")
-    found: list[Path] = []
-    names = {f"sparkctl-lab-{n}" for n in HOSTS}
-    for hier in root.iterdir() if root.is_dir() else []:
-        if not hier.is_dir():
-            continue
-        for dirpath, dirnames, _ in os.walk(hier):
-            depth = len(Path(dirpath).relative_to(hier).parts)
-            for d in dirnames:
-                if d in names:
-                    found.append(Path(dirpath) / d)
-            if depth >= 3:
-                dirnames[:] = []
-            else:
-                dirnames[:] = [d for d in dirnames if d not in names]
-    return found
+    """The cgroups the hosts' dockerd made (cgroup-parent sparkctl-lab-<host>), looked for at most 3
+    levels below each hierarchy's root (walking a busy machine's whole cgroup tree is slow)."""
+    return [d for depth in range(4) for n in HOSTS
+            for d in Path("/sys/fs/cgroup").glob("*/" + "*/" * depth + f"sparkctl-lab-{n}")]
 
 
 def _remove_cgroups() -> list[str]:
     removed = 0
     for d in _cgroup_dirs():
-        for sub, dirs, _ in sorted(os.walk(d, topdown=False), key=lambda t: -len(t[0])):
-            try:
+        for sub, _, _ in os.walk(d, topdown=False):  # children before their parent
+            with contextlib.suppress(OSError):
                 os.rmdir(sub)
                 removed += 1
-            except OSError:
-                pass
     return [f"removed {removed} lab cgroups"] if removed else []

@@ -41,18 +41,11 @@ def all_pids() -> list[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit()]
 
 
-def netns_inode(name: str) -> int | None:
-    try:
-        return os.stat(f"/run/netns/{name}").st_ino
-    except OSError:
-        return None
-
-
 def pids_in_netns(name: str) -> list[int]:
-    ino = netns_inode(name)
-    if ino is None:
+    try:
+        want = f"net:[{os.stat(f'/run/netns/{name}').st_ino}]"
+    except OSError:
         return []
-    want = f"net:[{ino}]"
     out = []
     for pid in all_pids():
         try:
@@ -63,40 +56,33 @@ def pids_in_netns(name: str) -> list[int]:
     return out
 
 
+def _is_init(pid: int, name: str) -> bool:
+    """Is pid lab host `name`'s init: `sparkctl_lab.hostinit NAME`, PID 1 of its own PID namespace?"""
+    args = cmdline(pid)
+    if "sparkctl_lab.hostinit" not in args or args[-1] != name or not alive(pid):
+        return False
+    nspid = [ln for ln in _read(f"/proc/{pid}/status").splitlines() if ln.startswith("NSpid:")]
+    return bool(nspid) and nspid[0].split()[-1] == "1"
+
+
 def host_init(name: str) -> int | None:
     """Root-namespace pid of the host's PID-1 init, if it runs."""
-    for pid in pids_in_netns(f"lab-{name}"):
-        args = cmdline(pid)
-        if "sparkctl_lab.hostinit" in args and args[-1] == name:
-            nspid = [ln for ln in _read(f"/proc/{pid}/status").splitlines() if ln.startswith("NSpid:")]
-            if nspid and nspid[0].split()[-1] == "1":
-                return pid
-    return None
+    return next((pid for pid in pids_in_netns(f"lab-{name}") if _is_init(pid, name)), None)
 
 
 def all_inits(name: str) -> list[int]:
     """Every PID-1 init of lab host `name`, in whatever network namespace (a namespace deleted
     by hand leaves its host running, unnamed: `up` and `down` must stop it)."""
-    out = []
-    for pid in all_pids():
-        args = cmdline(pid)
-        if "sparkctl_lab.hostinit" in args and args[-1] == name and alive(pid):
-            nspid = [ln for ln in _read(f"/proc/{pid}/status").splitlines() if ln.startswith("NSpid:")]
-            if nspid and nspid[0].split()[-1] == "1":
-                out.append(pid)
-    return out
+    return [pid for pid in all_pids() if _is_init(pid, name)]
 
 
 def host_children(init_pid: int) -> dict[str, int]:
     """The init's daemons by name (sshd, dockerd), root-namespace pids."""
     out = {}
-    kids = _read(f"/proc/{init_pid}/task/{init_pid}/children").split()
-    for k in kids:
-        args = cmdline(int(k))
-        if args and alive(int(k)):
-            exe = os.path.basename(args[0])
-            if exe in ("sshd", "dockerd"):
-                out[exe] = int(k)
+    for k in map(int, _read(f"/proc/{init_pid}/task/{init_pid}/children").split()):
+        exe = os.path.basename((cmdline(k) or [""])[0])
+        if exe in ("sshd", "dockerd") and alive(k):
+            out[exe] = k
     return out
 
 
@@ -151,6 +137,12 @@ def kill(pids: list[int], sig: int = signal.SIGKILL) -> None:
             pass
 
 
+def stop(pids: list[int], timeout: float) -> None:
+    """SIGTERM, then SIGKILL whatever still runs after `timeout` s."""
+    kill(pids, signal.SIGTERM)
+    kill(wait_gone(pids, timeout))
+
+
 def descendants(pids: list[int]) -> list[int]:
     """pids and every process below them."""
     seen: list[int] = []
@@ -160,7 +152,7 @@ def descendants(pids: list[int]) -> list[int]:
         if p in seen:
             continue
         seen.append(p)
-        for task in Path(f"/proc/{p}/task").glob("*") if os.path.isdir(f"/proc/{p}/task") else []:
+        for task in Path(f"/proc/{p}/task").glob("*"):  # nothing when p is gone
             todo += [int(c) for c in _read(f"{task}/children").split()]
     return seen
 

@@ -22,10 +22,8 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 
+import httpx
 import yaml
 
 from sparkctl.errors import SparkctlError
@@ -55,16 +53,16 @@ def _pid() -> int | None:
     return None
 
 
-def _get(path: str, timeout: float = 3.0) -> dict:
-    with urllib.request.urlopen(f"{URL}{path}", timeout=timeout) as r:
-        return json.loads(r.read())
+def _get(path: str, params: dict | None = None) -> dict:
+    r = httpx.get(f"{URL}{path}", params=params, timeout=3.0, trust_env=False)
+    r.raise_for_status()
+    return r.json()
 
 
-def _ready() -> bool:
+def _answers(url: str) -> bool:
     try:
-        with urllib.request.urlopen(f"{URL}/-/ready", timeout=2) as r:
-            return r.status == 200
-    except (urllib.error.URLError, OSError):
+        return httpx.get(url, timeout=2, trust_env=False).status_code == 200
+    except httpx.HTTPError:
         return False
 
 
@@ -72,11 +70,8 @@ def _exporters() -> list[str]:
     """A node exporter in each lab host (started once; it lives and dies with the host)."""
     started = []
     for name, h in HOSTS.items():
-        try:  # one answering on the host's own address is its own (a host sees every pid, not every port)
-            urllib.request.urlopen(f"http://{h.mgmt_ip}:{EXPORTER_PORT}/metrics", timeout=2).read()
-            continue
-        except (urllib.error.URLError, OSError):
-            pass
+        if _answers(f"http://{h.mgmt_ip}:{EXPORTER_PORT}/metrics"):
+            continue  # one answering on the host's own address is its own (a host sees every pid, not every port)
         r = host_exec(name, ["sh", "-c", f"setsid prometheus-node-exporter --web.listen-address=:{EXPORTER_PORT} "
                                          "--collector.disable-defaults --collector.loadavg --collector.meminfo "
                                          ">/dev/null 2>&1 </dev/null &"])  # fmt: skip
@@ -105,8 +100,8 @@ def up(alerts: dict | None = None) -> dict:
     doc["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "900ms"}
     CONFIG.write_text(yaml.safe_dump(doc, sort_keys=False))
     pid = _pid()
-    if pid and _ready():
-        urllib.request.urlopen(urllib.request.Request(f"{URL}/-/reload", method="POST"), timeout=10).read()
+    if pid and _answers(f"{URL}/-/ready"):
+        httpx.post(f"{URL}/-/reload", timeout=10, trust_env=False).raise_for_status()
         changes.append("prometheus reloaded")
     else:
         if pid:
@@ -117,7 +112,7 @@ def up(alerts: dict | None = None) -> dict:
         if r.returncode != 0:
             raise SparkctlError(f"prometheus on {HOST}: {r.stderr.strip()}")
         deadline = time.monotonic() + 30
-        while not _ready():
+        while not _answers(f"{URL}/-/ready"):
             if time.monotonic() > deadline:
                 raise SparkctlError(f"prometheus did not get ready in 30 s (log: {DIR / 'prometheus.log'})")
             time.sleep(0.2)
@@ -129,8 +124,7 @@ def down() -> list[str]:
     pid = _pid()
     if not pid:
         return []
-    procs.kill([pid], 15)
-    procs.kill(procs.wait_gone([pid], 10))
+    procs.stop([pid], 10)
     return ["prometheus stopped"]
 
 
@@ -147,7 +141,7 @@ def targets() -> list[dict]:
 
 
 def query(expr: str) -> list[dict]:
-    return _get("/api/v1/query?" + urllib.parse.urlencode({"query": expr}))["data"]["result"]
+    return _get("/api/v1/query", {"query": expr})["data"]["result"]
 
 
 def wait_firing(name: str, timeout: float = 60) -> dict:

@@ -7,8 +7,7 @@ lists it under insecure-registries.
 
 from __future__ import annotations
 
-import http.client
-import json
+import httpx
 
 from sparkctl_lab import paths
 from sparkctl_lab import topology as topo
@@ -43,34 +42,26 @@ http:
 """
 
 
-def request(method: str, path: str, headers: dict | None = None, timeout: float = 3) -> tuple[int, dict, bytes]:
-    c = http.client.HTTPConnection(topo.RUNNER_ADDRESS, topo.REGISTRY_PORT, timeout=timeout)
-    try:
-        c.request(method, path, headers=headers or {})
-        r = c.getresponse()
-        return r.status, dict(r.getheaders()), r.read()
-    finally:
-        c.close()
+def _get(path: str, headers: dict | None = None, timeout: float = 3) -> httpx.Response:
+    return httpx.get(f"http://{topo.REGISTRY}{path}", headers=headers, timeout=timeout, trust_env=False)
 
 
 def healthy() -> bool:
     try:
-        return request("GET", "/v2/", timeout=1)[0] == 200
-    except OSError:
+        return _get("/v2/", timeout=1).status_code == 200
+    except httpx.HTTPError:
         return False
 
 
 def manifest(repo: str = topo.IMAGE_REPO, tag: str = topo.IMAGE_TAG) -> dict | None:
     """The image's manifest (with its digest under `_digest`), or None when absent."""
     try:
-        status, headers, body = request("GET", f"/v2/{repo}/manifests/{tag}", {"Accept": MANIFEST_TYPES})
-    except OSError:
+        r = _get(f"/v2/{repo}/manifests/{tag}", {"Accept": MANIFEST_TYPES})
+    except httpx.HTTPError:
         return None
-    if status != 200:
+    if r.status_code != 200:
         return None
-    doc = json.loads(body)
-    doc["_digest"] = {k.lower(): v for k, v in headers.items()}.get("docker-content-digest")
-    return doc
+    return {**r.json(), "_digest": r.headers.get("docker-content-digest")}
 
 
 def image_config(repo: str = topo.IMAGE_REPO, tag: str = topo.IMAGE_TAG) -> dict | None:
@@ -78,10 +69,7 @@ def image_config(repo: str = topo.IMAGE_REPO, tag: str = topo.IMAGE_TAG) -> dict
     m = manifest(repo, tag)
     if not m or "config" not in m:
         return None
-    status, _, body = request("GET", f"/v2/{repo}/blobs/{m['config']['digest']}")
-    if status != 200:
+    r = _get(f"/v2/{repo}/blobs/{m['config']['digest']}")
+    if r.status_code != 200:
         return None
-    doc = json.loads(body)
-    doc["_id"] = m["config"]["digest"]
-    doc["_manifest_digest"] = m.get("_digest")
-    return doc
+    return {**r.json(), "_id": m["config"]["digest"], "_manifest_digest": m["_digest"]}

@@ -14,38 +14,17 @@ from sparkctl_lab.hw import state
 
 NO_DEVICES = "No devices were found"
 
-# field -> (header, unit); aliases map onto these
-GPU_FIELDS = {
-    "index": ("index", None),
-    "name": ("name", None),
-    "uuid": ("uuid", None),
-    "pci.bus_id": ("pci.bus_id", None),
-    "driver_version": ("driver_version", None),
-    "count": ("count", None),
-    "memory.total": ("memory.total [MiB]", "MiB"),
-    "memory.used": ("memory.used [MiB]", "MiB"),
-    "memory.free": ("memory.free [MiB]", "MiB"),
-    "temperature.gpu": ("temperature.gpu", None),
-    "utilization.gpu": ("utilization.gpu [%]", "%"),
-    "utilization.memory": ("utilization.memory [%]", "%"),
-    "power.draw": ("power.draw [W]", "W"),
-    "power.limit": ("power.limit [W]", "W"),
-    "pstate": ("pstate", None),
-    "persistence_mode": ("persistence_mode", None),
-    "compute_cap": ("compute_cap", None),
-    "serial": ("serial", None),
-}
+# the fields --query-gpu / --query-compute-apps answer; aliases map onto them
+GPU_FIELDS = ("index", "name", "uuid", "pci.bus_id", "driver_version", "count", "memory.total", "memory.used",
+              "memory.free", "temperature.gpu", "utilization.gpu", "utilization.memory", "power.draw", "power.limit",
+              "pstate", "persistence_mode", "compute_cap", "serial")
 GPU_ALIASES = {"gpu_name": "name", "gpu_uuid": "uuid", "gpu_bus_id": "pci.bus_id", "persistence-mode": "persistence_mode"}
-
-APP_FIELDS = {
-    "pid": ("pid", None),
-    "process_name": ("process_name", None),
-    "used_memory": ("used_gpu_memory [MiB]", "MiB"),
-    "gpu_uuid": ("gpu_uuid", None),
-    "gpu_bus_id": ("gpu_bus_id", None),
-    "gpu_name": ("gpu_name", None),
-}
+APP_FIELDS = ("pid", "process_name", "used_memory", "gpu_uuid", "gpu_bus_id", "gpu_name")
 APP_ALIASES = {"name": "process_name", "used_gpu_memory": "used_memory"}
+# a field with a unit has it in its CSV header ("memory.total [MiB]") and after each value unless nounits
+UNITS = {"memory.total": "MiB", "memory.used": "MiB", "memory.free": "MiB", "utilization.gpu": "%",
+         "utilization.memory": "%", "power.draw": "W", "power.limit": "W", "used_memory": "MiB"}
+HEADERS = {"used_memory": "used_gpu_memory"}
 
 NA = "[N/A]"
 
@@ -54,46 +33,52 @@ def _is_gb10(g: dict) -> bool:
     return g["memory_total"] is None
 
 
-def gpu_value(field: str, g: dict, host, faults: dict, count: int):
-    """(value, unit) for one --query-gpu field."""
+def gpu_values(g: dict, host, faults: dict, count: int) -> dict:
+    """Every --query-gpu field of one GPU."""
     gb10 = _is_gb10(g)
     return {
-        "index": (g["index"], None),
-        "name": (g["name"], None),
-        "uuid": (g["uuid"], None),
-        "pci.bus_id": (g["bus_id"], None),
-        "driver_version": (state.driver(host, faults), None),
-        "count": (count, None),
-        "memory.total": (NA, None) if gb10 else (g["memory_total"], "MiB"),
-        "memory.used": (NA, None) if gb10 else (g["memory_used"], "MiB"),
-        "memory.free": (NA, None) if gb10 else (g["memory_total"] - g["memory_used"], "MiB"),
-        "temperature.gpu": (42 if gb10 else 35, None),
-        "utilization.gpu": (0, "%"),
-        "utilization.memory": (NA, None) if gb10 else (0, "%"),
-        "power.draw": ("4.71" if gb10 else "20.45", "W"),
-        "power.limit": (NA, None) if gb10 else ("350.00", "W"),
-        "pstate": ("P8", None),
-        "persistence_mode": ("Enabled" if gb10 else "Disabled", None),
-        "compute_cap": ("12.1" if gb10 else "8.6", None),
-        "serial": (NA, None) if not gb10 else ("1654925012345", None),
-    }[field]
+        "index": g["index"],
+        "name": g["name"],
+        "uuid": g["uuid"],
+        "pci.bus_id": g["bus_id"],
+        "driver_version": state.driver(host, faults),
+        "count": count,
+        "memory.total": NA if gb10 else g["memory_total"],
+        "memory.used": NA if gb10 else g["memory_used"],
+        "memory.free": NA if gb10 else g["memory_total"] - g["memory_used"],
+        "temperature.gpu": 42 if gb10 else 35,
+        "utilization.gpu": 0,
+        "utilization.memory": NA if gb10 else 0,
+        "power.draw": "4.71" if gb10 else "20.45",
+        "power.limit": NA if gb10 else "350.00",
+        "pstate": "P8",
+        "persistence_mode": "Enabled" if gb10 else "Disabled",
+        "compute_cap": "12.1" if gb10 else "8.6",
+        "serial": "1654925012345" if gb10 else NA,
+    }
 
 
-def app_value(field: str, p: dict, g: dict):
+def app_values(p: dict, g: dict) -> dict:
+    """Every --query-compute-apps field of one process on GPU g."""
     return {
-        "pid": (p["pid"], None),
-        "process_name": (p.get("name", "python3"), None),
-        "used_memory": (int(p.get("used_mib", 0)), "MiB"),
-        "gpu_uuid": (g["uuid"], None),
-        "gpu_bus_id": (g["bus_id"], None),
-        "gpu_name": (g["name"], None),
-    }[field]
+        "pid": p["pid"],
+        "process_name": p.get("name", "python3"),
+        "used_memory": int(p.get("used_mib", 0)),
+        "gpu_uuid": g["uuid"],
+        "gpu_bus_id": g["bus_id"],
+        "gpu_name": g["name"],
+    }
 
 
-def _fmt(value, unit, nounits: bool) -> str:
-    if unit is None or nounits or value == NA:
+def _fmt(field: str, value, nounits: bool) -> str:
+    if field not in UNITS or nounits or value == NA:
         return str(value)
-    return f"{value} {unit}"
+    return f"{value} {UNITS[field]}"
+
+
+def _header(field: str) -> str:
+    name = HEADERS.get(field, field)
+    return f"{name} [{UNITS[field]}]" if field in UNITS else name
 
 
 def parse_format(spec: str | None) -> tuple[bool, bool] | None:
@@ -170,6 +155,7 @@ def _option(argv: list[str], i: int, name: str) -> tuple[str | None, int]:
 def main(argv: list[str]) -> int:
     host = state.current_host()
     faults = state.load_faults(host.name)
+    drv = state.driver(host, faults)
     out, err = sys.stdout, sys.stderr
     query_gpu = query_apps = fmt = None
     ids: list[int] | None = None
@@ -195,14 +181,11 @@ def main(argv: list[str]) -> int:
                 err.write(f"Invalid device ID: {v}\n")
                 return 2
         elif a == "--version":
-            out.write(
-                f"NVIDIA-SMI version  : {state.driver(host, faults)}\nNVML version        : "
-                f"{state.driver(host, faults).rsplit('.', 1)[0]}\nDRIVER version      : {state.driver(host, faults)}\n"
-                f"CUDA Version        : {host.cuda}\n"
-            )
+            out.write(f"NVIDIA-SMI version  : {drv}\nNVML version        : {drv.rsplit('.', 1)[0]}\n"
+                      f"DRIVER version      : {drv}\nCUDA Version        : {host.cuda}\n")
             return 0
         elif a in ("-h", "--help"):
-            out.write("NVIDIA System Management Interface -- v" + state.driver(host, faults) + "\n\n"
+            out.write(f"NVIDIA System Management Interface -- v{drv}\n\n"
                       "Supported here (sparkctl lab): -L, -i, --query-gpu, --query-compute-apps, --format, --version\n")
             return 0
         else:
@@ -214,8 +197,7 @@ def main(argv: list[str]) -> int:
         out.write(NO_DEVICES + "\n")
         return 6
     if ids is not None:
-        bad = [x for x in ids if x < 0 or x >= len(gpus)]
-        if bad:
+        if any(x < 0 or x >= len(gpus) for x in ids):
             out.write(NO_DEVICES + "\n")
             return 6
         gpus = [g for g in gpus if g["index"] in ids]
@@ -236,28 +218,22 @@ def main(argv: list[str]) -> int:
         err.write(f'"{fmt}" is not a valid format. Please run \'nvidia-smi -h\' for help.\n')
         return 2
     noheader, nounits = parsed
-    fields_spec = query_gpu if mode == "query-gpu" else query_apps
-    table_, aliases = (GPU_FIELDS, GPU_ALIASES) if mode == "query-gpu" else (APP_FIELDS, APP_ALIASES)
+    known, aliases = (GPU_FIELDS, GPU_ALIASES) if mode == "query-gpu" else (APP_FIELDS, APP_ALIASES)
     fields = []
-    for f in (fields_spec or "").split(","):
-        f = f.strip()
-        key = aliases.get(f, f)
-        if key not in table_:
-            out.write(f'Field "{f}" is not a valid field to query.\n\n')
+    for f in ((query_gpu if mode == "query-gpu" else query_apps) or "").split(","):
+        key = aliases.get(f.strip(), f.strip())
+        if key not in known:
+            out.write(f'Field "{f.strip()}" is not a valid field to query.\n\n')
             return 2
         fields.append(key)
-    rows = []
     if mode == "query-gpu":
-        for g in gpus:
-            rows.append([_fmt(*gpu_value(f, g, host, faults, len(gpus)), nounits) for f in fields])
+        rows = [gpu_values(g, host, faults, len(gpus)) for g in gpus]
     else:
-        for g in gpus:
-            for p in g["processes"]:
-                rows.append([_fmt(*app_value(f, p, g), nounits) for f in fields])
+        rows = [app_values(p, g) for g in gpus for p in g["processes"]]
     if not noheader:
-        out.write(", ".join(table_[f][0] for f in fields) + "\n")
+        out.write(", ".join(_header(f) for f in fields) + "\n")
     for r in rows:
-        out.write(", ".join(r) + "\n")
+        out.write(", ".join(_fmt(f, r[f], nounits) for f in fields) + "\n")
     return 0
 
 

@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 
 from sparkctl_lab import paths
+from sparkctl_lab.procs import alive
 from sparkctl_lab.topology import HOSTS, LabHost
 
 FAULT_KINDS = ("link-down", "mtu", "speed", "rdma-down", "gpu-missing", "driver", "gpu-process")
@@ -58,25 +59,10 @@ def gpu_uuid(host: str, index: int) -> str:
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
-def gpu_processes(host: LabHost, faults: dict, check_alive: bool = True) -> list[dict]:
-    procs = [dict(p) for p in faults.get("gpu-process", [])]
-    if check_alive:
-        procs = [p for p in procs if _alive(int(p["pid"]))]
-    return procs
-
-
-def gpus(host: LabHost, faults: dict, check_alive: bool = True) -> list[dict]:
-    """The GPUs nvidia-smi sees, with the memory the (foreign) processes hold on each."""
+def gpus(host: LabHost, faults: dict) -> list[dict]:
+    """The GPUs nvidia-smi sees, with the memory the (foreign, still running) processes hold on each."""
     missing = faults.get("gpu-missing", [])
-    procs = gpu_processes(host, faults, check_alive)
+    procs = [p for p in faults.get("gpu-process", []) if alive(int(p["pid"]))]
     out = []
     for i, g in enumerate(host.gpus):
         if "all" in missing or i in missing:
@@ -85,7 +71,6 @@ def gpus(host: LabHost, faults: dict, check_alive: bool = True) -> list[dict]:
         out.append(
             {
                 "index": len(out),  # nvidia-smi renumbers what it can see
-                "slot": i,
                 "name": g.name,
                 "uuid": gpu_uuid(host.name, i),
                 "bus_id": g.bus_id,
@@ -104,10 +89,7 @@ def driver(host: LabHost, faults: dict) -> str:
 def nominal_speed(host: LabHost, device: str) -> int | None:
     if device == host.mgmt_device:
         return host.mgmt_speed_mbps
-    for n in host.fabric:
-        if n.device == device:
-            return n.speed_mbps
-    return None
+    return next((n.speed_mbps for n in host.fabric if n.device == device), None)
 
 
 def speed(host: LabHost, device: str, faults: dict, operstate: str) -> int:
