@@ -12,7 +12,8 @@ A host that could not be reached gets `skipped` for every check in scope (ssh.re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any, Callable, Iterable, Literal, Optional
 
 from sparkctl.inventory.models import Inventory
@@ -59,21 +60,8 @@ class CheckResult:
     data: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        d: dict[str, Any] = {
-            "name": self.name,
-            "group": self.group,
-            "host": self.host,
-            "status": self.status,
-            "message": self.message,
-            "fix": self.fix,
-        }
-        if self.target:
-            d["target"] = self.target
-        if self.runbook:
-            d["runbook"] = self.runbook
-        if self.data:
-            d["data"] = self.data
-        return d
+        # fix is always there (null when none); target, runbook and data only when set
+        return {k: v for k, v in asdict(self).items() if v or k not in ("target", "runbook", "data")}
 
 
 @dataclass
@@ -88,19 +76,16 @@ class Context:
     bandwidth: dict[str, Any] = field(default_factory=dict)  # "host/device" -> BandwidthResult (--deep)
     deep: bool = False
     allow_loading: bool = False  # a runtime still loading is a warning, not a failure (doctor --allow-loading)
-    _plan: Any = None
 
-    @property
+    @cached_property
     def plan(self):
         """The rendered launch (pure), or None when this inventory cannot be rendered."""
-        if self._plan is None:
-            from sparkctl.runtime.launch import render
+        from sparkctl.runtime.launch import render
 
-            try:
-                self._plan = render(self.inventory)
-            except Exception:
-                self._plan = False
-        return self._plan or None
+        try:
+            return render(self.inventory)
+        except Exception:
+            return None
 
     def role(self, host: str) -> str:
         return self.inventory.hosts[host].role
@@ -125,7 +110,6 @@ def all_hosts(ctx: Context) -> list[str]:
 @dataclass(frozen=True)
 class Check:
     name: str
-    group: str
     doc: str  # one line for docs/checks.md and --help
     fn: Callable
     cluster: bool = False
@@ -135,68 +119,51 @@ class Check:
     needs_reach: bool = True  # skipped on unreachable hosts
 
     @property
+    def group(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    @property
     def runbook_path(self) -> Optional[str]:
         """docs/runbooks/<name>.md when the check says it has one or the package ships it."""
-        has = self.runbook or _runbook_exists(self.name)
+        from sparkctl.resources import data_dir
+
+        has = self.runbook or (data_dir("runbooks") / f"{self.name}.md").is_file()
         return f"docs/runbooks/{self.name}.md" if has else None
 
     def run(self, ctx: Context) -> list[CheckResult]:
-        hosts = [h for h in ctx.hosts if h in set(self.scope(ctx))]
-        per_host: dict[str, list[Finding]] = {}
-        if self.needs_reach:
-            for h in hosts:
-                if h not in ctx.facts:
-                    per_host[h] = [skipped("host not reached (see ssh.reachable)")]
-        targets = [h for h in hosts if h in ctx.facts or not self.needs_reach]
-        if self.cluster:
-            found = self.fn(ctx) or {}
-            for h in targets:
-                if h in found:
-                    per_host[h] = list(found[h])
-        else:
-            for h in targets:
-                per_host[h] = list(self.fn(ctx, h, ctx.facts.get(h)) or [])
+        found = self.fn(ctx) if self.cluster else {}
+        in_scope = set(self.scope(ctx))
         out = []
-        for h in hosts:
-            for f in per_host.get(h, []):
-                out.append(
-                    CheckResult(
-                        self.name, self.group, h, f.status, f.message, f.fix, f.target,
-                        self.runbook_path if f.status in ("fail", "warn") else None, dict(f.data),
-                    )
-                )  # fmt: skip
+        for h in [h for h in ctx.hosts if h in in_scope]:
+            if self.needs_reach and h not in ctx.facts:
+                findings: Iterable[Finding] = [skipped("host not reached (see ssh.reachable)")]
+            elif self.cluster:
+                findings = found.get(h, [])
+            else:
+                findings = self.fn(ctx, h, ctx.facts.get(h))
+            out += [
+                CheckResult(self.name, self.group, h, f.status, f.message, f.fix, f.target,
+                            self.runbook_path if f.status in ("fail", "warn") else None, dict(f.data))
+                for f in findings
+            ]  # fmt: skip
         return out
 
 
 REGISTRY: dict[str, Check] = {}
 
 
-def _runbook_exists(name: str) -> bool:
-    from sparkctl.resources import data_dir
-
-    return (data_dir("runbooks") / f"{name}.md").is_file()
-
-
 def _register(check: Check) -> Callable:
     if check.name in REGISTRY:
         raise ValueError(f"check {check.name} registered twice")
-    if check.name.split(".", 1)[0] != check.group:
-        raise ValueError(f"check {check.name} must start with its group {check.group}")
     REGISTRY[check.name] = check
     return check.fn
 
 
-def host_check(name: str, doc: str, scope: Scope = all_hosts, runbook: bool = False, deep_only: bool = False):
-    def deco(fn):
-        return _register(Check(name, name.split(".")[0], doc, fn, False, scope, runbook, deep_only))
-
-    return deco
+def host_check(name: str, doc: str, **options: Any) -> Callable:
+    """Registers `fn(ctx, host, facts) -> [Finding]` under `name` (its group is the part before the dot)."""
+    return lambda fn: _register(Check(name, doc, fn, **options))
 
 
-def cluster_check(
-    name: str, doc: str, scope: Scope = all_hosts, runbook: bool = False, deep_only: bool = False, needs_reach: bool = True
-):
-    def deco(fn):
-        return _register(Check(name, name.split(".")[0], doc, fn, True, scope, runbook, deep_only, needs_reach))
-
-    return deco
+def cluster_check(name: str, doc: str, **options: Any) -> Callable:
+    """Registers `fn(ctx) -> {host: [Finding]}` under `name`."""
+    return lambda fn: _register(Check(name, doc, fn, cluster=True, **options))

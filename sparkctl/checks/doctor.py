@@ -10,11 +10,12 @@ from __future__ import annotations
 import difflib
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
 from sparkctl.checks import GROUPS, REGISTRY, kinds_for
-from sparkctl.checks.base import Check, CheckResult, Context, Unreachable
+from sparkctl.checks.base import STATUSES, Check, CheckResult, Context, Unreachable
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl.inventory.models import Inventory
 
@@ -30,19 +31,14 @@ class Report:
     deep: bool = False
     timings: dict[str, float] = field(default_factory=dict)  # host -> seconds for its facts
 
-    def count(self, status: str) -> int:
-        return sum(1 for r in self.results if r.status == status)
-
     @property
     def failed(self) -> bool:
-        return self.count("fail") > 0
+        return any(r.status == "fail" for r in self.results)
 
     def summary(self) -> dict:
+        counts = Counter(r.status for r in self.results)
         return {
-            "ok": self.count("ok"),
-            "warn": self.count("warn"),
-            "fail": self.count("fail"),
-            "skipped": self.count("skipped"),
+            **{status: counts[status] for status in STATUSES},
             "failed_checks": sorted({r.name for r in self.results if r.status == "fail"}),
             "hosts": self.hosts,
             "deep": self.deep,
