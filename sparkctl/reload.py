@@ -453,27 +453,24 @@ def run_reload(
             raise InputError("not confirmed: nothing was changed", fix="pass --yes to skip the question")
 
         lock = ClusterLock(session, current.cluster.name, notify=say)
+        finishing = resume or kind == "rollback"  # only these go on over an interrupted reload
         try:
             lock.acquire(wait)
         except LockHeld:
             holder = read_holder(session)
             if not (holder and holder.gone() and journal and journal.get("lock_token") == holder.token):
                 raise
-            if not resume and kind != "rollback":  # the interrupted reload's own lock: only --resume/rollback take it
-                raise ReloadInterrupted(
-                    interrupted_message(journal), fix="finish it: `sparkctl reload --resume --config NEW`, or `sparkctl rollback`"
-                ) from None
-            # the gone holder is the interrupted reload this command finishes or rolls back
-            break_lock(session, holder)
-            say(f"took over the cluster lock from the interrupted {journal.get('kind', 'reload')} ({holder.describe()})")
-            lock.acquire(0)
-        if journal and not resume and kind != "rollback":  # checked under the lock: a running reload is "locked"
+            if finishing:  # the gone holder is the interrupted reload this command finishes or rolls back
+                break_lock(session, holder)
+                say(f"took over the cluster lock from the interrupted {journal.get('kind', 'reload')} ({holder.describe()})")
+                lock.acquire(0)
+        if journal and not finishing:  # checked under the lock (if taken): a running reload is "locked"
             lock.release()
             raise ReloadInterrupted(
                 interrupted_message(journal), fix="finish it: `sparkctl reload --resume --config NEW`, or `sparkctl rollback`"
             )
         try:
-            return _execute(kind, current, new, recorded, plan, report, fleet, session, lock, journal if resume else None,
+            return _execute(kind, current, new, recorded, plan, report, fleet, session, lock, resume,
                             deadline, min_ratio, progress, on_result, say)  # fmt: skip
         finally:
             lock.release()
@@ -486,7 +483,7 @@ def _history_record(history: list[dict], to: int) -> dict:
     return usable[-to]
 
 
-def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, resumed, deadline, min_ratio, progress, on_result, say):
+def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, resume, deadline, min_ratio, progress, on_result, say):
     from sparkctl.runner import build_stages, load_playbook, run_playbook
     from sparkctl.runtime import health
     from sparkctl.steps.base import RunContext
@@ -494,7 +491,7 @@ def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, r
     last_good = restore_secrets(recorded["inventory"], current) if recorded else current
     journal = Journal(session, {
         "kind": kind, "from_config": plan.from_hash, "to_config": plan.to_hash, "started_at": state.now(),
-        "by": state.who(), "lock_token": lock.me.token, "resumed": bool(resumed),
+        "by": state.who(), "lock_token": lock.me.token, "resumed": resume,
     })  # fmt: skip
     probe = DowntimeProbe(health.base_url(new)).start()
     options = {"timeout": deadline, "min_throughput_ratio": min_ratio, "event": kind}
@@ -509,6 +506,20 @@ def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, r
             journal.phase(PHASES[r.step])
         on_result(r)
 
+    def finish(outcome: str, event: Optional[str]) -> ReloadReport:
+        """The end of the command: the journal is removed and the event logged, or (event None: the
+        rollback failed too) the journal stays, with each host's state."""
+        report.downtime = probe.stop()
+        report.outcome = outcome
+        report.timeline = journal.doc["timeline"]
+        if event is None:
+            report.hosts_state = journal.doc["hosts_state"] = _hosts_state(fleet, last_good)
+            journal.close(keep=True)
+            return report
+        journal.close()
+        state.append_event(session, _event(kind, event, plan, report))
+        return report
+
     journal.phase("prestage")
     ctx = RunContext(inventory=new, fleet=fleet, force=(kind == "restart"), options=options, progress=tracked)
     recap = run_playbook(ctx, build_stages(load_playbook("reload")), "reload", on_result=journaled)
@@ -517,42 +528,20 @@ def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, r
     report.decode_tokens_per_s = ctx.outputs.decode_tokens_per_s
     report.drain = ctx.outputs.drain
     if not recap.failed:
-        report.downtime = probe.stop()
-        report.outcome = "ok"
         journal.phase("done")
-        journal.close()
-        report.timeline = journal.doc["timeline"]
-        state.append_event(session, _event(kind, "ok", plan, report))
-        return report
+        return finish("ok", "ok")
 
     failed = next(r for r in recap.results if r.status == "failed")
     report.reason = f"{failed.step} on {failed.host}: {failed.message}"
-    touched = any(r.status == "changed" for r in recap.results)
-    if not touched:  # nothing was changed or stopped: the old config still serves as it was
-        report.downtime = probe.stop()
-        report.outcome = "failed (nothing stopped)"
-        journal.close()
-        report.timeline = journal.doc["timeline"]
-        state.append_event(session, _event(kind, "failed", plan, report))
-        return report
+    # nothing was changed or stopped: the old config still serves as it was
+    if not any(r.status == "changed" for r in recap.results):
+        return finish("failed (nothing stopped)", "failed")
     say(f"{kind} failed ({report.reason}); rolling back to the last good config {plan.from_hash}")
     journal.phase("rollback")
     back = RunContext(inventory=last_good, fleet=fleet, options={"timeout": deadline, "event": "rollback"}, progress=progress)
     recap2 = run_playbook(back, build_stages(load_playbook("up")), "rollback", on_result=on_result)
     report.rollback_results = [r.to_dict() for r in recap2.results]
-    report.downtime = probe.stop()
-    if not recap2.failed:
-        report.outcome = "rolled back"
-        journal.close()
-        report.timeline = journal.doc["timeline"]
-        state.append_event(session, _event(kind, "rolled back", plan, report))
-        return report
-    report.outcome = "rollback failed"
-    report.timeline = journal.doc["timeline"]
-    report.hosts_state = _hosts_state(fleet, last_good)
-    journal.doc["hosts_state"] = report.hosts_state
-    journal.close(keep=True)
-    return report
+    return finish("rollback failed", None) if recap2.failed else finish("rolled back", "rolled back")
 
 
 def _event(kind: str, outcome: str, plan: ReloadPlan, report: ReloadReport) -> dict:

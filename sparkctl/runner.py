@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sparkctl.errors import InputError, SparkctlError
-from sparkctl.steps.base import Plan, RunContext, Step, StepResult
+from sparkctl.steps.base import Plan, RunContext, Status, Step, StepResult
 
 
 CONNECT = "connect"  # the pseudo-step hosts fail when their facts could not be read over SSH
@@ -81,7 +81,7 @@ class Recap:
     stopped_at: Optional[str] = None
 
     def count(self, status: str) -> int:
-        return sum(1 for r in self.results if r.status == status)
+        return [r.status for r in self.results].count(status)
 
     @property
     def failed(self) -> bool:
@@ -94,10 +94,7 @@ class Recap:
         return {
             "playbook": self.playbook,
             "check": self.check_mode,
-            "ok": self.count("ok"),
-            "changed": self.count("changed"),
-            "failed": self.count("failed"),
-            "skipped": self.count("skipped"),
+            **{status: self.count(status) for status in get_args(Status)},
             "stopped_at": self.stopped_at,
             "seconds": round(self.seconds, 3),
             "hosts": hosts,
@@ -138,13 +135,8 @@ def gather_facts(ctx: RunContext, stages: list[Stage], extra: Optional[dict[str,
             kinds[host] |= set(stage.step.facts)
     wanted = [h for h, k in kinds.items() if k]
     out = ctx.fleet.map(lambda s: gather_host(s, ctx.inventory, kinds[s.name], into=ctx.facts.get(s.name)), hosts=wanted)
-    errors = {}
-    for host, outcome in out.items():
-        if outcome.ok:
-            ctx.facts[host] = outcome.value
-        else:
-            errors[host] = (outcome.error, outcome.fix)
-    return errors
+    ctx.facts.update({host: o.value for host, o in out.items() if o.ok})
+    return {host: (o.error, o.fix or "check SSH: `sparkctl doctor --only ssh`") for host, o in out.items() if not o.ok}
 
 
 class _LockFirst(Exception):
@@ -189,31 +181,33 @@ def _run(
 ) -> Recap:
     start = time.monotonic()
     recap = Recap(playbook=playbook, check_mode=ctx.check_mode, steps=[s.name for s in stages])
-    failed_step: Optional[str] = None
 
     def emit(r: StepResult) -> None:
         recap.results.append(r)
         on_result(r)
 
+    def emit_reached(stage: Stage, status: Status, message: str, **extra) -> None:
+        """The same result for every host of the stage whose facts were read."""
+        for h in _reached(ctx, stage):
+            if h not in unreachable:
+                emit(StepResult(stage.name, h, status, message, **extra))
+
     def plan_stage(stage: Stage) -> tuple[dict[str, Plan], bool]:
         """Plan the cluster, or fail every host it covers; validate everything before touching any host."""
-        hosts = _reached(ctx, stage)
         failed = False
-        for h in hosts:
+        for h in _reached(ctx, stage):
             if h in unreachable:
                 error, fix = unreachable[h]
-                emit(StepResult(stage.name, h, "failed", error, fix=fix or "check SSH: `sparkctl doctor --only ssh`"))
+                emit(StepResult(stage.name, h, "failed", error, fix=fix))
                 failed = True
         t0 = time.monotonic()
         try:
             plans = stage.step.plan(ctx)
         except SparkctlError as exc:
-            for h in hosts:
-                if h not in unreachable:
-                    emit(StepResult(stage.name, h, "failed", exc.message, seconds=time.monotonic() - t0, fix=exc.fix))
+            emit_reached(stage, "failed", exc.message, seconds=time.monotonic() - t0, fix=exc.fix)
             return {}, False
+        recap.plans += plans.values()
         for h, plan in plans.items():
-            recap.plans.append(plan)
             if plan.blocked:
                 emit(StepResult(stage.name, h, "failed", plan.blocked))
                 failed = True
@@ -224,7 +218,6 @@ def _run(
         return plans, not failed
 
     def open_gates() -> bool:
-        nonlocal failed_step
         while pending_gates:
             gate = pending_gates.pop(0)
             ctx.progress("all", gate.name, "checking before the first change")
@@ -232,7 +225,7 @@ def _run(
             plans, ok = plan_stage(gate)
             ctx.progress("all", gate.name, "done")
             if not ok:
-                failed_step = recap.stopped_at = gate.name
+                recap.stopped_at = gate.name
                 return False
             for h, plan in plans.items():
                 emit(StepResult(gate.name, h, "ok", plan.reason))
@@ -249,36 +242,33 @@ def _run(
     if unreachable:  # SSH (connect, host key, auth, deadline) failed: named as such, before any step
         recap.steps.insert(0, CONNECT)
         for h, (error, fix) in unreachable.items():
-            emit(StepResult(CONNECT, h, "failed", error, fix=fix or "check SSH: `sparkctl doctor --only ssh`"))
-        failed_step = recap.stopped_at = CONNECT
+            emit(StepResult(CONNECT, h, "failed", error, fix=fix))
+        recap.stopped_at = CONNECT
     for stage in stages:
         if stage.spec.gate:
             continue
-        if failed_step:
-            for h in _reached(ctx, stage):
-                if h not in unreachable:
-                    emit(StepResult(stage.name, h, "skipped", f"not run: step {failed_step!r} failed"))
+        if recap.stopped_at:
+            emit_reached(stage, "skipped", f"not run: step {recap.stopped_at!r} failed")
             continue
         plans, ok = plan_stage(stage)
         if not ok:
-            failed_step = recap.stopped_at = stage.name
+            recap.stopped_at = stage.name
             continue
-        if lock_free and any(not p.empty for p in plans.values()):
+        changing = any(not p.empty for p in plans.values())
+        if lock_free and changing:
             raise _LockFirst
-        if any(not p.empty for p in plans.values()) and not open_gates():
+        if changing and not open_gates():
             for h in plans:
-                emit(StepResult(stage.name, h, "skipped", f"not applied: step {failed_step!r} failed"))
+                emit(StepResult(stage.name, h, "skipped", f"not applied: step {recap.stopped_at!r} failed"))
             continue
         results = _apply_all(ctx, stage, plans)
         for r in results:
             emit(r)
         if any(r.status == "failed" for r in results):
-            failed_step = recap.stopped_at = stage.name
+            recap.stopped_at = stage.name
     for gate in pending_gates:  # never needed: nothing was about to change
-        why = f"not run: step {failed_step!r} failed" if failed_step else "not needed: nothing to change"
-        for h in _reached(ctx, gate):
-            if h not in unreachable:
-                emit(StepResult(gate.name, h, "skipped", why))
+        why = f"not run: step {recap.stopped_at!r} failed" if recap.stopped_at else "not needed: nothing to change"
+        emit_reached(gate, "skipped", why)
     recap.seconds = time.monotonic() - start
     return recap
 
@@ -305,23 +295,28 @@ def _apply_all(ctx: RunContext, stage: Stage, plans: dict[str, Plan]) -> list[St
     names = list(plans)
     results: dict[str, StepResult] = {}
 
-    def guarded(host: str, fn: Callable[[], StepResult]) -> StepResult:
+    def guarded(host: str, fn: Callable[[str], StepResult]) -> StepResult:
         t0 = time.monotonic()
         try:
-            r = fn()
-        except SparkctlError as exc:
-            r = StepResult(step.name, host, "failed", exc.message, fix=exc.fix, operations=[c.action for c in plans[host].changes])
+            r = fn(host)
         except Exception as exc:  # a library's error: sparkctl's words for it, per host, never a traceback
-            err = ctx.fleet[host].explain(exc) if host in getattr(ctx.fleet, "sessions", {}) else None
-            r = StepResult(step.name, host, "failed", err.message if err else f"{type(exc).__name__}: {exc}",
-                           fix=err.fix if err else None, operations=[c.action for c in plans[host].changes])  # fmt: skip
+            if isinstance(exc, SparkctlError):
+                err = exc
+            elif ctx.fleet.sessions.get(host) is not None:
+                err = ctx.fleet[host].explain(exc)
+            else:
+                err = SparkctlError(f"{type(exc).__name__}: {exc}")
+            r = StepResult(step.name, host, "failed", err.message, fix=err.fix, operations=operations(host))
         r.seconds += time.monotonic() - t0
         return r
+
+    def operations(host: str) -> list[str]:
+        return [c.action for c in plans[host].changes]
 
     def apply_one(host: str) -> StepResult:
         plan = plans[host]
         changes = [c.summary for c in plan.changes]
-        ops = [c.action for c in plan.changes]
+        ops = operations(host)
         if plan.empty:
             return StepResult(step.name, host, "ok", plan.reason)
         if ctx.check_mode:
@@ -341,7 +336,7 @@ def _apply_all(ctx: RunContext, stage: Stage, plans: dict[str, Plan]) -> list[St
     def run_phase(fn: Callable[[str], StepResult], hosts: list[str], in_order: bool) -> None:
         if in_order or len(hosts) <= 1:
             for i, h in enumerate(hosts):
-                results[h] = guarded(h, lambda: fn(h))
+                results[h] = guarded(h, fn)
                 if results[h].status == "failed":
                     for n in hosts[i + 1 :]:
                         results[n] = StepResult(step.name, n, "skipped", f"not run: {h} failed")
@@ -350,8 +345,7 @@ def _apply_all(ctx: RunContext, stage: Stage, plans: dict[str, Plan]) -> list[St
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
-            for h, r in zip(hosts, pool.map(lambda h: guarded(h, lambda: fn(h)), hosts)):
-                results[h] = r
+            results.update(zip(hosts, pool.map(lambda h: guarded(h, fn), hosts)))
 
     run_phase(apply_one, names, stage.spec.in_order)
     if not ctx.check_mode and hasattr(step, "verify"):

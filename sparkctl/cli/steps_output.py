@@ -103,60 +103,45 @@ class LiveReport:
             # a skip (a gate not needed, steps after a failure) never hides the last step that ran
             if r.status != "skipped" or line.status in (None, "skipped"):
                 line.step, line.text, line.status = r.step, r.message, r.status
-        if self.quiet:
-            return
-        if self._live is not None:
-            self._print_short(r)
-        else:
-            self._print_full(r)
+        if not self.quiet:
+            self._print(r)
 
     # ---- finished lines ---------------------------------------------------------------------------
 
-    def _print_full(self, r) -> None:
-        """Off a terminal: every word, as plain lines (logs and CI keep the whole text)."""
-        from rich.markup import escape
-
-        from sparkctl.transport.redact import redact
-
-        c = self.console
-        style = STYLE.get(r.status, "")
-        c.print(f"[{style}]{r.status:>7}[/] {r.host:<9} {r.step:<8} {escape(redact(r.message))}", soft_wrap=True)
-        # one change is already the message; list them when there are several
-        for ch in r.changes if r.status != "ok" and len(r.changes) > 1 else []:
-            c.print(f"{'':{INDENT}}[dim]- {escape(redact(ch))}[/]", soft_wrap=True)
-        if r.fix:
-            c.print(f"{'':{INDENT}}[bold]fix:[/] {escape(redact(r.fix))}", soft_wrap=True)
-
-    def _print_short(self, r) -> None:
-        """On a terminal: each line cut at a word to the width (verbose: wrapped at words, whole);
-        a fix is always wrapped at words, never cut."""
+    def _print(self, r) -> None:
+        """Off a terminal: every word, as plain lines (logs and CI keep the whole text). On a terminal:
+        each line cut at a word to the width (verbose: wrapped at words, whole); a fix is always
+        wrapped at words, never cut."""
         from rich.text import Text
 
         from sparkctl.transport.redact import redact
 
-        width = self.console.width
+        live = self._live is not None
         head = f"{r.status:>7} {r.host:<9} {r.step:<8} "
 
-        def fit(text: str, indent: int) -> list[str]:
-            room = max(width - indent, 20)
-            if self.verbose:
-                return textwrap.wrap(redact(text), width=room, break_long_words=False) or [""]
-            return [shorten(redact(text), room)]
+        def fit(text: str, indent: int, wrap: bool = self.verbose) -> list[str]:
+            text = redact(text)
+            room = max(self.console.width - indent, 20)
+            if not live:
+                return [text]
+            if wrap:
+                return textwrap.wrap(text, width=room, break_long_words=False) or [""]
+            return [shorten(text, room)]
 
         message = fit(r.message, len(head))
-        line = Text(head[:7], style=STYLE.get(r.status, ""))
-        line.append(head[7:] + message[0])
-        lines = [line] + [Text(" " * len(head) + more) for more in message[1:]]
+        lines = [Text.assemble((head[:7], STYLE.get(r.status, "")), head[7:] + message[0])]
+        lines += [Text(" " * len(head) + more) for more in message[1:]]
+        # one change is already the message; list them when there are several
         for ch in r.changes if r.status != "ok" and len(r.changes) > 1 else []:
             for i, part in enumerate(fit(ch, INDENT + 2)):
                 lines.append(Text(" " * INDENT + ("- " if i == 0 else "  ") + part, style="dim"))
-        if r.fix:
-            wrapped = textwrap.wrap(redact(r.fix), width=max(width - INDENT - 5, 20), break_long_words=False)
-            for i, part in enumerate(wrapped):
-                lines.append(Text(" " * INDENT + ("fix: " if i == 0 else "     ") + part))
+        for i, part in enumerate(fit(r.fix, INDENT + 5, wrap=True) if r.fix else []):
+            lines.append(Text.assemble(" " * INDENT, ("fix:" if i == 0 else "    ", "bold"), " " + part))
         for t in lines:
-            t.no_wrap, t.overflow = True, "ellipsis"
-            self.console.print(t)
+            if live:
+                self.console.print(t, no_wrap=True, overflow="ellipsis")
+            else:
+                self.console.print(t, soft_wrap=True)
 
     # ---- the live block ---------------------------------------------------------------------------
 

@@ -85,12 +85,8 @@ class Outputs:
     restart: Optional[list[str]] = None
     # runtime -> the CLI's --json: how the last start went (seconds, warm/cold)
     runtime_start: Optional[dict] = None
-    # preflight: doctor's blocking check results per host
-    preflight: Optional[dict[str, list]] = None
     # throughput -> record: decode tok/s measured after the start (the next reload's baseline)
     decode_tokens_per_s: Optional[float] = None
-    # reload -> record: seconds /v1/models did not answer during this run
-    downtime: Optional[float] = None
     # stop -> reload: the head's in-flight requests at the drain {"in_flight", "finished", "cut"}
     drain: Optional[dict] = None
 
@@ -130,7 +126,6 @@ class Step:
     `plan` for a decision over the whole cluster) and `apply`; `verify` is optional."""
 
     name: str = ""
-    description: str = ""
     facts: frozenset[str] = frozenset()  # fact kinds (facts/host.py KINDS) the plan reads
     options: dict[str, Any] = {}  # the playbook entry's `options` (set per run by the runner)
 

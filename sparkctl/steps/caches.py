@@ -16,7 +16,6 @@ from sparkctl.steps.base import Change, Plan, RunContext, Step
 
 class CachesStep(Step):
     name = "caches"
-    description = "persistent kernel cache directory on every runtime node"
     facts = frozenset({"cache"})
 
     def hosts(self, inv: Inventory) -> list[str]:

@@ -26,7 +26,6 @@ GIB = 1 << 30
 
 class EngramStep(Step):
     name = "engram"
-    description = "Engram tables in the offload host's RAM (tmpfs), checksums verified"
     # the RAM copy's files that changed since placement are re-hashed: sizes alone miss a flipped byte
     facts = frozenset({"meminfo", "engram", "engram_hashes", "engram_source_hashes"})
 

@@ -40,7 +40,6 @@ def owner_of(inv: Inventory, ip) -> Optional[str]:
 
 class FabricStep(Step):
     name = "fabric"
-    description = "fabric addresses and MTU on every rail, persisted in netplan, proven by jumbo ping"
     facts = frozenset({"ip_addr", "netplan", "ping"})
 
     def hosts(self, inv: Inventory) -> list[str]:

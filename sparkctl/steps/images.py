@@ -231,7 +231,6 @@ def _with_fix(plan: Plan, fix: str) -> Plan:
 
 class ImagesStep(Step):
     name = "images"
-    description = "every node holds the image its provenance names (registry digest, else last good record)"
     facts = frozenset({"image", "applied"})
 
     def __init__(self, resolver: Optional[Callable[..., Any]] = None) -> None:

@@ -16,7 +16,6 @@ BLOCKING = ("ssh.privilege", "gpu.smi", "gpu.model", "gpu.driver", "host.disk")
 
 class PreflightStep(Step):
     name = "preflight"
-    description = "doctor's blocking checks: SSH privilege, GPUs, disk"
     facts = frozenset({"whoami", "gpus", "disk"})
 
     def plan(self, ctx: RunContext) -> dict[str, Plan]:
@@ -30,7 +29,6 @@ class PreflightStep(Step):
         per_host: dict[str, list] = {h: [] for h in hosts}
         for r in results:
             per_host.setdefault(r.host, []).append(r)
-        ctx.outputs.preflight = per_host
         return {h: self._plan_host(h, rs) for h, rs in per_host.items()}
 
     def _plan_host(self, host: str, results: list) -> Plan:

@@ -50,7 +50,6 @@ def event_of(doc: dict, outcome: str, **extra) -> dict:
 
 class RecordStep(Step):
     name = "record"
-    description = "applied config, hash and image IDs recorded on the head, with history"
     facts = frozenset({"applied"})
 
     def hosts(self, inv: Inventory) -> list[str]:

@@ -204,7 +204,6 @@ class StopStep(Step):
     (playbook option `always`) whatever runs."""
 
     name = "stop"
-    description = "old runtime containers stopped, head first (it drains)"
     # journal: an interrupted reload is reported by every run that touches the runtime
     facts = frozenset({"containers", "health", "image", "journal"})
 
@@ -286,7 +285,6 @@ class StopStep(Step):
 
 class RuntimeStep(Step):
     name = "runtime"
-    description = "drafter, worker and head running the inventory's config, serving"
     facts = frozenset({"containers", "health", "image"})
 
     def hosts(self, inv: Inventory) -> list[str]:

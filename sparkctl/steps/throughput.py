@@ -40,7 +40,6 @@ def measure_decode(url: str, model: str, tries: int = 2) -> Optional[float]:
 
 class ThroughputStep(Step):
     name = "throughput"
-    description = "decode speed after a restart, against the last recorded (catches a silent kernel fallback)"
     facts = frozenset({"applied"})
 
     def hosts(self, inv: Inventory) -> list[str]:
