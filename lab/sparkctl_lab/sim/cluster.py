@@ -56,10 +56,9 @@ class Node:
 
 
 class GcsServer:
-    def __init__(self, host: str, port: int, health_timeout: float, log: Callable[[str], None] = lambda s: None):
-        self.host, self.port = host, port
+    def __init__(self, host: str, port: int, health_timeout: float):
+        self.host = host
         self.health_timeout = health_timeout
-        self.log = log
         self.lock = threading.RLock()
         self.nodes: dict[str, Node] = {}
         self.drivers: dict[int, tuple[object, threading.Lock]] = {}
@@ -130,7 +129,6 @@ class GcsServer:
         with self.lock:
             self.nodes[node.node_id] = node
         send(h.wfile, node.wlock, {"op": "registered", "node_id": node.node_id})
-        self.log(f"node joined: {node.node_id[:8]} ip={ip} resources={node.resources}")
         h.connection.settimeout(PING_INTERVAL * 2)
         for m in messages(h.rfile, self.stopping.is_set, node, self.health_timeout):
             if m.get("op") == "reply":
@@ -151,7 +149,6 @@ class GcsServer:
                 if waiter["node_id"] == node.node_id:
                     waiter["reply"] = {"error": f"node {node.node_id} died"}
                     waiter["event"].set()
-        self.log(f"node died: {node.node_id[:8]} ip={node.ip} ({why})")
         event = {"op": "node_dead", "node_id": node.node_id, "ip": node.ip, "why": why}
         for wfile, wlock in drivers:
             send(wfile, wlock, event)
@@ -174,17 +171,7 @@ class GcsServer:
         with self.lock:
             self.drivers[conn_id] = (h.wfile, wlock)
         try:
-            while True:
-                try:
-                    line = h.rfile.readline()
-                except OSError:
-                    break
-                if not line:
-                    break
-                try:
-                    m = json.loads(line)
-                except ValueError:
-                    continue
+            for m in json_lines(h.rfile):
                 threading.Thread(target=self._driver_op, args=(m, h.wfile, wlock, conn_id), daemon=True).start()
         finally:
             with self.lock:
@@ -263,17 +250,23 @@ def messages(rfile, stopped: Callable[[], bool], peer, health_timeout: float):
             continue
 
 
+def json_lines(rfile):
+    """Yield each JSON line (skipping garbled ones) until the connection closes."""
+    while True:
+        try:
+            line = rfile.readline()
+        except OSError:
+            return
+        if not line:
+            return
+        try:
+            yield json.loads(line)
+        except ValueError:
+            continue
+
+
 def _read(rfile) -> dict | None:
-    try:
-        line = rfile.readline()
-    except OSError:
-        return None
-    if not line:
-        return None
-    try:
-        return json.loads(line)
-    except ValueError:
-        return None
+    return next(json_lines(rfile), None)
 
 
 def connect(address: str, timeout: float = 5.0, source_ip: str | None = None) -> socket.socket:
@@ -365,17 +358,7 @@ class DriverClient:
         threading.Thread(target=self._pinger, daemon=True).start()
 
     def _reader(self) -> None:
-        while True:
-            try:
-                line = self.rfile.readline()
-            except OSError:
-                line = b""
-            if not line:
-                break
-            try:
-                m = json.loads(line)
-            except ValueError:
-                continue
+        for m in json_lines(self.rfile):
             if "id" in m:
                 with self.lock:
                     w = self.waiters.get(m["id"])

@@ -23,6 +23,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
+from pathlib import Path
 
 from . import RAY_VERSION, cluster, knobs
 from .compile_cache import rank_call
@@ -76,69 +78,45 @@ def _node_resources(args) -> dict[str, float]:
 def node_handlers() -> dict:
     """Methods the driver calls on a node: a TP rank's compile cache on *this* node."""
     env = dict(os.environ)
-
-    def init_rank(spec: dict) -> dict:
-        return rank_call("init_rank", spec, env, os.getpid())
-
-    def save_rank(spec: dict) -> dict:
-        return rank_call("save_rank", spec, env, os.getpid())
-
-    def hello(_args: dict) -> dict:
-        return {"pid": os.getpid(), "hostname": socket.gethostname()}
-
-    return {"init_rank": init_rank, "save_rank": save_rank, "hello": hello}
+    return {"init_rank": lambda spec: rank_call("init_rank", spec, env, os.getpid()),
+            "save_rank": lambda spec: rank_call("save_rank", spec, env, os.getpid()),
+            "hello": lambda _args: {"pid": os.getpid(), "hostname": socket.gethostname()}}
 
 
-def _wait_for_signal(stop: threading.Event) -> None:
-    def handler(signum, _frame):
-        stop.set()
+def stop_on_signals() -> threading.Event:
+    """An event SIGTERM/SIGINT set. PID 1 in a container ignores signals it has no handler for."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
 
-    # PID 1 in a container ignores signals it has no handler for: install them explicitly.
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
+
+STARTED = "--------------------\nRay runtime started.\n--------------------\n"
+BLOCK = ("--block\n  This command will now block forever until terminated by a signal.\n"
+         "  Running subprocesses are monitored and a message will be printed if any of them terminate unexpectedly. "
+         "Subprocesses exit with SIGTERM will be treated as graceful, thus NOT reported.")
 
 
 def _head_banner(ip: str, address: str, foreground: bool) -> None:
     """What `ray start --head` prints once the head is up (the daemonizing parent prints the short form)."""
-    _say("Usage stats collection is disabled.")
-    _say("")
-    _say(f"Local node IP: {ip}")
-    _say("")
-    _say("--------------------")
-    _say("Ray runtime started.")
-    _say("--------------------")
-    _say("")
-    _say("Next steps")
-    _say("  To add another node to this Ray cluster, run")
-    _say(f"    ray start --address='{address}'")
-    _say("")
-    if foreground:
-        _say("  To connect to this Ray cluster:")
-        _say("    import ray")
-        _say(f"    ray.init(_node_ip_address='{ip}')")
-        _say("")
-    _say("  To terminate the Ray runtime, run")
-    _say("    ray stop")
-    if foreground:
-        _say("")
-        _say("  To view the status of the cluster, use")
-        _say("    ray status")
+    connect = f"  To connect to this Ray cluster:\n    import ray\n    ray.init(_node_ip_address='{ip}')\n\n"
+    status = "\n\n  To view the status of the cluster, use\n    ray status"
+    _say(f"Usage stats collection is disabled.\n\nLocal node IP: {ip}\n\n{STARTED}\nNext steps\n"
+         f"  To add another node to this Ray cluster, run\n    ray start --address='{address}'\n\n"
+         f"{connect if foreground else ''}  To terminate the Ray runtime, run\n    ray stop{status if foreground else ''}")
 
 
-def _block_banner() -> None:
-    _say("--block")
-    _say("  This command will now block forever until terminated by a signal.")
-    _say("  Running subprocesses are monitored and a message will be printed if any of them terminate unexpectedly. "
-         "Subprocesses exit with SIGTERM will be treated as graceful, thus NOT reported.")
+def _worker_banner() -> None:
+    _say(f"{STARTED}\nTo terminate the Ray runtime, run\n  ray stop")
 
 
-def run_head(args, foreground_banner: bool = True) -> int:
+def run_head(args) -> int:
     k = knobs.load()
     ip = args.node_ip_address or "127.0.0.1"
     bind = "0.0.0.0" if os.environ.get("SIM_RAY_BIND_ALL", "0") not in ("", "0") else ip
     tdir = temp_dir(args.temp_dir)
     try:
-        gcs = cluster.GcsServer(bind, args.port, k.ray_health_timeout, log=lambda s: None)
+        gcs = cluster.GcsServer(bind, args.port, k.ray_health_timeout)
     except OSError as e:
         _say(f"ConnectionError: Failed to start the GCS server on {bind}:{args.port}: {e}")
         return 1
@@ -149,14 +127,11 @@ def run_head(args, foreground_banner: bool = True) -> int:
     os.makedirs(tdir, exist_ok=True)
     with open(current_cluster_file(tdir), "w", encoding="utf-8") as f:
         f.write(address + "\n")
-    _write_pid(tdir, "head")
-    stop = threading.Event()
-    _wait_for_signal(stop)
-    if foreground_banner:
-        _head_banner(ip, address, foreground=True)
-        if args.block:
-            _say("")
-            _block_banner()
+    _pid_file(tdir, "head").write_text(str(os.getpid()))
+    stop = stop_on_signals()
+    _head_banner(ip, address, foreground=True)
+    if args.block:
+        _say("\n" + BLOCK)
     while not stop.wait(0.5):
         pass
     agent.close()
@@ -171,8 +146,7 @@ def run_worker(args) -> int:
     deadline = time.monotonic() + k.ray_join_timeout
     agent = None
     last_error = ""
-    stop = threading.Event()
-    _wait_for_signal(stop)  # before joining: `docker stop` of a worker still looking for its head ends it at once
+    stop = stop_on_signals()  # before joining: `docker stop` of a worker still looking for its head ends it at once
     while agent is None:
         if stop.is_set():
             return 0
@@ -188,50 +162,34 @@ def run_worker(args) -> int:
             time.sleep(0.5)
     tdir = temp_dir(args.temp_dir)
     os.makedirs(tdir, exist_ok=True)
-    _write_pid(tdir, "worker")
-    _say(f"Local node IP: {agent.ip}")
-    _say("")
-    _say("--------------------")
-    _say("Ray runtime started.")
-    _say("--------------------")
-    _say("")
-    _say("To terminate the Ray runtime, run")
-    _say("  ray stop")
+    _pid_file(tdir, "worker").write_text(str(os.getpid()))
+    _say(f"Local node IP: {agent.ip}\n")
+    _worker_banner()
     if args.block:
-        _say("")
-        _block_banner()
+        _say("\n" + BLOCK)
     while not stop.is_set() and not agent.lost.is_set():
         stop.wait(0.2)
     if stop.is_set():
         agent.close()
         _cleanup(tdir, "worker", None)
         return 0
-    _say("Some Ray subprocesses exited unexpectedly:")
-    _say("  raylet [exit code=1]")
-    _say("")
-    _say("Remaining processes will be killed.")
+    _say("Some Ray subprocesses exited unexpectedly:\n  raylet [exit code=1]\n\nRemaining processes will be killed.")
     _cleanup(tdir, "worker", None)
     return 1
 
 
-def _write_pid(tdir: str, role: str) -> None:
-    with open(os.path.join(tdir, f"sim_{role}_{os.getpid()}.pid"), "w", encoding="utf-8") as f:
-        f.write(str(os.getpid()))
+def _pid_file(tdir: str, role: str) -> Path:
+    return Path(tdir, f"sim_{role}_{os.getpid()}.pid")
 
 
 def _cleanup(tdir: str, role: str, address: str | None) -> None:
+    _pid_file(tdir, role).unlink(missing_ok=True)
+    cluster_file = Path(current_cluster_file(tdir))
     try:
-        os.remove(os.path.join(tdir, f"sim_{role}_{os.getpid()}.pid"))
+        if address and cluster_file.read_text().strip() == address:
+            cluster_file.unlink()
     except OSError:
         pass
-    if address:
-        path = current_cluster_file(tdir)
-        try:
-            with open(path, encoding="utf-8") as f:
-                if f.read().strip() == address:
-                    os.remove(path)
-        except OSError:
-            pass
 
 
 def _daemonize(argv: list[str], tdir: str, role: str, ready) -> int:
@@ -261,7 +219,7 @@ def cmd_start(args, argv: list[str]) -> int:
         return 1
     if args.head:
         if args.block or args._daemon:
-            return run_head(args, foreground_banner=True)
+            return run_head(args)
         ip = args.node_ip_address or "127.0.0.1"
         address = f"{ip}:{args.port}"
 
@@ -286,17 +244,8 @@ def cmd_start(args, argv: list[str]) -> int:
 
     rc = _daemonize(argv, tdir, "worker", worker_ready)
     if rc == 0:
-        _say("--------------------")
-        _say("Ray runtime started.")
-        _say("--------------------")
-        _say("")
-        _say("To terminate the Ray runtime, run")
-        _say("  ray stop")
+        _worker_banner()
     return rc
-
-
-def _fmt_bytes(n: float) -> str:
-    return f"{n / 1024**3:.2f}GiB"
 
 
 def cmd_status(args) -> int:
@@ -312,66 +261,32 @@ def cmd_status(args) -> int:
         _say(f"ConnectionError: Could not connect to Ray GCS at {address}: {e}")
         return 1
     alive = [n for n in st["nodes"] if n["alive"]]
-    dead = [n for n in st["nodes"] if not n["alive"]]
-    now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S.%f")
-    _say(f"======== Autoscaler status: {now} ========")
-    _say("Node status")
-    _say("-" * 63)
-    _say("Active:")
+    failures = [f" node_{n['node_id']} ({n['ip']})" for n in st["nodes"] if not n["alive"]] or [" (no failures)"]
+    total, used = Counter(), Counter()
     for n in alive:
-        _say(f" 1 node_{n['node_id']}")
-    _say("Pending:")
-    _say(" (no pending nodes)")
-    _say("Recent failures:")
-    if dead:
-        for n in dead:
-            _say(f" node_{n['node_id']} ({n['ip']})")
-    else:
-        _say(" (no failures)")
-    _say("")
-    _say("Resources")
-    _say("-" * 63)
-    _say("Total Usage:")
-    total: dict[str, float] = {}
-    used: dict[str, float] = {}
-    for n in alive:
-        for key, v in n["resources"].items():
-            total[key] = total.get(key, 0.0) + v
-        for key, v in n["used"].items():
-            used[key] = used.get(key, 0.0) + v
-    for key in ("CPU", "GPU"):
-        _say(f" {used.get(key, 0.0):.1f}/{total.get(key, 0.0):.1f} {key}")
-    for key in ("memory", "object_store_memory"):
-        _say(f" 0B/{_fmt_bytes(total.get(key, 0.0))} {key}")
-    _say("")
-    _say("Total Constraints:")
-    _say(" (no request_resources() constraints)")
-    _say("Total Demands:")
-    _say(" (no resource demands)")
+        total.update(n["resources"])
+        used.update(n["used"])
+    rule = "-" * 63
+    lines = [f"======== Autoscaler status: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M:%S.%f')} ========",
+             "Node status", rule, "Active:", *(f" 1 node_{n['node_id']}" for n in alive),
+             "Pending:", " (no pending nodes)", "Recent failures:", *failures, "",
+             "Resources", rule, "Total Usage:", *(f" {used[key]:.1f}/{total[key]:.1f} {key}" for key in ("CPU", "GPU")),
+             *(f" 0B/{total[key] / 1024**3:.2f}GiB {key}" for key in ("memory", "object_store_memory")), "",
+             "Total Constraints:", " (no request_resources() constraints)", "Total Demands:", " (no resource demands)"]
+    _say("\n".join(lines))
     return 0
 
 
 def cmd_stop(args) -> int:
-    tdir = temp_dir(args.temp_dir)
     stopped = 0
-    if os.path.isdir(tdir):
-        for name in os.listdir(tdir):
-            if name.startswith("sim_") and name.endswith(".pid"):
-                try:
-                    with open(os.path.join(tdir, name), encoding="utf-8") as f:
-                        pid = int(f.read().strip())
-                    os.kill(pid, signal.SIGKILL if args.force else signal.SIGTERM)
-                    stopped += 1
-                except (OSError, ValueError):
-                    pass
-                try:
-                    os.remove(os.path.join(tdir, name))
-                except OSError:
-                    pass
-    if stopped:
-        _say(f"Stopped all {stopped} Ray processes.")
-    else:
-        _say("Did not find any active Ray processes.")
+    for pid_file in Path(temp_dir(args.temp_dir)).glob("sim_*.pid"):
+        try:
+            os.kill(int(pid_file.read_text()), signal.SIGKILL if args.force else signal.SIGTERM)
+            stopped += 1
+        except (OSError, ValueError):
+            pass
+        pid_file.unlink(missing_ok=True)
+    _say(f"Stopped all {stopped} Ray processes." if stopped else "Did not find any active Ray processes.")
     return 0
 
 
@@ -389,17 +304,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--num-cpus", type=int, default=None)
     s.add_argument("--resources", default=None)
     s.add_argument("--temp-dir", default=None)
-    s.add_argument("--object-store-memory", type=int, default=None)
-    s.add_argument("--memory", type=int, default=None)
-    s.add_argument("--dashboard-host", default=None)
-    s.add_argument("--dashboard-port", type=int, default=None)
-    s.add_argument("--include-dashboard", default=None)
     s.add_argument("--disable-usage-stats", action="store_true")
-    s.add_argument("--node-manager-port", type=int, default=None)
-    s.add_argument("--object-manager-port", type=int, default=None)
-    s.add_argument("--min-worker-port", type=int, default=None)
-    s.add_argument("--max-worker-port", type=int, default=None)
-    s.add_argument("--ray-client-server-port", type=int, default=None)
+    # accepted for the recipe's command lines, no effect here
+    for name in ("--object-store-memory", "--memory", "--dashboard-port", "--node-manager-port", "--object-manager-port",
+                 "--min-worker-port", "--max-worker-port", "--ray-client-server-port"):
+        s.add_argument(name, type=int, default=None)
+    s.add_argument("--dashboard-host", default=None)
+    s.add_argument("--include-dashboard", default=None)
     s.add_argument("--_daemon", action="store_true", help=argparse.SUPPRESS)
     st = sub.add_parser("status")
     st.add_argument("--address", default=None)

@@ -203,80 +203,69 @@ class StartupPhases:
         t0 = time.monotonic()
         ph = self.phases
         specs = self._rank_specs()
-        states = {s["rank"]: self.rank_call(s["rank"], "init_rank", s) for s in specs}
-        self.cache_report = {str(r): st for r, st in states.items()}
-        compiled_all = all(st["compiled_hit"] for st in states.values())
+        prefixes = specs[0]["prefixes"]
+        # (spec, what its node has cached, its logger) per rank, in rank order
+        ranks = [(s, self.rank_call(s["rank"], "init_rank", s), self.worker_log(s["rank"])) for s in specs]
+        self.cache_report = {str(s["rank"]): st for s, st, _ in ranks}
+        compiled_all = all(st["compiled_hit"] for _, st, _ in ranks)
         range_ = f"(1, {self.cfg.max_num_batched_tokens})"  # config/utils.py Range.__str__
         c0 = time.monotonic()
-        for s in specs:
-            wl = self.worker_log(s["rank"])
-            for prefix in s["prefixes"]:
-                wl.info("backends.py:1125", f"[{prefix}] Using cache directory: {os.path.join(states[s['rank']]['rank_dir'], prefix)} "
+        for _, st, wl in ranks:
+            for prefix in prefixes:
+                wl.info("backends.py:1125", f"[{prefix}] Using cache directory: {os.path.join(st['rank_dir'], prefix)} "
                         "for vLLM's torch.compile")
         dyn = self.sleep(ph.dynamo_warm if compiled_all else ph.dynamo_cold)
-        for s in specs:
-            for prefix in s["prefixes"]:
-                self.worker_log(s["rank"]).info("backends.py:1187", f"[{prefix}] Dynamo bytecode transform time: {dyn:.2f} s")
-        if compiled_all:
-            took = self.sleep(ph.compile_warm)
-            for s in specs:
-                wl = self.worker_log(s["rank"])
-                for prefix in s["prefixes"]:
-                    wl.info("backends.py:310", f"[{prefix}] Directly load the compiled graph(s) for compile range {range_} "
-                            f"from the cache, took {took:.3f} s")
-                    wl.info("decorators.py:326", f"[{prefix}] Directly load AOT compilation from path "
-                            f"{states[s['rank']]['aot_dir']}/model")
-        else:
-            for s in specs:
-                if not states[s["rank"]]["compiled_hit"]:
-                    for prefix in s["prefixes"]:
-                        self.worker_log(s["rank"]).info("backends.py:401", f"[{prefix}] Cache the graph of compile range {range_} "
-                                                        "for later use")
-            took = self.sleep(ph.compile_cold)
-            for s in specs:
-                wl = self.worker_log(s["rank"])
-                for prefix in s["prefixes"]:
-                    if states[s["rank"]]["compiled_hit"]:
-                        wl.info("backends.py:310", f"[{prefix}] Directly load the compiled graph(s) for compile range {range_} "
-                                f"from the cache, took {min(took, ph.compile_warm * self.knobs.time_scale):.3f} s")
-                    else:
-                        wl.info("backends.py:417", f"[{prefix}] Compiling a graph for compile range {range_} takes {took:.2f} s")
-                if not states[s["rank"]]["compiled_hit"]:
-                    self.rank_call(s["rank"], "save_rank", {**s, "compiled": True})
+        for _, _, wl in ranks:
+            for prefix in prefixes:
+                wl.info("backends.py:1187", f"[{prefix}] Dynamo bytecode transform time: {dyn:.2f} s")
+        for _, st, wl in ranks:
+            if not st["compiled_hit"]:
+                for prefix in prefixes:
+                    wl.info("backends.py:401", f"[{prefix}] Cache the graph of compile range {range_} for later use")
+        took = self.sleep(ph.compile_warm if compiled_all else ph.compile_cold)
+        # a rank that hits while another compiles has loaded its graphs long before the others finish
+        load_took = took if compiled_all else min(took, ph.compile_warm * self.knobs.time_scale)
+        for s, st, wl in ranks:
+            for prefix in prefixes:
+                if not st["compiled_hit"]:
+                    wl.info("backends.py:417", f"[{prefix}] Compiling a graph for compile range {range_} takes {took:.2f} s")
+                    continue
+                wl.info("backends.py:310", f"[{prefix}] Directly load the compiled graph(s) for compile range {range_} "
+                        f"from the cache, took {load_took:.3f} s")
+                if compiled_all:
+                    wl.info("decorators.py:326", f"[{prefix}] Directly load AOT compilation from path {st['aot_dir']}/model")
+            if not st["compiled_hit"]:
+                self.rank_call(s["rank"], "save_rank", {**s, "compiled": True})
         self.compilation_seconds = time.monotonic() - c0
-        for s in specs:
-            self.worker_log(s["rank"]).info("monitor.py:62", f"[backbone] torch.compile took {self.compilation_seconds:.2f} s in total")
+        for _, _, wl in ranks:
+            wl.info("monitor.py:62", f"[backbone] torch.compile took {self.compilation_seconds:.2f} s in total")
         prof = self.sleep(ph.profile_run)
         self.worker_log(0).info("monitor.py:91", f"[backbone] Initial profiling/warmup run took {prof:.2f} s")
         self._kv_cache()
         # FlashInfer JIT (outside the vLLM cache root; FlashInfer's own lines, told here by the simulator).
-        fi_all = all(st["flashinfer_hit"] for st in states.values())
-        if not fi_all:
-            for s in specs:
-                if not states[s["rank"]]["flashinfer_hit"]:
-                    self.worker_log(s["rank"]).info(SIM, f"[simulator] flashinfer.jit: compiling JIT modules {s['flashinfer_ops']} "
-                                                    f"into {states[s['rank']]['flashinfer_dir']}")
+        fi_all = all(st["flashinfer_hit"] for _, st, _ in ranks)
+        for s, st, wl in ranks:
+            if not st["flashinfer_hit"]:
+                wl.info(SIM, f"[simulator] flashinfer.jit: compiling JIT modules {s['flashinfer_ops']} into {st['flashinfer_dir']}")
         took = self.sleep(ph.flashinfer_jit_warm if fi_all else ph.flashinfer_jit_cold)
-        for s in specs:
-            if not states[s["rank"]]["flashinfer_hit"]:
+        for s, st, wl in ranks:
+            if not st["flashinfer_hit"]:
                 self.rank_call(s["rank"], "save_rank", {**s, "flashinfer": True})
-                self.worker_log(s["rank"]).info(SIM, f"[simulator] flashinfer.jit: JIT compilation finished in {took:.2f} s")
-        at_all = all(st["autotune_hit"] for st in states.values())
-        for s in specs:
-            wl = self.worker_log(s["rank"])
-            if states[s["rank"]]["autotune_hit"]:
+                wl.info(SIM, f"[simulator] flashinfer.jit: JIT compilation finished in {took:.2f} s")
+        for s, st, wl in ranks:
+            if st["autotune_hit"]:
                 wl.info("flashinfer_sparse_mla_warmup.py:224", f"FlashInfer SM120 sparse MLA DSv4 decode autotune cache loaded on "
-                        f"rank {s['rank']} from {states[s['rank']]['autotune_file']}.")
+                        f"rank {s['rank']} from {st['autotune_file']}.")
             elif s["rank"] == 0:  # is_leader
                 wl.info("flashinfer_sparse_mla_warmup.py:167", f"Autotuning FlashInfer SM120 sparse MLA DSv4 decode with cache: "
-                        f"{states[s['rank']]['autotune_file']}")
-        self.sleep(ph.autotune_warm if at_all else ph.autotune_cold)
-        for s in specs:
-            if not states[s["rank"]]["autotune_hit"]:
+                        f"{st['autotune_file']}")
+        self.sleep(ph.autotune_warm if all(st["autotune_hit"] for _, st, _ in ranks) else ph.autotune_cold)
+        for s, st, _ in ranks:
+            if not st["autotune_hit"]:
                 self.rank_call(s["rank"], "save_rank", {**s, "autotune": True})
         took = self.sleep(ph.cudagraph_warm if (compiled_all and fi_all) else ph.cudagraph_cold)
-        for s in specs:
-            self.worker_log(s["rank"]).info("gpu_model_runner.py:6516", f"Graph capturing finished in {max(1, round(took))} secs, took 0.34 GiB")
+        for _, _, wl in ranks:
+            wl.info("gpu_model_runner.py:6516", f"Graph capturing finished in {max(1, round(took))} secs, took 0.34 GiB")
         if "fail_start" in self.knobs.faults:
             raise Fatal("oom_start")
         return time.monotonic() - t0
