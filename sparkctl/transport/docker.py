@@ -16,10 +16,8 @@ messages by `HostSession.explain` (transport/failures.py).
 from __future__ import annotations
 
 import docker
-from docker.transport.sshconn import SSHConnectionPool, SSHHTTPAdapter
 from docker.transport.basehttpadapter import BaseHTTPAdapter
-from docker import constants
-from urllib3._collections import RecentlyUsedContainer
+from docker.transport.sshconn import SSHHTTPAdapter
 
 from sparkctl.errors import HostError
 
@@ -31,37 +29,21 @@ class _SharedSSHAdapter(SSHHTTPAdapter):
     """docker-py's SSH adapter, but on a paramiko client we own (never reconnects or closes it)."""
 
     def __init__(self, ssh_client, host_label: str, timeout: float = 60):
+        super().__init__(host_label, timeout, shell_out=True)  # shell_out: it opens no SSH connection itself
         self.ssh_client = ssh_client
-        self.ssh_host = host_label
-        self.ssh_params = {}
-        self.timeout = timeout
-        self.max_pool_size = constants.DEFAULT_MAX_POOL_SIZE
-        self.pools = RecentlyUsedContainer(constants.DEFAULT_NUM_POOLS, dispose_func=lambda p: p.close())
-        BaseHTTPAdapter.__init__(self)
 
-    def _connect(self):
+    def _connect(self):  # docker-py calls it to reconnect a client whose transport is gone
         raise HostError(f"{self.ssh_host}: the SSH connection to this host was closed")
-
-    def get_connection(self, url, proxies=None):
-        with self.pools.lock:
-            pool = self.pools.get(url)
-            if pool is None:
-                pool = SSHConnectionPool(
-                    ssh_client=self.ssh_client, timeout=self.timeout, maxsize=self.max_pool_size, host=self.ssh_host
-                )
-                self.pools[url] = pool
-        return pool
 
     def close(self):
         BaseHTTPAdapter.close(self)  # the SSH client belongs to HostSession
 
 
-def docker_over_ssh(session, timeout: float | None = None) -> docker.DockerClient:
+def docker_over_ssh(session) -> docker.DockerClient:
     """A DockerClient for `session`'s host; the API version negotiated with its engine.
-
-    `timeout` (default: the inventory's ssh.timeout) bounds each request's wait for an answer."""
+    Each request waits for an answer at most the inventory's ssh.timeout."""
     t = session.target
-    timeout = session.timeout if timeout is None else timeout
+    timeout = session.timeout
     # use_ssh_client=True makes docker-py skip opening its own paramiko connection at init;
     # we then mount our adapter in its place before any request is made.
     api = docker.APIClient(

@@ -17,6 +17,7 @@ import base64
 import hashlib
 import os
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import paramiko
@@ -37,11 +38,13 @@ def known_hosts_name(address: str, port: int) -> str:
     return address if port == 22 else f"[{address}]:{port}"
 
 
-class StrictPolicy(paramiko.MissingHostKeyPolicy):
-    def __init__(self, known_hosts: Path, host_label: str):
-        self.known_hosts = known_hosts
-        self.host_label = host_label
+@dataclass
+class _Policy(paramiko.MissingHostKeyPolicy):
+    known_hosts: Path
+    host_label: str
 
+
+class StrictPolicy(_Policy):
     def missing_host_key(self, client, hostname, key):
         raise UnreachableError(
             f"{self.host_label}: host key for {hostname} is not in {self.known_hosts} "
@@ -54,12 +57,8 @@ class StrictPolicy(paramiko.MissingHostKeyPolicy):
         )
 
 
-class AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
+class AcceptNewPolicy(_Policy):
     """Record an unknown host's key in known_hosts (append-only), then trust it."""
-
-    def __init__(self, known_hosts: Path, host_label: str):
-        self.known_hosts = known_hosts
-        self.host_label = host_label
 
     def missing_host_key(self, client, hostname, key):
         client.get_host_keys().add(hostname, key.get_name(), key)
@@ -69,6 +68,9 @@ class AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
             fd = os.open(self.known_hosts, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             with os.fdopen(fd, "a") as f:
                 f.write(line)
+
+
+POLICIES = {"strict": StrictPolicy, "accept-new": AcceptNewPolicy}
 
 
 def install_policy(client: paramiko.SSHClient, known_hosts: Path, policy: str, host_label: str) -> None:
@@ -81,12 +83,8 @@ def install_policy(client: paramiko.SSHClient, known_hosts: Path, policy: str, h
                 f"{host_label}: cannot read known_hosts {known_hosts}: {exc}",
                 fix="check the file's permissions and format (one 'host keytype base64' per line)",
             ) from exc
-    if policy == "strict":
-        client.set_missing_host_key_policy(StrictPolicy(known_hosts, host_label))
-    elif policy == "accept-new":
-        client.set_missing_host_key_policy(AcceptNewPolicy(known_hosts, host_label))
-    else:  # the inventory model allows only the two; guard against misuse from code
-        raise ValueError(f"unknown host key policy {policy!r}")
+    # the inventory model allows only these two (a typo in code fails here with a KeyError)
+    client.set_missing_host_key_policy(POLICIES[policy](known_hosts, host_label))
 
 
 def describe_bad_host_key(

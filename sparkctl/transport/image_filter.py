@@ -23,6 +23,7 @@ import hashlib
 import json
 import re
 import sys
+import tarfile
 import time
 
 BLOCK = 512
@@ -61,28 +62,9 @@ def v1_ids(doc, chain_id):
     return out
 
 
-class Header(object):
-    def __init__(self, block):
-        self.block = block
-        name = block[0:100].split(b"\0", 1)[0]
-        if block[257:262] == b"ustar":
-            prefix = block[345:500].split(b"\0", 1)[0]
-            if prefix:
-                name = prefix + b"/" + name
-        self.name = name.decode("utf-8", "surrogateescape")
-        raw = block[124:136]
-        if raw[0] & 0x80:  # base-256 (GNU) for sizes past 8 GiB
-            size = raw[0] & 0x3F
-            for b in raw[1:]:
-                size = (size << 8) | b
-        else:
-            size = int(raw.split(b"\0", 1)[0].strip() or b"0", 8)
-        self.size = size
-        self.kind = block[156:157]
-
-    @property
-    def padded(self):
-        return (self.size + BLOCK - 1) // BLOCK * BLOCK
+def padded(size):
+    """Bytes an entry of `size` takes in the tar (whole blocks)."""
+    return (size + BLOCK - 1) // BLOCK * BLOCK
 
 
 def pax_path(data):
@@ -127,17 +109,13 @@ class Filter(object):
         self.stats["bytes_in"] += n
         return data
 
-    def copy(self, inp, n):
+    def copy(self, inp, n, keep=True):
+        """Move the next `n` bytes of the input to the output (or drop them: `keep` false)."""
         while n:
             data = self.read(inp, min(n, CHUNK))
-            self.write(data)
+            if keep:
+                self.write(data)
             n -= len(data)
-
-    def discard(self, inp, n):
-        while n:
-            k = min(n, CHUNK)
-            self.read(inp, k)
-            n -= k
 
     def held_layer(self, name):
         m = LEGACY_LAYER.match(name)
@@ -180,30 +158,33 @@ class Filter(object):
                     self.stats["bytes_in"] += len(rest)
                     self.write(rest)
                 break
-            h = Header(block)
-            if h.kind in (b"x", b"L"):
-                data = self.read(inp, h.padded)
+            # name (with a ustar prefix), size (octal or GNU base-256) and type, as tarfile reads them
+            h = tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
+            if h.type in (tarfile.XHDTYPE, tarfile.GNUTYPE_LONGNAME):
+                data = self.read(inp, padded(h.size))
                 pending += block + data
-                long_name = pax_path(data[:h.size]) if h.kind == b"x" else data[:h.size].split(b"\0", 1)[0].decode(
-                    "utf-8", "surrogateescape")
+                if h.type == tarfile.XHDTYPE:
+                    long_name = pax_path(data[:h.size])
+                else:  # a GNU long name: the entry's data is the next entry's name
+                    long_name = data[:h.size].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
                 continue
             name = long_name or h.name
             long_name = None
-            if h.kind in (b"0", b"\0") and self.held_layer(name):
-                self.discard(inp, h.padded)
+            if h.isreg() and self.held_layer(name):
+                self.copy(inp, padded(h.size), keep=False)
                 self.stats["layers_skipped"] += 1
                 self.stats["bytes_skipped"] += h.size
                 pending = b""
                 continue
-            if h.kind in (b"0", b"\0") and (LEGACY_LAYER.match(name) or OCI_BLOB.match(name)) and h.size > 0:
+            if h.isreg() and (LEGACY_LAYER.match(name) or OCI_BLOB.match(name)) and h.size > 0:
                 self.stats["layers_sent"] += 1  # (OCI: config and manifests count too, they are small)
             if LEGACY_JSON.match(name) and h.size < (4 << 20):
-                data = self.read(inp, h.padded)
+                data = self.read(inp, padded(h.size))
                 self.learn(name, data[:h.size])
                 self.write(pending + block + data)
             else:
                 self.write(pending + block)
-                self.copy(inp, h.padded)
+                self.copy(inp, padded(h.size))
             pending = b""
         self.out.flush()
         self.report(force=True)
@@ -217,7 +198,7 @@ def main(argv):
         stats = f.run(sys.stdin.buffer)
     except BrokenPipeError:
         return 141
-    except EOFError as exc:
+    except (EOFError, tarfile.HeaderError) as exc:
         sys.stderr.write("%s error %s\n" % (PREFIX, exc))
         return 1
     sys.stderr.write("%s done %s\n" % (PREFIX, json.dumps(stats)))

@@ -29,7 +29,7 @@ import shlex
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -68,7 +68,6 @@ class StoredImage:
     id: str
     diff_ids: tuple[str, ...]
     size: int
-    tags: tuple[str, ...] = ()
 
     @property
     def chain_ids(self) -> list[str]:
@@ -76,8 +75,7 @@ class StoredImage:
 
     @classmethod
     def from_inspect(cls, doc: dict) -> "StoredImage":
-        return cls(doc["Id"], tuple((doc.get("RootFS") or {}).get("Layers") or ()), int(doc.get("Size") or 0),
-                   tuple(doc.get("RepoTags") or ()))  # fmt: skip
+        return cls(doc["Id"], tuple((doc.get("RootFS") or {}).get("Layers") or ()), int(doc.get("Size") or 0))
 
 
 def stored_image(session, ref: str) -> Optional[StoredImage]:
@@ -118,8 +116,6 @@ def layer_sizes(session, image_id: str, layers: int) -> Optional[list[int]]:
 
 @dataclass
 class Progress:
-    host: str
-    image_id: str
     sent: int
     total: Optional[int]
     seconds: float
@@ -138,34 +134,17 @@ class Progress:
 class Transfer:
     """What one copy did."""
 
-    image_id: str
-    source: str
-    destination: str
     path: str  # "fabric", "relay" or "none" (the destination already held the image)
-    why: str = ""
+    why: str = ""  # why not over the fabric, when a fabric address was given
     bytes_sent: int = 0
     layers_sent: int = 0
     layers_skipped: int = 0
-    bytes_skipped: int = 0
     seconds: float = 0.0  # all of it, from the first look at the destination to the tag
     stream_seconds: float = 0.0  # the save | load stream alone
-    tag: Optional[str] = None
-    stats: dict = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
         return self.bytes_sent / self.seconds if self.seconds > 0 else 0.0
-
-    def summary(self) -> str:
-        if self.path == "none":
-            return f"{self.destination} already held {short(self.image_id)}" + (f", tagged {self.tag}" if self.tag else "")
-        how = "straight over the fabric" if self.path == "fabric" else "relayed through this machine"
-        held = f", {self.layers_skipped} layer(s) already there" if self.layers_skipped else ""
-        return (
-            f"copied {short(self.image_id)} {self.source} -> {self.destination} {how}{self.why and f' ({self.why})'}: "
-            f"{self.layers_sent} layer(s), {self.bytes_sent / 1e6:.0f} MB in {self.seconds:.1f} s "
-            f"({self.rate / 1e6:.0f} MB/s){held}; image ID verified"
-        )
 
 
 def save_command(image_id: str, held: list[tuple[str, str]]) -> str:
@@ -304,7 +283,7 @@ def copy_image(
     if stored_image(dst, image_id) is not None:
         if tag:
             tag_image(dst, image_id, tag)
-        return Transfer(image_id, src.name, dst.name, "none", tag=tag)
+        return Transfer("none")
     held_set = held_chains(dst)
     held = [(c, d) for c, d in zip(have.chain_ids, have.diff_ids) if c in held_set]
     sizes = layer_sizes(src, image_id, len(have.diff_ids))
@@ -312,7 +291,7 @@ def copy_image(
 
     def on_progress(sent: int) -> None:
         if progress is not None:
-            progress(Progress(dst.name, image_id, sent, total, time.monotonic() - t0))
+            progress(Progress(sent, total, time.monotonic() - t0))
 
     path, why = "relay", ""
     if fabric_address:
@@ -337,8 +316,7 @@ def copy_image(
     if tag:
         tag_image(dst, image_id, tag)
     return Transfer(
-        image_id, src.name, dst.name, path, why,
-        bytes_sent=int(stats.get("bytes_out", 0)), layers_sent=int(stats.get("layers_sent", 0)),
-        layers_skipped=int(stats.get("layers_skipped", 0)), bytes_skipped=int(stats.get("bytes_skipped", 0)),
-        seconds=time.monotonic() - t0, stream_seconds=stream_seconds, tag=tag, stats=stats,
-    )  # fmt: skip
+        path, why, bytes_sent=int(stats.get("bytes_out", 0)), layers_sent=int(stats.get("layers_sent", 0)),
+        layers_skipped=int(stats.get("layers_skipped", 0)), seconds=time.monotonic() - t0,
+        stream_seconds=stream_seconds,
+    )
