@@ -39,7 +39,7 @@ def main() -> int:
     if not out.exists():
         return rc or 1
 
-    from sparkctl.bench.report import fmt, markdown_table
+    from sparkctl.bench.report import fmt, markdown_table, summary_lines
     from sparkctl.bench.result import BenchResult
 
     r = BenchResult.model_validate_json(out.read_text())
@@ -56,16 +56,8 @@ def main() -> int:
         print("\nAcceptance length against context (" + r.context[0].workload + "): " + ", ".join(
             f"{p.prompt_tokens or p.target_prompt_tokens:,} tokens {fmt(p.spec_decode_acceptance_length, digits=2)}"
             for p in r.context))
-    if r.prefill:
-        p = r.prefill
-        print(f"\nPrefill of {p.prompt_tokens or p.target_prompt_tokens:,} tokens: TTFT {fmt(p.ttft_ms, 'ms')} raw, "
-              f"{fmt(p.ttft_adjusted_ms, 'ms')} less a {fmt(p.overhead_ms, 'ms')} overhead "
-              f"({fmt(p.prefill_throughput_adjusted, 'tok/s')} adjusted, {fmt(p.prefill_throughput, 'tok/s')} raw).")
-    if r.mixed:
-        m = r.mixed
-        print(f"Mixed traffic: a short request behind a cold {m.long_prompt_tokens or m.long_target_prompt_tokens:,}-token "
-              f"prompt waited {fmt(m.short_wait_ms, 'ms')} extra (TTFT {fmt(m.short_ttft_ms, 'ms')}, alone "
-              f"{fmt(m.short_ttft_alone_ms, 'ms')}).")
+    for label, text in summary_lines(r):
+        print(f"\n{label}: {text}.")
     for n in r.notes:
         print(f"- {n}")
     print(f"\nResult file: {out}")

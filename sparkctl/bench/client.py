@@ -68,50 +68,34 @@ class Measured:
             return None
         return (self.output_tokens - 1) / (self.done - self.first_token)
 
-
-class StreamAccumulator:
-    """Folds the `data:` payloads of one streamed completion into a Measured."""
-
-    def __init__(self, measured: Measured):
-        self.m = measured
-        self.finished = False
-
     def feed(self, data: str, now: float) -> None:
-        if self.finished:
+        """Fold one `data:` payload of the streamed completion in; [DONE] marks the end."""
+        if self.done is not None:
             return
         if data.strip() == "[DONE]":
-            self.finished = True
-            self.m.done = now
+            self.done = now
             return
         try:
             chunk = json.loads(data)
         except json.JSONDecodeError:
-            self.m.error = f"unreadable event from the server: {data[:200]!r}"
+            self.error = f"unreadable event from the server: {data[:200]!r}"
             return
         if not isinstance(chunk, dict):
             return
         if "error" in chunk or chunk.get("object") == "error":
-            err = chunk.get("error", chunk)
-            self.m.error = str(err.get("message", err) if isinstance(err, dict) else err)
+            self.error = _error_message(chunk)
             return
         usage = chunk.get("usage")
         if isinstance(usage, dict):
-            self.m.prompt_tokens = usage.get("prompt_tokens", self.m.prompt_tokens)
-            self.m.output_tokens = usage.get("completion_tokens", self.m.output_tokens)
+            self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
+            self.output_tokens = usage.get("completion_tokens", self.output_tokens)
         for choice in chunk.get("choices") or []:
             if _generated_text(choice):
-                if self.m.first_token is None:
-                    self.m.first_token = now
-                self.m.chunk_times.append(now)
+                if self.first_token is None:
+                    self.first_token = now
+                self.chunk_times.append(now)
             if choice.get("finish_reason"):
-                self.m.finish_reason = choice["finish_reason"]
-
-    def close(self, now: float) -> None:
-        """The stream ended; a stream that ended without [DONE] is an error."""
-        if not self.finished and self.m.error is None:
-            self.m.error = "the stream ended before data: [DONE]"
-        if self.m.done is None:
-            self.m.done = now
+                self.finish_reason = choice["finish_reason"]
 
 
 def _generated_text(choice: dict) -> str:
@@ -120,12 +104,6 @@ def _generated_text(choice: dict) -> str:
         # Reasoning text is generated output too (if thinking is on, it comes first).
         return delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or ""
     return choice.get("text") or ""  # /v1/completions
-
-
-def api_root(url: str) -> str:
-    """http://host:port/v1 -> http://host:port (where /metrics, /health and /version live)."""
-    url = url.rstrip("/")
-    return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
 def normalise_endpoint(url: str) -> str:
@@ -150,7 +128,7 @@ class Endpoint:
 
         self.url = normalise_endpoint(url)
         check_url(self.url, "sparkctl bench")  # the dev/CI fence (SPARKCTL_ONLY_NETWORKS), before any request
-        self.root = api_root(self.url)
+        self.root = self.url.removesuffix("/v1")  # where /metrics, /health and /version live
         self.model = model
         self._api_key = api_key
         self.timeout_s = timeout_s
@@ -219,9 +197,7 @@ class Endpoint:
         import httpx
         from httpx_sse import SSEError, aconnect_sse
 
-        m = Measured(stream=stream)
-        acc = StreamAccumulator(m)
-        m.sent = time.perf_counter()
+        m = Measured(stream=stream, sent=time.perf_counter())
         try:
             async with aconnect_sse(client, "POST", f"{self.url}/chat/completions", json=body) as source:
                 response = source.response
@@ -231,21 +207,27 @@ class Endpoint:
                     m.done = time.perf_counter()
                     return m
                 async for event in source.aiter_sse():
-                    acc.feed(event.data, time.perf_counter())
+                    m.feed(event.data, time.perf_counter())
                     if m.error:
                         break
                 # Read to the end of the body even after [DONE] (timed already), so the keep-alive
                 # connection goes back to the pool instead of being reset.
         except (httpx.HTTPError, SSEError) as err:
             m.error = f"{type(err).__name__}: {err}"
-        acc.close(time.perf_counter())
+        if m.done is None:  # no [DONE]: an error, or a stream that just ended (also an error)
+            m.error = m.error or "the stream ended before data: [DONE]"
+            m.done = time.perf_counter()
         return m
+
+
+def _error_message(doc) -> str:
+    """The message of an OpenAI-style error document ({"error": {"message": ...}} or flat)."""
+    err = doc.get("error", doc) if isinstance(doc, dict) else doc
+    return str(err.get("message", err) if isinstance(err, dict) else err)
 
 
 def _error_text(response) -> str:
     try:
-        doc = response.json()
-        err = doc.get("error", doc) if isinstance(doc, dict) else doc
-        return str(err.get("message", err) if isinstance(err, dict) else err)[:500]
+        return _error_message(response.json())[:500]
     except ValueError:
         return response.text[:500]

@@ -51,49 +51,41 @@ def load(path: Path) -> BenchResult:
         ) from err
 
 
-def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
-    return b / a if a not in (None, 0) and b is not None else None
+# What compare shows per section: (field, unit, higher is better).
+CELL_METRICS = (
+    ("output_throughput", "tok/s", True),
+    ("per_stream_output_throughput", "tok/s", True),
+    ("median_ttft_ms", "ms", False),
+    ("median_itl_ms", "ms", False),
+    ("spec_decode_acceptance_length", "tokens", True),
+)
+CONTEXT_METRICS = (("spec_decode_acceptance_length", "tokens", True), ("decode_throughput", "tok/s", True))
+PREFILL_METRICS = (("ttft_ms", "ms", False), ("ttft_adjusted_ms", "ms", False),
+                   ("prefill_throughput_adjusted", "tok/s", True))
+MIXED_METRICS = (("short_ttft_ms", "ms", False), ("short_wait_ms", "ms", False))
+
+
+def _rows(section: str, prefix: str, a, b, metrics) -> list[Row]:
+    """One row per metric either side has (a or b may be None: that side did not measure it)."""
+    rows = []
+    for field, unit, higher_is_better in metrics:
+        va, vb = getattr(a, field, None), getattr(b, field, None)
+        if va is None and vb is None:
+            continue
+        rows.append(Row(section=section, metric=f"{prefix}{field}", unit=unit, a=va, b=vb,
+                        ratio=vb / va if va and vb is not None else None, higher_is_better=higher_is_better))
+    return rows
 
 
 def compare(a: BenchResult, b: BenchResult, a_path: str = "A", b_path: str = "B") -> Comparison:
     rows: list[Row] = []
-
-    def add(section, metric, unit, va, vb, higher_is_better=True):
-        if va is None and vb is None:
-            return
-        rows.append(Row(section=section, metric=metric, unit=unit, a=va, b=vb, ratio=_ratio(va, vb),
-                        higher_is_better=higher_is_better))
-
-    cells = list(dict.fromkeys([(c.workload, c.streams) for c in a.throughput + b.throughput]))
-    for w, s in cells:
-        ca, cb = a.cell(w, s), b.cell(w, s)
-        g = lambda c, f: getattr(c, f) if c is not None else None  # noqa: E731
-        name = f"{w} x{s}"
-        add("throughput", f"{name} output_throughput", "tok/s", g(ca, "output_throughput"), g(cb, "output_throughput"))
-        add("throughput", f"{name} per_stream_output_throughput", "tok/s",
-            g(ca, "per_stream_output_throughput"), g(cb, "per_stream_output_throughput"))
-        add("throughput", f"{name} median_ttft_ms", "ms", g(ca, "median_ttft_ms"), g(cb, "median_ttft_ms"), False)
-        add("throughput", f"{name} median_itl_ms", "ms", g(ca, "median_itl_ms"), g(cb, "median_itl_ms"), False)
-        add("throughput", f"{name} spec_decode_acceptance_length", "tokens",
-            g(ca, "spec_decode_acceptance_length"), g(cb, "spec_decode_acceptance_length"))
-    sizes = list(dict.fromkeys([p.target_prompt_tokens for p in a.context + b.context]))
-    for size in sizes:
-        pa = next((p for p in a.context if p.target_prompt_tokens == size), None)
-        pb = next((p for p in b.context if p.target_prompt_tokens == size), None)
-        add("context", f"{size} tokens spec_decode_acceptance_length", "tokens",
-            pa.spec_decode_acceptance_length if pa else None, pb.spec_decode_acceptance_length if pb else None)
-        add("context", f"{size} tokens decode_throughput", "tok/s",
-            pa.decode_throughput if pa else None, pb.decode_throughput if pb else None)
-    if a.prefill or b.prefill:
-        pa, pb = a.prefill, b.prefill
-        add("prefill", "ttft_ms", "ms", pa and pa.ttft_ms, pb and pb.ttft_ms, False)
-        add("prefill", "ttft_adjusted_ms", "ms", pa and pa.ttft_adjusted_ms, pb and pb.ttft_adjusted_ms, False)
-        add("prefill", "prefill_throughput_adjusted", "tok/s",
-            pa and pa.prefill_throughput_adjusted, pb and pb.prefill_throughput_adjusted)
-    if a.mixed or b.mixed:
-        ma, mb = a.mixed, b.mixed
-        add("mixed", "short_ttft_ms", "ms", ma and ma.short_ttft_ms, mb and mb.short_ttft_ms, False)
-        add("mixed", "short_wait_ms", "ms", ma and ma.short_wait_ms, mb and mb.short_wait_ms, False)
+    for w, s in dict.fromkeys((c.workload, c.streams) for c in a.throughput + b.throughput):
+        rows += _rows("throughput", f"{w} x{s} ", a.cell(w, s), b.cell(w, s), CELL_METRICS)
+    for size in dict.fromkeys(p.target_prompt_tokens for p in a.context + b.context):
+        pa, pb = (next((p for p in r.context if p.target_prompt_tokens == size), None) for r in (a, b))
+        rows += _rows("context", f"{size} tokens ", pa, pb, CONTEXT_METRICS)
+    rows += _rows("prefill", "", a.prefill, b.prefill, PREFILL_METRICS)
+    rows += _rows("mixed", "", a.mixed, b.mixed, MIXED_METRICS)
     return Comparison(a=a_path, b=b_path, a_label=_label(a), b_label=_label(b), rows=rows)
 
 

@@ -8,8 +8,7 @@ import base64
 from pathlib import Path
 
 from sparkctl.bench.plots import Labeled, figures
-from sparkctl.bench.protocol import WORKLOADS
-from sparkctl.bench.report import fmt, stream_header
+from sparkctl.bench.report import fmt, seed_rows, summary_lines
 from sparkctl.errors import InputError
 
 REPORT_NAME = "report.html"
@@ -36,13 +35,13 @@ img { max-width: 100%; } .notes { color: #555; font-size: 0.9em; } code { backgr
 <td>{{ r.result.server.version or "-" }}</td><td>{{ r.result.started_at.strftime("%Y-%m-%d %H:%M:%S") }}</td>
 <td class="n">{{ r.duration }}</td><td>{{ r.result.sparkctl_version }}</td></tr>
 {% endfor %}</table>
-{% for r in runs %}{% if r.table %}
+{% for r in runs %}{% if r.result.throughput %}{% set header, rows = r.table %}
 <h2>{{ r.label }}: median aggregate output tok/s</h2>
 <table>
-<tr><th>Workload</th>{% for h in r.table.header %}<th>{{ h }}</th>{% endfor %}</tr>
-{% for row in r.table.rows %}<tr><td>{{ row[0] }}</td>{% for v in row[1:] %}<td class="n">{{ v }}</td>{% endfor %}</tr>
+<tr><th>Workload</th>{% for h in header %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for row in rows %}<tr><td>{{ row[0] }}</td>{% for v in row[1:] %}<td class="n">{{ v }}</td>{% endfor %}</tr>
 {% endfor %}</table>{% endif %}
-{% if r.lines %}<ul>{% for line in r.lines %}<li>{{ line }}</li>{% endfor %}</ul>{% endif %}
+{% if r.lines %}<ul>{% for label, text in r.lines %}<li><b>{{ label }}</b> {{ text }}</li>{% endfor %}</ul>{% endif %}
 {% if r.result.notes %}<ul class="notes">{% for n in r.result.notes %}<li>note: {{ n }}</li>{% endfor %}</ul>{% endif %}
 {% endfor %}
 {% for p in plots %}
@@ -60,37 +59,6 @@ def labels_for(paths: list[Path]) -> list[str]:
     return [p.stem if stems.count(p.stem) == 1 else str(p.with_suffix("")) for p in paths]
 
 
-def _seed_table(result) -> dict | None:
-    if not result.throughput:
-        return None
-    streams = sorted({c.streams for c in result.throughput})
-    workloads = list(dict.fromkeys(c.workload for c in result.throughput))
-    rows = []
-    for w in workloads:
-        row = [WORKLOADS[w].title if w in WORKLOADS else w]
-        for s in streams:
-            c = result.cell(w, s)
-            row.append(fmt(c.output_throughput if c else None, "tokens/s"))
-        rows.append(row)
-    return {"header": [stream_header(s) for s in streams], "rows": rows}
-
-
-def _lines(result) -> list[str]:
-    out = []
-    p = result.prefill
-    if p is not None:
-        tokens = f"{p.prompt_tokens:,}" if p.prompt_tokens else f"~{p.target_prompt_tokens:,}"
-        out.append(f"Prefill of {tokens} tokens: TTFT {fmt(p.ttft_ms, 'ms')} raw, {fmt(p.ttft_adjusted_ms, 'ms')} "
-                   f"less {fmt(p.overhead_ms, 'ms')} fixed overhead; {fmt(p.prefill_throughput_adjusted)} tok/s "
-                   f"adjusted ({fmt(p.prefill_throughput)} raw)")
-    m = result.mixed
-    if m is not None:
-        out.append(f"Mixed traffic: a short request sent {fmt(m.short_sent_after_ms, 'ms', 0)} after the long prompt "
-                   f"got its first token after {fmt(m.short_ttft_ms, 'ms')}, {fmt(m.short_wait_ms, 'ms')} more than "
-                   f"alone ({fmt(m.short_ttft_alone_ms, 'ms')})")
-    return out
-
-
 def render_html(runs: list[Labeled], plots=None) -> str:
     import jinja2
 
@@ -103,13 +71,13 @@ def render_html(runs: list[Labeled], plots=None) -> str:
                 "label": r.label,
                 "result": r.result,
                 "duration": fmt(r.result.duration, "s"),
-                "table": _seed_table(r.result),
-                "lines": _lines(r.result),
+                "table": seed_rows(r.result),
+                "lines": summary_lines(r.result),
             }
             for r in runs
         ],
         plots=[
-            {"title": p.title, "caption": p.caption, "data": base64.b64encode(p.png()).decode("ascii")}
+            {"title": p.title, "caption": p.caption, "data": base64.b64encode(p.png).decode("ascii")}
             for p in plots
         ],
     )
@@ -124,7 +92,7 @@ def write_report(runs: list[Labeled], out_dir: Path) -> list[Path]:
         written[0].write_text(render_html(runs, plots))
         for p in plots:
             path = out_dir / f"{p.name}.png"
-            path.write_bytes(p.png())
+            path.write_bytes(p.png)
             written.append(path)
     except OSError as err:
         raise InputError(f"cannot write the report to {out_dir}: {err.strerror}",

@@ -23,6 +23,7 @@ from sparkctl.bench.result import (
     repeat_result,
     request_record,
     spec_fields,
+    to_ms,
 )
 
 if TYPE_CHECKING:
@@ -35,14 +36,10 @@ PREFILL_QUESTION = "Summarize the text above in one sentence."
 class Part:
     name: ClassVar[str]
     uses_overhead: ClassVar[bool] = False  # needs the fixed-overhead samples (measured once per run)
+    fillers: frozenset[Kind] = frozenset()  # long-prompt filler kinds it needs calibrated (once per run each)
 
     def __init__(self, options: BenchOptions):
         self.options = options
-
-    @property
-    def fillers(self) -> set[Kind]:
-        """Long-prompt filler kinds it needs calibrated (each calibrated once per run)."""
-        return set()
 
     def requests(self, bench: "BenchRunner") -> int:
         """Its own measured requests (not the shared calibration and overhead ones), once the
@@ -67,20 +64,22 @@ class Throughput(Part):
         for name in o.workloads:
             workload = WORKLOADS[name]
             for streams in o.streams:
-                repeats, measured, total = [], [], None
+                repeats, measured = [], []
+                # Nothing else is sent between repeats: one repeat's "after" is the next one's "before",
+                # and the cell's acceptance runs from before its first repeat to after its latest.
+                first = before = await bench.spec_snapshot()
                 for rep in range(o.repeats):
                     bench.progress.describe(f"{name} x{streams} stream(s), repeat {rep + 1}/{o.repeats}")
-                    before = await bench.spec_snapshot()
                     t0 = time.perf_counter()
                     ms = await asyncio.gather(
                         *(bench.send(workload.prompt(i), o.max_tokens, i) for i in range(streams))
                     )
                     t1 = time.perf_counter()
-                    delta = _delta(before, await bench.spec_snapshot())
-                    total = delta if total is None else (total + delta if delta is not None else total)
-                    repeats.append(repeat_result(rep, streams, list(ms), t0, t1, delta))
+                    after = await bench.spec_snapshot()
+                    repeats.append(repeat_result(rep, streams, list(ms), t0, t1, _delta(before, after)))
                     measured.extend(ms)
-                    bench.put_cell(cell_result(name, streams, repeats, measured, total))
+                    bench.put_cell(cell_result(name, streams, repeats, measured, _delta(first, after)))
+                    before = after
 
 
 class ContextSweep(Part):
@@ -89,8 +88,8 @@ class ContextSweep(Part):
     name = "context"
 
     @property
-    def fillers(self) -> set[Kind]:
-        return {WORKLOADS[self.options.context_workload].filler}
+    def fillers(self) -> frozenset[Kind]:
+        return frozenset({WORKLOADS[self.options.context_workload].filler})
 
     def sizes(self, bench: "BenchRunner") -> list[int]:
         """The prompt sizes it sends: capped by max_model_len, so two may become one."""
@@ -120,7 +119,7 @@ class ContextSweep(Part):
                     workload=o.context_workload,
                     target_prompt_tokens=size,
                     prompt_tokens=_int(stats.median(m.prompt_tokens for m in ok)),
-                    median_ttft_ms=_ms(stats.median(m.ttft for m in ok)),
+                    median_ttft_ms=to_ms(stats.median(m.ttft for m in ok)),
                     output_throughput=stats.median(m.output_throughput for m in ok),
                     decode_throughput=stats.median(m.decode_throughput for m in ok),
                     requests=[request_record(m, t0) for m in ms],
@@ -134,10 +133,7 @@ class Prefill(Part):
 
     name = "prefill"
     uses_overhead = True
-
-    @property
-    def fillers(self) -> set[Kind]:
-        return {"prose"}
+    fillers = frozenset({"prose"})
 
     def requests(self, bench: "BenchRunner") -> int:
         return 1
@@ -150,7 +146,7 @@ class Prefill(Part):
         samples = [m.ttft for m in short if m.ok]
         res.overhead_samples_ms = [s * 1000.0 for s in samples]
         overhead = stats.median(samples)
-        res.overhead_ms = _ms(overhead)
+        res.overhead_ms = to_ms(overhead)
         prompt = await bench.long_prompt("prose", target, PREFILL_QUESTION)
         bench.progress.describe(f"prefill: one cold prompt of ~{target} tokens")
         t0 = time.perf_counter()
@@ -160,11 +156,11 @@ class Prefill(Part):
         if not m.ok:
             bench.note(f"prefill request failed: {m.error}")
             return
-        res.ttft_ms = _ms(m.ttft)
+        res.ttft_ms = to_ms(m.ttft)
         if m.prompt_tokens:
             res.prefill_throughput = m.prompt_tokens / m.ttft
         if overhead is not None:
-            res.ttft_adjusted_ms = _ms(m.ttft - overhead)
+            res.ttft_adjusted_ms = to_ms(m.ttft - overhead)
             if m.prompt_tokens and m.ttft > overhead:
                 res.prefill_throughput_adjusted = m.prompt_tokens / (m.ttft - overhead)
 
@@ -174,10 +170,7 @@ class Mixed(Part):
 
     name = "mixed"
     uses_overhead = True
-
-    @property
-    def fillers(self) -> set[Kind]:
-        return {"prose"}
+    fillers = frozenset({"prose"})
 
     def requests(self, bench: "BenchRunner") -> int:
         return 2  # the long prompt and the short request behind it
@@ -188,7 +181,7 @@ class Mixed(Part):
         res = MixedResult(long_target_prompt_tokens=target)
         bench.result.mixed = res
         alone = [m for m in await bench.short_alone() if m.ok]
-        res.short_ttft_alone_ms = _ms(stats.median(m.ttft for m in alone))
+        res.short_ttft_alone_ms = to_ms(stats.median(m.ttft for m in alone))
         prompt = await bench.long_prompt("prose", target, PREFILL_QUESTION)
         delay = o.mixed_delay_s
         if delay is None:
@@ -208,9 +201,9 @@ class Mixed(Part):
         long = await long_task
         res.requests = [request_record(long, t0), request_record(short, t0)]
         res.long_prompt_tokens = long.prompt_tokens
-        res.long_ttft_ms = _ms(long.ttft)
+        res.long_ttft_ms = to_ms(long.ttft)
         res.short_prompt_tokens = short.prompt_tokens
-        res.short_ttft_ms = _ms(short.ttft)
+        res.short_ttft_ms = to_ms(short.ttft)
         res.short_sent_after_ms = (short.sent - long.sent) * 1000.0
         if admitted is not None:
             res.long_admitted_after_ms = (admitted - long.sent) * 1000.0
@@ -252,10 +245,6 @@ def parts_of(options: BenchOptions) -> list[Part]:
 
 def _delta(before, after):
     return after - before if (before is not None and after is not None) else None
-
-
-def _ms(seconds: Optional[float]) -> Optional[float]:
-    return None if seconds is None else seconds * 1000.0
 
 
 def _int(x: Optional[float]) -> Optional[int]:

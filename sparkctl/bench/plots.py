@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Optional
 
 from sparkctl.bench.result import BenchResult
@@ -30,16 +31,14 @@ class Plot:
     title: str
     caption: str
     figure: object  # matplotlib.figure.Figure
-    _png: Optional[bytes] = None
 
+    @cached_property
     def png(self) -> bytes:
         """The figure as PNG (drawn once; the page and the file share it)."""
-        if self._png is None:
-            buf = io.BytesIO()
-            # No Software/date metadata: the same result gives the same file.
-            self.figure.savefig(buf, format="png", dpi=110, metadata={"Software": None})
-            self._png = buf.getvalue()
-        return self._png
+        buf = io.BytesIO()
+        # No Software/date metadata: the same result gives the same file.
+        self.figure.savefig(buf, format="png", dpi=110, metadata={"Software": None})
+        return buf.getvalue()
 
 
 def _figure(rows: int = 1, cols: int = 1, width: float = 10.0, height: float = 4.2):

@@ -14,25 +14,28 @@ def fmt(value: Optional[float], unit: str = "", digits: int = 1) -> str:
     return f"{value:,.{digits}f}{(' ' + unit) if unit else ''}"
 
 
-def stream_header(n: int) -> str:
-    return "One stream" if n == 1 else f"{n} streams, combined"
+def seed_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
+    """Seed 000's table: the stream-count headers, and per workload its title and the median
+    aggregate output tok/s of each stream count (the terminal, Markdown and HTML tables)."""
+    streams = sorted({c.streams for c in result.throughput})
+    header = ["One stream" if s == 1 else f"{s} streams, combined" for s in streams]
+    rows = []
+    for w in dict.fromkeys(c.workload for c in result.throughput):
+        cells = [result.cell(w, s) for s in streams]
+        rows.append([WORKLOADS[w].title if w in WORKLOADS else w,
+                     *(fmt(c.output_throughput if c else None, "tokens/s") for c in cells)])
+    return header, rows
 
 
 def seed_table(result: BenchResult):
-    """Median aggregate output tok/s per cell, shaped like seed 000's table."""
     from rich.table import Table
 
-    streams = sorted({c.streams for c in result.throughput})
-    workloads = list(dict.fromkeys(c.workload for c in result.throughput))
+    header, rows = seed_rows(result)
     table = Table(title=f"{result.model} at {result.endpoint}: median aggregate output tok/s", title_justify="left")
     table.add_column("Workload")
-    for s in streams:
-        table.add_column(stream_header(s), justify="right")
-    for w in workloads:
-        row = [WORKLOADS[w].title if w in WORKLOADS else w]
-        for s in streams:
-            c = result.cell(w, s)
-            row.append(fmt(c.output_throughput if c else None, "tokens/s"))
+    for h in header:
+        table.add_column(h, justify="right")
+    for row in rows:
         table.add_row(*row)
     return table
 
@@ -88,6 +91,26 @@ def context_table(result: BenchResult):
     return table
 
 
+def summary_lines(result: BenchResult) -> list[tuple[str, str]]:
+    """The prefill and mixed-traffic figures as (label, sentence), for the terminal and the page."""
+    out = []
+    p = result.prefill
+    if p is not None:
+        tokens = f"{p.prompt_tokens:,}" if p.prompt_tokens else f"~{p.target_prompt_tokens:,}"
+        out.append(("Prefill", f"{tokens} tokens: TTFT {fmt(p.ttft_ms, 'ms')} raw, {fmt(p.ttft_adjusted_ms, 'ms')} "
+                               f"less {fmt(p.overhead_ms, 'ms')} fixed overhead; "
+                               f"{fmt(p.prefill_throughput_adjusted)} tok/s adjusted ({fmt(p.prefill_throughput)} raw)"))
+    m = result.mixed
+    if m is not None:
+        tokens = f"{m.long_prompt_tokens:,}" if m.long_prompt_tokens else f"~{m.long_target_prompt_tokens:,}"
+        late = "" if m.short_sent_during_prefill is not False else " (sent after the prefill ended)"
+        out.append(("Mixed traffic", f"a short request sent {fmt(m.short_sent_after_ms, 'ms', 0)} after a cold "
+                                     f"{tokens}-token prompt: TTFT {fmt(m.short_ttft_ms, 'ms')} "
+                                     f"(alone {fmt(m.short_ttft_alone_ms, 'ms')}), "
+                                     f"waited {fmt(m.short_wait_ms, 'ms')} extra{late}"))
+    return out
+
+
 def render(result: BenchResult, console) -> None:
     """Everything a person reads after a run, on the given (stderr) console."""
     if result.throughput:
@@ -95,39 +118,14 @@ def render(result: BenchResult, console) -> None:
         console.print(details_table(result))
     if result.context:
         console.print(context_table(result))
-    p = result.prefill
-    if p is not None:
-        tokens = f"{p.prompt_tokens:,}" if p.prompt_tokens else f"~{p.target_prompt_tokens:,}"
-        console.print(
-            f"[bold]Prefill[/] {tokens} tokens: TTFT {fmt(p.ttft_ms, 'ms')} raw, "
-            f"{fmt(p.ttft_adjusted_ms, 'ms')} less {fmt(p.overhead_ms, 'ms')} fixed overhead; "
-            f"{fmt(p.prefill_throughput_adjusted)} tok/s adjusted ({fmt(p.prefill_throughput)} raw)"
-        )
-    m = result.mixed
-    if m is not None:
-        tokens = f"{m.long_prompt_tokens:,}" if m.long_prompt_tokens else f"~{m.long_target_prompt_tokens:,}"
-        console.print(
-            f"[bold]Mixed traffic[/] a short request sent {fmt(m.short_sent_after_ms, 'ms', 0)} after a cold "
-            f"{tokens}-token prompt: TTFT {fmt(m.short_ttft_ms, 'ms')} (alone {fmt(m.short_ttft_alone_ms, 'ms')}), "
-            f"waited {fmt(m.short_wait_ms, 'ms')} extra"
-            + ("" if m.short_sent_during_prefill is not False else " [yellow](sent after the prefill ended)[/]")
-        )
+    for label, text in summary_lines(result):
+        console.print(f"[bold]{label}[/] {text}")
     for note in result.notes:
         console.print(f"[dim]note:[/] {note}", soft_wrap=True)
 
 
 def markdown_table(result: BenchResult) -> str:
     """The seed's table as Markdown (for notes and issues)."""
-    streams = sorted({c.streams for c in result.throughput})
-    workloads = list(dict.fromkeys(c.workload for c in result.throughput))
-    lines = [
-        "| Workload | " + " | ".join(stream_header(s) for s in streams) + " |",
-        "| --- | " + " | ".join("---" for _ in streams) + " |",
-    ]
-    for w in workloads:
-        cells = []
-        for s in streams:
-            c = result.cell(w, s)
-            cells.append(fmt(c.output_throughput if c else None, "tokens/s"))
-        lines.append(f"| {WORKLOADS[w].title if w in WORKLOADS else w} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    header, rows = seed_rows(result)
+    lines = ["| Workload | " + " | ".join(header) + " |", "| --- |" + " --- |" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])

@@ -209,7 +209,7 @@ def json_schema() -> dict:
 # ---- building the summaries from raw requests -------------------------------------------------
 
 
-def _ms(seconds: Optional[float]) -> Optional[float]:
+def to_ms(seconds: Optional[float]) -> Optional[float]:
     return None if seconds is None else seconds * 1000.0
 
 
@@ -219,10 +219,10 @@ def request_record(m, t0: float) -> RequestRecord:
     return RequestRecord(
         stream=m.stream,
         start_ms=(m.sent - t0) * 1000.0,
-        ttft_ms=_ms(m.ttft),
-        e2el_ms=_ms(m.e2el) if m.ok else None,
-        tpot_ms=_ms(m.tpot),
-        mean_itl_ms=_ms(stats.mean(itls)),
+        ttft_ms=to_ms(m.ttft),
+        e2el_ms=to_ms(m.e2el) if m.ok else None,
+        tpot_ms=to_ms(m.tpot),
+        mean_itl_ms=to_ms(stats.mean(itls)),
         chunks=len(m.chunk_times),
         prompt_tokens=m.prompt_tokens,
         output_tokens=m.output_tokens,
@@ -243,10 +243,10 @@ def latency_fields(measured: list) -> dict:
     }
     out: dict = {}
     for name, xs in series.items():
-        out[f"mean_{name}_ms"] = _ms(stats.mean(xs))
-        out[f"median_{name}_ms"] = _ms(stats.median(xs))
-        out[f"std_{name}_ms"] = _ms(stats.std(xs))
-        out[f"p99_{name}_ms"] = _ms(stats.percentile(xs, 99))
+        out[f"mean_{name}_ms"] = to_ms(stats.mean(xs))
+        out[f"median_{name}_ms"] = to_ms(stats.median(xs))
+        out[f"std_{name}_ms"] = to_ms(stats.std(xs))
+        out[f"p99_{name}_ms"] = to_ms(stats.percentile(xs, 99))
     return out
 
 

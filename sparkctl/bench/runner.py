@@ -14,7 +14,7 @@ import asyncio
 import json
 import time
 from datetime import datetime, timezone
-from typing import Optional, Protocol
+from typing import Optional
 
 from sparkctl.bench.client import Endpoint, Measured
 from sparkctl.bench.longprompt import CALIBRATION_LINES, Calibration, Kind, filler, tagged
@@ -25,17 +25,13 @@ from sparkctl.bench.result import BenchResult, ServerInfo
 from sparkctl.errors import HostError, InputError
 
 
-class ProgressSink(Protocol):
-    def start(self, total: int) -> None: ...
-    def advance(self, description: Optional[str] = None) -> None: ...
-    def describe(self, description: str) -> None: ...
-
-
 class NullProgress:
+    """What the runner tells its progress display (the CLI's shows a bar; this one shows nothing)."""
+
     def start(self, total: int) -> None:
         pass
 
-    def advance(self, description: Optional[str] = None) -> None:
+    def advance(self) -> None:
         pass
 
     def describe(self, description: str) -> None:
@@ -43,7 +39,7 @@ class NullProgress:
 
 
 class BenchRunner:
-    def __init__(self, endpoint: Endpoint, options: BenchOptions, progress: Optional[ProgressSink] = None):
+    def __init__(self, endpoint: Endpoint, options: BenchOptions, progress: Optional[NullProgress] = None):
         from sparkctl import __version__
 
         self.endpoint = endpoint

@@ -58,18 +58,15 @@ class _RichProgress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._console = console
-        self._live = console.is_terminal
         self._p = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
             console=console,
-            transient=False,
-            disable=not self._live,
+            disable=not console.is_terminal,
         )
-        self._task = None
-        self._done = self._total = 0
+        self._task = self._p.add_task("starting", total=None)  # the total is known after discovery
         self._last = ""
 
     def __enter__(self):
@@ -80,21 +77,16 @@ class _RichProgress:
         self._p.stop()
 
     def start(self, total: int) -> None:
-        self._total = total
-        self._task = self._p.add_task("starting", total=total)
+        self._p.update(self._task, total=total)
 
-    def advance(self, description: Optional[str] = None) -> None:
-        self._done += 1
-        if self._task is not None:
-            self._p.update(self._task, advance=1)
-        if description:
-            self.describe(description)
+    def advance(self) -> None:
+        self._p.advance(self._task)
 
     def describe(self, description: str) -> None:
-        if self._task is not None:
-            self._p.update(self._task, description=description)
-        if not self._live and description != self._last:
-            count = f"[{self._done}/{self._total}] " if self._total else ""
+        self._p.update(self._task, description=description)
+        if self._p.disable and description != self._last:
+            task = self._p.tasks[0]
+            count = f"[{task.completed:.0f}/{task.total:.0f}] " if task.total else ""
             self._console.print(f"{count}{description}", highlight=False, soft_wrap=True, markup=False)
         self._last = description
 
@@ -232,7 +224,12 @@ def bench(
     result = runner.finish(interrupted=interrupted) if interrupted else runner.result
     if out is not None:
         _write(out, result)
-    written = _report([(out.stem if out is not None else "this run", result)], report) if report else []
+    written = []
+    if report is not None:
+        from sparkctl.bench.html import write_report
+        from sparkctl.bench.plots import Labeled
+
+        written = write_report([Labeled(out.stem if out is not None else "this run", result)], report)
     if json_out:
         print_json(result.model_dump(mode="json"))
     else:
@@ -247,13 +244,6 @@ def bench(
         raise typer.Exit(1)  # the file and the table hold them; a failed request is a failed step
 
 
-def _report(runs: list, out_dir: Path) -> list[Path]:
-    from sparkctl.bench.html import write_report
-    from sparkctl.bench.plots import Labeled
-
-    return write_report([Labeled(label, result) for label, result in runs], out_dir)
-
-
 @app.command("report")
 def report_cmd(
     results: Annotated[list[Path], typer.Argument(help="Result files (`sparkctl bench --out`), drawn side by side.")],
@@ -262,10 +252,11 @@ def report_cmd(
 ) -> None:
     """An HTML report (one file, plots embedded, opens offline) and its plots as PNG files."""
     from sparkctl.bench.compare import load
-    from sparkctl.bench.html import labels_for
+    from sparkctl.bench.html import labels_for, write_report
+    from sparkctl.bench.plots import Labeled
     from sparkctl.cli.output import console, print_json
 
-    written = _report([(label, load(p)) for label, p in zip(labels_for(results), results)], out)
+    written = write_report([Labeled(label, load(p)) for label, p in zip(labels_for(results), results)], out)
     if json_out:
         print_json({"report": str(written[0]), "plots": [str(p) for p in written[1:]]})
     else:
