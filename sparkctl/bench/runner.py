@@ -18,7 +18,7 @@ from typing import Optional
 
 from sparkctl.bench.client import Endpoint, Measured
 from sparkctl.bench.longprompt import CALIBRATION_LINES, Calibration, Kind, filler, tagged
-from sparkctl.runtime.metrics import SpecCounters, parse_running, parse_spec_counters
+from sparkctl.runtime.metrics import RUNNING, SpecCounters, parse_page
 from sparkctl.bench.parts import SHORT_MAX_TOKENS, Part, parts_of
 from sparkctl.bench.protocol import SHORT_PROMPT, BenchOptions
 from sparkctl.bench.result import BenchResult, ServerInfo
@@ -153,7 +153,7 @@ class BenchRunner:
         if first:
             self._metrics_seen = True
         try:
-            return parse_spec_counters(text, self.endpoint.model)
+            return parse_page(text, self.endpoint.model).spec
         except ValueError:
             return None
 
@@ -240,7 +240,7 @@ class BenchRunner:
         if text is None:
             return None
         try:
-            return parse_running(text, self.endpoint.model)
+            return parse_page(text, self.endpoint.model).total(RUNNING)
         except ValueError:
             return None
 

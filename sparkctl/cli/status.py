@@ -12,68 +12,59 @@ from sparkctl.runtime.metrics import SpecCounters
 from sparkctl.cli.options import InventoryOpt, JsonOpt, require_inventory
 
 
-def _containers(session, inv) -> list[dict]:
-    """This cluster's containers on one host, from the `containers` fact (facts/host.py)."""
-    from sparkctl.errors import HostError
-    from sparkctl.facts.host import gather_host
-
-    f = gather_host(session, inv, {"containers"})
-    if f.containers is None:
-        raise HostError(f"{session.name}: cannot list containers: {f.errors.get('containers', 'no answer')}")
-    return [{"name": c.name, "state": c.status, "config_hash": c.config_hash, "image_id": c.image_id} for c in f.containers]
-
-
-def runtime_fleet(inv):
+def runtime_fleet(inv, plan):
     """One SSH session per host that runs a container of the launch (opened on first use)."""
-    from sparkctl.runtime.launch import render
     from sparkctl.transport.ssh import Fleet
 
-    plan = render(inv)
     return Fleet(inv, hosts=sorted({c.host for c in plan.containers}, key=list(inv.hosts).index))
 
 
-def host_containers(inv, fleet) -> dict:
+def host_containers(inv, plan, fleet) -> dict:
     """host -> its error and the launch's containers there (state, config hash against the plan),
-    over `fleet`'s sessions: --watch keeps them open for every frame."""
-    from sparkctl.runtime.launch import render
+    from the `containers` fact (facts/host.py) over `fleet`'s sessions: --watch keeps them open."""
+    from sparkctl.errors import HostError
+    from sparkctl.facts.host import gather_host
 
-    plan = render(inv)
-    found = fleet.map(lambda s: _containers(s, inv))
+    def read(session) -> dict:
+        f = gather_host(session, inv, {"containers"})
+        if f.containers is None:
+            raise HostError(f"{session.name}: cannot list containers: {f.errors.get('containers', 'no answer')}")
+        return {c.name: c for c in f.containers}
+
     hosts = {}
-    for h, o in found.items():
-        want = [c.name for c in plan.for_host(h)]
-        have = {c["name"]: c for c in (o.value or [])}
-        hosts[h] = {
-            "error": o.error,
-            "containers": [
-                {**have.get(n, {"name": n, "state": "unknown (host not reached)" if o.error else "absent"}),
-                 "config_matches": have.get(n, {}).get("config_hash") == plan.expected_hash(n)}
-                for n in want
-            ],
-        }
+    for h, o in fleet.map(read).items():
+        rows = []
+        for spec in plan.for_host(h):
+            c = (o.value or {}).get(spec.name)
+            if c is None:
+                row = {"name": spec.name, "state": "unknown (host not reached)" if o.error else "absent"}
+            else:
+                row = {"name": c.name, "state": c.status, "config_hash": c.config_hash, "image_id": c.image_id}
+            rows.append({**row, "config_matches": c is not None and c.config_hash == plan.expected_hash(spec.name)})
+        hosts[h] = {"error": o.error, "containers": rows}
     return hosts
 
 
-def collect(inv, sample_seconds: float) -> dict:
-    from sparkctl.facts.endpoint import fetch
-    from sparkctl.runtime.launch import render
+def head_base(inv) -> tuple[str, int]:
+    """The runtime's HTTP endpoint on the head, fenced like every connection sparkctl makes."""
     from sparkctl.transport.guard import check_address
 
-    plan = render(inv)
-    head = inv.hosts_with_role("head")[0]
-    address = inv.hosts[head].ssh.address
+    address = inv.hosts[inv.hosts_with_role("head")[0]].ssh.address
     check_address(address, "the runtime's HTTP endpoint")
-    with runtime_fleet(inv) as fleet:
-        hosts = host_containers(inv, fleet)
-    first = fetch(address, inv.runtime.port)
-    runtime: dict = {"url": first.url, "health": first.health, "error": first.health_error}
-    if first.models:
-        m = first.models[0]
-        runtime.update(model=m.get("id"), max_model_len=m.get("max_model_len"))
+    return address, inv.runtime.port
+
+
+def collect(inv, plan, sample_seconds: float) -> dict:
+    from sparkctl.facts.endpoint import fetch
+
+    base = head_base(inv)
+    with runtime_fleet(inv, plan) as fleet:
+        hosts = host_containers(inv, plan, fleet)
+    first = fetch(*base)
+    runtime: dict = {"url": first.url, "health": first.health, "error": first.health_error, **_model(first)}
     if first.metrics:
         time.sleep(sample_seconds)
-        second = fetch(address, inv.runtime.port)
-        a, b = first.metrics, second.metrics or first.metrics
+        a, b = first.metrics, fetch(*base).metrics or first.metrics
         gen = b.get("vllm:generation_tokens_total", 0) - a.get("vllm:generation_tokens_total", 0)
         runtime.update(
             running=int(b.get("vllm:num_requests_running", 0)),
@@ -111,6 +102,7 @@ def status(
     from sparkctl.cli.output import console, print_json
     from sparkctl.errors import InputError
     from sparkctl.inventory.loader import load_inventory
+    from sparkctl.runtime.launch import render
 
     if watch and json_out:
         raise InputError("--watch is a live view for a person; --json prints one document",
@@ -122,26 +114,28 @@ def status(
         if watch:
             return watch_view(lambda: None, base, interval)
         doc = endpoint_status(base, max(0.2, sample))
-        if json_out:
-            print_json(doc)
-        else:
-            console().print(runtime_line(doc["runtime"]), soft_wrap=True)
-        raise typer.Exit(0 if doc["healthy"] else 1)
-    inv = load_inventory(require_inventory(inventory))
-    if watch:
-        from sparkctl.transport.guard import check_address
-
-        head = inv.hosts_with_role("head")[0]
-        address = inv.hosts[head].ssh.address
-        check_address(address, "the runtime's HTTP endpoint")
-        # one SSH session per host for the whole watch: a frame is one round trip, not a reconnect
-        with runtime_fleet(inv) as fleet:
-            return watch_view(lambda: {"hosts": host_containers(inv, fleet)}, (address, inv.runtime.port), interval)
-    doc = collect(inv, max(0.2, sample))
+    else:
+        inv = load_inventory(require_inventory(inventory))
+        plan = render(inv)
+        if watch:
+            base = head_base(inv)
+            # one SSH session per host for the whole watch: a frame is one round trip, not a reconnect
+            with runtime_fleet(inv, plan) as fleet:
+                return watch_view(lambda: host_containers(inv, plan, fleet), base, interval)
+        doc = collect(inv, plan, max(0.2, sample))
     if json_out:
         print_json(doc)
-        raise typer.Exit(0 if doc["healthy"] else 1)
+    elif endpoint:
+        console().print(runtime_line(doc["runtime"]), soft_wrap=True)
+    else:
+        print_hosts(doc)
+    raise typer.Exit(0 if doc["healthy"] else 1)
+
+
+def print_hosts(doc: dict) -> None:
     from rich.table import Table
+
+    from sparkctl.cli.output import console
 
     t = Table(title=f"cluster {doc['cluster']}: inventory config {doc['config_hash']}", title_justify="left")
     for col in ("host", "container", "state", "config", "image"):
@@ -154,13 +148,8 @@ def status(
             t.add_row(h, c["name"], c["state"], match, (c.get("image_id") or "")[7:19])
     con = console()
     con.print(t)
-    r = doc["runtime"]
-    if r["health"] is None:
-        con.print(runtime_line(r), soft_wrap=True)
-    else:
-        con.print(runtime_line(r), soft_wrap=True)
+    con.print(runtime_line(doc["runtime"]), soft_wrap=True)
     con.print("[green]healthy[/]" if doc["healthy"] else "[red]not healthy[/]: run `sparkctl doctor` (or `sparkctl up`)")
-    raise typer.Exit(0 if doc["healthy"] else 1)
 
 
 # --- the runtime part alone: any vLLM endpoint, and the live view ----------------------------------
@@ -206,11 +195,15 @@ def figures(a, b, seconds: float) -> dict:
     }
 
 
+def _model(facts) -> dict:
+    """The served model's id and max_model_len from /v1/models (EndpointFacts), when it answered."""
+    if not facts.models:
+        return {}
+    return {"model": facts.models[0].get("id"), "max_model_len": facts.models[0].get("max_model_len")}
+
+
 def _runtime(first, second, seconds: float) -> dict:
-    r: dict = {"url": first.url, "health": second.health, "error": second.health_error}
-    if second.models:
-        m = second.models[0]
-        r.update(model=m.get("id"), max_model_len=m.get("max_model_len"))
+    r: dict = {"url": first.url, "health": second.health, "error": second.health_error, **_model(second)}
     if second.metrics_error:
         r["metrics_error"] = second.metrics_error
     if first.metrics and second.metrics:
@@ -249,7 +242,7 @@ def runtime_line(r: dict) -> str:
     return ", ".join(parts)
 
 
-def _view(runtime: dict, hosts: Optional[dict], tick: int):
+def _view(runtime: dict, hosts: Optional[dict]):
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -320,22 +313,18 @@ class _Keys:
 
 def watch_view(containers, base: tuple[str, int], interval: float) -> None:
     """Refresh every `interval` s: figures over the last interval (not since start), each host's
-    containers when there is an inventory. q or Ctrl-C exits 0."""
+    containers (`containers()`, None without an inventory). q or Ctrl-C exits 0."""
     from rich.live import Live
 
     from sparkctl.cli.output import console
     from sparkctl.facts.endpoint import fetch
 
-    prev, t_prev = fetch(*base), time.monotonic()
-    tick = 0
+    prev, t_prev, wait = fetch(*base), time.monotonic(), 0.2  # the first frame comes at once
     try:
         with _Keys() as keys, Live(console=console(), auto_refresh=False, transient=False) as live:
-            while True:
-                if keys.quit_within(interval if tick else 0.2):
-                    break
+            while not keys.quit_within(wait):
                 cur, t_cur = fetch(*base), time.monotonic()
-                doc = containers()
-                live.update(_view(_runtime(prev, cur, t_cur - t_prev), doc["hosts"] if doc else None, tick), refresh=True)
-                prev, t_prev, tick = cur, t_cur, tick + 1
+                live.update(_view(_runtime(prev, cur, t_cur - t_prev), containers()), refresh=True)
+                prev, t_prev, wait = cur, t_cur, interval
     except KeyboardInterrupt:
         pass

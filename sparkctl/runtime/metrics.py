@@ -9,6 +9,7 @@ here with its source line. The text is parsed with prometheus_client's parser.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Optional
 
@@ -22,12 +23,6 @@ PREEMPTIONS = "vllm:num_preemptions_total"
 TTFT = "vllm:time_to_first_token_seconds"  # histogram: a request's first token, from its arrival
 
 SPEC_PREFIX = "vllm:spec_decode_"
-_SPEC_COUNTERS = {
-    "num_drafts": "drafts",
-    "num_draft_tokens": "draft_tokens",
-    "num_accepted_tokens": "accepted_tokens",
-}
-_SPEC_PER_POS = "num_accepted_tokens_per_pos"
 # Gauges that are levels of one engine's own resources: never summed over engines.
 PER_ENGINE_GAUGES = frozenset({KV_USAGE})
 
@@ -51,27 +46,12 @@ class SpecCounters:
         def d(a: float, b: float) -> float:
             return a - b if a >= b else a
 
-        positions = set(self.accepted_per_position) | set(before.accepted_per_position)
+        now, then = self.accepted_per_position, before.accepted_per_position
         return SpecCounters(
             d(self.drafts, before.drafts),
             d(self.draft_tokens, before.draft_tokens),
             d(self.accepted_tokens, before.accepted_tokens),
-            {
-                p: d(self.accepted_per_position.get(p, 0.0), before.accepted_per_position.get(p, 0.0))
-                for p in sorted(positions)
-            },
-        )
-
-    def __add__(self, other: "SpecCounters") -> "SpecCounters":
-        positions = set(self.accepted_per_position) | set(other.accepted_per_position)
-        return SpecCounters(
-            self.drafts + other.drafts,
-            self.draft_tokens + other.draft_tokens,
-            self.accepted_tokens + other.accepted_tokens,
-            {
-                p: self.accepted_per_position.get(p, 0.0) + other.accepted_per_position.get(p, 0.0)
-                for p in sorted(positions)
-            },
+            {p: d(now.get(p, 0.0), then.get(p, 0.0)) for p in sorted(now.keys() | then.keys())},
         )
 
     @property
@@ -125,7 +105,7 @@ class GaugeStats:
 
     @property
     def fullest_engine(self) -> str:
-        return max(self.per_engine, key=lambda e: self.per_engine[e])
+        return max(self.per_engine, key=self.per_engine.__getitem__)
 
     def as_dict(self, digits: int = 4) -> dict:
         return {
@@ -148,25 +128,20 @@ class MetricsPage(Mapping[str, float]):
     buckets: dict[str, dict[float, float]] = field(default_factory=dict)
 
     # ---- mapping view ----
-    def _names(self) -> list[str]:
-        return list(dict.fromkeys(s.name for s in self.samples))
-
     def __getitem__(self, name: str) -> float:
         if name in PER_ENGINE_GAUGES:
-            g = self.gauge(name)
-            if g is None:
-                raise KeyError(name)
-            return g.max
-        values = [s.value for s in self.samples if s.name == name]
-        if not values:
+            value = g.max if (g := self.gauge(name)) else None
+        else:
+            value = self.total(name)
+        if value is None:
             raise KeyError(name)
-        return sum(values)
+        return value
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._names())
+        return iter(dict.fromkeys(s.name for s in self.samples))
 
     def __len__(self) -> int:
-        return len(self._names())
+        return len({s.name for s in self.samples})
 
     # ---- views ----
     @property
@@ -190,33 +165,27 @@ class MetricsPage(Mapping[str, float]):
         """engine -> KV pool in tokens from cache_config_info (set once the KV cache is sized)."""
         out = {}
         for engine, labels in self.cache_config().items():
-            raw = labels.get("kv_cache_size_tokens")
-            if raw not in (None, "", "None"):
-                try:
-                    out[engine] = int(float(raw))
-                except ValueError:
-                    pass
+            try:
+                out[engine] = int(float(labels.get("kv_cache_size_tokens", "")))
+            except ValueError:
+                pass  # "None" until the KV cache is sized
         return out
 
     @property
     def spec(self) -> Optional[SpecCounters]:
         """Speculative counters summed over engines; None when the server exports none."""
-        spec = [s for s in self.samples if s.name.startswith(SPEC_PREFIX)]
-        if not spec:
+        if not any(s.name.startswith(SPEC_PREFIX) for s in self.samples):
             return None
-        c = SpecCounters()
-        for s in spec:
-            key = s.name[len(SPEC_PREFIX) :].removesuffix("_total")
-            if key in _SPEC_COUNTERS:
-                attr = _SPEC_COUNTERS[key]
-                setattr(c, attr, getattr(c, attr) + s.value)
-            elif key == _SPEC_PER_POS and "position" in s.labels:
-                try:
-                    pos = int(s.labels["position"])
-                except ValueError:
-                    continue
-                c.accepted_per_position[pos] = c.accepted_per_position.get(pos, 0.0) + s.value
-        return c
+        per_position: dict[int, float] = defaultdict(float)
+        for s in self.samples:
+            if s.name == f"{SPEC_PREFIX}num_accepted_tokens_per_pos_total" and s.labels.get("position", "").isdigit():
+                per_position[int(s.labels["position"])] += s.value
+        return SpecCounters(
+            self.total(f"{SPEC_PREFIX}num_drafts_total") or 0.0,
+            self.total(f"{SPEC_PREFIX}num_draft_tokens_total") or 0.0,
+            self.total(f"{SPEC_PREFIX}num_accepted_tokens_total") or 0.0,
+            dict(per_position),
+        )
 
 
 def parse_page(text: str, model: Optional[str] = None) -> MetricsPage:
@@ -226,34 +195,19 @@ def parse_page(text: str, model: Optional[str] = None) -> MetricsPage:
     """
     from prometheus_client.parser import text_string_to_metric_families
 
-    raw, bucket_samples = [], []
-    for family in text_string_to_metric_families(text):
-        if not family.name.startswith("vllm:"):
-            continue
-        for s in family.samples:
-            if s.name.endswith("_bucket"):
-                bucket_samples.append(s)
-            elif not s.name.endswith("_created"):
-                raw.append(s)
-    if model is not None and any(s.labels.get("model_name") == model for s in raw):
+    found = [s for f in text_string_to_metric_families(text) if f.name.startswith("vllm:") for s in f.samples]
+    if model is not None and any(s.labels.get("model_name") == model for s in found):
         # cache_config_info carries no model_name: it stays
-        raw = [s for s in raw if s.labels.get("model_name", model) == model]
-        bucket_samples = [s for s in bucket_samples if s.labels.get("model_name", model) == model]
-    buckets: dict[str, dict[float, float]] = {}
-    for s in bucket_samples:
-        per_le = buckets.setdefault(s.name.removesuffix("_bucket"), {})
-        le = float(s.labels["le"])
-        per_le[le] = per_le.get(le, 0.0) + float(s.value)
-    samples = [
-        Sample(
-            s.name,
-            str(s.labels.get("engine", "")),
-            {k: v for k, v in s.labels.items() if k not in ("model_name", "engine")},
-            float(s.value),
-        )
-        for s in raw
-    ]
-    return MetricsPage(samples, buckets)
+        found = [s for s in found if s.labels.get("model_name", model) == model]
+    page = MetricsPage()
+    for s in found:
+        if s.name.endswith("_bucket"):
+            per_le, le = page.buckets.setdefault(s.name.removesuffix("_bucket"), {}), float(s.labels["le"])
+            per_le[le] = per_le.get(le, 0.0) + s.value
+        elif not s.name.endswith("_created"):
+            labels = {k: v for k, v in s.labels.items() if k not in ("model_name", "engine")}
+            page.samples.append(Sample(s.name, str(s.labels.get("engine", "")), labels, float(s.value)))
+    return page
 
 
 def quantile_between(before: MetricsPage, after: MetricsPage, histogram: str, q: float) -> tuple[Optional[float], int]:
@@ -275,12 +229,3 @@ def quantile_between(before: MetricsPage, after: MetricsPage, histogram: str, q:
         lower, below = le, cum
     return lower, int(delta[-1])
 
-
-def parse_spec_counters(text: str, model: Optional[str] = None) -> Optional[SpecCounters]:
-    """The speculative counters of a page (summed over engines); None if the server exports none."""
-    return parse_page(text, model).spec
-
-
-def parse_running(text: str, model: Optional[str] = None) -> Optional[float]:
-    """vllm:num_requests_running summed over engines, None if the server does not export it."""
-    return parse_page(text, model).total(RUNNING)

@@ -11,9 +11,9 @@ import pytest
 from sparkctl.bench import stats
 from sparkctl.bench.client import Endpoint, normalise_endpoint
 from sparkctl.bench.longprompt import Calibration, filler, tagged
-from sparkctl.runtime.metrics import parse_running, parse_spec_counters
 from sparkctl.bench.protocol import parse_tokens
 from sparkctl.errors import InputError
+from sparkctl.runtime.metrics import RUNNING, parse_page
 
 # A vLLM chat stream (ignore_eos, include_usage): a role chunk with empty content, text chunks of
 # several tokens each (speculative decoding delivers accepted drafts together), a finish chunk,
@@ -129,13 +129,13 @@ def test_error_event_mid_stream_fails_the_request():
 
 
 def test_metrics_counters_sum_engines_and_skip_created():
-    c = parse_spec_counters(RECORDED_METRICS, "deepseek-v4.1-flash")
+    c = parse_page(RECORDED_METRICS, "deepseek-v4.1-flash").spec
     assert (c.drafts, c.draft_tokens, c.accepted_tokens) == (160.0, 800.0, 600.0)
     assert c.accepted_per_position == {0: 150.0, 1: 135.0}
 
 
 def test_acceptance_from_a_delta():
-    before = parse_spec_counters(RECORDED_METRICS)
+    before = parse_page(RECORDED_METRICS).spec
     after_text = (
         RECORDED_METRICS.replace("} 100.0", "} 140.0")  # engine 0: +40 drafts
         .replace("} 500.0", "} 700.0")  # +200 draft tokens (5 per draft)
@@ -143,7 +143,7 @@ def test_acceptance_from_a_delta():
         .replace("} 95.0", "} 131.0")  # position 0: +36
         .replace("} 90.0", "} 114.0")  # position 1: +24
     )
-    d = parse_spec_counters(after_text) - before
+    d = parse_page(after_text).spec - before
     assert (d.drafts, d.draft_tokens, d.accepted_tokens) == (40.0, 200.0, 120.0)
     assert d.acceptance_rate == pytest.approx(60.0)  # percent, as vllm bench serve reports it
     assert d.acceptance_length == pytest.approx(4.0)  # 1 + 120 / 40
@@ -151,12 +151,12 @@ def test_acceptance_from_a_delta():
 
 
 def test_counter_reset_counts_from_zero():
-    before = parse_spec_counters(RECORDED_METRICS)
-    restarted = parse_spec_counters(
+    before = parse_page(RECORDED_METRICS).spec
+    restarted = parse_page(
         RECORDED_METRICS.replace("} 100.0", "} 4.0").replace("} 60.0", "} 0.0")
         .replace("} 500.0", "} 20.0").replace("} 300.0", "} 0.0")
         .replace("} 400.0", "} 10.0").replace("} 200.0", "} 0.0")
-    )
+    ).spec
     d = restarted - before
     assert (d.drafts, d.draft_tokens, d.accepted_tokens) == (4.0, 20.0, 10.0)
 
@@ -164,20 +164,20 @@ def test_counter_reset_counts_from_zero():
 def test_model_filter_when_a_server_hosts_two_models():
     other = RECORDED_METRICS.replace('model_name="deepseek-v4.1-flash"', 'model_name="other"')
     both = RECORDED_METRICS + "\n".join(l for l in other.splitlines() if l and not l.startswith("#")) + "\n"
-    assert parse_spec_counters(both, "deepseek-v4.1-flash").drafts == 160.0
-    assert parse_spec_counters(both, None).drafts == 320.0
+    assert parse_page(both, "deepseek-v4.1-flash").spec.drafts == 160.0
+    assert parse_page(both, None).spec.drafts == 320.0
 
 
 def test_running_requests_gauge():
-    assert parse_running(RECORDED_METRICS, "deepseek-v4.1-flash") == 0.0
+    assert parse_page(RECORDED_METRICS, "deepseek-v4.1-flash").total(RUNNING) == 0.0
     busy = RECORDED_METRICS.replace('model_name="deepseek-v4.1-flash"} 0.0', 'model_name="deepseek-v4.1-flash"} 2.0')
-    assert parse_running(busy) == 2.0
-    assert parse_running("# TYPE other gauge\nother 1.0\n") is None
+    assert parse_page(busy).total(RUNNING) == 2.0
+    assert parse_page("# TYPE other gauge\nother 1.0\n").total(RUNNING) is None
 
 
 def test_no_spec_counters_means_none():
     plain = "\n".join(RECORDED_METRICS.splitlines()[:3]) + "\n"
-    assert parse_spec_counters(plain) is None
+    assert parse_page(plain).spec is None
 
 
 def test_percentile_matches_numpy_linear():
