@@ -33,7 +33,7 @@ from typing import Any, Callable, Optional
 from sparkctl import state
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl.inventory.models import Inventory
-from sparkctl.transport.redact import MASK, redact, redact_obj
+from sparkctl.transport.redact import MASK, redact_obj
 
 # inventory fields that feed vLLM's torch.compile cache hash (vllm-interface.md: vLLM version and
 # code = the image, model, cache, parallel and scheduler config, speculative and MoE kernels, and
@@ -83,19 +83,19 @@ class FieldChange:
 def diff_inventories(old: dict, new: dict) -> list[FieldChange]:
     """Every field that differs, secrets masked (the record keeps only their digests)."""
     a, b = flatten(redact_obj(old, digests=True)), flatten(redact_obj(new, digests=True))
-    out = []
-    for path in sorted(set(a) | set(b)):
-        if a.get(path) != b.get(path):
-            out.append(FieldChange(path, _shown(a.get(path)), _shown(b.get(path))))
-    return out
+    return [FieldChange(p, _shown(a.get(p)), _shown(b.get(p))) for p in sorted(set(a) | set(b)) if a.get(p) != b.get(p)]
 
 
 def _shown(v: Any) -> Any:
     return MASK if isinstance(v, str) and v.startswith(MASK) else v
 
 
+def _compiles(path: str) -> bool:
+    return path.startswith(COMPILE_FIELDS) or bool(COMPILE_ENV.match(path))
+
+
 def compile_fields(changes: list[FieldChange]) -> list[str]:
-    return [c.path for c in changes if c.path.startswith(COMPILE_FIELDS) or COMPILE_ENV.match(c.path)]
+    return [c.path for c in changes if _compiles(c.path)]
 
 
 def compile_key(inventory: dict) -> str:
@@ -106,7 +106,7 @@ def compile_key(inventory: dict) -> str:
     import json
 
     flat = flatten(redact_obj(inventory, digests=True))
-    chosen = {k: v for k, v in flat.items() if k.startswith(COMPILE_FIELDS) or COMPILE_ENV.match(k)}
+    chosen = {k: v for k, v in flat.items() if _compiles(k)}
     return hashlib.sha256(json.dumps(chosen, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -255,10 +255,9 @@ def restore_secrets(recorded_inventory: dict, current: Inventory) -> Inventory:
     missing = []
     for path, value in rec.items():
         if isinstance(value, str) and MASK in value:
-            have = cur.get(path)
-            if isinstance(have, str) and redact_obj({path.rsplit(".", 1)[-1]: have}, digests=True).get(path.rsplit(".", 1)[-1]) == value:
-                rec[path] = have
-            elif isinstance(have, str) and redact(have, digests=True) == value:
+            have, key = cur.get(path), path.rsplit(".", 1)[-1]
+            # the record holds this field as redact_obj wrote it (by the field's name, else by the value's look)
+            if isinstance(have, str) and redact_obj({key: have}, digests=True)[key] == value:
                 rec[path] = have
             else:
                 missing.append(path)
@@ -556,10 +555,8 @@ def _hosts_state(fleet, inv: Inventory) -> dict:
     """What runs where right now, for the operator after a failed rollback."""
     from sparkctl.facts.host import gather_host
 
-    out = {}
-    for h, o in fleet.map(lambda s: gather_host(s, inv, {"containers"}), timeout=30).items():
-        if not o.ok:
-            out[h] = {"error": o.error}
-        else:
-            out[h] = {"containers": [{"name": c.name, "state": c.status, "config_hash": c.config_hash} for c in o.value.containers or []]}
-    return out
+    def containers(facts) -> list[dict]:
+        return [{"name": c.name, "state": c.status, "config_hash": c.config_hash} for c in facts.containers or []]
+
+    found = fleet.map(lambda s: gather_host(s, inv, {"containers"}), timeout=30)
+    return {h: {"containers": containers(o.value)} if o.ok else {"error": o.error} for h, o in found.items()}

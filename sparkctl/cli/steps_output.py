@@ -190,7 +190,7 @@ def print_recap(recap) -> None:
 
     from sparkctl.cli.output import console
 
-    hosts = sorted({r.host for r in recap.results}, key=[r.host for r in recap.results].index)
+    hosts = list(dict.fromkeys(r.host for r in recap.results))
     seen = {r.step for r in recap.results}
     steps = [s for s in recap.steps if s in seen] or sorted(seen)
     table = Table(title=f"{recap.playbook}{' --check' if recap.check_mode else ''}: recap", title_justify="left")
@@ -203,9 +203,12 @@ def print_recap(recap) -> None:
     c = console()
     c.print(table)
     totals = ", ".join(f"{k}={recap.count(k)}" for k in ("ok", "changed", "failed", "skipped"))
-    verdict = "[bold red]FAILED[/]" if recap.failed else ("[green]nothing to change[/]" if recap.count("changed") == 0 else "[yellow]converged[/]")
-    if recap.check_mode and not recap.failed:
-        verdict = "[yellow]changes planned (nothing applied: --check)[/]" if recap.count("changed") else "[green]nothing to change[/]"
+    if recap.failed:
+        verdict = "[bold red]FAILED[/]"
+    elif not recap.count("changed"):
+        verdict = "[green]nothing to change[/]"
+    else:
+        verdict = "[yellow]changes planned (nothing applied: --check)[/]" if recap.check_mode else "[yellow]converged[/]"
     c.print(f"{verdict}  {totals}  in {recap.seconds:.2f} s")
     if recap.stopped_at:
         c.print(f"stopped at step [bold]{recap.stopped_at}[/]: later steps were not run, nothing after it changed")

@@ -10,7 +10,7 @@ print: the runner owns order, concurrency, progress and output; the playbook say
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Literal, Optional
 
@@ -62,16 +62,10 @@ class StepResult:
     operations: list[str] = field(default_factory=list)  # actions planned (--check) or performed
 
     def to_dict(self) -> dict:
-        return {
-            "step": self.step,
-            "host": self.host,
-            "status": self.status,
-            "message": self.message,
-            "changes": self.changes,
-            "operations": self.operations,
-            "seconds": round(self.seconds, 3),
-            **({"fix": self.fix} if self.fix else {}),
-        }
+        doc = {**asdict(self), "seconds": round(self.seconds, 3)}
+        if not self.fix:
+            del doc["fix"]
+        return doc
 
 
 @dataclass

@@ -18,6 +18,15 @@ from sparkctl.steps.base import Change, Plan, RunContext, Step
 from sparkctl.templates import render_template
 
 
+# the plan's operations on a rail, as `ip` commands (data values are shell-quoted)
+IP_COMMANDS = {
+    "del-address": "ip addr del {address} dev {device}",
+    "set-mtu": "ip link set dev {device} mtu {mtu}",
+    "link-up": "ip link set dev {device} up",
+    "add-address": "ip addr add {address} dev {device}",
+}
+
+
 def peer_address(inv: Inventory, host: str, link: FabricLink) -> str:
     """The peer's address on the same rail (same subnet), as the inventory validator guarantees."""
     ip = peer_ip(inv, host, link)
@@ -109,29 +118,19 @@ class FabricStep(Step):
         if not changes:
             return self.noop(host, "; ".join(fine) + f"; {NETPLAN_PATH} up to date")
         # an address moved from another rail is also a stray there: remove it once
-        unique, seen = [], set()
+        unique: dict[tuple, Change] = {}
         for c in changes:
-            key = (c.action, c.data.get("device"), c.data.get("address"))
-            if key not in seen:
-                seen.add(key)
-                unique.append(c)
+            unique.setdefault((c.action, c.data.get("device"), c.data.get("address")), c)
         # removals first: the right address, added after, becomes the rail's primary (source) address
-        order = {"del-address": 0}
-        return self.changes(host, sorted(unique, key=lambda c: order.get(c.action, 1)))
+        return self.changes(host, sorted(unique.values(), key=lambda c: c.action != "del-address"))
 
     def apply(self, ctx: RunContext, plan: Plan) -> str:
         session = ctx.fleet[plan.host]
-        cmds = []
-        for c in plan.changes:
-            dev = shlex.quote(c.data.get("device", ""))
-            if c.action == "del-address":
-                cmds.append(f"ip addr del {shlex.quote(c.data['address'])} dev {dev}")
-            elif c.action == "set-mtu":
-                cmds.append(f"ip link set dev {dev} mtu {int(c.data['mtu'])}")
-            elif c.action == "link-up":
-                cmds.append(f"ip link set dev {dev} up")
-            elif c.action == "add-address":
-                cmds.append(f"ip addr add {shlex.quote(c.data['address'])} dev {dev}")
+        cmds = [
+            IP_COMMANDS[c.action].format(**{k: shlex.quote(str(v)) for k, v in c.data.items()})
+            for c in plan.changes
+            if c.action in IP_COMMANDS
+        ]
         persist = next((c for c in plan.changes if c.action == "persist"), None)
         if cmds:
             session.run(" && ".join(cmds)).check("fabric configuration")

@@ -101,12 +101,9 @@ def registry_answers(inv: Inventory, resolver: Optional[Callable[..., Any]] = No
     return answers
 
 
-def resolve_truths(
-    ctx: RunContext, resolver: Optional[Callable[..., Any]] = None, answers: Optional[dict[tuple[str, str], Any]] = None
-) -> dict[str, dict[str, Truth]]:
+def resolve_truths(ctx: RunContext, answers: dict[tuple[str, str], Any]) -> dict[str, dict[str, Truth]]:
     """host -> ref -> Truth, from the registry's answers (asked once per reference and platform)."""
     inv = ctx.inventory
-    answers = registry_answers(inv, resolver) if answers is None else answers
     head = inv.hosts_with_role("head")[0]
     applied = ctx.facts[head].applied if head in ctx.facts else None
     out: dict[str, dict[str, Truth]] = {}
@@ -214,19 +211,14 @@ def plan_images(
             if source:
                 fix += f"; or `sparkctl up --side-load` to copy it from {source}"
             fixes.append(fix)
-        if blocked:
-            plan = Plan(name, host, tuple(changes), "; ".join(blocked), blocked=f"{host}: " + "; ".join(blocked))
-            plans[host] = _with_fix(plan, "; ".join(dict.fromkeys(fixes)))
+        if blocked:  # the runner prints `blocked` as the failure: it carries the fix
+            why, fix = "; ".join(blocked), "; ".join(dict.fromkeys(fixes))
+            plans[host] = Plan(name, host, tuple(changes), why, blocked=f"{host}: {why}. Fix: {fix}")
         elif changes:
             plans[host] = Plan(name, host, tuple(changes), "; ".join(c.summary for c in changes))
         else:
             plans[host] = Plan(name, host, (), "; ".join(fine))
     return plans
-
-
-def _with_fix(plan: Plan, fix: str) -> Plan:
-    """A blocked plan's message carries its fix (the runner prints `blocked` as the failure)."""
-    return Plan(plan.step, plan.host, plan.changes, plan.reason, blocked=f"{plan.blocked}. Fix: {fix}")
 
 
 class ImagesStep(Step):
@@ -237,6 +229,7 @@ class ImagesStep(Step):
         self._lock = threading.Lock()
         self._fresh: Optional[dict[str, dict[str, Optional[str]]]] = None
         self._resolver = resolver
+        self._answers: Optional[dict[tuple[str, str], Any]] = None  # from prepare, when the runner ran it
         self.truths: dict[str, dict[str, Truth]] = {}
 
     def hosts(self, inv: Inventory) -> list[str]:
@@ -246,8 +239,8 @@ class ImagesStep(Step):
         self._answers = registry_answers(ctx.inventory, self._resolver)
 
     def plan(self, ctx: RunContext) -> dict[str, Plan]:
-        answers = getattr(self, "_answers", None)
-        self.truths = {h: t for h, t in resolve_truths(ctx, self._resolver, answers).items() if h in ctx.facts}
+        answers = self._answers if self._answers is not None else registry_answers(ctx.inventory, self._resolver)
+        self.truths = {h: t for h, t in resolve_truths(ctx, answers).items() if h in ctx.facts}
         have = {h: ctx.facts[h].images for h in self.truths}
         return plan_images(ctx.inventory, have, self.truths, {**self.options, **ctx.options}, ctx.outputs.image_ids, self.name)
 

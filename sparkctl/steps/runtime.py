@@ -65,8 +65,18 @@ def current_image(ctx: RunContext, host: str, image: str) -> Optional[str]:
 
 def drift(ctx: RunContext) -> Drift:
     """Decided once per run (stop and runtime both plan from it)."""
-    if ctx.outputs.restart is not None:
-        return ctx.outputs.restart
+    if ctx.outputs.restart is None:
+        ctx.outputs.restart = _drift(ctx)
+    return ctx.outputs.restart
+
+
+def restarting(ctx: RunContext) -> tuple[set[str], str]:
+    """The restart groups this run restarts, and why."""
+    d = drift(ctx)
+    return (set(ALL_GROUPS), "--force") if ctx.force else (d.groups, d.why)
+
+
+def _drift(ctx: RunContext) -> Drift:
     launch = ctx.launch
     reasons: dict[str, list[str]] = {}
     head_container = None
@@ -75,9 +85,7 @@ def drift(ctx: RunContext) -> Drift:
         if f is None:
             continue  # unreachable: the runner fails the host
         if f.containers is None:
-            d = Drift(blocked=f"cannot list containers on {host}: {f.errors.get('containers', 'no answer')}")
-            ctx.outputs.restart = d
-            return d
+            return Drift(blocked=f"cannot list containers on {host}: {f.errors.get('containers', 'no answer')}")
         wanted = {s.name for s in launch.for_host(host)}
         for c in f.containers:
             if c.name not in wanted:  # a role the inventory no longer has: it goes with the engine
@@ -118,9 +126,7 @@ def drift(ctx: RunContext) -> Drift:
             since = head_container.running_for() if head_container else None
             phase = f", {logs.phase}" if logs is not None and logs.phase else ""
             loading = f"head still loading{phase}{f' for {since:.0f} s' if since is not None else ''} (no fatal sign in its log)"
-    d = Drift({g: tuple(r) for g, r in reasons.items()}, loading)
-    ctx.outputs.restart = d
-    return d
+    return Drift({g: tuple(r) for g, r in reasons.items()}, loading)
 
 
 _DRAINING = re.compile(r"\[shutdown\] EngineCore: (draining|aborting) in-flight requests count=(\d+)")
@@ -137,7 +143,7 @@ class DrainWatch:
         import threading
 
         self.url, self.every = f"{url}/metrics", every
-        self.first = self.last = None
+        self.last = None
         self._stop = threading.Event()
         self.first = self._scrape()
         self._t = threading.Thread(target=self._run, name="sparkctl-drain-watch", daemon=True)
@@ -215,18 +221,15 @@ class StopStep(Step):
         inv = ctx.inventory
         always = bool(self.options.get("always"))
         hosts = [h for h in self.hosts(inv) if h in ctx.facts]
-        groups = ALL_GROUPS
+        groups, why = set(ALL_GROUPS), "sparkctl down"
         if not always:
             d = drift(ctx)
             if d.blocked:
                 return {h: self.blocked(h, d.blocked) for h in hosts[:1]}
-            if not (d.groups or ctx.force):
+            groups, why = restarting(ctx)
+            if not groups:
                 why = d.loading or "the runtime runs the inventory's config"
                 return {h: self.noop(h, f"nothing to stop: {why}") for h in hosts}
-            why = "--force" if ctx.force else d.why
-            groups = ALL_GROUPS if ctx.force else d.groups
-        else:
-            why = "sparkctl down"
         drain = ctx.options.get("drain")
         plans, first = {}, True
         for h in hosts:
@@ -296,8 +299,7 @@ class RuntimeStep(Step):
         hosts = [h for h in self.hosts(ctx.inventory) if h in ctx.facts]
         if d.blocked:
             return {h: self.blocked(h, d.blocked) for h in hosts[:1]}
-        groups = ALL_GROUPS if ctx.force else d.groups
-        why = "--force" if ctx.force else d.why
+        groups, why = restarting(ctx)
         plans = {}
         for h in hosts:
             specs = launch.for_host(h)

@@ -15,7 +15,7 @@ from typing import Optional
 from sparkctl.errors import HostError
 from sparkctl.inventory.models import Inventory
 from sparkctl.steps.base import Change, Plan, RunContext, Step
-from sparkctl.steps.runtime import drift
+from sparkctl.steps.runtime import restarting
 
 DECODE_TOKENS = 256
 PROMPT = "Count from 1 to 200, one number per line."
@@ -46,9 +46,8 @@ class ThroughputStep(Step):
         return inv.hosts_with_role("head")
 
     def plan_host(self, ctx: RunContext, host: str) -> Plan:
-        d = drift(ctx)
         ratio = ctx.options.get("min_throughput_ratio")
-        if not ("engine" in d.groups or ctx.force):
+        if "engine" not in restarting(ctx)[0]:
             return self.noop(host, "the engine did not restart: its recorded decode rate stands")
         baseline = (ctx.facts[host].applied or {}).get("decode_tokens_per_s")
         if ratio and baseline:
