@@ -107,6 +107,10 @@ def all_hosts(ctx: Context) -> list[str]:
     return list(ctx.hosts)
 
 
+def head_host(ctx: Context) -> list[str]:
+    return [h for h in ctx.inventory.hosts_with_role("head") if h in ctx.hosts]
+
+
 @dataclass(frozen=True)
 class Check:
     name: str

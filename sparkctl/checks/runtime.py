@@ -7,7 +7,9 @@ is `skipped` ("not running"): doctor is also run before the first `sparkctl up`.
 
 from __future__ import annotations
 
-from sparkctl.checks.base import Context, fail, host_check, ok, skipped, warn
+from functools import wraps
+
+from sparkctl.checks.base import Context, fail, head_host, host_check, ok, skipped, warn
 from sparkctl.checks.host import runtime_hosts
 from sparkctl.facts.logs import MARLIN_BACKENDS, MOE_BACKEND_NAMES, QUANT_WORD, expected_moe_names
 from sparkctl.runtime.metrics import KV_USAGE, RUNNING, TTFT, WAITING, quantile_between
@@ -16,107 +18,104 @@ from sparkctl.runtime.metrics import KV_USAGE, RUNNING, TTFT, WAITING, quantile_
 READS = frozenset({"containers", "logs", "drafter_health", "applied"})
 
 NOT_RUNNING = "runtime not running (`sparkctl up` starts it)"
+NOT_SERVING = "the API is not serving (see runtime.health)"
 KV_USAGE_WARN = 0.95
 POOL_TOLERANCE = 0.10  # a pool within 10% of the inventory's kv_pool_tokens is as expected
 
 
-def _containers(ctx: Context) -> dict[str, list]:
-    return {h: list(f.containers or []) for h, f in ctx.facts.items()}
-
-
 def running_anywhere(ctx: Context) -> bool:
-    if any(_containers(ctx).values()):
+    if any(f.containers for f in ctx.facts.values()):
         return True
     return bool(ctx.endpoint is not None and ctx.endpoint.answering)
 
 
-def head_host(ctx: Context) -> list[str]:
-    return [h for h in ctx.inventory.hosts_with_role("head") if h in ctx.hosts]
+def runtime_check(name: str, doc: str, scope):
+    """A host check that says `skipped` (NOT_RUNNING) while the runtime runs nowhere."""
+
+    def deco(fn):
+        @wraps(fn)
+        def guarded(ctx: Context, host: str, f):
+            return fn(ctx, host, f) if running_anywhere(ctx) else [skipped(NOT_RUNNING)]
+
+        return host_check(name, doc, scope=scope)(guarded)
+
+    return deco
+
+
+def _serving(ctx: Context):
+    """The endpoint when its API answers /health 200, else None (the checks reading it skip)."""
+    ep = ctx.endpoint
+    return ep if ep is not None and ep.health == 200 else None
 
 
 def _head_container(ctx: Context):
+    """(the head's container, its log facts), or (None, None) when it has none."""
     for h in head_host(ctx):
         f = ctx.facts.get(h)
         for c in (f.containers if f else None) or []:
             if c.role == "head":
-                return h, c, f.logs.get(c.id)
-    return None, None, None
+                return c, f.logs.get(c.id)
+    return None, None
 
 
-@host_check("runtime.containers", "each node runs its sparkctl container (drafter, worker, head)", scope=runtime_hosts)
+@runtime_check("runtime.containers", "each node runs its sparkctl container (drafter, worker, head)", scope=runtime_hosts)
 def containers(ctx: Context, host: str, f):
-    if not running_anywhere(ctx):
-        return [skipped(NOT_RUNNING)]
     if f.containers is None:
-        return [fail(f"cannot list containers: {f.errors.get('containers', 'no answer')}", f"check the Docker engine on {host}")]
-    out = []
-    plan = ctx.plan
-    specs = plan.for_host(host) if plan else []
+        yield fail(f"cannot list containers: {f.errors.get('containers', 'no answer')}", f"check the Docker engine on {host}")
+        return
     by_name = {c.name: c for c in f.containers}
-    for spec in specs:
+    for spec in ctx.plan.for_host(host) if ctx.plan else []:
         c = by_name.pop(spec.name, None)
         if c is None:
-            out.append(fail(f"{spec.name} is not running on {host}", "`sparkctl up` starts the runtime in order (drafter, worker, head)", spec.name))
+            yield fail(f"{spec.name} is not running on {host}", "`sparkctl up` starts the runtime in order (drafter, worker, head)", spec.name)
         elif not c.running:
             why = f" ({c.error})" if c.error else ""
-            out.append(
-                fail(
-                    f"{c.name} is {c.status} (exit code {c.exit_code}){why}",
-                    f"read why: `docker logs --tail 100 {c.name}` on {host} (runtime.engine names known causes); "
-                    "then `sparkctl up`",
-                    spec.name,
-                    exit_code=c.exit_code,
-                )
+            yield fail(
+                f"{c.name} is {c.status} (exit code {c.exit_code}){why}",
+                f"read why: `docker logs --tail 100 {c.name}` on {host} (runtime.engine names known causes); "
+                "then `sparkctl up`",
+                spec.name,
+                exit_code=c.exit_code,
             )
         else:
-            out.append(ok(f"{c.name} running since {c.started_at[:19].replace('T', ' ')}", spec.name))
+            yield ok(f"{c.name} running since {c.started_at[:19].replace('T', ' ')}", spec.name)
     for c in by_name.values():
-        out.append(warn(f"{c.name} ({c.status}) belongs to no host's launch in this inventory", f"remove it: `docker rm -f {c.name}` on {host}", c.name))
-    return out
+        yield warn(f"{c.name} ({c.status}) belongs to no host's launch in this inventory", f"remove it: `docker rm -f {c.name}` on {host}", c.name)
 
 
-@host_check("runtime.config", "running containers carry the inventory's config hash and the node's current image", scope=runtime_hosts)
+@runtime_check("runtime.config", "running containers carry the inventory's config hash and the node's current image", scope=runtime_hosts)
 def config(ctx: Context, host: str, f):
-    if not running_anywhere(ctx):
-        return [skipped(NOT_RUNNING)]
-    plan = ctx.plan
-    out = []
-    for c in [c for c in (f.containers or []) if c.running]:
-        want = (plan.expected_hash(c.name) if plan else None) or "?"
-        if c.config_hash != want:
-            out.append(
-                fail(
-                    f"{c.name} runs config {c.config_hash or '(no label)'}, the inventory renders {want}: "
-                    "the inventory changed since it started",
-                    "`sparkctl up` restarts the runtime with the inventory's config (or revert the inventory)",
-                    c.name,
-                )
-            )
-            continue
+    running = [c for c in (f.containers or []) if c.running]
+    if not running:
+        yield skipped("no running container here (see runtime.containers)")
+    for c in running:
+        want = (ctx.plan.expected_hash(c.name) if ctx.plan else None) or "?"
         img = f.images.get(c.image_ref)
-        if img and img.id and img.id != c.image_id:
-            out.append(
-                warn(
-                    f"{c.name} runs image {c.image_id[7:19]}, but {c.image_ref} is now {img.id[7:19]} on {host}",
-                    "`sparkctl up` restarts on the new image (after images.same agrees on every node)",
-                    c.name,
-                )
+        if c.config_hash != want:
+            yield fail(
+                f"{c.name} runs config {c.config_hash or '(no label)'}, the inventory renders {want}: "
+                "the inventory changed since it started",
+                "`sparkctl up` restarts the runtime with the inventory's config (or revert the inventory)",
+                c.name,
             )
-            continue
-        out.append(ok(f"{c.name}: config {c.config_hash}", c.name))
-    return out or [skipped("no running container here (see runtime.containers)")]
+        elif img and img.id and img.id != c.image_id:
+            yield warn(
+                f"{c.name} runs image {c.image_id[7:19]}, but {c.image_ref} is now {img.id[7:19]} on {host}",
+                "`sparkctl up` restarts on the new image (after images.same agrees on every node)",
+                c.name,
+            )
+        else:
+            yield ok(f"{c.name}: config {c.config_hash}", c.name)
 
 
-@host_check("runtime.health", "GET /health on the head answers 200", scope=head_host)
+@runtime_check("runtime.health", "GET /health on the head answers 200", scope=head_host)
 def health(ctx: Context, host: str, f):
-    if not running_anywhere(ctx):
-        return [skipped(NOT_RUNNING)]
     ep = ctx.endpoint
     if ep is None:
         return [skipped("not asked")]
     if ep.health == 200:
         return [ok(f"{ep.url}/health 200")]
-    _, c, logs = _head_container(ctx)
+    c, logs = _head_container(ctx)
     if ep.health is None and c is not None and c.running and not (logs and (logs.ready or logs.fatal)):
         since = c.running_for()
         phase = (logs.phase if logs else None) or "starting"
@@ -134,13 +133,11 @@ def health(ctx: Context, host: str, f):
     ]
 
 
-@host_check("runtime.models", "/v1/models serves the inventory's model name and max_model_len", scope=head_host)
+@runtime_check("runtime.models", "/v1/models serves the inventory's model name and max_model_len", scope=head_host)
 def models(ctx: Context, host: str, f):
-    if not running_anywhere(ctx):
-        return [skipped(NOT_RUNNING)]
-    ep, r = ctx.endpoint, ctx.inventory.runtime
-    if ep is None or ep.health != 200:
-        return [skipped("the API is not serving (see runtime.health)")]
+    ep, r = _serving(ctx), ctx.inventory.runtime
+    if ep is None:
+        return [skipped(NOT_SERVING)]
     if ep.models is None:
         return [fail(f"/v1/models: {ep.models_error}", f"`curl {ep.url}/v1/models` by hand; `docker logs sparkctl-head`")]
     names = [m.get("id") for m in ep.models]
@@ -153,13 +150,11 @@ def models(ctx: Context, host: str, f):
     return [ok(f"{r.served_model_name}, max_model_len {r.max_model_len}")]
 
 
-@host_check("runtime.metrics", "/metrics now: requests running/waiting, KV cache usage, speculative acceptance", scope=head_host)
+@runtime_check("runtime.metrics", "/metrics now: requests running/waiting, KV cache usage, speculative acceptance", scope=head_host)
 def metrics(ctx: Context, host: str, f):
-    if not running_anywhere(ctx):
-        return [skipped(NOT_RUNNING)]
-    ep = ctx.endpoint
-    if ep is None or ep.health != 200:
-        return [skipped("the API is not serving (see runtime.health)")]
+    ep = _serving(ctx)
+    if ep is None:
+        return [skipped(NOT_SERVING)]
     if ep.metrics_error:
         return [fail(f"/metrics: {ep.metrics_error}", f"`curl {ep.url}/metrics` by hand")]
     m = ep.metrics
@@ -198,11 +193,9 @@ def metrics(ctx: Context, host: str, f):
     return [ok(msg, **data)]
 
 
-@host_check("runtime.kv_pool", "the KV pool the runtime logs fits max_model_len and matches kv_pool_tokens", scope=head_host)
+@runtime_check("runtime.kv_pool", "the KV pool the runtime logs fits max_model_len and matches kv_pool_tokens", scope=head_host)
 def kv_pool(ctx: Context, host: str, f):
-    if not running_anywhere(ctx):
-        return [skipped(NOT_RUNNING)]
-    _, c, logs = _head_container(ctx)
+    _, logs = _head_container(ctx)
     r = ctx.inventory.runtime
     ep = ctx.endpoint
     # vllm:cache_config_info carries kv_cache_size_tokens once the pool is sized: no log needed.
@@ -241,73 +234,55 @@ def target_hosts(ctx: Context) -> list[str]:
     return [h for h in ctx.hosts if h in hosts]
 
 
-def _moe_names_text(quantization, want) -> str:
-    paths = [quantization] if quantization else list(MOE_BACKEND_NAMES)
-    names = sorted({n for p in paths for n in (expected_moe_names(p, want) or ())})
-    return ", ".join(names)
-
-
-@host_check("runtime.moe_backend", "no silent Marlin fallback: the MoE backend the log names is the configured one", scope=target_hosts)
+@runtime_check("runtime.moe_backend", "no silent Marlin fallback: the MoE backend the log names is the configured one", scope=target_hosts)
 def moe_backend(ctx: Context, host: str, f):
-    if not running_anywhere(ctx):
-        return [skipped(NOT_RUNNING)]
     r = ctx.inventory.runtime
     want, quant = r.moe_backend, r.moe_quantization
     # vLLM 0.33 logs the enum name of the selected backend (fused_moe/oracle/nvfp4.py, mxfp4.py);
     # which names the inventory's value stands for depends on the checkpoint's path.
     paths = [quant] if quant else list(MOE_BACKEND_NAMES)
     names = {n for p in paths for n in (expected_moe_names(p, want) or ())}
-    out = []
-    for c in f.containers or []:
-        logs = f.logs.get(c.id)
-        if c.role == "drafter" or logs is None:
-            continue
+    logged_by = [(c, f.logs[c.id]) for c in f.containers or [] if c.role != "drafter" and f.logs.get(c.id) is not None]
+    if not logged_by:
+        yield skipped("no runtime container here")
+    for c, logs in logged_by:
         logged = logs.moe_backend
         marlin = (logged in MARLIN_BACKENDS) or bool(logs.marlin)
         if marlin and want != "marlin":
             said = logs.marlin[0] if logs.marlin else f"MoE backend {logged}"
-            out.append(
-                fail(
-                    f"{c.name} fell back to Marlin (W4A16, about half the throughput): {said[-160:]}",
-                    f"run an image whose MoE kernels include {want or 'flashinfer_b12x'} and set runtime.moe_backend to it, "
-                    "then `sparkctl up`",
-                    c.name,
-                    moe_backend=logged,
-                )
+            yield fail(
+                f"{c.name} fell back to Marlin (W4A16, about half the throughput): {said[-160:]}",
+                f"run an image whose MoE kernels include {want or 'flashinfer_b12x'} and set runtime.moe_backend to it, "
+                "then `sparkctl up`",
+                c.name,
+                moe_backend=logged,
             )
         elif logged and quant and logs.moe_path and logs.moe_path != QUANT_WORD[quant]:
-            out.append(
-                fail(
-                    f"{c.name} runs the {logs.moe_path} MoE path ({logged}), the inventory says moe_quantization {quant}",
-                    "set runtime.moe_quantization to the checkpoint's (nvfp4 or mxfp4), or mount the checkpoint you meant",
-                    c.name,
-                    moe_backend=logged,
-                )
+            yield fail(
+                f"{c.name} runs the {logs.moe_path} MoE path ({logged}), the inventory says moe_quantization {quant}",
+                "set runtime.moe_quantization to the checkpoint's (nvfp4 or mxfp4), or mount the checkpoint you meant",
+                c.name,
+                moe_backend=logged,
             )
         elif logged and names and logged not in names:
-            out.append(
-                fail(
-                    f"{c.name} uses MoE backend {logged}, the inventory asks for {want} (vLLM logs it as {_moe_names_text(quant, want)})",
-                    f"the image lacks {want}: use one that has it (or set runtime.moe_backend to what it has)",
-                    c.name,
-                    moe_backend=logged,
-                )
+            yield fail(
+                f"{c.name} uses MoE backend {logged}, the inventory asks for {want} (vLLM logs it as {', '.join(sorted(names))})",
+                f"the image lacks {want}: use one that has it (or set runtime.moe_backend to what it has)",
+                c.name,
+                moe_backend=logged,
             )
         elif logged and want and want != "auto" and not names:
             # e.g. flashinfer_b12x on an MXFP4 checkpoint: vLLM 0.33 refuses it; an image that runs it has its own.
-            out.append(
-                ok(
-                    f"{c.name}: MoE backend {logged} (vLLM 0.33 has no {quant or 'NvFp4/Mxfp4'} backend named {want}: "
-                    "the image's own build)",
-                    c.name,
-                    moe_backend=logged,
-                )
+            yield ok(
+                f"{c.name}: MoE backend {logged} (vLLM 0.33 has no {quant or 'NvFp4/Mxfp4'} backend named {want}: "
+                "the image's own build)",
+                c.name,
+                moe_backend=logged,
             )
         elif logged:
-            out.append(ok(f"{c.name}: MoE backend {logged}", c.name, moe_backend=logged))
+            yield ok(f"{c.name}: MoE backend {logged}", c.name, moe_backend=logged)
         else:
-            out.append(ok(f"{c.name}: no Marlin fallback in its log", c.name))
-    return out or [skipped("no runtime container here")]
+            yield ok(f"{c.name}: no Marlin fallback in its log", c.name)
 
 
 _FATAL_FIX = {
@@ -318,21 +293,17 @@ _FATAL_FIX = {
 }
 
 
-@host_check("runtime.engine", "the logs show none of the known fatal signs (EngineCore fatal, device-side assert, lost Ray worker)", scope=runtime_hosts)
+@runtime_check("runtime.engine", "the logs show none of the known fatal signs (EngineCore fatal, device-side assert, lost Ray worker)", scope=runtime_hosts)
 def engine(ctx: Context, host: str, f):
-    if not running_anywhere(ctx):
-        return [skipped(NOT_RUNNING)]
-    out = []
-    for c in f.containers or []:
-        logs = f.logs.get(c.id)
-        if logs is None:
-            continue
-        signs = logs.signs  # every sign, the most causal first (a CUDA assert kills a worker kills the engine)
-        for kind, line in signs:
-            out.append(fail(f"{c.name}: {line[-200:]}", _FATAL_FIX[kind].format(name=c.name), c.name, sign=kind))
-        if not signs:
-            out.append(ok(f"{c.name}: no fatal sign in its log", c.name))
-    return out or [skipped("no runtime container here")]
+    logged_by = [(c, f.logs[c.id]) for c in f.containers or [] if f.logs.get(c.id) is not None]
+    if not logged_by:
+        yield skipped("no runtime container here")
+    for c, logs in logged_by:
+        # every sign, the most causal first (a CUDA assert kills a worker kills the engine)
+        for kind, line in logs.signs:
+            yield fail(f"{c.name}: {line[-200:]}", _FATAL_FIX[kind].format(name=c.name), c.name, sign=kind)
+        if not logs.signs:
+            yield ok(f"{c.name}: no fatal sign in its log", c.name)
 
 
 def drafter_host(ctx: Context) -> list[str]:
@@ -340,10 +311,8 @@ def drafter_host(ctx: Context) -> list[str]:
     return [s.drafter_host] if s and s.drafter_host in ctx.hosts else []
 
 
-@host_check("runtime.drafter", "the drafter on the offload host answers /health", scope=drafter_host)
+@runtime_check("runtime.drafter", "the drafter on the offload host answers /health", scope=drafter_host)
 def drafter(ctx: Context, host: str, f):
-    if not running_anywhere(ctx):
-        return [skipped(NOT_RUNNING)]
     port = ctx.inventory.runtime.speculative.drafter_port
     if f.drafter_health == 200:
         return [ok(f"drafter /health 200 on port {port}")]
@@ -357,13 +326,11 @@ def drafter(ctx: Context, host: str, f):
     ]
 
 
-@host_check("runtime.spec_acceptance", "speculative acceptance over vLLM's last logged interval meets alerts.acceptance_length_min", scope=head_host)
+@runtime_check("runtime.spec_acceptance", "speculative acceptance over vLLM's last logged interval meets alerts.acceptance_length_min", scope=head_host)
 def spec_acceptance(ctx: Context, host: str, f):
-    if not running_anywhere(ctx):
-        return [skipped(NOT_RUNNING)]
     if not ctx.inventory.runtime.speculative:
         return [skipped("no speculative decoding in the inventory")]
-    _, c, logs = _head_container(ctx)
+    _, logs = _head_container(ctx)
     want = ctx.inventory.alerts.acceptance_length_min
     # vLLM logs `SpecDecoding metrics: Mean acceptance length: X` every stats interval (10 s) with
     # traffic: acceptance now, not since start (the counters on /metrics dilute a recent collapse).
@@ -385,22 +352,11 @@ def spec_acceptance(ctx: Context, host: str, f):
                acceptance_length=got, expected=want)]  # fmt: skip
 
 
-def _metrics_source(ctx: Context):
-    """(the endpoint, None) when its /metrics can be judged; else (None, the skip to report):
-    runtime.metrics reports a /metrics that does not answer, the checks reading it skip."""
-    if not running_anywhere(ctx):
-        return None, [skipped(NOT_RUNNING)]
-    ep = ctx.endpoint
-    if ep is None or ep.health != 200 or ep.metrics_error:
-        return None, [skipped("the API is not serving (see runtime.health)")]
-    return ep, None
-
-
-@host_check("runtime.queue", "no queue (more than alerts.waiting_requests) while a slot is free: a long prefill holding the token budget", scope=head_host)
+@runtime_check("runtime.queue", "no queue (more than alerts.waiting_requests) while a slot is free: a long prefill holding the token budget", scope=head_host)
 def queue(ctx: Context, host: str, f):
-    ep, skip = _metrics_source(ctx)
-    if skip:
-        return skip
+    ep = _serving(ctx)
+    if ep is None or ep.metrics_error:  # runtime.health and runtime.metrics report why
+        return [skipped(NOT_SERVING)]
     m, slots = ep.metrics, ctx.inventory.runtime.max_num_seqs
     running, waiting = m.total(RUNNING) or 0.0, m.total(WAITING) or 0.0
     engines = max(1, len(m.engines))  # data parallel: max_num_seqs per engine
@@ -424,11 +380,11 @@ def queue(ctx: Context, host: str, f):
     return [ok(f"{running:g} running, {waiting:g} waiting (max_num_seqs {slots})", **data)]
 
 
-@host_check("runtime.ttft", "p99 time to first token over the seconds doctor looked is within alerts.ttft_p99_seconds", scope=head_host)
+@runtime_check("runtime.ttft", "p99 time to first token over the seconds doctor looked is within alerts.ttft_p99_seconds", scope=head_host)
 def ttft(ctx: Context, host: str, f):
-    ep, skip = _metrics_source(ctx)
-    if skip:
-        return skip
+    ep = _serving(ctx)
+    if ep is None or ep.metrics_error:  # runtime.health and runtime.metrics report why
+        return [skipped(NOT_SERVING)]
     if ep.earlier is None or not ep.window_s:
         return [ok("one /metrics page only: nothing to compare (see runtime.queue)")]
     # vLLM's histogram counts since the start; the difference between doctor's two pages is now

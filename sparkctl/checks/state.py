@@ -7,7 +7,7 @@ someone made did not happen, although everything looks healthy.
 
 from __future__ import annotations
 
-from sparkctl.checks.base import Context, fail, host_check, ok, skipped, warn
+from sparkctl.checks.base import Context, fail, head_host, host_check, ok, skipped, warn
 
 # the fact kinds (sparkctl/facts/host.py) this group's checks read: gathered for them
 READS = frozenset({"lock", "journal", "events"})
@@ -19,15 +19,11 @@ UNLOCK_FIX = (
 )
 
 
-def head(ctx: Context) -> list[str]:
-    return [h for h in ctx.inventory.hosts_with_role("head") if h in ctx.hosts]
-
-
 def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
-@host_check("state.lock", "the cluster lock is free or held by a live run (not left by a run that is gone)", scope=head)
+@host_check("state.lock", "the cluster lock is free or held by a live run (not left by a run that is gone)", scope=head_host)
 def lock(ctx: Context, host: str, f):
     if "lock" not in f.sections:
         return [skipped("the lock was not read")]
@@ -51,7 +47,7 @@ def lock(ctx: Context, host: str, f):
                  "reload is refused until it is broken", fix, **data)]  # fmt: skip
 
 
-@host_check("state.last_reload", "the last reload, restart or rollback applied its config (did not roll back)", scope=head)
+@host_check("state.last_reload", "the last reload, restart or rollback applied its config (did not roll back)", scope=head_host)
 def last_reload(ctx: Context, host: str, f):
     if "events" not in f.sections:
         return [skipped("the events were not read")]
