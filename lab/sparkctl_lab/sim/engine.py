@@ -52,7 +52,6 @@ class Request:
     output: list[str] = field(default_factory=list)
     text: str = ""
     blocks: int = 0
-    cached_tokens: int = 0
     rounds: int = 0
     finished: str | None = None
     stop_reason: str | None = None
@@ -96,7 +95,6 @@ class Engine:
         marlin: bool,
         step_time_scale: float,
         metrics: VllmMetrics,
-        log,
         crash_context_tokens: int,
         on_fatal,
     ):
@@ -112,7 +110,6 @@ class Engine:
         self.marlin = marlin
         self.step_time_scale = step_time_scale
         self.metrics = metrics
-        self.log = log
         self.crash_context_tokens = crash_context_tokens
         self.on_fatal = on_fatal
 
@@ -128,7 +125,6 @@ class Engine:
         self.crash_next_step: str | None = None
         self.crash_on_work = False  # SIM_FAULTS=crash_on_request: the first step with work crashes
         self.steps = 0
-        self.busy_seconds = 0.0
         self._wake = threading.Event()
         # interval stats for the periodic log lines
         self.iv = collections.Counter()
@@ -207,7 +203,7 @@ class Engine:
                         return
                     if self.crash_next_step:
                         kind, self.crash_next_step = self.crash_next_step, None
-                        self._die_crash(kind)
+                        self._die(kind)
                         return
                     plan = self._schedule()
                     if plan is None:
@@ -219,7 +215,7 @@ class Engine:
                     # The kernel asserts inside the step that runs both long sequences.
                     time.sleep(min(duration * self.step_time_scale, 0.05))
                     with self.lock:
-                        self._die_crash("device_assert")
+                        self._die("device_assert")
                     return
                 wall = duration * self.step_time_scale * self.slow_factor
                 if wall > 0:
@@ -228,7 +224,6 @@ class Engine:
                 with self.lock:
                     if self.stopped or self.dead:
                         return
-                    self.busy_seconds += duration
                     self.steps += 1
                     self._apply(plan, time.monotonic())
                     self._publish_gauges()
@@ -269,7 +264,6 @@ class Engine:
             if r.num_computed == 0:
                 hits = self._prefix_hits(r)
                 r.num_computed = hits
-                r.cached_tokens = hits
                 self.metrics.inc(self.metrics.prefix_queries, r.prefill_len)
                 self.metrics.inc(self.metrics.prefix_hits, hits)
                 self.metrics.prompt_admitted(r.prefill_len, hits)
@@ -497,6 +491,3 @@ class Engine:
         self.waiting.clear()
         self.lock.notify_all()
         threading.Thread(target=self.on_fatal, args=(message,), daemon=True).start()
-
-    def _die_crash(self, kind: str) -> None:
-        self._die(kind)

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 
 from . import cluster, compile_cache, vlog
+from .ray_cli import find_address, temp_dir
 from .serve_args import StartupError
 
 PG_WAIT_TIMEOUT = 1800  # vllm/v1/executor/ray_utils.py
@@ -26,6 +28,11 @@ def ray_log(level: str, where: str, msg: str) -> None:
     vlog.write_line(f"{stamp}\t{level} {where} -- {msg}")
 
 
+def _local_rank(rank: int, ip: str) -> dict:
+    """A rank in a process of this node (vLLM's workers are its children: a neighbouring pid)."""
+    return {"pid": os.getpid() + 10 + rank, "ip": ip}
+
+
 class Executor:
     """Mixed into Runtime: the rank placement and the per-rank loggers and cache calls."""
 
@@ -34,8 +41,8 @@ class Executor:
     def worker_log(self, rank: int) -> vlog.Logger:
         """Rank r's process logs as `Worker_TP<r>` (multiproc_executor.py); under Ray its lines reach the
         driver behind Ray's actor prefix `(RayWorkerProc pid=N[, ip=X])` (ray/_private/worker.py)."""
-        node = self.rank_nodes.get(rank, {})
-        pid = node.get("pid", os.getpid() + 10 + rank)
+        node = self.rank_nodes.get(rank) or _local_rank(rank, "")
+        pid = node["pid"]
         tag = f"Worker_TP{rank} pid={pid}"
         if self.backend == "ray":
             return vlog.Logger(tag, f"RayWorkerProc pid={pid}" + (f", ip={node['ip']}" if node.get("remote") else ""))
@@ -57,8 +64,7 @@ class Executor:
         elif cfg.nnodes > 1:
             self._setup_mp_multinode(world)
         else:
-            for r in range(world):
-                self.rank_nodes[r] = {"local": True, "pid": os.getpid() + 10 + r, "ip": "127.0.0.1"}
+            self.rank_nodes = {r: _local_rank(r, "127.0.0.1") for r in range(world)}
         self.sleep(self.phases.workers_init)
         for r in range(world):
             self.worker_log(r).info("parallel_state.py:1929",
@@ -67,11 +73,6 @@ class Executor:
 
     def _driver_ip(self) -> str:
         return self.env.get("VLLM_HOST_IP") or self._head_ip or "127.0.0.1"
-
-    def _ray_address(self) -> str | None:
-        from .ray_cli import find_address, temp_dir
-
-        return find_address(None, temp_dir())
 
     def _on_cluster_event(self, event: dict) -> None:
         if event.get("op") == "gcs_lost":
@@ -91,14 +92,13 @@ class Executor:
 
     def _setup_ray(self, world: int) -> None:
         specs = [{"GPU": 1.0}] * world  # ray_utils.py: one bundle per rank, strategy PACK
-        address = self._ray_address()
+        address = find_address(None, temp_dir())
         if not address:
             ray_log("INFO", "worker.py:1951", "Started a local Ray instance.")
             # A fresh local instance has only this node's GPUs.
             if world > self.knobs.gpu_count:
                 self._wait_forever_for_pg(specs)
-            for r in range(world):
-                self.rank_nodes[r] = {"local": True, "pid": os.getpid() + 10 + r, "ip": self._driver_ip()}
+            self.rank_nodes = {r: _local_rank(r, self._driver_ip()) for r in range(world)}
             return
         self._head_ip = address.rpartition(":")[0]
         ray_log("INFO", "worker.py:1771", f"Connecting to existing Ray cluster at address: {address}...")
@@ -142,10 +142,7 @@ class Executor:
                 hello = self.driver.call(node["node_id"], "hello", {})
                 info["pid"] = hello["pid"]
             self.rank_nodes[rank] = info
-        per_node: dict[str, int] = {}
-        for node in placement.values():
-            per_node[node["node_id"]] = per_node.get(node["node_id"], 0) + 1
-        for node_id, n in per_node.items():
+        for node_id, n in Counter(node["node_id"] for node in placement.values()).items():
             if n < self.cfg.tensor_parallel_size:
                 self.core_log.warning(
                     "ray_utils.py:77", f"tensor_parallel_size={self.cfg.tensor_parallel_size} is bigger than a reserved "
@@ -208,7 +205,7 @@ class Executor:
         per_node = max(1, world // cfg.nnodes)
         for r in range(world):
             if r < per_node:
-                self.rank_nodes[r] = {"local": True, "pid": os.getpid() + 10 + r, "ip": cfg.master_addr}
+                self.rank_nodes[r] = _local_rank(r, cfg.master_addr)
             else:
                 node = nodes[(r - per_node) // per_node]
                 hello = self.driver.call(node["node_id"], "hello", {})

@@ -215,10 +215,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             pass
 
     def _health(self):
-        state = self.rt.health_state()
-        if state == "ok":
-            return self._send(200, b"", "application/json")
-        return self._send(503, b"", "application/json")
+        self._send(200 if self.rt.healthy() else 503, b"", "application/json")
 
     # ---- generation ----
     def _generate(self, body: dict, chat: bool) -> None:

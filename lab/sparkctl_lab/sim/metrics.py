@@ -91,36 +91,21 @@ class Metric:
         return s
 
     def render(self, out: list[str]) -> None:
-        if self.kind == "counter":
-            out.append(f"# HELP {self.name}_total {self.doc}")
-            out.append(f"# TYPE {self.name}_total counter")
-            for s in self.series.values():
-                out.append(f"{self.name}_total{_labels(s.labels)} {_fmt(s.value)}")
-            self._render_created(out)
-        elif self.kind == "gauge":
-            out.append(f"# HELP {self.name} {self.doc}")
-            out.append(f"# TYPE {self.name} gauge")
-            for s in self.series.values():
-                out.append(f"{self.name}{_labels(s.labels)} {_fmt(s.value)}")
-        else:
-            out.append(f"# HELP {self.name} {self.doc}")
-            out.append(f"# TYPE {self.name} histogram")
-            for h in self.series.values():
-                acc = 0
-                for bound, c in zip(h.buckets + [float("inf")], h.counts):
-                    acc += c
-                    lab = dict(h.labels)
-                    lab["le"] = _fmt(bound)
-                    out.append(f"{self.name}_bucket{_labels(lab)} {_fmt(acc)}")
-                out.append(f"{self.name}_count{_labels(h.labels)} {_fmt(h.count)}")
-                out.append(f"{self.name}_sum{_labels(h.labels)} {_fmt(h.sum)}")
-            self._render_created(out)
-
-    def _render_created(self, out: list[str]) -> None:
-        out.append(f"# HELP {self.name}_created {self.doc}")
-        out.append(f"# TYPE {self.name}_created gauge")
+        name = f"{self.name}_total" if self.kind == "counter" else self.name
+        out += [f"# HELP {name} {self.doc}", f"# TYPE {name} {self.kind}"]
         for s in self.series.values():
-            out.append(f"{self.name}_created{_labels(s.labels)} {_fmt(s.created)}")
+            if self.kind != "histogram":
+                out.append(f"{name}{_labels(s.labels)} {_fmt(s.value)}")
+                continue
+            acc = 0
+            for bound, c in zip(s.buckets + [float("inf")], s.counts):
+                acc += c
+                out.append(f"{name}_bucket{_labels({**s.labels, 'le': _fmt(bound)})} {_fmt(acc)}")
+            out.append(f"{name}_count{_labels(s.labels)} {_fmt(s.count)}")
+            out.append(f"{name}_sum{_labels(s.labels)} {_fmt(s.sum)}")
+        if self.kind != "gauge":  # counters and histograms also expose when each series was created
+            out += [f"# HELP {self.name}_created {self.doc}", f"# TYPE {self.name}_created gauge"]
+            out += [f"{self.name}_created{_labels(s.labels)} {_fmt(s.created)}" for s in self.series.values()]
 
 
 class VllmMetrics:
@@ -130,11 +115,16 @@ class VllmMetrics:
         self.lock = threading.Lock()
         self.base = {"model_name": model_name, "engine": "0"}
         self.metrics: list[Metric] = []
-        self.num_spec_tokens = num_spec_tokens
 
-        def m(name, kind, doc, buckets=None):
+        def m(name, kind, doc, buckets=None, label: str = "", values=None):
+            """A metric with its series made up front, as prometheus_client's .labels() calls make them:
+            one per value of its own `label`, else the one series of the base labels."""
             metric = Metric(name, kind, doc, buckets)
             self.metrics.append(metric)
+            if values is None:
+                metric.child(self.base)
+            for value in values or ():
+                metric.child({**self.base, label: value})
             return metric
 
         self.running = m("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.")
@@ -142,19 +132,24 @@ class VllmMetrics:
         self.waiting_by_reason = m("vllm:num_requests_waiting_by_reason", "gauge",
                                    "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling "
                                    "capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked "
-                                   "status). Sum of all reasons equals vllm:num_requests_waiting.")
+                                   "status). Sum of all reasons equals vllm:num_requests_waiting.", label="reason",
+                                   values=WAITING_REASONS)
         self.sleep_state = m("vllm:engine_sleep_state", "gauge",
                              "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
-                             "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.")
+                             "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.", label="sleep_state",
+                             values=SLEEP_STATES)
+        self.set_gauge(self.sleep_state, 1.0, sleep_state="awake")  # record_sleep_state(): awake by default
         self.kv_usage = m("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.")
         self.prefix_queries = m("vllm:prefix_cache_queries", "counter", "Prefix cache queries, in terms of number of queried tokens.")
         self.prefix_hits = m("vllm:prefix_cache_hits", "counter", "Prefix cache hits, in terms of number of cached tokens.")
         self.preemptions = m("vllm:num_preemptions", "counter", "Cumulative number of preemption from the engine.")
         self.prompt_tokens = m("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.")
-        self.prompt_by_source = m("vllm:prompt_tokens_by_source", "counter", "Number of prompt tokens by source.")
+        self.prompt_by_source = m("vllm:prompt_tokens_by_source", "counter", "Number of prompt tokens by source.", label="source",
+                                  values=PROMPT_SOURCES)
         self.prompt_cached = m("vllm:prompt_tokens_cached", "counter", "Number of cached prompt tokens (local + external).")
         self.generation_tokens = m("vllm:generation_tokens", "counter", "Number of generation tokens processed.")
-        self.success = m("vllm:request_success", "counter", "Count of successfully processed requests.")
+        self.success = m("vllm:request_success", "counter", "Count of successfully processed requests.",
+                         label="finished_reason", values=FINISH_REASONS)
         token_buckets = build_1_2_5_buckets(max_model_len)
         self.req_prompt = m("vllm:request_prompt_tokens", "histogram", "Number of prefill tokens processed.", token_buckets)
         self.req_gen = m("vllm:request_generation_tokens", "histogram", "Number of generation tokens processed.", token_buckets)
@@ -170,36 +165,16 @@ class VllmMetrics:
         self.decode_time = m("vllm:request_decode_time_seconds", "histogram", "Histogram of time spent in DECODE phase for request.", REQUEST_LATENCY_BUCKETS)
         self.prefill_kv_computed = m("vllm:request_prefill_kv_computed_tokens", "histogram",
                                      "Histogram of new KV tokens computed during prefill (excluding cached tokens).", token_buckets)
-        self.cache_info = m("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig")
+        self.cache_info = m("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig", values=())
+        # its one series: log_metrics_info()'s CacheConfig.metrics_info() with engine set last
+        self.cache_info.child({**cache_info, "engine": "0"}).value = 1.0
         self.spec_drafts = self.spec_draft_tokens = self.spec_accepted = self.spec_per_pos = None
         if num_spec_tokens:
             self.spec_drafts = m("vllm:spec_decode_num_drafts", "counter", "Number of spec decoding drafts.")
             self.spec_draft_tokens = m("vllm:spec_decode_num_draft_tokens", "counter", "Number of draft tokens.")
             self.spec_accepted = m("vllm:spec_decode_num_accepted_tokens", "counter", "Number of accepted tokens.")
-            self.spec_per_pos = m("vllm:spec_decode_num_accepted_tokens_per_pos", "counter", "Accepted tokens per draft position.")
-
-        # Every series exists from the start, as prometheus_client's .labels() calls make them.
-        for metric in self.metrics:
-            if metric is self.success:
-                for reason in FINISH_REASONS:
-                    metric.child({**self.base, "finished_reason": reason})
-            elif metric is self.spec_per_pos:
-                for pos in range(num_spec_tokens):
-                    metric.child({**self.base, "position": str(pos)})
-            elif metric is self.waiting_by_reason:
-                for reason in WAITING_REASONS:
-                    metric.child({**self.base, "reason": reason})
-            elif metric is self.sleep_state:
-                for state in SLEEP_STATES:  # record_sleep_state(): awake by default
-                    metric.child({**self.base, "sleep_state": state}).value = 1.0 if state == "awake" else 0.0
-            elif metric is self.prompt_by_source:
-                for source in PROMPT_SOURCES:
-                    metric.child({**self.base, "source": source})
-            elif metric is self.cache_info:
-                # log_metrics_info(): CacheConfig.metrics_info() with engine set last
-                metric.child({**cache_info, "engine": "0"}).value = 1.0
-            else:
-                metric.child(self.base)
+            self.spec_per_pos = m("vllm:spec_decode_num_accepted_tokens_per_pos", "counter", "Accepted tokens per draft position.",
+                                  label="position", values=[str(pos) for pos in range(num_spec_tokens)])
 
     def set_gauge(self, metric: Metric, value: float, **extra: str) -> None:
         metric.child({**self.base, **extra}).value = float(value)
@@ -217,9 +192,6 @@ class VllmMetrics:
         self.inc(self.prompt_by_source, cached, source="local_cache_hit")
         self.inc(self.prompt_by_source, prompt_tokens - cached, source="local_compute")
         self.observe(self.prefill_kv_computed, prompt_tokens - cached)
-
-    def value(self, metric: Metric, **extra: str) -> float:
-        return metric.child({**self.base, **extra}).value
 
     def render(self) -> str:
         out: list[str] = []

@@ -20,7 +20,7 @@ import threading
 import time
 
 from . import calibration, cluster, knobs as knobs_mod, vlog
-from .engine import Engine, Request
+from .engine import Engine, Request, SpecParams
 from .executor import Executor
 from .http_api import SimHTTPServer
 from .metrics import VllmMetrics
@@ -51,7 +51,7 @@ class Runtime(StartupPhases, Executor):
         self.driver: cluster.DriverClient | None = None
         self.embedded_gcs: cluster.GcsServer | None = None
         self.rank_nodes: dict[int, dict] = {}
-        self.inflight = 0
+        self.inflight: set[str] = set()  # ids of the requests the HTTP layer still answers
         self.inflight_lock = threading.Condition()
         self.api_keys = cfg.api_keys or ([env["VLLM_API_KEY"]] if env.get("VLLM_API_KEY") else [])
         self.role = knobs.role or ("drafter" if "draft" in os.path.basename(cfg.model.rstrip("/")).lower() else "target")
@@ -72,8 +72,6 @@ class Runtime(StartupPhases, Executor):
         self.step_model = self.profile.step.with_overrides(knobs.step_model)
         self.compilation_seconds = 0.0
         self.cache_report: dict = {}
-        self.worker_tags: dict[int, vlog.Logger] = {}
-        self.boot_started = time.monotonic()
         self.boot_wall = time.time()
         self.die_lock = threading.Lock()
 
@@ -100,16 +98,12 @@ class Runtime(StartupPhases, Executor):
         if self.engine is not None and self.ready:
             self.engine.kill(kind)
 
-    def health_state(self) -> str:
-        if self.dead or (self.engine and self.engine.dead):
-            return "dead"
-        if self.draining:
-            return "draining"
-        return "ok"
+    def healthy(self) -> bool:
+        return not (self.dead or self.draining or (self.engine and self.engine.dead))
 
     def submit(self, req: Request) -> None:
         with self.inflight_lock:
-            self.inflight += 1
+            self.inflight.add(req.request_id)
         try:
             self.engine.add(req)
         except Exception:
@@ -118,31 +112,23 @@ class Runtime(StartupPhases, Executor):
 
     def finished(self, req: Request) -> None:
         with self.inflight_lock:
-            if getattr(req, "_counted_done", False):
-                return
-            req._counted_done = True  # type: ignore[attr-defined]
-            self.inflight -= 1
+            self.inflight.discard(req.request_id)
             self.inflight_lock.notify_all()
 
     def models_payload(self) -> dict:
         created = int(self.boot_wall)
-        data = []
-        for name in self.cfg.served_model_names:
-            data.append({
-                "id": name, "object": "model", "created": created, "owned_by": "vllm", "root": self.cfg.model,
-                "parent": None, "max_model_len": self.max_model_len,
-                "permission": [{"id": "modelperm-" + os.urandom(16).hex(), "object": "model_permission", "created": created,
-                                "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
-                                "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
-                                "organization": "*", "group": None, "is_blocking": False}],
-            })
+        permission = {"object": "model_permission", "created": created, "allow_create_engine": False,
+                      "allow_sampling": True, "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
+                      "allow_fine_tuning": False, "organization": "*", "group": None, "is_blocking": False}
+        data = [{"id": name, "object": "model", "created": created, "owned_by": "vllm", "root": self.cfg.model,
+                 "parent": None, "max_model_len": self.max_model_len,
+                 "permission": [{"id": "modelperm-" + os.urandom(16).hex(), **permission}]}
+                for name in self.cfg.served_model_names]
         return {"object": "list", "data": data}
 
     def sim_state(self) -> dict:
-        k = self.cfg.num_speculative_tokens
-        acc = dict(self.profile.acceptance)
-        acc.update(self.knobs.acceptance)
-        decay, decay_tokens = self._decay()
+        spec = self.spec_params(self.cfg.num_speculative_tokens)
+        k, acc = spec.k, spec.acceptance
         return {
             "role": self.role,
             "profile": self.profile.name,
@@ -150,8 +136,8 @@ class Runtime(StartupPhases, Executor):
             "step_time_scale": self.knobs.step_time_scale,
             "num_speculative_tokens": k,
             "acceptance": acc,
-            "acceptance_decay": decay,
-            "acceptance_decay_tokens": decay_tokens,
+            "acceptance_decay": spec.decay,
+            "acceptance_decay_tokens": spec.decay_tokens,
             "expected_mean_acceptance_length": {w: calibration.expected_acceptance_length(p, k) for w, p in acc.items()} if k else {},
             "step_model": self.step_model.__dict__,
             "marlin": self.marlin,
@@ -163,10 +149,13 @@ class Runtime(StartupPhases, Executor):
             "engine": self.engine.snapshot() if self.engine else None,
         }
 
-    def _decay(self) -> tuple[float, float]:
-        decay = self.knobs.acceptance_decay if self.knobs.acceptance_decay >= 0 else self.profile.acceptance_decay
-        tokens = self.knobs.acceptance_decay_tokens if self.knobs.acceptance_decay_tokens >= 0 else self.profile.acceptance_decay_tokens
-        return decay, tokens
+    def spec_params(self, k: int) -> SpecParams:
+        """The acceptance model: the profile's, with the SIM_ACCEPTANCE* knobs over it."""
+        k_ = self.knobs
+        return SpecParams(k=k, acceptance={**self.profile.acceptance, **k_.acceptance},
+                          decay=k_.acceptance_decay if k_.acceptance_decay >= 0 else self.profile.acceptance_decay,
+                          decay_tokens=(k_.acceptance_decay_tokens if k_.acceptance_decay_tokens >= 0
+                                        else self.profile.acceptance_decay_tokens))
 
     def _engine_fatal(self, kind: str) -> None:
         if ":" in kind:  # a simulator bug: keep its traceback in the log
@@ -418,16 +407,12 @@ def serve(cfg: ServeConfig, knobs: knobs_mod.Knobs, env: dict[str, str]) -> int:
         rt.die()
     rt.stop_event.wait()
     if rt.dead:
-        keep = env.get("VLLM_KEEP_ALIVE_ON_ENGINE_DEATH", "0") not in ("", "0")
-        if keep:
+        if env.get("VLLM_KEEP_ALIVE_ON_ENGINE_DEATH", "0") not in ("", "0"):
             threading.Event().wait()  # stay up answering 503, as vLLM does with this set
         time.sleep(knobs.death_linger)
-        _shutdown_http(rt)
-        _teardown(rt)
-        return 1
     _shutdown_http(rt)
     _teardown(rt)
-    return 0
+    return 1 if rt.dead else 0
 
 
 def _drain(rt: Runtime) -> None:
@@ -444,7 +429,7 @@ def _drain(rt: Runtime) -> None:
     deadline = time.monotonic() + max(0, timeout)
     if timeout > 0:
         with rt.inflight_lock:
-            while rt.inflight > 0 and time.monotonic() < deadline and not rt.dead:
+            while rt.inflight and time.monotonic() < deadline and not rt.dead:
                 rt.inflight_lock.wait(min(0.1, max(0.0, deadline - time.monotonic())))
     left = rt.engine.abort_all()
     if left:
@@ -454,7 +439,7 @@ def _drain(rt: Runtime) -> None:
     # let the aborted responses reach their clients
     end = time.monotonic() + 2.0
     with rt.inflight_lock:
-        while rt.inflight > 0 and time.monotonic() < end:
+        while rt.inflight and time.monotonic() < end:
             rt.inflight_lock.wait(0.05)
     rt.stop_event.set()
 
@@ -483,14 +468,12 @@ def _teardown(rt: Runtime) -> None:
 
 def run_headless(cfg: ServeConfig, knobs: knobs_mod.Knobs, env: dict[str, str]) -> int:
     """`vllm serve ... --nnodes N --node-rank R --headless`: host this node's ranks, no API server."""
-    from .ray_cli import node_handlers
+    from .ray_cli import node_handlers, stop_on_signals
 
     log = vlog.Logger(f"EngineCore pid={os.getpid()}")
     log.info(SIM, f"[simulator] Launching vLLM in headless mode: node_rank={cfg.node_rank}, nnodes={cfg.nnodes}, "
              f"master_addr={cfg.master_addr}, master_port={cfg.master_port}")
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop = stop_on_signals()
     address = f"{cfg.master_addr}:{cfg.master_port}"
     deadline = time.monotonic() + max(knobs.ray_join_timeout, 60)
     agent = None

@@ -15,7 +15,7 @@ import time
 import urllib.parse
 
 from . import calibration, compile_cache
-from .engine import Engine, SpecParams
+from .engine import Engine
 from .metrics import VllmMetrics
 from .serve_args import StartupError, validate
 
@@ -314,12 +314,7 @@ class StartupPhases:
     def make_engine(self) -> None:
         cfg = self.cfg
         k = cfg.num_speculative_tokens if self.role == "target" else 0
-        spec = None
-        if k:
-            acc = dict(self.profile.acceptance)
-            acc.update(self.knobs.acceptance)
-            decay, decay_tokens = self._decay()
-            spec = SpecParams(k=k, acceptance=acc, decay=decay, decay_tokens=decay_tokens)
+        spec = self.spec_params(k) if k else None
         self.metrics = VllmMetrics(cfg.served_model_name, self.max_model_len, k, self.cache_config_info())
         step = self.step_model
         if self.role == "drafter":
@@ -337,7 +332,6 @@ class StartupPhases:
             marlin=self.marlin,
             step_time_scale=self.knobs.step_time_scale,
             metrics=self.metrics,
-            log=self.core_log,
             crash_context_tokens=self.knobs.crash_context_tokens if self.role == "target" else 0,
             on_fatal=self._engine_fatal,
         )
