@@ -30,6 +30,7 @@ def parallel(inv) -> float:
 
 
 def sequential(inv) -> float:
+    from sparkctl.checks import kinds_for
     from sparkctl.checks.base import Context, Unreachable
     from sparkctl.checks.doctor import run_checks, select
     from sparkctl.errors import SparkctlError
@@ -39,12 +40,12 @@ def sequential(inv) -> float:
 
     t = time.perf_counter()
     checks = select()
-    groups = {c.group for c in checks}
+    kinds = kinds_for({c.group for c in checks} | {"ssh"})  # the fact kinds doctor gathers
     ctx = Context(inventory=inv, hosts=list(inv.hosts), facts={})
     for name in inv.hosts:
         session = HostSession(inv.ssh_target(name))
         try:
-            ctx.facts[name] = gather_host(session, inv, groups)
+            ctx.facts[name] = gather_host(session, inv, kinds)
         except SparkctlError as exc:
             ctx.unreachable[name] = Unreachable(exc.message, exc.fix)
         finally:

@@ -30,25 +30,18 @@ class Comparison(BaseModel):
 
 
 def load(path: Path) -> BenchResult:
-    import json
-
     from pydantic import ValidationError
 
+    fix = "pass result files written by `sparkctl bench --out` (schema: `sparkctl bench schema`)"
     try:
-        doc = json.loads(Path(path).read_text())
+        return BenchResult.model_validate_json(Path(path).read_bytes())
     except OSError as err:
-        raise InputError(f"cannot read {path}: {err.strerror}", fix="pass result files written by `sparkctl bench --out`") from err
-    except ValueError as err:
-        raise InputError(f"{path} is not JSON ({err})", fix="pass result files written by `sparkctl bench --out`") from err
-    try:
-        return BenchResult.model_validate(doc)
-    except ValidationError as err:
+        raise InputError(f"cannot read {path}: {err.strerror}", fix=fix) from err
+    except ValidationError as err:  # not JSON, or not a result
         first = err.errors()[0]
-        where = ".".join(str(x) for x in first["loc"])
-        raise InputError(
-            f"{path} is not a sparkctl bench result ({where}: {first['msg']})",
-            fix="pass result files written by `sparkctl bench --out` (schema: `sparkctl bench schema`)",
-        ) from err
+        where = ".".join(map(str, first["loc"]))
+        raise InputError(f"{path} is not a sparkctl bench result ({where + ': ' if where else ''}{first['msg']})",
+                         fix=fix) from err
 
 
 # What compare shows per section: (field, unit, higher is better).

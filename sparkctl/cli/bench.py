@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from sparkctl.bench.protocol import parse_tokens
 from sparkctl.cli.options import InventoryOpt, JsonOpt
 
 app = typer.Typer(
@@ -27,7 +28,6 @@ def _csv(text: str) -> list[str]:
 
 
 def _ints(text: str, what: str) -> list[int]:
-    from sparkctl.bench.protocol import parse_tokens
     from sparkctl.errors import InputError
 
     try:
@@ -38,14 +38,10 @@ def _ints(text: str, what: str) -> list[int]:
 
 def _endpoint_from_inventory(path: Path) -> tuple[str, str]:
     """http://<head ssh address>:<runtime.port>/v1 and runtime.served_model_name."""
-    from sparkctl.errors import InputError
     from sparkctl.inventory.loader import load_inventory
 
-    inv = load_inventory(path)
-    heads = inv.hosts_with_role("head")
-    if not heads:
-        raise InputError(f"{path} has no host with role head", fix="pass --endpoint URL")
-    address = inv.hosts[heads[0]].ssh.address
+    inv = load_inventory(path)  # a valid inventory has exactly one head
+    address = inv.hosts[inv.hosts_with_role("head")[0]].ssh.address
     host = f"[{address}]" if ":" in address else address
     return f"http://{host}:{inv.runtime.port}/v1", inv.runtime.served_model_name
 
@@ -133,14 +129,15 @@ def bench(
     ] = "1k,8k,32k,80k",
     context_repeats: Annotated[int, typer.Option("--context-repeats", min=1, help="Requests per context size.")] = 1,
     prefill_tokens: Annotated[
-        str, typer.Option("--prefill-tokens", help="Long prompt of the prefill test (capped by max_model_len).")
+        int, typer.Option("--prefill-tokens", parser=parse_tokens, help="Long prompt of the prefill test (capped by "
+                          "max_model_len).")
     ] = "256k",
     overhead_samples: Annotated[
         int, typer.Option("--overhead-samples", min=1, help="Short requests measuring the fixed overhead.")
     ] = 3,
     mixed_tokens: Annotated[
-        Optional[str], typer.Option("--mixed-tokens", help="Long cold prompt of the mixed test (default: "
-                                    "--prefill-tokens).", show_default=False)
+        Optional[int], typer.Option("--mixed-tokens", parser=parse_tokens, help="Long cold prompt of the mixed "
+                                    "test (default: --prefill-tokens).", show_default=False)
     ] = None,
     mixed_delay: Annotated[
         Optional[float], typer.Option("--mixed-delay", min=0, help="Seconds at least between the long and the short "
@@ -173,7 +170,7 @@ def bench(
     from pydantic import ValidationError
 
     from sparkctl.bench.client import Endpoint
-    from sparkctl.bench.protocol import BenchOptions, parse_tokens
+    from sparkctl.bench.protocol import BenchOptions
     from sparkctl.bench.report import render
     from sparkctl.bench.runner import BenchRunner
     from sparkctl.cli.output import console, print_json
@@ -200,17 +197,17 @@ def bench(
             context_workload=context_workload,
             context_sizes=_ints(context_sizes, "--context-sizes"),
             context_repeats=context_repeats,
-            prefill_tokens=parse_tokens(prefill_tokens),
+            prefill_tokens=prefill_tokens,
             overhead_samples=overhead_samples,
-            mixed_tokens=parse_tokens(mixed_tokens) if mixed_tokens else None,
+            mixed_tokens=mixed_tokens,
             mixed_delay_s=mixed_delay,
             warmup=warmup,
             timeout_s=timeout,
         )
-    except (ValidationError, ValueError) as err:
-        msg = err.errors()[0] if isinstance(err, ValidationError) else None
-        text = f"{'.'.join(map(str, msg['loc']))}: {msg['msg']}" if msg else str(err)
-        raise InputError(f"bad option: {text}", fix="see `sparkctl bench --help`") from None
+    except ValidationError as err:
+        first = err.errors()[0]
+        raise InputError(f"bad option: {'.'.join(map(str, first['loc']))}: {first['msg']}",
+                         fix="see `sparkctl bench --help`") from None
 
     runner = BenchRunner(Endpoint(endpoint, model, api_key, timeout), options)
     c = console()
