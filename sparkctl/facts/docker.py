@@ -36,9 +36,14 @@ def parse_image(ref: str, rc: int, text: str) -> ImageFact:
     return ImageFact(ref, None, detail)
 
 
-def containers_probe(cluster: str) -> str:
+def cluster_ids(cluster: str) -> str:
+    """Shell: `ids` = this cluster's containers, running or not (the probe exits when docker does not answer)."""
     label = shlex.quote(f"label={LABEL_PREFIX}.cluster={cluster}")
-    return f'ids=$(docker ps -aq --no-trunc --filter {label}) || exit $?; if [ -n "$ids" ]; then docker inspect $ids; else echo "[]"; fi'
+    return f"ids=$(docker ps -aq --no-trunc --filter {label}) || exit $?; "
+
+
+def containers_probe(cluster: str) -> str:
+    return cluster_ids(cluster) + 'if [ -n "$ids" ]; then docker inspect $ids; else echo "[]"; fi'
 
 
 @dataclass(frozen=True)
@@ -62,15 +67,10 @@ class ContainerFact:
         """Seconds since it started (by this machine's clock), None if unreadable."""
         from datetime import datetime, timezone
 
-        text = self.started_at.rstrip("Z")
-        if "." in text:  # docker prints nanoseconds; datetime takes micro
-            head, frac = text.split(".", 1)
-            text = f"{head}.{frac[:6]}"
-        try:
-            t = datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
-        except ValueError:
+        try:  # docker prints RFC 3339 in UTC with nanoseconds: fromisoformat keeps the microseconds
+            return max((datetime.now(timezone.utc) - datetime.fromisoformat(self.started_at)).total_seconds(), 0.0)
+        except (ValueError, TypeError):  # empty, or a time without its zone
             return None
-        return max((datetime.now(timezone.utc) - t).total_seconds(), 0.0)
 
     @property
     def role(self) -> str:
@@ -93,11 +93,8 @@ def parse_containers(rc: int, text: str) -> tuple[list[ContainerFact], Optional[
     for it in items:
         state = it.get("State") or {}
         cfg = it.get("Config") or {}
-        host_cfg = it.get("HostConfig") or {}
-        memlock = None
-        for u in host_cfg.get("Ulimits") or []:
-            if u.get("Name") == "memlock":
-                memlock = int(u.get("Soft", 0))
+        ulimits = (it.get("HostConfig") or {}).get("Ulimits") or []
+        memlock = next((int(u.get("Soft", 0)) for u in ulimits if u.get("Name") == "memlock"), None)
         out.append(
             ContainerFact(
                 id=it.get("Id", ""),

@@ -11,6 +11,7 @@ nvidia-smi, hashing) run concurrently inside the script.
 
 from __future__ import annotations
 
+import json
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -19,17 +20,20 @@ from typing import Any, Iterable, Optional
 from sparkctl.facts import caches, docker, engram, gpu, logs, network, rdma, system
 from sparkctl.facts.probe import Section, gather
 from sparkctl.inventory.models import FabricLink, Inventory
+from sparkctl.lock import parse_holder
 from sparkctl.lock import probe as lock_probe
 from sparkctl.state import APPLIED, EVENTS, EVENTS_SHOWN, HISTORY_PROBE, JOURNAL, LOCK, parse_events, parse_history
+from sparkctl.transport.redact import redact
 
 # Every fact kind a host can be asked for. Checks (checks/*.py `READS`) and steps (`Step.facts`)
 # declare the kinds they read; a run gathers the union, once per host, in one round trip.
-KINDS = frozenset({
+# Parsed in this order: engram_hashes reads the placement record the `engram` fact holds.
+KINDS = (
     "clock", "whoami", "ip_addr", "speeds", "rdma_state", "ibdev2netdev", "route", "ping", "gpus",
     "gpu_apps", "meminfo", "disk", "memlock", "logind", "image", "containers", "logs", "cache",
     "engram", "engram_hashes", "engram_rehash", "engram_source_hashes", "drafter_health", "applied", "gid", "netplan",
     "health", "journal", "events", "history", "lock",
-})
+)
 # waiting, not working: run these concurrently inside the host's script
 BACKGROUND_KINDS = {"ping", "route", "gpus", "gpu_apps", "disk", "image", "containers", "logs", "drafter_health",
                     "engram_hashes", "engram_rehash", "engram_source_hashes"}
@@ -67,19 +71,12 @@ def images_for(inv: Inventory, host: str) -> list[str]:
         plan = render(inv)
     except Exception:  # an inventory render cannot handle: images checks then report nothing
         return []
-    refs: list[str] = []
-    for spec in plan.for_host(host):
-        if spec.image not in refs:
-            refs.append(spec.image)
-    return refs
+    return list(dict.fromkeys(spec.image for spec in plan.for_host(host)))
 
 
-def runs_runtime(inv: Inventory, host: str) -> bool:
-    return bool(images_for(inv, host))
-
-
-def gid_index_pinned(inv: Inventory) -> Optional[str]:
-    return inv.runtime.env.get("NCCL_IB_GID_INDEX")
+def _each(devices: list[str], value: str) -> str:
+    """Shell: a `DEVICE VALUE` line per device, VALUE a shell word over $d."""
+    return "for d in " + " ".join(shlex.quote(d) for d in devices) + f'; do printf "%s %s\\n" "$d" "{value}"; done'
 
 
 def health_probe(port: int) -> str:
@@ -93,8 +90,8 @@ def health_probe(port: int) -> str:
 def probes_for(inv: Inventory, host: str, kinds: Optional[Iterable[str]] = None) -> dict[str, str]:
     """Shell probes for one host, limited to the fact kinds asked for (all when None)."""
     want = set(kinds) if kinds is not None else None
-    if want is not None and want - KINDS:
-        raise ValueError(f"unknown fact kind(s): {sorted(want - KINDS)}")
+    if want is not None and want - set(KINDS):
+        raise ValueError(f"unknown fact kind(s): {sorted(want - set(KINDS))}")
     h = inv.hosts[host]
     probes: dict[str, str] = {}
 
@@ -104,36 +101,25 @@ def probes_for(inv: Inventory, host: str, kinds: Optional[Iterable[str]] = None)
 
     add("clock", "date +%s.%N")  # first: the script starts right after the command is sent
     add("whoami", 'id -u; id -un; if [ "$(id -u)" != 0 ]; then sudo -n true 2>/dev/null && echo sudo || echo no-sudo; fi')
-    devs = [link.device for link in h.fabric]
     rdmas = [d for link in h.fabric for d in link.rdma]
+    refs = images_for(inv, host)
     if h.fabric:
         add("ip_addr", "ip -j addr")
-        add(
-            "speeds",
-            "for d in " + " ".join(shlex.quote(d) for d in devs)
-            # third column: a device without a bus device behind it is virtual (veth, lab)
-            + '; do printf "%s %s %s\\n" "$d" "$(cat /sys/class/net/$d/speed 2>/dev/null || echo -1)" '
-            '"$([ -e /sys/class/net/$d/device ] && echo physical || echo virtual)"; done',
-        )  # fmt: skip
+        # third column: a device without a bus device behind it is virtual (veth, lab)
+        add("speeds", _each([link.device for link in h.fabric], "$(cat /sys/class/net/$d/speed 2>/dev/null || echo -1) "
+                            "$([ -e /sys/class/net/$d/device ] && echo physical || echo virtual)"))  # fmt: skip
         for i, link in enumerate(h.fabric):
             ip = peer_ip(inv, host, link)
             if ip:
                 add(f"route.{i}", f"ip -j route get {shlex.quote(ip)}")
                 add(f"ping.{i}", ping_command(link, ip))
     if rdmas:
-        add(
-            "rdma_state",
-            "for d in " + " ".join(shlex.quote(d) for d in rdmas)
-            + '; do printf "%s %s\\n" "$d" "$(cat /sys/class/infiniband/$d/ports/1/state 2>/dev/null || echo missing)"; done',
-        )  # fmt: skip
+        add("rdma_state", _each(rdmas, "$(cat /sys/class/infiniband/$d/ports/1/state 2>/dev/null || echo missing)"))
         add("ibdev2netdev", "ibdev2netdev")
-        if gid_index_pinned(inv) is not None:
-            idx = shlex.quote(gid_index_pinned(inv))
-            add(
-                "gid",
-                "for d in " + " ".join(shlex.quote(d) for d in rdmas)
-                + f'; do printf "%s %s\\n" "$d" "$(cat /sys/class/infiniband/$d/ports/1/gid_attrs/types/{idx} 2>/dev/null || echo missing)"; done',
-            )  # fmt: skip
+        gid_index = inv.runtime.env.get("NCCL_IB_GID_INDEX")
+        if gid_index is not None:
+            types = f"/sys/class/infiniband/$d/ports/1/gid_attrs/types/{shlex.quote(gid_index)}"
+            add("gid", _each(rdmas, f"$(cat {types} 2>/dev/null || echo missing)"))
     if h.gpu is not None:
         add("gpus", NVIDIA_SMI_GPUS)
         add(
@@ -156,14 +142,13 @@ def probes_for(inv: Inventory, host: str, kinds: Optional[Iterable[str]] = None)
         "if pidof systemd-logind >/dev/null 2>&1; then echo running; else echo stopped; fi; "
         "cat /etc/systemd/logind.conf /etc/systemd/logind.conf.d/*.conf 2>/dev/null; true",
     )
-    for i, ref in enumerate(images_for(inv, host)):
+    for i, ref in enumerate(refs):
         add(f"image.{i}", docker.image_probe(ref))
     add("containers", docker.containers_probe(inv.cluster.name))
-    label = shlex.quote(f"label=io.sparkctl.cluster={inv.cluster.name}")
-    add("logs", f"ids=$(docker ps -aq --no-trunc --filter {label}) || exit $?; " + logs.scan_command())
-    if runs_runtime(inv, host):
+    add("logs", docker.cluster_ids(inv.cluster.name) + logs.scan_command())
+    if refs:
         add("cache", caches.cache_probe(inv.caches.host_path))
-    if inv.hosts[host].role == "head":
+    if h.role == "head":
         add("applied", f"cat {APPLIED} 2>/dev/null || true")
         add("journal", f"cat {JOURNAL} 2>/dev/null || true")
         add("events", f"tail -n {EVENTS_SHOWN} {EVENTS} 2>/dev/null || true")
@@ -247,173 +232,130 @@ class HostFacts:
     engram_source_hashes: Optional[dict[str, str]] = None  # the source's SHA256SUMS, else computed
 
 
-def _first_line(sec: Section) -> str:
+def _last_line(sec: Section) -> str:
     lines = [ln for ln in sec.out.strip().splitlines() if ln.strip()]
     return lines[-1].strip() if lines else f"exit {sec.rc}"
+
+
+def _json(sec: Section) -> Optional[dict]:
+    """A state file's JSON; None when the file is absent (the probe printed nothing)."""
+    return json.loads(sec.out) if sec.out.strip() else None
+
+
+def _read(f: HostFacts, kind: str, i: int, sec: Section, refs: list[str], clock_sent: Optional[float]) -> None:
+    """Parse one section of the host's round trip into `f` (section `kind.i` for per-rail/per-image kinds)."""
+    out = sec.out
+    match kind:
+        case "clock" if clock_sent is not None and sec.ok:
+            f.clock_offset = float(out.strip().splitlines()[0]) - clock_sent
+        case "whoami":
+            words = out.split()
+            f.uid, f.user = int(words[0]), words[1] if len(words) > 1 else ""
+            f.sudo = f.uid == 0 or words[2:3] == ["sudo"]
+        case "ip_addr" if not sec.ok:
+            f.errors["ip_addr"] = _last_line(sec)
+        case "ip_addr":
+            f.interfaces = network.parse_ip_addr(out)
+        case "speeds":
+            f.speeds.update(network.parse_speeds(out))
+            f.virtual.update(ln.split()[0] for ln in out.splitlines() if ln.split()[2:3] == ["virtual"])
+        case "route":
+            f.routes[i], f.route_text[i] = network.parse_route_get(out), out.strip()
+        case "ping":
+            f.pings[i] = network.parse_ping(sec.rc, out)
+        case "rdma_state":
+            f.rdma_states.update(rdma.parse_port_states(out))
+        case "ibdev2netdev":
+            f.ibdev.update(rdma.parse_ibdev2netdev(out))
+        case "gid":
+            f.gid_types.update(rdma.parse_port_states(out))
+        case "gpus":
+            found, err = gpu.parse_gpus(sec.rc, out)
+            if err and err != "No devices were found":
+                f.gpu_error = err
+            else:
+                f.gpus = found
+        case "gpu_apps":
+            apps_text, _, cgroups = out.partition(GPU_APPS_SPLIT)
+            f.gpu_apps = gpu.parse_apps(sec.rc, apps_text)
+            for pid, _, cgroup in (line.strip().partition(" ") for line in cgroups.splitlines()):
+                if pid.isdigit():
+                    f.app_cgroups[int(pid)] = cgroup
+        case "meminfo":
+            f.meminfo.update(system.parse_meminfo(out))
+        case "disk":
+            # "@@docker PATH", its df, "@@caches PATH", its df
+            for block in out.split("@@")[1:]:
+                head, _, df = block.partition("\n")
+                label, _, path = head.partition(" ")
+                disk = system.parse_df(df, [path]).get(path)
+                if disk and path:
+                    f.disks[label] = disk
+                if label == "docker" and path:
+                    f.docker_root = path
+        case "memlock":
+            f.memlock_kib = system.parse_memlock(out)
+        case "logind":
+            first, _, rest = out.partition("\n")
+            f.logind_running, f.remove_ipc = first.strip() == "running", system.parse_remove_ipc(rest)
+        case "image":
+            f.images[refs[i]] = docker.parse_image(refs[i], sec.rc, out)
+        case "containers":
+            found, err = docker.parse_containers(sec.rc, out)
+            if err:
+                f.errors["containers"] = err
+            else:
+                f.containers = found
+        case "logs":
+            f.logs.update(logs.parse_scan(out))
+        case "cache":
+            f.cache = caches.parse_cache(sec.rc, out)
+        case "engram":
+            f.engram = engram.parse_engram(out)
+        case "engram_hashes":  # re-hashed where size or ctime moved since placement, else the placement's sums
+            if not sec.ok:
+                f.errors["engram_hashes"] = _last_line(sec)
+            f.engram_hashes = engram.parse_changed_sums(out, f.engram.placed_sums if f.engram else {})
+            f.engram_rehashed = sorted(engram.parse_sums(out))
+        case "engram_rehash":  # --deep: every file hashed again
+            if not sec.ok:
+                f.errors["engram_hashes"] = _last_line(sec)
+            f.engram_hashes = engram.parse_sums(out)
+        case "engram_source_hashes":
+            if not sec.ok:
+                f.errors["engram_source_hashes"] = _last_line(sec)
+            f.engram_source_hashes = engram.parse_sums(out) if sec.ok else None
+        case "drafter_health":
+            code = out.strip()
+            f.drafter_health = int(code) if code.isdigit() and int(code) > 0 else None
+        case "applied":
+            f.applied = _json(sec)
+        case "journal":
+            f.journal = _json(sec)
+        case "events":
+            f.events = parse_events(out)
+        case "history":
+            f.history = parse_history(out)
+        case "lock" if out.strip():
+            f.lock = parse_holder(out)
+            if f.lock is None:
+                f.errors["lock"] = f"unreadable lock file {LOCK}: {redact(out.strip())[:200]}"
+        case "health":
+            f.health = out.strip() or "no answer"
+        case "netplan":
+            f.netplan = out if sec.ok else None
 
 
 def parse_host(inv: Inventory, host: str, sections: dict[str, Section], clock_sent: Optional[float] = None) -> HostFacts:
     """Pure: sections gathered by `probes_for`'s script -> HostFacts (never raises on odd output)."""
     f = HostFacts(host=host, sections=dict(sections))
-
-    def parse(key: str, fn) -> None:
-        sec = sections.get(key)
-        if sec is None:
-            return
+    refs = images_for(inv, host)
+    for key in sorted(sections, key=lambda k: KINDS.index(k.partition(".")[0])):
+        kind, _, i = key.partition(".")
         try:
-            fn(sec)
+            _read(f, kind, int(i or 0), sections[key], refs, clock_sent)
         except Exception as exc:  # an answer we did not expect: a fact we cannot judge, not a crash
-            f.errors[key] = f"unreadable output ({type(exc).__name__}: {exc}): {sec.out.strip()[:200]}"
-
-    def clock(sec: Section) -> None:
-        if clock_sent is not None and sec.ok:
-            f.clock_offset = float(sec.out.strip().splitlines()[0]) - clock_sent
-
-    def whoami(sec: Section) -> None:
-        lines = sec.out.split()
-        f.uid = int(lines[0])
-        f.user = lines[1] if len(lines) > 1 else ""
-        f.sudo = True if f.uid == 0 else (len(lines) > 2 and lines[2] == "sudo")
-
-    def ip_addr(sec: Section) -> None:
-        if not sec.ok:
-            f.errors["ip_addr"] = _first_line(sec)
-            return
-        f.interfaces = network.parse_ip_addr(sec.out)
-
-    def gpus(sec: Section) -> None:
-        found, err = gpu.parse_gpus(sec.rc, sec.out)
-        if err and err != "No devices were found":
-            f.gpu_error = err
-        else:
-            f.gpus = found
-
-    def gpu_apps(sec: Section) -> None:
-        apps_text, _, cg = sec.out.partition(GPU_APPS_SPLIT)
-        f.gpu_apps = gpu.parse_apps(sec.rc, apps_text)
-        for line in cg.splitlines():
-            pid, _, rest = line.strip().partition(" ")
-            if pid.isdigit():
-                f.app_cgroups[int(pid)] = rest
-
-    def disk(sec: Section) -> None:
-        label = path = None
-        rows: list[str] = []
-
-        def flush() -> None:
-            if label and path:
-                found = system.parse_df("\n".join(rows), [path])
-                if path in found:
-                    f.disks[label] = found[path]
-                if label == "docker":
-                    f.docker_root = path
-
-        for line in sec.out.splitlines():
-            if line.startswith("@@"):
-                flush()
-                label, _, path = line[2:].partition(" ")
-                rows = []
-            else:
-                rows.append(line)
-        flush()
-
-    def logind(sec: Section) -> None:
-        first, _, rest = sec.out.partition("\n")
-        f.logind_running = first.strip() == "running"
-        f.remove_ipc = system.parse_remove_ipc(rest)
-
-    def containers(sec: Section) -> None:
-        found, err = docker.parse_containers(sec.rc, sec.out)
-        if err:
-            f.errors["containers"] = err
-        else:
-            f.containers = found
-
-    def drafter(sec: Section) -> None:
-        code = sec.out.strip()
-        f.drafter_health = int(code) if code.isdigit() and int(code) > 0 else None
-
-    parse("clock", clock)
-    parse("whoami", whoami)
-    parse("ip_addr", ip_addr)
-    def speeds(sec: Section) -> None:
-        f.speeds.update(network.parse_speeds(sec.out))
-        f.virtual.update(ln.split()[0] for ln in sec.out.splitlines() if ln.split()[2:3] == ["virtual"])
-
-    def applied(sec: Section) -> None:
-        import json
-
-        if sec.out.strip():
-            f.applied = json.loads(sec.out)
-
-    def journal(sec: Section) -> None:
-        import json
-
-        if sec.out.strip():
-            f.journal = json.loads(sec.out)
-
-    def lock(sec: Section) -> None:
-        from sparkctl.lock import parse_holder
-        from sparkctl.transport.redact import redact
-
-        if sec.out.strip():
-            f.lock = parse_holder(sec.out)
-            if f.lock is None:
-                f.errors["lock"] = f"unreadable lock file {LOCK}: {redact(sec.out.strip())[:200]}"
-
-    def netplan(sec: Section) -> None:
-        f.netplan = sec.out if sec.ok else None
-
-    def engram_hashes(sec: Section) -> None:
-        if not sec.ok:
-            f.errors["engram_hashes"] = _first_line(sec)
-        placed = f.engram.placed_sums if f.engram else {}
-        f.engram_hashes = engram.parse_changed_sums(sec.out, placed)
-        f.engram_rehashed = sorted(engram.parse_sums(sec.out))
-
-    def engram_rehash(sec: Section) -> None:
-        if not sec.ok:
-            f.errors["engram_hashes"] = _first_line(sec)
-        f.engram_hashes = engram.parse_sums(sec.out)
-
-    def engram_source_hashes(sec: Section) -> None:
-        if not sec.ok:
-            f.errors["engram_source_hashes"] = _first_line(sec)
-        f.engram_source_hashes = engram.parse_sums(sec.out) if sec.ok else None
-
-    parse("speeds", speeds)
-    parse("applied", applied)
-    parse("rdma_state", lambda s: f.rdma_states.update(rdma.parse_port_states(s.out)))
-    parse("ibdev2netdev", lambda s: f.ibdev.update(rdma.parse_ibdev2netdev(s.out)))
-    parse("gid", lambda s: f.gid_types.update(rdma.parse_port_states(s.out)))
-    parse("gpus", gpus)
-    parse("gpu_apps", gpu_apps)
-    parse("meminfo", lambda s: f.meminfo.update(system.parse_meminfo(s.out)))
-    parse("disk", disk)
-    parse("memlock", lambda s: setattr(f, "memlock_kib", system.parse_memlock(s.out)))
-    parse("logind", logind)
-    parse("containers", containers)
-    parse("logs", lambda s: f.logs.update(logs.parse_scan(s.out)))
-    parse("cache", lambda s: setattr(f, "cache", caches.parse_cache(s.rc, s.out)))
-    parse("engram", lambda s: setattr(f, "engram", engram.parse_engram(s.out)))
-    parse("drafter_health", drafter)
-    parse("health", lambda s: setattr(f, "health", s.out.strip() or "no answer"))
-    parse("netplan", netplan)
-    parse("journal", journal)
-    parse("events", lambda s: setattr(f, "events", parse_events(s.out)))
-    parse("history", lambda s: setattr(f, "history", parse_history(s.out)))
-    parse("lock", lock)
-    parse("engram_hashes", engram_hashes)
-    parse("engram_rehash", engram_rehash)
-    parse("engram_source_hashes", engram_source_hashes)
-    for key, sec in sections.items():
-        kind, _, idx = key.partition(".")
-        if kind == "route":
-            parse(key, lambda s, i=int(idx): (f.routes.__setitem__(i, network.parse_route_get(s.out)), f.route_text.__setitem__(i, s.out.strip())))
-        elif kind == "ping":
-            parse(key, lambda s, i=int(idx): f.pings.__setitem__(i, network.parse_ping(s.rc, s.out)))
-    for i, ref in enumerate(images_for(inv, host)):
-        parse(f"image.{i}", lambda s, r=ref: f.images.__setitem__(r, docker.parse_image(r, s.rc, s.out)))
+            f.errors[key] = f"unreadable output ({type(exc).__name__}: {exc}): {sections[key].out.strip()[:200]}"
     return f
 
 
