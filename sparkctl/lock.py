@@ -30,10 +30,9 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Iterator, Optional
 
 from sparkctl.errors import HostError, SparkctlError
-from sparkctl.state import LOCK, STATE_DIR  # one place names the head's state files
+from sparkctl.state import LOCK as LOCK_PATH, STATE_DIR  # one place names the head's state files
 from sparkctl.transport.redact import redact
 
-LOCK_PATH = LOCK
 HEARTBEAT_EVERY = 5.0  # seconds between renewals of the lock's mtime
 STALE_AFTER = 30.0  # a heartbeat this old means the holder is gone (six renewals missed)
 POLL_EVERY = 1.0  # how often a waiting run looks again
@@ -110,11 +109,6 @@ def _process_start(pid: int) -> Optional[int]:
         return None
 
 
-def command_line() -> str:
-    """This run's command line as the holder record shows it (secrets masked)."""
-    return redact("sparkctl " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
-
-
 def _acquire_script(doc: str) -> str:
     # ln(2) of a complete temp file: the lock appears atomically, whole, or not at all.
     lock, state = shlex.quote(LOCK_PATH), shlex.quote(STATE_DIR)
@@ -130,6 +124,12 @@ def read_script() -> str:
     # the holder record, then the lock's mtime and the head's clock: heartbeat age by one clock
     lock = shlex.quote(LOCK_PATH)
     return f"cat {lock} 2>/dev/null && stat -c %Y {lock} && date +%s"
+
+
+def _remove_if_held_by(token: str) -> str:
+    """Shell: remove the lock only while it holds `token` (never a lock another run took since)."""
+    lock = shlex.quote(LOCK_PATH)
+    return f"if grep -qF {token} {lock} 2>/dev/null; then rm -f {lock}; echo removed; fi"
 
 
 def probe() -> str:
@@ -198,7 +198,7 @@ def refusal(holder: Holder, cluster: str, waited: float = 0) -> LockHeld:
 class ClusterLock:
     """The lock held by this run: acquire, heartbeat, release."""
 
-    def __init__(self, session, cluster: str, command: Optional[str] = None, notify: Callable[[str], None] | None = None):
+    def __init__(self, session, cluster: str, notify: Callable[[str], None] | None = None, wait: float = 0.0):
         self.session = session
         self.cluster = cluster
         self.notify = notify or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -206,7 +206,7 @@ class ClusterLock:
             user=getpass.getuser(),
             pid=os.getpid(),
             host=socket.gethostname(),
-            command=command or command_line(),
+            command=redact(shlex.join(["sparkctl", *sys.argv[1:]])),  # secrets on the command line masked
             started_at=time.time(),
             token=uuid.uuid4().hex,
             pid_start=_process_start(os.getpid()),
@@ -215,7 +215,7 @@ class ClusterLock:
         self._beat: Optional[threading.Thread] = None
         self.lost: Optional[str] = None  # set when the heartbeat found the lock broken
         self.held = False
-        self.wait = 0.0  # how long `take` waits for another run's lock (--wait)
+        self.wait = wait  # how long `take` waits for another run's lock (--wait)
 
     def take(self) -> None:
         """Acquire for the rest of the run (a lazily held lock: before the first change)."""
@@ -278,11 +278,8 @@ class ClusterLock:
         self._stop.set()
         if self._beat is not None:
             self._beat.join(HEARTBEAT_EVERY * 2 + 1)
-        lock = shlex.quote(LOCK_PATH)
         try:
-            self.session.run(f"if grep -qF {self.me.token} {lock} 2>/dev/null; then rm -f {lock}; fi").check(
-                "release the cluster lock"
-            )
+            self.session.run(_remove_if_held_by(self.me.token)).check("release the cluster lock")
         except SparkctlError as exc:
             self.notify(
                 f"warning: could not release the cluster lock on {self.session.name} ({exc.message}); the next "
@@ -290,25 +287,16 @@ class ClusterLock:
             )
 
 
-def head_session(fleet):
-    head = fleet.inventory.hosts_with_role("head")[0]
-    return fleet[head]
-
-
 @contextmanager
-def cluster_lock(
-    fleet, wait: float = 0, hold: bool = True, notify: Callable[[str], None] | None = None, lazy: bool = False
-) -> Iterator[Optional[ClusterLock]]:
-    """Hold the cluster lock (on the head of `fleet`) for the body; `hold=False` (a --check run)
-    takes nothing. `lazy=True` yields the lock untaken: the runner takes it before the first
-    change (a run that changes nothing never writes it) and plans again under it."""
+def cluster_lock(fleet, wait: float = 0, hold: bool = True) -> Iterator[Optional[ClusterLock]]:
+    """The cluster lock (on the head of `fleet`) for the body, yielded untaken: the runner takes it
+    before the first change (a run that changes nothing never writes it) and plans again under it;
+    it is released when the body ends. `hold=False` (a --check run) yields no lock."""
     if not hold:
         yield None
         return
-    lock = ClusterLock(head_session(fleet), fleet.inventory.cluster.name, notify=notify)
-    lock.wait = wait
-    if not lazy:
-        lock.acquire(wait)
+    head = fleet.inventory.hosts_with_role("head")[0]
+    lock = ClusterLock(fleet[head], fleet.inventory.cluster.name, wait=wait)
     previous = _interrupt_on_termination()
     try:
         yield lock
@@ -327,15 +315,11 @@ def _interrupt_on_termination() -> dict:
     def interrupt(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
-    previous = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        previous[sig] = signal.signal(sig, interrupt)
-    return previous
+    return {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
 
 
 def break_lock(session, holder: Holder) -> bool:
     """Remove the lock if it is still `holder`'s (never a lock taken since it was read)."""
-    lock = shlex.quote(LOCK_PATH)
-    r = session.run(f"if grep -qF {holder.token} {lock} 2>/dev/null; then rm -f {lock}; echo removed; fi")
+    r = session.run(_remove_if_held_by(holder.token))
     r.check("break the cluster lock")
     return r.stdout.strip() == "removed"

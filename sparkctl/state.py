@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import re
 import shlex
 import socket
 import time
@@ -98,22 +99,13 @@ def parse_events(text: str) -> list[dict]:
 
 def parse_history(text: str) -> list[dict]:
     """`history` fact: '@@file NAME' then the file's JSON, oldest first."""
-    out, name, buf = [], None, []
-
-    def flush() -> None:
-        if name is not None:
-            try:
-                out.append({"file": name, **json.loads("".join(buf))})
-            except json.JSONDecodeError:
-                out.append({"file": name, "unreadable": True})
-
-    for line in text.splitlines(keepends=True):
-        if line.startswith("@@file "):
-            flush()
-            name, buf = line[len("@@file ") :].strip(), []
-        else:
-            buf.append(line)
-    flush()
+    parts = re.split(r"^@@file (.*)\n?", text, flags=re.M)  # [before, name, body, name, body, ...]
+    out = []
+    for name, body in zip(parts[1::2], parts[2::2]):
+        try:
+            out.append({"file": name.strip(), **json.loads(body)})
+        except json.JSONDecodeError:
+            out.append({"file": name.strip(), "unreadable": True})
     return out
 
 

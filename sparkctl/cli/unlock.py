@@ -34,13 +34,13 @@ def unlock(
     from sparkctl.cli.output import console, print_json
     from sparkctl.errors import InputError
     from sparkctl.inventory.loader import load_inventory
-    from sparkctl.lock import LOCK_PATH, break_lock, head_session, read_holder
+    from sparkctl.lock import LOCK_PATH, break_lock, read_holder
     from sparkctl.transport.ssh import Fleet
 
     inv = load_inventory(require_inventory(inventory))
     head = inv.hosts_with_role("head")[0]
     with Fleet(inv, hosts=[head]) as fleet:
-        session = head_session(fleet)
+        session = fleet[head]
         holder = read_holder(session)
         if holder is None:
             if json_out:

@@ -10,14 +10,17 @@ from sparkctl.cli.options import CheckOpt, InventoryOpt, JsonOpt, VerboseOpt, re
 from sparkctl.cli.unlock import LockWaitOpt
 
 
-def run_steps(inventory_path, playbook: str, check: bool, json_out: bool, force: bool = False, **options):
-    """Load + validate the inventory and the playbook (before any host is touched), then run it."""
+def run_steps(
+    inventory_path, playbook: str, check: bool, json_out: bool, force: bool = False, wait: float = 0, verbose: bool = False,
+    **options,
+):
+    """Load + validate the inventory and the playbook (before any host is touched), then run it.
+    `options` are the steps' (RunContext.options); a changing run holds the cluster lock, --check takes none."""
     from sparkctl.inventory.loader import load_inventory
     from sparkctl.transport.ssh import Fleet
 
     inv = load_inventory(require_inventory(inventory_path))
-    fleet = Fleet(inv).connect_early()  # SSH handshakes run while the rest is imported and validated
-    try:
+    with Fleet(inv).connect_early() as fleet:  # SSH handshakes run while the rest is imported and validated
         from sparkctl.cli.output import print_json
         from sparkctl.cli.steps_output import LiveReport, print_recap
         from sparkctl.lock import cluster_lock
@@ -25,19 +28,13 @@ def run_steps(inventory_path, playbook: str, check: bool, json_out: bool, force:
         from sparkctl.steps.base import RunContext
 
         stages = build_stages(load_playbook(playbook))
-    except BaseException:
-        fleet.close()
-        raise
-    wait = options.pop("wait", 0)  # a changing run holds the cluster lock; --check takes none
-    live = LiveReport(quiet=json_out, hosts=list(inv.hosts), verbose=bool(options.pop("verbose", False)))
-    # the lock is taken by the runner before the first change: a run with nothing to change
-    # only reads it (in the facts round trip) and never writes it
-    with fleet, cluster_lock(fleet, wait=wait, hold=not check, lazy=True) as lock, live:
-        ctx = RunContext(
-            inventory=inv, fleet=fleet, check_mode=check, force=force, options=options, progress=live.progress,
-            lock=lock,
-        )
-        recap = run_playbook(ctx, stages, playbook, on_result=live.result)
+        live = LiveReport(quiet=json_out, hosts=list(inv.hosts), verbose=verbose)
+        # the lock is taken by the runner before the first change: a run with nothing to change
+        # only reads it (in the facts round trip) and never writes it
+        with cluster_lock(fleet, wait=wait, hold=not check, lazy=True) as lock, live:
+            ctx = RunContext(inventory=inv, fleet=fleet, check_mode=check, force=force, options=options,
+                             progress=live.progress, lock=lock)  # fmt: skip
+            recap = run_playbook(ctx, stages, playbook, on_result=live.result)
     head = ctx.facts.get(inv.hosts_with_role("head")[0])
     journal = head.journal if head is not None else None
     if json_out:

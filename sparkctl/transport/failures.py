@@ -9,7 +9,6 @@ the original text is kept after the explanation only when it adds something.
 from __future__ import annotations
 
 import errno
-import socket
 
 import paramiko
 
@@ -83,7 +82,7 @@ def describe(host: str, exc: BaseException) -> SparkctlError:
         codes = {e.errno for e in exc.errors.values() if isinstance(e, OSError)}
         why = "connection refused (sshd not running or wrong port?)" if errno.ECONNREFUSED in codes else "no route to it"
         return UnreachableError(f"{host}: cannot reach sshd: {why}", fix=FIX_REACH)
-    if isinstance(exc, (socket.timeout, TimeoutError)):
+    if isinstance(exc, TimeoutError):
         return UnreachableError(f"{host}: no answer in time (management link down or host overloaded?)", fix=FIX_FROZEN)
     if isinstance(exc, paramiko.ChannelException):
         return UnreachableError(f"{host}: sshd refused to open a session ({exc.text})", fix="check sshd's MaxSessions and load on the host")

@@ -26,7 +26,6 @@ import hashlib
 import json
 import queue
 import shlex
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -203,7 +202,7 @@ def _fabric(src, address: str, command: str, on_progress, stats: dict) -> None:
             _filter_line(raw.decode(errors="replace"), on_progress, stats, errors)
         rc = chan.recv_exit_status()
         out = chan.makefile("rb").read().decode(errors="replace")
-    except socket.timeout:
+    except TimeoutError:
         raise HostError(f"{src.name}: image transfer stalled (no progress for {STALL_SECONDS:.0f} s)") from None
     finally:
         chan.close()  # ends the watchdog's stdin: on an interrupt it kills the pipeline
@@ -240,7 +239,7 @@ def _relay(src, dst, command: str, on_progress, stats: dict) -> None:
             on_progress(sent)
         in_chan.shutdown_write()
         save_rc, load_rc = out_chan.recv_exit_status(), in_chan.recv_exit_status()
-    except (socket.timeout, queue.Empty):
+    except (TimeoutError, queue.Empty):
         raise HostError(f"relay {src.name} -> {dst.name} stalled (no progress for {STALL_SECONDS:.0f} s)") from None
     finally:
         for c in (out_chan, in_chan):

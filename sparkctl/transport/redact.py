@@ -121,9 +121,7 @@ def is_secret_env_name(name: str) -> bool:
 
 def is_secret_key(key: str) -> bool:
     """A key whose value is secret: by its words, by its (environment-style) name, or marked."""
-    if key in _secret_names:
-        return True
-    if is_secret_env_name(key):
+    if key in _secret_names or is_secret_env_name(key):
         return True
     words = [w for w in re.split(r"[_\-.]+", key.lower()) if w]
     return any(w in SECRET_WORDS for w in words) or any(p in SECRET_PAIRS for p in zip(words, words[1:]))

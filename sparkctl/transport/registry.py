@@ -1,7 +1,7 @@
 """What a tag means in its registry right now: the manifest digest and the image ID (config digest).
 
 `resolve("10.231.0.1:5000/sparkctl/vllm-sim:0.1")` asks the registry's HTTP API (distribution
-spec): HEAD /v2/<name>/manifests/<tag> with the manifest media types in Accept gives the
+spec): GET /v2/<name>/manifests/<tag> with the manifest media types in Accept gives the
 manifest digest (Docker-Content-Digest); the manifest names its config blob, whose digest is the
 image ID every node's `docker image inspect` must show. A multi-platform index is narrowed to
 the nodes' platform (DGX Spark: linux/arm64). Anonymous bearer tokens (the WWW-Authenticate
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Optional
 
@@ -100,12 +101,6 @@ class RegistryClient:
     def close(self) -> None:
         self.http.close()
 
-    def __enter__(self) -> "RegistryClient":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     def _send(self, method: str, path: str, headers: dict[str, str], repository: str) -> httpx.Response:
         bases = [self.base] if self.base else [f"{s}://{self.registry}" for s in self.schemes]
         last: Exception | None = None
@@ -143,8 +138,8 @@ class RegistryClient:
                         return self._with_token(method, url, headers, repository)
         return r
 
-    def get(self, path: str, accept: str, repository: str, method: str = "GET") -> httpx.Response:
-        r = self._send(method, path, {"Accept": accept}, repository)
+    def get(self, path: str, accept: str, repository: str) -> httpx.Response:
+        r = self._send("GET", path, {"Accept": accept}, repository)
         if r.status_code >= 500:
             raise RegistryUnreachable(f"registry {self.registry} answered {r.status_code} for {path}")
         return r
@@ -186,7 +181,7 @@ def resolve(image: str, *, platform: str = "linux/arm64", insecure: bool = False
             transport: Optional[httpx.BaseTransport] = None) -> Resolved:  # fmt: skip
     """Manifest digest and image ID of `image` (tag or name@digest) in its registry now."""
     ref = Reference.parse(image)
-    with RegistryClient(ref.api_host, insecure=insecure, timeout=timeout, transport=transport) as client:
+    with closing(RegistryClient(ref.api_host, insecure=insecure, timeout=timeout, transport=transport)) as client:
         try:
             return client.resolve(ref, platform)
         except httpx.HTTPError as exc:

@@ -16,19 +16,19 @@
 
 from __future__ import annotations
 
+import logging
+import select
 import shlex
 import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Iterable, Mapping, Optional, TypeVar
 
-import logging
-import select
-
 import paramiko
-from tenacity import retry, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from sparkctl.errors import HostError, SparkctlError, UnreachableError
 from sparkctl.inventory.models import Inventory, SSHTarget
@@ -72,13 +72,10 @@ class CommandResult:
 def _is_transient(exc: BaseException) -> bool:
     """Connection errors worth another try: sshd refused or dropped us (restarting, MaxStartups).
     Never a timeout (it already cost a whole connect timeout), a host key or an authentication."""
-    if isinstance(exc, (paramiko.BadHostKeyException, paramiko.AuthenticationException, SparkctlError)):
-        return False
-    if isinstance(exc, (socket.timeout, TimeoutError)):
+    if isinstance(exc, (paramiko.BadHostKeyException, paramiko.AuthenticationException, SparkctlError, TimeoutError)):
         return False
     return isinstance(
-        exc,
-        (paramiko.ssh_exception.NoValidConnectionsError, paramiko.SSHException, ConnectionError, EOFError),
+        exc, (paramiko.ssh_exception.NoValidConnectionsError, paramiko.SSHException, ConnectionError, EOFError)
     )
 
 
@@ -86,15 +83,14 @@ def _tune_socket(sock: socket.socket, deadline: float) -> None:
     """Let the kernel give up on a peer that stops acknowledging (TCP_USER_TIMEOUT) and probe an
     idle connection, so a dead link breaks the socket instead of leaving unsent bytes queued for
     the kernel's ~15 minutes of retransmissions."""
-    try:
+    # not a TCP socket (tests) or not Linux: the watchdog still runs
+    with suppress(OSError, AttributeError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, max(1, int(deadline / 2)))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, int(deadline / 4)))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
         # later than the watchdog (deadline + one interval), whose message says more
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(deadline * 2000))
-    except (OSError, AttributeError):  # not a TCP socket (tests) or not Linux: the watchdog still runs
-        pass
 
 
 def _exec(transport: paramiko.Transport, command: str, deadline: float) -> tuple[int, str, str]:
@@ -141,10 +137,9 @@ class _Watchdog(threading.Thread):
         self.stopped = threading.Event()
 
     def _ping(self) -> None:
-        try:  # OpenSSH answers an unknown global request with a failure: any answer proves life
+        # OpenSSH answers an unknown global request with a failure: any answer proves life
+        with suppress(Exception):
             self.transport.global_request("keepalive@openssh.com", wait=True)
-        except Exception:
-            pass
 
     def run(self) -> None:
         while not self.stopped.wait(self.interval):
@@ -233,18 +228,15 @@ class HostSession:
                 fix="point ssh.key (or ssh_defaults.key) in the inventory at the private key for this host",
             )
 
-        @retry(
+        retrying = Retrying(
             retry=retry_if_exception(_is_transient),
             stop=stop_after_attempt(CONNECT_ATTEMPTS) | stop_after_delay(t.connect_timeout),
             wait=wait_exponential(multiplier=0.2, max=2),
             reraise=True,
         )
-        def attempt() -> paramiko.SSHClient:
-            return self._open()
-
         where = f"{t.user}@{t.address}:{t.port}"
         try:
-            self._conn = attempt()
+            self._conn = retrying(self._open)
         except paramiko.BadHostKeyException as exc:
             raise hostkeys.describe_bad_host_key(exc, t.known_hosts, t.name, t.address, t.port) from None
         except paramiko.AuthenticationException as exc:
@@ -254,7 +246,7 @@ class HostSession:
             ) from None
         except SparkctlError:
             raise
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             raise UnreachableError(
                 f"{t.name}: cannot connect to {where}: no answer within {t.connect_timeout:g} s "
                 "(management link down or host off?)",
@@ -286,10 +278,8 @@ class HostSession:
         transport = transport or (self._conn.get_transport() if self._conn is not None else None)
         if transport is None:
             return
-        try:  # shutdown wakes threads blocked in send/recv on the socket; close alone would not
+        with suppress(OSError, AttributeError):  # shutdown wakes threads blocked on the socket; close would not
             transport.sock.shutdown(socket.SHUT_RDWR)
-        except (OSError, AttributeError):
-            pass
         threading.Thread(target=transport.close, name=f"sparkctl-close-{self.name}", daemon=True).start()
 
     def _lost(self, exc: BaseException) -> SparkctlError:
@@ -322,10 +312,8 @@ class HostSession:
             self._watchdog.stopped.set()
             self._watchdog = None
         if self._docker is not None:
-            try:
+            with suppress(Exception):
                 self._docker.close()
-            except Exception:
-                pass
             self._docker = None
         if self._conn is not None:
             self._conn.close()
@@ -483,9 +471,7 @@ class Fleet:
                 err = exc if isinstance(exc, SparkctlError) else self.sessions[name].explain(exc)
                 return Outcome(name, error=redact(err.message), fix=err.fix, seconds=time.monotonic() - start)
 
-        if not names:
-            return results
-        pool = ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="sparkctl-host")
+        pool = ThreadPoolExecutor(max_workers=max(1, len(names)), thread_name_prefix="sparkctl-host")
         futures = {pool.submit(one, n): n for n in names}
         done, pending = wait(futures, timeout=timeout)
         for fut in pending:
