@@ -60,10 +60,13 @@ def load_playbook(name: str) -> Playbook:
 
 @dataclass
 class Stage:
-    """One playbook entry bound to the step object that implements it."""
+    """One playbook entry bound to the step object that implements it (the step reads the entry's options)."""
 
     spec: PlaybookStep
     step: Step
+
+    def __post_init__(self) -> None:
+        self.step.options = dict(self.spec.options)
 
     @property
     def name(self) -> str:
@@ -103,21 +106,16 @@ class Recap:
         }
 
 
-def build_stages(playbook: Playbook, classes: Optional[dict[str, type[Step]]] = None) -> list[Stage]:
+def build_stages(playbook: Playbook) -> list[Stage]:
     from sparkctl.steps.registry import step_classes
 
-    classes = classes or step_classes()
+    classes = step_classes()
     unknown = [s.step for s in playbook.steps if s.step not in classes]
     if unknown:
         raise InputError(
             f"playbook {playbook.name!r} names unknown step(s): {', '.join(unknown)}", fix=f"known steps: {', '.join(classes)}"
         )
-    stages = []
-    for spec in playbook.steps:
-        step = classes[spec.step]()
-        step.options = dict(spec.options)
-        stages.append(Stage(spec, step))
-    return stages
+    return [Stage(spec, classes[spec.step]()) for spec in playbook.steps]
 
 
 def _reached(ctx: RunContext, stage: Stage) -> list[str]:

@@ -45,11 +45,12 @@ class EngramStep(Step):
         mounted = g.mount_fs == "tmpfs" and (g.mount_bytes or 0) >= size
         have = f.engram_hashes or {}
         bad = sorted(n for n, h in want.items() if have.get(n) != h)
-        if mounted and not bad and g.placed_sums == want and f.engram_rehashed:
-            return self.changes(host, [Change(
-                "mark", f"record size and ctime of {len(f.engram_rehashed)} re-hashed file(s) (their SHA-256 match)", {"sums": want}
-            )])  # fmt: skip
         if mounted and not bad and g.placed_sums == want:
+            if f.engram_rehashed:
+                return self.changes(host, [Change(
+                    "mark", f"record size and ctime of {len(f.engram_rehashed)} re-hashed file(s) (their SHA-256 match)",
+                    {"sums": want},
+                )])  # fmt: skip
             return self.noop(
                 host, f"{len(want)} table file(s) placed in tmpfs {e.target} ({g.mount_bytes / GIB:.2f} GiB), every SHA-256 matches"
             )

@@ -53,7 +53,6 @@ def platform_of(inv: Inventory, host: str) -> str:
 class Truth:
     """What one node must hold under one image reference, and where that came from."""
 
-    ref: str
     image_id: Optional[str]  # None: nothing to verify against
     origin: str  # "registry", "record" or "none"
     detail: str  # for messages: "tag = manifest 1137302f5c0b", "last good in applied.json (...); the registry: ..."
@@ -123,12 +122,12 @@ def truth_from(
     if not isinstance(answer, SparkctlError):
         what = f"pinned manifest {short(answer.manifest_digest)}" if pinned else f"tag = manifest {short(answer.manifest_digest)}"
         pull = f"{ref.rpartition(':')[0] if ':' in ref.rsplit('/', 1)[-1] else ref}@{pinned}" if pinned else ref
-        return Truth(ref, answer.image_id, "registry", what, pull)
+        return Truth(answer.image_id, "registry", what, pull)
     why = answer.message
     record = last_good(applied, host, ref, pinned, peers)
     if record:
-        return Truth(ref, record[0], "record", f"last good in applied.json ({record[1]}); the registry: {why}")
-    return Truth(ref, None, "none", f"the registry: {why}; applied.json records no image for this node")
+        return Truth(record[0], "record", f"last good in applied.json ({record[1]}); the registry: {why}")
+    return Truth(None, "none", f"the registry: {why}; applied.json records no image for this node")
 
 
 def _rail_speed(inv: Inventory, host: str, source: str) -> float:
@@ -277,9 +276,8 @@ class ImagesStep(Step):
         return "; ".join(done), changed
 
     def _copy(self, ctx: RunContext, host: str, source: str, image_id: str, ref: str) -> str:
-        from sparkctl.transport.images import copy_image
-
         from sparkctl.runtime.launch import fabric_link_to
+        from sparkctl.transport.images import copy_image
 
         link = fabric_link_to(ctx.inventory, host, source)
         address = str(link.address.ip) if link is not None else None

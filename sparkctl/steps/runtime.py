@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -78,7 +79,7 @@ def restarting(ctx: RunContext) -> tuple[set[str], str]:
 
 def _drift(ctx: RunContext) -> Drift:
     launch = ctx.launch
-    reasons: dict[str, list[str]] = {}
+    reasons: defaultdict[str, list[str]] = defaultdict(list)
     head_container = None
     for host in dict.fromkeys(c.host for c in launch.containers):
         f = ctx.facts.get(host)
@@ -89,7 +90,7 @@ def _drift(ctx: RunContext) -> Drift:
         wanted = {s.name for s in launch.for_host(host)}
         for c in f.containers:
             if c.name not in wanted:  # a role the inventory no longer has: it goes with the engine
-                reasons.setdefault("engine", []).append(f"{c.name} on {host} is not in the inventory")
+                reasons["engine"].append(f"{c.name} on {host} is not in the inventory")
         for spec in launch.for_host(host):
             group = restart_group(spec.role)
             running = next((c for c in f.containers if c.name == spec.name), None)
@@ -105,7 +106,7 @@ def _drift(ctx: RunContext) -> Drift:
             else:
                 why = None
             if why:
-                reasons.setdefault(group, []).append(why)
+                reasons[group].append(why)
             if spec.role == "head":
                 head_container = running
     loading = None
@@ -119,9 +120,9 @@ def _drift(ctx: RunContext) -> Drift:
         fatal = logs.fatal if logs else []
         status = hf.health or "no answer"
         if fatal:
-            reasons.setdefault("engine", []).append(f"head does not answer /health ({status}); its log shows: {fatal[0][:160]}")
+            reasons["engine"].append(f"head does not answer /health ({status}); its log shows: {fatal[0][:160]}")
         elif logs is not None and logs.ready:
-            reasons.setdefault("engine", []).append(f"head does not answer /health ({status}) although its log says it started serving")
+            reasons["engine"].append(f"head does not answer /health ({status}) although its log says it started serving")
         else:
             since = head_container.running_for() if head_container else None
             phase = f", {logs.phase}" if logs is not None and logs.phase else ""
