@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -55,15 +56,14 @@ def main() -> int:
             api.up()
 
     time.sleep(3)  # let the daemons settle into idle
+    def idle(pid: int) -> dict:
+        """The process tree under pid: RSS and PSS in MiB, and how many processes."""
+        return {"rss_mib": round(procs.rss_kib([pid]) / 1024, 1), "pss_mib": round(procs.pss_kib([pid]) / 1024, 1),
+                "processes": len(procs.descendants([pid]))}
+
     st = api.status()
-    memory = {}
-    for name, h in st["hosts"].items():
-        pids = [h["init_pid"]]
-        memory[name] = {"rss_mib": round(procs.rss_kib(pids) / 1024, 1), "pss_mib": round(procs.pss_kib(pids) / 1024, 1),
-                        "processes": len(procs.descendants(pids))}
-    reg = [st["registry"]["pid"]]
-    memory["registry"] = {"rss_mib": round(procs.rss_kib(reg) / 1024, 1), "pss_mib": round(procs.pss_kib(reg) / 1024, 1),
-                          "processes": len(procs.descendants(reg))}
+    memory = {name: idle(h["init_pid"]) for name, h in st["hosts"].items()}
+    memory["registry"] = idle(st["registry"]["pid"])
     memory["total"] = {k: round(sum(v[k] for v in memory.values()), 1) for k in ("rss_mib", "pss_mib", "processes")}
 
     result = {
@@ -72,7 +72,7 @@ def main() -> int:
         "seconds_all": {k: [round(x, 2) for x in v] for k, v in times.items() if v},
         "memory_idle": memory,
         "machine": subprocess.run(["uname", "-srm"], capture_output=True, text=True).stdout.strip(),
-        "cpus": __import__("os").cpu_count(),
+        "cpus": os.cpu_count(),
     }
     if args.json:
         print(json.dumps(result, indent=2))

@@ -25,6 +25,7 @@ import fcntl
 import os
 import statistics
 import threading
+from collections import Counter, defaultdict
 import time
 from pathlib import Path
 
@@ -110,12 +111,13 @@ class CpuSampler:
         self.machine = (b1[0] - self.busy0[0]) / max(1, b1[1] - self.busy0[1])  # share of all CPUs busy
 
     def by_name(self) -> dict[str, float]:
-        out: dict[str, float] = {}
+        out: Counter[str] = Counter()
         for pid, (comm, ticks) in self.last.items():
-            before = self.first.get(pid, (comm, 0))[1] if self.first.get(pid, ("",))[0] == comm else 0
+            first = self.first.get(pid)
+            before = first[1] if first and first[0] == comm else 0  # a reused pid is another process
             if ticks > before:
-                out[comm] = out.get(comm, 0.0) + (ticks - before) / self.tick
-        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+                out[comm] += (ticks - before) / self.tick
+        return dict(out.most_common())
 
 
 def build(head, mb: int, layers: int) -> None:
@@ -148,12 +150,8 @@ def main() -> None:
     lock = open(LAB_LOCK, "a+")
     fcntl.flock(lock, fcntl.LOCK_EX)
     inv = load_inventory(LAB_INVENTORY)
-    fig: dict[str, list[float]] = {}
+    fig: dict[str, list[float]] = defaultdict(list)
     cpu: list[CpuSampler] = []
-
-    def add(key: str, value: float) -> None:
-        fig.setdefault(key, []).append(value)
-
     with Fleet(inv, hosts=["head", "worker"]) as fleet:
         head, worker = fleet["head"], fleet["worker"]
         for s in (head, worker):
@@ -164,15 +162,15 @@ def main() -> None:
         top = n - int(head.run(f"docker save {base.id} | wc -c").check().stdout)
         try:
             for _ in range(args.runs):
-                add("save alone", n / timed_on(head, f"docker save {full.id} > /dev/null"))
+                fig["save alone"].append(n / timed_on(head, f"docker save {full.id} > /dev/null"))
                 head.run(f"docker save {full.id} > {SAVE_FILE}").check()
                 clean(worker)
-                add("load alone", n / timed_on(worker, f"docker load -i {SAVE_FILE} >/dev/null"))
+                fig["load alone"].append(n / timed_on(worker, f"docker load -i {SAVE_FILE} >/dev/null"))
                 head.run(f"rm -f {SAVE_FILE}")
-                add("fabric raw", n / timed_on(head, f"head -c {n} /dev/zero | {ssh_to(WORKER_FABRIC_IP)} 'cat >/dev/null'"))
-                ssh_default = f"ssh -o BatchMode=yes {WORKER_FABRIC_IP}"
-                add("fabric raw default cipher", n / timed_on(head, f"head -c {n} /dev/zero | {ssh_default} 'cat >/dev/null'"))
-                add("relay raw", n / raw_relay(head, worker, n))
+                for key, ssh in (("fabric raw", ssh_to(WORKER_FABRIC_IP)),
+                                 ("fabric raw default cipher", f"ssh -o BatchMode=yes {WORKER_FABRIC_IP}")):
+                    fig[key].append(n / timed_on(head, f"head -c {n} /dev/zero | {ssh} 'cat >/dev/null'"))
+                fig["relay raw"].append(n / raw_relay(head, worker, n))
                 for path, addr in (("fabric", WORKER_FABRIC_IP), ("relay", None)):
                     clean(worker)
                     with CpuSampler() as sampler:
@@ -180,15 +178,15 @@ def main() -> None:
                     assert t.path == path, t.why
                     if path == "fabric":
                         cpu.append(sampler)
-                    add(f"{path} fresh", n / t.seconds)
-                    add(f"{path} fresh stream only", n / t.stream_seconds)
-                    add(f"{path} fresh moved", t.bytes_sent)
+                    fig[f"{path} fresh"].append(n / t.seconds)
+                    fig[f"{path} fresh stream only"].append(n / t.stream_seconds)
+                    fig[f"{path} fresh moved"].append(t.bytes_sent)
                     clean(worker)
                     copy_image(head, worker, base.id, f"{NAME}:base", fabric_address=addr)
                     t = copy_image(head, worker, full.id, f"{NAME}:full", fabric_address=addr)
-                    add(f"{path} top", n / t.seconds)  # the whole image in place per second
-                    add(f"{path} top s", t.seconds)
-                    add(f"{path} top moved", t.bytes_sent)
+                    fig[f"{path} top"].append(n / t.seconds)  # the whole image in place per second
+                    fig[f"{path} top s"].append(t.seconds)
+                    fig[f"{path} top moved"].append(t.bytes_sent)
         finally:
             for s in (head, worker):
                 clean(s)

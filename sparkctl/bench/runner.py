@@ -18,7 +18,7 @@ from typing import Optional
 
 from sparkctl.bench.client import Endpoint, Measured
 from sparkctl.bench.longprompt import CALIBRATION_LINES, Calibration, Kind, filler, tagged
-from sparkctl.runtime.metrics import RUNNING, SpecCounters, parse_page
+from sparkctl.runtime.metrics import RUNNING, MetricsPage, SpecCounters, parse_page
 from sparkctl.bench.parts import SHORT_MAX_TOKENS, Part, parts_of
 from sparkctl.bench.protocol import SHORT_PROMPT, BenchOptions
 from sparkctl.bench.result import BenchResult, ServerInfo
@@ -58,7 +58,6 @@ class BenchRunner:
         self._calibrations: dict[Kind, Calibration] = {}
         self._overhead: list[Measured] = []
         self._all: list[tuple[int, Measured]] = []  # every measured (max_tokens, request), for the notes
-        self._metrics_seen = False
         self.parts: list[Part] = parts_of(options)
 
     # ---- the run ----------------------------------------------------------------------------
@@ -121,23 +120,22 @@ class BenchRunner:
             )
         entry = next(m for m in models if str(m.get("id")) == self.endpoint.model)
         max_len = entry.get("max_model_len")
-        version = None
         text = await self.endpoint.optional_text(self._probe, "/version")
-        if text:
-            try:
-                version = str(json.loads(text).get("version"))
-            except (ValueError, AttributeError):
-                version = None
-        counters = await self.spec_snapshot(first=True)
+        try:
+            version = str(json.loads(text)["version"])
+        except (TypeError, ValueError, KeyError):  # no /version, or not vLLM's {"version": ...}
+            version = None
+        page = await self._metrics()
+        counters = page.spec if page is not None else None
         self.result.model = self.endpoint.model
         self.result.server = ServerInfo(
             models=ids,
             max_model_len=int(max_len) if isinstance(max_len, (int, float)) else None,
             version=version,
-            metrics=self._metrics_seen,
-            speculative=(counters is not None) if self._metrics_seen else None,
+            metrics=page is not None,
+            speculative=(counters is not None) if page is not None else None,
         )
-        if not self._metrics_seen:
+        if page is None:
             self.note("the endpoint has no /metrics: speculative acceptance is not measured")
         elif counters is None:
             self.note("the endpoint exports no speculative-decoding counters (speculative decoding off?)")
@@ -146,16 +144,17 @@ class BenchRunner:
                 "acceptance comes from /metrics deltas: other traffic on the server during the run blurs it"
             )
 
-    async def spec_snapshot(self, first: bool = False) -> Optional[SpecCounters]:
+    async def _metrics(self) -> Optional[MetricsPage]:
+        """The server's /metrics for our model; None when it has none (or not Prometheus text)."""
         text = await self.endpoint.optional_text(self._probe, "/metrics")
-        if text is None:
-            return None
-        if first:
-            self._metrics_seen = True
         try:
-            return parse_page(text, self.endpoint.model).spec
+            return None if text is None else parse_page(text, self.endpoint.model)
         except ValueError:
             return None
+
+    async def spec_snapshot(self) -> Optional[SpecCounters]:
+        page = await self._metrics()
+        return page.spec if page is not None else None
 
     # ---- requests ---------------------------------------------------------------------------
 
@@ -236,13 +235,8 @@ class BenchRunner:
 
     async def running(self) -> Optional[float]:
         """Requests the server runs now (/metrics), None without /metrics."""
-        text = await self.endpoint.optional_text(self._probe, "/metrics")
-        if text is None:
-            return None
-        try:
-            return parse_page(text, self.endpoint.model).total(RUNNING)
-        except ValueError:
-            return None
+        page = await self._metrics()
+        return page.total(RUNNING) if page is not None else None
 
     # ---- notes ------------------------------------------------------------------------------
 
