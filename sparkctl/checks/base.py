@@ -5,7 +5,8 @@ registry turns them into `CheckResult`s carrying name, host, status, message, fi
 Checks never touch a host and never print: unit tests feed them recorded facts.
 
 Two shapes:
-- `@host_check`: called once per host in its scope that was reached, `fn(ctx, host, facts)`;
+- `@host_check`: called once per host in its scope that was reached, `fn(ctx, host, facts)`
+  returns its Finding, or yields one per target (rail, image, container);
 - `@cluster_check`: compares hosts, called once, `fn(ctx) -> {host: [Finding]}`.
 A host that could not be reached gets `skipped` for every check in scope (ssh.reachable says why).
 """
@@ -87,6 +88,10 @@ class Context:
         except Exception:
             return None
 
+    def launch_on(self, host: str) -> list:
+        """The launch's container specs on host ([] when the inventory cannot be rendered)."""
+        return self.plan.for_host(host) if self.plan else []
+
     def role(self, host: str) -> str:
         return self.inventory.hosts[host].role
 
@@ -144,7 +149,8 @@ class Check:
             elif self.cluster:
                 findings = found.get(h, [])
             else:
-                findings = self.fn(ctx, h, ctx.facts.get(h))
+                found_here = self.fn(ctx, h, ctx.facts.get(h))
+                findings = [found_here] if isinstance(found_here, Finding) else found_here
             out += [
                 CheckResult(self.name, self.group, h, f.status, f.message, f.fix, f.target,
                             self.runbook_path if f.status in ("fail", "warn") else None, dict(f.data))
@@ -164,7 +170,7 @@ def _register(check: Check) -> Callable:
 
 
 def host_check(name: str, doc: str, **options: Any) -> Callable:
-    """Registers `fn(ctx, host, facts) -> [Finding]` under `name` (its group is the part before the dot)."""
+    """Registers `fn(ctx, host, facts) -> Finding | Iterable[Finding]` under `name` (its group is the part before the dot)."""
     return lambda fn: _register(Check(name, doc, fn, **options))
 
 

@@ -16,71 +16,56 @@ COLD = "the next start compiles from scratch (cold: ~10-15 min on a Spark, seed 
 def volume(ctx: Context, host: str, f):
     path = ctx.inventory.caches.host_path
     if f.cache is None:
-        return [skipped(f"not read: {f.errors.get('cache', 'no answer')}")]
+        return skipped(f"not read: {f.errors.get('cache', 'no answer')}")
     if f.cache.present:
-        return [ok(f"{path} exists (mounted at {ctx.inventory.caches.container_path})")]
-    return [
-        fail(
-            f"cache directory {path} is missing: compiled kernels would not survive a restart",
-            f"`sparkctl up` creates it (by hand: `mkdir -p {path}` on {host})",
-        )
-    ]
-
-
-def _running_here(ctx: Context, f) -> list:
-    plan = ctx.plan
-    return [c for c in (f.containers or []) if c.running and plan and c.config_hash == plan.expected_hash(c.name)]
+        return ok(f"{path} exists (mounted at {ctx.inventory.caches.container_path})")
+    return fail(
+        f"cache directory {path} is missing: compiled kernels would not survive a restart",
+        f"`sparkctl up` creates it (by hand: `mkdir -p {path}` on {host})",
+    )
 
 
 @host_check("caches.compile", "the cache holds compiled graphs, so the next start is warm", scope=runtime_hosts)
 def compile_cache(ctx: Context, host: str, f):
     cache = f.cache
     if cache is None or not cache.present:
-        return [skipped("no cache directory (see caches.volume)")]
+        return skipped("no cache directory (see caches.volume)")
     where = f"{ctx.inventory.caches.host_path}/{COMPILE_DIR}"
     partial = f"; {len(cache.partial_hashes)} interrupted compile(s)" if cache.partial_hashes else ""
+    plan = ctx.plan
+    current = [c for c in f.containers or [] if c.running and plan and c.config_hash == plan.expected_hash(c.name)]
     # The newest compile line of a container running this config says how its last start went.
-    last = None
-    for c in _running_here(ctx, f):
-        logs = f.logs.get(c.id)
-        if logs and logs.compile_start:
-            last = (c, logs)
-            if logs.compile_start == "warm":
-                return [ok(f"{c.name} loaded its compiled graphs from {where} (warm start)", last_start="warm")]
-    if last is not None:
-        c, logs = last
+    started = [(c, f.logs[c.id]) for c in current if f.logs.get(c.id) and f.logs[c.id].compile_start]
+    for c, logs in started:
+        if logs.compile_start == "warm":
+            return ok(f"{c.name} loaded its compiled graphs from {where} (warm start)", last_start="warm")
+    if started:
+        c, logs = started[-1]
         took = f" ({logs.compile_seconds:g} s)" if logs.compile_seconds is not None else ""
         if not cache.warm_hashes:
-            return [
-                fail(
-                    f"{c.name}'s last start compiled from scratch{took}, yet {where} holds no compiled graphs{partial}: "
-                    "what it compiled is not on the persistent volume, so every start is cold",
-                    f"the runtime's cache root must be the mounted volume: VLLM_CACHE_ROOT = caches.container_path "
-                    f"({ctx.inventory.caches.container_path}); `sparkctl up` sets both",
-                    last_start="cold",
-                )
-            ]
-        return [
-            ok(
-                f"{c.name}'s last start compiled from scratch{took} (cold); the graphs are now in {where} "
-                f"({len(cache.warm_hashes)} config(s)): next start of this config warm{partial}",
+            return fail(
+                f"{c.name}'s last start compiled from scratch{took}, yet {where} holds no compiled graphs{partial}: "
+                "what it compiled is not on the persistent volume, so every start is cold",
+                f"the runtime's cache root must be the mounted volume: VLLM_CACHE_ROOT = caches.container_path "
+                f"({ctx.inventory.caches.container_path}); `sparkctl up` sets both",
                 last_start="cold",
             )
-        ]
+        return ok(
+            f"{c.name}'s last start compiled from scratch{took} (cold); the graphs are now in {where} "
+            f"({len(cache.warm_hashes)} config(s)): next start of this config warm{partial}",
+            last_start="cold",
+        )
     if not cache.warm_hashes:
-        return [warn(f"no compiled graphs in {where}{partial}: {COLD}", "nothing to fix; the first start fills the cache")]
+        return warn(f"no compiled graphs in {where}{partial}: {COLD}", "nothing to fix; the first start fills the cache")
     n = len(cache.warm_hashes)
-    plan = ctx.plan
-    applied = next((fx.applied for fx in ctx.facts.values() if getattr(fx, "applied", None)), None)
+    applied = next((fx.applied for fx in ctx.facts.values() if fx.applied), None)
     if plan and applied and applied.get("config_hash") == plan.config_hash:
-        return [ok(f"compiled graphs for {n} config(s) in {where}, incl. the applied one ({plan.config_hash}): next start warm{partial}")]
+        return ok(f"compiled graphs for {n} config(s) in {where}, incl. the applied one ({plan.config_hash}): next start warm{partial}")
     if plan and applied:
-        return [
-            warn(
-                f"compiled graphs for {n} config(s) in {where}, but this inventory (config {plan.config_hash}) differs from "
-                f"the last applied one ({applied.get('config_hash')}): the next start compiles again if the change touches "
-                "model, cache, parallel or scheduler settings or VLLM_* env",
-                "expected after a config change; served name and port changes stay warm",
-            )
-        ]
-    return [ok(f"compiled graphs for {n} config(s) in {where}{partial} (no `sparkctl up` record to match them to)")]
+        return warn(
+            f"compiled graphs for {n} config(s) in {where}, but this inventory (config {plan.config_hash}) differs from "
+            f"the last applied one ({applied.get('config_hash')}): the next start compiles again if the change touches "
+            "model, cache, parallel or scheduler settings or VLLM_* env",
+            "expected after a config change; served name and port changes stay warm",
+        )
+    return ok(f"compiled graphs for {n} config(s) in {where}{partial} (no `sparkctl up` record to match them to)")

@@ -28,23 +28,15 @@ def twin_of(dev: str) -> str | None:
     return f"{m[1]}{'P2p' if m[2] == 'p' else 'p'}{m[3]}"
 
 
-def _specs(ctx: Context, host: str):
-    plan = ctx.plan
-    return plan.for_host(host) if plan else []
-
-
 @host_check("env.fabric", "NCCL/Gloo/UCX/Ray env names this host's fabric device, its IP and every RDMA twin", scope=runtime_hosts)
 def fabric_env(ctx: Context, host: str, f):
-    out = []
-    for spec in _specs(ctx, host):
+    for spec in ctx.launch_on(host):
         env = spec.env
-        problems, notes = [], []
         devs = {env[v] for v in IFNAME_VARS if v in env}
         if not devs:
-            out.append(skipped(f"{spec.name} has no fabric rail to its peer in the inventory: runs over the management net", spec.name))
+            yield skipped(f"{spec.name} has no fabric rail to its peer in the inventory: runs over the management net", spec.name)
             continue
-        if len(devs) > 1:
-            problems.append(f"the socket variables disagree: {', '.join(sorted(devs))}")
+        problems = [f"the socket variables disagree: {', '.join(sorted(devs))}"] if len(devs) > 1 else []
         ip = env.get("VLLM_HOST_IP")
         for dev in sorted(devs):
             iface = (f.interfaces or {}).get(dev)
@@ -53,52 +45,43 @@ def fabric_env(ctx: Context, host: str, f):
             elif iface is not None and ip and ip not in [str(a.ip) for a in iface.addresses]:
                 problems.append(f"VLLM_HOST_IP {ip} is not on {dev}")
         hcas = [d for d in env.get("NCCL_IB_HCA", "").split(",") if d]
-        for d in hcas:
-            if f.rdma_states.get(d) == "missing":
-                problems.append(f"NCCL_IB_HCA names {d}, which {host} does not have")
+        problems += [f"NCCL_IB_HCA names {d}, which {host} does not have" for d in hcas if f.rdma_states.get(d) == "missing"]
+        left_out = []
         if ctx.role(host) in ("head", "worker"):
             left_out = sorted({t for d in hcas if (t := twin_of(d)) and t not in hcas and t in f.ibdev})
-            if left_out:
-                notes.append(f"NCCL_IB_HCA={','.join(hcas)} leaves out the twin(s) {', '.join(left_out)}")
         summary = f"{spec.name}: {', '.join(sorted(devs))}, VLLM_HOST_IP={ip}, NCCL_IB_HCA={','.join(hcas) or '(none)'}"
         if problems:
-            out.append(
-                fail(
-                    f"{summary}: " + "; ".join(problems),
-                    f"fix hosts.{host}.fabric (device, rdma, address) in the inventory: the runtime env is rendered "
-                    "from it; `sparkctl render` shows the result",
-                    spec.name,
-                )
+            yield fail(
+                f"{summary}: " + "; ".join(problems),
+                f"fix hosts.{host}.fabric (device, rdma, address) in the inventory: the runtime env is rendered "
+                "from it; `sparkctl render` shows the result",
+                spec.name,
             )
-        elif notes:
-            out.append(
-                warn(
-                    f"{summary}: " + "; ".join(notes) + " (one twin alone ~98 Gb/s, both ~161 Gb/s)",
-                    f"add the twin to the rail's rdma list in hosts.{host}.fabric (both halves of the port)",
-                    spec.name,
-                )
+        elif left_out:
+            yield warn(
+                f"{summary}: NCCL_IB_HCA={','.join(hcas)} leaves out the twin(s) {', '.join(left_out)} "
+                "(one twin alone ~98 Gb/s, both ~161 Gb/s)",
+                f"add the twin to the rail's rdma list in hosts.{host}.fabric (both halves of the port)",
+                spec.name,
             )
         else:
-            out.append(ok(summary, spec.name))
-    return out
+            yield ok(summary, spec.name)
 
 
 @host_check("env.gid_index", "NCCL_IB_GID_INDEX is unpinned, or pinned to a RoCE v2 GID on every device", scope=runtime_hosts)
 def gid_index(ctx: Context, host: str, f):
     pinned = ctx.inventory.runtime.env.get("NCCL_IB_GID_INDEX")
     if pinned is None:
-        return [ok("NCCL_IB_GID_INDEX not pinned: NCCL finds the RoCE v2 GID itself")]
+        return ok("NCCL_IB_GID_INDEX not pinned: NCCL finds the RoCE v2 GID itself")
     devs = sorted({d for link in ctx.inventory.hosts[host].fabric for d in link.rdma})
     bad = {d: f.gid_types.get(d, "not read") for d in devs if f.gid_types.get(d) != "RoCE v2"}
     if not devs:
-        return [ok(f"NCCL_IB_GID_INDEX={pinned} (no RDMA device on this host)")]
+        return ok(f"NCCL_IB_GID_INDEX={pinned} (no RDMA device on this host)")
     if bad:
         listing = ", ".join(f"{d}: {t}" for d, t in bad.items())
-        return [
-            fail(
-                f"NCCL_IB_GID_INDEX={pinned} is pinned but GID {pinned} is not RoCE v2 on {listing}",
-                "remove NCCL_IB_GID_INDEX from runtime.env (the RoCE v2 index has moved from 3 to 4 after updates), "
-                f"or pin the index `show_gids` lists as RoCE v2 on {host}",
-            )
-        ]
-    return [ok(f"NCCL_IB_GID_INDEX={pinned} is RoCE v2 on {', '.join(devs)}")]
+        return fail(
+            f"NCCL_IB_GID_INDEX={pinned} is pinned but GID {pinned} is not RoCE v2 on {listing}",
+            "remove NCCL_IB_GID_INDEX from runtime.env (the RoCE v2 index has moved from 3 to 4 after updates), "
+            f"or pin the index `show_gids` lists as RoCE v2 on {host}",
+        )
+    return ok(f"NCCL_IB_GID_INDEX={pinned} is RoCE v2 on {', '.join(devs)}")

@@ -21,38 +21,34 @@ def spark_hosts(ctx: Context) -> list[str]:
 @host_check("gpu.smi", "nvidia-smi runs and talks to the driver", scope=gpu_hosts, runbook=True)
 def smi(ctx: Context, host: str, f):
     if f.gpu_error:
-        return [
-            fail(
-                f"nvidia-smi failed: {f.gpu_error}",
-                "check the NVIDIA driver on the host: `nvidia-smi`, `dmesg | grep -i nvrm`; after a driver or "
-                "kernel update reboot (DGX OS: `sudo apt install --reinstall nvidia-driver-<version>`)",
-            )
-        ]
+        return fail(
+            f"nvidia-smi failed: {f.gpu_error}",
+            "check the NVIDIA driver on the host: `nvidia-smi`, `dmesg | grep -i nvrm`; after a driver or "
+            "kernel update reboot (DGX OS: `sudo apt install --reinstall nvidia-driver-<version>`)",
+        )
     if f.gpus is None:
-        return [skipped("nvidia-smi was not asked")]
+        return skipped("nvidia-smi was not asked")
     driver = f.gpus[0].driver if f.gpus else "no GPU listed"
-    return [ok(f"nvidia-smi answers (driver {driver})")]
+    return ok(f"nvidia-smi answers (driver {driver})")
 
 
 @host_check("gpu.model", "the host shows the inventory's GPU model and count", scope=gpu_hosts, runbook=True)
 def model(ctx: Context, host: str, f):
     want = ctx.inventory.hosts[host].gpu
     if f.gpus is None:
-        return [skipped("nvidia-smi did not answer (see gpu.smi)")]
+        return skipped("nvidia-smi did not answer (see gpu.smi)")
     names = Counter(g.name for g in f.gpus)
     seen = ", ".join(f"{n}x {name}" for name, n in names.items()) or "no GPU"
     if names.get(want.model, 0) == want.count and len(f.gpus) == want.count:
-        return [ok(f"{want.count}x {want.model}")]
-    return [
-        fail(
-            f"expected {want.count}x {want.model}, nvidia-smi shows {seen}",
-            "a GPU the driver no longer sees: `nvidia-smi -L`, `dmesg | grep -iE 'xid|nvrm'` (fallen off the bus?), "
-            "reseat/power-cycle the host; if the hardware changed on purpose, fix hosts."
-            f"{host}.gpu in the inventory",
-            expected=want.count,
-            found=len(f.gpus),
-        )
-    ]
+        return ok(f"{want.count}x {want.model}")
+    return fail(
+        f"expected {want.count}x {want.model}, nvidia-smi shows {seen}",
+        "a GPU the driver no longer sees: `nvidia-smi -L`, `dmesg | grep -iE 'xid|nvrm'` (fallen off the bus?), "
+        "reseat/power-cycle the host; if the hardware changed on purpose, fix hosts."
+        f"{host}.gpu in the inventory",
+        expected=want.count,
+        found=len(f.gpus),
+    )
 
 
 @cluster_check("gpu.driver", "both Sparks run the same NVIDIA driver version", scope=spark_hosts, runbook=True)
@@ -86,23 +82,21 @@ def driver(ctx: Context):
 @host_check("gpu.processes", "no process outside sparkctl's runtime holds GPU memory", scope=gpu_hosts, runbook=True)
 def processes(ctx: Context, host: str, f):
     if f.gpus is None:
-        return [skipped("nvidia-smi did not answer (see gpu.smi)")]
+        return skipped("nvidia-smi did not answer (see gpu.smi)")
     ours = [c.id for c in (f.containers or []) if c.id]
     foreign, mine = [], []
     for app in f.gpu_apps:
         cgroup = f.app_cgroups.get(app.pid, "")
         (mine if any(cid in cgroup for cid in ours) else foreign).append(app)
     if not foreign:
-        return [ok(f"only sparkctl's runtime uses the GPU ({len(mine)} process(es))" if mine else "no process holds GPU memory")]
+        return ok(f"only sparkctl's runtime uses the GPU ({len(mine)} process(es))" if mine else "no process holds GPU memory")
     listing = "; ".join(
         f"pid {a.pid} {a.process} {a.used_mib if a.used_mib is not None else '?'} MiB" for a in foreign
     )
     pids = " ".join(str(a.pid) for a in foreign)
-    return [
-        fail(
-            f"foreign process(es) hold GPU memory: {listing}",
-            f"find the owner (`ps -o user,etime,cmd -p {pids}`) and stop it; the runtime sizes its KV pool from "
-            "free GPU memory (gpu_memory_utilization), so this shrinks the pool or fails the start",
-            pids=[a.pid for a in foreign],
-        )
-    ]
+    return fail(
+        f"foreign process(es) hold GPU memory: {listing}",
+        f"find the owner (`ps -o user,etime,cmd -p {pids}`) and stop it; the runtime sizes its KV pool from "
+        "free GPU memory (gpu_memory_utilization), so this shrinks the pool or fails the start",
+        pids=[a.pid for a in foreign],
+    )

@@ -21,12 +21,11 @@ def runtime_hosts(ctx: Context) -> list[str]:
 
 @host_check("host.disk", "free disk under docker's data root and the cache directory", scope=runtime_hosts)
 def disk(ctx: Context, host: str, f):
-    out = []
     what = {"docker": f"docker data root {f.docker_root or ''}".strip(), "caches": f"cache dir {ctx.inventory.caches.host_path}"}
     for key, (fail_gib, warn_gib) in DISK_LIMITS.items():
         d = f.disks.get(key)
         if d is None:
-            out.append(skipped(f"could not read free space for the {what[key]}", target=key))
+            yield skipped(f"could not read free space for the {what[key]}", target=key)
             continue
         free = d.available / GIB
         msg = f"{free:.1f} GiB free on {d.mount} ({what[key]})"
@@ -35,31 +34,28 @@ def disk(ctx: Context, host: str, f):
             f"{ctx.inventory.caches.host_path}/torch_compile_cache, logs"
         )
         if free < fail_gib:
-            out.append(fail(f"{msg}: below {fail_gib} GiB", fix, target=key, free_gib=round(free, 1)))
+            yield fail(f"{msg}: below {fail_gib} GiB", fix, target=key, free_gib=round(free, 1))
         elif free < warn_gib:
-            out.append(warn(f"{msg}: below {warn_gib} GiB", fix, target=key, free_gib=round(free, 1)))
+            yield warn(f"{msg}: below {warn_gib} GiB", fix, target=key, free_gib=round(free, 1))
         else:
-            out.append(ok(msg, target=key, free_gib=round(free, 1)))
-    return out
+            yield ok(msg, target=key, free_gib=round(free, 1))
 
 
 @host_check("host.remove_ipc", "systemd-logind keeps shared memory (RemoveIPC=no)")
 def remove_ipc(ctx: Context, host: str, f):
     if f.logind_running is None:
-        return [skipped(f"could not read logind's state: {f.errors.get('logind', 'no answer')}")]
+        return skipped(f"could not read logind's state: {f.errors.get('logind', 'no answer')}")
     effective = "yes (systemd's default)" if f.remove_ipc is None else ("yes" if f.remove_ipc else "no")
     if f.remove_ipc is False:
-        return [ok("RemoveIPC=no")]
+        return ok("RemoveIPC=no")
     if not f.logind_running:
-        return [ok(f"systemd-logind is not running, so nothing removes IPC (its config says RemoveIPC={effective})")]
-    return [
-        fail(
-            f"RemoveIPC={effective}: logind deletes a user's shared memory when their last session ends, "
-            "which kills the runtime's NCCL/IPC segments",
-            "printf '[Login]\\nRemoveIPC=no\\n' > /etc/systemd/logind.conf.d/90-sparkctl.conf && "
-            "systemctl restart systemd-logind",
-        )
-    ]
+        return ok(f"systemd-logind is not running, so nothing removes IPC (its config says RemoveIPC={effective})")
+    return fail(
+        f"RemoveIPC={effective}: logind deletes a user's shared memory when their last session ends, "
+        "which kills the runtime's NCCL/IPC segments",
+        "printf '[Login]\\nRemoveIPC=no\\n' > /etc/systemd/logind.conf.d/90-sparkctl.conf && "
+        "systemctl restart systemd-logind",
+    )
 
 
 def rdma_runtime_hosts(ctx: Context) -> list[str]:
@@ -68,27 +64,22 @@ def rdma_runtime_hosts(ctx: Context) -> list[str]:
 
 @host_check("host.memlock", "the runtime's containers may lock memory without limit (RDMA registers it)", scope=rdma_runtime_hosts)
 def memlock(ctx: Context, host: str, f):
-    plan = ctx.plan
-    specs = {s.name: s for s in (plan.for_host(host) if plan else [])}
+    specs = {s.name: s for s in ctx.launch_on(host)}
     shell = "unlimited" if f.memlock_kib == -1 else (f"{f.memlock_kib} KiB" if f.memlock_kib is not None else "unknown")
     running = [c for c in (f.containers or []) if c.running and c.name in specs]
     drifted = [c for c in running if c.memlock != specs[c.name].ulimits.get("memlock")]
     if drifted:
-        return [
-            fail(
-                "running with another memlock limit than the launch: "
-                + ", ".join(f"{c.name} ({'not set' if c.memlock is None else c.memlock})" for c in drifted),
-                "restart the runtime with `sparkctl up` (it starts containers with the launch's --ulimit memlock)",
-            )
-        ]
+        return fail(
+            "running with another memlock limit than the launch: "
+            + ", ".join(f"{c.name} ({'not set' if c.memlock is None else c.memlock})" for c in drifted),
+            "restart the runtime with `sparkctl up` (it starts containers with the launch's --ulimit memlock)",
+        )
     limited = sorted({s.ulimits.get("memlock") for s in specs.values()} - {-1}, key=str)
     if limited:
-        return [
-            warn(
-                f"the launch limits locked memory to {', '.join(map(str, limited))} bytes (runtime.memlock): "
-                "RDMA memory registration needs unlimited on real hosts",
-                "leave runtime.memlock at its default -1 (unlimited) unless the engine cannot raise limits (the lab)",
-            )
-        ]
+        return warn(
+            f"the launch limits locked memory to {', '.join(map(str, limited))} bytes (runtime.memlock): "
+            "RDMA memory registration needs unlimited on real hosts",
+            "leave runtime.memlock at its default -1 (unlimited) unless the engine cannot raise limits (the lab)",
+        )
     where = f"{len(running)} running container(s) unlimited" if running else "containers start with --ulimit memlock=-1"
-    return [ok(f"{where} (login shell: {shell}, not what the runtime gets)")]
+    return ok(f"{where} (login shell: {shell}, not what the runtime gets)")

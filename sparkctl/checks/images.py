@@ -8,7 +8,7 @@ drifted is the one named, the head included; with no record, the ID most nodes h
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Optional
 
 from sparkctl.checks.base import Context, cluster_check, fail, host_check, ok, skipped
@@ -26,33 +26,29 @@ def _short(image_id: str) -> str:
 
 @host_check("images.present", "the runtime/drafter image is present on each node that runs it", scope=runtime_hosts, runbook=True)
 def present(ctx: Context, host: str, f):
-    out = []
     for ref in images_for(ctx.inventory, host):
         fact = f.images.get(ref)
         if fact is None:
-            out.append(skipped("not inspected", ref))
+            yield skipped("not inspected", ref)
         elif fact.id:
-            out.append(ok(f"present ({_short(fact.id)})", ref, id=fact.id))
+            yield ok(f"present ({_short(fact.id)})", ref, id=fact.id)
         elif fact.error and fact.error != "not present":
-            out.append(fail(f"docker did not answer: {fact.error}", f"start the Docker engine on {host}: `systemctl start docker`", ref))
+            yield fail(f"docker did not answer: {fact.error}", f"start the Docker engine on {host}: `systemctl start docker`", ref)
         else:
-            out.append(
-                fail(
-                    f"{ref} is not present on {host}",
-                    f"`sparkctl up` pulls it (by hand: `docker pull {ref}` on {host}; without a registry: "
-                    f"`docker save {ref} | ssh {host} docker load`)",
-                    ref,
-                )
+            yield fail(
+                f"{ref} is not present on {host}",
+                f"`sparkctl up` pulls it (by hand: `docker pull {ref}` on {host}; without a registry: "
+                f"`docker save {ref} | ssh {host} docker load`)",
+                ref,
             )
-    return out
 
 
 def _reference(have: dict[str, str]) -> Optional[str]:
     """Without a record: the ID a strict majority of the nodes holds (None on a tie: nothing tells)."""
-    counts = Counter(have.values())
+    counts = Counter(have.values()).most_common(1)
     if not counts:
         return None
-    (top, n), *rest = counts.most_common()
+    top, n = counts[0]
     return top if n * 2 > len(have) else None
 
 
@@ -63,14 +59,12 @@ def _reference(have: dict[str, str]) -> Optional[str]:
     runbook=True,
 )
 def same(ctx: Context):
-    out: dict[str, list] = {}
-    refs: dict[str, dict[str, str | None]] = {}
-    for h in runtime_hosts(ctx):
-        if h not in ctx.facts:
-            continue
+    out: dict[str, list] = defaultdict(list)
+    refs: dict[str, dict[str, str | None]] = defaultdict(dict)  # image -> host -> the ID it holds
+    for h in (h for h in runtime_hosts(ctx) if h in ctx.facts):
         for ref in images_for(ctx.inventory, h):
             fact = ctx.facts[h].images.get(ref)
-            refs.setdefault(ref, {})[h] = fact.id if fact else None
+            refs[ref][h] = fact.id if fact else None
     head = next(iter(ctx.inventory.hosts_with_role("head")), None)
     applied = ctx.facts[head].applied if head in ctx.facts else None
     for ref, ids in refs.items():
@@ -78,7 +72,7 @@ def same(ctx: Context):
         pin = ctx.inventory.runtime.image_digest if ref == ctx.inventory.runtime.image else None
         for h, i in ids.items():
             if not i:
-                out.setdefault(h, []).append(skipped("not present (see images.present)", ref))
+                out[h].append(skipped("not present (see images.present)", ref))
                 continue
             peers = [p for p in ctx.inventory.hosts if p != h and platform_of(ctx.inventory, p) == platform_of(ctx.inventory, h)]
             record = last_good(applied, h, ref, pin, peers)
@@ -89,7 +83,7 @@ def same(ctx: Context):
             holders = [p for p, x in have.items() if x == want and p != h]
             if want is None:
                 seen = ", ".join(f"{p} {_short(x)}" for p, x in have.items())
-                out.setdefault(h, []).append(
+                out[h].append(
                     fail(
                         f"{ref} differs between the nodes ({seen}) and no record says which is right",
                         "`sparkctl up` asks the registry which image the tag names and pulls it where it differs",
@@ -99,12 +93,12 @@ def same(ctx: Context):
                 )
             elif i == want:
                 others = f"; {', '.join(holders)} too" if holders else ""
-                out.setdefault(h, []).append(ok(f"{_short(i)}: {basis}{others}", ref, id=i))
+                out[h].append(ok(f"{_short(i)}: {basis}{others}", ref, id=i))
             else:
                 src = holders[0] if holders else None
                 by_hand = (f"; without a registry, from {src}: `docker save {want} | ssh {h} docker load`, then "
                            f"`docker tag {want} {ref}` on {h}") if src else ""  # fmt: skip
-                out.setdefault(h, []).append(
+                out[h].append(
                     fail(
                         f"{ref} is {_short(i)} on {h}, should be {_short(want)} ({basis}"
                         f"{'; ' + ', '.join(holders) + ' hold it' if holders else ''}): {h} would run different code",

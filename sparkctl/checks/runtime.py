@@ -35,7 +35,7 @@ def runtime_check(name: str, doc: str, scope):
     def deco(fn):
         @wraps(fn)
         def guarded(ctx: Context, host: str, f):
-            return fn(ctx, host, f) if running_anywhere(ctx) else [skipped(NOT_RUNNING)]
+            return fn(ctx, host, f) if running_anywhere(ctx) else skipped(NOT_RUNNING)
 
         return host_check(name, doc, scope=scope)(guarded)
 
@@ -64,7 +64,7 @@ def containers(ctx: Context, host: str, f):
         yield fail(f"cannot list containers: {f.errors.get('containers', 'no answer')}", f"check the Docker engine on {host}")
         return
     by_name = {c.name: c for c in f.containers}
-    for spec in ctx.plan.for_host(host) if ctx.plan else []:
+    for spec in ctx.launch_on(host):
         c = by_name.pop(spec.name, None)
         if c is None:
             yield fail(f"{spec.name} is not running on {host}", "`sparkctl up` starts the runtime in order (drafter, worker, head)", spec.name)
@@ -112,9 +112,9 @@ def config(ctx: Context, host: str, f):
 def health(ctx: Context, host: str, f):
     ep = ctx.endpoint
     if ep is None:
-        return [skipped("not asked")]
+        return skipped("not asked")
     if ep.health == 200:
-        return [ok(f"{ep.url}/health 200")]
+        return ok(f"{ep.url}/health 200")
     c, logs = _head_container(ctx)
     if ep.health is None and c is not None and c.running and not (logs and (logs.ready or logs.fatal)):
         since = c.running_for()
@@ -123,40 +123,38 @@ def health(ctx: Context, host: str, f):
         message = f"{ep.url} refuses connections: not serving yet, {what}"
         fix = "wait: `sparkctl up` waits for a loading runtime (it never restarts one); a cold start takes 10-15 min on a Spark"
         # a loading runtime serves nothing: it fails doctor unless the operator says loading is expected
-        return [warn(message, fix) if ctx.allow_loading else fail(message, fix + " (or `sparkctl doctor --allow-loading`)")]
+        return warn(message, fix) if ctx.allow_loading else fail(message, fix + " (or `sparkctl doctor --allow-loading`)")
     what = f"answers {ep.health}" if ep.health is not None else ep.health_error
-    return [
-        fail(
-            f"{ep.url}/health {what}" + (" (503: the engine is dead)" if ep.health == 503 else ""),
-            f"see runtime.engine and `docker logs --tail 100 sparkctl-head` on {host}; restart with `sparkctl up`",
-        )
-    ]
+    return fail(
+        f"{ep.url}/health {what}" + (" (503: the engine is dead)" if ep.health == 503 else ""),
+        f"see runtime.engine and `docker logs --tail 100 sparkctl-head` on {host}; restart with `sparkctl up`",
+    )
 
 
 @runtime_check("runtime.models", "/v1/models serves the inventory's model name and max_model_len", scope=head_host)
 def models(ctx: Context, host: str, f):
     ep, r = _serving(ctx), ctx.inventory.runtime
     if ep is None:
-        return [skipped(NOT_SERVING)]
+        return skipped(NOT_SERVING)
     if ep.models is None:
-        return [fail(f"/v1/models: {ep.models_error}", f"`curl {ep.url}/v1/models` by hand; `docker logs sparkctl-head`")]
+        return fail(f"/v1/models: {ep.models_error}", f"`curl {ep.url}/v1/models` by hand; `docker logs sparkctl-head`")
     names = [m.get("id") for m in ep.models]
     m = next((m for m in ep.models if m.get("id") == r.served_model_name), None)
     fix = "the runtime runs another config: `sparkctl up` restarts it with the inventory's (see runtime.config)"
     if m is None:
-        return [fail(f"serves {', '.join(map(str, names)) or 'no model'}, not {r.served_model_name}", fix)]
+        return fail(f"serves {', '.join(map(str, names)) or 'no model'}, not {r.served_model_name}", fix)
     if m.get("max_model_len") != r.max_model_len:
-        return [fail(f"{r.served_model_name} has max_model_len {m.get('max_model_len')}, the inventory says {r.max_model_len}", fix)]
-    return [ok(f"{r.served_model_name}, max_model_len {r.max_model_len}")]
+        return fail(f"{r.served_model_name} has max_model_len {m.get('max_model_len')}, the inventory says {r.max_model_len}", fix)
+    return ok(f"{r.served_model_name}, max_model_len {r.max_model_len}")
 
 
 @runtime_check("runtime.metrics", "/metrics now: requests running/waiting, KV cache usage, speculative acceptance", scope=head_host)
 def metrics(ctx: Context, host: str, f):
     ep = _serving(ctx)
     if ep is None:
-        return [skipped(NOT_SERVING)]
+        return skipped(NOT_SERVING)
     if ep.metrics_error:
-        return [fail(f"/metrics: {ep.metrics_error}", f"`curl {ep.url}/metrics` by hand")]
+        return fail(f"/metrics: {ep.metrics_error}", f"`curl {ep.url}/metrics` by hand")
     m = ep.metrics
     running, waiting = m.total(RUNNING) or 0.0, m.total(WAITING) or 0.0  # request counts add up over engines
     kv = m.gauge(KV_USAGE)  # one pool per engine: never summed
@@ -183,14 +181,12 @@ def metrics(ctx: Context, host: str, f):
     msg = "; ".join(parts)
     if kv is not None and kv.max >= KV_USAGE_WARN:
         where = "the pool is" if len(kv.per_engine) == 1 else f"engine {kv.fullest_engine}'s pool is"
-        return [
-            warn(
-                f"{msg}: {where} nearly full (requests get preempted)",
-                "the pool is shared by all live requests: lower max_num_seqs or the context in use, or add memory",
-                **data,
-            )
-        ]
-    return [ok(msg, **data)]
+        return warn(
+            f"{msg}: {where} nearly full (requests get preempted)",
+            "the pool is shared by all live requests: lower max_num_seqs or the context in use, or add memory",
+            **data,
+        )
+    return ok(msg, **data)
 
 
 @runtime_check("runtime.kv_pool", "the KV pool the runtime logs fits max_model_len and matches kv_pool_tokens", scope=head_host)
@@ -205,26 +201,22 @@ def kv_pool(ctx: Context, host: str, f):
     elif from_metrics:
         pool, source = min(from_metrics.values()), "metrics"
     else:
-        return [skipped("no 'GPU KV cache size' line in the head's log and no kv_cache_size_tokens in /metrics yet")]
+        return skipped("no 'GPU KV cache size' line in the head's log and no kv_cache_size_tokens in /metrics yet")
     data = {"kv_pool_tokens": pool, "source": source}
     if pool < r.max_model_len:
-        return [
-            fail(
-                f"KV pool {pool:,} tokens is smaller than max_model_len {r.max_model_len:,}: a full-length request cannot fit",
-                "lower max_model_len, raise gpu_memory_utilization, or free GPU memory (gpu.processes)",
-                **data,
-            )
-        ]
+        return fail(
+            f"KV pool {pool:,} tokens is smaller than max_model_len {r.max_model_len:,}: a full-length request cannot fit",
+            "lower max_model_len, raise gpu_memory_utilization, or free GPU memory (gpu.processes)",
+            **data,
+        )
     if r.kv_pool_tokens and abs(pool - r.kv_pool_tokens) > POOL_TOLERANCE * r.kv_pool_tokens:
-        return [
-            warn(
-                f"KV pool {pool:,} tokens, the inventory expects ~{r.kv_pool_tokens:,}",
-                "a smaller pool means less memory for KV (another process, a different gpu_memory_utilization or "
-                "kv_cache_dtype); if the new figure is right, update runtime.kv_pool_tokens",
-                **data,
-            )
-        ]
-    return [ok(f"KV pool {pool:,} tokens (max_model_len {r.max_model_len:,})", **data)]
+        return warn(
+            f"KV pool {pool:,} tokens, the inventory expects ~{r.kv_pool_tokens:,}",
+            "a smaller pool means less memory for KV (another process, a different gpu_memory_utilization or "
+            "kv_cache_dtype); if the new figure is right, update runtime.kv_pool_tokens",
+            **data,
+        )
+    return ok(f"KV pool {pool:,} tokens (max_model_len {r.max_model_len:,})", **data)
 
 
 def target_hosts(ctx: Context) -> list[str]:
@@ -315,95 +307,87 @@ def drafter_host(ctx: Context) -> list[str]:
 def drafter(ctx: Context, host: str, f):
     port = ctx.inventory.runtime.speculative.drafter_port
     if f.drafter_health == 200:
-        return [ok(f"drafter /health 200 on port {port}")]
+        return ok(f"drafter /health 200 on port {port}")
     c = next((c for c in f.containers or [] if c.role == "drafter"), None)
     state = "no drafter container" if c is None else f"{c.name} is {c.status}"
-    return [
-        fail(
-            f"drafter on port {port} does not answer /health ({f.drafter_health or 'no answer'}; {state})",
-            f"`docker logs --tail 100 sparkctl-drafter` on {host}; `sparkctl up` starts it before the head",
-        )
-    ]
+    return fail(
+        f"drafter on port {port} does not answer /health ({f.drafter_health or 'no answer'}; {state})",
+        f"`docker logs --tail 100 sparkctl-drafter` on {host}; `sparkctl up` starts it before the head",
+    )
 
 
 @runtime_check("runtime.spec_acceptance", "speculative acceptance over vLLM's last logged interval meets alerts.acceptance_length_min", scope=head_host)
 def spec_acceptance(ctx: Context, host: str, f):
     if not ctx.inventory.runtime.speculative:
-        return [skipped("no speculative decoding in the inventory")]
+        return skipped("no speculative decoding in the inventory")
     _, logs = _head_container(ctx)
     want = ctx.inventory.alerts.acceptance_length_min
     # vLLM logs `SpecDecoding metrics: Mean acceptance length: X` every stats interval (10 s) with
     # traffic: acceptance now, not since start (the counters on /metrics dilute a recent collapse).
     got = logs.spec_mean_acceptance if logs is not None else None
     if got is None:
-        return [ok("no speculative interval logged since the head started (no traffic yet)")]
+        return ok("no speculative interval logged since the head started (no traffic yet)")
     if got < want:
-        return [
-            warn(
-                f"mean acceptance length {got:.2f} over the last logged interval, below the expected {want:g} "
-                "(alerts.acceptance_length_min): drafting costs more than it saves",
-                "long contexts lower acceptance (seed 002: code ~4.3 at short context, ~2.8 by 80K): if the traffic now "
-                "has long contexts, that is the known decay; at short context, check the drafter (runtime.drafter) "
-                "and its version",
-                acceptance_length=got, expected=want,
-            )
-        ]
-    return [ok(f"mean acceptance length {got:.2f} over the last logged interval (expected >= {want:g})",
-               acceptance_length=got, expected=want)]  # fmt: skip
+        return warn(
+            f"mean acceptance length {got:.2f} over the last logged interval, below the expected {want:g} "
+            "(alerts.acceptance_length_min): drafting costs more than it saves",
+            "long contexts lower acceptance (seed 002: code ~4.3 at short context, ~2.8 by 80K): if the traffic now "
+            "has long contexts, that is the known decay; at short context, check the drafter (runtime.drafter) "
+            "and its version",
+            acceptance_length=got, expected=want,
+        )
+    return ok(f"mean acceptance length {got:.2f} over the last logged interval (expected >= {want:g})",
+              acceptance_length=got, expected=want)  # fmt: skip
 
 
 @runtime_check("runtime.queue", "no queue (more than alerts.waiting_requests) while a slot is free: a long prefill holding the token budget", scope=head_host)
 def queue(ctx: Context, host: str, f):
     ep = _serving(ctx)
     if ep is None or ep.metrics_error:  # runtime.health and runtime.metrics report why
-        return [skipped(NOT_SERVING)]
+        return skipped(NOT_SERVING)
     m, slots = ep.metrics, ctx.inventory.runtime.max_num_seqs
     running, waiting = m.total(RUNNING) or 0.0, m.total(WAITING) or 0.0
     engines = max(1, len(m.engines))  # data parallel: max_num_seqs per engine
     data = {"running": running, "waiting": waiting, "max_num_seqs": slots}
     kv = m.gauge(KV_USAGE)
     if waiting > 0 and kv is not None and kv.max >= KV_USAGE_WARN:
-        return [ok(f"{waiting:g} request(s) wait for KV space, not behind a prefill (see runtime.metrics)", **data)]
+        return ok(f"{waiting:g} request(s) wait for KV space, not behind a prefill (see runtime.metrics)", **data)
     # vLLM admits a waiting request only while the step's token budget lasts: requests waiting with
     # slots free mean a prefill takes the whole budget (seed 000's head-of-line blocking). One or two
     # waiting is a request that arrived mid-step; more than alerts.waiting_requests is a queue.
     if waiting > ctx.inventory.alerts.waiting_requests and running < slots * engines:
-        return [
-            warn(
-                f"{waiting:g} request(s) wait with {running:g} of {slots * engines} slots busy: a long prompt's prefill "
-                "holds the step's token budget, and short requests wait for their first token until it ends",
-                "find the long cold prompts (`sparkctl status --watch`: waiting while few run); move long-context jobs to "
-                "their own window or cluster, or keep their prefix warm",
-                **data,
-            )
-        ]
-    return [ok(f"{running:g} running, {waiting:g} waiting (max_num_seqs {slots})", **data)]
+        return warn(
+            f"{waiting:g} request(s) wait with {running:g} of {slots * engines} slots busy: a long prompt's prefill "
+            "holds the step's token budget, and short requests wait for their first token until it ends",
+            "find the long cold prompts (`sparkctl status --watch`: waiting while few run); move long-context jobs to "
+            "their own window or cluster, or keep their prefix warm",
+            **data,
+        )
+    return ok(f"{running:g} running, {waiting:g} waiting (max_num_seqs {slots})", **data)
 
 
 @runtime_check("runtime.ttft", "p99 time to first token over the seconds doctor looked is within alerts.ttft_p99_seconds", scope=head_host)
 def ttft(ctx: Context, host: str, f):
     ep = _serving(ctx)
     if ep is None or ep.metrics_error:  # runtime.health and runtime.metrics report why
-        return [skipped(NOT_SERVING)]
+        return skipped(NOT_SERVING)
     if ep.earlier is None or not ep.window_s:
-        return [ok("one /metrics page only: nothing to compare (see runtime.queue)")]
+        return ok("one /metrics page only: nothing to compare (see runtime.queue)")
     # vLLM's histogram counts since the start; the difference between doctor's two pages is now
     # (as Prometheus's rate() over the alert's window), so an hour-old burst does not warn today
     p99, n = quantile_between(ep.earlier, ep.metrics, TTFT, 0.99)
     want = ctx.inventory.alerts.ttft_p99_seconds
     data = {"window_s": round(ep.window_s, 2), "first_tokens": n, "ttft_p99_s": None if p99 is None else round(p99, 3)}
     if p99 is None:
-        return [ok(f"no request got its first token in the {ep.window_s:.1f} s doctor looked", **data)]
+        return ok(f"no request got its first token in the {ep.window_s:.1f} s doctor looked", **data)
     if p99 > want:
-        return [
-            warn(
-                f"p99 time to first token {p99:.2f} s over {n} request(s) in the last {ep.window_s:.1f} s, above "
-                f"alerts.ttft_p99_seconds ({want:g} s): requests wait for their first token",
-                "a long cold prompt ahead of short ones holds the step's token budget (seed 000's head-of-line): "
-                "find and move the job that sends it (`sparkctl status --watch`: waiting while few run); with every "
-                "slot busy it is load or a full KV pool (runtime.metrics)",
-                **data,
-            )
-        ]
-    return [ok(f"p99 time to first token {p99:.3f} s over {n} request(s) in the last {ep.window_s:.1f} s", **data)]
+        return warn(
+            f"p99 time to first token {p99:.2f} s over {n} request(s) in the last {ep.window_s:.1f} s, above "
+            f"alerts.ttft_p99_seconds ({want:g} s): requests wait for their first token",
+            "a long cold prompt ahead of short ones holds the step's token budget (seed 000's head-of-line): "
+            "find and move the job that sends it (`sparkctl status --watch`: waiting while few run); with every "
+            "slot busy it is load or a full KV pool (runtime.metrics)",
+            **data,
+        )
+    return ok(f"p99 time to first token {p99:.3f} s over {n} request(s) in the last {ep.window_s:.1f} s", **data)
 

@@ -48,18 +48,16 @@ def host_key(ctx: Context):
 @host_check("ssh.privilege", "the SSH user is root or has passwordless sudo (sparkctl changes network, docker, mounts)")
 def privilege(ctx: Context, host: str, f):
     if f.uid is None:
-        return [skipped(f"could not read the user id: {f.errors.get('whoami', 'no answer')}")]
+        return skipped(f"could not read the user id: {f.errors.get('whoami', 'no answer')}")
     if f.uid == 0:
-        return [ok(f"logged in as {f.user or 'root'} (uid 0)")]
+        return ok(f"logged in as {f.user or 'root'} (uid 0)")
     if f.sudo:
-        return [ok(f"{f.user} has passwordless sudo")]
-    return [
-        fail(
-            f"{f.user} (uid {f.uid}) is not root and `sudo -n true` asks for a password",
-            f"log in as root (ssh.user: root) or allow {f.user} passwordless sudo: "
-            f"echo '{f.user} ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/sparkctl",
-        )
-    ]
+        return ok(f"{f.user} has passwordless sudo")
+    return fail(
+        f"{f.user} (uid {f.uid}) is not root and `sudo -n true` asks for a password",
+        f"log in as root (ssh.user: root) or allow {f.user} passwordless sudo: "
+        f"echo '{f.user} ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/sparkctl",
+    )
 
 
 @cluster_check("ssh.clock", f"host clocks agree within {CLOCK_SKEW_FAIL:g} s")

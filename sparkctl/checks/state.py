@@ -26,38 +26,38 @@ def _duration(seconds: float) -> str:
 @host_check("state.lock", "the cluster lock is free or held by a live run (not left by a run that is gone)", scope=head_host)
 def lock(ctx: Context, host: str, f):
     if "lock" not in f.sections:
-        return [skipped("the lock was not read")]
+        return skipped("the lock was not read")
     if "lock" in f.errors:
-        return [warn(f.errors["lock"], "if no sparkctl run is changing this cluster, `sparkctl unlock --yes` removes it")]
+        return warn(f.errors["lock"], "if no sparkctl run is changing this cluster, `sparkctl unlock --yes` removes it")
     holder = f.lock
     if holder is None:
-        return [ok("the cluster lock is free")]
+        return ok("the cluster lock is free")
     data = {"holder": holder.to_dict()}
     beat = f"heartbeat {_duration(holder.heartbeat_age)} ago" if holder.heartbeat_age is not None else "no heartbeat read"
     why = holder.gone()
     if why is None:
-        return [ok(f"held by a live run: {holder.describe()}, {beat}", **data)]
+        return ok(f"held by a live run: {holder.describe()}, {beat}", **data)
     journal = f.journal or {}
     if journal.get("lock_token") == holder.token:  # an interrupted reload: finishing it takes its lock over
         fix = ("an interrupted reload holds it: `sparkctl rollback --yes` (back to the last good config) or "
                "`sparkctl reload --resume --config NEW` take the lock over")  # fmt: skip
     else:
         fix = UNLOCK_FIX
-    return [fail(f"the cluster lock is held by {holder.describe()}, and that run is gone: {why}; every up, down and "
-                 "reload is refused until it is broken", fix, **data)]  # fmt: skip
+    return fail(f"the cluster lock is held by {holder.describe()}, and that run is gone: {why}; every up, down and "
+                "reload is refused until it is broken", fix, **data)  # fmt: skip
 
 
 @host_check("state.last_reload", "the last reload, restart or rollback applied its config (did not roll back)", scope=head_host)
 def last_reload(ctx: Context, host: str, f):
     if "events" not in f.sections:
-        return [skipped("the events were not read")]
+        return skipped("the events were not read")
     if not f.events:
-        return [ok("no applied config or reload recorded yet")]
+        return ok("no applied config or reload recorded yet")
     last = f.events[-1]  # newest last; a later successful up/reload/restart/rollback settles a failed one
     command, outcome = last.get("command", "?"), last.get("outcome", "?")
     when = f"{last.get('at', '?')} by {last.get('by', '?')}"
     if outcome not in BAD_OUTCOMES:
-        return [ok(f"last change: {command} {outcome} ({when}), config {last.get('config_hash')}")]
+        return ok(f"last change: {command} {outcome} ({when}), config {last.get('config_hash')}")
     what = f"the last {command} ({when}) to config {last.get('config_hash')} {outcome}"
     reason = last.get("reason") or "no reason recorded"
     serving = last.get("from_config")
@@ -67,11 +67,9 @@ def last_reload(ctx: Context, host: str, f):
         now = f"nothing was stopped: config {serving} still serves" if serving else "nothing was stopped"
     else:
         now = "and the rollback failed too: see `sparkctl history` for what runs on each host"
-    return [
-        warn(
-            f"{what}: {reason}; {now}, the change did not happen",
-            "read why (`sparkctl history`), correct the new config and `sparkctl reload --config NEW`; or keep the "
-            "last good config and settle on it: `sparkctl rollback --yes` (restarts nothing that already runs it)",
-            command=command, outcome=outcome, config_hash=last.get("config_hash"), from_config=serving, reason=reason,
-        )  # fmt: skip
-    ]
+    return warn(
+        f"{what}: {reason}; {now}, the change did not happen",
+        "read why (`sparkctl history`), correct the new config and `sparkctl reload --config NEW`; or keep the "
+        "last good config and settle on it: `sparkctl rollback --yes` (restarts nothing that already runs it)",
+        command=command, outcome=outcome, config_hash=last.get("config_hash"), from_config=serving, reason=reason,
+    )  # fmt: skip

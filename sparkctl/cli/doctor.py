@@ -9,6 +9,8 @@ Exit 0 when nothing fails, 1 when a check fails, 2 on bad input.
 
 from __future__ import annotations
 
+from collections import Counter
+from functools import partial
 from typing import Annotated, Optional
 
 import typer
@@ -57,20 +59,16 @@ def doctor(
     from sparkctl.checks.doctor import doctor as run_doctor
     from sparkctl.inventory.loader import load_inventory
 
-    inv = load_inventory(require_inventory(inventory))
-    if json_out:
-        report = run_doctor(inv, hosts=hosts, only=only, ignore=ignore, deep=deep, allow_loading=allow_loading)
-        from sparkctl.cli.output import print_json
+    from sparkctl.cli.output import console, print_json
 
+    inv = load_inventory(require_inventory(inventory))
+    run = partial(run_doctor, inv, hosts=hosts, only=only, ignore=ignore, deep=deep, allow_loading=allow_loading)
+    if json_out:
+        report = run()
         print_json(report.to_dict())
     else:
-        from sparkctl.cli.output import console
-
         with console().status("sparkctl doctor: gathering facts", spinner="dots") as status:
-            report = run_doctor(
-                inv, hosts=hosts, only=only, ignore=ignore, deep=deep, allow_loading=allow_loading,
-                progress=lambda t: status.update(f"sparkctl doctor: {t}"),
-            )
+            report = run(progress=lambda t: status.update(f"sparkctl doctor: {t}"))
         (print_report if verbose else print_summary)(report)
     raise typer.Exit(1 if report.failed else 0)
 
@@ -104,8 +102,8 @@ def print_report(report, c=None) -> None:
             if r.status == "fail" and r.fix:
                 message.append("\nfix: ", style="bold")
                 message.append(redact(r.fix))
-                if runbooks.for_result(r):
-                    message.append(f"\nrunbook: {runbooks.for_result(r)}", style="dim")
+                if book := runbooks.for_result(r):
+                    message.append(f"\nrunbook: {book}", style="dim")
             elif r.status == "warn" and r.fix:
                 message.append(f"\n{redact(r.fix)}", style="dim")
             table.add_row(r.name, _short_target(r.target), Text(r.status, style=STYLE[r.status]), message)
@@ -117,9 +115,11 @@ def print_report(report, c=None) -> None:
 def _print_totals(report, c) -> None:
     from rich.text import Text
 
+    from sparkctl.checks.base import STATUSES
+
     s = report.summary()
     line = Text()
-    for status in ("ok", "warn", "fail", "skipped"):
+    for status in STATUSES:
         line.append(f"{s[status]} {status}", style=STYLE[status] if s[status] else "dim")
         line.append("  ")
     line.append(f"in {report.seconds:.2f} s" + (" (--deep)" if report.deep else ""))
@@ -131,13 +131,13 @@ def _print_totals(report, c) -> None:
 def _cell(rows) -> "Text":
     from rich.text import Text
 
-    cell = Text(no_wrap=True)
     if not rows:
         return Text("·", style="dim")
+    counts = Counter(r.status for r in rows)
+    cell = Text(no_wrap=True)
     for status in ("fail", "warn", "ok", "skipped"):
-        n = sum(1 for r in rows if r.status == status)
-        if n:
-            cell.append(f"{MARK[status]} {n} ", style=STYLE[status])
+        if counts[status]:
+            cell.append(f"{MARK[status]} {counts[status]} ", style=STYLE[status])
     return cell
 
 
@@ -155,10 +155,10 @@ def _findings(report) -> list[tuple]:
     from sparkctl.checks import REGISTRY
 
     order = {name: i for i, name in enumerate(REGISTRY)}  # a cause (fabric.mtu) before its effect (fabric.ping)
+    shown = [r for r in report.results if r.status in ("fail", "warn")]
     merged: dict[tuple, list] = {}
-    for status in ("fail", "warn"):
-        for r in sorted((r for r in report.results if r.status == status), key=lambda r: order.get(r.name, len(order))):
-            merged.setdefault((r.name, r.status, r.message, r.fix), []).append(r)
+    for r in sorted(shown, key=lambda r: (r.status == "warn", order.get(r.name, len(order)))):
+        merged.setdefault((r.name, r.status, r.message, r.fix), []).append(r)
     return list(merged.items())
 
 
@@ -187,7 +187,7 @@ def print_summary(report, c=None) -> None:
     for g in groups:  # a group skipped everywhere for one reason: say it once (e.g. runtime not running)
         rows = [r for r in report.results if r.group == g]
         reasons = {r.message for r in rows}
-        if rows and all(r.status == "skipped" for r in rows) and len(reasons) == 1:
+        if all(r.status == "skipped" for r in rows) and len(reasons) == 1:
             c.print(Text(f"{MARK['skipped']} {g}: {reasons.pop()}", style="dim"))
     for (name, status, message, fix), rows in _findings(report):
         c.print()
@@ -200,8 +200,7 @@ def print_summary(report, c=None) -> None:
         if fix:
             body.append("\nfix: ", style="bold")
             body.append(redact(fix))
-        book = runbooks.for_result(rows[0])
-        if book:
+        if book := runbooks.for_result(rows[0]):
             body.append("\nrunbook: ", style="bold")
             body.append(book)
         c.print(Padding(body, (0, 0, 0, 2), expand=False))
