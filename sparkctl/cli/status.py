@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import select
+import sys
 import time
+from contextlib import contextmanager
 from typing import Annotated, Optional
 
 import typer
@@ -55,24 +59,13 @@ def head_base(inv) -> tuple[str, int]:
 
 
 def collect(inv, plan, sample_seconds: float) -> dict:
-    from sparkctl.facts.endpoint import fetch
-
     base = head_base(inv)
     with runtime_fleet(inv, plan) as fleet:
         hosts = host_containers(inv, plan, fleet)
-    first = fetch(*base)
-    runtime: dict = {"url": first.url, "health": first.health, "error": first.health_error, **_model(first)}
-    if first.metrics:
-        time.sleep(sample_seconds)
-        a, b = first.metrics, fetch(*base).metrics or first.metrics
-        gen = b.get("vllm:generation_tokens_total", 0) - a.get("vllm:generation_tokens_total", 0)
-        runtime.update(
-            running=int(b.get("vllm:num_requests_running", 0)),
-            waiting=int(b.get("vllm:num_requests_waiting", 0)),
-            kv_cache_usage=round(b.get("vllm:kv_cache_usage_perc", 0.0), 4),
-            output_tokens_per_s=round(max(gen, 0) / sample_seconds, 1),
-            **(b.spec or SpecCounters()).fields(),  # since start; rate in percent (sparkctl/runtime/metrics.py)
-        )
+    first, second = sample(base, sample_seconds)
+    runtime = _runtime(first, second, sample_seconds)
+    if "running" in runtime:  # acceptance since start here (the docstring of `status`); rate in percent
+        runtime.update((second.metrics.spec or SpecCounters()).fields())
     healthy = runtime["health"] == 200 and all(
         c["state"] == "running" and c["config_matches"] for h in hosts.values() for c in h["containers"]
     )
@@ -177,12 +170,12 @@ def endpoint_base(url: str) -> tuple[str, int]:
 def figures(a, b, seconds: float) -> dict:
     """What the runtime did between two fetches (EndpointFacts) `seconds` apart: tok/s, requests,
     KV use, speculative acceptance and mean TTFT over that interval only."""
-    ma, mb = a.metrics or {}, b.metrics or {}
+    ma, mb = a.metrics, b.metrics
 
     def delta(name: str) -> float:
         return max(mb.get(name, 0.0) - ma.get(name, 0.0), 0.0)  # a restart resets counters: never negative
 
-    spec = (getattr(mb, "spec", None) or SpecCounters()) - (getattr(ma, "spec", None) or SpecCounters())
+    spec = (mb.spec or SpecCounters()) - (ma.spec or SpecCounters())
     ttft_n = delta("vllm:time_to_first_token_seconds_count")
     return {
         "running": int(mb.get("vllm:num_requests_running", 0)),
@@ -211,14 +204,19 @@ def _runtime(first, second, seconds: float) -> dict:
     return r
 
 
-def endpoint_status(base: tuple[str, int], sample_seconds: float) -> dict:
+def sample(base: tuple[str, int], seconds: float) -> tuple:
+    """Two fetches of the endpoint `seconds` apart (the same one twice when /metrics gave nothing)."""
     from sparkctl.facts.endpoint import fetch
 
     first = fetch(*base)
-    second = first
-    if first.metrics:
-        time.sleep(sample_seconds)
-        second = fetch(*base)
+    if not first.metrics:
+        return first, first
+    time.sleep(seconds)
+    return first, fetch(*base)
+
+
+def endpoint_status(base: tuple[str, int], sample_seconds: float) -> dict:
+    first, second = sample(base, sample_seconds)
     runtime = _runtime(first, second, sample_seconds)
     return {"endpoint": first.url, "healthy": runtime["health"] == 200, "runtime": runtime}
 
@@ -273,42 +271,32 @@ def _view(runtime: dict, hosts: Optional[dict]):
     return Group(*parts)
 
 
-class _Keys:
-    """q on a terminal quits the live view; stdin is left as it was found."""
+@contextmanager
+def _quit_key():
+    """Yields quit_within(seconds): True when q was pressed on the terminal meanwhile. stdin is left
+    as it was found."""
+    if not sys.stdin.isatty():
+        yield lambda seconds: time.sleep(seconds)
+        return
+    import termios
+    import tty
 
-    def __enter__(self):
-        import sys
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    tty.setcbreak(fd)
 
-        self.fd = None
-        if sys.stdin.isatty():
-            import termios
-            import tty
-
-            self.fd = sys.stdin.fileno()
-            self.saved = termios.tcgetattr(self.fd)
-            tty.setcbreak(self.fd)
-        return self
-
-    def quit_within(self, seconds: float) -> bool:
-        import os
-        import select
-
-        if self.fd is None:
-            time.sleep(seconds)
-            return False
+    def quit_within(seconds: float) -> bool:
         deadline = time.monotonic() + seconds
         while (left := deadline - time.monotonic()) > 0:
-            ready, _, _ = select.select([self.fd], [], [], left)
-            if ready and os.read(self.fd, 1) in (b"q", b"Q"):
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready and os.read(fd, 1) in (b"q", b"Q"):
                 return True
         return False
 
-    def __exit__(self, *exc):
-        if self.fd is not None:
-            import termios
-
-            termios.tcsetattr(self.fd, termios.TCSADRAIN, self.saved)
-        return False
+    try:
+        yield quit_within
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
 def watch_view(containers, base: tuple[str, int], interval: float) -> None:
@@ -321,8 +309,8 @@ def watch_view(containers, base: tuple[str, int], interval: float) -> None:
 
     prev, t_prev, wait = fetch(*base), time.monotonic(), 0.2  # the first frame comes at once
     try:
-        with _Keys() as keys, Live(console=console(), auto_refresh=False, transient=False) as live:
-            while not keys.quit_within(wait):
+        with _quit_key() as quit_within, Live(console=console(), auto_refresh=False, transient=False) as live:
+            while not quit_within(wait):
                 cur, t_cur = fetch(*base), time.monotonic()
                 live.update(_view(_runtime(prev, cur, t_cur - t_prev), containers()), refresh=True)
                 prev, t_prev, wait = cur, t_cur, interval

@@ -31,11 +31,6 @@ class EndpointFacts:
         return self.health is not None
 
 
-def parse_metrics(text: str, model: Optional[str] = None) -> MetricsPage:
-    """Prometheus text -> the page by engine (prometheus_client's parser); see runtime/metrics.py."""
-    return parse_page(text, model)
-
-
 def _why(exc: Exception) -> str:
     import httpx
 
@@ -44,6 +39,13 @@ def _why(exc: Exception) -> str:
     if isinstance(exc, httpx.TimeoutException):
         return "no answer in time"
     return f"{type(exc).__name__}: {exc}"
+
+
+def _metrics(client, model: Optional[str]) -> MetricsPage:
+    """GET /metrics -> the page by engine (runtime/metrics.py); ValueError when not Prometheus text."""
+    r = client.get("/metrics")
+    r.raise_for_status()
+    return parse_page(r.text, model)
 
 
 def fetch(host: str, port: int, timeout: float = 3.0, model: Optional[str] = None) -> EndpointFacts:
@@ -65,9 +67,7 @@ def fetch(host: str, port: int, timeout: float = 3.0, model: Optional[str] = Non
         except (httpx.HTTPError, ValueError, AttributeError) as exc:
             facts.models_error = _why(exc) if isinstance(exc, httpx.HTTPError) else f"unreadable answer: {exc}"
         try:
-            r = client.get("/metrics")
-            r.raise_for_status()
-            facts.metrics, facts.metrics_at = parse_metrics(r.text, model), time.monotonic()
+            facts.metrics, facts.metrics_at = _metrics(client, model), time.monotonic()
         except httpx.HTTPError as exc:
             facts.metrics_error = _why(exc)
         except ValueError as exc:
@@ -85,9 +85,7 @@ def read_again(facts: EndpointFacts, timeout: float = 3.0, model: Optional[str] 
         return facts
     try:
         with httpx.Client(base_url=facts.url, timeout=timeout, trust_env=False) as client:
-            r = client.get("/metrics")
-            r.raise_for_status()
-            page = parse_metrics(r.text, model)
+            page = _metrics(client, model)
     except (httpx.HTTPError, ValueError):
         return facts
     now = time.monotonic()

@@ -17,7 +17,8 @@ MARKER = ".sparkctl-placed"  # written by steps/engram.py after verifying the co
 STAT = ".sparkctl-placed.stat"  # "size ctime name" of every file as verified: what changed since is re-hashed
 MANIFEST = "SHA256SUMS"
 RAM_FS = ("tmpfs", "ramfs", "hugetlbfs")
-_PARTS = ("mount", "marker", "sums", "source", "target")
+# the table files of a placed copy (run inside it): not the marker, its stat record or the manifest
+_TABLES = f"find . -type f ! -name '{MARKER}*' ! -name {MANIFEST}"
 
 
 def engram_probe(source: str, target: str) -> str:
@@ -64,28 +65,24 @@ class EngramFacts:
 
 
 def parse_engram(text: str) -> EngramFacts:
+    chunks = {"mount": "", "marker": "", "sums": "", "source": "", "target": ""}
     part = None
-    chunks: dict[str, list[str]] = {p: [] for p in _PARTS}
-    for line in text.splitlines():
-        if line.startswith("@@") and line[2:] in chunks:
-            part = line[2:]
-        elif part and line.strip():
-            chunks[part].append(line)
+    for line in text.splitlines(keepends=True):
+        if line.startswith("@@") and line[2:].strip() in chunks:
+            part = line[2:].strip()
+        elif part:
+            chunks[part] += line
 
-    def listing(lines: list[str]) -> dict[str, int]:
-        files = {}
-        for ln in lines:
-            name, _, size = ln.rpartition(" ")
-            if size.isdigit() and name:
-                files[name] = int(size)
-        return files
+    def listing(text: str) -> dict[str, int]:
+        rows = (line.rpartition(" ") for line in text.splitlines())
+        return {name: int(size) for name, _, size in rows if size.isdigit() and name}
 
-    mount = chunks["mount"][-1].split() if chunks["mount"] else []
+    mount = (chunks["mount"].strip().splitlines() or [""])[-1].split()  # df's last line: FSTYPE SIZE
     return EngramFacts(
         mount_fs=mount[0] if mount else None,
         mount_bytes=int(mount[1]) if len(mount) > 1 and mount[1].isdigit() else None,
-        placed_sums=parse_sums("\n".join(chunks["marker"])),
-        source_sums=parse_sums("\n".join(chunks["sums"])),
+        placed_sums=parse_sums(chunks["marker"]),
+        source_sums=parse_sums(chunks["sums"]),
         source_files=listing(chunks["source"]),
         target_files=listing(chunks["target"]),
     )
@@ -103,7 +100,7 @@ def source_sums_command(source: str) -> str:
 def checksum_command(target: str) -> str:
     """Shell (--deep): hash every file of the RAM copy, to compare against the placement record."""
     t = shlex.quote(target)
-    return f"cd {t} && find . -type f ! -name '{MARKER}*' ! -name {MANIFEST} | sort | xargs -r sha256sum"
+    return f"cd {t} && {_TABLES} | sort | xargs -r sha256sum"
 
 
 def changed_checksum_command(target: str) -> str:
@@ -112,7 +109,7 @@ def changed_checksum_command(target: str) -> str:
     print `unchanged NAME` for the others. Hashing all of ~220 GiB on every run would take minutes."""
     t = shlex.quote(target)
     return (
-        f"cd {t} && find . -type f ! -name '{MARKER}*' ! -name {MANIFEST} -printf '%s %C@ %P\\n' | sort -k3 | "
+        f"cd {t} && {_TABLES} -printf '%s %C@ %P\\n' | sort -k3 | "
         f"while read -r size ctime name; do "
         f'if grep -qxF -- "$size $ctime $name" {STAT} 2>/dev/null; then echo "unchanged $name"; '
         f'else sha256sum -- "$name"; fi; done'
@@ -122,7 +119,7 @@ def changed_checksum_command(target: str) -> str:
 def stat_command(target: str) -> str:
     """Shell: the `size ctime name` record of every file, written next to the marker after verifying."""
     t = shlex.quote(target)
-    return f"cd {t} && find . -type f ! -name '{MARKER}*' ! -name {MANIFEST} -printf '%s %C@ %P\\n' | sort -k3 > {STAT}"
+    return f"cd {t} && {_TABLES} -printf '%s %C@ %P\\n' | sort -k3 > {STAT}"
 
 
 def parse_changed_sums(text: str, placed: dict[str, str]) -> dict[str, str]:

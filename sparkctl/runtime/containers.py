@@ -1,7 +1,7 @@
-"""Start, find and stop the runtime's containers through the Docker SDK, from rendered specs.
+"""Start and stop the runtime's containers through the Docker SDK, from rendered specs.
 
-`docker_kwargs(spec)` is the one translation from a `ContainerSpec` to docker-py's
-`containers.run` arguments, so what `render` prints is exactly what runs.
+`create_args(api, spec)` is the one translation from a `ContainerSpec` to docker-py's arguments,
+so what `render` prints is exactly what runs.
 """
 
 from __future__ import annotations
@@ -39,43 +39,29 @@ def create_args(api, spec: ContainerSpec) -> dict:
     )
 
 
-def start(client, spec: ContainerSpec):
+def start(client, spec: ContainerSpec) -> None:
     """Remove any stale container of the same name, then create and start this spec."""
     import docker
 
     try:
-        old = client.containers.get(spec.name)
-        old.remove(force=True)
+        client.containers.get(spec.name).remove(force=True)
     except docker.errors.NotFound:
         pass
-    created = client.api.create_container(**create_args(client.api, spec))
-    client.api.start(created["Id"])
-    return client.containers.get(created["Id"])
+    client.api.start(client.api.create_container(**create_args(client.api, spec))["Id"])
 
 
-def find(client, cluster: str, role: Optional[str] = None) -> list:
-    """This cluster's runtime containers on one host (running or not)."""
-    filters = {"label": [f"{LABEL_PREFIX}.cluster={cluster}"]}
-    if role:
-        filters["label"].append(f"{LABEL_PREFIX}.role={role}")
-    return client.containers.list(all=True, filters=filters)
-
-
-def stop(
-    client, cluster: str, timeout: Optional[int] = None, remove: bool = True, names: Optional[list[str]] = None,
-    logs: Optional[dict[str, str]] = None,
-) -> list[str]:
+def stop(client, cluster: str, timeout: Optional[int] = None, names: Optional[list[str]] = None,
+         logs: Optional[dict[str, str]] = None) -> list[str]:
     """Stop (SIGTERM, drain up to the container's stop timeout) and remove this cluster's containers
     (only those named, when `names` is given); with `logs`, keep each one's last log lines first."""
     stopped = []
-    for c in find(client, cluster):
+    for c in client.containers.list(all=True, filters={"label": [f"{LABEL_PREFIX}.cluster={cluster}"]}):
         if names is not None and c.name not in names:
             continue
         if c.status == "running":
             c.stop(timeout=timeout) if timeout is not None else c.stop()
         if logs is not None:
             logs[c.name] = c.logs(tail=400).decode(errors="replace")
-        if remove:
-            c.remove(force=True)
+        c.remove(force=True)
         stopped.append(c.name)
     return stopped

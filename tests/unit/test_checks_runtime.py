@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 
 from sparkctl.alerts import runbooks
-from sparkctl.facts.endpoint import EndpointFacts, parse_metrics
+from sparkctl.facts.endpoint import EndpointFacts
 from sparkctl.runtime.launch import render
+from sparkctl.runtime.metrics import parse_page
 from test_checks import INV, H, O, W, by, edit, failing, run, sections
 from test_conformance import line, metrics_page
 
@@ -56,7 +57,7 @@ def running(secs=None, logs=None, status=None, config_hash=None, drafter_health=
 
 
 def endpoint(health=200, models=MODELS, metrics=METRICS, error=None, info=None):
-    page = parse_metrics(metrics_page(metrics, INV.runtime.served_model_name, info))
+    page = parse_page(metrics_page(metrics, INV.runtime.served_model_name, info))
     return EndpointFacts(url="http://10.231.0.11:8888", health=health, health_error=error, models=models, metrics=page)
 
 
@@ -313,7 +314,7 @@ def sim_pages(before: list[float], between: list[float]) -> tuple[str, str]:
 def windowed(before: list[float], between: list[float], window_s: float = 2.0) -> EndpointFacts:
     first, second = sim_pages(before, between)
     ep = endpoint()
-    ep.earlier, ep.metrics, ep.window_s = parse_metrics(first), parse_metrics(second), window_s
+    ep.earlier, ep.metrics, ep.window_s = parse_page(first), parse_page(second), window_s
     return ep
 
 
@@ -321,9 +322,9 @@ def test_ttft_quantile_counts_only_what_happened_between_the_pages():
     from sparkctl.runtime.metrics import TTFT, quantile_between
 
     first, second = sim_pages([40.0] * 50, [0.01] * 99 + [0.3])  # an old burst of 40 s, then fast
-    p99, n = quantile_between(parse_metrics(first), parse_metrics(second), TTFT, 0.99)
+    p99, n = quantile_between(parse_page(first), parse_page(second), TTFT, 0.99)
     assert n == 100 and p99 is not None and p99 <= 0.3  # the old burst is not in it
-    assert quantile_between(parse_metrics(second), parse_metrics(second), TTFT, 0.99) == (None, 0)
+    assert quantile_between(parse_page(second), parse_page(second), TTFT, 0.99) == (None, 0)
 
 
 def test_ttft_warns_on_a_slow_first_token_now_and_names_the_runbook():

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import yaml
 
-from sparkctl.facts import bandwidth, caches, docker, endpoint, engram, logs
+from sparkctl.facts import bandwidth, caches, docker, engram, logs
 from sparkctl.facts.host import background_keys, probes_for
 from sparkctl.facts.probe import build_script, parse_output
 from sparkctl.inventory.models import Inventory
+from sparkctl.runtime.metrics import parse_page
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = Inventory.model_validate(yaml.safe_load((REPO / "inventories" / "lab.yaml").read_text()))
@@ -124,7 +125,7 @@ vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 500.0
 vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 280.0
 vllm:spec_decode_num_drafts_created{engine="0",model_name="m"} 1.7e9
 """
-    m = endpoint.parse_metrics(text)
+    m = parse_page(text)
     assert m["vllm:num_requests_running"] == 3 and m["vllm:kv_cache_usage_perc"] == 0.42
     assert m["vllm:spec_decode_num_accepted_tokens_total"] == 280 and "vllm:spec_decode_num_drafts_created" not in m
 
