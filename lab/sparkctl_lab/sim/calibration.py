@@ -22,7 +22,7 @@ stopping at the first rejection, so P(accepted >= i) = p**i and the mean accepta
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 GIB = 1024**3
 
@@ -72,13 +72,11 @@ class StepModel:
         return (target + draft) / 1000.0
 
     def with_overrides(self, overrides: dict[str, float]) -> "StepModel":
-        known = {f for f in self.__dataclass_fields__}
+        known = {f.name for f in fields(self)}
         bad = [k for k in overrides if k not in known]
         if bad:
             raise SystemExit(f"SIM_STEP_MODEL: unknown key(s) {', '.join(bad)}; known: {', '.join(sorted(known))}")
-        values = {f: getattr(self, f) for f in known}
-        values.update(overrides)
-        return StepModel(**values)
+        return replace(self, **overrides)
 
 
 @dataclass(frozen=True)
@@ -175,14 +173,10 @@ def decayed_acceptance(p0: float, context_tokens: float, decay: float, decay_tok
     return max(0.0, min(1.0, p0 * factor))
 
 
-def expected_accepted(p: float, k: int) -> float:
-    """Expected accepted draft tokens per round: sum(p**i, i=1..k)."""
-    return sum(p**i for i in range(1, k + 1))
-
-
 def expected_acceptance_length(p0: float, k: int, context_tokens: float = 0.0, decay: float = 0.0, decay_tokens: float = 0.0) -> float:
-    """Mean acceptance length (vLLM's: 1 + accepted / drafts) at a given context."""
-    return 1.0 + expected_accepted(decayed_acceptance(p0, context_tokens, decay, decay_tokens), k)
+    """Mean acceptance length (vLLM's: 1 + accepted / drafts) at a given context: 1 + sum(p**i, i=1..k)."""
+    p = decayed_acceptance(p0, context_tokens, decay, decay_tokens)
+    return 1.0 + sum(p**i for i in range(1, k + 1))
 
 
 def kv_pool_tokens(gpu_memory_utilization: float, kv_cache_dtype: str, gpu_memory_gib: float, non_kv_gib: float) -> tuple[int, float]:

@@ -33,16 +33,6 @@ def port_state(host: str, port: int) -> str:
         return "timeout"
 
 
-def http_status(url: str, timeout: float = 2.0) -> int | None:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
-    except OSError:
-        return None
-
-
 @dataclass
 class Proc:
     name: str
@@ -127,7 +117,14 @@ def sim_env(base_dir: str, **extra: str) -> dict[str, str]:
 def wait_http(url: str, want: int = 200, timeout: float = 30.0, proc: Proc | None = None) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        if http_status(url, timeout=1.0) == want:
+        try:
+            with urllib.request.urlopen(url, timeout=1.0) as r:
+                status = r.status
+        except urllib.error.HTTPError as e:
+            status = e.code
+        except OSError:
+            status = None
+        if status == want:
             return True
         if proc is not None and proc.poll() is not None:
             return False

@@ -19,6 +19,7 @@ import re
 import zlib
 
 TOKEN_RE = re.compile(r"<｜[^｜]{0,40}｜>|</?think>|\w+|[^\w\s]", re.UNICODE)
+SPACED_TOKEN_RE = re.compile(r"\s*(?:" + TOKEN_RE.pattern + ")")  # a token with the whitespace before it
 COUNT_RE = re.compile(r"\bcount(?:ing)?\b[^0-9]{0,40}?(?:from\s+)?(-?\d+)\s*(?:to|through|until|-)\s*(-?\d+)", re.I)
 CODE_HINT_RE = re.compile(
     r"```|\bdef\s+\w+\(|\bclass\s+\w+|#include|\bfunction\b|\breturn\b|\bimport\s+\w+|=>|;\s*$|\{\s*$|"
@@ -30,28 +31,23 @@ CODE_HINT_RE = re.compile(
 BOS = "<｜begin▁of▁sentence｜>"
 
 
-def tokenize(text: str) -> list[str]:
-    return TOKEN_RE.findall(text)
-
-
-def count_tokens(text: str) -> int:
-    return sum(1 for _ in TOKEN_RE.finditer(text))
-
-
 def token_ids(text: str) -> list[int]:
     """Stable ids for prefix caching (the same text gives the same ids in every process)."""
     return [zlib.crc32(t.encode("utf-8")) for t in TOKEN_RE.findall(text)]
+
+
+def _text(content) -> str:
+    """A message's content: a string, or OpenAI content parts."""
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content or ""
 
 
 def render_chat(messages: list[dict], enable_thinking: bool = True, add_generation_prompt: bool = True) -> str:
     """DeepSeek's chat template, reduced to the shape that matters for token counts."""
     parts = [BOS]
     for m in messages:
-        role = m.get("role", "user")
-        content = m.get("content", "")
-        if isinstance(content, list):  # OpenAI content parts
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        content = content or ""
+        role, content = m.get("role", "user"), _text(m.get("content"))
         if role == "system":
             parts.append(content)
         elif role == "user":
@@ -66,13 +62,7 @@ def render_chat(messages: list[dict], enable_thinking: bool = True, add_generati
 
 
 def last_user_text(messages: list[dict]) -> str:
-    for m in reversed(messages):
-        if m.get("role") == "user":
-            c = m.get("content", "")
-            if isinstance(c, list):
-                c = "".join(p.get("text", "") for p in c if isinstance(p, dict))
-            return c or ""
-    return ""
+    return next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
 
 
 def classify(text: str) -> str:
@@ -132,63 +122,35 @@ class TextStream:
         self.ignore_eos = ignore_eos
         self._pending: list[str] = []
         self.eos = False
-        self._count_next = 1
-        self._count_end: int | None = None
-        self._count_step = 1
+        # counting: from A to B as the prompt asks, 1 to 1000 if it names no range
+        m = COUNT_RE.search(prompt_text) if workload == "counting" else None
+        self._count_next, self._count_end = (int(m.group(1)), int(m.group(2))) if m else (1, 1000)
+        self._count_step = 1 if self._count_end >= self._count_next else -1
         self._started = False
-        if workload == "counting":
-            m = COUNT_RE.search(prompt_text)
-            if m:
-                a, b = int(m.group(1)), int(m.group(2))
-                self._count_next, self._count_end = a, b
-                self._count_step = 1 if b >= a else -1
-            else:
-                self._count_next, self._count_end = 1, 1000
         # A natural answer length for code/prose (long enough for 400-token benchmarks).
         self.natural_len = self.rng.randint(900, 2200)
         self.produced = 0
 
     def _refill(self) -> None:
         if self.workload == "counting":
-            step = self._count_step
-            if not self.ignore_eos and self._count_end is not None and self._started and (
-                (step > 0 and self._count_next > self._count_end) or (step < 0 and self._count_next < self._count_end)
-            ):
+            past_end = (self._count_next - self._count_end) * self._count_step > 0
+            if past_end and self._started and not self.ignore_eos:
                 self.eos = True
                 return
-            lead = "" if not self._started else ","
-            if lead:
-                self._pending.append(lead)
-            self._pending.append(("" if not self._started else " ") + str(self._count_next))
+            self._pending += [",", f" {self._count_next}"] if self._started else [str(self._count_next)]
             self._started = True
-            self._count_next += step
+            self._count_next += self._count_step
+        elif not self.ignore_eos and self.produced >= self.natural_len:
+            self.eos = True
         elif self.workload == "code":
-            if not self.ignore_eos and self.produced >= self.natural_len:
-                self.eos = True
-                return
             n = self.rng.randint(2, 64)
             line = self.rng.choice(_CODE_LINES).format(name=self.rng.choice(_NAMES), cls=self.rng.choice(_CLASSES), n=n)
-            toks = tokenize(line)
-            # Re-attach the spacing the tokenizer dropped, so the text reads as code.
-            pos = 0
-            pieces = []
-            for t in toks:
-                idx = line.find(t, pos)
-                pieces.append(line[pos:idx] + t)
-                pos = idx + len(t)
-            if pieces:
-                pieces[0] = "\n" + pieces[0]
-            else:
-                pieces = ["\n"]
-            self._pending.extend(pieces)
+            # Tokens keep the spacing before them, so the text reads as code.
+            pieces = SPACED_TOKEN_RE.findall(line) or [""]
+            self._pending += ["\n" + pieces[0], *pieces[1:]]
         else:
-            if not self.ignore_eos and self.produced >= self.natural_len:
-                self.eos = True
-                return
             start = self.rng.randrange(len(_PROSE))
-            for w in _PROSE[start:start + self.rng.randint(6, 14)]:
-                for i, t in enumerate(tokenize(w)):
-                    self._pending.append((" " if i == 0 else "") + t)
+            self._pending += SPACED_TOKEN_RE.findall(" " + " ".join(_PROSE[start:start + self.rng.randint(6, 14)]))
 
     def next_token(self) -> str | None:
         """The next token's text, or None at end of sequence."""
