@@ -26,8 +26,9 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
 from typing import Callable, Iterator, Optional
+
+from pydantic import BaseModel, ConfigDict
 
 from sparkctl.errors import HostError, SparkctlError
 from sparkctl.state import LOCK as LOCK_PATH, STATE_DIR  # one place names the head's state files
@@ -36,6 +37,9 @@ from sparkctl.transport.redact import redact
 HEARTBEAT_EVERY = 5.0  # seconds between renewals of the lock's mtime
 STALE_AFTER = 30.0  # a heartbeat this old means the holder is gone (six renewals missed)
 POLL_EVERY = 1.0  # how often a waiting run looks again
+_LOCK = shlex.quote(LOCK_PATH)
+# the holder record, then the lock's mtime and the head's clock: heartbeat age by one clock
+_READ = f"cat {_LOCK} 2>/dev/null && stat -c %Y {_LOCK} && date +%s"
 
 
 class LockHeld(SparkctlError):
@@ -44,9 +48,10 @@ class LockHeld(SparkctlError):
     exit_code = 1
 
 
-@dataclass(frozen=True)
-class Holder:
+class Holder(BaseModel):
     """What the lock file says about the run that holds it, plus how fresh it is."""
+
+    model_config = ConfigDict(frozen=True)
 
     user: str
     pid: int
@@ -81,10 +86,7 @@ class Holder:
         return None
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d.pop("token")
-        d.update(age_seconds=round(self.age, 1), gone=self.gone())
-        return d
+        return self.model_dump(exclude={"token"}) | {"age_seconds": round(self.age, 1), "gone": self.gone()}
 
 
 def _duration(seconds: float) -> str:
@@ -111,31 +113,24 @@ def _process_start(pid: int) -> Optional[int]:
 
 def _acquire_script(doc: str) -> str:
     # ln(2) of a complete temp file: the lock appears atomically, whole, or not at all.
-    lock, state = shlex.quote(LOCK_PATH), shlex.quote(STATE_DIR)
+    state = shlex.quote(STATE_DIR)
     return (
         f"mkdir -p {state} && chmod 700 {state} && tmp=$(mktemp {state}/.lock.XXXXXX) && "
         f"printf '%s\\n' {shlex.quote(doc)} > \"$tmp\" && "
-        f"if ln \"$tmp\" {lock} 2>/dev/null; then rm -f \"$tmp\"; echo ACQUIRED; "
-        f"else rm -f \"$tmp\"; echo HELD; {read_script()}; fi"
+        f"if ln \"$tmp\" {_LOCK} 2>/dev/null; then rm -f \"$tmp\"; echo ACQUIRED; "
+        f"else rm -f \"$tmp\"; echo HELD; {_READ}; fi"
     )
-
-
-def read_script() -> str:
-    # the holder record, then the lock's mtime and the head's clock: heartbeat age by one clock
-    lock = shlex.quote(LOCK_PATH)
-    return f"cat {lock} 2>/dev/null && stat -c %Y {lock} && date +%s"
 
 
 def _remove_if_held_by(token: str) -> str:
     """Shell: remove the lock only while it holds `token` (never a lock another run took since)."""
-    lock = shlex.quote(LOCK_PATH)
-    return f"if grep -qF {token} {lock} 2>/dev/null; then rm -f {lock}; echo removed; fi"
+    return f"if grep -qF {token} {_LOCK} 2>/dev/null; then rm -f {_LOCK}; echo removed; fi"
 
 
 def probe() -> str:
     """The lock as a fact: nothing when free, else what parse_holder reads (facts/host.py's
     `lock` kind runs this in the head's round trip)."""
-    return f"if [ -e {shlex.quote(LOCK_PATH)} ]; then {read_script()}; fi"
+    return f"if [ -e {_LOCK} ]; then {_READ}; fi"
 
 
 def parse_holder(text: str) -> Optional[Holder]:
@@ -144,19 +139,9 @@ def parse_holder(text: str) -> Optional[Holder]:
     if len(lines) < 3:
         return None
     try:
-        doc = json.loads(lines[-3])
         mtime, now = int(lines[-2]), int(lines[-1])
-        return Holder(
-            user=str(doc["user"]),
-            pid=int(doc["pid"]),
-            host=str(doc["host"]),
-            command=str(doc["command"]),
-            started_at=float(doc["started_at"]),
-            token=str(doc["token"]),
-            pid_start=doc.get("pid_start"),
-            heartbeat_age=max(0.0, float(now - mtime)),
-        )
-    except (ValueError, KeyError, TypeError):
+        return Holder(**json.loads(lines[-3]), heartbeat_age=max(0.0, float(now - mtime)))
+    except (ValueError, TypeError):  # not JSON, not an object, a field missing or mistyped (pydantic)
         return None
 
 
@@ -223,9 +208,7 @@ class ClusterLock:
             self.acquire(self.wait)
 
     def _record(self) -> str:
-        d = asdict(self.me)
-        d.pop("heartbeat_age")
-        return json.dumps(d, separators=(",", ":"))
+        return self.me.model_dump_json(exclude={"heartbeat_age"})
 
     def try_acquire(self, attempts: int = 3) -> Optional[Holder]:
         """Take the lock if free; else return its holder."""
@@ -261,10 +244,9 @@ class ClusterLock:
         self._beat.start()
 
     def _heartbeat(self) -> None:
-        lock = shlex.quote(LOCK_PATH)
         while not self._stop.wait(HEARTBEAT_EVERY):
             try:
-                r = self.session.run(f"grep -qF {self.me.token} {lock} && touch {lock}", timeout=HEARTBEAT_EVERY * 2)
+                r = self.session.run(f"grep -qF {self.me.token} {_LOCK} && touch {_LOCK}", timeout=HEARTBEAT_EVERY * 2)
             except SparkctlError:
                 continue  # the run's own calls report the host; keep trying while it runs
             if not r.ok and self.lost is None:

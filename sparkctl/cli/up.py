@@ -31,7 +31,7 @@ def run_steps(
         live = LiveReport(quiet=json_out, hosts=list(inv.hosts), verbose=verbose)
         # the lock is taken by the runner before the first change: a run with nothing to change
         # only reads it (in the facts round trip) and never writes it
-        with cluster_lock(fleet, wait=wait, hold=not check, lazy=True) as lock, live:
+        with cluster_lock(fleet, wait=wait, hold=not check) as lock, live:
             ctx = RunContext(inventory=inv, fleet=fleet, check_mode=check, force=force, options=options,
                              progress=live.progress, lock=lock)  # fmt: skip
             recap = run_playbook(ctx, stages, playbook, on_result=live.result)

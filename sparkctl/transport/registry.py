@@ -76,10 +76,8 @@ class Reference:
 
 @dataclass(frozen=True)
 class Resolved:
-    reference: str
     manifest_digest: str  # what `docker pull name@<digest>` takes
     image_id: str  # config digest: what `docker image inspect -f {{.Id}}` shows once pulled
-    platform: str
 
 
 def _challenge(header: str) -> dict[str, str]:
@@ -101,28 +99,30 @@ class RegistryClient:
     def close(self) -> None:
         self.http.close()
 
-    def _send(self, method: str, path: str, headers: dict[str, str], repository: str) -> httpx.Response:
+    def get(self, path: str, repository: str) -> httpx.Response:
+        """GET an API path (manifests accepted in every media type), on the scheme that answers."""
         bases = [self.base] if self.base else [f"{s}://{self.registry}" for s in self.schemes]
         last: Exception | None = None
         for base in bases:
             url = base + path
             check_url(url, f"the registry {self.registry}")
             try:
-                r = self._with_token(method, url, headers, repository)
+                r = self._with_token(url, repository)
             except httpx.HTTPError as exc:
                 last = exc
                 continue
             self.base = base
+            if r.status_code >= 500:
+                raise RegistryUnreachable(f"registry {self.registry} answered {r.status_code} for {path}")
             return r
         raise RegistryUnreachable(
             f"registry {self.registry} did not answer: {type(last).__name__}: {last}",
             fix=f"check that {self.registry} is up and reachable from this machine",
         )
 
-    def _with_token(self, method: str, url: str, headers: dict[str, str], repository: str) -> httpx.Response:
-        if self.token:
-            headers = {**headers, "Authorization": f"Bearer {self.token}"}
-        r = self.http.request(method, url, headers=headers)
+    def _with_token(self, url: str, repository: str) -> httpx.Response:
+        headers = {"Accept": ACCEPT} | ({"Authorization": f"Bearer {self.token}"} if self.token else {})
+        r = self.http.get(url, headers=headers)
         auth = r.headers.get("www-authenticate", "")
         if r.status_code == 401 and auth.lower().startswith("bearer") and not self.token:
             c = _challenge(auth)
@@ -135,19 +135,13 @@ class RegistryClient:
                     doc = t.json()
                     self.token = doc.get("token") or doc.get("access_token")
                     if self.token:
-                        return self._with_token(method, url, headers, repository)
-        return r
-
-    def get(self, path: str, accept: str, repository: str) -> httpx.Response:
-        r = self._send("GET", path, {"Accept": accept}, repository)
-        if r.status_code >= 500:
-            raise RegistryUnreachable(f"registry {self.registry} answered {r.status_code} for {path}")
+                        return self._with_token(url, repository)
         return r
 
     def resolve(self, ref: Reference, platform: str = "linux/arm64") -> Resolved:
         target = ref.digest or ref.tag
         path = f"/v2/{ref.repository}/manifests/{target}"
-        r = self.get(path, ACCEPT, ref.repository)
+        r = self.get(path, ref.repository)
         if r.status_code in (401, 403, 404):
             raise TagNotFound(
                 f"{ref.registry}/{ref.repository}:{ref.tag} is not in the registry (HTTP {r.status_code})",
@@ -165,7 +159,7 @@ class RegistryClient:
                     f"{ref.registry}/{ref.repository}:{ref.tag} has no {platform} image",
                     fix=f"build or push the image for {platform}",
                 )
-            inner = self.get(f"/v2/{ref.repository}/manifests/{match[0]['digest']}", ACCEPT, ref.repository)
+            inner = self.get(f"/v2/{ref.repository}/manifests/{match[0]['digest']}", ref.repository)
             inner.raise_for_status()
             doc = inner.json()
         config = (doc.get("config") or {}).get("digest")
@@ -174,7 +168,7 @@ class RegistryClient:
                               fix="push the image again with a current docker (manifest schema 2)")  # fmt: skip
         if ref.digest and digest != ref.digest:
             raise TagNotFound(f"{ref.registry}/{ref.repository}@{ref.digest}: the registry serves {digest}")
-        return Resolved(f"{ref.registry}/{ref.repository}:{ref.tag}", digest, config, platform)
+        return Resolved(digest, config)
 
 
 def resolve(image: str, *, platform: str = "linux/arm64", insecure: bool = False, timeout: float = 5.0,
