@@ -24,7 +24,6 @@
     api.host_exec(host, argv, input=None, timeout=60, check=False) -> CompletedProcess
                                           run argv inside a lab host's namespaces (net, mount, UTS, PID)
                                           with the host's PATH (so the simulated tools answer)
-    api.faults(host) -> dict              a host's fault file
     api.drills.run(name) -> dict          break the lab like a real failure (drills.DRILLS); its runbook repairs it
     api.prometheus.up() -> dict           a real Prometheus on 127.0.0.1:19090 scraping the runtime with the
                                           rules `sparkctl alerts` writes (+ a node exporter per host);
@@ -44,8 +43,8 @@ ethtool, sysfs), topology.py (the shape, shared by all of these).
 
 from __future__ import annotations
 
-from sparkctl_lab.faults import ALIASES, DEFAULTS, clear_faults, fault, faults, host_exec  # noqa: F401
-from sparkctl_lab.health import docker_get, docker_ping, ssh_banner  # noqa: F401
+from sparkctl_lab.faults import clear_faults, fault, host_exec  # noqa: F401
+from sparkctl_lab.health import ssh_banner  # noqa: F401
 from sparkctl_lab import drills, prometheus  # noqa: F401  (drills.run(NAME); prometheus.up() / alerts())
 from sparkctl_lab.lifecycle import down, up  # noqa: F401
 from sparkctl_lab.paths import (  # noqa: F401
@@ -61,7 +60,6 @@ from sparkctl_lab.status import status  # noqa: F401
 from sparkctl_lab.topology import HOSTS, IMAGE, REGISTRY  # noqa: F401
 
 __all__ = [
-    "up", "down", "status", "drills", "prometheus", "fault", "clear_faults", "faults", "host_exec", "ALIASES", "DEFAULTS",
-    "docker_ping", "docker_get", "ssh_banner", "docker_socket",
+    "up", "down", "status", "drills", "prometheus", "fault", "clear_faults", "host_exec", "ssh_banner", "docker_socket",
     "LAB_DIR", "CACHE_DIR", "INVENTORY_PATH", "SSH_KEY", "KNOWN_HOSTS", "SSH_CONFIG", "HOSTS", "IMAGE", "REGISTRY",
 ]

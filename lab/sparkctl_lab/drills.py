@@ -12,6 +12,7 @@ file, as someone at the keyboard would). Most drills need the runtime serving (`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -19,11 +20,10 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Callable
 
+import httpx
 import yaml
 
 from sparkctl.errors import InputError, SparkctlError
@@ -60,10 +60,46 @@ def _sh(host: str, cmd: str, timeout: float = 60) -> str:
     return r.stdout
 
 
-def _head_url() -> str:
+def _head() -> tuple[str, int]:
+    """The head's address and the runtime's port, from the lab inventory."""
     inv = _inventory()
-    head = next(n for n, h in inv["hosts"].items() if h["role"] == "head")
-    return f"http://{inv['hosts'][head]['ssh']['address']}:{inv['runtime']['port']}"
+    head = next(h for h in inv["hosts"].values() if h["role"] == "head")
+    return head["ssh"]["address"], inv["runtime"]["port"]
+
+
+def _head_url() -> str:
+    return "http://{}:{}".format(*_head())
+
+
+def _serving(timeout: float) -> bool:
+    """Does the head's /health answer 200?"""
+    try:
+        return httpx.get(f"{_head_url()}/health", timeout=timeout, trust_env=False).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _chat(url: str, model: str, prompt: str, max_tokens: int, timeout: float, **extra) -> None:
+    """One chat request, as a client sends it (httpx.HTTPError when it is not answered)."""
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+            "ignore_eos": True, **extra}
+    httpx.post(f"{url}/v1/chat/completions", json=body, timeout=timeout, trust_env=False).raise_for_status()
+
+
+def _until(done: Callable[[], bool], timeout: float, interval: float) -> bool:
+    """Poll `done` until it holds (True) or `timeout` s have passed (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if done():
+            return True
+        time.sleep(interval)
+    return False
+
+
+def _sparkctl(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    """A sparkctl run as someone at the keyboard would make it, fenced to loopback and the lab."""
+    return subprocess.run([sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "SPARKCTL_ONLY_NETWORKS": FENCE})
 
 
 def _rail(host: str, index: int):
@@ -102,36 +138,33 @@ def _runtime_down() -> str:
     return "head: docker stop sparkctl-head"
 
 
+def _set_worker_links(devs: list[str], state: str) -> str:
+    _sh("worker", "; ".join(f"ip link set {d} {state}" for d in devs))
+    return ", ".join(devs)
+
+
 def _unreachable() -> str:
-    dev = HOSTS["worker"].mgmt_device
-    _sh("worker", f"ip link set {dev} down")
+    dev = _set_worker_links([HOSTS["worker"].mgmt_device], "down")
     return f"worker: management link {dev} down (a pulled cable, a dead switch port); the fabric still serves"
 
 
 def _unreachable_back() -> str:
-    dev = HOSTS["worker"].mgmt_device
-    _sh("worker", f"ip link set {dev} up")
-    return f"worker: cable back in ({dev} up)"
+    return f"worker: cable back in ({_set_worker_links([HOSTS['worker'].mgmt_device], 'up')} up)"
 
 
-def _worker_devices() -> list[str]:
-    h = HOSTS["worker"]
-    return [h.mgmt_device] + [n.device for n in h.fabric]
+WORKER_DEVICES = [n.device for n in HOSTS["worker"].nics]
 
 
 def _worker_lost() -> str:
     # the worker drops off every network at once, as when it loses power: its rank stops answering
     # Ray's heartbeats, the head's engine dies, and nothing can reach the host
-    devs = _worker_devices()
-    _sh("worker", "; ".join(f"ip link set {d} down" for d in devs))
+    devs = _set_worker_links(WORKER_DEVICES, "down")
     _wait_unhealthy(timeout=90)
-    return f"worker: every link down ({', '.join(devs)}): the host is gone, as on a power loss"
+    return f"worker: every link down ({devs}): the host is gone, as on a power loss"
 
 
 def _worker_back() -> str:
-    devs = _worker_devices()
-    _sh("worker", "; ".join(f"ip link set {d} up" for d in devs))
-    return f"worker powered back on: {', '.join(devs)} up"
+    return f"worker powered back on: {_set_worker_links(WORKER_DEVICES, 'up')} up"
 
 
 def _drafter_unreachable() -> str:
@@ -148,18 +181,12 @@ def _engram_missing() -> str:
 
 def _engine_crash() -> str:
     """Seed 002's crash: two requests past ~64K tokens of context scheduled in the same step."""
-    url = _head_url()
-    model = _served_model()
+    url, model = _head_url(), _served_model()
     prompt = " ".join(["context"] * 70000) + " Summarise the above."
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": 400,
-                       "ignore_eos": True, "temperature": 0}).encode()  # fmt: skip
 
     def send() -> None:
-        req = urllib.request.Request(f"{url}/v1/chat/completions", body, {"Content-Type": "application/json"})
-        try:
-            urllib.request.urlopen(req, timeout=120).read()
-        except (urllib.error.URLError, OSError, TimeoutError):
-            pass  # the engine dies under them: that is the point
+        with contextlib.suppress(httpx.HTTPError):  # the engine dies under them: that is the point
+            _chat(url, model, prompt, 400, timeout=120, temperature=0)
 
     threads = [threading.Thread(target=send, daemon=True) for _ in range(2)]
     for t in threads:
@@ -216,9 +243,8 @@ def _reload_rolled_back() -> str:
     doc = _inventory()
     doc["runtime"]["gpu_memory_utilization"] = 0.65
     path = _variant("reload-rolled-back", doc)
-    r = subprocess.run([sys.executable, "-m", "sparkctl", "reload", "-i", str(paths.INVENTORY_PATH), "--config", str(path),
-                        "--yes", "--json", "--deadline", "120"], capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "SPARKCTL_ONLY_NETWORKS": FENCE})  # fmt: skip
+    r = _sparkctl("reload", "-i", str(paths.INVENTORY_PATH), "--config", str(path), "--yes", "--json", "--deadline", "120",
+                  timeout=600)
     try:
         outcome = json.loads(r.stdout).get("outcome")
     except ValueError:
@@ -247,15 +273,12 @@ def _wait_kv_full(timeout: float) -> None:
     from sparkctl.facts.endpoint import fetch
     from sparkctl.runtime.metrics import KV_USAGE
 
-    inv = _inventory()
-    head = next(h for h in inv["hosts"].values() if h["role"] == "head")
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        kv = fetch(head["ssh"]["address"], inv["runtime"]["port"]).metrics.gauge(KV_USAGE)
-        if kv is not None and kv.max >= 0.95:
-            return
-        time.sleep(1)
-    raise SparkctlError(f"drill: the KV pool did not fill within {timeout:g} s")
+    def full() -> bool:
+        kv = fetch(*_head()).metrics.gauge(KV_USAGE)
+        return kv is not None and kv.max >= 0.95
+
+    if not _until(full, timeout, 1):
+        raise SparkctlError(f"drill: the KV pool did not fill within {timeout:g} s")
 
 
 def _spec_acceptance_low() -> str:
@@ -307,32 +330,32 @@ def _wait_ttft(above: bool, timeout: float, window: float = 2.0) -> None:
     from sparkctl.facts.endpoint import fetch, read_again
     from sparkctl.runtime.metrics import TTFT, quantile_between
 
-    inv = _inventory()
-    head = next(h for h in inv["hosts"].values() if h["role"] == "head")
-    want = float((inv.get("alerts") or {}).get("ttft_p99_seconds", 30.0))
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ep = fetch(head["ssh"]["address"], inv["runtime"]["port"])
+    want = float((_inventory().get("alerts") or {}).get("ttft_p99_seconds", 30.0))
+
+    def reached() -> bool:
+        ep = fetch(*_head())
         time.sleep(window)
         read_again(ep)
-        if ep.earlier is not None:
-            p99, n = quantile_between(ep.earlier, ep.metrics, TTFT, 0.99)
-            if n and (p99 > want) == above:
-                return
-    raise SparkctlError(f"drill: p99 time to first token did not go {'above' if above else 'back within'} {want:g} s "
-                        f"within {timeout:g} s")  # fmt: skip
+        if ep.earlier is None:
+            return False
+        p99, n = quantile_between(ep.earlier, ep.metrics, TTFT, 0.99)
+        return bool(n) and (p99 > want) == above
+
+    if not _until(reached, timeout, 0):
+        raise SparkctlError(f"drill: p99 time to first token did not go {'above' if above else 'back within'} {want:g} s "
+                            f"within {timeout:g} s")  # fmt: skip
 
 
 def _wait_log(text: str, after: float, timeout: float) -> None:
     """Until the head container's log has a line with `text` written after `after` (epoch s)."""
-    deadline = time.monotonic() + timeout
     since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(after))
-    while time.monotonic() < deadline:
+
+    def logged() -> bool:
         r = host_exec("head", ["sh", "-c", f"docker logs --since {since} sparkctl-head 2>&1 | grep -c '{text}'"])
-        if r.stdout.strip().isdigit() and int(r.stdout.strip()) > 0:
-            return
-        time.sleep(1)
-    raise SparkctlError(f"drill: no `{text}` line in the head's log within {timeout:g} s")
+        return r.stdout.strip().isdigit() and int(r.stdout.strip()) > 0
+
+    if not _until(logged, timeout, 1):
+        raise SparkctlError(f"drill: no `{text}` line in the head's log within {timeout:g} s")
 
 
 # --- a background load, as clients would send it ----------------------------------------------
@@ -379,21 +402,17 @@ def stop_load(name: str | None = None) -> list[str]:
 def _wait_drained(timeout: float) -> None:
     """Until the head has no request left: the simulator, unlike vLLM (with_cancellation), finishes
     a non-streaming request whose client is gone, so a stopped load leaves a queue behind it."""
-    from sparkctl.errors import SparkctlError as _Err
     from sparkctl.facts.endpoint import fetch
     from sparkctl.runtime.metrics import RUNNING, WAITING
 
-    inv = _inventory()
-    head = next(h for h in inv["hosts"].values() if h["role"] == "head")
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def drained() -> bool:
         try:
-            m = fetch(head["ssh"]["address"], inv["runtime"]["port"]).metrics
-        except _Err:
-            return
-        if not m or ((m.total(RUNNING) or 0) + (m.total(WAITING) or 0)) == 0:
-            return  # drained, or not serving at all
-        time.sleep(1)
+            m = fetch(*_head()).metrics
+        except SparkctlError:
+            return True  # not serving at all
+        return not m or ((m.total(RUNNING) or 0) + (m.total(WAITING) or 0)) == 0
+
+    _until(drained, timeout, 1)
 
 
 def _load(kind: str, clients: int, context: int, max_tokens: int) -> None:
@@ -407,12 +426,9 @@ def _load(kind: str, clients: int, context: int, max_tokens: int) -> None:
     def client() -> None:
         while time.monotonic() < end:
             prompt = f"req{uuid.uuid4().hex} {words} {ASK[kind]}" if context else ASK[kind]
-            body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-                               "ignore_eos": True}).encode()  # fmt: skip
-            req = urllib.request.Request(f"{url}/v1/chat/completions", body, {"Content-Type": "application/json"})
             try:
-                urllib.request.urlopen(req, timeout=300).read()
-            except (urllib.error.URLError, OSError, TimeoutError):
+                _chat(url, model, prompt, max_tokens, timeout=300)
+            except httpx.HTTPError:
                 time.sleep(0.5)  # restarting: try again
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
@@ -432,8 +448,7 @@ def _variant(name: str, doc: dict):
 
 
 def _up(path) -> None:
-    r = subprocess.run([sys.executable, "-m", "sparkctl", "up", "-i", str(path), "--json"], capture_output=True, text=True,
-                       timeout=600, env={**os.environ, "SPARKCTL_ONLY_NETWORKS": FENCE})  # fmt: skip
+    r = _sparkctl("up", "-i", str(path), "--json", timeout=600)
     if r.returncode != 0:
         raise SparkctlError(f"drill: `sparkctl up -i {path}` exited {r.returncode}: {r.stderr[-500:]}")
 
@@ -444,14 +459,8 @@ def _served_model() -> str:
 
 def _wait_unhealthy(timeout: float = 60) -> None:
     """Until the head's /health is not 200 (the engine died): the drill is in effect."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"{_head_url()}/health", timeout=2)
-        except (urllib.error.URLError, OSError):
-            return
-        time.sleep(0.25)
-    raise SparkctlError(f"drill: the head still answers /health 200 after {timeout:g} s")
+    if not _until(lambda: not _serving(timeout=2), timeout, 0.25):
+        raise SparkctlError(f"drill: the head still answers /health 200 after {timeout:g} s")
 
 
 DRILLS: dict[str, Drill] = {
@@ -516,12 +525,8 @@ def hands(name: str) -> str:
 def run(name: str) -> dict:
     """Break the lab as the drill says; returns what was done and where to look."""
     d = get(name)
-    if d.needs_runtime:
-        try:
-            urllib.request.urlopen(f"{_head_url()}/health", timeout=3)
-        except (urllib.error.URLError, OSError):
-            raise InputError(f"drill {name} needs the runtime serving", fix="`sparkctl up -i "
-                             f"{paths.INVENTORY_PATH}` first") from None  # fmt: skip
+    if d.needs_runtime and not _serving(timeout=3):
+        raise InputError(f"drill {name} needs the runtime serving", fix=f"`sparkctl up -i {paths.INVENTORY_PATH}` first")
     done = d.inject()
     return {**describe(d), "done": done}
 

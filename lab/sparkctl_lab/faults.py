@@ -23,10 +23,6 @@ ALIASES = {"degraded-speed": "speed", "wrong-mtu": "mtu", "wrong-driver": "drive
 DEFAULTS = {"mtu": 1500, "speed": 13000, "driver": "580.82.09", "gpu-process": 16384}
 
 
-def faults(host: str) -> dict:
-    return state.load_faults(host)
-
-
 def _host(name: str) -> topo.LabHost:
     if name not in HOSTS:
         raise InputError(f"unknown lab host {name!r}", fix=f"use one of: {', '.join(HOSTS)}")
@@ -57,13 +53,11 @@ def host_exec(host: str, argv: list[str], input: str | None = None, timeout: flo
 
 
 def _netdev(h: topo.LabHost, target: str | None, kind: str) -> str:
-    devices = [h.mgmt_device] + [n.device for n in h.fabric]
+    devices = [n.device for n in h.nics]
     if target is None:
         raise InputError(f"fault {kind} needs a TARGET device on {h.name}", fix=f"one of: {', '.join(devices)}")
-    if target in devices:
-        return target
     try:
-        return topo.find_rdma(h, target).device
+        return h.nic(target).device
     except KeyError:
         raise InputError(f"{h.name} has no device {target!r}", fix=f"one of: {', '.join(devices)}") from None
 
@@ -88,11 +82,10 @@ def fault(host: str, kind: str, target: str | None = None, value: str | int | No
 
     if kind in ("link-down", "mtu"):
         dev = _netdev(h, target, kind)
-        nominal = topo.MGMT_MTU if dev == h.mgmt_device else h.nic(dev).mtu
         if kind == "link-down":
             netns.ip("-n", h.netns, "link", "set", dev, "up" if clear else "down")
         else:
-            mtu = nominal if clear else _int(value, DEFAULTS["mtu"], "the MTU")
+            mtu = h.nic(dev).mtu if clear else _int(value, DEFAULTS["mtu"], "the MTU")
             netns.ip("-n", h.netns, "link", "set", dev, "mtu", str(mtu))
     elif kind == "speed":
         dev = _netdev(h, target, kind)
@@ -103,7 +96,7 @@ def fault(host: str, kind: str, target: str | None = None, value: str | int | No
             sp[dev] = _int(value, DEFAULTS["speed"], "the speed (Mb/s)")
     elif kind == "rdma-down":
         dev = _netdev(h, target, kind)
-        names = [target] if target and target != dev else list(h.nic(dev).rdma) if dev != h.mgmt_device else []
+        names = [target] if target != dev else list(h.nic(dev).rdma)
         if not names:
             raise InputError(f"{dev} on {host} has no RDMA device", fix="name a fabric device or its RDMA device")
         cur = set(f.get("rdma-down", []))
@@ -128,20 +121,23 @@ def fault(host: str, kind: str, target: str | None = None, value: str | int | No
         gpu = _int(target, 0, "the GPU index")
         if gpu >= len(h.gpus):
             raise InputError(f"{host} has no GPU {gpu}", fix=f"give an index 0..{len(h.gpus) - 1}")
-        procs_ = f.get("gpu-process", [])
         if clear:
-            for p in procs_:
-                host_exec(host, ["kill", "-9", str(p["pid"])])
+            _kill_gpu_processes(host, f)
             f["gpu-process"] = []
         else:
             r = host_exec(host, ["sh", "-c", "setsid sleep infinity </dev/null >/dev/null 2>&1 & echo $!"], check=True)
-            procs_.append({"pid": int(r.stdout.strip()), "name": "python3", "gpu": gpu,
-                           "used_mib": _int(value, DEFAULTS["gpu-process"], "the memory (MiB)")})
-            f["gpu-process"] = procs_
+            f.setdefault("gpu-process", []).append({"pid": int(r.stdout.strip()), "name": "python3", "gpu": gpu,
+                                                    "used_mib": _int(value, DEFAULTS["gpu-process"], "the memory (MiB)")})
     state.save_faults(host, f)
     sync_all()
     return {"host": host, "faults": state.load_faults(host),
             "links": {ln["device"]: {k: ln.get(k) for k in ("state", "mtu", "admin_up")} for ln in link_view(host)}}
+
+
+def _kill_gpu_processes(host: str, f: dict) -> None:
+    """Kill the foreign GPU processes the host's fault view `f` lists."""
+    for p in f.get("gpu-process", []):
+        host_exec(host, ["kill", "-9", str(p["pid"])])
 
 
 def clear_faults() -> list[str]:
@@ -155,9 +151,8 @@ def clear_faults() -> list[str]:
         f = state.load_faults(name)
         if not f:
             continue
-        if f.get("gpu-process") and procs.host_init(name):
-            for p in f["gpu-process"]:
-                host_exec(name, ["kill", "-9", str(p["pid"])])
+        if procs.host_init(name):
+            _kill_gpu_processes(name, f)
         state.save_faults(name, {})
         changes.append(f"{name}: cleared {', '.join(sorted(f))}")
     if paths.LAB_DIR.exists():

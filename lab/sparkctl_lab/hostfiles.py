@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -49,20 +50,12 @@ def _keypair(name: str, comment: str) -> Path:
     return key
 
 
-def _copy_key(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    for s, d, mode in ((src, dst, 0o600), (src.with_suffix(".pub"), dst.with_name(dst.name + ".pub"), 0o644)):
-        text = s.read_text()
-        write_if_changed(d, text, mode)
-
-
 def host_public_key(name: str) -> list[str]:
     """[key type, base64 blob] of a lab host's SSH host key."""
     return (paths.CACHE_DIR / "keys" / f"host-{name}.pub").read_text().split()[:2]
 
 
-def sshd_config() -> str:
-    return """\
+SSHD_CONFIG = """\
 # sparkctl lab host: key login for root only
 Port 22
 AddressFamily inet
@@ -113,14 +106,7 @@ def etc_hosts() -> str:
 
 def shadow_without_locked_root() -> str:
     """/etc/shadow with root's password field "*": `UsePAM no` refuses key login when it starts with "!"."""
-    out = []
-    for line in Path("/etc/shadow").read_text().splitlines():
-        fields = line.split(":")
-        if fields and fields[0] == "root" and len(fields) > 1:
-            fields[1] = "*"
-            line = ":".join(fields)
-        out.append(line)
-    return "\n".join(out) + "\n"
+    return re.sub(r"^root:[^:\n]*", "root:*", Path("/etc/shadow").read_text(), flags=re.M)
 
 
 def known_hosts() -> str:
@@ -189,18 +175,18 @@ def prepare(changes: list[str]) -> None:
     if engram_tables():
         changes.append(f"Engram tables ({topo.ENGRAM_TABLE_BYTES >> 20} MiB) for {topo.ENGRAM_HOST}")
     client = _keypair("client", "sparkctl-lab")
-    _copy_key(client, paths.SSH_KEY)
-    pub = client.with_suffix(".pub").read_text()
+    key, pub = client.read_text(), client.with_suffix(".pub").read_text()
     for h in topo.HOSTS.values():
         _keypair(f"host-{h.name}", f"root@{h.name}")
-    changed = []
-    changed.append(write_if_changed(paths.KNOWN_HOSTS, known_hosts()))
-    changed.append(write_if_changed(paths.SSH_CONFIG, ssh_config()))
-    changed.append(write_if_changed(paths.INVENTORY_PATH, inventory_yaml()))
-    changed.append(write_if_changed(
-        paths.BIN_DIR / "ssh", f'#!/bin/sh\nexec /usr/bin/ssh -F {paths.SSH_CONFIG} "$@"\n', 0o755))
-    changed.append(write_if_changed(
-        paths.BIN_DIR / "scp", f'#!/bin/sh\nexec /usr/bin/scp -F {paths.SSH_CONFIG} "$@"\n', 0o755))
+    changed = [
+        write_if_changed(paths.SSH_KEY, key, 0o600),
+        write_if_changed(paths.SSH_KEY.with_name(paths.SSH_KEY.name + ".pub"), pub),
+        write_if_changed(paths.KNOWN_HOSTS, known_hosts()),
+        write_if_changed(paths.SSH_CONFIG, ssh_config()),
+        write_if_changed(paths.INVENTORY_PATH, inventory_yaml()),
+        write_if_changed(paths.BIN_DIR / "ssh", f'#!/bin/sh\nexec /usr/bin/ssh -F {paths.SSH_CONFIG} "$@"\n', 0o755),
+        write_if_changed(paths.BIN_DIR / "scp", f'#!/bin/sh\nexec /usr/bin/scp -F {paths.SSH_CONFIG} "$@"\n', 0o755),
+    ]
     paths.FAULTS_DIR.mkdir(parents=True, exist_ok=True)
 
     shadow = shadow_without_locked_root()
@@ -210,32 +196,25 @@ def prepare(changes: list[str]) -> None:
         (d / "etc" / "work").mkdir(parents=True, exist_ok=True)
         (d / "log").mkdir(parents=True, exist_ok=True)
         hk = paths.CACHE_DIR / "keys" / f"host-{h.name}"
-        changed += [
-            write_if_changed(etc / "hostname", h.name + "\n"),
-            write_if_changed(etc / "hosts", etc_hosts()),
-            write_if_changed(etc / "ssh" / "sshd_config", sshd_config()),
-            write_if_changed(etc / "ssh" / "ssh_host_ed25519_key", hk.read_text(), 0o600),
-            write_if_changed(etc / "ssh" / "ssh_host_ed25519_key.pub", hk.with_suffix(".pub").read_text()),
-            write_if_changed(etc / "docker" / "daemon.json", daemon_json(h.name)),
-            write_if_changed(etc / "shadow", shadow, 0o640),
-        ]
         root = d / "root"
         root.mkdir(mode=0o700, exist_ok=True)
         root.chmod(0o700)
         (root / ".ssh").mkdir(mode=0o700, exist_ok=True)
         changed += [
+            write_if_changed(etc / "hostname", h.name + "\n"),
+            write_if_changed(etc / "hosts", etc_hosts()),
+            write_if_changed(etc / "ssh" / "sshd_config", SSHD_CONFIG),
+            write_if_changed(etc / "ssh" / "ssh_host_ed25519_key", hk.read_text(), 0o600),
+            write_if_changed(etc / "ssh" / "ssh_host_ed25519_key.pub", hk.with_suffix(".pub").read_text()),
+            write_if_changed(etc / "docker" / "daemon.json", daemon_json(h.name)),
+            write_if_changed(etc / "shadow", shadow, 0o640),
             write_if_changed(root / ".ssh" / "authorized_keys", pub, 0o600),
-            write_if_changed(root / ".ssh" / "id_ed25519", client.read_text(), 0o600),
+            write_if_changed(root / ".ssh" / "id_ed25519", key, 0o600),
             write_if_changed(root / ".ssh" / "id_ed25519.pub", pub),
             write_if_changed(root / ".ssh" / "known_hosts", known_hosts()),
         ]
-        tools.write_tools(h.name, d / "bin")
+        changed += [write_if_changed(d / "bin" / name, text, 0o755) for name, text in tools.scripts(h.name).items()]
         if not paths.faults_file(h.name).exists():
             paths.faults_file(h.name).write_text("{}")
     if any(changed):
         changes.append("lab files (keys, host configs, ssh config, inventory)")
-
-
-def remove_lab_dir() -> None:
-    if paths.LAB_DIR.exists():
-        shutil.rmtree(paths.LAB_DIR)

@@ -28,8 +28,6 @@ Stdlib only, and it never imports anything heavy: three of these run for the lab
 from __future__ import annotations
 
 import ctypes
-import http.client
-import json
 import os
 import select
 import signal
@@ -44,7 +42,7 @@ from sparkctl_lab.topology import ENGRAM_HOST, ENGRAM_SOURCE, HOSTS
 
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC = 32, 4096, 8192, 16384
+MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
 MNT_DETACH = 2
 RTMGRP_LINK = 1
 NETLINK_ROUTE = 0
@@ -140,8 +138,8 @@ def setup_mounts(name: str) -> None:
     umount(stage)
     os.mkdir("/sys/class/infiniband")
     mount(str(state.sys_root(name) / "infiniband"), "/sys/class/infiniband", None, MS_BIND)
-    for dev in [host.mgmt_device] + [n.device for n in host.fabric]:
-        mount(str(state.speed_file(name, dev)), f"/sys/class/net/{dev}/speed", None, MS_BIND)
+    for n in host.nics:
+        mount(str(state.speed_file(name, n.device)), f"/sys/class/net/{n.device}/speed", None, MS_BIND)
 
     # /dev: an overlay so /dev/infiniband can exist here without touching the real /dev
     upper = f"{PRIVATE}/dev"
@@ -170,36 +168,14 @@ def setup_mounts(name: str) -> None:
         os.mknod(f"/dev/infiniband/{node}", 0o600 | 0o020000, os.makedev(231, minor))
 
 
-class _UnixHTTP(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float = 5):
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self._path)
-
-
-def docker_api(method: str, url: str, timeout: float = 5):
-    c = _UnixHTTP("/run/docker.sock", timeout)
-    try:
-        c.request(method, url)
-        r = c.getresponse()
-        return r.status, r.read()
-    finally:
-        c.close()
-
-
 class Init:
     def __init__(self, name: str):
         self.name = name
         self.children: dict[str, subprocess.Popen] = {}
         self.stop = False
 
-    def on_signal(self, signum, frame):
-        if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            self.stop = True
+    def on_signal(self, *_) -> None:
+        self.stop = True
 
     def spawn(self, label: str, argv: list[str]) -> None:
         logf = open(paths.host_dir(self.name) / "log" / f"{label}.log", "ab")
@@ -270,11 +246,11 @@ class Init:
         log("stopping")
         # Containers first: dockerd would otherwise wait each one's stop timeout.
         try:
-            status, body = docker_api("GET", "/containers/json", timeout=3)
-            for c in json.loads(body) if status == 200 else []:
-                docker_api("POST", f"/containers/{c['Id']}/kill", timeout=5)
-        except Exception as e:
-            log(f"could not list containers: {e}")
+            running = subprocess.run(["docker", "ps", "-q"], capture_output=True, text=True, timeout=5).stdout.split()
+            if running:
+                subprocess.run(["docker", "kill", *running], capture_output=True, timeout=5 * len(running))
+        except (OSError, subprocess.SubprocessError) as e:
+            log(f"could not kill the containers: {e}")
         for label in ("dockerd", "sshd"):
             p = self.children.get(label)
             if p and p.returncode is None:

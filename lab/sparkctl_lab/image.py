@@ -203,8 +203,7 @@ def restore_snapshot(key: str, storage: Path) -> bool:
     snap = snapshot_dir(key)
     if not snap.is_dir():
         return False
-    if storage.exists():
-        shutil.rmtree(storage)
+    shutil.rmtree(storage, ignore_errors=True)
     shutil.copytree(snap, storage, symlinks=True)
     return True
 
@@ -213,12 +212,10 @@ def save_snapshot(key: str, storage: Path) -> None:
     base = paths.CACHE_DIR / "registry"
     base.mkdir(parents=True, exist_ok=True)
     tmp = base / f".{key}.partial"
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(storage, tmp, symlinks=True)
     final = snapshot_dir(key)
-    if final.exists():
-        shutil.rmtree(final)
+    shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
     for old in base.iterdir():
         if old != final:

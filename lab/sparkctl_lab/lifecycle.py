@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -52,15 +53,11 @@ def _preflight() -> None:
     netns.check_range_free()
 
 
-def ip_operstates(name: str) -> dict[str, str]:
-    return {dev: v["operstate"] for dev, v in netns.links(HOSTS[name].netns).items()}
-
-
 def sync_all() -> None:
     """Rewrite every host's simulated sysfs now, then have each init resync too (SIGUSR1), so a
     pass it was making from the old faults cannot leave stale files behind."""
-    for name in HOSTS:
-        state.sync_sys(name, ip_operstates(name))
+    for name, h in HOSTS.items():
+        state.sync_sys(name, {dev: v["operstate"] for dev, v in netns.links(h.netns).items()})
         init = procs.host_init(name)
         if init:
             procs.kill([init], signal.SIGUSR1)
@@ -77,10 +74,11 @@ def _up(progress: Progress) -> dict:
     t0 = time.monotonic()
     changes: list[str] = []
     key = image.image_key()
+    key_file = paths.REGISTRY_DIR / "image-key"  # the key of the image the registry holds
 
     # the rootfs tarball takes a second or two: build it while the hosts start, when needed
     builder = None
-    if not image.snapshot_dir(key).is_dir() and not (paths.REGISTRY_DIR / "image-key").exists():
+    if not image.snapshot_dir(key).is_dir() and not key_file.exists():
         builder = threading.Thread(target=image.tarball, args=(key,), daemon=True)
         builder.start()
 
@@ -97,7 +95,7 @@ def _up(progress: Progress) -> dict:
         changes.append("registry config")
     storage = paths.REGISTRY_DIR / "storage"
     if not storage.exists() and image.restore_snapshot(key, storage):
-        (paths.REGISTRY_DIR / "image-key").write_text(key)
+        key_file.write_text(key)
         changes.append("registry storage restored from cache")
     storage.mkdir(exist_ok=True)
     if procs.registry_pid() is None:
@@ -122,9 +120,8 @@ def _up(progress: Progress) -> dict:
     if started:
         changes.append("hosts started: " + ", ".join(started))
         progress(f"starting hosts {', '.join(started)} (init, sshd, dockerd)")
-    _wait_ready(started)
+    _wait_ready()
 
-    key_file = paths.REGISTRY_DIR / "image-key"
     if (key_file.read_text().strip() if key_file.exists() else "") != key or registry.manifest() is None:
         progress(f"building {IMAGE} (sim sources changed or image absent)")
         if builder:
@@ -136,7 +133,7 @@ def _up(progress: Progress) -> dict:
     return {"changed": bool(changes), "changes": changes, "seconds": round(time.monotonic() - t0, 2)}
 
 
-def _wait_ready(started: list[str]) -> None:
+def _wait_ready() -> None:
     deadline = time.monotonic() + READY_TIMEOUT
     pending = {"registry"} | {f"{n}/dockerd" for n in HOSTS} | {f"{n}/sshd" for n in HOSTS}
     while pending and time.monotonic() < deadline:
@@ -211,7 +208,7 @@ def _down(progress: Progress) -> dict:
         subprocess.run(["umount", "-l", m], check=False)
         changes.append(f"unmounted {m}")
     if paths.LAB_DIR.exists():
-        hostfiles.remove_lab_dir()
+        shutil.rmtree(paths.LAB_DIR)
         changes.append(f"removed {paths.LAB_DIR}")
     return {"changed": bool(changes), "changes": changes, "seconds": round(time.monotonic() - t0, 2)}
 

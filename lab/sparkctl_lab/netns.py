@@ -106,8 +106,7 @@ def ensure() -> list[str]:
         batch([f"netns add {n}" for n in missing])
         changes.append("namespaces " + ", ".join(missing))
 
-    state = {ns: links(ns) for ns in topo.NETNS}
-    state[None] = links(None)
+    state = {ns: links(ns) for ns in [None, *topo.NETNS]}
     dels: dict[str | None, list[str]] = {}
     adds: list[str] = []
     created: set[tuple[str | None, str]] = set()  # (netns, device) made now: bring them up
@@ -180,11 +179,11 @@ def ensure() -> list[str]:
         hc = []
         if not have_links.get("lo", {}).get("up"):
             hc.append("link set lo up")
-        for dev, addr in [(h.mgmt_device, h.mgmt_address)] + [(n.device, n.address) for n in h.fabric]:
-            if addr not in have_links.get(dev, {}).get("addresses", []):
-                hc.append(f"addr add {addr} dev {dev}")
-            if (h.netns, dev) in created:
-                hc.append(f"link set {dev} up")
+        for n in h.nics:
+            if n.address not in have_links.get(n.device, {}).get("addresses", []):
+                hc.append(f"addr add {n.address} dev {n.device}")
+            if (h.netns, n.device) in created:
+                hc.append(f"link set {n.device} up")
         batch(hc, h.netns)
     return changes
 
@@ -200,17 +199,16 @@ def restore_links() -> list[str]:
     for h in topo.HOSTS.values():
         have = links(h.netns)
         cmds = []
-        wanted = [(h.mgmt_device, topo.MGMT_MTU)] + [(n.device, n.mtu) for n in h.fabric]
-        for dev, mtu in wanted:
-            cur = have.get(dev)
+        for n in h.nics:
+            cur = have.get(n.device)
             if cur is None:
                 continue
-            if cur["mtu"] != mtu:
-                cmds.append(f"link set {dev} mtu {mtu}")
-                changes.append(f"{h.name}/{dev} mtu {cur['mtu']} -> {mtu}")
+            if cur["mtu"] != n.mtu:
+                cmds.append(f"link set {n.device} mtu {n.mtu}")
+                changes.append(f"{h.name}/{n.device} mtu {cur['mtu']} -> {n.mtu}")
             if not cur["up"]:
-                cmds.append(f"link set {dev} up")
-                changes.append(f"{h.name}/{dev} up")
+                cmds.append(f"link set {n.device} up")
+                changes.append(f"{h.name}/{n.device} up")
         batch(cmds, h.netns)
     return changes
 

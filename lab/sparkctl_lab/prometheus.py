@@ -16,7 +16,6 @@ the tests reach it there). Scrapes and rule evaluation run every second: the lab
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess

@@ -15,17 +15,15 @@ def link_view(name: str) -> list[dict]:
     have = netns.links(h.netns)
     f = state.load_faults(name)
     rows = []
-    expected = [(h.mgmt_device, h.mgmt_address, topo.MGMT_MTU, "management", h.mgmt_speed_mbps, [])]
-    expected += [(n.device, n.address, n.mtu, n.peer, n.speed_mbps, list(n.rdma)) for n in h.fabric]
-    for dev, addr, mtu, peer, speed, rdma in expected:
-        cur = have.get(dev)
-        row = {"device": dev, "peer": peer, "address": addr, "expected_mtu": mtu, "rdma": rdma,
+    for n in h.nics:
+        cur = have.get(n.device)
+        row = {"device": n.device, "peer": n.peer, "address": n.address, "expected_mtu": n.mtu, "rdma": list(n.rdma),
                "present": cur is not None}
         if cur:
             row.update({
                 "addresses": cur["addresses"], "mtu": cur["mtu"], "state": cur["operstate"], "admin_up": cur["up"],
-                "speed_mbps": state.speed(h, dev, f, cur["operstate"]),
-                "rdma_state": {r: state.rdma_state(r, f, cur["operstate"])[1] for r in rdma},
+                "speed_mbps": state.speed(h, n.device, f, cur["operstate"]),
+                "rdma_state": {r: state.rdma_state(r, f, cur["operstate"])[1] for r in n.rdma},
             })
         rows.append(row)
     return rows
@@ -92,7 +90,7 @@ def status() -> dict:
     reg_ok = registry.healthy() if reg_pid else False
     cfg = registry.image_config() if reg_ok else None
     key_file = paths.REGISTRY_DIR / "image-key"
-    present_key = ((cfg or {}).get("config") or {}).get("Labels", {}).get(image.KEY_LABEL) if cfg else None
+    present_key = ((cfg.get("config") or {}).get("Labels") or {}).get(image.KEY_LABEL) if cfg else None
     healthy &= reg_ok and cfg is not None
     return {
         "up": bool(healthy),

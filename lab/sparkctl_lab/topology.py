@@ -11,12 +11,10 @@ Stdlib only (the host init imports it).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
-from dataclasses import dataclass, field
-
 SUBNET = "10.231.0.0/16"  # everything the lab owns; routed `unreachable` in the root namespace
-MGMT_SUBNET = "10.231.0.0/24"
 RUNNER_ADDRESS = "10.231.0.1"
 RUNNER_DEVICE = "lab-mgmt"  # the runner's veth into the management bridge (root namespace)
 SWITCH_NETNS = "lab-switch"
@@ -66,7 +64,6 @@ class LabHost:
     cuda: str
     fabric: tuple[Nic, ...]
     memory_gib: int | None = None
-    extra: dict = field(default_factory=dict)
 
     @property
     def netns(self) -> str:
@@ -77,15 +74,22 @@ class LabHost:
         return f"{self.mgmt_ip}/24"
 
     @property
+    def nics(self) -> tuple[Nic, ...]:
+        """The management NIC (on the lab's switch, no RDMA), then the fabric."""
+        mgmt = Nic(self.mgmt_device, self.mgmt_address, (), MGMT_MTU, self.mgmt_speed_mbps, "management", self.mgmt_bus_id)
+        return (mgmt, *self.fabric)
+
+    @property
     def addresses(self) -> list[str]:
         """Every address the host answers on (management first)."""
-        return [self.mgmt_ip] + [n.ip for n in self.fabric]
+        return [n.ip for n in self.nics]
 
-    def nic(self, device: str) -> Nic:
-        for n in self.fabric:
-            if n.device == device:
+    def nic(self, name: str) -> Nic:
+        """The NIC with that net device name, or behind that RDMA device name."""
+        for n in self.nics:
+            if name == n.device or name in n.rdma:
                 return n
-        raise KeyError(device)
+        raise KeyError(name)
 
 
 DRIVER = "580.95.05"  # the DGX OS 7 driver; identical on both Sparks unless a fault says otherwise
@@ -154,7 +158,7 @@ class Cable:
 def cables() -> list[Cable]:
     """Pair each host's fabric NICs with the peer NIC in the same subnet (each cable once)."""
     out: list[Cable] = []
-    seen: set[tuple[str, str]] = set()
+    laid: set[tuple[str, str]] = set()  # (host, device) of the far ends of the cables in `out`
     for h in HOSTS.values():
         for n in h.fabric:
             subnet = n.address.rsplit(".", 1)[0]
@@ -162,20 +166,10 @@ def cables() -> list[Cable]:
             match = [p for p in peer.fabric if p.peer == h.name and p.address.rsplit(".", 1)[0] == subnet]
             if len(match) != 1:
                 raise ValueError(f"lab topology: {h.name}/{n.device} has no unique peer NIC on {peer.name}")
-            key = tuple(sorted([(h.name, n.device), (peer.name, match[0].device)]))
-            if key in seen:
-                continue
-            seen.add(key)
-            out.append(Cable(h.name, n, peer.name, match[0]))
+            if (h.name, n.device) not in laid:
+                laid.add((peer.name, match[0].device))
+                out.append(Cable(h.name, n, peer.name, match[0]))
     return out
-
-
-def find_rdma(host: LabHost, name: str) -> Nic:
-    """The NIC behind an RDMA device (or a net device) name."""
-    for n in host.fabric:
-        if name == n.device or name in n.rdma:
-            return n
-    raise KeyError(name)
 
 
 # The runtime, caches, Engram (and alerts) sections come from the shipped inventories/lab.yaml (one source
@@ -203,27 +197,20 @@ def shipped_sections() -> dict:
 def inventory_doc(ssh_key: str, known_hosts: str) -> dict:
     """The lab's inventory as a plain document (what LAB_DIR/inventory.yaml holds)."""
     shipped = shipped_sections()
-    hosts = {}
-    for h in HOSTS.values():
-        doc: dict = {
+    hosts = {
+        h.name: {
             "role": h.role,
             "ssh": {"address": h.mgmt_ip},
             "gpu": {"model": h.gpus[0].name, "count": len(h.gpus)},
+            **({"memory_gib": h.memory_gib} if h.memory_gib is not None else {}),
+            "fabric": [
+                {"device": n.device, "rdma": list(n.rdma), "address": n.address, "mtu": n.mtu,
+                 "speed_gbps": n.speed_mbps // 1000, "peer": n.peer}
+                for n in h.fabric
+            ],
         }
-        if h.memory_gib is not None:
-            doc["memory_gib"] = h.memory_gib
-        doc["fabric"] = [
-            {
-                "device": n.device,
-                "rdma": list(n.rdma),
-                "address": n.address,
-                "mtu": n.mtu,
-                "speed_gbps": n.speed_mbps // 1000,
-                "peer": n.peer,
-            }
-            for n in h.fabric
-        ]
-        hosts[h.name] = doc
+        for h in HOSTS.values()
+    }
     return {
         "cluster": {"name": "lab"},
         "ssh_defaults": {

@@ -26,11 +26,10 @@ def lab_api():
     return api
 
 
-def _progress(json_out: bool):
+def _progress(msg: str) -> None:
     from sparkctl.cli.output import console
 
-    c = console()
-    return lambda msg: c.print(f"[dim]lab:[/] {msg}", soft_wrap=True)
+    console().print(f"[dim]lab:[/] {msg}", soft_wrap=True)
 
 
 def _report(result: dict, verb: str, json_out: bool) -> None:
@@ -53,7 +52,7 @@ def up(json_out: JsonOpt = False) -> None:
     """Bring the lab up: namespaces, links, hosts (sshd + dockerd), registry, runtime image. Idempotent."""
     api = lab_api()
 
-    result = api.up(progress=_progress(json_out))
+    result = api.up(progress=_progress)
     _report(result, "up", json_out)
     if not json_out:
         from sparkctl.cli.output import console
@@ -66,7 +65,7 @@ def down(json_out: JsonOpt = False) -> None:
     """Stop the lab and remove everything it made (caches under /var/cache/sparkctl-lab stay)."""
     api = lab_api()
 
-    result = api.down(progress=_progress(json_out))
+    result = api.down(progress=_progress)
     _report(result, "down", json_out)
 
 
@@ -175,9 +174,7 @@ def drill(
     from sparkctl.cli.output import console, print_json
     from sparkctl.errors import InputError
 
-    lab_api()  # says how to install the lab when it is missing
-    from sparkctl_lab import drills
-
+    drills = lab_api().drills
     if list_:
         rows = [drills.describe(d) for d in drills.DRILLS.values()]
         if json_out:

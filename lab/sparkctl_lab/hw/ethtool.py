@@ -11,11 +11,6 @@ import sys
 from sparkctl_lab.hw import state
 
 
-def _missing(dev: str) -> int:
-    sys.stderr.write("netlink error: no device matches name (offset 24)\nnetlink error: No such device\n")
-    return 1
-
-
 def settings(host, faults, dev: str) -> str:
     op = state.sysfs_operstate(dev)
     nominal = state.nominal_speed(host, dev)
@@ -60,16 +55,13 @@ def driver_info(host, dev: str) -> str:
 def main(argv: list[str]) -> int:
     host = state.current_host()
     faults = state.load_faults(host.name)
-    if len(argv) == 1 and not argv[0].startswith("-"):
-        dev = argv[0]
+    driver = len(argv) == 2 and argv[0] in ("-i", "--driver")
+    if driver or (len(argv) == 1 and not argv[0].startswith("-")):
+        dev = argv[-1]
         if state.sysfs_operstate(dev) == "absent":
-            return _missing(dev)
-        sys.stdout.write(settings(host, faults, dev))
-        return 0
-    if len(argv) == 2 and argv[0] in ("-i", "--driver"):
-        if state.sysfs_operstate(argv[1]) == "absent":
-            return _missing(argv[1])
-        sys.stdout.write(driver_info(host, argv[1]))
+            sys.stderr.write("netlink error: no device matches name (offset 24)\nnetlink error: No such device\n")
+            return 1
+        sys.stdout.write(driver_info(host, dev) if driver else settings(host, faults, dev))
         return 0
     if argv and argv[0] in ("-h", "--help"):
         sys.stdout.write("ethtool DEVNAME\tDisplay standard information about device\n"

@@ -87,9 +87,7 @@ def driver(host: LabHost, faults: dict) -> str:
 
 
 def nominal_speed(host: LabHost, device: str) -> int | None:
-    if device == host.mgmt_device:
-        return host.mgmt_speed_mbps
-    return next((n.speed_mbps for n in host.fabric if n.device == device), None)
+    return next((n.speed_mbps for n in host.nics if n.device == device), None)
 
 
 def speed(host: LabHost, device: str, faults: dict, operstate: str) -> int:
@@ -137,8 +135,8 @@ def sync_sys(name: str, operstates: dict[str, str]) -> None:
     """Bring the host's simulated sysfs files in line with its faults and real link states."""
     host = HOSTS[name]
     faults = load_faults(name)
-    for dev in [host.mgmt_device] + [n.device for n in host.fabric]:
-        _put(speed_file(name, dev), f"{speed(host, dev, faults, operstates.get(dev, 'absent'))}\n")
+    for n in host.nics:
+        _put(speed_file(name, n.device), f"{speed(host, n.device, faults, operstates.get(n.device, 'absent'))}\n")
     for n in host.fabric:
         op = operstates.get(n.device, "absent")
         for r in n.rdma:

@@ -33,21 +33,14 @@ def package_root() -> str:
     return ":".join(dict.fromkeys(str(r) for r in roots))
 
 
-def write_tools(host: str, bin_dir: Path) -> None:
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    py = sys.executable
-    for name, module in TOOLS.items():
-        script = (
-            "#!/bin/sh\n"
-            f"# sparkctl lab: simulated {name} for lab host {host}\n"
-            f"SPARKCTL_LAB_HOST={host} SPARKCTL_LAB_DIR={paths.LAB_DIR} PYTHONPATH={package_root()} "
-            f'exec {py} -S -m {module} "$@"\n'
-        )
-        _write(bin_dir / name, script)
-    _write(bin_dir / GPU_HOOK, "#!/bin/sh\n# sparkctl lab: no GPU to hand over\ncat >/dev/null\nexit 0\n")
-
-
-def _write(path: Path, text: str) -> None:
-    if not path.exists() or path.read_text() != text:
-        path.write_text(text)
-    path.chmod(0o755)
+def scripts(host: str) -> dict[str, str]:
+    """The host's bin folder: file name -> shell script."""
+    out = {
+        name: "#!/bin/sh\n"
+        f"# sparkctl lab: simulated {name} for lab host {host}\n"
+        f"SPARKCTL_LAB_HOST={host} SPARKCTL_LAB_DIR={paths.LAB_DIR} PYTHONPATH={package_root()} "
+        f'exec {sys.executable} -S -m {module} "$@"\n'
+        for name, module in TOOLS.items()
+    }
+    out[GPU_HOOK] = "#!/bin/sh\n# sparkctl lab: no GPU to hand over\ncat >/dev/null\nexit 0\n"
+    return out
