@@ -369,9 +369,8 @@ def gather_host(
     probes = probes_for(inv, session.name, kinds)
     sent = time.time()
     sections = gather(session, probes, timeout=timeout, background=background_keys(probes)) if probes else {}
-    if into is None:
-        return parse_host(inv, session.name, sections, clock_sent=sent)
-    f = parse_host(inv, session.name, {**into.sections, **sections}, clock_sent=sent if "clock" in probes else None)
-    if "clock" not in probes:
+    merged = {**(into.sections if into else {}), **sections}
+    f = parse_host(inv, session.name, merged, clock_sent=sent if "clock" in probes else None)
+    if into is not None and "clock" not in probes:
         f.clock_offset = into.clock_offset
     return f

@@ -15,6 +15,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Optional
 
+from sparkctl.runtime.health import PHASES, line_phase
+
 # Lower-case substrings the host-side awk keeps (each at most PER_KIND times).
 # Order matters: a line is kept under the first kind it matches ("Using 'X' NvFp4 MoE backend out of
 # potential backends: [... 'MARLIN' ...]" is a backend line, not a Marlin fallback).
@@ -34,12 +36,8 @@ NEWEST = {
     "spec": "SpecDecoding metrics",
     "compile_hit": "Directly load the compiled graph(s) for compile range",
     "compile_miss": "Compiling a graph for compile range",
-    # the start-up phase (runtime/health.py PHASES): the newest line of each, in log order
-    "ph_ray": "Ray runtime started", "ph_ray_local": "Started a local Ray instance",
-    "ph_pg": "Waiting for creating a placement group", "ph_load": "Starting to load model",
-    "ph_shards": "Loading safetensors checkpoint shards", "ph_store": "Cache the graph of compile range",
-    "ph_kv": "KV cache size:", "ph_graphs": "Capturing CUDA graphs",
-    "ph_init": "init engine (profile, create kv cache, warmup model) took", "ph_serving": "Starting vLLM server on",
+    # the start-up phase (runtime/health.py PHASES): the newest line of each needle, in log order
+    **{f"phase{i}": needle for i, needle in enumerate(n for needles, _ in PHASES for n in needles)},
 }
 SPEC_MARK = NEWEST["spec"]
 
@@ -119,9 +117,9 @@ def awk_program() -> str:
     )
 
 
-def scan_command(container_ids: str = "$ids") -> str:
+def scan_command() -> str:
     """Shell: for each container id in $ids print '@@ctr <id>' and its matching log lines."""
-    return f'for c in {container_ids}; do echo "@@ctr $c"; docker logs "$c" 2>&1 | awk {shlex.quote(awk_program())}; done'
+    return f'for c in $ids; do echo "@@ctr $c"; docker logs "$c" 2>&1 | awk {shlex.quote(awk_program())}; done'
 
 
 _KV = re.compile(r"KV cache size:\s*([\d,]+)\s*tokens")
@@ -188,11 +186,7 @@ def parse_scan(text: str) -> dict[str, LogFacts]:
 
 
 def classify(facts: LogFacts, line: str) -> None:
-    from sparkctl.runtime.health import PHASES
-
-    for pattern, name in PHASES:  # lines arrive in log order: the newest phase wins
-        if pattern.search(line):
-            facts.phase = name
+    facts.phase = line_phase(line) or facts.phase  # lines arrive in log order: the newest phase wins
     low = line.lower()
     if SPEC_MARK in line:
         m = _ACCEPT.search(line)

@@ -55,15 +55,8 @@ def parse_route_get(text: str) -> Optional[str]:
 def parse_speeds(text: str) -> dict[str, Optional[int]]:
     """Lines `DEV SPEED` (from /sys/class/net/DEV/speed) -> Mb/s, None when unreadable or -1."""
     speeds: dict[str, Optional[int]] = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if not parts:
-            continue
-        try:
-            value = int(parts[1]) if len(parts) > 1 else None
-        except ValueError:
-            value = None
-        speeds[parts[0]] = value if value is not None and value > 0 else None
+    for dev, value, *_ in (line.split() + [""] for line in text.splitlines() if line.strip()):
+        speeds[dev] = int(value) if value.isdigit() and int(value) > 0 else None
     return speeds
 
 

@@ -10,18 +10,19 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-# (pattern, phase shown to the operator), newest phase wins. The vLLM 0.33 line behind each
-# pattern is in docs/conformance.md; Ray's own lines come from `ray start` / ray.init.
+# (the lines' needles, phase shown to the operator), newest phase wins. The vLLM 0.33 line behind
+# each needle is in docs/conformance.md; Ray's own lines come from `ray start` / ray.init. Doctor's
+# host-side log scan (facts/logs.py) keeps the newest line of each needle.
 PHASES = [
-    (re.compile(r"Ray runtime started|Started a local Ray instance"), "starting Ray"),
-    (re.compile(r"Waiting for creating a placement group"), "waiting for the worker to join"),
-    (re.compile(r"Starting to load model|Loading safetensors checkpoint shards"), "loading weights"),
-    (re.compile(r"Directly load the compiled graph"), "compiling (cache hit)"),
-    (re.compile(r"Compiling a graph for compile range|Cache the graph of compile range"), "compiling (cache miss: cold start)"),
-    (re.compile(r"KV cache size: [\d,]+ tokens"), "allocating KV cache"),
-    (re.compile(r"Capturing CUDA graphs"), "capturing CUDA graphs"),
-    (re.compile(r"init engine \(profile, create kv cache, warmup model\) took"), "engine initialised"),
-    (re.compile(r"Starting vLLM server on"), "serving"),
+    (("Ray runtime started", "Started a local Ray instance"), "starting Ray"),
+    (("Waiting for creating a placement group",), "waiting for the worker to join"),
+    (("Starting to load model", "Loading safetensors checkpoint shards"), "loading weights"),
+    (("Directly load the compiled graph",), "compiling (cache hit)"),
+    (("Compiling a graph for compile range", "Cache the graph of compile range"), "compiling (cache miss: cold start)"),
+    (("KV cache size:",), "allocating KV cache"),
+    (("Capturing CUDA graphs",), "capturing CUDA graphs"),
+    (("init engine (profile, create kv cache, warmup model) took",), "engine initialised"),
+    (("Starting vLLM server on",), "serving"),
 ]
 FATAL = [
     re.compile(r"EngineCore encountered a fatal error"),
@@ -34,12 +35,15 @@ FATAL = [
 ]
 
 
+def line_phase(line: str) -> Optional[str]:
+    """The last phase whose needle the line holds, None for none."""
+    return next((name for needles, name in reversed(PHASES) if any(n in line for n in needles)), None)
+
+
 def phase_of(log: str) -> str:
     phase = "starting"
     for line in log.splitlines():
-        for pat, name in PHASES:
-            if pat.search(line):
-                phase = name
+        phase = line_phase(line) or phase
     return phase
 
 
