@@ -284,7 +284,27 @@ def connect(address: str, timeout: float = 5.0, source_ip: str | None = None) ->
     return sock
 
 
-class NodeAgent:
+class _Connection:
+    """A JSON-lines connection to the GCS, from a node agent or a driver."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.rfile = sock.makefile("rb")
+        self.wfile = sock.makefile("wb")
+        self.wlock = threading.Lock()
+
+    def send(self, msg: dict) -> bool:
+        return send(self.wfile, self.wlock, msg)
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+class NodeAgent(_Connection):
     """A registered node: answers pings and method calls; `lost` is set when the head goes away."""
 
     def __init__(self, address: str, ip: str | None, resources: dict[str, float], is_head: bool,
@@ -293,12 +313,9 @@ class NodeAgent:
         self.handlers = handlers
         self.health_timeout = health_timeout
         self.lost = threading.Event()
-        self.sock = connect(address, source_ip=ip)
+        super().__init__(connect(address, source_ip=ip))
         self.ip = ip or self.sock.getsockname()[0]
-        self.rfile = self.sock.makefile("rb")
-        self.wfile = self.sock.makefile("wb")
-        self.wlock = threading.Lock()
-        send(self.wfile, self.wlock, {"op": "register", "ip": self.ip, "resources": resources, "is_head": is_head,
+        self.send({"op": "register", "ip": self.ip, "resources": resources, "is_head": is_head,
                                       "pid": pid, "hostname": hostname})
         reply = _read(self.rfile)
         if not reply or reply.get("op") != "registered":
@@ -323,37 +340,30 @@ class NodeAgent:
             reply = {"op": "reply", "call_id": m["call_id"], "result": handler(m.get("args", {}))}
         except Exception as e:  # report, do not die
             reply = {"op": "reply", "call_id": m["call_id"], "error": f"{type(e).__name__}: {e}"}
-        send(self.wfile, self.wlock, reply)
+        self.send(reply)
 
     def _pinger(self) -> None:
         while not self.lost.wait(PING_INTERVAL):
-            if not send(self.wfile, self.wlock, {"op": "ping"}):
+            if not self.send({"op": "ping"}):
                 self.lost.set()
 
     def close(self) -> None:
         self.lost.set()
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
+        super().close()
 
 
-class DriverClient:
+class DriverClient(_Connection):
     """vLLM's side: ask, reserve, call; `on_event` gets node deaths and the loss of the GCS."""
 
     def __init__(self, address: str, on_event: Callable[[dict], None], timeout: float = 5.0):
         self.address = address
         self.on_event = on_event
-        self.sock = connect(address, timeout=timeout)
-        self.rfile = self.sock.makefile("rb")
-        self.wfile = self.sock.makefile("wb")
-        self.wlock = threading.Lock()
+        super().__init__(connect(address, timeout=timeout))
         self.ids = itertools.count(1)
         self.waiters: dict[int, dict] = {}
         self.lock = threading.Lock()
         self.closed = False
-        send(self.wfile, self.wlock, {"op": "driver"})
+        self.send({"op": "driver"})
         threading.Thread(target=self._reader, daemon=True).start()
         threading.Thread(target=self._pinger, daemon=True).start()
 
@@ -388,7 +398,7 @@ class DriverClient:
         w = {"event": threading.Event(), "reply": None}
         with self.lock:
             self.waiters[rid] = w
-        if not send(self.wfile, self.wlock, {**msg, "id": rid}):
+        if not self.send({**msg, "id": rid}):
             raise ConnectionError("GCS connection lost")
         w["event"].wait(timeout)
         with self.lock:
@@ -411,11 +421,7 @@ class DriverClient:
 
     def close(self) -> None:
         self.closed = True
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
+        super().close()
 
 
 def query_status(address: str, timeout: float = 5.0) -> dict:

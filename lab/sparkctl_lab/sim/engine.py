@@ -364,12 +364,9 @@ class Engine:
         # A low-discrepancy sequence: measured acceptance tracks the configured rate closely.
         u = (r.accept_seed + r.rounds * GOLDEN) % 1.0
         r.rounds += 1
-        n = 0
-        for i in range(1, self.k + 1):
-            if u < p**i:
-                n = i
-            else:
-                break
+        n = 0  # position i is accepted with probability p**i: up to the first rejection
+        while n < self.k and u < p ** (n + 1):
+            n += 1
         return n
 
     def _apply(self, plan, now: float) -> None:

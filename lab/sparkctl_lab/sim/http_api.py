@@ -84,8 +84,7 @@ class SimHTTPServer(http.server.ThreadingHTTPServer):
 
     def __init__(self, address, runtime):
         self.runtime = runtime
-        host = address[0]
-        if host and ":" in host:
+        if ":" in (address[0] or ""):
             self.address_family = socket.AF_INET6
         super().__init__(address, Handler, bind_and_activate=False)
 
@@ -111,12 +110,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _access(self, status: int) -> None:
         if self.rt.cfg.disable_access_log:
             return
-        try:
-            phrase = HTTPStatus(status).phrase
-        except ValueError:
-            phrase = ""
         host, port = self.client_address[:2]
-        vlog.plain(f'INFO:     {host}:{port} - "{self.command} {self.path} {self.request_version}" {status} {phrase}')
+        vlog.plain(f'INFO:     {host}:{port} - "{self.command} {self.path} {self.request_version}" {status} '
+                   f'{HTTPStatus(status).phrase}')
 
     def _send(self, status: int, body: bytes, ctype: str = "application/json", headers: dict | None = None) -> None:
         self.send_response_only(status)

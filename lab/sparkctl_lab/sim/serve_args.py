@@ -329,11 +329,7 @@ def parse(argv: list[str]) -> ServeConfig:
 
 
 class StartupError(Exception):
-    """A config error vLLM reports at start-up (traceback + exception line, exit 1)."""
-
-    def __init__(self, exc_line: str):
-        super().__init__(exc_line)
-        self.exc_line = exc_line
+    """A config error vLLM reports at start-up (traceback + exception line, exit 1); str() is that line."""
 
 
 def _pydantic(model: str, msg: str, kind: str = "value_error") -> StartupError:

@@ -375,7 +375,7 @@ def serve(cfg: ServeConfig, knobs: knobs_mod.Knobs, env: dict[str, str]) -> int:
         rt.sleep(rt.phases.server_start)
     except StartupError as e:
         rt.core_log.error("core.py:1584", "EngineCore failed to start.")
-        print_startup_error(e.exc_line)
+        print_startup_error(str(e))
         _teardown(rt)
         return 1
     except Fatal as f:
