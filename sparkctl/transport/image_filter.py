@@ -29,6 +29,7 @@ import time
 BLOCK = 512
 CHUNK = 1 << 20
 PREFIX = "sparkctl-filter"
+PROGRESS_EVERY = 0.5  # seconds between progress lines
 LEGACY_JSON = re.compile(r"^([0-9a-f]{64})/json$")
 LEGACY_LAYER = re.compile(r"^([0-9a-f]{64})/layer\.tar$")
 OCI_BLOB = re.compile(r"^blobs/sha256/([0-9a-f]{64})$")
@@ -47,19 +48,15 @@ def v1_ids(doc, chain_id):
 
     CreateID hashes the v1 image with id cleared, parent and layer_id set, top-level keys
     sorted (a Go map); `os` is set after hashing on all but the top layer, so both are tried."""
-    base = dict((k, v) for k, v in doc.items() if k not in ("id", "parent"))
-    variants = [base]
-    if "os" in base:
-        variants.append(dict((k, v) for k, v in base.items() if k != "os"))
-    out = []
-    for fields in variants:
-        m = dict(fields)
-        m["layer_id"] = chain_id
-        if doc.get("parent"):
-            m["parent"] = "sha256:" + doc["parent"]
-        text = "{" + ",".join(go_json(k) + ":" + go_json(m[k]) for k in sorted(m)) + "}"
-        out.append(hashlib.sha256(text.encode("utf-8")).hexdigest())
-    return out
+    fields = dict((k, v) for k, v in doc.items() if k not in ("id", "parent"))
+    fields["layer_id"] = chain_id
+    if doc.get("parent"):
+        fields["parent"] = "sha256:" + doc["parent"]
+    variants = [fields]
+    if "os" in fields:
+        variants.append(dict((k, v) for k, v in fields.items() if k != "os"))
+    # top-level keys sorted; nested objects keep their order (Go structs, written in field order)
+    return [hashlib.sha256(go_json(dict(sorted(m.items()))).encode("utf-8")).hexdigest() for m in variants]
 
 
 def padded(size):
@@ -81,18 +78,17 @@ def pax_path(data):
 
 
 class Filter(object):
-    def __init__(self, held_chains, held_diffs, out, err, progress_every=0.5):
+    def __init__(self, held_chains, held_diffs, out, err):
         self.held_chains = list(held_chains)
         self.held_diffs = set(d.split(":")[-1] for d in held_diffs)
         self.out, self.err = out, err
         self.drop_dirs = set()
         self.stats = {"bytes_in": 0, "bytes_out": 0, "layers_sent": 0, "layers_skipped": 0, "bytes_skipped": 0}
-        self.progress_every = progress_every
         self.last_report = time.monotonic()
 
     def report(self, force=False):
         now = time.monotonic()
-        if self.err is not None and (force or now - self.last_report >= self.progress_every):
+        if force or now - self.last_report >= PROGRESS_EVERY:
             self.last_report = now
             self.err.write("%s progress %d\n" % (PREFIX, self.stats["bytes_out"]))
             self.err.flush()

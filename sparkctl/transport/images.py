@@ -161,12 +161,11 @@ def ssh_to(address: str) -> str:
     return shlex.join(["ssh", *SSH_OPTIONS, address])
 
 
-def can_ssh(src, address: str) -> tuple[bool, str]:
-    """Can the source node SSH to `address` by itself (keys and known_hosts of its own)?"""
+def cannot_ssh(src, address: str) -> str:
+    """Why the source node cannot SSH to `address` by itself (keys and known_hosts of its own);
+    "" when it can."""
     r = src.run(["sh", "-c", f"{ssh_to(address)} true"], timeout=30)
-    if r.ok:
-        return True, ""
-    return False, (r.stderr.strip().splitlines() or [f"exit {r.exit_code}"])[-1][:160]
+    return "" if r.ok else (r.stderr.strip().splitlines() or [f"exit {r.exit_code}"])[-1][:160]
 
 
 def _filter_line(line: str, on_progress: Callable[[int], None], stats: dict, errors: list[str]) -> None:
@@ -294,9 +293,8 @@ def copy_image(
 
     path, why = "relay", ""
     if fabric_address:
-        ok, why = can_ssh(src, fabric_address)
-        path = "fabric" if ok else "relay"
-        why = "" if ok else f"{src.name} cannot SSH to {fabric_address}: {why}"
+        reason = cannot_ssh(src, fabric_address)
+        path, why = ("relay", f"{src.name} cannot SSH to {fabric_address}: {reason}") if reason else ("fabric", "")
     stats: dict = {}
     command = save_command(image_id, held)
     t_stream = time.monotonic()

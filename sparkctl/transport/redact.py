@@ -59,13 +59,14 @@ _TOKEN_SHAPES = [
 ]  # fmt: skip
 _TOKEN_RE = re.compile(r"\b(?:" + "|".join(_TOKEN_SHAPES) + r")\b")
 
+_VALUE = r"(?P<v>\"[^\"]*\"|'[^']*'|[^\s,;]+)"  # a value in free text: quoted, or up to a space , or ;
 # Free-text shapes: KEY=value / KEY: value with a secret-looking key, credentials in URLs,
 # bearer tokens, known token shapes, PEM private key blocks.
 _TEXT_PATTERNS = [
     re.compile(
         # (not the inventory key `secret_env: [NAMES]`, which lists names, never values)
         r"(?P<k>\b(?!secret_env\b)(?:[A-Za-z0-9]+_)*(?:TOKEN|SECRET|PASSW(?:OR)?D|API_?KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)(?:_[A-Za-z0-9]+)*\b\s*[=:]\s*)"
-        r"(?P<v>\"[^\"]*\"|'[^']*'|[^\s,;]+)",
+        + _VALUE,
         re.I,
     ),
     re.compile(r"(?P<k>\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)(?P<v>[^/\s@]+)(?=@)"),  # scheme://user:PASSWORD@
@@ -75,12 +76,11 @@ _TEXT_PATTERNS = [
 ]
 # environment assignments (case-sensitive: NAME=value in a docker run line, a log, an error),
 # masked when NAME is secret (is_secret_env_name)
-_ENV_ASSIGNMENT = re.compile(r"(?P<k>\b(?P<name>[A-Z_][A-Z0-9_]*)=)(?P<v>\"[^\"]*\"|'[^']*'|[^\s,;]+)")
+_ENV_ASSIGNMENT = re.compile(r"(?P<k>\b(?P<name>[A-Z_][A-Z0-9_]*)=)" + _VALUE)
 _URL_PASSWORD = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:(?P<v>[^/\s@]+)@")
 
 _known_secrets: set[str] = set()
-_secret_names: set[str] = set()
-_name_patterns: list[re.Pattern] = []
+_secret_names: set[str] = set()  # masked in free text as NAME=value too
 _lock = threading.Lock()
 
 
@@ -103,10 +103,7 @@ def remember_secret(value: str) -> None:
 def remember_secret_name(name: str) -> None:
     """Treat this key / environment name as secret from now on (an inventory's runtime.secret_env)."""
     with _lock:
-        if name in _secret_names:
-            return
         _secret_names.add(name)
-        _name_patterns.append(re.compile(rf"(?P<k>\b{re.escape(name)}=)(?P<v>\"[^\"]*\"|'[^']*'|[^\s,;]+)"))
 
 
 def is_secret_env_name(name: str) -> bool:
@@ -177,7 +174,7 @@ def redact(text: str, digests: bool = False) -> str:
     if not text:
         return text
     with _lock:
-        patterns = _TEXT_PATTERNS + _name_patterns
+        names = "|".join(re.escape(n) for n in sorted(_secret_names))
         known = sorted(_known_secrets, key=len, reverse=True)
 
     def sub(m: re.Match) -> str:
@@ -186,7 +183,8 @@ def redact(text: str, digests: bool = False) -> str:
             return m.group(0)
         return m.group("k") + _mask(value.strip("'\""), digests)
 
-    for pat in patterns:
+    marked = [re.compile(rf"(?P<k>\b(?:{names})=)" + _VALUE)] if names else []  # runtime.secret_env names
+    for pat in _TEXT_PATTERNS + marked:
         text = pat.sub(sub, text)
     text = _ENV_ASSIGNMENT.sub(lambda m: sub(m) if is_secret_env_name(m.group("name")) else m.group(0), text)
     for secret in known:
@@ -202,9 +200,11 @@ def redact_obj(obj: Any, digests: bool = False) -> Any:
         out = {}
         for k, v in obj.items():
             if isinstance(k, str) and is_secret_key(k) and isinstance(v, (str, int, float)) and v != "":
-                if not isinstance(v, str) or not v.startswith(MASK):
+                if str(v).startswith(MASK):  # masked already (a record read back)
+                    out[k] = v
+                else:
                     remember_secret(str(v))
-                out[k] = v if isinstance(v, str) and v.startswith(MASK) else _mask(str(v), digests)
+                    out[k] = _mask(str(v), digests)
             else:
                 out[k] = redact_obj(v, digests)
         return out

@@ -43,3 +43,12 @@ def test_secret_key_words():
         assert is_secret_key(k), k
     for k in ("max_num_batched_tokens", "kv_pool_tokens", "tokenizer", "author", "keyboard"):
         assert not is_secret_key(k), k
+
+
+def test_names_marked_secret_are_masked_in_free_text_whatever_their_value():
+    from sparkctl.transport.redact import remember_secret_name
+
+    remember_secret_name("WANDB_PROJECT_ID")  # runtime.secret_env: a name no rule calls secret
+    remember_secret_name("X.Y")
+    out = redact("env WANDB_PROJECT_ID=p7 X.Y=q WANDB_PROJECT=demo")
+    assert out == f"env WANDB_PROJECT_ID={MASK} X.Y={MASK} WANDB_PROJECT=demo"
