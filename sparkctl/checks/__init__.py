@@ -1,13 +1,14 @@
 """Doctor's checks: small pure functions over the inventory and facts, each with a stable name.
 
 Importing this package registers every check in `base.REGISTRY`, in the order doctor shows them.
+Each checks module declares READS: the fact kinds (sparkctl/facts/host.py) its checks read, which
+doctor gathers for them.
 """
 
 from sparkctl.checks import ssh, host, gpu, fabric, env, images, caches, engram, runtime, state  # noqa: F401  (registration)
 from sparkctl.checks.base import REGISTRY, CheckResult, Context  # noqa: F401
 
-GROUPS = ("ssh", "host", "gpu", "fabric", "env", "images", "caches", "engram", "runtime", "state")
-# group -> the fact kinds its checks read, as each checks module declares them (READS)
+GROUPS = tuple(dict.fromkeys(c.group for c in REGISTRY.values()))  # in the order of the imports above
 GROUP_READS = {g: globals()[g].READS for g in GROUPS}
 
 

@@ -7,7 +7,7 @@ Checks never touch a host and never print: unit tests feed them recorded facts.
 Two shapes:
 - `@host_check`: called once per host in its scope that was reached, `fn(ctx, host, facts)`
   returns its Finding, or yields one per target (rail, image, container);
-- `@cluster_check`: compares hosts, called once, `fn(ctx) -> {host: [Finding]}`.
+- `@cluster_check`: compares hosts, called once, `fn(ctx) -> {host: Finding or [Finding]}`.
 A host that could not be reached gets `skipped` for every check in scope (ssh.reachable says why).
 """
 
@@ -146,11 +146,10 @@ class Check:
         for h in [h for h in ctx.hosts if h in in_scope]:
             if self.needs_reach and h not in ctx.facts:
                 findings: Iterable[Finding] = [skipped("host not reached (see ssh.reachable)")]
-            elif self.cluster:
-                findings = found.get(h, [])
             else:
-                found_here = self.fn(ctx, h, ctx.facts.get(h))
-                findings = [found_here] if isinstance(found_here, Finding) else found_here
+                findings = found.get(h, []) if self.cluster else self.fn(ctx, h, ctx.facts.get(h))
+            if isinstance(findings, Finding):
+                findings = [findings]
             out += [
                 CheckResult(self.name, self.group, h, f.status, f.message, f.fix, f.target,
                             self.runbook_path if f.status in ("fail", "warn") else None, dict(f.data))
@@ -175,5 +174,5 @@ def host_check(name: str, doc: str, **options: Any) -> Callable:
 
 
 def cluster_check(name: str, doc: str, **options: Any) -> Callable:
-    """Registers `fn(ctx) -> {host: [Finding]}` under `name`."""
+    """Registers `fn(ctx) -> {host: Finding | Iterable[Finding]}` under `name`."""
     return lambda fn: _register(Check(name, doc, fn, cluster=True, **options))

@@ -6,7 +6,6 @@ from sparkctl.checks.base import Context, fail, host_check, ok, skipped, warn
 from sparkctl.checks.host import runtime_hosts
 from sparkctl.facts.caches import COMPILE_DIR
 
-# the fact kinds (sparkctl/facts/host.py) this group's checks read: gathered for them
 READS = frozenset({"cache", "logs", "applied"})
 
 COLD = "the next start compiles from scratch (cold: ~10-15 min on a Spark, seed 002)"

@@ -54,10 +54,7 @@ class Report:
 
 
 def _split(values: Optional[Iterable[str]]) -> list[str]:
-    out: list[str] = []
-    for v in values or []:
-        out += [p.strip() for p in v.split(",") if p.strip()]
-    return out
+    return [p.strip() for v in values or [] for p in v.split(",") if p.strip()]
 
 
 def _unknown(kind: str, bad: list[str], known: Iterable[str]) -> InputError:
@@ -78,26 +75,20 @@ def select(only: Optional[Iterable[str]] = None, ignore: Optional[Iterable[str]]
     bad = [n for n in names if n not in REGISTRY]
     if bad:
         raise _unknown("check name", bad, REGISTRY)
-    chosen = []
-    for c in REGISTRY.values():
-        if c.name in names or (c.deep_only and not deep):
-            continue
-        if groups and c.group not in groups and c.name != ALWAYS:
-            continue
-        chosen.append(c)
-    return chosen
+    return [
+        c for c in REGISTRY.values()
+        if c.name not in names and (deep or not c.deep_only) and (not groups or c.group in groups or c.name == ALWAYS)
+    ]  # fmt: skip
+
+
+# words of the transport's error -> Unreachable.kind, the first that matches
+UNREACHABLE_KINDS = {"host key": "host_key", "authentication failed": "auth", "cannot connect": "connect",
+                     "does not exist": "connect", "refusing to contact": "connect"}  # fmt: skip
 
 
 def _classify(exc: SparkctlError) -> Unreachable:
     text = exc.message.lower()
-    if "host key" in text:
-        kind = "host_key"
-    elif "authentication failed" in text:
-        kind = "auth"
-    elif "cannot connect" in text or "does not exist" in text or "refusing to contact" in text:
-        kind = "connect"
-    else:
-        kind = "error"
+    kind = next((k for words, k in UNREACHABLE_KINDS.items() if words in text), "error")
     return Unreachable(exc.message, exc.fix, kind)
 
 

@@ -13,7 +13,6 @@ import re
 from sparkctl.checks.base import Context, fail, host_check, ok, skipped, warn
 from sparkctl.checks.host import runtime_hosts
 
-# the fact kinds (sparkctl/facts/host.py) this group's checks read: gathered for them
 READS = frozenset({"ip_addr", "rdma_state", "gid"})
 
 IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "UCX_NET_DEVICES", "OMPI_MCA_btl_tcp_if_include")

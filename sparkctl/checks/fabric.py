@@ -11,7 +11,6 @@ from sparkctl.checks.base import Context, fail, host_check, ok, skipped, warn
 from sparkctl.facts.host import peer_ip
 from sparkctl.inventory.models import FabricLink
 
-# the fact kinds (sparkctl/facts/host.py) this group's checks read: gathered for them
 READS = frozenset({"ip_addr", "speeds", "rdma_state", "ibdev2netdev", "route", "ping"})
 
 DEGRADED = 0.5  # below half the expected speed: a degraded link (a CX-7 capped near 13 Gb/s, a bad cable)

@@ -6,7 +6,6 @@ from collections import Counter
 
 from sparkctl.checks.base import Context, cluster_check, fail, host_check, ok, skipped
 
-# the fact kinds (sparkctl/facts/host.py) this group's checks read: gathered for them
 READS = frozenset({"gpus", "gpu_apps", "containers"})
 
 
@@ -54,28 +53,24 @@ def model(ctx: Context, host: str, f):
 @cluster_check("gpu.driver", "both Sparks run the same NVIDIA driver version", scope=spark_hosts, runbook=True)
 def driver(ctx: Context):
     drivers = {h: f.gpus[0].driver for h in spark_hosts(ctx) if (f := ctx.facts.get(h)) and f.gpus}
-    out = {h: [skipped("no driver version (see gpu.smi / gpu.model)")] for h in spark_hosts(ctx) if h in ctx.facts and h not in drivers}
-    if len(set(drivers.values())) <= 1:
-        for h, d in drivers.items():
-            out[h] = [ok(f"driver {d}" + (" on every Spark" if len(drivers) > 1 else ""))]
-        return out
+    out = {h: skipped("no driver version (see gpu.smi / gpu.model)") for h in spark_hosts(ctx) if h in ctx.facts and h not in drivers}
+    agree = len(set(drivers.values())) <= 1
     # the head's driver is the reference, as `sparkctl up` converges images on the head's
-    heads = [h for h in drivers if ctx.role(h) == "head"]
-    ref_host = heads[0] if heads else next(iter(drivers))
-    ref = drivers[ref_host]
+    ref_host = next((h for h in drivers if ctx.role(h) == "head"), next(iter(drivers), None))
+    ref = drivers.get(ref_host)
     listing = ", ".join(f"{h} {d}" for h, d in drivers.items())
     for h, d in drivers.items():
-        if d == ref:
-            out[h] = [ok(f"driver {d} (the reference; differs elsewhere: {listing})")]
+        if agree:
+            out[h] = ok(f"driver {d}" + (" on every Spark" if len(drivers) > 1 else ""))
+        elif d == ref:
+            out[h] = ok(f"driver {d} (the reference; differs elsewhere: {listing})")
         else:
-            out[h] = [
-                fail(
-                    f"driver {d}, but {ref_host} runs {ref} ({listing}): NCCL across the Sparks needs one version",
-                    f"install driver {ref} on {h} (the same DGX OS / nvidia-driver package as {ref_host}) and reboot it",
-                    driver=d,
-                    reference=ref,
-                )
-            ]
+            out[h] = fail(
+                f"driver {d}, but {ref_host} runs {ref} ({listing}): NCCL across the Sparks needs one version",
+                f"install driver {ref} on {h} (the same DGX OS / nvidia-driver package as {ref_host}) and reboot it",
+                driver=d,
+                reference=ref,
+            )
     return out
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from sparkctl.checks.base import Context, fail, host_check, ok, skipped, warn
 
-# the fact kinds (sparkctl/facts/host.py) this group's checks read: gathered for them
 READS = frozenset({"disk", "memlock", "logind", "containers"})
 
 GIB = 1 << 30

@@ -16,7 +16,6 @@ from sparkctl.checks.host import runtime_hosts
 from sparkctl.facts.host import images_for
 from sparkctl.steps.images import last_good, platform_of
 
-# the fact kinds (sparkctl/facts/host.py) this group's checks read: gathered for them
 READS = frozenset({"image", "containers", "applied"})
 
 

@@ -14,7 +14,6 @@ from sparkctl.checks.host import runtime_hosts
 from sparkctl.facts.logs import MARLIN_BACKENDS, MOE_BACKEND_NAMES, QUANT_WORD, expected_moe_names
 from sparkctl.runtime.metrics import KV_USAGE, RUNNING, TTFT, WAITING, quantile_between
 
-# the fact kinds (sparkctl/facts/host.py) this group's checks read: gathered for them
 READS = frozenset({"containers", "logs", "drafter_health", "applied"})
 
 NOT_RUNNING = "runtime not running (`sparkctl up` starts it)"

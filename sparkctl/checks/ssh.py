@@ -6,7 +6,6 @@ import statistics
 
 from sparkctl.checks.base import Context, cluster_check, fail, host_check, ok, skipped
 
-# the fact kinds (sparkctl/facts/host.py) this group's checks read: gathered for them
 READS = frozenset({"clock", "whoami"})
 
 CLOCK_SKEW_FAIL = 1.0  # seconds between hosts: Ray heartbeats, TLS and log correlation go wrong beyond this
@@ -20,11 +19,11 @@ def reachable(ctx: Context):
         where = f"{t.user}@{t.address}:{t.port}"
         u = ctx.unreachable.get(h)
         if u is None:
-            out[h] = [ok(f"connected to {where}")]
+            out[h] = ok(f"connected to {where}")
         elif u.kind == "host_key":
-            out[h] = [ok(f"sshd answers at {where} (its host key is refused: see ssh.host_key)")]
+            out[h] = ok(f"sshd answers at {where} (its host key is refused: see ssh.host_key)")
         else:
-            out[h] = [fail(u.message, u.fix or f"check the host is up, sshd runs and ssh.address/port for {h} are right")]
+            out[h] = fail(u.message, u.fix or f"check the host is up, sshd runs and ssh.address/port for {h} are right")
     return out
 
 
@@ -35,13 +34,13 @@ def host_key(ctx: Context):
         t = ctx.inventory.ssh_target(h)
         u = ctx.unreachable.get(h)
         if u is None:
-            out[h] = [ok(f"host key verified against {t.known_hosts} (policy {t.host_key_policy})")]
+            out[h] = ok(f"host key verified against {t.known_hosts} (policy {t.host_key_policy})")
         elif u.kind == "host_key":
-            out[h] = [fail(u.message, u.fix or f"verify the host's key and update {t.known_hosts}")]
+            out[h] = fail(u.message, u.fix or f"verify the host's key and update {t.known_hosts}")
         elif u.kind == "auth":  # the key was verified before authentication was tried
-            out[h] = [ok(f"host key verified against {t.known_hosts}; authentication failed (see ssh.reachable)")]
+            out[h] = ok(f"host key verified against {t.known_hosts}; authentication failed (see ssh.reachable)")
         else:
-            out[h] = [skipped("no SSH session (see ssh.reachable)")]
+            out[h] = skipped("no SSH session (see ssh.reachable)")
     return out
 
 
@@ -63,7 +62,7 @@ def privilege(ctx: Context, host: str, f):
 @cluster_check("ssh.clock", f"host clocks agree within {CLOCK_SKEW_FAIL:g} s")
 def clock(ctx: Context):
     offsets = {h: f.clock_offset for h, f in ctx.facts.items() if f.clock_offset is not None}
-    out = {h: [skipped("clock not read")] for h in ctx.facts if h not in offsets}
+    out = {h: skipped("clock not read") for h in ctx.facts if h not in offsets}
     if not offsets:
         return out
     median = statistics.median(offsets.values())
@@ -71,14 +70,12 @@ def clock(ctx: Context):
         skew = off - median
         others = f"{skew:+.3f} s from the other hosts" if len(offsets) > 1 else "only host read"
         if abs(skew) > CLOCK_SKEW_FAIL:
-            out[h] = [
-                fail(
-                    f"clock is {others} (limit {CLOCK_SKEW_FAIL:g} s)",
-                    "enable time sync on every host: `timedatectl set-ntp true` (or chrony), then `timedatectl` "
-                    "shows 'System clock synchronized: yes'",
-                    skew_s=round(skew, 3),
-                )
-            ]
+            out[h] = fail(
+                f"clock is {others} (limit {CLOCK_SKEW_FAIL:g} s)",
+                "enable time sync on every host: `timedatectl set-ntp true` (or chrony), then `timedatectl` "
+                "shows 'System clock synchronized: yes'",
+                skew_s=round(skew, 3),
+            )
         else:
-            out[h] = [ok(f"clock {others}", skew_s=round(skew, 3))]
+            out[h] = ok(f"clock {others}", skew_s=round(skew, 3))
     return out

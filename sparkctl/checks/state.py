@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from sparkctl.checks.base import Context, fail, head_host, host_check, ok, skipped, warn
 
-# the fact kinds (sparkctl/facts/host.py) this group's checks read: gathered for them
 READS = frozenset({"lock", "journal", "events"})
 
 BAD_OUTCOMES = ("rolled back", "failed", "rollback failed")  # reload.py's outcomes that did not apply the change

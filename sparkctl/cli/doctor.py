@@ -118,11 +118,8 @@ def _print_totals(report, c) -> None:
     from sparkctl.checks.base import STATUSES
 
     s = report.summary()
-    line = Text()
-    for status in STATUSES:
-        line.append(f"{s[status]} {status}", style=STYLE[status] if s[status] else "dim")
-        line.append("  ")
-    line.append(f"in {report.seconds:.2f} s" + (" (--deep)" if report.deep else ""))
+    line = Text("  ").join(Text(f"{s[status]} {status}", style=STYLE[status] if s[status] else "dim") for status in STATUSES)
+    line.append(f"  in {report.seconds:.2f} s" + (" (--deep)" if report.deep else ""))
     c.print(line)
     if s["failed_checks"]:
         c.print(Text("failed: " + ", ".join(s["failed_checks"]), style="bold red"))
@@ -139,13 +136,6 @@ def _cell(rows) -> "Text":
         if counts[status]:
             cell.append(f"{MARK[status]} {counts[status]} ", style=STYLE[status])
     return cell
-
-
-def _groups(report) -> list[str]:
-    from sparkctl.checks import GROUPS
-
-    seen = {r.group for r in report.results}
-    return [g for g in GROUPS if g in seen]
 
 
 def _findings(report) -> list[tuple]:
@@ -169,11 +159,12 @@ def print_summary(report, c=None) -> None:
     from rich.text import Text
 
     from sparkctl.alerts import runbooks
+    from sparkctl.checks import GROUPS
     from sparkctl.cli.output import console
     from sparkctl.transport.redact import redact
 
     c = c or console()
-    groups = _groups(report)
+    groups = [g for g in GROUPS if any(r.group == g for r in report.results)]
     hosts = [h for h in report.hosts if any(r.host == h for r in report.results)]
     for start in range(0, len(hosts), HOSTS_PER_LINE):
         chunk = hosts[start : start + HOSTS_PER_LINE]
@@ -192,10 +183,7 @@ def print_summary(report, c=None) -> None:
     for (name, status, message, fix), rows in _findings(report):
         c.print()
         where = ", ".join(dict.fromkeys(r.host + (f" {_short_target(r.target)}" if r.target else "") for r in rows))
-        head = Text(f"{MARK[status]} ", style=STYLE[status])
-        head.append(name, style=STYLE[status])
-        head.append(f"  on {where}")
-        c.print(head)
+        c.print(Text(f"{MARK[status]} {name}  on {where}", style=STYLE[status]))
         body = Text(redact(message))
         if fix:
             body.append("\nfix: ", style="bold")
