@@ -7,8 +7,7 @@ Thresholds come from the inventory's `alerts:` section (sparkctl/alerts/config.p
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,7 +19,7 @@ Severity = Literal["page", "ticket"]
 class Rule(BaseModel):
     """One Prometheus alerting rule, with the runbook that answers it."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
 
     alert: str
     expr: str
@@ -64,10 +63,6 @@ class RuleSet(BaseModel):
         }
 
 
-def default_runbook_base_url() -> str:
-    return runbooks.RUNBOOK_DIR.as_uri() + "/"
-
-
 def rules_for(inv) -> RuleSet:
     a = inv.alerts
     cluster = inv.cluster.name
@@ -81,7 +76,7 @@ def rules_for(inv) -> RuleSet:
         Rule(
             alert="SparkctlEngineDown",
             expr=f"up{{{head}}} == 0",
-            **{"for": a.down_for},
+            for_=a.down_for,
             severity="page",
             summary=f"{cluster}: the inference API on {{{{ $labels.instance }}}} is down",
             description="Prometheus cannot scrape the head's /metrics: the engine died (crash, lost worker, "
@@ -91,7 +86,7 @@ def rules_for(inv) -> RuleSet:
         Rule(
             alert="SparkctlWorkerLost",
             expr=f'up{{job="{nodes_job}",role="worker"}} == 0',
-            **{"for": a.down_for},
+            for_=a.down_for,
             severity="page",
             summary=f"{cluster}: worker {{{{ $labels.instance }}}} is unreachable",
             description="The worker Spark does not answer; the head's engine dies with it (tensor parallel "
@@ -104,7 +99,7 @@ def rules_for(inv) -> RuleSet:
             Rule(
                 alert="SparkctlDrafterUnreachable",
                 expr=f'up{{job="{job}",role="drafter"}} == 0',
-                **{"for": a.down_for},
+                for_=a.down_for,
                 severity="page",
                 summary=f"{cluster}: the drafter on {{{{ $labels.instance }}}} is unreachable",
                 description="The head's engine stops after 3 failed drafter health checks in a row.",
@@ -115,7 +110,7 @@ def rules_for(inv) -> RuleSet:
         Rule(
             alert="SparkctlKVCacheNearFull",
             expr=f"vllm:kv_cache_usage_perc{{{served}}} > {a.kv_usage:g}",
-            **{"for": "2m"},
+            for_="2m",
             severity="ticket",
             summary=f"{cluster}: KV cache {{{{ $value | humanizePercentage }}}} used",
             description="The KV pool is shared by every live request; when it is full the newest request is preempted.",
@@ -174,7 +169,7 @@ def rules_for(inv) -> RuleSet:
             Rule(
                 alert="SparkctlDecodeThroughputLow",
                 expr=f"({speed}) < {floor:g}",
-                **{"for": a.decode_for},
+                for_=a.decode_for,
                 severity="ticket",
                 summary=f"{cluster}: decode {{{{ $value | humanize }}}} tok/s per stream, baseline "
                 f"{a.decode_tokens_per_s_baseline:g}",
@@ -190,7 +185,7 @@ def rules_for(inv) -> RuleSet:
         cluster=cluster,
         job=job,
         nodes_job=nodes_job,
-        runbook_base_url=a.runbook_base_url or default_runbook_base_url(),
+        runbook_base_url=a.runbook_base_url or runbooks.RUNBOOK_DIR.as_uri() + "/",
         rules=rules,
         not_written=not_written,
     )
@@ -200,7 +195,6 @@ def _twice(duration: str) -> str:
     return f"{2 * int(duration[:-1])}{duration[-1]}"
 
 
-def missing_runbooks(rs: RuleSet, root: Optional[Path] = None) -> list[str]:
+def missing_runbooks(rs: RuleSet) -> list[str]:
     """Runbooks the rules link to that do not exist (a defect: every alert needs its runbook)."""
-    root = root or runbooks.RUNBOOK_DIR
-    return sorted({r.runbook for r in rs.rules if not (root / f"{r.runbook}.md").is_file()})
+    return sorted({r.runbook for r in rs.rules if not runbooks.exists(r.runbook)})

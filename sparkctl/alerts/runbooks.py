@@ -12,7 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-RUNBOOK_DIR = Path(__file__).resolve().parent.parent.parent / "docs" / "runbooks"
+from sparkctl.resources import data_dir
+
+# Package data (so an installed wheel has them); in a checkout it links to docs/runbooks.
+RUNBOOK_DIR = Path(data_dir("runbooks")).resolve()
 RUNBOOK_PREFIX = "docs/runbooks/"
 
 # (check, the `sign` its finding reports) -> runbook: one check, several causes

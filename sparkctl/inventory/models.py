@@ -270,17 +270,10 @@ class Runtime(Model):
     @classmethod
     def _env_as_text(cls, value: object) -> object:
         # `FLAG: 1` is how people write env in YAML; the container gets text either way.
+        # Booleans, nulls, lists and mappings are left for pydantic to reject with the key named.
         if not isinstance(value, dict):
             return value
-        out = {}
-        for k, v in value.items():
-            if isinstance(v, bool) or v is None or isinstance(v, (list, dict)):
-                out[k] = v  # rejected below with the key named
-            elif isinstance(v, (int, float)):
-                out[k] = str(v)
-            else:
-                out[k] = v
-        return out
+        return {k: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for k, v in value.items()}
 
     @field_validator("secret_env")
     @classmethod

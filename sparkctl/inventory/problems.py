@@ -11,9 +11,11 @@ import difflib
 import re
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel
 
 from sparkctl.errors import InputError
 
@@ -37,17 +39,6 @@ def format_path(path: FieldPath) -> str:
     return out
 
 
-def locate(locations: Optional[Locations], path: FieldPath) -> Optional[tuple[int, int]]:
-    """Where `path` (or its nearest written ancestor, e.g. for a missing key) is in the file."""
-    if not locations:
-        return None
-    for n in range(len(path), -1, -1):
-        found = locations.get(tuple(path[:n]))
-        if found:
-            return found
-    return None
-
-
 @dataclass(frozen=True)
 class Problem:
     """One thing wrong with an inventory (or, with severity warning, worth a second look)."""
@@ -59,12 +50,14 @@ class Problem:
     column: Optional[int] = None
 
     def located(self, locations: Optional[Locations]) -> "Problem":
-        if self.line is not None:
+        """With the line of its field, or of the nearest ancestor written in the file (e.g. for a missing key)."""
+        if self.line is not None or not locations:
             return self
-        where = locate(locations, self.path)
-        if not where:
-            return self
-        return Problem(self.path, self.message, self.severity, where[0], where[1])
+        for n in range(len(self.path), -1, -1):
+            if self.path[:n] in locations:
+                line, column = locations[self.path[:n]]
+                return replace(self, line=line, column=column)
+        return self
 
     def render(self, file: Optional[Path | str]) -> str:
         where = str(file) if file is not None else "<inventory>"
@@ -147,8 +140,6 @@ def _unwrap(annotation: Any) -> Any:
 
 
 def _is_model(annotation: Any) -> bool:
-    from pydantic import BaseModel
-
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
@@ -208,10 +199,15 @@ def did_you_mean(word: str, choices) -> Optional[str]:
     return match[0] if match else None
 
 
+def _keys_beside(root: Any, loc: FieldPath) -> list[str]:
+    """The keys the mapping holding `loc` may have (none when it is not a model's)."""
+    parent = annotation_at(root, loc[:-1])
+    return list(parent.model_fields) if _is_model(parent) else []
+
+
 def _unknown_key(root: Any, loc: FieldPath) -> str:
     key = str(loc[-1])
-    parent = annotation_at(root, loc[:-1])
-    fields = list(parent.model_fields) if _is_model(parent) else []
+    fields = _keys_beside(root, loc)
     msg = f"unknown key '{key}'"
     guess = did_you_mean(key, fields)
     if guess:
@@ -224,10 +220,15 @@ def _unknown_key(root: Any, loc: FieldPath) -> str:
     return msg
 
 
-def _expected_mapping(ann: Any) -> str:
-    if _is_model(ann):
-        return f"a mapping with keys {', '.join(ann.model_fields)}"
-    return "a mapping"
+# pydantic error type -> what the key expects, where saying so is the whole message
+_EXPECTED = {
+    "list_type": "a list (- item lines or [a, b])",
+    **dict.fromkeys(("int_type", "int_parsing", "int_from_float"), "a whole number"),
+    **dict.fromkeys(("float_type", "float_parsing", "finite_number"), "a number"),
+    "ip_v4_interface": "an IPv4 address with prefix, e.g. 192.168.200.2/24",
+    "path_type": "a file path",
+}
+_OPERATORS = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}
 
 
 def _message(root: Any, err: dict) -> str:
@@ -250,14 +251,12 @@ def _message(root: Any, err: dict) -> str:
             required = [n for n, f in ann.model_fields.items() if f.is_required()]
             msg += f" (a mapping with at least: {', '.join(required)})" if required else " (a mapping)"
         return msg
+    if kind in _EXPECTED:
+        return f"expected {_EXPECTED[kind]}, got {got}"
     if kind in ("model_type", "model_attributes_type", "dict_type"):
-        return f"expected {_expected_mapping(annotation_at(root, loc))}, got {got}"
-    if kind == "list_type":
-        return f"expected a list (- item lines or [a, b]), got {got}"
-    if kind in ("int_type", "int_parsing", "int_from_float"):
-        return f"expected a whole number, got {got}"
-    if kind in ("float_type", "float_parsing", "finite_number"):
-        return f"expected a number, got {got}"
+        ann = annotation_at(root, loc)
+        keys = f" with keys {', '.join(ann.model_fields)}" if _is_model(ann) else ""
+        return f"expected a mapping{keys}, got {got}"
     if kind == "string_type":
         hint = ""
         if isinstance(value, bool):
@@ -270,22 +269,16 @@ def _message(root: Any, err: dict) -> str:
         msg = f"must be one of {', '.join(allowed)}; got {got}"
         guess = did_you_mean(str(value), allowed) if isinstance(value, str) else None
         return msg + (f"; did you mean '{guess}'?" if guess else "")
-    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
-        op = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}[kind]
-        limit = next(iter(ctx.values()), "?")
-        return f"must be {op} {limit}, got {got}"
+    if kind in _OPERATORS:
+        return f"must be {_OPERATORS[kind]} {next(iter(ctx.values()), '?')}, got {got}"
     if kind == "string_too_short":
         return "must not be empty"
     if kind == "string_pattern_mismatch":
         if loc and loc[-1] == "[key]":
             return f"name {str(value)!r} is not allowed: use letters, digits, '-' and '_' (start with a letter or digit)"
         return f"{got} does not have the required form ({ctx.get('pattern')})"
-    if kind.startswith("ip_v4"):
-        return f"expected an IPv4 address with prefix, e.g. 192.168.200.2/24, got {got}"
     if kind == "value_error":
         return str(ctx.get("error") or err["msg"]).removeprefix("Value error, ")
-    if kind == "path_type":
-        return f"expected a file path, got {got}"
     return f"{err['msg']}, got {got}"
 
 
@@ -294,14 +287,11 @@ def from_validation_error(err, root: Any) -> list[Problem]:
     errs = err.errors(include_url=False)
     # A misspelt required key shows up twice (unknown 'max_num_seq', missing 'max_num_seqs'):
     # the "did you mean" line says it all, so drop the "missing" one.
-    covered = set()
-    for e in errs:
-        if e["type"] == "extra_forbidden":
-            loc = tuple(e["loc"])
-            parent = annotation_at(root, loc[:-1])
-            guess = did_you_mean(str(loc[-1]), parent.model_fields) if _is_model(parent) else None
-            if guess:
-                covered.add(loc[:-1] + (guess,))
+    covered = {
+        tuple(e["loc"][:-1]) + (did_you_mean(str(e["loc"][-1]), _keys_beside(root, tuple(e["loc"]))),)
+        for e in errs
+        if e["type"] == "extra_forbidden"
+    }
     problems = []
     for e in errs:
         loc = tuple(e["loc"])

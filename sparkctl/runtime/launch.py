@@ -100,14 +100,13 @@ class LaunchPlan(BaseModel):
 
 def fabric_link_to(inv: Inventory, host: str, peer: str) -> Optional[FabricLink]:
     """The first rail on `host` whose peer is `peer` (the one Ray/NCCL bootstrap over)."""
-    for link in inv.hosts[host].fabric:
-        if link.peer == peer:
-            return link
-    return None
+    return next((link for link in inv.hosts[host].fabric if link.peer == peer), None)
 
 
-def _rails_to(inv: Inventory, host: str, peer: str) -> list[FabricLink]:
-    return [link for link in inv.hosts[host].fabric if link.peer == peer]
+def fabric_ip(inv: Inventory, host: str, peer: str) -> str:
+    """Where `peer` reaches `host`: its fabric address on their link, else its management address."""
+    link = fabric_link_to(inv, host, peer)
+    return str(link.address.ip) if link else inv.hosts[host].ssh.address
 
 
 def fabric_env(inv: Inventory, host: str, peer: str) -> dict[str, str]:
@@ -117,14 +116,12 @@ def fabric_env(inv: Inventory, host: str, peer: str) -> dict[str, str]:
     ~161 Gb/s instead of ~98 with one). NCCL_IB_GID_INDEX is deliberately not pinned: the
     RoCE v2 index has been seen to move from 3 to 4 (spark-fabric.md).
     """
-    rails = _rails_to(inv, host, peer)
+    rails = [link for link in inv.hosts[host].fabric if link.peer == peer]
     if not rails:
         return {}
     first = rails[0]
     ip = str(first.address.ip)
-    hcas: list[str] = []
-    for r in rails:
-        hcas += [d for d in r.rdma if d not in hcas]
+    hcas = dict.fromkeys(d for r in rails for d in r.rdma)  # each device once, in rail order
     env = {
         "VLLM_HOST_IP": ip,
         "RAY_NODE_IP_ADDRESS": ip,
@@ -174,12 +171,9 @@ def vllm_serve_args(inv: Inventory) -> list[str]:
     if r.moe_backend:
         args += ["--moe-backend", r.moe_backend]
     if r.speculative:
-        s = r.speculative
-        spec: dict[str, object] = {"method": s.method, "num_speculative_tokens": s.num_speculative_tokens}
-        if s.model:
-            spec["model"] = s.model
-        if s.draft_tensor_parallel_size:
-            spec["draft_tensor_parallel_size"] = s.draft_tensor_parallel_size
+        spec = r.speculative.model_dump(
+            include={"method", "num_speculative_tokens", "model", "draft_tensor_parallel_size"}, exclude_none=True
+        )
         args += ["--speculative-config", json.dumps(spec, separators=(",", ":"), sort_keys=True)]
     args += ["--shutdown-timeout", str(r.shutdown_timeout)]
     return args
@@ -197,17 +191,15 @@ def _hash(obj: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+# id(inventory) -> (inventory, its plan); holding the inventory keeps its id from being reused.
 _RENDERED: dict[int, tuple[Inventory, "LaunchPlan"]] = {}
 
 
 def render(inv: Inventory) -> LaunchPlan:
     """The launch for this inventory (pure and frozen, so each inventory object renders once)."""
-    hit = _RENDERED.get(id(inv))
-    if hit is not None and hit[0] is inv:
-        return hit[1]
-    plan = _render(inv)
-    _RENDERED[id(inv)] = (inv, plan)
-    return plan
+    if id(inv) not in _RENDERED:
+        _RENDERED[id(inv)] = (inv, _render(inv))
+    return _RENDERED[id(inv)][1]
 
 
 def _render(inv: Inventory) -> LaunchPlan:
@@ -215,18 +207,20 @@ def _render(inv: Inventory) -> LaunchPlan:
     r = inv.runtime
     head = inv.hosts_with_role("head")[0]
     workers = inv.hosts_with_role("worker")
-    head_link = fabric_link_to(inv, head, workers[0]) if workers else None
-    head_ip = str(head_link.address.ip) if head_link else inv.hosts[head].ssh.address
+    head_ip = fabric_ip(inv, head, workers[0]) if workers else inv.hosts[head].ssh.address
     stop_timeout = r.shutdown_timeout + 15  # docker stop waits for vLLM's drain, then kills
     base_env = {**cache_env(inv), **r.env}
 
-    drafts: list[dict] = []
+    def node(host: str, role: str, image: str, command: list[str], env: dict, model_path: Optional[str]) -> dict:
+        return dict(host=host, role=role, image=image, command=command, env={**base_env, **env},
+                    mounts=_model_mounts(inv, model_path))  # fmt: skip
+
+    nodes: list[dict] = []  # in start order: drafter, workers, head
     spec = r.speculative
     drafter_env: dict[str, str] = {}
     if spec and spec.drafter_host:
         d = spec.drafter_host
-        d_link = fabric_link_to(inv, d, head)
-        d_ip = str(d_link.address.ip) if d_link else inv.hosts[d].ssh.address
+        d_ip = fabric_ip(inv, d, head)
         drafter_env = {DRAFTER_URL_ENV: f"http://{d_ip}:{spec.drafter_port}"}
         gpu = inv.hosts[d].gpu
         draft_tp = spec.draft_tensor_parallel_size or (gpu.count if gpu else 1)
@@ -238,46 +232,19 @@ def _render(inv: Inventory) -> LaunchPlan:
             "--tensor-parallel-size", str(draft_tp),
             "--shutdown-timeout", str(r.shutdown_timeout),
         ]  # fmt: skip
-        drafts.append(
-            dict(
-                host=d,
-                role="drafter",
-                image=spec.drafter_image or r.image,
-                command=draft_cmd,
-                # the drafter spreads over the offload host's own GPUs (two RTX 3090 in sPLIce)
-                env={**base_env, **fabric_env(inv, d, head), "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(draft_tp)))},
-                mounts=_model_mounts(inv, spec.model),
-            )
-        )
-
-    nodes: list[dict] = list(drafts)
+        # the drafter spreads over the offload host's own GPUs (two RTX 3090 in sPLIce)
+        gpus = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, range(draft_tp)))}
+        image = spec.drafter_image or r.image
+        nodes.append(node(d, "drafter", image, draft_cmd, {**fabric_env(inv, d, head), **gpus}, spec.model))
     for w in workers:
-        w_link = fabric_link_to(inv, w, head)
-        w_ip = str(w_link.address.ip) if w_link else inv.hosts[w].ssh.address
-        nodes.append(
-            dict(
-                host=w,
-                role="worker",
-                image=r.image,
-                command=["ray", "start", "--block", f"--address={head_ip}:{RAY_PORT}", f"--node-ip-address={w_ip}"],
-                env={**base_env, **fabric_env(inv, w, head)},
-                mounts=_model_mounts(inv, r.model),
-            )
-        )
+        ray = ["ray", "start", "--block", f"--address={head_ip}:{RAY_PORT}", f"--node-ip-address={fabric_ip(inv, w, head)}"]
+        nodes.append(node(w, "worker", r.image, ray, fabric_env(inv, w, head), r.model))
     head_cmd = (
         f"ray start --head --node-ip-address={head_ip} --port={RAY_PORT} && exec "
         + shlex.join(vllm_serve_args(inv))
     )
-    nodes.append(
-        dict(
-            host=head,
-            role="head",
-            image=r.image,
-            command=["/bin/sh", "-c", head_cmd],
-            env={**base_env, **(fabric_env(inv, head, workers[0]) if workers else {}), **drafter_env},
-            mounts=_model_mounts(inv, r.model),
-        )
-    )
+    head_env = {**(fabric_env(inv, head, workers[0]) if workers else {}), **drafter_env}
+    nodes.append(node(head, "head", r.image, ["/bin/sh", "-c", head_cmd], head_env, r.model))
 
     config_hash = _hash({"cluster": inv.cluster.name, "nodes": nodes, "stop_timeout": stop_timeout})
     group_hashes = {
@@ -285,21 +252,19 @@ def _render(inv: Inventory) -> LaunchPlan:
                   "nodes": [n for n in nodes if restart_group(n["role"]) == g]})
         for g in dict.fromkeys(restart_group(n["role"]) for n in nodes)
     }  # fmt: skip
-    containers = []
-    for n in nodes:
-        host = inv.hosts[n["host"]]
-        containers.append(
-            ContainerSpec(
-                **n,
-                name=f"sparkctl-{n['role']}",
-                devices=["/dev/infiniband"] if any(link.rdma for link in host.fabric) else [],
-                stop_timeout=stop_timeout,
-                ulimits={"memlock": r.memlock},
-                labels={
-                    f"{LABEL_PREFIX}.cluster": inv.cluster.name,
-                    f"{LABEL_PREFIX}.role": n["role"],
-                    f"{LABEL_PREFIX}.config-hash": group_hashes[restart_group(n["role"])],
-                },
-            )
+    containers = [
+        ContainerSpec(
+            **n,
+            name=f"sparkctl-{n['role']}",
+            devices=["/dev/infiniband"] if any(link.rdma for link in inv.hosts[n["host"]].fabric) else [],
+            stop_timeout=stop_timeout,
+            ulimits={"memlock": r.memlock},
+            labels={
+                f"{LABEL_PREFIX}.cluster": inv.cluster.name,
+                f"{LABEL_PREFIX}.role": n["role"],
+                f"{LABEL_PREFIX}.config-hash": group_hashes[restart_group(n["role"])],
+            },
         )
+        for n in nodes
+    ]
     return LaunchPlan(cluster=inv.cluster.name, config_hash=config_hash, containers=containers, group_hashes=group_hashes)
