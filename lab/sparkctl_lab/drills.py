@@ -102,27 +102,23 @@ def _sparkctl(*args: str, timeout: float) -> subprocess.CompletedProcess:
                           env={**os.environ, "SPARKCTL_ONLY_NETWORKS": FENCE})
 
 
-def _rail(host: str, index: int):
-    return HOSTS[host].fabric[index]
-
-
 # --- injections ------------------------------------------------------------------------------
 
 
 def _wrong_mtu() -> str:
-    dev = _rail("worker", 0).device
+    dev = HOSTS["worker"].fabric[0].device
     _sh("worker", f"ip link set {dev} mtu 1500")
     return f"worker: ip link set {dev} mtu 1500 (someone's netplan, or NVIDIA's playbook without the MTU)"
 
 
 def _link_down() -> str:
-    dev = _rail("worker", 1).device
+    dev = HOSTS["worker"].fabric[1].device
     _sh("worker", f"ip link set {dev} down")
     return f"worker: ip link set {dev} down"
 
 
 def _address_missing() -> str:
-    nic = _rail("worker", 0)
+    nic = HOSTS["worker"].fabric[0]
     _sh("worker", f"ip addr del {nic.address} dev {nic.device}")
     return f"worker: ip addr del {nic.address} dev {nic.device}"
 
@@ -138,18 +134,16 @@ def _runtime_down() -> str:
     return "head: docker stop sparkctl-head"
 
 
-def _set_worker_links(devs: list[str], state: str) -> str:
-    _sh("worker", "; ".join(f"ip link set {d} {state}" for d in devs))
-    return ", ".join(devs)
-
-
 def _unreachable() -> str:
-    dev = _set_worker_links([HOSTS["worker"].mgmt_device], "down")
+    dev = HOSTS["worker"].mgmt_device
+    _sh("worker", f"ip link set {dev} down")
     return f"worker: management link {dev} down (a pulled cable, a dead switch port); the fabric still serves"
 
 
 def _unreachable_back() -> str:
-    return f"worker: cable back in ({_set_worker_links([HOSTS['worker'].mgmt_device], 'up')} up)"
+    dev = HOSTS["worker"].mgmt_device
+    _sh("worker", f"ip link set {dev} up")
+    return f"worker: cable back in ({dev} up)"
 
 
 WORKER_DEVICES = [n.device for n in HOSTS["worker"].nics]
@@ -158,13 +152,14 @@ WORKER_DEVICES = [n.device for n in HOSTS["worker"].nics]
 def _worker_lost() -> str:
     # the worker drops off every network at once, as when it loses power: its rank stops answering
     # Ray's heartbeats, the head's engine dies, and nothing can reach the host
-    devs = _set_worker_links(WORKER_DEVICES, "down")
+    _sh("worker", "; ".join(f"ip link set {d} down" for d in WORKER_DEVICES))
     _wait_unhealthy(timeout=90)
-    return f"worker: every link down ({devs}): the host is gone, as on a power loss"
+    return f"worker: every link down ({', '.join(WORKER_DEVICES)}): the host is gone, as on a power loss"
 
 
 def _worker_back() -> str:
-    return f"worker powered back on: {_set_worker_links(WORKER_DEVICES, 'up')} up"
+    _sh("worker", "; ".join(f"ip link set {d} up" for d in WORKER_DEVICES))
+    return f"worker powered back on: {', '.join(WORKER_DEVICES)} up"
 
 
 def _drafter_unreachable() -> str:

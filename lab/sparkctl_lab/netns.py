@@ -67,11 +67,9 @@ def foreign_routes() -> list[str]:
     found = []
     for route in json.loads(r.stdout or "[]"):
         dst = route.get("dst", "")
-        if dst in ("default", "") or ":" in dst:
-            continue
         try:
             net = ipaddress.ip_network(dst, strict=False)
-        except ValueError:
+        except ValueError:  # "default"
             continue
         if net.version != 4 or not net.overlaps(lab):
             continue
