@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import itertools
 import json
 import os
 import random
@@ -147,16 +148,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sparkctl-bench-reload-") as tmp:
         workdir = Path(tmp)
         try:
-            for i in range(args.runs):
-                new = variant(workdir, f"warm{i + 1}", served_model_name=f"deepseek-v4.1-flash-bench{i + 1}")
-                runs["warm"].append(reload(current, new))
+            for kind, i in itertools.product(runs, range(args.runs)):  # warm runs first, then cold
+                if kind == "warm":
+                    new = variant(workdir, f"warm{i + 1}", served_model_name=f"deepseek-v4.1-flash-bench{i + 1}")
+                else:
+                    new = fresh_cold(workdir, f"cold{i + 1}", current)
+                r = reload(current, new)
+                runs[kind].append(r)
                 current = new
-                log(f"warm {i + 1}: downtime {runs['warm'][-1]['downtime_seconds']} s, start {runs['warm'][-1]['runtime_start_seconds']} s")
-            for i in range(args.runs):
-                new = fresh_cold(workdir, f"cold{i + 1}", current)
-                runs["cold"].append(reload(current, new))
-                current = new
-                log(f"cold {i + 1}: downtime {runs['cold'][-1]['downtime_seconds']} s, start {runs['cold'][-1]['runtime_start_seconds']} s")
+                log(f"{kind} {i + 1}: downtime {r['downtime_seconds']} s, start {r['runtime_start_seconds']} s")
         finally:
             if current != INVENTORY:  # leave the lab as it was
                 log("reloading back to the lab's own inventory ...")

@@ -63,7 +63,6 @@ class _RichProgress:
             disable=not console.is_terminal,
         )
         self._task = self._p.add_task("starting", total=None)  # the total is known after discovery
-        self._last = ""
 
     def __enter__(self):
         self._p.start()
@@ -79,12 +78,11 @@ class _RichProgress:
         self._p.advance(self._task)
 
     def describe(self, description: str) -> None:
-        self._p.update(self._task, description=description)
-        if self._p.disable and description != self._last:
-            task = self._p.tasks[0]
+        task = self._p.tasks[0]
+        if self._p.disable and description != task.description:
             count = f"[{task.completed:.0f}/{task.total:.0f}] " if task.total else ""
             self._console.print(f"{count}{description}", highlight=False, soft_wrap=True, markup=False)
-        self._last = description
+        self._p.update(self._task, description=description)
 
 
 def _write(path: Path, result) -> None:
@@ -282,9 +280,7 @@ def compare_cmd(
 @app.command("schema")
 def schema_cmd() -> None:
     """Print the JSON Schema of the result file (also docs/bench-result.schema.json)."""
-    import json
-    import sys
-
     from sparkctl.bench.result import json_schema
+    from sparkctl.cli.output import print_json
 
-    sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
+    print_json(json_schema())
