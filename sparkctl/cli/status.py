@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from sparkctl.runtime.metrics import SpecCounters
+from sparkctl.runtime.metrics import GENERATION_TOKENS, KV_USAGE, RUNNING, TTFT, WAITING, SpecCounters
 
 from sparkctl.cli.options import InventoryOpt, JsonOpt, require_inventory
 
@@ -176,14 +176,14 @@ def figures(a, b, seconds: float) -> dict:
         return max(mb.get(name, 0.0) - ma.get(name, 0.0), 0.0)  # a restart resets counters: never negative
 
     spec = (mb.spec or SpecCounters()) - (ma.spec or SpecCounters())
-    ttft_n = delta("vllm:time_to_first_token_seconds_count")
+    ttft_n = delta(f"{TTFT}_count")
     return {
-        "running": int(mb.get("vllm:num_requests_running", 0)),
-        "waiting": int(mb.get("vllm:num_requests_waiting", 0)),
-        "kv_cache_usage": round(mb.get("vllm:kv_cache_usage_perc", 0.0), 4),
-        "output_tokens_per_s": round(delta("vllm:generation_tokens_total") / seconds, 1),
+        "running": int(mb.get(RUNNING, 0)),
+        "waiting": int(mb.get(WAITING, 0)),
+        "kv_cache_usage": round(mb.get(KV_USAGE, 0.0), 4),
+        "output_tokens_per_s": round(delta(GENERATION_TOKENS) / seconds, 1),
         **spec.fields(),  # rate in percent, as vllm bench serve and doctor report it
-        "ttft_mean_s": round(delta("vllm:time_to_first_token_seconds_sum") / ttft_n, 3) if ttft_n else None,
+        "ttft_mean_s": round(delta(f"{TTFT}_sum") / ttft_n, 3) if ttft_n else None,
         "interval_s": round(seconds, 2),
     }
 

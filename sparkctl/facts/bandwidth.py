@@ -44,17 +44,12 @@ class BandwidthResult:
 
 def rails(inv: Inventory, hosts: list[str]) -> list[Rail]:
     """Every rail between two of `hosts`, once."""
-    order = list(inv.hosts)
     seen, out = set(), []
-    for h in order:
-        if h not in hosts:
-            continue
+    for h in (h for h in inv.hosts if h in hosts):  # from the host listed first
         for link in inv.hosts[h].fabric:
             ip = peer_ip(inv, h, link)
-            if ip is None or link.peer not in hosts:
-                continue
-            cable = frozenset({(h, str(link.address.ip)), (link.peer, ip)})
-            if cable in seen:
+            cable = frozenset({(h, str(link.address.ip)), (link.peer, ip)})  # the same seen from either end
+            if ip is None or link.peer not in hosts or cable in seen:
                 continue
             seen.add(cable)
             out.append(Rail(h, link, str(link.address.ip), link.peer, ip))

@@ -157,14 +157,6 @@ class LogFacts:
         return [(kind, getattr(self, kind)[0]) for kind in FATAL_KINDS if getattr(self, kind)]
 
     @property
-    def compile_cache_hit(self) -> bool:
-        return self.compile_start == "warm"
-
-    @property
-    def compile_cache_miss(self) -> bool:
-        return self.compile_start == "cold"
-
-    @property
     def fatal(self) -> list[str]:
         return self.device_assert + self.worker_died + self.engine_fatal
 

@@ -41,7 +41,7 @@ def test_log_scan_on_the_host_keeps_only_what_doctor_reads():
     assert facts.kv_pool_tokens == 1930112 and facts.moe_backend == "marlin" and facts.ready
     assert facts.marlin and "leveraging the Marlin kernel" in facts.marlin[0]
     assert facts.spec_mean_acceptance == 2.80  # the newest line
-    assert facts.compile_cache_hit and not facts.compile_cache_miss
+    assert facts.compile_start == "warm"
     assert facts.worker_died and facts.engine_fatal and not facts.device_assert
     assert facts.fatal[0].endswith("died unexpectedly (node ip=10.231.100.3).")  # the cause before the consequence
 
