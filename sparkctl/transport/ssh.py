@@ -25,7 +25,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Iterable, Mapping, Optional, TypeVar
+from typing import Any, Callable, Generic, Iterable, Optional, TypeVar
 
 import paramiko
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
@@ -331,12 +331,7 @@ class HostSession:
         the time it takes at MIN_TRANSFER_RATE, the slowest a healthy disk or link goes."""
         return self.timeout + max(0.0, nbytes) / MIN_TRANSFER_RATE
 
-    def run(
-        self,
-        command: str | list[str],
-        timeout: Optional[float] = None,
-        env: Optional[Mapping[str, str]] = None,
-    ) -> CommandResult:
+    def run(self, command: str | list[str], timeout: Optional[float] = None) -> CommandResult:
         """Run a command; return its result (non-zero exit is data, not an exception).
 
         A list is shell-quoted. Never retried: it may have changed state before failing.
@@ -344,8 +339,6 @@ class HostSession:
         (copies, transfers). A host that stops answering fails the call within the connect timeout.
         """
         cmd = command if isinstance(command, str) else shlex.join(command)
-        if env:
-            cmd = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + cmd
         timeout = self.timeout if timeout is None else timeout
         client = self.paramiko_client
         start = time.monotonic()
@@ -368,11 +361,11 @@ class HostSession:
             raise UnreachableError(f"{self.name}: the SSH connection was lost while running {redact(cmd)[:160]}", fix=FIX_REACH)
         return CommandResult(self.name, cmd, code, out, err, time.monotonic() - start)
 
-    def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644, timeout: Optional[float] = None) -> None:
-        """Write a file on the host atomically (temp file + rename) over SFTP, within `timeout`."""
+    def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
+        """Write a file on the host atomically (temp file + rename) over SFTP, within ssh.timeout."""
         try:
             sftp = self.paramiko_client.open_sftp()
-            sftp.get_channel().settimeout(self.timeout if timeout is None else timeout)
+            sftp.get_channel().settimeout(self.timeout)
             try:
                 tmp = f"{remote_path}.sparkctl-tmp"
                 with sftp.open(tmp, "wb") as f:
