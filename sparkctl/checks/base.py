@@ -169,7 +169,8 @@ def _register(check: Check) -> Callable:
 
 
 def host_check(name: str, doc: str, **options: Any) -> Callable:
-    """Registers `fn(ctx, host, facts) -> Finding | Iterable[Finding]` under `name` (its group is the part before the dot)."""
+    """Registers `fn(ctx, host, facts) -> Finding | Iterable[Finding]` as check `name`
+    (its group is the part before the dot)."""
     return lambda fn: _register(Check(name, doc, fn, **options))
 
 

@@ -32,7 +32,8 @@ def compile_cache(ctx: Context, host: str, f):
     where = f"{ctx.inventory.caches.host_path}/{COMPILE_DIR}"
     partial = f"; {len(cache.partial_hashes)} interrupted compile(s)" if cache.partial_hashes else ""
     plan = ctx.plan
-    current = [c for c in f.containers or [] if c.running and plan and c.config_hash == plan.expected_hash(c.name)]
+    current = [c for c in f.containers or []
+               if c.running and plan and c.config_hash == plan.expected_hash(c.name)]
     # The newest compile line of a container running this config says how its last start went.
     started = [(c, f.logs[c.id]) for c in current if f.logs.get(c.id) and f.logs[c.id].compile_start]
     for c, logs in started:

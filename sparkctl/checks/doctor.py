@@ -77,7 +77,8 @@ def select(only: Optional[Iterable[str]] = None, ignore: Optional[Iterable[str]]
         raise _unknown("check name", bad, REGISTRY)
     return [
         c for c in REGISTRY.values()
-        if c.name not in names and (deep or not c.deep_only) and (not groups or c.group in groups or c.name == ALWAYS)
+        if c.name not in names and (deep or not c.deep_only)
+        and (not groups or c.group in groups or c.name == ALWAYS)
     ]  # fmt: skip
 
 

@@ -44,7 +44,8 @@ def fabric_env(ctx: Context, host: str, f):
             elif iface is not None and ip and ip not in [str(a.ip) for a in iface.addresses]:
                 problems.append(f"VLLM_HOST_IP {ip} is not on {dev}")
         hcas = [d for d in env.get("NCCL_IB_HCA", "").split(",") if d]
-        problems += [f"NCCL_IB_HCA names {d}, which {host} does not have" for d in hcas if f.rdma_states.get(d) == "missing"]
+        missing = [d for d in hcas if f.rdma_states.get(d) == "missing"]
+        problems += [f"NCCL_IB_HCA names {d}, which {host} does not have" for d in missing]
         left_out = []
         if ctx.role(host) in ("head", "worker"):
             left_out = sorted({t for d in hcas if (t := twin_of(d)) and t not in hcas and t in f.ibdev})

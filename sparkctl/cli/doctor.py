@@ -62,7 +62,8 @@ def doctor(
     from sparkctl.cli.output import console, print_json
 
     inv = load_inventory(require_inventory(inventory))
-    run = partial(run_doctor, inv, hosts=hosts, only=only, ignore=ignore, deep=deep, allow_loading=allow_loading)
+    run = partial(run_doctor, inv, hosts=hosts, only=only, ignore=ignore, deep=deep,
+                  allow_loading=allow_loading)  # fmt: skip
     if json_out:
         report = run()
         print_json(report.to_dict())
@@ -118,7 +119,8 @@ def _print_totals(report, c) -> None:
     from sparkctl.checks.base import STATUSES
 
     s = report.summary()
-    line = Text("  ").join(Text(f"{s[status]} {status}", style=STYLE[status] if s[status] else "dim") for status in STATUSES)
+    counts = [Text(f"{s[status]} {status}", style=STYLE[status] if s[status] else "dim") for status in STATUSES]
+    line = Text("  ").join(counts)
     line.append(f"  in {report.seconds:.2f} s" + (" (--deep)" if report.deep else ""))
     c.print(line)
     if s["failed_checks"]:
