@@ -25,7 +25,7 @@ def ray_log(level: str, where: str, msg: str) -> None:
     """A line of Ray's own logger (ray_constants.LOGGER_FORMAT): `%(asctime)s\\t%(levelname)s %(filename)s:%(lineno)s -- %(message)s`."""
     now = time.time()
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f",{int(now * 1000) % 1000:03d}"
-    vlog.write_line(f"{stamp}\t{level} {where} -- {msg}")
+    vlog.plain(f"{stamp}\t{level} {where} -- {msg}")
 
 
 def _local_rank(rank: int, ip: str) -> dict:

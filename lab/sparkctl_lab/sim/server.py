@@ -227,9 +227,7 @@ class Runtime(StartupPhases, Executor):
             log.error("async_llm.py:943", "\n".join(["AsyncLLM output_handler failed.", "Traceback (most recent call last):",
                       "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for "
                       "the root cause."]))
-        vlog.write_line("Traceback (most recent call last):", sys.stderr)
-        for line in exc:
-            vlog.write_line(line, sys.stderr)
+        vlog.plain("\n".join(["Traceback (most recent call last):", *exc]), sys.stderr)
 
     def die(self) -> None:
         """Engine dead while serving: 503, log, linger, exit 1 (main loop does the exit)."""
@@ -314,15 +312,12 @@ class Runtime(StartupPhases, Executor):
         return prompt_tp, gen_tp
 
 
-
 def _env_float(env: dict, name: str, default: float) -> float:
     try:
         value = float(env.get(name, default))
         return value if value > 0 else default
     except ValueError:
         return default
-
-
 
 
 def print_startup_error(exc_text: str) -> None:
@@ -333,8 +328,7 @@ def print_startup_error(exc_text: str) -> None:
              "    args.dispatch_function(args)",
              f'  File "{SITE}/entrypoints/cli/serve.py", line 60, in cmd',
              "    uvloop.run(run_server(args))"]
-    for line in lines + exc_text.split("\n"):
-        vlog.write_line(line, sys.stderr)
+    vlog.plain("\n".join([*lines, exc_text]), sys.stderr)
 
 
 def serve(cfg: ServeConfig, knobs: knobs_mod.Knobs, env: dict[str, str]) -> int:

@@ -25,20 +25,16 @@ def _stamp() -> str:
     return time.strftime("%m-%d %H:%M:%S", time.localtime())
 
 
-def write_line(line: str, stream=None) -> None:
+def plain(text: str, stream=None) -> None:
+    """Lines with no vLLM prefix (uvicorn's own logger, tqdm bars, `print`ed tracebacks), written at once
+    so that the lines of concurrent threads never interleave."""
     stream = stream or sys.stdout
     with _lock:
         try:
-            stream.write(line + "\n")
+            stream.write(text + "\n")
             stream.flush()
         except (BrokenPipeError, ValueError):
             pass
-
-
-def plain(text: str, stream=None) -> None:
-    """Lines with no vLLM prefix: uvicorn's own logger, tqdm bars, `print`ed tracebacks."""
-    for part in text.split("\n"):
-        write_line(part, stream)
 
 
 class Logger:
@@ -50,8 +46,7 @@ class Logger:
     def _emit(self, level: str, where: str, msg: str) -> None:
         outer = f"({self.outer}) " if self.outer else ""
         head = f"{outer}({self.tag}) {level} {_stamp()} [{where}] "
-        for part in msg.split("\n"):
-            write_line(head + part)
+        plain("\n".join(head + part for part in msg.split("\n")))
 
     def info(self, where: str, msg: str) -> None:
         self._emit("INFO", where, msg)
@@ -65,8 +60,7 @@ class Logger:
     def raw(self, text: str) -> None:
         """A line the process prints itself (tqdm): only Ray's actor prefix, if any."""
         outer = f"({self.outer}) " if self.outer else ""
-        for part in text.split("\n"):
-            write_line(f"{outer}{part}")
+        plain("\n".join(outer + part for part in text.split("\n")))
 
 
 def api_logger() -> Logger:
