@@ -188,15 +188,10 @@ def figures(a, b, seconds: float) -> dict:
     }
 
 
-def _model(facts) -> dict:
-    """The served model's id and max_model_len from /v1/models (EndpointFacts), when it answered."""
-    if not facts.models:
-        return {}
-    return {"model": facts.models[0].get("id"), "max_model_len": facts.models[0].get("max_model_len")}
-
-
 def _runtime(first, second, seconds: float) -> dict:
-    r: dict = {"url": first.url, "health": second.health, "error": second.health_error, **_model(second)}
+    r: dict = {"url": first.url, "health": second.health, "error": second.health_error}
+    if second.models:
+        r.update(model=second.models[0].get("id"), max_model_len=second.models[0].get("max_model_len"))
     if second.metrics_error:
         r["metrics_error"] = second.metrics_error
     if first.metrics and second.metrics:
@@ -240,6 +235,12 @@ def runtime_line(r: dict) -> str:
     return ", ".join(parts)
 
 
+# --watch's columns: the runtime figure each shows, and how
+WATCH_COLUMNS = {"tok/s": ("output_tokens_per_s", "{}"), "running": ("running", "{}"), "waiting": ("waiting", "{}"),
+                 "KV": ("kv_cache_usage", "{:.1%}"), "accept": ("spec_decode_acceptance_rate", "{:.0f}%"),
+                 "len": ("spec_decode_acceptance_length", "{:.2f}"), "TTFT": ("ttft_mean_s", "{:.2f}s")}
+
+
 def _view(runtime: dict, hosts: Optional[dict]):
     from rich.console import Group
     from rich.table import Table
@@ -247,16 +248,13 @@ def _view(runtime: dict, hosts: Optional[dict]):
 
     t = Table(title=f"sparkctl status --watch   (every {runtime.get('interval_s', '-')} s; q or Ctrl-C quits)",
               title_justify="left", box=None, pad_edge=False)  # fmt: skip
-    for col in ("tok/s", "running", "waiting", "KV", "accept", "len", "TTFT"):
+    for col in WATCH_COLUMNS:
         t.add_column(col, justify="right", no_wrap=True)
+    # not answering: no figures, a row of "-"
+    t.add_row(*("-" if runtime.get(key) is None else fmt.format(runtime[key]) for key, fmt in WATCH_COLUMNS.values()))
     if runtime.get("health") is None:
-        t.add_row(*["-"] * 7)
         head = Text(f"{runtime['url']}: not answering ({runtime.get('error')})", style="bold red")
     else:
-        fmt = lambda v, f="{}": "-" if v is None else f.format(v)  # noqa: E731
-        t.add_row(fmt(runtime.get("output_tokens_per_s")), fmt(runtime.get("running")), fmt(runtime.get("waiting")),
-                  fmt(runtime.get("kv_cache_usage"), "{:.1%}"), fmt(runtime.get("spec_decode_acceptance_rate"), "{:.0f}%"),
-                  fmt(runtime.get("spec_decode_acceptance_length"), "{:.2f}"), fmt(runtime.get("ttft_mean_s"), "{:.2f}s"))  # fmt: skip
         head = Text(f"{runtime['url']}: /health {runtime['health']}  {runtime.get('model') or ''}",
                     style="green" if runtime["health"] == 200 else "bold red")  # fmt: skip
     parts = [head, t]

@@ -59,8 +59,4 @@ def parse_gpus(rc: int, text: str) -> tuple[list[GPU], Optional[str]]:
 def parse_apps(rc: int, text: str) -> list[GPUApp]:
     if rc != 0:
         return []
-    apps = []
-    for row in _rows(text):
-        if len(row) >= 4 and row[1].isdigit():
-            apps.append(GPUApp(row[0], int(row[1]), row[2], _num(row[3])))
-    return apps
+    return [GPUApp(row[0], int(row[1]), row[2], _num(row[3])) for row in _rows(text) if len(row) >= 4 and row[1].isdigit()]

@@ -18,19 +18,11 @@ class RdmaPort:
 
 def parse_ibdev2netdev(text: str) -> dict[str, RdmaPort]:
     """`rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)` -> {'rocep1s0f1': RdmaPort(...)}."""
-    ports = {}
-    for line in text.splitlines():
-        m = _LINE.match(line.strip())
-        if m:
-            ports[m["dev"]] = RdmaPort(m["dev"], int(m["port"]), m["netdev"], m["state"])
-    return ports
+    found = (_LINE.match(line.strip()) for line in text.splitlines())
+    return {m["dev"]: RdmaPort(m["dev"], int(m["port"]), m["netdev"], m["state"]) for m in found if m}
 
 
 def parse_port_states(text: str) -> dict[str, str]:
     """Lines `DEV STATE...` (e.g. `rocep1s0f0 4: ACTIVE`) -> {'rocep1s0f0': 'ACTIVE'}."""
-    states = {}
-    for line in text.splitlines():
-        parts = line.split(None, 1)
-        if len(parts) == 2:
-            states[parts[0]] = parts[1].split(":")[-1].strip()
-    return states
+    rows = (line.split(None, 1) for line in text.splitlines())
+    return {row[0]: row[1].split(":")[-1].strip() for row in rows if len(row) == 2}
