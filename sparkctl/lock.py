@@ -244,9 +244,10 @@ class ClusterLock:
         self._beat.start()
 
     def _heartbeat(self) -> None:
+        beat = f"grep -qF {self.me.token} {_LOCK} && touch {_LOCK}"  # renewed only while the lock is ours
         while not self._stop.wait(HEARTBEAT_EVERY):
             try:
-                r = self.session.run(f"grep -qF {self.me.token} {_LOCK} && touch {_LOCK}", timeout=HEARTBEAT_EVERY * 2)
+                r = self.session.run(beat, timeout=HEARTBEAT_EVERY * 2)
             except SparkctlError:
                 continue  # the run's own calls report the host; keep trying while it runs
             if not r.ok and self.lost is None:

@@ -72,11 +72,9 @@ class CommandResult:
 def _is_transient(exc: BaseException) -> bool:
     """Connection errors worth another try: sshd refused or dropped us (restarting, MaxStartups).
     Never a timeout (it already cost a whole connect timeout), a host key or an authentication."""
-    if isinstance(exc, (paramiko.BadHostKeyException, paramiko.AuthenticationException, SparkctlError, TimeoutError)):
-        return False
-    return isinstance(
-        exc, (paramiko.ssh_exception.NoValidConnectionsError, paramiko.SSHException, ConnectionError, EOFError)
-    )
+    never = (paramiko.BadHostKeyException, paramiko.AuthenticationException, SparkctlError, TimeoutError)
+    worth = (paramiko.ssh_exception.NoValidConnectionsError, paramiko.SSHException, ConnectionError, EOFError)
+    return isinstance(exc, worth) and not isinstance(exc, never)
 
 
 def _tune_socket(sock: socket.socket, deadline: float) -> None:

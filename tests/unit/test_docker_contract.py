@@ -38,3 +38,15 @@ def test_an_api_client_accepts_the_shared_adapter_without_connecting():
     api.mount("http+docker://ssh", adapter)
     assert api.get_adapter("http+docker://ssh/v1.41/info") is adapter
     assert isinstance(adapter, BaseHTTPAdapter) and adapter.get_connection("http+docker://ssh").timeout == 5
+
+
+def test_the_adapter_never_opens_an_ssh_connection_of_its_own():
+    # docker-py reconnects a client whose transport is gone; ours belongs to HostSession: refused by name
+    import paramiko
+    import pytest
+
+    from sparkctl.errors import HostError
+
+    adapter = _SharedSSHAdapter(ssh_client=paramiko.SSHClient(), host_label="head", timeout=5)
+    with pytest.raises(HostError, match="head: the SSH connection to this host was closed"):
+        adapter.get_connection("http+docker://ssh")
