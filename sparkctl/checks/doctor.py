@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
 from sparkctl.checks import GROUPS, REGISTRY, kinds_for
-from sparkctl.checks.base import STATUSES, Check, CheckResult, Context, Unreachable
+from sparkctl.checks.base import STATUSES, Check, CheckResult, Context, Unreachable, head_host
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl.inventory.models import Inventory
 
@@ -132,7 +132,7 @@ def doctor(
         ctx = Context(inventory=inv, hosts=selected, facts={}, deep=deep, allow_loading=allow_loading)
 
         endpoint_thread = None
-        heads = [h for h in inv.hosts_with_role("head") if h in selected]
+        heads = head_host(ctx)
         if "runtime" in groups and heads:
 
             def fetch_endpoint() -> None:
