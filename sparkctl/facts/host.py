@@ -250,7 +250,8 @@ def _read(f: HostFacts, kind: str, i: int, sec: Section, refs: list[str], clock_
             f.clock_offset = float(out.strip().splitlines()[0]) - clock_sent
         case "whoami":
             words = out.split()
-            f.uid, f.user = int(words[0]), words[1] if len(words) > 1 else ""
+            f.uid = int(words[0])
+            f.user = words[1] if len(words) > 1 else ""
             f.sudo = f.uid == 0 or words[2:3] == ["sudo"]
         case "ip_addr" if not sec.ok:
             f.errors["ip_addr"] = _last_line(sec)

@@ -165,15 +165,12 @@ def parse_scan(text: str) -> dict[str, LogFacts]:
     """Output of `scan_command` -> LogFacts per container id."""
     out: dict[str, LogFacts] = {}
     cur: Optional[LogFacts] = None
-    for raw in text.splitlines():
-        line = raw.rstrip()
+    for line in (raw.rstrip() for raw in text.splitlines()):
         if line.startswith("@@ctr "):
-            cid = line.split(None, 1)[1].strip()
+            cid = line.removeprefix("@@ctr ").strip()
             cur = out.setdefault(cid, LogFacts(cid))
-            continue
-        if cur is None or not line.strip():
-            continue
-        classify(cur, line)
+        elif cur is not None and line.strip():
+            classify(cur, line)
     return out
 
 
