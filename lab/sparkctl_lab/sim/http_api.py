@@ -166,49 +166,48 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.do_GET()
 
     def do_GET(self):
-        path = self.path.split("?", 1)[0]
+        self._answer(self._get)
+
+    def do_POST(self):
+        self._answer(self._post)
+
+    def _answer(self, route) -> None:
+        """Run the method's routes on the path: an ApiError in vLLM's shape; a client gone away gets nothing."""
         try:
-            if path in ("/health", "/ping"):
-                return self._health()
-            if path == "/version":
-                return self._json(200, {"version": self.rt.knobs.vllm_version})
-            if path == "/metrics":
-                return self._send(200, self.rt.metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8")
-            if path == "/v1/models":
-                self._check_key()
-                return self._json(200, self.rt.models_payload())
-            if path == "/load":
-                return self._json(200, {"server_load": self.rt.engine.num_unfinished()})
-            if path == "/sim/state":
-                return self._json(200, self.rt.sim_state())
-            self._not_routed(path)
+            route(self.path.split("?", 1)[0])
         except ApiError as e:
             self._error(e)
         except (BrokenPipeError, ConnectionResetError):
             pass
 
-    def do_POST(self):
-        path = self.path.split("?", 1)[0]
-        try:
-            if path == "/ping":
-                return self._health()
-            if path in ("/v1/completions", "/v1/chat/completions"):
-                self._check_key()
-                body = self._body()
-                return self._generate(body, chat=path.endswith("chat/completions"))
-            if path == "/tokenize":
-                body = self._body()
-                if "messages" in body:
-                    text = render_chat(body["messages"], **_template_kwargs(body))
-                else:
-                    text = body.get("prompt", "")
-                ids = token_ids(text)
-                return self._json(200, {"count": len(ids), "max_model_len": self.rt.max_model_len, "tokens": ids, "token_strs": None})
-            self._not_routed(path)
-        except ApiError as e:
-            self._error(e)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+    def _get(self, path: str) -> None:
+        if path in ("/health", "/ping"):
+            return self._health()
+        if path == "/version":
+            return self._json(200, {"version": self.rt.knobs.vllm_version})
+        if path == "/metrics":
+            return self._send(200, self.rt.metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8")
+        if path == "/v1/models":
+            self._check_key()
+            return self._json(200, self.rt.models_payload())
+        if path == "/load":
+            return self._json(200, {"server_load": self.rt.engine.num_unfinished()})
+        if path == "/sim/state":
+            return self._json(200, self.rt.sim_state())
+        self._not_routed(path)
+
+    def _post(self, path: str) -> None:
+        if path == "/ping":
+            return self._health()
+        if path in ("/v1/completions", "/v1/chat/completions"):
+            self._check_key()
+            return self._generate(self._body(), chat=path.endswith("chat/completions"))
+        if path == "/tokenize":
+            body = self._body()
+            text = render_chat(body["messages"], **_template_kwargs(body)) if "messages" in body else body.get("prompt", "")
+            ids = token_ids(text)
+            return self._json(200, {"count": len(ids), "max_model_len": self.rt.max_model_len, "tokens": ids, "token_strs": None})
+        self._not_routed(path)
 
     def _health(self):
         self._send(200 if self.rt.healthy() else 503, b"", "application/json")

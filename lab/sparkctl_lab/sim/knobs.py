@@ -70,13 +70,6 @@ class Knobs:
     check_model_path: bool = False
     checkpoint_quant: str = "nvfp4"  # the checkpoint's MoE expert quantization: nvfp4 | mxfp4 (vLLM's kernel path)
 
-    def scaled(self, seconds: float) -> float:
-        """Wall seconds for a simulated start-up duration."""
-        return seconds * self.time_scale
-
-    def fault(self, name: str) -> float | None:
-        return self.faults.get(name)
-
 
 def _gpu_count(env: dict[str, str]) -> int:
     if env.get("SIM_GPU_COUNT", "").strip():

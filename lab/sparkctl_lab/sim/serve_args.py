@@ -263,10 +263,7 @@ def parse(argv: list[str]) -> ServeConfig:
     ns = parser.parse_args(argv)
     defaults = vars(parser.parse_args([]))
     non_default = {k: v for k, v in vars(ns).items() if defaults.get(k) != v}
-    if ns.model and not ns.model_tag:
-        model = ns.model
-    else:
-        model = ns.model_tag or ns.model or DEFAULT_MODEL
+    model = ns.model_tag or ns.model or DEFAULT_MODEL
     if ns.model_tag:
         non_default["model"] = model
     served = ns.served_model_name or [model]

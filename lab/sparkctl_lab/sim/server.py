@@ -58,7 +58,7 @@ class Runtime(StartupPhases, Executor):
         spec_method = (cfg.speculative or {}).get("method")
         self.profile = calibration.pick_profile(knobs.profile, spec_method, cfg.model)
         self.phases = self.profile.phases.scaled_for_drafter() if self.role == "drafter" else self.profile.phases
-        self.slow = knobs.fault("slow_start") or 1.0
+        self.slow = knobs.faults.get("slow_start") or 1.0
         if self.slow == 1.0 and "slow_start" in knobs.faults:
             self.slow = 5.0
         self.drafter_url = env.get("SPLICE_DRAFTER_URL", "").rstrip("/")
@@ -244,7 +244,7 @@ class Runtime(StartupPhases, Executor):
         last_log = time.monotonic()
         last_drafter = time.monotonic()
         drafter_failures = 0
-        crash_after = self.knobs.fault("crash_after")
+        crash_after = self.knobs.faults.get("crash_after")
         ready_at = time.monotonic()
         last_prompt = last_gen = 0.0
         while not self.stop_event.wait(0.25):
