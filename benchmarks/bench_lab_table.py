@@ -57,7 +57,7 @@ def main() -> int:
             f"{p.prompt_tokens or p.target_prompt_tokens:,} tokens {fmt(p.spec_decode_acceptance_length, digits=2)}"
             for p in r.context))
     for label, text in summary_lines(r):
-        print(f"\n{label}: {text}.")
+        print(f"\n{label} {text}.")
     for n in r.notes:
         print(f"- {n}")
     print(f"\nResult file: {out}")
