@@ -178,12 +178,11 @@ class Init:
         self.stop = True
 
     def spawn(self, label: str, argv: list[str]) -> None:
-        logf = open(paths.host_dir(self.name) / "log" / f"{label}.log", "ab")
-        self.children[label] = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, cwd="/", close_fds=True,
-            start_new_session=True,
-        )
-        logf.close()
+        with open(paths.host_dir(self.name) / "log" / f"{label}.log", "ab") as logf:
+            self.children[label] = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, cwd="/", close_fds=True,
+                start_new_session=True,
+            )
         log(f"started {label} (pid {self.children[label].pid})")
 
     def reap(self) -> None:

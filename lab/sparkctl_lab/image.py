@@ -145,7 +145,7 @@ def build_rootfs(out: Path) -> None:
         t.copy("/bin/busybox", "usr/bin/busybox")
         applets = subprocess.run(["/bin/busybox", "--list"], capture_output=True, text=True).stdout.split()
         for a in applets:
-            if a not in ("busybox",) and not a.startswith("python"):
+            if a != "busybox" and not a.startswith("python"):
                 t.link(f"usr/bin/{a}", "busybox")
         # python, its libraries and its standard library
         t.copy(py.resolve(), f"usr/bin/{ver}")

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -134,27 +135,21 @@ def _up(progress: Progress) -> dict:
 
 
 def _wait_ready() -> None:
+    # what must answer -> (its probe, the logs that say why it does not)
+    waits = {"registry": (registry.healthy, [paths.REGISTRY_DIR / "registry.log"])}
+    for n in HOSTS:
+        log = paths.host_dir(n) / "log"
+        waits[f"{n}/dockerd"] = (partial(docker_ping, n), [log / "dockerd.log", log / "init.log"])
+        waits[f"{n}/sshd"] = (partial(ssh_banner, n), [log / "sshd.log", log / "init.log"])
     deadline = time.monotonic() + READY_TIMEOUT
-    pending = {"registry"} | {f"{n}/dockerd" for n in HOSTS} | {f"{n}/sshd" for n in HOSTS}
+    pending = set(waits)
     while pending and time.monotonic() < deadline:
-        for item in sorted(pending):
-            if item == "registry":
-                ok = registry.healthy()
-            else:
-                name, daemon = item.split("/")
-                ok = docker_ping(name) if daemon == "dockerd" else ssh_banner(name) is not None
-            if ok:
-                pending.discard(item)
+        pending -= {item for item in pending if waits[item][0]()}
         if pending:
             time.sleep(0.05)
     if pending:
-        logs = []
-        for item in sorted(pending):
-            host, _, daemon = item.partition("/")
-            files = [paths.REGISTRY_DIR / "registry.log"] if item == "registry" else \
-                [paths.host_dir(host) / "log" / f"{daemon}.log", paths.host_dir(host) / "log" / "init.log"]
-            logs += [f"--- {f}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-8:])
-                     for f in files if f.exists()]
+        logs = [f"--- {f}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-8:])
+                for item in sorted(pending) for f in waits[item][1] if f.exists()]
         raise SparkctlError(
             f"lab did not come up within {READY_TIMEOUT:.0f}s: {', '.join(sorted(pending))} not answering\n"
             + "\n".join(logs),
