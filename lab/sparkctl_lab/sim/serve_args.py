@@ -302,25 +302,11 @@ def parse(argv: list[str]) -> ServeConfig:
     # What vLLM's compile hash covers from the command line (model, cache, parallel, scheduler,
     # speculative, compilation and kernel configs). Served name, host, port, keys, timeouts: not.
     cfg.hash_inputs = {
-        "model": model,
-        "dtype": ns.dtype,
-        "quantization": ns.quantization,
-        "revision": ns.revision,
-        "max_model_len": ns.max_model_len,
-        "hf_overrides": ns.hf_overrides,
-        "kv_cache_dtype": ns.kv_cache_dtype,
-        "block_size": cfg.block_size,
-        "tensor_parallel_size": ns.tensor_parallel_size,
-        "pipeline_parallel_size": ns.pipeline_parallel_size,
-        "data_parallel_size": ns.data_parallel_size,
-        "enable_expert_parallel": ns.enable_expert_parallel,
-        "max_num_batched_tokens": batched,
-        "max_num_seqs": max_num_seqs,
-        "speculative_config": ns.speculative_config,
-        "compilation_config": ns.compilation_config,
-        "enforce_eager": ns.enforce_eager,
-        "moe_backend": ns.moe_backend,
-        "cudagraph_capture_sizes": ns.cudagraph_capture_sizes,
+        "model": model, "block_size": cfg.block_size, "max_num_batched_tokens": batched, "max_num_seqs": max_num_seqs,
+        **{name: getattr(ns, name) for name in (
+            "dtype", "quantization", "revision", "max_model_len", "hf_overrides", "kv_cache_dtype", "tensor_parallel_size",
+            "pipeline_parallel_size", "data_parallel_size", "enable_expert_parallel", "speculative_config",
+            "compilation_config", "enforce_eager", "moe_backend", "cudagraph_capture_sizes")},
     }
     return cfg
 
