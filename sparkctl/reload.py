@@ -25,6 +25,7 @@ The phases are the steps of playbooks/reload.yaml run by the same runner as `up`
 from __future__ import annotations
 
 import re
+import statistics
 import threading
 import time
 from dataclasses import dataclass, field
@@ -168,8 +169,8 @@ def expected_seconds(events: list[dict], cluster_prediction: Optional[str]) -> O
     """The median start time of this cluster's past warm (or cold) starts."""
     if not cluster_prediction:
         return None
-    seen = sorted(e["start_seconds"] for e in events if e.get("cache") == cluster_prediction and e.get("start_seconds"))
-    return seen[len(seen) // 2] if seen else None
+    seen = [e["start_seconds"] for e in events if e.get("cache") == cluster_prediction and e.get("start_seconds")]
+    return statistics.median_high(seen) if seen else None
 
 
 def running_drift(launch, running: Optional[dict[str, list]]) -> set[str]:
