@@ -30,8 +30,6 @@ class InputError(SparkctlError):
 class HostError(SparkctlError):
     """A host could not be reached or refused us (SSH, host key, Docker)."""
 
-    exit_code = 1
-
 
 class UnreachableError(HostError):
     """SSH to the host failed: no connection, a refused or changed host key, authentication, or a

@@ -120,31 +120,22 @@ def _tables(inv, path: Path) -> list:
     links = table("fabric links", "host", "device", "rdma", "address", "mtu", "speed", "peer")
     for name, host in inv.hosts.items():
         for link in host.fabric:
-            peer_end = next(
-                (
-                    o.address.ip
-                    for o in (inv.hosts[link.peer].fabric if link.peer in inv.hosts else [])
-                    if o.peer == name and o.address.network == link.address.network
-                ),
-                None,
-            )
-            peer = f"{link.peer} ({peer_end})" if peer_end else link.peer
+            # peers are known hosts: a loaded inventory passed validate's fabric rules
+            back = [o for o in inv.hosts[link.peer].fabric if o.peer == name and o.address.network == link.address.network]
+            peer = f"{link.peer} ({back[0].address.ip})" if back else link.peer
             row(links, name, link.device, ", ".join(link.rdma) or "-", link.address, link.mtu,
                 f"{link.speed_gbps:g} Gb/s", peer)
 
     rt = inv.runtime
     runtime = table("runtime", "key", "value", "vLLM flag")
-    for key in (
-        "image", "model", "served_model_name", "port", "tensor_parallel_size", "distributed_executor_backend",
-        "kv_cache_dtype", "block_size", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
-        "max_num_batched_tokens", "kv_pool_tokens", "moe_backend", "shutdown_timeout",
-    ):
-        value = getattr(rt, key)
-        row(runtime, key, "-" if value is None else value, RUNTIME_FLAGS.get(key, "-"))
-    if rt.speculative:
-        for key, value in rt.speculative.model_dump(exclude_none=True).items():
-            flag = "(sparkctl)" if key.startswith("drafter_") else "--speculative-config"
-            row(runtime, f"speculative.{key}", value, flag)
+    for key, flag in RUNTIME_FLAGS.items():
+        if key != "speculative":
+            value = getattr(rt, key)
+            row(runtime, key, "-" if value is None else value, flag)
+        elif rt.speculative:
+            for sub, value in rt.speculative.model_dump(exclude_none=True).items():
+                sub_flag = "(sparkctl)" if sub.startswith("drafter_") else "--speculative-config"
+                row(runtime, f"speculative.{sub}", value, sub_flag)
     for key, value in redact_obj(dict(rt.env)).items():
         row(runtime, f"env.{key}", value, "(container environment)")
     if rt.custom_values:

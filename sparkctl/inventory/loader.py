@@ -14,7 +14,7 @@ from pathlib import Path
 from sparkctl.errors import InputError
 from sparkctl.inventory.models import Inventory
 from sparkctl.inventory.problems import InventoryError, Problem, from_validation_error
-from sparkctl.inventory.validate import check_inventory, errors, warnings
+from sparkctl.inventory.validate import check_inventory
 from sparkctl.transport.redact import remember_env
 
 MAX_BYTES = 1024 * 1024  # an inventory is a few KiB
@@ -42,6 +42,10 @@ def _refuse_special(path: Path, mode: int) -> None:
     )
 
 
+def _unreadable(path: Path, err: OSError) -> InputError:
+    return InputError(f"cannot read inventory file {path}: {err.strerror}", fix="check the path and its permissions")
+
+
 def read_text(path: Path) -> str:
     """The file's text, refusing missing, special (FIFO, device, directory), oversized, binary and
     non-UTF-8 files before parsing."""
@@ -53,7 +57,7 @@ def read_text(path: Path) -> str:
             fix="check the path (shipped: inventories/lab.yaml, inventories/dspark-recipe.yaml, inventories/splice-build.yaml)",
         ) from None
     except OSError as err:
-        raise InputError(f"cannot read inventory file {path}: {err.strerror}", fix="check the path and its permissions") from None
+        raise _unreadable(path, err) from None
     if not stat.S_ISREG(st.st_mode):
         _refuse_special(path, st.st_mode)
     too_big = f"is larger than {MAX_BYTES // 1024} KiB; an inventory is a few KiB of YAML"
@@ -64,7 +68,7 @@ def read_text(path: Path) -> str:
         # fstat then judges what was really opened.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as err:
-        raise InputError(f"cannot read inventory file {path}: {err.strerror}", fix="check the path and its permissions") from None
+        raise _unreadable(path, err) from None
     with os.fdopen(fd, "rb") as f:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
@@ -72,7 +76,7 @@ def read_text(path: Path) -> str:
         try:
             raw = f.read(MAX_BYTES + 1)  # bounded even if the file grows while being read
         except OSError as err:
-            raise InputError(f"cannot read inventory file {path}: {err.strerror}", fix="check the path and its permissions") from None
+            raise _unreadable(path, err) from None
     if len(raw) > MAX_BYTES:
         _fail(path, too_big, fix="name the inventory YAML file, not something else")
     if b"\x00" in raw:
@@ -119,12 +123,12 @@ def load_inventory_report(path: Path | str) -> tuple[Inventory, list[Problem]]:
         raise InventoryError(path, problems) from None
 
     found = [p.located(locations) for p in check_inventory(inv)]
-    if errors(found):
-        raise InventoryError(path, errors(found))
+    if errors := [p for p in found if p.severity == "error"]:
+        raise InventoryError(path, errors)
     inv._source = path
     # From here on every output of this process masks the inventory's secrets (transport/redact.py).
     remember_env(inv.runtime.env, inv.runtime.secret_env)
-    return inv, warnings(found)
+    return inv, [p for p in found if p.severity == "warning"]
 
 
 def load_inventory(path: Path | str) -> Inventory:

@@ -324,27 +324,13 @@ class Inventory(Model):
 
     def ssh_target(self, name: str) -> "SSHTarget":
         """The host's SSH settings with ssh_defaults filled in and paths resolved on this machine."""
-        host = self.hosts[name]
-        d = self.ssh_defaults
+        ssh = {**self.ssh_defaults.model_dump(), **self.hosts[name].ssh.model_dump(exclude_none=True)}
         base = self._source.parent if self._source else Path.cwd()
-
-        def resolve(p: Optional[Path]) -> Optional[Path]:
-            if p is None:
-                return None
-            p = p.expanduser()
-            return p if p.is_absolute() else (base / p)
-
-        return SSHTarget(
-            name=name,
-            address=host.ssh.address,
-            user=host.ssh.user or d.user,
-            port=host.ssh.port or d.port,
-            key=resolve(host.ssh.key or d.key),
-            known_hosts=resolve(host.ssh.known_hosts or d.known_hosts) or Path("~/.ssh/known_hosts").expanduser(),
-            host_key_policy=host.ssh.host_key_policy or d.host_key_policy,
-            connect_timeout=d.connect_timeout,
-            timeout=host.ssh.timeout or d.timeout,
-        )
+        for key in ("key", "known_hosts"):
+            # relative to the inventory's folder; `base / path` keeps an absolute path as it is
+            ssh[key] = base / ssh[key].expanduser() if ssh[key] else None
+        ssh["known_hosts"] = ssh["known_hosts"] or Path("~/.ssh/known_hosts").expanduser()
+        return SSHTarget(name=name, **ssh)
 
     def hosts_with_role(self, role: Role) -> list[str]:
         return [n for n, h in self.hosts.items() if h.role == role]

@@ -162,31 +162,29 @@ def parse(text: str) -> tuple[Any, dict]:
 
     Raises YamlProblem for syntax errors, refused tags, alias bombs, deep nesting and duplicate keys.
     """
+    loader = None
     try:
-        loader = _Loader(text)  # PyYAML's reader refuses control characters right here
+        loader = _Loader(text)  # PyYAML's reader refuses control characters right here (or later on)
+        root = loader.get_single_node()
+        if root is None:
+            return None, {}
+        _check_graph(root)
+        data = loader.construct_document(root)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        what = err.problem or err.context or "invalid YAML"
+        if err.context and err.problem and err.context_mark and err.context_mark is not mark:
+            what = f"{err.problem} ({err.context} on line {err.context_mark.line + 1})"
+        raise YamlProblem(f"YAML syntax: {what}", mark.line + 1 if mark else None, mark.column + 1 if mark else None) from None
     except yaml.reader.ReaderError as err:
         raise YamlProblem(_reader_message(text, err)) from None
-    try:
-        try:
-            root = loader.get_single_node()
-            if root is None:
-                return None, {}
-            _check_graph(root)
-            data = loader.construct_document(root)
-        except yaml.MarkedYAMLError as err:
-            mark = err.problem_mark or err.context_mark
-            what = err.problem or err.context or "invalid YAML"
-            if err.context and err.problem and err.context_mark and err.context_mark is not mark:
-                what = f"{err.problem} ({err.context} on line {err.context_mark.line + 1})"
-            raise YamlProblem(f"YAML syntax: {what}", mark.line + 1 if mark else None, mark.column + 1 if mark else None) from None
-        except yaml.reader.ReaderError as err:
-            raise YamlProblem(_reader_message(text, err)) from None
-        except yaml.YAMLError as err:
-            raise YamlProblem(f"YAML syntax: {err}") from None
-        except RecursionError:
-            raise YamlProblem(f"nested too deeply (more than {MAX_DEPTH} levels)") from None
-        locations: dict = {}
-        _index(root, (), locations)
-        return data, locations
+    except yaml.YAMLError as err:
+        raise YamlProblem(f"YAML syntax: {err}") from None
+    except RecursionError:
+        raise YamlProblem(f"nested too deeply (more than {MAX_DEPTH} levels)") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
+    locations: dict = {}
+    _index(root, (), locations)
+    return data, locations

@@ -26,14 +26,6 @@ def check_inventory(inv: Inventory) -> list[Problem]:
     return [p for rule in rules for p in rule(inv)]
 
 
-def errors(problems: list[Problem]) -> list[Problem]:
-    return [p for p in problems if p.severity == "error"]
-
-
-def warnings(problems: list[Problem]) -> list[Problem]:
-    return [p for p in problems if p.severity == "warning"]
-
-
 def _host_ref(inv: Inventory, name: str) -> str:
     """' (did you mean 'worker'?)' for a misspelled host name."""
     guess = did_you_mean(name, inv.hosts)

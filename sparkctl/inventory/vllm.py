@@ -13,62 +13,27 @@ from __future__ import annotations
 
 import re
 
-KV_CACHE_DTYPES = frozenset(
-    {
-        "auto",
-        "float16",
-        "bfloat16",
-        "fp8",
-        "fp8_e4m3",
-        "fp8_e5m2",
-        "fp8_inc",
-        "fp8_ds_mla",
-        "fp8_per_token_head",
-        "int8_per_token_head",
-        "int4_per_token_head",
-        "turboquant_k8v4",
-        "turboquant_4bit_nc",
-        "turboquant_3bit_nc",
-        "nvfp4",
-        "nvfp4_ds_mla",  # the DSpark image's packed sparse-MLA NVFP4 cache (seed 002)
-    }
-)
+KV_CACHE_DTYPES = frozenset({
+    "auto", "float16", "bfloat16",
+    "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "fp8_per_token_head",
+    "int8_per_token_head", "int4_per_token_head",
+    "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_3bit_nc",
+    "nvfp4",
+    "nvfp4_ds_mla",  # the DSpark image's packed sparse-MLA NVFP4 cache (seed 002)
+})  # fmt: skip
 
-MOE_BACKENDS = frozenset(
-    {
-        "auto",
-        "triton",
-        "triton_unfused",
-        "deep_gemm",
-        "deep_gemm_mega_moe",
-        "cutlass",
-        "flashinfer_trtllm",
-        "flashinfer_cutlass",
-        "flashinfer_cutedsl",
-        "flashinfer_b12x",  # native MXFP4 on GB10 (seed 002)
-        "marlin",
-        "humming",
-        "aiter",
-        "emulation",
-    }
-)
+MOE_BACKENDS = frozenset({
+    "auto", "triton", "triton_unfused", "deep_gemm", "deep_gemm_mega_moe", "cutlass",
+    "flashinfer_trtllm", "flashinfer_cutlass", "flashinfer_cutedsl",
+    "flashinfer_b12x",  # native MXFP4 on GB10 (seed 002)
+    "marlin", "humming", "aiter", "emulation",
+})  # fmt: skip
 
-SPECULATIVE_METHODS = frozenset(
-    {
-        "ngram",
-        "ngram_gpu",
-        "suffix",
-        "medusa",
-        "mlp_speculator",
-        "draft_model",
-        "eagle",
-        "eagle3",
-        "dflash",
-        "mtp",
-        "deepseek_mtp",
-        "dspark",  # DeepSpec's DSpark decoding (seed 002)
-    }
-)
+SPECULATIVE_METHODS = frozenset({
+    "ngram", "ngram_gpu", "suffix", "medusa", "mlp_speculator", "draft_model",
+    "eagle", "eagle3", "dflash", "mtp", "deepseek_mtp",
+    "dspark",  # DeepSpec's DSpark decoding (seed 002)
+})  # fmt: skip
 
 # Methods whose drafter is a separate checkpoint that `speculative.model` must name.
 METHODS_NEEDING_MODEL = frozenset({"draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "dflash"})
@@ -80,7 +45,7 @@ KNOWN_VALUES: dict[str, frozenset[str]] = {
     "speculative.method": SPECULATIVE_METHODS,
 }
 
-# runtime key -> the `vllm serve` flag it becomes (docs, `inventory show`).
+# runtime key -> the `vllm serve` flag it becomes, in the order `inventory show` lists them.
 RUNTIME_FLAGS: dict[str, str] = {
     "image": "(container image, head and worker)",
     "model": "vllm serve MODEL (positional)",
@@ -94,10 +59,10 @@ RUNTIME_FLAGS: dict[str, str] = {
     "max_model_len": "--max-model-len",
     "max_num_seqs": "--max-num-seqs",
     "max_num_batched_tokens": "--max-num-batched-tokens",
-    "moe_backend": "--moe-backend",
-    "speculative": "--speculative-config '<json>'",
-    "shutdown_timeout": "--shutdown-timeout",
     "kv_pool_tokens": "(checked by sparkctl, not passed)",
+    "moe_backend": "--moe-backend",
+    "shutdown_timeout": "--shutdown-timeout",
+    "speculative": "--speculative-config '<json>'",
 }
 
 # vLLM's human_readable_int: lower-case suffixes are decimal (1k = 1000, decimals allowed),
