@@ -1,7 +1,8 @@
 """The cluster lock: one changing run at a time, held on the head.
 
-Every command that changes the cluster (`up`, `down`, later `reload`) holds it for its whole run;
-read-only commands (doctor, status, render, any --check) never take it. It is a file on the head,
+Every command that changes the cluster (`up`, `down`, `reload`, `restart`, `rollback`) holds it
+from before its first change to its end; read-only commands (doctor, status, render, any --check)
+never take it. It is a file on the head,
 `/var/lib/sparkctl/state/lock`, created atomically over the run's SSH session (written to a temp
 file, then hard-linked into place: `ln` fails if the lock exists, so exactly one run wins) and
 holding who took it: user, pid and name of the control host, command line, start time, a token.

@@ -1,7 +1,7 @@
 """Host-key policies: verify every host against known_hosts; never auto-add blindly.
 
-Fabric's default is paramiko's AutoAddPolicy (any key, including an attacker's, is trusted and
-remembered). sparkctl replaces it on every connection with one of:
+paramiko's lenient AutoAddPolicy trusts and remembers any key, an attacker's included; sparkctl
+sets one of these on every connection instead:
 
 - strict: the host's key must already be in known_hosts; an unknown host is refused.
 - accept-new: an unknown host's key is recorded on first contact (like OpenSSH's
