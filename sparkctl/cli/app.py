@@ -77,9 +77,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         build_app(args[0] if args and args[0] in COMMANDS else None)(args=args, prog_name="sparkctl")
     except SparkctlError as err:
-        from sparkctl.cli.output import json_requested, report_error
+        from sparkctl.cli.output import report_error
 
-        report_error(err, as_json=json_requested(args))
+        report_error(err, as_json="--json" in args)
         sys.exit(err.exit_code)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")

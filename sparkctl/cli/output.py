@@ -27,10 +27,6 @@ def print_json(doc: Any) -> None:
     sys.stdout.flush()
 
 
-def json_requested(argv: list[str] | None = None) -> bool:
-    return "--json" in (sys.argv if argv is None else argv)
-
-
 def report_error(err, as_json: bool) -> None:
     """Print an operator-facing error (message + fix), never a traceback."""
     from rich.markup import escape
