@@ -19,6 +19,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .calibration import StepModel, decayed_acceptance
 from .metrics import VllmMetrics
@@ -80,39 +81,25 @@ class EngineDead(Exception):
     pass
 
 
+@dataclass(eq=False, kw_only=True)
 class Engine:
-    def __init__(
-        self,
-        *,
-        max_num_seqs: int,
-        max_num_batched_tokens: int,
-        max_model_len: int,
-        block_size: int,
-        kv_pool_tokens: int,
-        enable_prefix_caching: bool,
-        step_model: StepModel,
-        spec: SpecParams | None,
-        marlin: bool,
-        step_time_scale: float,
-        metrics: VllmMetrics,
-        crash_context_tokens: int,
-        on_fatal,
-    ):
-        self.max_num_seqs = max_num_seqs
-        self.budget = max_num_batched_tokens
-        self.max_model_len = max_model_len
-        self.block_size = block_size
-        self.total_blocks = max(1, kv_pool_tokens // block_size)
-        self.prefix_caching = enable_prefix_caching
-        self.step_model = step_model
-        self.spec = spec
-        self.k = spec.k if spec else 0
-        self.marlin = marlin
-        self.step_time_scale = step_time_scale
-        self.metrics = metrics
-        self.crash_context_tokens = crash_context_tokens
-        self.on_fatal = on_fatal
+    max_num_seqs: int
+    max_num_batched_tokens: int  # the token budget of one step
+    max_model_len: int
+    block_size: int
+    kv_pool_tokens: int
+    enable_prefix_caching: bool
+    step_model: StepModel
+    spec: SpecParams | None
+    marlin: bool
+    step_time_scale: float
+    metrics: VllmMetrics
+    crash_context_tokens: int
+    on_fatal: Callable[[str], None]
 
+    def __post_init__(self) -> None:
+        self.total_blocks = max(1, self.kv_pool_tokens // self.block_size)
+        self.k = self.spec.k if self.spec else 0
         self.lock = threading.Condition()
         self.waiting: collections.deque[Request] = collections.deque()
         self.running: list[Request] = []
@@ -232,7 +219,7 @@ class Engine:
                 self._die("EngineCore crashed:\n" + traceback.format_exc())
 
     def _schedule(self):
-        budget = self.budget
+        budget = self.max_num_batched_tokens
         plan: list[tuple[Request, str, int]] = []
         i = 0
         while i < len(self.running):
@@ -314,7 +301,7 @@ class Engine:
         self.iv["preemptions"] += 1
 
     def _prefix_hits(self, r: Request) -> int:
-        if not self.prefix_caching:
+        if not self.enable_prefix_caching:
             return 0
         hashes = self._hashes(r)
         usable = (r.prompt_len - 1) // self.block_size
@@ -336,7 +323,7 @@ class Engine:
         return r.block_hashes
 
     def _remember_prompt(self, r: Request) -> None:
-        if not self.prefix_caching:
+        if not self.enable_prefix_caching:
             return
         for h in self._hashes(r):
             self.cache[h] = None
