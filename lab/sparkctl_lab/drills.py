@@ -238,8 +238,8 @@ def _reload_rolled_back() -> str:
     doc = _inventory()
     doc["runtime"]["gpu_memory_utilization"] = 0.65
     path = _variant("reload-rolled-back", doc)
-    r = _sparkctl("reload", "-i", str(paths.INVENTORY_PATH), "--config", str(path), "--yes", "--json", "--deadline", "120",
-                  timeout=600)
+    r = _sparkctl("reload", "-i", str(paths.INVENTORY_PATH), "--config", str(path), "--yes", "--json",
+                  "--deadline", "120", timeout=600)
     try:
         outcome = json.loads(r.stdout).get("outcome")
     except ValueError:
@@ -337,8 +337,8 @@ def _wait_ttft(above: bool, timeout: float, window: float = 2.0) -> None:
         return bool(n) and (p99 > want) == above
 
     if not _until(reached, timeout, 0):
-        raise SparkctlError(f"drill: p99 time to first token did not go {'above' if above else 'back within'} {want:g} s "
-                            f"within {timeout:g} s")  # fmt: skip
+        raise SparkctlError(f"drill: p99 time to first token did not go {'above' if above else 'back within'} "
+                            f"{want:g} s within {timeout:g} s")
 
 
 def _wait_log(text: str, after: float, timeout: float) -> None:
@@ -521,7 +521,8 @@ def run(name: str) -> dict:
     """Break the lab as the drill says; returns what was done and where to look."""
     d = get(name)
     if d.needs_runtime and not _serving(timeout=3):
-        raise InputError(f"drill {name} needs the runtime serving", fix=f"`sparkctl up -i {paths.INVENTORY_PATH}` first")
+        raise InputError(f"drill {name} needs the runtime serving",
+                         fix=f"`sparkctl up -i {paths.INVENTORY_PATH}` first")
     done = d.inject()
     return {**describe(d), "done": done}
 

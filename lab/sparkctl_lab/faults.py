@@ -125,9 +125,10 @@ def fault(host: str, kind: str, target: str | None = None, value: str | int | No
             _kill_gpu_processes(host, f)
             f["gpu-process"] = []
         else:
+            used = _int(value, DEFAULTS["gpu-process"], "the memory (MiB)")
             r = host_exec(host, ["sh", "-c", "setsid sleep infinity </dev/null >/dev/null 2>&1 & echo $!"], check=True)
             f.setdefault("gpu-process", []).append({"pid": int(r.stdout.strip()), "name": "python3", "gpu": gpu,
-                                                    "used_mib": _int(value, DEFAULTS["gpu-process"], "the memory (MiB)")})
+                                                    "used_mib": used})
     state.save_faults(host, f)
     sync_all()
     return {"host": host, "faults": state.load_faults(host),

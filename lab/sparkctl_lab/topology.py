@@ -76,7 +76,8 @@ class LabHost:
     @property
     def nics(self) -> tuple[Nic, ...]:
         """The management NIC (on the lab's switch, no RDMA), then the fabric."""
-        mgmt = Nic(self.mgmt_device, self.mgmt_address, (), MGMT_MTU, self.mgmt_speed_mbps, "management", self.mgmt_bus_id)
+        mgmt = Nic(self.mgmt_device, self.mgmt_address, (), MGMT_MTU, self.mgmt_speed_mbps, "management",
+                   self.mgmt_bus_id)
         return (mgmt, *self.fabric)
 
     @property
