@@ -237,8 +237,9 @@ def _render(inv: Inventory) -> LaunchPlan:
         image = spec.drafter_image or r.image
         nodes.append(node(d, "drafter", image, draft_cmd, {**fabric_env(inv, d, head), **gpus}, spec.model))
     for w in workers:
-        ray = ["ray", "start", "--block", f"--address={head_ip}:{RAY_PORT}", f"--node-ip-address={fabric_ip(inv, w, head)}"]
-        nodes.append(node(w, "worker", r.image, ray, fabric_env(inv, w, head), r.model))
+        w_ip = fabric_ip(inv, w, head)
+        ray_cmd = ["ray", "start", "--block", f"--address={head_ip}:{RAY_PORT}", f"--node-ip-address={w_ip}"]
+        nodes.append(node(w, "worker", r.image, ray_cmd, fabric_env(inv, w, head), r.model))
     head_cmd = (
         f"ray start --head --node-ip-address={head_ip} --port={RAY_PORT} && exec "
         + shlex.join(vllm_serve_args(inv))
