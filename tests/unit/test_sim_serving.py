@@ -364,11 +364,14 @@ def test_head_of_line_a_short_request_waits_behind_a_long_cold_prompt(server):
     end = time.monotonic() + 10
     while server.metrics()['vllm:num_requests_running{}'] < 1 and time.monotonic() < end:
         time.sleep(0.002)  # the long prompt is in prefill
+    sent_during_prefill = "long" not in results
     ttft("Hello again.", results, "short")
     t_long.join(30)
     print(f"short TTFT alone {solo['short'] * 1000:.1f} ms, behind a 60K-token cold prompt {results['short'] * 1000:.1f} ms")
-    assert results["short"] > 3 * solo["short"]
-    assert results["short_at"] >= results["long_at"] - 0.01  # it got its first token only once the long prefill was done
+    # Order, not a ratio of wall times (a loaded machine stretches both): sent while the long prompt was
+    # still in prefill, it got its first token only once that prefill was done.
+    assert sent_during_prefill
+    assert results["short_at"] >= results["long_at"] - 0.01
 
 
 # ---- Marlin fallback ----
