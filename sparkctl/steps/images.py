@@ -302,8 +302,9 @@ class ImagesStep(Step):
         import docker
 
         client = ctx.fleet[host].docker()
-        name, sep, digest = pull.partition("@")
-        repo, _, tag = name.rpartition(":") if ":" in name.rsplit("/", 1)[-1] else (name, "", "latest")
+        digest = pull.partition("@")[2]
+        # repository and tag from `ref`: a pinned pull names the digest only, and the tag it gets is ref's
+        repo, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "latest")
         layers: dict[str, tuple[int, int]] = {}
         try:
             for ev in client.api.pull(repo, tag=digest or tag, stream=True, decode=True):

@@ -122,6 +122,9 @@ def test_a_digest_pin_pulls_by_digest_and_tags_the_image(lab, tmp_path):
         offload = next(r for r in doc["results"] if r["step"] == "images" and r["host"] == "offload")
         name = lab.IMAGE.rsplit(":", 1)[0]
         assert f"pull {name}@{pinned['runtime']['image_digest']} (missing; pinned manifest" in offload["changes"][0]
+        # the pull itself tagged it (not the planned fallback copy from a peer)
+        assert f"pulled {name}@{pinned['runtime']['image_digest']} ({good[7:19]})" in offload["message"]
+        assert "pull failed" not in offload["message"]
         assert image_id(lab, "offload") == good
     finally:
         lab.host_exec("offload", ["docker", "tag", good, lab.IMAGE])
