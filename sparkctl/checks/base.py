@@ -134,10 +134,9 @@ class Check:
     @property
     def runbook_path(self) -> Optional[str]:
         """docs/runbooks/<name>.md when the check says it has one or the package ships it."""
-        from sparkctl.resources import data_dir
+        from sparkctl.alerts import runbooks
 
-        has = self.runbook or (data_dir("runbooks") / f"{self.name}.md").is_file()
-        return f"docs/runbooks/{self.name}.md" if has else None
+        return runbooks.path(self.name) if self.runbook or runbooks.exists(self.name) else None
 
     def run(self, ctx: Context) -> list[CheckResult]:
         found = self.fn(ctx) if self.cluster else {}
