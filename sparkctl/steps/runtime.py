@@ -54,6 +54,20 @@ def runtime_hosts(inv: Inventory) -> list[str]:
     return list(dict.fromkeys(c.host for c in specs))
 
 
+def _not_running(ctx: RunContext, host: str, listed) -> Optional[str]:
+    """The first of this launch's containers on `host` that is not running, with its state
+    (`sparkctl-drafter exited (code 1)`); None while all run or the list could not be read."""
+    if listed is None:
+        return None
+    for spec in ctx.launch.for_host(host):
+        c = next((c for c in listed if c.name == spec.name), None)
+        if c is None:
+            return f"{spec.name} on {host} is gone"
+        if not c.running:
+            return f"{spec.name} on {host} {c.status} (code {c.exit_code}{', ' + c.error if c.error else ''})"
+    return None
+
+
 def current_image(ctx: RunContext, host: str, image: str) -> Optional[str]:
     """The image ID `host` holds under `image` once the images step is done (its declared output:
     verified, or predicted in --check), else as gathered."""
@@ -339,18 +353,33 @@ class RuntimeStep(Step):
         return "; ".join(done)
 
     def _wait_drafter(self, ctx: RunContext, host: str) -> str:
-        """The drafter's /health, asked on its own host (it binds its fabric address)."""
+        """The drafter's /health, asked on its own host (it binds its fabric address); its container
+        is read in the same round trip, so a drafter that exits at start-up ends the wait at once."""
         t0 = time.monotonic()
         deadline = t0 + float(ctx.options.get("timeout") or DEFAULT_TIMEOUT)
         while True:
-            code = ctx.refresh(host, {"drafter_health"}).drafter_health
-            if code == 200:
+            f = ctx.refresh(host, {"drafter_health", "containers"})
+            if f.drafter_health == 200:
                 return f"drafter answers /health after {time.monotonic() - t0:.1f} s"
+            dead = _not_running(ctx, host, f.containers)
+            if dead:
+                raise HostError(f"{host}: the drafter died while starting: {dead}",
+                                fix="read `docker logs sparkctl-drafter` on the offload host")  # fmt: skip
             if time.monotonic() > deadline:
-                raise HostError(f"{host}: the drafter did not answer /health within {deadline - t0:.0f} s (last: {code})",
+                raise HostError(f"{host}: the drafter did not answer /health within {deadline - t0:.0f} s (last: {f.drafter_health})",
                                 fix="read `docker logs sparkctl-drafter` on the offload host")  # fmt: skip
             ctx.progress(host, self.name, f"waiting for the drafter ({time.monotonic() - t0:.0f} s)")
             time.sleep(0.25)
+
+    def _dead_peer(self, ctx: RunContext, head: str) -> Optional[str]:
+        """A runtime container on another host (worker, drafter) that stopped running while the head
+        starts: the head would wait for a worker that is gone until the deadline."""
+        for h in runtime_hosts(ctx.inventory):
+            if h != head:
+                dead = _not_running(ctx, h, ctx.refresh(h, {"containers"}).containers)
+                if dead:
+                    return dead
+        return None
 
     def _wait_serving(self, ctx: RunContext, host: str, name: str) -> str:
         import docker
@@ -378,6 +407,10 @@ class RuntimeStep(Step):
                     )
                 if health.health(http, url) == 200:
                     break
+                dead = self._dead_peer(ctx, host)
+                if dead:
+                    raise HostError(f"{host}: runtime cannot start while {phase}: {dead}",
+                                    fix="read `docker logs` of that container on its host and run `sparkctl doctor`")  # fmt: skip
                 if time.monotonic() > deadline:
                     raise HostError(f"{host}: runtime not serving after {deadline - t0:.0f} s (last phase: {phase})")
                 ctx.progress(host, self.name, f"{phase} ({time.monotonic() - t0:.0f} s)")

@@ -21,7 +21,28 @@ def sparkctl(*args: str, rc: int | None = 0) -> dict:
     return doc
 
 
+BACKGROUND: list[subprocess.Popen] = []  # started by start(); end_background() ends what a test left
+
+
 def start(*args: str) -> subprocess.Popen:
     """The same, in the background (to kill it, or to act while it runs)."""
-    return subprocess.Popen([sys.executable, "-m", "sparkctl", *args, "--json"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ENV)  # fmt: skip
+    p = subprocess.Popen([sys.executable, "-m", "sparkctl", *args, "--json"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=ENV)  # fmt: skip
+    BACKGROUND.append(p)
+    return p
+
+
+def end_background() -> list[str]:
+    """Kill every background run a test left running (a failed assertion skips its wait): left alive
+    it holds the cluster lock and fails the tests after it. Returns what it had to kill."""
+    killed = []
+    while BACKGROUND:
+        p = BACKGROUND.pop()
+        if p.poll() is None:
+            killed.append(" ".join(p.args[3:6]))
+            p.kill()
+            p.wait(30)
+        for stream in (p.stdout, p.stderr):
+            if stream:
+                stream.close()
+    return killed

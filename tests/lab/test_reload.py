@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from labcli import ENV, URL, sparkctl, start
+from labcli import ENV, URL, end_background, sparkctl, start
 
 pytestmark = pytest.mark.lab
 
@@ -31,6 +31,29 @@ def inv(lab) -> Path:
     # a decode baseline for --min-throughput-ratio: a restart measures and records it
     sparkctl("restart", "-i", str(path), "--yes")
     return path
+
+
+@pytest.fixture(autouse=True)
+def restored(lab, inv):
+    """Whatever a test's outcome, the next one starts from the inventory's config, serving, with no
+    reload left running and no interrupted one (a failed test must not fail the ones after it)."""
+    yield
+    end_background()
+    if lab.host_exec("head", ["test", "-e", "/var/lib/sparkctl/state/lock"]).returncode == 0:
+        sparkctl("unlock", "-i", str(inv), "--yes", rc=None)  # of a run killed here or by the test: gone
+    if journal(lab) is not None:
+        sparkctl("rollback", "-i", str(inv), "--yes", rc=None)
+    if applied_hash(lab) != sparkctl("render", "-i", str(inv))["config_hash"]:
+        sparkctl("reload", "-i", str(inv), "--config", str(inv), "--yes", rc=None)
+    if not serving():
+        sparkctl("up", "-i", str(inv), rc=None)
+
+
+def serving() -> bool:
+    try:
+        return httpx.get(f"{URL}/health", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def variant(inv: Path, tmp_path: Path, name: str, **runtime) -> Path:
@@ -152,14 +175,24 @@ def test_the_marlin_fallback_is_caught_by_the_throughput_ratio_and_rolled_back(l
     assert_rolled_back(lab, doc, before)
 
 
+def test_a_drafter_that_dies_at_start_up_is_rolled_back_without_waiting_for_the_deadline(lab, inv, tmp_path):
+    before = applied_hash(lab)
+    env = {**yaml.safe_load(inv.read_text())["runtime"]["env"], "SIM_FAULTS": "fail_start"}  # it exits 1 in warm-up
+    new = variant(inv, tmp_path, "drafter-dies", env=env)
+    doc = sparkctl("reload", "-i", str(inv), "--config", str(new), "--yes", "--deadline", "120", rc=1)
+    assert "the drafter died while starting: sparkctl-drafter on offload exited (code 1" in doc["reason"], doc["reason"]
+    assert_rolled_back(lab, doc, before)
+
+
 def test_the_worker_killed_during_the_restart_is_rolled_back(lab, inv, tmp_path):
     before = applied_hash(lab)
     old_worker = started(lab, "worker", "sparkctl-worker").split()[0]
     p = start("reload", "-i", str(inv), "--config", str(cold(inv, tmp_path)), "--yes")
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # the new worker container is up: kill it while the head loads
-        r = lab.host_exec("worker", ["docker", "inspect", "-f", "{{.Id}}", "sparkctl-worker"])
-        if r.returncode == 0 and r.stdout.strip() != old_worker:
+    while time.monotonic() < deadline:  # the new worker container runs: kill it while the head loads
+        r = lab.host_exec("worker", ["docker", "inspect", "-f", "{{.Id}} {{.State.Running}}", "sparkctl-worker"])
+        new_id, _, running = r.stdout.strip().partition(" ")
+        if r.returncode == 0 and new_id != old_worker and running == "true":  # created is not yet killable
             lab.host_exec("worker", ["docker", "kill", "sparkctl-worker"], check=True)
             break
         time.sleep(0.1)
