@@ -30,9 +30,11 @@ class Alerts(BaseModel):
         "docs/runbooks as a file:// URL.",
     )
     down_for: str = Field("30s", pattern=r"^\d+[smh]$", description="How long the head or drafter may be unscrapable before paging.")
-    kv_usage: float = Field(0.95, gt=0, le=1, description="KV cache usage (0-1) that warns when held for 2 minutes.")
+    kv_usage: float = Field(0.95, gt=0, le=1, description="KV cache usage (0-1) that warns when held for hold_for.")
     preemptions_per_5m: float = Field(0, ge=0, description="Preemptions in 5 minutes above which to warn (0: any).")
-    waiting_requests: int = Field(4, ge=0, description="Requests waiting for a slot, held for 2 minutes, that warns.")
+    waiting_requests: int = Field(4, ge=0, description="Requests waiting for a slot, held for hold_for, that warns.")
+    hold_for: str = Field("2m", pattern=r"^\d+[smh]$", description="How long KV usage and the waiting queue must stay "
+                          "above their thresholds before they warn.")
     ttft_p99_seconds: float = Field(30.0, gt=0, description="p99 time to first token over 5 minutes that warns.")
     acceptance_length_min: float = Field(
         2.0, gt=1, description="Mean acceptance length (1 + accepted/drafts over 10 minutes) below which "

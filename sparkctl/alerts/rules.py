@@ -110,7 +110,7 @@ def rules_for(inv) -> RuleSet:
         Rule(
             alert="SparkctlKVCacheNearFull",
             expr=f"vllm:kv_cache_usage_perc{{{served}}} > {a.kv_usage:g}",
-            for_="2m",
+            for_=a.hold_for,
             severity="ticket",
             summary=f"{cluster}: KV cache {{{{ $value | humanizePercentage }}}} used",
             description="The KV pool is shared by every live request; when it is full the newest request is preempted.",
@@ -126,9 +126,9 @@ def rules_for(inv) -> RuleSet:
         ),
         Rule(
             alert="SparkctlWaitingQueueGrowing",
-            expr=f"min_over_time(vllm:num_requests_waiting{{{served}}}[2m]) > {a.waiting_requests}",
+            expr=f"min_over_time(vllm:num_requests_waiting{{{served}}}[{a.hold_for}]) > {a.waiting_requests}",
             severity="ticket",
-            summary=f"{cluster}: {{{{ $value }}}} requests have waited for a slot for 2 minutes",
+            summary=f"{cluster}: {{{{ $value }}}} requests have waited for a slot for {a.hold_for}",
             description="Every slot (max_num_seqs) is busy or a long prefill holds the token budget.",
             runbook="long-ttft",
         ),

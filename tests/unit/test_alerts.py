@@ -93,7 +93,7 @@ def cases(rs) -> list[dict]:
                 {"eval_time": "2m", "alertname": "SparkctlPreemptionsRising",
                  "exp_alerts": [firing(rs, "SparkctlPreemptionsRising", VLLM, "lab: 3 preemptions in 5 minutes")]},
                 {"eval_time": "3m", "alertname": "SparkctlWaitingQueueGrowing",
-                 "exp_alerts": [firing(rs, "SparkctlWaitingQueueGrowing", VLLM, "lab: 6 requests have waited for a slot for 2 minutes")]},
+                 "exp_alerts": [firing(rs, "SparkctlWaitingQueueGrowing", VLLM, "lab: 6 requests have waited for a slot for 2m")]},
             ],
         },
         {   # healthy: KV 50%, no preemption, the queue drains
@@ -174,6 +174,15 @@ def test_thresholds_come_from_the_inventory():
     no_baseline = rules_for(Inventory.model_validate(LAB))  # the lab inventory: defaults, no baseline
     assert "SparkctlDecodeThroughputLow" in no_baseline.not_written
     assert no_baseline.runbook_base_url == runbooks.RUNBOOK_DIR.as_uri() + "/"
+
+
+def test_how_long_kv_usage_and_the_queue_must_hold_comes_from_the_inventory():
+    default = {r.alert: r for r in rules_for(inventory()).rules}
+    assert default["SparkctlKVCacheNearFull"].for_ == "2m"  # an operator's default: two minutes
+    assert "[2m]" in default["SparkctlWaitingQueueGrowing"].expr
+    short = {r.alert: r for r in rules_for(inventory(hold_for="5s")).rules}  # the lab runs 100x faster
+    assert short["SparkctlKVCacheNearFull"].for_ == "5s"
+    assert "[5s]" in short["SparkctlWaitingQueueGrowing"].expr and "for 5s" in short["SparkctlWaitingQueueGrowing"].summary
 
 
 def test_every_alert_links_an_existing_runbook():
