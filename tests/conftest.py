@@ -57,6 +57,11 @@ def _skip_or_fail(reason: str) -> None:
 
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.path.name == RUN_LAST)  # stable: everything else keeps its order
+    # under pytest-xdist (`-n 2 --dist loadgroup`, what ./dev.sh test runs) every lab test goes to one
+    # worker, in this order, while the other worker runs the unit tests: the lab has one owner
+    for item in items:
+        if item.get_closest_marker("lab") is not None:
+            item.add_marker(pytest.mark.xdist_group("lab"))
 
 
 def pytest_runtest_setup(item):
