@@ -40,6 +40,6 @@ def require_inventory(path: Optional[Path]) -> Path:
     if path is None:
         raise InputError(
             "no inventory given",
-            fix="pass -i FILE (e.g. -i inventories/lab.yaml) or set SPARKCTL_INVENTORY",
+            fix="pass -i FILE or set SPARKCTL_INVENTORY (no inventory yet? `sparkctl inventory init --from dspark|splice|lab`)",
         )
     return path
