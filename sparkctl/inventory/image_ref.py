@@ -25,6 +25,7 @@ _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}
 
 REFERENCE = re.compile(rf"^(?P<name>{_NAME})(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{_DIGEST}))?$", re.ASCII)
 NAME_MAX = 255  # distribution/reference: NameTotalLengthMax
+DIGEST_HEX = {"sha256": 64, "sha384": 96, "sha512": 128}  # the algorithms opencontainers/go-digest registers
 
 EXAMPLE = "registry.example.com:5000/team/vllm:0.33"
 
@@ -40,4 +41,8 @@ def problem(ref: str) -> str | None:
         return f"{ref!r} is not an image reference{why}: write [registry[:port]/]path[:tag][@digest], e.g. {EXAMPLE}"
     if len(m.group("name")) > NAME_MAX:
         return f"the image name is {len(m.group('name'))} characters; docker allows at most {NAME_MAX}"
+    if m.group("digest"):
+        algorithm, _, hex_ = m.group("digest").partition(":")
+        if DIGEST_HEX.get(algorithm) != len(hex_):  # go-digest's Parse: a known algorithm, its full length
+            return f"{m.group('digest')!r} is not a digest docker pulls: write sha256: and 64 hex digits"
     return None
