@@ -223,6 +223,7 @@ def bench(
     from sparkctl.errors import InputError
 
     check_seconds("--timeout", timeout, low=1, high=86400, example="1800")
+    check_seconds("--mixed-delay", mixed_delay, low=0, high=600, example="0.5")
     if report is not None:
         from sparkctl.bench.plots import require
 

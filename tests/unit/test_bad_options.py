@@ -70,6 +70,7 @@ def test_alerts_writes_neither_file_when_one_cannot_be_written(tmp_path, capsys)
         (["--workloads", "poetry"], ["--workloads 'poetry'", "unknown workload"]),
         (["--timeout", "nan"], ["--timeout nan", "seconds from 1", "--timeout 1800"]),
         (["--timeout", "inf"], ["--timeout inf"]),
+        (["--mixed-delay", "inf"], ["--mixed-delay inf", "from 0 to 600"]),
     ],
 )
 def test_bench_options(args, words, capsys):
@@ -91,6 +92,7 @@ def test_status_endpoint_needs_a_url_with_a_port(capsys):
         (["up", "-i", str(LAB), "--check", "--timeout", "nan"], ["--timeout nan", "--timeout 1800"]),
         (["reload", "-i", str(LAB), "--config", str(LAB), "--check", "--deadline", "-5"], ["--deadline -5", "from 1 to 86400"]),
         (["restart", "-i", str(LAB), "--check", "--deadline", "inf"], ["--deadline inf"]),
+        (["down", "-i", str(LAB), "--check", "--drain", "-5"], ["--drain -5", "from 0 to 3600"]),
     ],
 )
 def test_durations_are_bounded(argv, words, capsys):
