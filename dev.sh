@@ -43,10 +43,10 @@ install_python() {
     python3 -m venv "$VENV"
   fi
   # sparkctl itself, and the lab (its own package in lab/: a development tool operators never install)
-  if ! "$VENV/bin/python" -c "import sparkctl, sparkctl_lab, pytest, jsonschema" 2>/dev/null \
+  if ! "$VENV/bin/python" -c "import sparkctl, sparkctl_lab, pytest, jsonschema, matplotlib" 2>/dev/null \
      || [ pyproject.toml -nt "$VENV/.installed" ] || [ lab/pyproject.toml -nt "$VENV/.installed" ]; then
-    say "pip install -e .[test] -e ./lab"
-    "$VENV/bin/pip" install -q --disable-pip-version-check -e '.[test]' -e ./lab
+    say "pip install -e .[test,report] -e ./lab"
+    "$VENV/bin/pip" install -q --disable-pip-version-check -e '.[test,report]' -e ./lab
     touch "$VENV/.installed"
   fi
 }

@@ -1,6 +1,6 @@
-"""Data files sparkctl reads at run time: playbooks, templates and runbooks.
+"""Data files sparkctl reads at run time: playbooks, templates, runbooks and the example inventories.
 
-They live at the repository's top level (playbooks/, templates/, docs/runbooks/), where people look
+They live at the repository's top level (playbooks/, templates/, docs/runbooks/, inventories/), where people look
 for them; `sparkctl/data/` links to them so they ship inside the package, and they are always read
 through importlib.resources, so an installed wheel (pip, pipx) finds them as a checkout does.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from importlib import resources
 from importlib.abc import Traversable
 
-KINDS = ("playbooks", "templates", "runbooks")
+KINDS = ("playbooks", "templates", "runbooks", "inventories")
 
 
 def data_dir(kind: str) -> Traversable:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class Alerts(BaseModel):
     """Thresholds of `sparkctl alerts` (Prometheus alerting rules for this cluster)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     job: Optional[str] = Field(
         None, min_length=1, description="Prometheus job that scrapes the head's and the drafter's /metrics "
@@ -25,9 +25,10 @@ class Alerts(BaseModel):
         "<job>-nodes), targets labelled `role` (head, worker, offload): worker loss is seen there.",
     )
     runbook_base_url: Optional[str] = Field(
-        None, min_length=1, description="Where the runbooks are published (e.g. your git host's "
-        "docs/runbooks/ URL); each alert's runbook_url is this + <runbook>.md. Default: this checkout's "
-        "docs/runbooks as a file:// URL.",
+        None, min_length=1, description="Where your team publishes docs/runbooks/ (an https:// URL, e.g. your "
+        "git host's view of that folder): each alert's runbook_url and doctor's runbook lines are this + "
+        "<runbook>.md. Unset: no runbook_url; alerts and doctor name the command that prints the runbook "
+        "(`sparkctl runbook NAME`).",
     )
     down_for: str = Field("30s", pattern=r"^\d+[smh]$", description="How long the head or drafter may be unscrapable before paging.")
     kv_usage: float = Field(0.95, gt=0, le=1, description="KV cache usage (0-1) that warns when held for hold_for.")
@@ -48,3 +49,20 @@ class Alerts(BaseModel):
                              "decode speed); acceptance uses twice this.")
     decode_for: str = Field("5m", pattern=r"^\d+[smh]$", description="How long decode must stay below the floor before it warns.")
     decode_drop: float = Field(0.35, gt=0, lt=1, description="Fraction below the baseline that warns (0.35: below 65%).")
+
+    @field_validator("runbook_base_url")
+    @classmethod
+    def _a_web_base(cls, value: Optional[str]) -> Optional[str]:
+        # an alert is read on a phone or in a chat, far from the control machine: a repo path or a
+        # file:// URL opens nothing there
+        from urllib.parse import urlsplit
+
+        if value is None:
+            return value
+        u = urlsplit(value)
+        if u.scheme not in ("https", "http") or not u.netloc or u.query or u.fragment or " " in value:
+            raise ValueError(
+                f"{value!r} is not a web address to publish runbooks at: write the https:// URL of your copy of "
+                "docs/runbooks/, e.g. https://git.example.com/ops/sparkctl/-/blob/main/docs/runbooks/"
+            )
+        return value if value.endswith("/") else value + "/"  # <base><name>.md

@@ -7,7 +7,7 @@ Thresholds come from the inventory's `alerts:` section (sparkctl/alerts/config.p
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,17 +29,18 @@ class Rule(BaseModel):
     description: str
     runbook: str  # docs/runbooks/<runbook>.md
 
-    def to_prometheus(self, runbook_base_url: str, cluster: str) -> dict:
+    def to_prometheus(self, runbook_base_url: Optional[str], cluster: str) -> dict:
+        # `runbook`: the command that prints it wherever sparkctl is installed; `runbook_url` (what
+        # Alertmanager and Grafana link) only where the inventory says the runbooks are published
+        annotations = {"summary": self.summary, "description": self.description, "runbook": runbooks.command(self.runbook)}
+        if runbook_base_url:
+            annotations["runbook_url"] = runbooks.link(self.runbook, runbook_base_url)
         return {
             "alert": self.alert,
             "expr": self.expr,
             "for": self.for_,
             "labels": {"severity": self.severity, "cluster": cluster},
-            "annotations": {
-                "summary": self.summary,
-                "description": self.description,
-                "runbook_url": f"{runbook_base_url}{self.runbook}.md",
-            },
+            "annotations": annotations,
         }
 
 
@@ -47,7 +48,7 @@ class RuleSet(BaseModel):
     cluster: str
     job: str
     nodes_job: str
-    runbook_base_url: str
+    runbook_base_url: Optional[str]  # alerts.runbook_base_url; None: no runbook_url annotations
     rules: list[Rule]
     not_written: dict[str, str] = Field(default_factory=dict)  # alert -> why (and the key that enables it)
 
@@ -185,7 +186,7 @@ def rules_for(inv) -> RuleSet:
         cluster=cluster,
         job=job,
         nodes_job=nodes_job,
-        runbook_base_url=a.runbook_base_url or runbooks.RUNBOOK_DIR.as_uri() + "/",
+        runbook_base_url=a.runbook_base_url,
         rules=rules,
         not_written=not_written,
     )

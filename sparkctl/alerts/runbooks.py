@@ -5,6 +5,10 @@ when one check finds several (runtime.engine: a device-side assert or a lost wor
 an alert sees it (`kv-cache-full.md`). Checks never hold the link themselves: it is derived here
 from the check's name and the cause it reports, so a new runbook file is picked up without
 touching the checks.
+
+Where an operator reads one: `sparkctl runbook NAME` prints it from the package (a wheel has no
+docs/ folder), and with `alerts.runbook_base_url` set (where the team publishes docs/runbooks/) the
+alerts' runbook_url and doctor's runbook lines are that URL instead (`link`).
 """
 
 from __future__ import annotations
@@ -60,3 +64,39 @@ def for_result(result) -> Optional[str]:
 
 def all_names() -> list[str]:
     return sorted(p.stem for p in RUNBOOK_DIR.glob("*.md") if p.stem != "README")
+
+
+def name_of(book: str) -> str:
+    """fabric.mtu from docs/runbooks/fabric.mtu.md (what for_check gives), fabric.mtu.md or fabric.mtu."""
+    return book.removeprefix(RUNBOOK_PREFIX).removesuffix(".md")
+
+
+def command(name: str) -> str:
+    return f"sparkctl runbook {name}"
+
+
+def link(book: str, base_url: Optional[str] = None) -> str:
+    """What to follow for a runbook: its published URL when the inventory sets alerts.runbook_base_url,
+    else the command that prints it (works wherever sparkctl is installed; a repo path or a file://
+    URL into site-packages does not)."""
+    name = name_of(book)
+    return f"{base_url}{name}.md" if base_url else command(name)
+
+
+def resolve(query: str) -> Optional[str]:
+    """The runbook a name, a file name, a docs/runbooks/ path or a check's name stands for, or None."""
+    name = name_of(query.strip())
+    if name != "README" and exists(name):
+        return name
+    book = for_check(name)
+    return name_of(book) if book else None
+
+
+def text(name: str) -> str:
+    return (RUNBOOK_DIR / f"{name}.md").read_text()
+
+
+def title(name: str) -> str:
+    """The runbook's first heading, without the '# ' and its name (one line for a listing)."""
+    first = next((line for line in text(name).splitlines() if line.startswith("# ")), "")
+    return first[2:].removeprefix(f"{name}:").strip()

@@ -41,6 +41,23 @@ class Plot:
         return buf.getvalue()
 
 
+def require(option: str) -> None:
+    """Refuse (exit 2) when the plotting stack is not installed: it is the `report` extra, so a control
+    machine that never draws does not carry it. Checked before a bench run, not after it."""
+    from importlib.util import find_spec
+
+    from sparkctl.errors import InputError
+
+    missing = [dist for module, dist in (("matplotlib", "matplotlib"), ("numpy", "numpy"), ("PIL", "pillow"))
+               if find_spec(module) is None]  # fmt: skip
+    if missing:
+        raise InputError(
+            f"{option} draws plots with matplotlib, numpy and pillow: {', '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not installed (the optional `report` extra)",
+            fix="pip install 'sparkctl[report]' (installed with pipx: pipx inject sparkctl matplotlib)",
+        )
+
+
 def _figure(rows: int = 1, cols: int = 1, width: float = 10.0, height: float = 4.2):
     from matplotlib.figure import Figure
 

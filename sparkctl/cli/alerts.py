@@ -25,8 +25,8 @@ def alerts(
     """Write Prometheus alerting rules for the cluster: engine down, worker lost, drafter unreachable,
     KV cache near full, preemptions, waiting queue, TTFT p99, speculative acceptance, decode speed.
 
-    Each rule has labels severity (page|ticket) and cluster, annotations summary, description and
-    runbook_url. Thresholds: the inventory's `alerts:` section (docs/alerts.md). Check the file with
+    Each rule has labels severity (page|ticket) and cluster, annotations summary, description,
+    runbook (the `sparkctl runbook NAME` command) and, with alerts.runbook_base_url, runbook_url. Thresholds: the inventory's `alerts:` section (docs/alerts.md). Check the file with
     `promtool check rules FILE`."""
     import yaml
 
@@ -41,11 +41,11 @@ def alerts(
         raise InputError("--prometheus-config needs --out", fix="sparkctl alerts --out rules.yml --prometheus-config prometheus.yml")
     rs = rules_for(inv)
     text = rules_yaml(rs)
-    if out:
-        out.write_text(text)
+    files = [(out, "--out", text)] if out else []
     if prometheus_config:
         doc = scrape_config(rs, inv, [str(out.resolve())])
-        prometheus_config.write_text(yaml.safe_dump(doc, sort_keys=False))
+        files.append((prometheus_config, "--prometheus-config", yaml.safe_dump(doc, sort_keys=False)))
+    _write_files(files)
     if json_out:
         print_json({**rs.to_prometheus(), "not_written": rs.not_written, "written_to": str(out) if out else None})
         return
@@ -56,6 +56,32 @@ def alerts(
         c.print(f"[yellow]not written:[/] {alert}: {why}", soft_wrap=True)
     for name in missing_runbooks(rs):
         c.print(f"[red]missing runbook:[/] docs/runbooks/{name}.md", soft_wrap=True)
+    if not rs.runbook_base_url:
+        c.print("[yellow]no runbook_url:[/] set alerts.runbook_base_url to where your team publishes docs/runbooks/; "
+                "each rule's `runbook` annotation names the command that prints it (sparkctl runbook NAME)",
+                soft_wrap=True)
     if out:
         c.print(f"{len(rs.rules)} rules written to {out}" + (f", scrape config to {prometheus_config}" if prometheus_config else ""),
                 soft_wrap=True)
+
+
+def _write_files(files: list[tuple[Path, str, str]]) -> None:
+    """Write (path, option, text) files whole, or none of them: every target is checked first."""
+    import os
+
+    from sparkctl.errors import InputError
+
+    for path, option, _ in files:
+        if path.is_dir():
+            raise InputError(f"{option} {path} is a directory", fix=f"name a file, e.g. {option} {path / 'rules.yml'}")
+        if not path.parent.is_dir():
+            raise InputError(f"cannot write {option} {path}: folder {path.parent} does not exist",
+                             fix=f"create it (mkdir -p {path.parent}) or pass {option} a file in an existing folder")
+    for path, option, text in files:
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")  # renamed over the target: never a half-written file
+        try:
+            tmp.write_text(text)
+            tmp.replace(path)
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            raise InputError(f"cannot write {option} {path}: {err.strerror}", fix=f"pass {option} a writable path") from None

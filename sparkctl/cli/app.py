@@ -29,6 +29,7 @@ COMMANDS = {
     "rollback": ("reload", "rollback", "command"),
     "history": ("reload", "history", "command"),
     "alerts": ("alerts", "alerts", "command"),
+    "runbook": ("runbook", "runbook", "command"),
 }
 
 
@@ -52,11 +53,19 @@ def build_app(only: str | None = None) -> typer.Typer:
             continue
         target = getattr(importlib.import_module(f"sparkctl.cli.{module}"), attr)
         if kind == "group":
-            app.add_typer(target, name=name)
+            app.add_typer(target, name=name, hidden=name == "lab" and not _lab_installed())
         else:
             app.command(name)(target)
     app.callback(invoke_without_command=True)(_root)
     return app
+
+
+def _lab_installed() -> bool:
+    # the lab is a development tool in a checkout (lab/), not in the wheel: an operator's --help
+    # does not offer it (`sparkctl lab` still runs, and says how to install it)
+    from importlib.util import find_spec
+
+    return find_spec("sparkctl_lab") is not None
 
 
 def _root(

@@ -27,13 +27,60 @@ def _csv(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
 
 
-def _ints(text: str, what: str) -> list[int]:
+def _ints(text: str, what: str, example: str = "1k,8k,32k") -> list[int]:
     from sparkctl.errors import InputError
 
     try:
         return [parse_tokens(p) for p in _csv(text)]
     except ValueError as err:
-        raise InputError(f"{what}: {err}", fix=f"write {what} as a comma-separated list, e.g. 1,4") from None
+        raise InputError(f"{what}: {err}", fix=f"write {what} as a comma-separated list, e.g. {what} {example}") from None
+
+
+MAX_STREAMS = 1024  # far above any max_num_seqs a Spark pair serves; a typo (4000000) must not open that many
+
+
+def _counts(text: str, what: str) -> list[int]:
+    """Whole numbers >= 1 (streams are counted, not token sizes: no k/m suffixes)."""
+    from sparkctl.errors import InputError
+
+    def ok(p: str) -> bool:
+        return p.isdecimal() and 1 <= int(p) <= MAX_STREAMS
+
+    parts = _csv(text)
+    if not parts or not all(ok(p) for p in parts):
+        bad = next((p for p in parts if not ok(p)), text)
+        raise InputError(f"{what} {text!r}: {bad!r} is not a number of concurrent streams (a whole number, 1 to "
+                         f"{MAX_STREAMS})",
+                         fix=f"write {what} as a comma-separated list of whole numbers, e.g. {what} 1,4")
+    return [int(p) for p in parts]
+
+
+# BenchOptions field -> the option that sets it, so a refused value names what the operator typed
+OPTION_OF = {
+    "workloads": "--workloads", "streams": "--streams", "max_tokens": "--tokens", "repeats": "--repeats",
+    "temperature": "--temperature", "parts": "--parts", "context_workload": "--context-workload",
+    "context_sizes": "--context-sizes", "context_repeats": "--context-repeats", "prefill_tokens": "--prefill-tokens",
+    "overhead_samples": "--overhead-samples", "mixed_tokens": "--mixed-tokens", "mixed_delay_s": "--mixed-delay",
+    "warmup": "--warmup", "timeout_s": "--timeout",
+}  # fmt: skip
+
+
+def _option_error(err) -> Exception:
+    """A BenchOptions ValidationError as the option and value the operator gave, and what it takes."""
+    import re
+
+    from sparkctl.errors import InputError
+
+    first = err.errors(include_url=False)[0]
+    option = OPTION_OF.get(str(first["loc"][0]), str(first["loc"][0]))
+    if first["type"] == "literal_error":
+        allowed = re.findall(r"'([^']*)'", str((first.get("ctx") or {}).get("expected", "")))
+        return InputError(f"{option} {first['input']!r}: must be one of {', '.join(allowed)}",
+                          fix=f"e.g. {option} {','.join(allowed)} (comma-separated)")  # fmt: skip
+    message = str(first["msg"]).removeprefix("Value error, ")
+    given = first["input"]
+    given = ",".join(map(str, given)) if isinstance(given, list) else given
+    return InputError(f"{option} {given!r}: {message}", fix=f"see `sparkctl bench --help` for {option}")
 
 
 def _endpoint_from_inventory(path: Path) -> tuple[str, str]:
@@ -149,7 +196,7 @@ def bench(
     thinking: Annotated[bool, typer.Option("--thinking/--no-thinking", help="chat_template_kwargs.enable_thinking.")] = False,
     temperature: Annotated[float, typer.Option("--temperature", min=0)] = 0.0,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured requests first.")] = 1,
-    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Longest wait for one request, s.")] = 1800.0,
+    timeout: Annotated[float, typer.Option("--timeout", help="Longest wait for one request, s (1 or more).")] = 1800.0,
     out: Annotated[
         Optional[Path], typer.Option("--out", help="Write the result file here (JSON; schema: `sparkctl bench "
                                      "schema`).", show_default=False)
@@ -171,9 +218,16 @@ def bench(
     from sparkctl.bench.protocol import BenchOptions
     from sparkctl.bench.report import render
     from sparkctl.bench.runner import BenchRunner
+    from sparkctl.cli.options import check_seconds
     from sparkctl.cli.output import console, print_json
     from sparkctl.errors import InputError
 
+    check_seconds("--timeout", timeout, low=1, high=86400, example="1800")
+    check_seconds("--mixed-delay", mixed_delay, low=0, high=600, example="0.5")
+    if report is not None:
+        from sparkctl.bench.plots import require
+
+        require("--report")  # before the run: a long bench must not end without its report
     if endpoint is None:
         if inventory is None:
             raise InputError(
@@ -185,7 +239,7 @@ def bench(
     try:
         options = BenchOptions(
             workloads=_csv(workloads),
-            streams=_ints(streams, "--streams"),
+            streams=_counts(streams, "--streams"),
             max_tokens=tokens,
             repeats=repeats,
             temperature=temperature,
@@ -203,9 +257,7 @@ def bench(
             timeout_s=timeout,
         )
     except ValidationError as err:
-        first = err.errors()[0]
-        raise InputError(f"bad option: {'.'.join(map(str, first['loc']))}: {first['msg']}",
-                         fix="see `sparkctl bench --help`") from None
+        raise _option_error(err) from None
 
     runner = BenchRunner(Endpoint(endpoint, model, api_key, timeout), options)
     c = console()
@@ -248,9 +300,10 @@ def report_cmd(
     """An HTML report (one file, plots embedded, opens offline) and its plots as PNG files."""
     from sparkctl.bench.compare import load
     from sparkctl.bench.html import labels_for, write_report
-    from sparkctl.bench.plots import Labeled
+    from sparkctl.bench.plots import Labeled, require
     from sparkctl.cli.output import console, print_json
 
+    require("`sparkctl bench report`")  # plots.py imports matplotlib only when it draws
     written = write_report([Labeled(label, load(p)) for label, p in zip(labels_for(results), results)], out)
     if json_out:
         print_json({"report": str(written[0]), "plots": [str(p) for p in written[1:]]})

@@ -64,13 +64,21 @@ def doctor(
     inv = load_inventory(require_inventory(inventory))
     run = partial(run_doctor, inv, hosts=hosts, only=only, ignore=ignore, deep=deep,
                   allow_loading=allow_loading)  # fmt: skip
+    base = inv.alerts.runbook_base_url  # where the team publishes the runbooks, if it does
     if json_out:
         report = run()
-        print_json(report.to_dict())
+        doc = report.to_dict()
+        if base:
+            from sparkctl.alerts import runbooks
+
+            for check in doc["checks"]:
+                if check.get("runbook"):
+                    check["runbook_url"] = runbooks.link(check["runbook"], base)
+        print_json(doc)
     else:
         with console().status("sparkctl doctor: gathering facts", spinner="dots") as status:
             report = run(progress=lambda t: status.update(f"sparkctl doctor: {t}"))
-        (print_report if verbose else print_summary)(report)
+        (print_report if verbose else print_summary)(report, runbook_base_url=base)
     raise typer.Exit(1 if report.failed else 0)
 
 
@@ -79,7 +87,7 @@ def _short_target(target) -> str:
     return (target or "").rsplit("/", 1)[-1]
 
 
-def print_report(report, c=None) -> None:
+def print_report(report, c=None, runbook_base_url=None) -> None:
     """-v: one table per host, a row per check (and per rail/device/image)."""
     from rich.table import Table
     from rich.text import Text
@@ -104,7 +112,7 @@ def print_report(report, c=None) -> None:
                 message.append("\nfix: ", style="bold")
                 message.append(redact(r.fix))
                 if book := runbooks.for_result(r):
-                    message.append(f"\nrunbook: {book}", style="dim")
+                    message.append(f"\nrunbook: {runbooks.link(book, runbook_base_url)}", style="dim")
             elif r.status == "warn" and r.fix:
                 message.append(f"\n{redact(r.fix)}", style="dim")
             table.add_row(r.name, _short_target(r.target), Text(r.status, style=STYLE[r.status]), message)
@@ -154,7 +162,7 @@ def _findings(report) -> list[tuple]:
     return list(merged.items())
 
 
-def print_summary(report, c=None) -> None:
+def print_summary(report, c=None, runbook_base_url=None) -> None:
     """The default: a line per group with each host's counts; only what is not ok, expanded."""
     from rich.padding import Padding
     from rich.table import Table
@@ -192,7 +200,7 @@ def print_summary(report, c=None) -> None:
             body.append(redact(fix))
         if book := runbooks.for_result(rows[0]):
             body.append("\nrunbook: ", style="bold")
-            body.append(book)
+            body.append(runbooks.link(book, runbook_base_url))
         c.print(Padding(body, (0, 0, 0, 2), expand=False))
     c.print()
     _print_totals(report, c)

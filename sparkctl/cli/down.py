@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from sparkctl.cli.options import CheckOpt, InventoryOpt, JsonOpt, VerboseOpt
+from sparkctl.cli.options import CheckOpt, InventoryOpt, JsonOpt, VerboseOpt, check_seconds
 from sparkctl.cli.unlock import LockWaitOpt
 
 
@@ -27,4 +27,5 @@ def down(
     """
     from sparkctl.cli.up import run_steps
 
+    check_seconds("--drain", drain, low=0, high=3600, example="60")  # the bound of runtime.shutdown_timeout
     run_steps(inventory, "down", check, json_out, drain=drain, wait=wait, verbose=verbose)

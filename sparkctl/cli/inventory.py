@@ -1,4 +1,4 @@
-"""`sparkctl inventory validate | show | schema`."""
+"""`sparkctl inventory init | validate | show | schema`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import typer
 
 from sparkctl.cli.options import InventoryOpt, JsonOpt, require_inventory
 
-app = typer.Typer(help="Validate, show and describe inventory files.", no_args_is_help=True)
+app = typer.Typer(help="Start, validate, show and describe inventory files.", no_args_is_help=True)
 
 FileArg = Annotated[
     Optional[Path],
@@ -162,3 +162,66 @@ def schema(json_out: JsonOpt = False) -> None:
     from sparkctl.inventory.schema import inventory_schema
 
     sys.stdout.write(json.dumps(inventory_schema(), indent=2) + "\n")
+
+
+@app.command("init")
+def init(
+    from_: Annotated[
+        Optional[str],
+        typer.Option("--from", help="The shipped example to start from: dspark (two Sparks), splice (two Sparks + "
+                     "an offload host) or lab (the simulated lab).", show_default=False),
+    ] = None,
+    out: Annotated[
+        Optional[Path],
+        typer.Option("--out", "-o", help="File to write (default: the example's file name in this folder; - for "
+                     "stdout).", show_default=False),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Write a shipped example inventory to a file, to edit for your cluster (then `inventory validate`)."""
+    import os
+    import sys
+
+    from sparkctl.errors import InputError
+    from sparkctl.inventory import examples
+
+    choices = "; ".join(f"{name}: {about}" for name, (_, about) in examples.EXAMPLES.items())
+    if from_ not in examples.EXAMPLES:
+        said = "no --from given" if from_ is None else f"--from {from_!r} is not a shipped example"
+        raise InputError(said, fix=f"pass --from {examples.CHOICES} ({choices})")
+    text = examples.text(from_)
+    if out is not None and str(out) == "-":
+        sys.stdout.write(text)
+        return
+    path = out if out is not None else Path(examples.EXAMPLES[from_][0])
+    if path.is_dir():
+        raise InputError(f"--out {path} is a directory", fix=f"name the file to write, e.g. --out {path / 'cluster.yaml'}")
+    if path.exists() and not force:
+        raise InputError(f"{path} already exists", fix="pass --force to overwrite it, or --out another file")
+    if not path.parent.is_dir():
+        raise InputError(f"cannot write {path}: folder {path.parent} does not exist",
+                         fix=f"create it (mkdir -p {path.parent}) or pass --out a file in an existing folder")
+    # a whole file or none: written beside the target, then renamed over it
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"cannot write {path}: {err.strerror}", fix="pass --out a writable path") from None
+    if json_out:
+        from sparkctl.cli.output import print_json
+
+        print_json({"file": str(path), "from": from_, "example": examples.EXAMPLES[from_][0]})
+        return
+    sys.stdout.write(f"{path}\n")
+    from rich.markup import escape
+
+    from sparkctl.cli.output import console
+
+    console().print(
+        f"wrote {escape(str(path))} from the shipped example {from_!r}; edit it for your cluster, then: "
+        f"sparkctl inventory validate {escape(str(path))}  (or export SPARKCTL_INVENTORY={escape(str(path.resolve()))})",
+        soft_wrap=True,
+    )

@@ -40,6 +40,19 @@ def require_inventory(path: Optional[Path]) -> Path:
     if path is None:
         raise InputError(
             "no inventory given",
-            fix="pass -i FILE (e.g. -i inventories/lab.yaml) or set SPARKCTL_INVENTORY",
+            fix="pass -i FILE or set SPARKCTL_INVENTORY (no inventory yet? `sparkctl inventory init --from dspark|splice|lab`)",
         )
     return path
+
+
+def check_seconds(option: str, value: Optional[float], *, low: float, high: Optional[float] = None, example: str) -> None:
+    """Refuse a duration option outside [low, high] (nan and inf included: click's ranges let nan
+    through, and an infinite wait is no deadline). Exit 2 naming the option."""
+    import math
+
+    from sparkctl.errors import InputError
+
+    if value is None or (math.isfinite(value) and value >= low and (high is None or value <= high)):
+        return
+    bound = f"from {low:g} to {high:g}" if high is not None else f"at least {low:g}"
+    raise InputError(f"{option} {value:g}: must be a number of seconds {bound}", fix=f"e.g. {option} {example}")

@@ -16,7 +16,7 @@ def console():
     """The human console (stderr), so stdout stays clean for --json and pipes."""
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, emoji=False)  # emoji: "inv.yaml:100:" is a line, not 💯
 
 
 def print_json(doc: Any) -> None:

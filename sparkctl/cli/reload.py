@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from sparkctl.cli.options import CheckOpt, InventoryOpt, JsonOpt, VerboseOpt, require_inventory
+from sparkctl.cli.options import CheckOpt, InventoryOpt, JsonOpt, VerboseOpt, check_seconds, require_inventory
 from sparkctl.cli.unlock import LockWaitOpt
 
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation (needed off a terminal).")]
@@ -36,6 +36,7 @@ def _run(kind: str, inventory, new_path, check, json_out, yes, deadline, ratio, 
     from sparkctl.inventory.loader import load_inventory
     from sparkctl.reload import run_reload
 
+    check_seconds("--deadline", deadline, low=1, high=86400, example="1800")
     current = load_inventory(require_inventory(inventory))
     new = load_inventory(new_path) if new_path is not None else None
     c = console()

@@ -13,7 +13,7 @@ import typer
 
 from sparkctl.runtime.metrics import GENERATION_TOKENS, KV_USAGE, RUNNING, TTFT, WAITING, SpecCounters
 
-from sparkctl.cli.options import InventoryOpt, JsonOpt, require_inventory
+from sparkctl.cli.options import InventoryOpt, JsonOpt, check_seconds, require_inventory
 
 
 def runtime_fleet(inv, plan):
@@ -100,8 +100,9 @@ def status(
     if watch and json_out:
         raise InputError("--watch is a live view for a person; --json prints one document",
                          fix="drop one of them (a script polls `sparkctl status --json`)")  # fmt: skip
-    if interval <= 0:
+    if not interval > 0:  # nan too
         raise InputError(f"--interval {interval:g}: must be more than 0 seconds", fix="e.g. --interval 2")
+    check_seconds("--sample", sample, low=0.2, high=60, example="1")
     if endpoint:
         base = endpoint_base(endpoint)
         if watch:
@@ -157,12 +158,12 @@ def endpoint_base(url: str) -> tuple[str, int]:
 
     u = urlsplit(url if "://" in url else f"http://{url}")
     try:
-        port = u.port or 80
+        port = u.port  # always written: a bare word (`notaurl`) is a typo, not a server on port 80
     except ValueError:
         port = None
-    if u.scheme != "http" or not u.hostname or port is None or u.path not in ("", "/"):
-        raise InputError(f"--endpoint {url!r} is not http://HOST:PORT", fix="e.g. --endpoint http://10.0.0.5:8000 "
-                         "(the API's base URL, without /v1)")  # fmt: skip
+    if u.scheme != "http" or not u.hostname or port is None or u.path not in ("", "/") or u.query or u.fragment:
+        raise InputError(f"--endpoint {url!r} is not http://HOST:PORT (with the port)",
+                         fix="e.g. --endpoint http://10.0.0.5:8000 (the API's base URL, without /v1)")  # fmt: skip
     check_address(u.hostname, "the --endpoint URL")
     return u.hostname, port
 

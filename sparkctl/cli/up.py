@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from sparkctl.cli.options import CheckOpt, InventoryOpt, JsonOpt, VerboseOpt, require_inventory
+from sparkctl.cli.options import CheckOpt, InventoryOpt, JsonOpt, VerboseOpt, check_seconds, require_inventory
 from sparkctl.cli.unlock import LockWaitOpt
 
 
@@ -78,4 +78,5 @@ def up(
     Every step gathers facts, plans, and applies only its plan; a second run changes nothing
     and says so. --check prints every plan and changes nothing.
     """
+    check_seconds("--timeout", timeout, low=1, high=86400, example="1800")
     run_steps(inventory, "up", check, json_out, force=force, side_load=side_load, pull=pull, timeout=timeout, wait=wait, verbose=verbose)

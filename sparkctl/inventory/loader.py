@@ -12,6 +12,7 @@ import stat
 from pathlib import Path
 
 from sparkctl.errors import InputError
+from sparkctl.inventory.examples import START_HINT
 from sparkctl.inventory.models import Inventory
 from sparkctl.inventory.problems import InventoryError, Problem, from_validation_error
 from sparkctl.inventory.validate import check_inventory
@@ -38,7 +39,7 @@ def _refuse_special(path: Path, mode: int) -> None:
     kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
     raise InputError(
         f"{path} is {kind}, not an inventory file (only a regular file is read)",
-        fix="name the YAML file itself, e.g. inventories/lab.yaml (write a pipe's content to a file first)",
+        fix="name the YAML file itself, e.g. my-cluster.yaml (write a pipe's content to a file first)",
     )
 
 
@@ -54,7 +55,7 @@ def read_text(path: Path) -> str:
     except FileNotFoundError:
         raise InputError(
             f"inventory file {path} does not exist",
-            fix="check the path (shipped: inventories/lab.yaml, inventories/dspark-recipe.yaml, inventories/splice-build.yaml)",
+            fix=f"check the path, or {START_HINT}",
         ) from None
     except OSError as err:
         raise _unreadable(path, err) from None
@@ -110,11 +111,11 @@ def load_inventory_report(path: Path | str) -> tuple[Inventory, list[Problem]]:
               fix="edit the file at the line shown; an inventory is plain YAML: mappings, lists, text and numbers")
     if data is None:
         _fail(path, "is empty; an inventory needs at least cluster, hosts and runtime",
-              fix="start from inventories/lab.yaml or `sparkctl inventory schema`")
+              fix=START_HINT)
     if not isinstance(data, dict):
         kind = "a list" if isinstance(data, list) else f"a single value ({data!r:.40})"
         _fail(path, f"the top level must be a mapping (cluster:, hosts:, runtime:, ...), got {kind}", line=1,
-              fix="start from inventories/lab.yaml or `sparkctl inventory schema`")
+              fix=START_HINT)
 
     try:
         inv = Inventory.model_validate(data)

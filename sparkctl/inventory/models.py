@@ -64,6 +64,17 @@ def _node_path(value: str) -> str:
 NodePath = Annotated[str, AfterValidator(_node_path)]
 
 
+def _image_ref(value: str) -> str:
+    from sparkctl.inventory.image_ref import problem
+
+    if why := problem(value):
+        raise ValueError(why)
+    return value
+
+
+ImageRef = Annotated[str, AfterValidator(_image_ref)]
+
+
 def _has_bool(annotation: object) -> bool:
     if annotation is bool:
         return True
@@ -73,7 +84,8 @@ def _has_bool(annotation: object) -> bool:
 class Model(BaseModel):
     """Base: unknown keys are errors (typos must not be silently ignored); models are frozen."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan: YAML's .nan and .inf are floats that pass every bound (nan > 0 is never checked true)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -189,13 +201,16 @@ class Speculative(Model):
     draft_tensor_parallel_size: Optional[int] = Field(None, ge=1, description="Tensor parallel size of the drafter.")
     drafter_host: Optional[str] = Field(None, description="Host that runs the drafter (must have role offload).")
     drafter_port: int = Field(8100, ge=1, le=65535, description="Port the drafter listens on, on drafter_host.")
-    drafter_image: Optional[str] = Field(None, min_length=1, description="Image of the drafter (default: runtime.image).")
+    drafter_image: Optional[ImageRef] = Field(None, min_length=1, description="Image of the drafter (default: runtime.image).")
 
 
 class Runtime(Model):
     """The inference runtime (vLLM) as started on head and worker; keys are vLLM's flag names."""
 
-    image: str = Field(..., min_length=1, description="Container image, the same on head and worker.")
+    image: ImageRef = Field(
+        ..., min_length=1, description="Container image, the same on head and worker: a docker reference, "
+        "[registry[:port]/]path[:tag][@digest].",
+    )
     image_digest: Optional[str] = Field(
         None,
         pattern=r"^sha256:[0-9a-f]{64}$",
@@ -247,7 +262,7 @@ class Runtime(Model):
         "a digest. Names containing KEY, TOKEN, SECRET, PASSWORD, PASS, CREDENTIAL or AUTH, passwords in URLs "
         "and token-shaped values are masked without being listed.",
     )
-    shutdown_timeout: int = Field(60, ge=0, description="Seconds to drain in-flight requests on stop.")
+    shutdown_timeout: int = Field(60, ge=0, le=3600, description="Seconds to drain in-flight requests on stop (at most an hour).")
     memlock: int = Field(
         -1,
         ge=-1,

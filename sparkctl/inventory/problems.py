@@ -224,7 +224,9 @@ def _unknown_key(root: Any, loc: FieldPath) -> str:
 _EXPECTED = {
     "list_type": "a list (- item lines or [a, b])",
     **dict.fromkeys(("int_type", "int_parsing", "int_from_float"), "a whole number"),
-    **dict.fromkeys(("float_type", "float_parsing", "finite_number"), "a number"),
+    **dict.fromkeys(("float_type", "float_parsing"), "a number"),
+    "finite_number": "a finite number (not .nan or .inf)",
+    "int_parsing_size": "a whole number of a usable size",
     "ip_v4_interface": "an IPv4 address with prefix, e.g. 192.168.200.2/24",
     "path_type": "a file path",
 }

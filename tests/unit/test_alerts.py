@@ -53,7 +53,8 @@ def firing(rs, alert: str, labels: dict, summary: str) -> dict:
     rule = next(r for r in rs.rules if r.alert == alert)
     return {
         "exp_labels": {**labels, "severity": rule.severity, "cluster": "lab"},
-        "exp_annotations": {"summary": summary, "description": rule.description, "runbook_url": f"{BASE}{rule.runbook}.md"},
+        "exp_annotations": {"summary": summary, "description": rule.description, "runbook": f"sparkctl runbook {rule.runbook}",
+                            "runbook_url": f"{BASE}{rule.runbook}.md"},
     }
 
 
@@ -173,7 +174,35 @@ def test_thresholds_come_from_the_inventory():
     assert 'job="vllm-nodes"' in exprs["SparkctlWorkerLost"]
     no_baseline = rules_for(Inventory.model_validate(LAB))  # the lab inventory: defaults, no baseline
     assert "SparkctlDecodeThroughputLow" in no_baseline.not_written
-    assert no_baseline.runbook_base_url == runbooks.RUNBOOK_DIR.as_uri() + "/"
+    assert no_baseline.runbook_base_url is None
+
+
+def test_without_a_published_base_alerts_name_the_command_not_a_local_path():
+    # a file:// URL into this machine's site-packages opens nothing on the phone that gets the page
+    rules = rules_for(Inventory.model_validate(LAB)).to_prometheus()["groups"][0]["rules"]
+    for rule in rules:
+        assert "runbook_url" not in rule["annotations"]
+        name = rule["annotations"]["runbook"].removeprefix("sparkctl runbook ")
+        assert rule["annotations"]["runbook"].startswith("sparkctl runbook ") and runbooks.exists(name)
+
+
+@pytest.mark.parametrize("base", ["docs/runbooks/", "file:///usr/lib/python3/site-packages/sparkctl/data/runbooks/",
+                                  "https://", "https://git.example.com/runbooks/?ref=main"])
+def test_runbook_base_url_must_be_a_web_address(base):
+    from pydantic import ValidationError
+
+    doc = json.loads(json.dumps(LAB))
+    doc["alerts"] = {"runbook_base_url": base}
+    with pytest.raises(ValidationError) as exc:
+        Inventory.model_validate(doc)
+    assert "https:// URL of your copy of docs/runbooks/" in str(exc.value)
+
+
+def test_runbook_base_url_gets_its_trailing_slash():
+    doc = json.loads(json.dumps(LAB))
+    doc["alerts"] = {"runbook_base_url": "https://git.example.com/ops/sparkctl/-/blob/main/docs/runbooks"}
+    rules = rules_for(Inventory.model_validate(doc)).to_prometheus()["groups"][0]["rules"]
+    assert rules[0]["annotations"]["runbook_url"] == "https://git.example.com/ops/sparkctl/-/blob/main/docs/runbooks/runtime-down.md"
 
 
 def test_how_long_kv_usage_and_the_queue_must_hold_comes_from_the_inventory():

@@ -18,9 +18,9 @@ from sparkctl.cli.doctor import print_report, print_summary
 HOSTS = ["head", "worker", "offload"]
 
 
-def render(results, printer=print_summary, width: int = 80) -> list[str]:
+def render(results, printer=print_summary, width: int = 80, **kw) -> list[str]:
     c = Console(width=width, record=True, file=open("/dev/null", "w"), color_system=None)
-    printer(Report(results, HOSTS, 0.61), c)
+    printer(Report(results, HOSTS, 0.61), c, **kw)
     return [line.rstrip() for line in c.export_text().splitlines()]
 
 
@@ -50,7 +50,7 @@ def test_one_fault_is_expanded_in_full_with_fix_and_runbook():
     text = flat(lines)
     assert re.sub(r"\s+", " ", mtu.message) in text
     assert re.sub(r"\s+", " ", mtu.fix) in text
-    assert "runbook: docs/runbooks/fabric.mtu.md" in text
+    assert "runbook: sparkctl runbook fabric.mtu" in text
     assert max(len(line) for line in lines) <= 80
     # check names are never broken across lines
     assert any(line.startswith("✗ fabric.mtu ") for line in lines)
@@ -68,3 +68,11 @@ def test_verbose_prints_every_row():
     for r in results:
         assert r.name in text
     assert len(render(results, print_report, width=200)) > 100
+
+
+def test_the_runbook_link_is_the_published_url_when_the_inventory_has_one():
+    results = run(sections("wrong-mtu"))
+    base = "https://git.example.com/ops/sparkctl/-/blob/main/docs/runbooks/"
+    for printer in (print_summary, print_report):
+        text = flat(render(results, printer, width=200, runbook_base_url=base))
+        assert f"runbook: {base}fabric.mtu.md" in text and "docs/runbooks/fabric.mtu.md" not in text.replace(base, "")

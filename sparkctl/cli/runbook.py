@@ -1,0 +1,51 @@
+"""`sparkctl runbook [NAME]`: print a runbook (docs/runbooks/, shipped in the package), or list them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from sparkctl.cli.options import JsonOpt
+
+
+def runbook(
+    name: Annotated[
+        Optional[str],
+        typer.Argument(help="Runbook (fabric.mtu, kv-cache-full, ...) or the doctor check that names it; "
+                       "none: list them.", show_default=False),
+    ] = None,  # fmt: skip
+    json_out: JsonOpt = False,
+) -> None:
+    """Print a runbook (Markdown) on stdout: what you see, confirm, fix, verify, escalate.
+
+    The one doctor and the alerts link to, from the installed package (no checkout needed).
+    Without NAME: every runbook, one line each."""
+    import sys
+
+    from sparkctl.alerts import runbooks
+    from sparkctl.cli.output import print_json
+    from sparkctl.errors import InputError
+
+    if name is None:
+        listing = [{"name": n, "title": runbooks.title(n)} for n in runbooks.all_names()]
+        if json_out:
+            print_json({"runbooks": listing})
+        else:
+            width = max(len(r["name"]) for r in listing)
+            sys.stdout.write("".join(f"{r['name']:<{width}}  {r['title']}\n" for r in listing))
+        return
+    found = runbooks.resolve(name)
+    if found is None:
+        import difflib
+
+        names = runbooks.all_names()
+        close = difflib.get_close_matches(runbooks.name_of(name), names, n=3)
+        raise InputError(
+            f"no runbook named {name!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""),
+            fix=f"name one of: {', '.join(names)} (`sparkctl runbook` lists them with their titles)",
+        )
+    if json_out:
+        print_json({"name": found, "title": runbooks.title(found), "text": runbooks.text(found)})
+    else:
+        sys.stdout.write(runbooks.text(found))
