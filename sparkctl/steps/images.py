@@ -28,7 +28,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from sparkctl.errors import HostError, SparkctlError
+from sparkctl.errors import HostError, InputError, SparkctlError
 from sparkctl.facts.docker import ImageFact, fact_of_inspect, short
 from sparkctl.inventory.models import Inventory
 from sparkctl.steps.base import Change, Plan, RunContext, Step
@@ -85,9 +85,14 @@ def _asked(inv: Inventory, ref: str) -> str:
     return f"{ref}@{pin}" if pin else ref
 
 
+def _field(inv: Inventory, ref: str) -> str:
+    return "runtime.image" if ref == inv.runtime.image else "runtime.speculative.drafter_image"
+
+
 def registry_answers(inv: Inventory, resolver: Optional[Callable[..., Any]] = None) -> dict[tuple[str, str], Any]:
     """The registry's answer (or the error it gave) once per (reference, platform). Needs no host
-    facts, so the runner asks while it gathers them (Step.prepare)."""
+    facts, so the runner asks while it gathers them (Step.prepare). A registry this run may not
+    contact (the network fence) is bad input: InputError naming the image's field."""
     from sparkctl.transport import registry
 
     resolver = resolver or registry.resolve
@@ -100,6 +105,9 @@ def registry_answers(inv: Inventory, resolver: Optional[Callable[..., Any]] = No
                     answers[key] = resolver(key[0], platform=key[1], insecure=True)
                 except (registry.TagNotFound, registry.RegistryUnreachable) as exc:
                     answers[key] = exc
+                except InputError as exc:
+                    raise InputError(f"{_field(inv, ref)} {ref}: {exc.message}",
+                                     fix=f"{exc.fix}; or name an image on a registry inside it") from None  # fmt: skip
     return answers
 
 
@@ -240,7 +248,7 @@ class ImagesStep(Step):
         return list(images_by_host(inv))
 
     def prepare(self, ctx: RunContext) -> None:
-        self._answers = registry_answers(ctx.inventory, self._resolver)
+        self._answers = registry_answers(ctx.inventory, self._resolver)  # an InputError stops the run (runner)
 
     def plan(self, ctx: RunContext) -> dict[str, Plan]:
         answers = self._answers if self._answers is not None else registry_answers(ctx.inventory, self._resolver)

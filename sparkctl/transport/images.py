@@ -95,8 +95,9 @@ def loaded_id(output: str) -> Optional[str]:
 def image_store(session) -> str:
     """"containerd" when the host's dockerd keeps images in containerd's store (`docker info`
     DriverStatus names the snapshotter plugin type: moby daemon/containerd/service.go)."""
-    status = session.docker().api.info().get("DriverStatus") or []
-    return "containerd" if ["driver-type", "io.containerd.snapshotter.v1"] in [list(p) for p in status] else "classic"
+    from sparkctl.facts.system import images_root
+
+    return images_root(session.docker().api.info(), "", None)[0]
 
 
 def stored_image(session, ref: str) -> Optional[StoredImage]:
