@@ -94,7 +94,10 @@ class RegistryClient:
                  transport: Optional[httpx.BaseTransport] = None):  # fmt: skip
         self.registry = registry
         self.schemes = ["https", "http"] if insecure else ["https"]
-        self.http = httpx.Client(timeout=timeout, trust_env=False, transport=transport, follow_redirects=True)
+        # every request is fenced, redirects included (a registry sends blob GETs on to its storage)
+        fence = {"request": [lambda req: check_url(str(req.url), f"the registry {registry} (or where it redirects)")]}
+        self.http = httpx.Client(timeout=timeout, trust_env=False, transport=transport, follow_redirects=True,
+                                 event_hooks=fence)  # fmt: skip
         self.base: Optional[str] = None
         self.token: Optional[str] = None
 

@@ -244,3 +244,23 @@ def test_up_check_with_an_image_on_a_fenced_off_registry_is_bad_input_in_one_jso
     err = json.loads(r.stdout)  # exactly one document
     assert err["error"].startswith("runtime.image 192.0.2.7:5000/sparkctl/vllm-sim:0.1: refusing to contact 192.0.2.7")
     assert "the registry 192.0.2.7:5000" in err["error"] and "SPARKCTL_ONLY_NETWORKS" in err["fix"]
+
+
+def test_a_config_blob_redirected_outside_the_fence_is_refused_before_it_is_asked(monkeypatch):
+    import httpx
+    import pytest
+
+    from sparkctl.errors import InputError
+
+    monkeypatch.setenv("SPARKCTL_ONLY_NETWORKS", "127.0.0.0/8,10.231.0.0/16")
+    replay, asked = recorded(https_works=False), []
+
+    def handler(request):
+        asked.append(request.url.host)
+        if "/blobs/" in request.url.path:  # what registries backed by object storage answer
+            return httpx.Response(307, headers={"location": "http://203.0.113.9/bucket/blob"})
+        return replay.handle_request(request)
+
+    with pytest.raises(InputError) as exc:
+        registry.resolve(IMAGE, insecure=True, transport=httpx.MockTransport(handler))
+    assert "refusing to contact 203.0.113.9" in exc.value.message and "203.0.113.9" not in asked
