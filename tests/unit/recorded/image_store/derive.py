@@ -11,6 +11,9 @@ from moby's source (github.com/moby/moby at b985e231, 2026-08), field by field:
   the config's diff IDs, Comment the last history entry's, no Container/ContainerConfig/DockerVersion;
 - API >= 1.52 (Docker 29) leaves GraphDriver out; older APIs get {"Name": <snapshotter>} (GraphDriverLegacy);
   `Descriptor` is there since API 1.48 (moby PR #48894, whose alpine sample shows Id == the index digest);
+  APIs < 1.50 fill Config with the legacy fields (daemon/server/router/image/inspect_response.go: null
+  Entrypoint, empty User and Hostname, ...) and < 1.52 always carry Parent, Comment, DockerVersion, Author
+  (image_routes.go);
 - the target digest is the registry's manifest digest for this tag (registry-lab.json); Size and
   LastTagTime are illustrative (content + unpacked snapshot, the time of the pull).
 Real posts that show the same shape in part: docker/cli#5526 (Docker 26.1, Id = digest),
@@ -22,6 +25,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 OCI_CONFIG = ("User", "ExposedPorts", "Env", "Entrypoint", "Cmd", "Volumes", "WorkingDir", "Labels", "StopSignal")
+LEGACY_V149 = {"AttachStderr": False, "AttachStdin": False, "AttachStdout": False, "Cmd": None, "Domainname": "",
+               "Entrypoint": None, "Env": None, "Hostname": "", "Image": "", "Labels": None, "OnBuild": None,
+               "OpenStdin": False, "StdinOnce": False, "Tty": False, "User": "", "Volumes": None, "WorkingDir": ""}
 
 
 def containerd_doc(classic: dict, manifest_digest: str, manifest_size: int, media_type: str, api_52: bool) -> dict:
@@ -38,7 +44,9 @@ def containerd_doc(classic: dict, manifest_digest: str, manifest_size: int, medi
         "Os": classic["Os"],
         "Size": classic["Size"] + 18952007,  # illustrative: the compressed layer kept beside the snapshot
     }
-    if not api_52:
+    if not api_52:  # API 1.45: the legacy Config fields and the always-present metadata fields
+        doc["Config"] = {**LEGACY_V149, **doc["Config"]}
+        doc.update({"DockerVersion": "", "Author": ""})
         doc["GraphDriver"] = {"Data": None, "Name": "overlayfs"}
     doc["RootFS"] = classic["RootFS"]
     doc["Metadata"] = {"LastTagTime": "2026-12-01T13:40:02.118250187Z"}
