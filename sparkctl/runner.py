@@ -233,8 +233,7 @@ def _run(
     preparing = _prepare(ctx, stages) if prepare else []  # e.g. a registry lookup, during the facts round trip
     head = ctx.inventory.hosts_with_role("head")[0]
     unreachable = gather_facts(ctx, [s for s in stages if not s.spec.gate], extra={head: {"lock"}} if lock_free else None)
-    for t in preparing:
-        t.join()
+    _joined(preparing)
     if lock_free and head in ctx.facts and (ctx.facts[head].lock is not None or "lock" in ctx.facts[head].errors):
         raise _LockFirst  # another run holds it (or held it and is gone): refused, or --wait, by the lock
     if unreachable:  # SSH (connect, host key, auth, deadline) failed: named as such, before any step
@@ -273,16 +272,34 @@ def _run(
 
 def _prepare(ctx: RunContext, stages: list[Stage]) -> list:
     """Start each step's `prepare` (work that needs no host facts) in a thread of its own. An error
-    there is the step's to report when it plans: prepare must not raise."""
+    there is the step's to report when it plans, except bad input (InputError, e.g. an image on a
+    registry the network fence refuses): `_joined` raises it before any step, nothing touched."""
     import threading
 
     threads = []
     for stage in stages:
         if type(stage.step).prepare is not Step.prepare:
-            t = threading.Thread(target=stage.step.prepare, args=(ctx,), name=f"sparkctl-prepare-{stage.name}", daemon=True)
+            step, errors = stage.step, []
+
+            def run(step=step, errors=errors) -> None:
+                try:
+                    step.prepare(ctx)
+                except InputError as exc:
+                    errors.append(exc)
+                except Exception:  # noqa: BLE001 - the step meets it again when it plans, and reports it there
+                    pass
+
+            t = threading.Thread(target=run, name=f"sparkctl-prepare-{stage.name}", daemon=True)
             t.start()
-            threads.append(t)
+            threads.append((t, errors))
     return threads
+
+
+def _joined(preparing: list) -> None:
+    for t, errors in preparing:
+        t.join()
+        if errors:
+            raise errors[0]
 
 
 def _apply_all(ctx: RunContext, stage: Stage, plans: dict[str, Plan]) -> list[StepResult]:

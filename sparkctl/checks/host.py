@@ -9,7 +9,10 @@ READS = frozenset({"disk", "memlock", "logind", "containers"})
 GIB = 1 << 30
 # (fail below, warn below) GiB free. An image of this kind is ~20-30 GB and a new tag needs room
 # next to the old one; compile caches (torch.compile, Triton, FlashInfer JIT) take a few GB.
-DISK_LIMITS = {"docker": (10, 30), "caches": (2, 10)}
+# Under containerd's image store docker's data root keeps only logs, volumes and container
+# metadata (images and container layers are containerd's), so the cache limits do for it.
+DISK_LIMITS = {"images": (10, 30), "docker": (10, 30), "caches": (2, 10)}
+SMALL = (2, 10)
 
 
 def runtime_hosts(ctx: Context) -> list[str]:
@@ -18,16 +21,28 @@ def runtime_hosts(ctx: Context) -> list[str]:
     return [h for h in ctx.hosts if h in hosts]
 
 
-@host_check("host.disk", "free disk under docker's data root and the cache directory", scope=runtime_hosts)
+def _disk_targets(ctx: Context, f) -> list[tuple[str, str, tuple[int, int]]]:
+    """(key, what, limits) of the disks to judge: where images really are, and the cache dir."""
+    caches = ("caches", f"cache dir {ctx.inventory.caches.host_path}", DISK_LIMITS["caches"])
+    if f.image_store != "containerd":  # the classic store: images under docker's data root
+        return [("docker", f"docker data root {f.docker_root or ''}".strip(), DISK_LIMITS["docker"]), caches]
+    images = ("images", f"containerd image store {f.images_root}", DISK_LIMITS["images"])
+    docker, img = f.disks.get("docker"), f.disks.get("images")
+    if docker is not None and img is not None and docker.mount == img.mount:
+        return [images, caches]  # one filesystem: judged once, as the image store's
+    return [images, ("docker", f"docker data root {f.docker_root or ''}".strip(), SMALL), caches]
+
+
+@host_check("host.disk", "free disk where the image store keeps images (docker's data root, or containerd's root "
+            "under containerd's image store) and under the cache directory", scope=runtime_hosts)  # fmt: skip
 def disk(ctx: Context, host: str, f):
-    what = {"docker": f"docker data root {f.docker_root or ''}".strip(), "caches": f"cache dir {ctx.inventory.caches.host_path}"}
-    for key, (fail_gib, warn_gib) in DISK_LIMITS.items():
+    for key, what, (fail_gib, warn_gib) in _disk_targets(ctx, f):
         d = f.disks.get(key)
         if d is None:
-            yield skipped(f"could not read free space for the {what[key]}", target=key)
+            yield skipped(f"could not read free space for the {what}", target=key)
             continue
         free = d.available / GIB
-        msg = f"{free:.1f} GiB free on {d.mount} ({what[key]})"
+        msg = f"{free:.1f} GiB free on {d.mount} ({what})"
         fix = (
             f"free space on {d.mount}: `docker image prune` (unused images), old compile caches under "
             f"{ctx.inventory.caches.host_path}/torch_compile_cache, logs"

@@ -1,39 +1,134 @@
-"""Docker facts from the docker CLI on the host: image IDs and this cluster's runtime containers.
+"""Docker facts from the docker CLI on the host: images and this cluster's runtime containers.
 
 Doctor reads these inside its one round trip per host (the Docker SDK over SSH needs the same
-CLI on the host anyway: it dials the engine with `docker system dial-stdio`). Images are compared
-by image ID (config digest): a side-loaded image has no RepoDigest (spark-fabric.md).
+CLI on the host anyway: it dials the engine with `docker system dial-stdio`).
+
+Two image stores answer `docker image inspect` differently (moby daemon/images/image_inspect.go
+and daemon/containerd/image_inspect.go):
+- the classic (graphdriver) store: `Id` is the config digest; `RepoDigests` the manifest digest
+  it was pulled by (none once side-loaded);
+- containerd's store (Docker 29's default on fresh installs): `Id` is the target digest, the image
+  index or manifest it was pulled or loaded as, also shown in `Descriptor`; a container's `Image`
+  is that same target digest.
+Both give the config's layer diff IDs (`RootFS.Layers`), platform and run config. So an image's
+identity, what `images.same`, provenance, the side-load and applied.json compare, is
+`image_identity`: a digest of exactly those, which the registry's config blob gives as well.
+The store-local `Id` is kept for what docker commands on that node take (tag, save, run).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from sparkctl.runtime.launch import LABEL_PREFIX
 
+IDENTITY_PREFIX = "content:"  # never a docker ID: docker commands take ImageFact.id
+# The run config that decides what a container of the image runs (ocispec ImageConfig field names,
+# as both stores' inspect and the config blob spell them); metadata (Created, history) is left out.
+RUN_CONFIG = ("User", "Env", "Entrypoint", "Cmd", "WorkingDir", "Labels")
+
 
 def image_probe(ref: str) -> str:
-    return f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(ref)}"
+    return f"docker image inspect {shlex.quote(ref)}"
+
+
+def image_identity(diff_ids: list[str], os: str, architecture: str, variant: str, config: Optional[dict]) -> str:
+    """What both image stores (and the registry's config blob) agree on for one image: the layers'
+    diff IDs, the platform and the run config. Empty values count as absent (one store writes
+    `"Entrypoint": null`, the other leaves it out)."""
+    run = {k: (config or {}).get(k) for k in RUN_CONFIG}
+    doc = {
+        "diff_ids": list(diff_ids),
+        "platform": [os or "", architecture or "", variant or ""],
+        "config": {k: v for k, v in run.items() if v},
+    }
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    return IDENTITY_PREFIX + "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def identity_of_inspect(doc: dict) -> str:
+    """`image_identity` of one `docker image inspect` document (either store)."""
+    return image_identity(
+        (doc.get("RootFS") or {}).get("Layers") or [], doc.get("Os", ""), doc.get("Architecture", ""),
+        doc.get("Variant", ""), doc.get("Config"),
+    )  # fmt: skip
+
+
+def identity_of_config(blob: dict) -> str:
+    """`image_identity` of an image config blob (what a registry's manifest names)."""
+    return image_identity(
+        (blob.get("rootfs") or {}).get("diff_ids") or [], blob.get("os", ""), blob.get("architecture", ""),
+        blob.get("variant", ""), blob.get("config"),
+    )  # fmt: skip
+
+
+# containerd snapshotter names: containerd's store reports its snapshotter as GraphDriver.Name
+# (API < 1.52); the classic store's graph drivers are overlay2, vfs, devicemapper, ...
+SNAPSHOTTERS = frozenset({"overlayfs", "native", "stargz", "nydus", "erofs"})
+
+
+def store_of_inspect(doc: dict) -> str:
+    """"containerd" when the image is held by containerd's store (it reports the target `Descriptor`,
+    API >= 1.48, whose digest is its `Id`; older engines show the snapshotter as the graph
+    driver), else "classic"."""
+    desc = doc.get("Descriptor") or {}
+    if desc.get("digest") and desc.get("digest") == doc.get("Id"):
+        return "containerd"
+    return "containerd" if (doc.get("GraphDriver") or {}).get("Name") in SNAPSHOTTERS else "classic"
 
 
 @dataclass(frozen=True)
 class ImageFact:
     ref: str
-    id: Optional[str]  # sha256:..., None when absent or unreadable
-    error: Optional[str] = None  # why there is no id ("No such image", docker not answering)
+    id: Optional[str]  # the store-local docker ID (sha256:...), what docker commands on this node take; None when absent
+    error: Optional[str] = None  # why there is no id ("not present", docker not answering)
+    identity: Optional[str] = None  # image_identity: what nodes, the registry and applied.json compare
+    store: str = "classic"  # "classic" or "containerd"
+    diff_ids: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> Optional[str]:
+        """What this image is compared by (its identity; the ID alone when only the ID was read)."""
+        return self.identity or self.id
+
+    def holds(self, image: Optional[str]) -> bool:
+        """Whether this node's image is `image`: an identity, or a docker ID recorded before
+        identities were (applied.json from an older sparkctl holds the node's own ID)."""
+        return bool(image) and self.id is not None and image in (self.identity, self.id)
+
+
+def fact_of_inspect(ref: str, doc: Any) -> ImageFact:
+    """One `docker image inspect` document (the CLI's JSON or the Engine API's) -> ImageFact."""
+    return ImageFact(ref, doc["Id"], identity=identity_of_inspect(doc), store=store_of_inspect(doc),
+                     diff_ids=tuple((doc.get("RootFS") or {}).get("Layers") or ()))  # fmt: skip
 
 
 def parse_image(ref: str, rc: int, text: str) -> ImageFact:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    """`docker image inspect REF` (a JSON array) -> ImageFact. A bare `sha256:` line (the
+    `--format '{{.Id}}'` probe of sparkctl before identities, kept in recorded samples) gives the ID
+    alone."""
+    body = text.strip()
+    if rc == 0 and body.startswith("["):
+        try:
+            return fact_of_inspect(ref, json.loads(body)[0])
+        except (ValueError, LookupError, TypeError, AttributeError):
+            return ImageFact(ref, None, f"unreadable docker image inspect output: {body[:200]}")
+    lines = [ln.strip() for ln in body.splitlines() if ln.strip()]
     if rc == 0 and lines and lines[0].startswith("sha256:"):
         return ImageFact(ref, lines[0])
     detail = lines[-1] if lines else f"docker exit {rc}"
     if "no such image" in text.lower() or (rc == 1 and not lines):
         detail = "not present"
     return ImageFact(ref, None, detail)
+
+
+def short(image: Optional[str]) -> str:
+    """12 hex digits of a docker ID or an identity, for messages."""
+    return (image or "nothing").rsplit(":", 1)[-1][:12]
 
 
 def cluster_ids(cluster: str) -> str:
@@ -110,3 +205,10 @@ def parse_containers(rc: int, text: str) -> tuple[list[ContainerFact], Optional[
             )
         )
     return out, None
+
+
+def runs_image(container: ContainerFact, tagged: Optional[ImageFact], image: str) -> bool:
+    """Whether `container` runs `image` (an identity). Its `Image` is a docker ID of its own node's
+    store (the config digest, or containerd's target digest: moby daemon/create.go), so it runs
+    the image the node holds under the reference exactly when the two IDs are equal."""
+    return tagged is not None and tagged.holds(image) and container.image_id == tagged.id

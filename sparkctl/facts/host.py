@@ -129,13 +129,7 @@ def probes_for(inv: Inventory, host: str, kinds: Optional[Iterable[str]] = None)
             '[ "$p" -eq "$p" ] 2>/dev/null && printf "%s %s\\n" "$p" "$(tr "\\n" " " < /proc/$p/cgroup 2>/dev/null)"; done; exit $rc',
         )
     add("meminfo", "cat /proc/meminfo")
-    cache_path = shlex.quote(inv.caches.host_path)
-    add(
-        "disk",
-        "d=$(docker info --format '{{.DockerRootDir}}' 2>/dev/null); [ -n \"$d\" ] || d=/var/lib/docker; "
-        f"p={cache_path}; while [ ! -e \"$p\" ]; do p=$(dirname \"$p\"); done; "
-        'echo "@@docker $d"; df -P -B1 "$d"; echo "@@caches $p"; df -P -B1 "$p"',
-    )
+    add("disk", system.disk_probe(inv.caches.host_path))
     add("memlock", "ulimit -l")
     add(
         "logind",
@@ -210,7 +204,9 @@ class HostFacts:
     app_cgroups: dict[int, str] = field(default_factory=dict)
     meminfo: dict[str, int] = field(default_factory=dict)
     docker_root: Optional[str] = None
-    disks: dict[str, system.Disk] = field(default_factory=dict)  # "docker" / "caches" -> disk
+    disks: dict[str, system.Disk] = field(default_factory=dict)  # "images" / "docker" / "caches" -> disk
+    image_store: str = "classic"  # "containerd" when dockerd keeps images in containerd's store
+    images_root: Optional[str] = None  # where that store keeps them (docker's data root, or containerd's root)
     memlock_kib: Optional[int] = None
     logind_running: Optional[bool] = None
     remove_ipc: Optional[bool] = None
@@ -285,15 +281,9 @@ def _read(f: HostFacts, kind: str, i: int, sec: Section, refs: list[str], clock_
         case "meminfo":
             f.meminfo.update(system.parse_meminfo(out))
         case "disk":
-            # "@@docker PATH", its df, "@@caches PATH", its df
-            for block in out.split("@@")[1:]:
-                head, _, df = block.partition("\n")
-                label, _, path = head.partition(" ")
-                disk = system.parse_df(df, [path]).get(path)
-                if disk and path:
-                    f.disks[label] = disk
-                if label == "docker" and path:
-                    f.docker_root = path
+            d = system.parse_disk(out)
+            f.disks.update(d.disks)
+            f.docker_root, f.image_store, f.images_root = d.docker_root, d.image_store, d.images_root
         case "memlock":
             f.memlock_kib = system.parse_memlock(out)
         case "logind":

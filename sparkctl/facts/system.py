@@ -35,6 +35,93 @@ def parse_df(text: str, paths: list[str]) -> dict[str, Disk]:
     return out
 
 
+# Where images live (moby daemon/command/daemon.go, daemon/containerd/service.go): the classic store
+# keeps them under docker's data root; containerd's store (DriverStatus names the snapshotter
+# plugin type) in containerd's root: the system containerd's (`root` in /etc/containerd/config.toml,
+# default /var/lib/containerd) when dockerd found its socket, else the one dockerd supervises,
+# under <data root>/containerd/daemon.
+SNAPSHOTTER_STATUS = ["driver-type", "io.containerd.snapshotter.v1"]
+SYSTEM_CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
+CONTAINERD_ROOT = "/var/lib/containerd"
+
+
+def disk_probe(cache_path: str) -> str:
+    """Shell: docker's info (one line), then `df` of docker's data root, of containerd's root (when
+    the directory exists) and of the cache dir (its nearest existing parent)."""
+    import shlex
+
+    toml_root = (r"""sed -n -e '/^[[:space:]]*\[/q' -e 's/^[[:space:]]*root[[:space:]]*=[[:space:]]*"\([^"]*\)".*/\1/p' """
+                 "/etc/containerd/config.toml 2>/dev/null")  # top-level `root`, before the first [section]
+    # only the fields read (docker info also carries proxies and labels); `.Containerd` (API >= 1.46)
+    # is asked apart: an older CLI refuses the whole template for a field it does not know
+    info = """'{"DockerRootDir":{{json .DockerRootDir}},"DriverStatus":{{json .DriverStatus}}}'"""
+    return (
+        f"info=$(docker info --format {info} 2>/dev/null); "
+        'case "$info" in *io.containerd.snapshotter.v1*) '
+        "a=$(docker info --format '{{json .Containerd}}' 2>/dev/null);; *) a=;; esac; "
+        "d=$(printf '%s' \"$info\" | sed -n 's/.*\"DockerRootDir\":\"\\([^\"]*\\)\".*/\\1/p'); "
+        "[ -n \"$d\" ] || d=/var/lib/docker; "
+        f"c=$({toml_root}); [ -n \"$c\" ] || c={CONTAINERD_ROOT}; "
+        f"p={shlex.quote(cache_path)}; while [ ! -e \"$p\" ]; do p=$(dirname \"$p\"); done; "
+        'printf "@@info %s\\n@@containerd-info %s\\n" "$info" "$a"; echo "@@docker $d"; df -P -B1 "$d"; '
+        'if [ -d "$c" ]; then echo "@@containerd $c"; df -P -B1 "$c"; fi; echo "@@caches $p"; df -P -B1 "$p"'
+    )
+
+
+@dataclass(frozen=True)
+class DiskFacts:
+    disks: dict[str, Disk]  # "images" (where the image store is), "docker" (data root), "caches"
+    docker_root: Optional[str]
+    image_store: str  # "classic" or "containerd"; "classic" when docker's info was not read
+    images_root: Optional[str]  # the directory the image store keeps its layers in
+
+
+def images_root(info: dict, docker_root: str, containerd_root: Optional[str]) -> tuple[str, str]:
+    """(image store, the directory its images are in) from `docker info`."""
+    status = [list(p) for p in info.get("DriverStatus") or []]
+    if SNAPSHOTTER_STATUS not in status:
+        return "classic", docker_root
+    address = (info.get("Containerd") or {}).get("Address") or SYSTEM_CONTAINERD_SOCKET  # API >= 1.46 says
+    if address == SYSTEM_CONTAINERD_SOCKET and containerd_root:
+        return "containerd", containerd_root
+    return "containerd", f"{docker_root.rstrip('/')}/containerd/daemon"
+
+
+def parse_disk(text: str) -> DiskFacts:
+    """The output of `disk_probe`."""
+    import json
+
+    info: dict = {}
+    paths: dict[str, str] = {}
+    disks: dict[str, Disk] = {}
+    for block in text.split("\n@@"):
+        head, _, df = block.lstrip("@").partition("\n")
+        label, _, path = head.partition(" ")
+        if label in ("info", "containerd-info"):
+            try:
+                doc = json.loads(path) if path.strip() else None
+            except ValueError:
+                doc = None
+            if isinstance(doc, dict):
+                info.update(doc if label == "info" else {"Containerd": doc})
+            continue
+        disk = parse_df(df, [path]).get(path)
+        if path:
+            paths[label] = path
+        if disk and path:
+            disks[label] = disk
+    docker_root = paths.get("docker")
+    store, where = images_root(info, docker_root or "/var/lib/docker", paths.get("containerd"))
+    # the image store's disk: the data root's for the classic store; containerd's root otherwise
+    image_disk = disks.get("docker") if store == "classic" else disks.get("containerd")
+    if store == "containerd" and where != paths.get("containerd"):
+        image_disk = disks.get("docker")  # dockerd's own containerd, under the data root
+    out = {k: v for k, v in disks.items() if k in ("docker", "caches")}
+    if image_disk is not None:
+        out["images"] = image_disk
+    return DiskFacts(out, docker_root, store, where)
+
+
 def parse_memlock(text: str) -> Optional[int]:
     """`ulimit -l` -> KiB, or -1 for unlimited, None if unreadable."""
     value = text.strip().splitlines()[-1].strip() if text.strip() else ""

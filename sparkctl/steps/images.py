@@ -2,11 +2,13 @@
 
 Provenance is decided once per run, before any plan: per image reference (runtime, drafter) and
 node platform, the registry is asked what the tag (or the inventory's `runtime.image_digest` pin)
-names now (transport/registry.py: manifest digest -> config digest = image ID). When the registry
-does not answer, the truth is the image ID recorded as last good for that node in the head's
-applied.json (written by the record step after a verified run). Every node must then hold that
-ID under the reference; anything else is a drift named with the ID the node has and the one it
-should have, head included (the head is not special: it is checked like every node).
+names now (transport/registry.py: manifest digest -> config blob -> image identity). Images are
+compared by identity (facts/docker.py: layers + run config), never by docker's `Id`: the classic
+store's Id is the config digest, containerd's the index/manifest digest, so one image has two IDs
+in a mixed cluster. When the registry does not answer, the truth is the identity recorded as last
+good for that node in the head's applied.json (written by the record step after a verified run).
+Every node must then hold that image under the reference; anything else is a drift named with what
+the node has and what it should have, head included (the head is checked like every node).
 
 Repairs, exactly as planned:
 - the registry answered: the node pulls (by digest when pinned; a pull of a current image moves
@@ -26,10 +28,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from sparkctl.errors import HostError, SparkctlError
+from sparkctl.errors import HostError, InputError, SparkctlError
+from sparkctl.facts.docker import ImageFact, fact_of_inspect, short
 from sparkctl.inventory.models import Inventory
 from sparkctl.steps.base import Change, Plan, RunContext, Step
-from sparkctl.transport.images import short
 
 
 def images_by_host(inv: Inventory) -> dict[str, list[str]]:
@@ -53,7 +55,7 @@ def platform_of(inv: Inventory, host: str) -> str:
 class Truth:
     """What one node must hold under one image reference, and where that came from."""
 
-    image_id: Optional[str]  # None: nothing to verify against
+    image_id: Optional[str]  # the image identity (facts/docker.py) to hold; None: nothing to verify against
     origin: str  # "registry", "record" or "none"
     detail: str  # for messages: "tag = manifest 1137302f5c0b", "last good in applied.json (...); the registry: ..."
     pull: Optional[str] = None  # what `docker pull` asks for when the registry answered (tag or name@digest)
@@ -62,7 +64,8 @@ class Truth:
 def last_good(
     applied: Optional[dict], host: str, ref: str, pin: Optional[str], peers: Optional[list[str]] = None
 ) -> Optional[tuple[str, str]]:
-    """(image ID, when) recorded for `host` and `ref` by the last verified `up`, if the record is for
+    """(image identity, when) recorded for `host` and `ref` by the last verified `up` (a docker ID in
+    records of sparkctl before identities: ImageFact.holds takes both), if the record is for
     the same digest pin (a changed pin makes the old record no proof of the new one). A node the
     record does not cover takes the ID recorded for its `peers` (nodes of the same platform)."""
     if not applied:
@@ -82,9 +85,14 @@ def _asked(inv: Inventory, ref: str) -> str:
     return f"{ref}@{pin}" if pin else ref
 
 
+def _field(inv: Inventory, ref: str) -> str:
+    return "runtime.image" if ref == inv.runtime.image else "runtime.speculative.drafter_image"
+
+
 def registry_answers(inv: Inventory, resolver: Optional[Callable[..., Any]] = None) -> dict[tuple[str, str], Any]:
     """The registry's answer (or the error it gave) once per (reference, platform). Needs no host
-    facts, so the runner asks while it gathers them (Step.prepare)."""
+    facts, so the runner asks while it gathers them (Step.prepare). A registry this run may not
+    contact (the network fence) is bad input: InputError naming the image's field."""
     from sparkctl.transport import registry
 
     resolver = resolver or registry.resolve
@@ -97,6 +105,9 @@ def registry_answers(inv: Inventory, resolver: Optional[Callable[..., Any]] = No
                     answers[key] = resolver(key[0], platform=key[1], insecure=True)
                 except (registry.TagNotFound, registry.RegistryUnreachable) as exc:
                     answers[key] = exc
+                except InputError as exc:
+                    raise InputError(f"{_field(inv, ref)} {ref}: {exc.message}",
+                                     fix=f"{exc.fix}; or name an image on a registry inside it") from None  # fmt: skip
     return answers
 
 
@@ -122,7 +133,7 @@ def truth_from(
     if not isinstance(answer, SparkctlError):
         what = f"pinned manifest {short(answer.manifest_digest)}" if pinned else f"tag = manifest {short(answer.manifest_digest)}"
         pull = f"{ref.rpartition(':')[0] if ':' in ref.rsplit('/', 1)[-1] else ref}@{pinned}" if pinned else ref
-        return Truth(answer.image_id, "registry", what, pull)
+        return Truth(answer.identity, "registry", what, pull)
     why = answer.message
     record = last_good(applied, host, ref, pinned, peers)
     if record:
@@ -144,7 +155,7 @@ def plan_images(
     name: str = "images",
 ) -> dict[str, Plan]:
     """Pure: plans for every node from what each holds (ImageFact per ref) and the truths.
-    Fills `predicted` (host -> ref -> the ID it will hold; None when only a pull can tell)."""
+    Fills `predicted` (host -> ref -> the identity it will hold; None when only a pull can tell)."""
     side_load = bool(options.get("side_load"))
     force_pull = bool(options.get("pull"))
     plans: dict[str, Plan] = {}
@@ -158,12 +169,13 @@ def plan_images(
         expect = predicted.setdefault(host, {})
         for ref, t in refs.items():
             fact = have[host].get(ref)
-            iid = fact.id if fact else None
+            iid = fact.key if fact else None
             if fact is not None and not iid and fact.error and fact.error != "not present":
                 blocked.append(f"docker did not answer for {ref}: {fact.error}")
                 fixes.append(f"start the Docker engine on {host}: `systemctl start docker`")
                 continue
-            holders = {h: (have[h].get(ref).id if have[h].get(ref) else None) for h in truths if ref in truths[h] and h in have}
+            facts = {h: have[h].get(ref) or ImageFact(ref, None) for h in truths if ref in truths[h] and h in have}
+            holders = {h: f.key for h, f in facts.items()}
             want = t.image_id
             if want is None:
                 ids = set(holders.values())
@@ -178,21 +190,23 @@ def plan_images(
                              "runtime.image_digest, then rerun `sparkctl up`: an unverified image is never copied")  # fmt: skip
                 continue
             expect[ref] = want
-            sources = [h for h, i in holders.items() if h != host and i == want]
+            sources = [h for h, f in facts.items() if h != host and f.holds(want)]
             sources.sort(key=lambda h: (-_rail_speed(inv, host, h), inv.hosts[h].role != "head", list(inv.hosts).index(h)))
             source = sources[0] if sources else None
-            if iid == want and not (force_pull and t.origin == "registry"):
+            current = fact is not None and fact.holds(want)
+            if current and not (force_pull and t.origin == "registry"):
                 where = "already current in the registry" if t.origin == "registry" else "as last verified"
                 fine.append(f"{ref} {short(want)} {where} ({t.detail})")
                 continue
             state = "missing" if not iid else f"drift: holds {short(iid)}, should hold {short(want)}"
-            data = {"image": ref, "want": want, "source": source, "pull": t.pull}
+            data = {"image": ref, "want": want, "source": source, "source_id": facts[source].id if source else None,
+                    "pull": t.pull}  # fmt: skip
             if t.origin == "registry":
-                if side_load and source and iid != want:
+                if side_load and source and not current:
                     changes.append(Change("copy", f"copy {short(want)} from {source} ({state}; {t.detail})", data))
                     continue
                 fallback = f"; if the pull fails, copy from {source}" if source else ""
-                why = "--pull" if iid == want else state
+                why = "--pull" if current else state
                 changes.append(Change("pull", f"pull {t.pull} ({why}; {t.detail}){fallback}", data))
                 continue
             # the registry did not answer: fill a missing image from a verified node; never overwrite a drift
@@ -201,12 +215,11 @@ def plan_images(
                 continue
             if not iid:
                 blocked.append(f"{ref} missing and no node holds the last good image {short(want)} ({t.detail})")
-                fixes.append(f"bring the registry back and rerun `sparkctl up` (every node pulls {ref}); or load image "
-                             f"{want} on one node by hand")  # fmt: skip
+                fixes.append(f"bring the registry back and rerun `sparkctl up` (every node pulls {ref}); or load the "
+                             f"image {short(want)} on one node by hand")  # fmt: skip
                 continue
             blocked.append(f"{ref} {state} ({t.detail})")
-            fix = (f"bring the registry back and rerun `sparkctl up` ({host} pulls {ref}); or, if {host} still holds it, "
-                   f"`docker tag {want} {ref}` on {host}")  # fmt: skip
+            fix = f"bring the registry back and rerun `sparkctl up` ({host} pulls {ref})"
             if source:
                 fix += f"; or `sparkctl up --side-load` to copy it from {source}"
             fixes.append(fix)
@@ -226,7 +239,7 @@ class ImagesStep(Step):
 
     def __init__(self, resolver: Optional[Callable[..., Any]] = None) -> None:
         self._lock = threading.Lock()
-        self._fresh: Optional[dict[str, dict[str, Optional[str]]]] = None
+        self._fresh: Optional[dict[str, dict[str, Optional[ImageFact]]]] = None
         self._resolver = resolver
         self._answers: Optional[dict[tuple[str, str], Any]] = None  # from prepare, when the runner ran it
         self.truths: dict[str, dict[str, Truth]] = {}
@@ -235,7 +248,7 @@ class ImagesStep(Step):
         return list(images_by_host(inv))
 
     def prepare(self, ctx: RunContext) -> None:
-        self._answers = registry_answers(ctx.inventory, self._resolver)
+        self._answers = registry_answers(ctx.inventory, self._resolver)  # an InputError stops the run (runner)
 
     def plan(self, ctx: RunContext) -> dict[str, Plan]:
         answers = self._answers if self._answers is not None else registry_answers(ctx.inventory, self._resolver)
@@ -246,7 +259,7 @@ class ImagesStep(Step):
     def apply(self, ctx: RunContext, plan: Plan) -> tuple[str, bool]:
         """Exactly the planned operations. Returns (summary, whether any image on this host changed)."""
         done, changed = [], False
-        before = {ref: (f.id if f else None) for ref, f in ctx.facts[plan.host].images.items()}
+        before = {ref: (f.id if f else None) for ref, f in ctx.facts[plan.host].images.items()}  # docker IDs
         for c in plan.changes:
             ref, want = c.data["image"], c.data["want"]
             if c.action == "pull":
@@ -256,26 +269,27 @@ class ImagesStep(Step):
                     if not c.data.get("source"):
                         raise
                     done.append(f"pull failed ({exc.message[:100]}), copying from {c.data['source']} as planned")
-                    done.append(self._copy(ctx, plan.host, c.data["source"], want, ref))
+                    done.append(self._copy(ctx, plan.host, c.data["source"], c.data["source_id"], ref))
                     changed = True
                     continue
-                if now != want:
+                if not now.holds(want):
                     raise HostError(
-                        f"{plan.host}: pulled {c.data['pull']} and got {short(now)}, but the registry named {short(want)} "
-                        "a moment ago (the tag moved during this run?)",
+                        f"{plan.host}: pulled {c.data['pull']} and got {short(now.key)}, but the registry named "
+                        f"{short(want)} a moment ago (the tag moved during this run?)",
                         fix="rerun `sparkctl up`; pin runtime.image_digest to stop the tag moving under a run",
                     )
-                if now == before.get(ref):
-                    done.append(f"{ref} already current in the registry ({short(now)})")
+                if now.id == before.get(ref):
+                    done.append(f"{ref} already current in the registry ({short(now.key)})")
                 else:
-                    done.append(f"pulled {c.data['pull']} ({short(now)})")
+                    done.append(f"pulled {c.data['pull']} ({short(now.key)})")
                     changed = True
             elif c.action == "copy":
-                done.append(self._copy(ctx, plan.host, c.data["source"], want, ref))
+                done.append(self._copy(ctx, plan.host, c.data["source"], c.data["source_id"], ref))
                 changed = True
         return "; ".join(done), changed
 
     def _copy(self, ctx: RunContext, host: str, source: str, image_id: str, ref: str) -> str:
+        """Side-load: `image_id` is the source's own docker ID for the image (its store's)."""
         from sparkctl.runtime.launch import fabric_link_to
         from sparkctl.transport.images import copy_image
 
@@ -297,8 +311,8 @@ class ImagesStep(Step):
         return (f"side-loaded {ref} from {source} {how}: {t.layers_sent} layer(s), {t.bytes_sent / 1e6:.0f} MB in "
                 f"{t.seconds:.1f} s ({t.rate / 1e6:.0f} MB/s){held}")  # fmt: skip
 
-    def _pull(self, ctx: RunContext, host: str, pull: str, ref: str) -> str:
-        """Pull with byte progress (by digest when pinned, then tagged as `ref`); returns the image ID under `ref`."""
+    def _pull(self, ctx: RunContext, host: str, pull: str, ref: str) -> ImageFact:
+        """Pull with byte progress (by digest when pinned, then tagged as `ref`); returns the image under `ref`."""
         import docker
 
         client = ctx.fleet[host].docker()
@@ -319,19 +333,19 @@ class ImagesStep(Step):
             if digest:
                 got = client.api.inspect_image(pull)["Id"]
                 client.api.tag(got, repo, tag, force=True)
-            return client.api.inspect_image(ref)["Id"]
+            return fact_of_inspect(ref, client.api.inspect_image(ref))
         except docker.errors.APIError as exc:
             raise HostError(f"{host}: pull {pull} failed: {exc.explanation or exc}") from None
 
-    def _ids_now(self, ctx: RunContext, changed: bool) -> dict[str, dict[str, Optional[str]]]:
-        """Image IDs on every node: as gathered, or read again (once per run, all nodes at once)
+    def _ids_now(self, ctx: RunContext, changed: bool) -> dict[str, dict[str, Optional[ImageFact]]]:
+        """The images on every node: as gathered, or read again (once per run, all nodes at once)
         when this step changed anything."""
         with self._lock:
             if self._fresh is None:
                 hosts = [h for h in images_by_host(ctx.inventory) if h in ctx.facts]
                 if changed:
                     ctx.fleet.map(lambda s: ctx.refresh(s.name, {"image"}), hosts=hosts)
-                self._fresh = {h: {r: (f.id if f else None) for r, f in ctx.facts[h].images.items()} for h in hosts}
+                self._fresh = {h: dict(ctx.facts[h].images) for h in hosts}
             return self._fresh
 
     def verify(self, ctx: RunContext, host: str, changed: bool) -> str:
@@ -339,14 +353,16 @@ class ImagesStep(Step):
         wrong, proofs = [], []
         for ref, t in self.truths.get(host, {}).items():
             want = t.image_id or ctx.outputs.image_ids.get(host, {}).get(ref)
-            if have.get(ref) != want or not want:
-                wrong.append(f"{ref} holds {short(have.get(ref))}, should hold {short(want)}")
+            fact = have.get(ref)
+            if fact is None or not fact.holds(want):
+                wrong.append(f"{ref} holds {short(fact.key if fact else None)}, should hold {short(want)}")
             else:
                 basis = {"registry": "the registry's", "record": "the last good record's"}.get(t.origin)
-                proofs.append(f"image ID matches {basis} ({short(want)})" if basis else
-                              f"image ID {short(want)} on every node (not verified)")  # fmt: skip
+                proofs.append(f"image matches {basis} ({short(want)})" if basis else
+                              f"image {short(want)} on every node (not verified)")  # fmt: skip
         if wrong:
             raise HostError(f"{host}: " + "; ".join(wrong),
                             fix="rerun `sparkctl up`; `sparkctl doctor --only images` names every node that differs")  # fmt: skip
-        ctx.outputs.image_ids[host] = {ref: have[ref] for ref in self.truths.get(host, {})}
+        # the record keeps identities: the same under either image store (an old record's ID is replaced)
+        ctx.outputs.image_ids[host] = {ref: have[ref].key for ref in self.truths.get(host, {})}
         return ", ".join(proofs)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from sparkctl.errors import HostError
+from sparkctl.facts import docker
 from sparkctl.inventory.models import Inventory
 from sparkctl.runtime import containers, health
 from sparkctl.runtime.launch import render, restart_group
@@ -69,13 +70,13 @@ def _not_running(ctx: RunContext, host: str, listed) -> Optional[str]:
 
 
 def current_image(ctx: RunContext, host: str, image: str) -> Optional[str]:
-    """The image ID `host` holds under `image` once the images step is done (its declared output:
-    verified, or predicted in --check), else as gathered."""
+    """The image (identity, facts/docker.py) `host` holds under `image` once the images step is done
+    (its declared output: verified, or predicted in --check), else as gathered."""
     out = ctx.outputs.image_ids.get(host, {}).get(image)
     if out:
         return out
     fact = ctx.facts[host].images.get(image)
-    return fact.id if fact else None
+    return fact.key if fact else None
 
 
 def drift(ctx: RunContext) -> Drift:
@@ -115,8 +116,9 @@ def _drift(ctx: RunContext) -> Drift:
                 why = f"{spec.name} on {host} is {running.status}"
             elif running.config_hash != launch.expected_hash(spec.name):
                 why = f"{spec.name} on {host} runs config {running.config_hash[:12] or '(none)'}"
-            elif current and running.image_id != current:
-                why = f"{spec.name} on {host} runs image {running.image_id[7:19]}, the node now has {current[7:19]}"
+            elif current and not docker.runs_image(running, f.images.get(spec.image), current):
+                why = (f"{spec.name} on {host} runs image {docker.short(running.image_id)}, the node now has "
+                       f"{docker.short(current)} under {spec.image}")  # fmt: skip
             else:
                 why = None
             if why:

@@ -4,14 +4,18 @@
 - looks up which of the image's layers the destination already holds (chain IDs of every image
   in its store) and has the source stream `docker save <id>` through `image_filter` (on the
   source node), which drops those layers: `docker load` skips layers it holds without reading
-  them, so the bytes moved are the missing layers plus a few KiB of metadata;
+  them, so the bytes moved are the missing layers plus a few KiB of metadata. A destination on
+  containerd's image store gets every layer: its import wants every blob the archive names
+  (moby daemon/containerd/image_exporter.go), and only the classic store's skip is proven;
 - straight over the fabric when the source node can SSH to the destination's fabric address
   (its own OpenSSH and known_hosts, AES-GCM: the cheapest cipher on AES-capable CPUs, both
   Grace and x86), else relayed through this machine over the two SSH connections sparkctl holds;
-- saves by image ID, so `docker load` leaves an untagged image: the tag is set only after the
-  destination's image ID equals the one asked for (the ID is the config digest and load checks
-  every layer's diff ID against it), so an interrupted transfer never leaves a tag on a partial
-  image, and a tag that pointed at an older image keeps pointing at it until the new one is whole.
+- saves by the source's image ID, so `docker load` leaves an untagged image: the tag is set only
+  after the loaded image's identity (facts/docker.py: diff IDs + run config, the same under both
+  image stores; load checks every layer's diff ID) equals the source's, so an interrupted transfer
+  never leaves a tag on a partial image, and a tag that pointed at an older image keeps pointing
+  at it until the new one is whole. The destination's own ID for it (the config digest on the
+  classic store, the loaded manifest's digest on containerd's) is read from `docker load`'s output.
 
 A short-lived registry on the head is not used: measured on the lab (benchmarks/sideload.py),
 `docker push` gzips every layer (16 MB/s on 2 cores) and a pull is slower than a load; dockerd's
@@ -25,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import queue
+import re
 import shlex
 import threading
 import time
@@ -33,6 +38,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from sparkctl.errors import HostError
+from sparkctl.facts.docker import identity_of_inspect, short, store_of_inspect
 
 FILTER_SOURCE = (Path(__file__).with_name("image_filter.py")).read_text()
 CHUNK = 1 << 20
@@ -48,10 +54,6 @@ SSH_OPTIONS = [
 ]  # fmt: skip
 
 
-def short(image_id: Optional[str]) -> str:
-    return (image_id or "nothing").split(":", 1)[-1][:12]
-
-
 def chain_ids(diff_ids: list[str] | tuple[str, ...]) -> list[str]:
     """Layer chain IDs (what dockerd's layer store is keyed by), from the config's diff IDs."""
     out: list[str] = []
@@ -64,9 +66,11 @@ def chain_ids(diff_ids: list[str] | tuple[str, ...]) -> list[str]:
 class StoredImage:
     """An image as one node's dockerd holds it."""
 
-    id: str
+    id: str  # the store-local docker ID
     diff_ids: tuple[str, ...]
     size: int
+    identity: str = ""  # facts.docker.image_identity: equal for the same image under either store
+    store: str = "classic"
 
     @property
     def chain_ids(self) -> list[str]:
@@ -74,7 +78,26 @@ class StoredImage:
 
     @classmethod
     def from_inspect(cls, doc: dict) -> "StoredImage":
-        return cls(doc["Id"], tuple((doc.get("RootFS") or {}).get("Layers") or ()), int(doc.get("Size") or 0))
+        return cls(doc["Id"], tuple((doc.get("RootFS") or {}).get("Layers") or ()), int(doc.get("Size") or 0),
+                   identity_of_inspect(doc), store_of_inspect(doc))  # fmt: skip
+
+
+LOADED_ID = re.compile(r"^Loaded image ID: (sha256:[0-9a-f]{64})\s*$", re.M)
+
+
+def loaded_id(output: str) -> Optional[str]:
+    """The image ID `docker load` reports for an untagged image (both stores print
+    `Loaded image ID: sha256:...`: moby tarexport/load.go, daemon/containerd/image_exporter.go)."""
+    found = LOADED_ID.findall(output)
+    return found[-1] if found else None
+
+
+def image_store(session) -> str:
+    """"containerd" when the host's dockerd keeps images in containerd's store (`docker info`
+    DriverStatus names the snapshotter plugin type: moby daemon/containerd/service.go)."""
+    from sparkctl.facts.system import images_root
+
+    return images_root(session.docker().api.info(), "", None)[0]
 
 
 def stored_image(session, ref: str) -> Optional[StoredImage]:
@@ -186,7 +209,7 @@ def _open(session, command: str):
     return chan
 
 
-def _fabric(src, address: str, command: str, on_progress, stats: dict) -> None:
+def _fabric(src, address: str, command: str, on_progress, stats: dict) -> str:
     """The source node pipes the filtered save into `docker load` on the destination over SSH.
 
     A watchdog reads the channel's stdin, which only ends when this machine closes the channel
@@ -208,9 +231,10 @@ def _fabric(src, address: str, command: str, on_progress, stats: dict) -> None:
     if rc:
         raise HostError(f"{src.name}: docker save | ssh {address} docker load failed (exit {rc}): "
                         f"{' '.join(errors)[-400:] or out.strip()[-400:]}")  # fmt: skip
+    return out
 
 
-def _relay(src, dst, command: str, on_progress, stats: dict) -> None:
+def _relay(src, dst, command: str, on_progress, stats: dict) -> str:
     """The filtered save from the source relayed to `docker load` on the destination by this
     machine: a reader thread feeds a bounded queue so receiving and sending overlap."""
     out_chan = _open(src, f"bash -c {shlex.quote('set -o pipefail; ' + command)}")
@@ -238,6 +262,7 @@ def _relay(src, dst, command: str, on_progress, stats: dict) -> None:
             on_progress(sent)
         in_chan.shutdown_write()
         save_rc, load_rc = out_chan.recv_exit_status(), in_chan.recv_exit_status()
+        loaded = in_chan.makefile("rb").read().decode(errors="replace")
     except (TimeoutError, queue.Empty):
         raise HostError(f"relay {src.name} -> {dst.name} stalled (no progress for {STALL_SECONDS:.0f} s)") from None
     finally:
@@ -252,6 +277,7 @@ def _relay(src, dst, command: str, on_progress, stats: dict) -> None:
             f"relay {src.name} -> {dst.name} failed (save exit {save_rc}, load exit {load_rc}): "
             f"{(' '.join(errors) + ' ' + load_err).strip()[-400:]}"
         )
+    return loaded
 
 
 def tag_image(session, image_id: str, tag: str) -> None:
@@ -269,20 +295,23 @@ def copy_image(
     fabric_address: Optional[str] = None,
     progress: Optional[Callable[[Progress], None]] = None,
 ) -> Transfer:
-    """Give `dst` the image `image_id` held by `src` (both HostSessions), then tag it `tag`.
+    """Give `dst` the image `image_id` (the source's own docker ID) held by `src` (both
+    HostSessions), then tag it `tag`.
 
-    Only the layers `dst` lacks move. With `fabric_address` (dst's address on a rail the source
-    reaches) the source sends straight there when it can SSH to it, else the copy is relayed.
-    Raises HostError when the source lacks the image or the result is not that image."""
+    Only the layers `dst` lacks move (all of them to a containerd-store destination). With
+    `fabric_address` (dst's address on a rail the source reaches) the source sends straight there
+    when it can SSH to it, else the copy is relayed. Raises HostError when the source lacks the
+    image or the result is not that image (by identity: the two stores' IDs differ)."""
     have = stored_image(src, image_id)
     if have is None or have.id != image_id:
         raise HostError(f"{src.name}: does not hold image {short(image_id)} to copy from")
     t0 = time.monotonic()
-    if stored_image(dst, image_id) is not None:
+    there = stored_image(dst, image_id)  # same store, still held untagged: only the tag is missing
+    if there is not None and there.identity == have.identity:
         if tag:
-            tag_image(dst, image_id, tag)
+            tag_image(dst, there.id, tag)
         return Transfer("none")
-    held_set = held_chains(dst)
+    held_set = held_chains(dst) if image_store(dst) == "classic" else set()
     held = [(c, d) for c, d in zip(have.chain_ids, have.diff_ids) if c in held_set]
     sizes = layer_sizes(src, image_id, len(have.diff_ids))
     total = sum(s for (c, s) in zip(have.chain_ids, sizes) if c not in held_set) if sizes else have.size
@@ -299,19 +328,20 @@ def copy_image(
     command = save_command(image_id, held)
     t_stream = time.monotonic()
     if path == "fabric":
-        _fabric(src, fabric_address, command, on_progress, stats)
+        output = _fabric(src, fabric_address, command, on_progress, stats)
     else:
-        _relay(src, dst, command, on_progress, stats)
+        output = _relay(src, dst, command, on_progress, stats)
     stream_seconds = time.monotonic() - t_stream
-    now = stored_image(dst, image_id)
-    if now is None or now.id != image_id:
+    # the destination's ID for it: what load printed; the source's ID when the stores agree on IDs
+    now = stored_image(dst, loaded_id(output) or image_id)
+    if now is None or now.identity != have.identity:
         raise HostError(
-            f"{dst.name}: after the copy from {src.name} the image is {short(now.id if now else None)}, "
-            f"not {short(image_id)}",
+            f"{dst.name}: after the copy from {src.name} the image is {short(now.identity if now else None)}, "
+            f"not {short(have.identity)}",
             fix=f"check the disk space and `journalctl -u docker` on {dst.name}, then run the copy again",
         )
     if tag:
-        tag_image(dst, image_id, tag)
+        tag_image(dst, now.id, tag)
     return Transfer(
         path, why, bytes_sent=int(stats.get("bytes_out", 0)), layers_sent=int(stats.get("layers_sent", 0)),
         layers_skipped=int(stats.get("layers_skipped", 0)), seconds=time.monotonic() - t0,

@@ -1,4 +1,5 @@
-"""What a tag means in its registry right now: the manifest digest and the image ID (config digest).
+"""What a tag means in its registry right now: the manifest digest, the image ID (config digest)
+and the image identity (facts/docker.py: layers + run config, from the config blob).
 
 `resolve("10.231.0.1:5000/sparkctl/vllm-sim:0.1")` asks the registry's HTTP API (distribution
 spec): GET /v2/<name>/manifests/<tag> with the manifest media types in Accept gives the
@@ -77,7 +78,8 @@ class Reference:
 @dataclass(frozen=True)
 class Resolved:
     manifest_digest: str  # what `docker pull name@<digest>` takes
-    image_id: str  # config digest: what `docker image inspect -f {{.Id}}` shows once pulled
+    image_id: str  # config digest: the classic store's `docker image inspect` Id once pulled
+    identity: str = ""  # facts.docker.image_identity of the config blob: what every node's image must match
 
 
 def _challenge(header: str) -> dict[str, str]:
@@ -92,7 +94,10 @@ class RegistryClient:
                  transport: Optional[httpx.BaseTransport] = None):  # fmt: skip
         self.registry = registry
         self.schemes = ["https", "http"] if insecure else ["https"]
-        self.http = httpx.Client(timeout=timeout, trust_env=False, transport=transport, follow_redirects=True)
+        # every request is fenced, redirects included (a registry sends blob GETs on to its storage)
+        fence = {"request": [lambda req: check_url(str(req.url), f"the registry {registry} (or where it redirects)")]}
+        self.http = httpx.Client(timeout=timeout, trust_env=False, transport=transport, follow_redirects=True,
+                                 event_hooks=fence)  # fmt: skip
         self.base: Optional[str] = None
         self.token: Optional[str] = None
 
@@ -168,7 +173,22 @@ class RegistryClient:
                               fix="push the image again with a current docker (manifest schema 2)")  # fmt: skip
         if ref.digest and digest != ref.digest:
             raise TagNotFound(f"{ref.registry}/{ref.repository}@{ref.digest}: the registry serves {digest}")
-        return Resolved(digest, config)
+        return Resolved(digest, config, self.identity(ref, config))
+
+    def identity(self, ref: Reference, config: str) -> str:
+        """The image identity from the config blob (a few KB), checked against its digest: the one
+        thing a node's `docker image inspect` gives under either image store (facts/docker.py)."""
+        from sparkctl.facts.docker import identity_of_config
+
+        r = self.get(f"/v2/{ref.repository}/blobs/{config}", ref.repository)
+        if r.status_code != 200:
+            raise TagNotFound(f"{ref.registry}/{ref.repository}: the config blob {config} is not served (HTTP {r.status_code})",
+                              fix="push the image again")  # fmt: skip
+        got = "sha256:" + hashlib.sha256(r.content).hexdigest()
+        if got != config:
+            raise RegistryUnreachable(f"registry {ref.registry} served {got} for the config blob {config}",
+                                      fix=f"check what answers as {ref.registry} (a proxy rewriting content?)")  # fmt: skip
+        return identity_of_config(r.json())
 
 
 def resolve(image: str, *, platform: str = "linux/arm64", insecure: bool = False, timeout: float = 5.0,

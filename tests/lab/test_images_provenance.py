@@ -31,6 +31,14 @@ def image_id(lab, host: str) -> str:
     return lab.host_exec(host, ["docker", "image", "inspect", "-f", "{{.Id}}", lab.IMAGE], check=True).stdout.strip()
 
 
+def shown(lab, host: str) -> str:
+    """How sparkctl names the image the host holds under the tag: its identity's 12 hex digits."""
+    from sparkctl.facts.docker import identity_of_inspect, short
+
+    out = lab.host_exec(host, ["docker", "image", "inspect", lab.IMAGE], check=True).stdout
+    return short(identity_of_inspect(json.loads(out)[0]))
+
+
 def registry_stop() -> None:
     from sparkctl_lab import procs
 
@@ -82,9 +90,9 @@ def test_registry_down_and_a_hand_built_head_image_stop_up_naming_the_head_and_n
     images = {r["host"]: r for r in doc["results"] if r["step"] == "images"}
     assert images["head"]["status"] == "failed"
     msg = images["head"]["message"]
-    assert msg.startswith(f"head: {lab.IMAGE} drift: holds {hand[7:19]}, should hold {good[7:19]}")
+    assert msg.startswith(f"head: {lab.IMAGE} drift: holds {shown(lab, 'head')}, should hold {shown(lab, 'worker')}")
     assert "last good in applied.json" in msg and "registry" in msg
-    assert f"docker tag {good} {lab.IMAGE}" in msg  # the exact fix
+    assert f"rerun `sparkctl up` (head pulls {lab.IMAGE})" in msg and "--side-load" in msg  # the exact fix
     assert images["worker"]["status"] == images["offload"]["status"] == "skipped"
     assert not [r for r in doc["results"] if r["status"] == "changed"]
     assert (image_id(lab, "head"), image_id(lab, "worker"), image_id(lab, "offload")) == (hand, good, good)
@@ -98,7 +106,7 @@ def test_registry_down_and_a_hand_built_head_image_stop_up_naming_the_head_and_n
     rc, doc = sparkctl("up", "-i", inv)
     assert rc == 0, json.dumps(doc, indent=1)[-3000:]
     head = next(r for r in doc["results"] if r["step"] == "images" and r["host"] == "head")
-    assert head["status"] == "changed" and f"pulled {lab.IMAGE} ({good[7:19]})" in head["message"]
+    assert head["status"] == "changed" and f"pulled {lab.IMAGE} ({shown(lab, 'worker')})" in head["message"]
     assert all(image_id(lab, h) == good for h in HOSTS)
 
 
@@ -110,7 +118,7 @@ def test_a_digest_pin_pulls_by_digest_and_tags_the_image(lab, tmp_path):
     inv = str(lab.INVENTORY_PATH)
     rc, doc = sparkctl("up", "-i", inv)
     assert rc == 0, json.dumps(doc, indent=1)[-3000:]
-    good = image_id(lab, "offload")
+    good, good_shown = image_id(lab, "offload"), shown(lab, "offload")
     pinned = yaml.safe_load(open(inv).read())
     pinned["runtime"]["image_digest"] = registry.manifest()["_digest"]
     path = tmp_path / "pinned.yaml"
@@ -123,7 +131,7 @@ def test_a_digest_pin_pulls_by_digest_and_tags_the_image(lab, tmp_path):
         name = lab.IMAGE.rsplit(":", 1)[0]
         assert f"pull {name}@{pinned['runtime']['image_digest']} (missing; pinned manifest" in offload["changes"][0]
         # the pull itself tagged it (not the planned fallback copy from a peer)
-        assert f"pulled {name}@{pinned['runtime']['image_digest']} ({good[7:19]})" in offload["message"]
+        assert f"pulled {name}@{pinned['runtime']['image_digest']} ({good_shown})" in offload["message"]
         assert "pull failed" not in offload["message"]
         assert image_id(lab, "offload") == good
     finally:

@@ -225,7 +225,7 @@ def test_side_load_of_an_image_the_worker_still_holds_only_tags_it(lab, inventor
     # copied (the fabric and relay paths, and layer-only copies: tests/lab/test_image_transport_lab.py)
     _, head_id, msg = side_load_worker(lab, inventory)
     assert f"worker still held {head_id[7:19]} (untagged), tagged it" in msg
-    assert "image ID matches" in msg
+    assert "image matches" in msg
 
 
 def test_preflight_runs_only_before_a_change_and_blocks_on_a_missing_gpu(lab, inventory, converged):

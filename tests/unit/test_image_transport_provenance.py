@@ -1,6 +1,7 @@
 """The images step's provenance: which image every node must hold, decided from the registry's
 recorded answers (tests/unit/recorded/image_transport/registry-lab.json, replayed through httpx)
-or, with the registry down, from the head's applied.json; drift named per node, head included."""
+or, with the registry down, from the head's applied.json; drift named per node, head included.
+Nodes answer the image probe with recorded `docker image inspect` output (image_samples.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import json
 
 import httpx
 from hostfacts import host_facts, inventory, sec
+from image_samples import CLASSIC, inspect_section, rebuilt
 
+from sparkctl.facts.docker import identity_of_inspect, short
 from sparkctl.steps.base import RunContext
 from sparkctl.steps.images import ImagesStep
 from sparkctl.transport import registry
@@ -18,8 +21,11 @@ from test_image_transport_registry import recorded, recorded_manifest
 INV = inventory()
 IMAGE = INV.runtime.image
 DIGEST, MANIFEST = recorded_manifest()
-GOOD = MANIFEST["config"]["digest"]  # what the registry's tag names
-HAND = "sha256:" + "e" * 64  # an image built by hand under the tag
+assert CLASSIC["Id"] == MANIFEST["config"]["digest"]  # recorded together: the image the registry's tag names
+GOOD = identity_of_inspect(CLASSIC)  # what the registry's tag names
+HANDMADE = rebuilt(CLASSIC)  # an image built by hand under the tag
+HAND = identity_of_inspect(HANDMADE)
+DOCS = {GOOD: CLASSIC, HAND: HANDMADE}
 HOSTS = ("head", "worker", "offload")
 
 
@@ -37,8 +43,7 @@ def down_registry():
 def facts(ids: dict, applied: dict | None = None) -> dict:
     out = {}
     for h in HOSTS:
-        iid = ids.get(h)
-        secs = {"image__0": sec(f"{iid}\n") if iid else sec(f"Error: No such image: {IMAGE}\n", 1)}
+        secs = {"image__0": inspect_section(DOCS.get(ids.get(h)), IMAGE)}
         if h == "head" and applied is not None:
             secs["applied"] = sec(json.dumps(applied))
         out[h] = host_facts(INV, h, **secs)
@@ -58,7 +63,7 @@ def plan(ids, applied=None, resolver=None, inv=INV, **options):
 def test_every_node_holding_the_registrys_image_is_a_noop_saying_so():
     plans, ctx = plan({h: GOOD for h in HOSTS})
     assert all(p.empty and not p.blocked for p in plans.values())
-    assert f"{GOOD.split(':')[1][:12]} already current in the registry (tag = manifest {DIGEST.split(':')[1][:12]})" in plans["head"].reason
+    assert f"{short(GOOD)} already current in the registry (tag = manifest {short(DIGEST)})" in plans["head"].reason
     assert ctx.outputs.image_ids == {h: {IMAGE: GOOD} for h in HOSTS}
 
 
@@ -66,7 +71,7 @@ def test_a_head_rebuilt_by_hand_is_the_drifted_node_and_pulls_back_the_registrys
     plans, ctx = plan({"head": HAND, "worker": GOOD, "offload": GOOD})
     head = plans["head"]
     assert [c.action for c in head.changes] == ["pull"]
-    assert "drift: holds eeeeeeeeeeee, should hold " + GOOD.split(":")[1][:12] in head.changes[0].summary
+    assert f"drift: holds {short(HAND)}, should hold {short(GOOD)}" in head.changes[0].summary
     assert head.changes[0].data["source"] in ("worker", "offload")  # a verified node, if the pull fails
     assert plans["worker"].empty and plans["offload"].empty  # the peers are not blamed
     assert ctx.outputs.image_ids["head"] == {IMAGE: GOOD}
@@ -76,10 +81,10 @@ def test_registry_down_the_record_names_the_drifted_head_and_nothing_is_copied()
     plans, _ = plan({"head": HAND, "worker": GOOD, "offload": GOOD}, applied=record(), resolver=down_registry())
     head = plans["head"]
     assert head.blocked and not head.changes
-    assert head.blocked.startswith(f"head: {IMAGE} drift: holds eeeeeeeeeeee, should hold {GOOD.split(':')[1][:12]}")
+    assert head.blocked.startswith(f"head: {IMAGE} drift: holds {short(HAND)}, should hold {short(GOOD)}")
     assert "last good in applied.json (2026-12-01T00:00:00Z)" in head.blocked
     assert "Connection refused" in head.blocked
-    assert f"`docker tag {GOOD} {IMAGE}` on head" in head.blocked
+    assert f"rerun `sparkctl up` (head pulls {IMAGE})" in head.blocked
     assert "`sparkctl up --side-load` to copy it from worker" in head.blocked
     assert not any(p.changes for p in plans.values())
     assert not plans["worker"].blocked and not plans["offload"].blocked
@@ -95,7 +100,7 @@ def test_registry_down_a_missing_image_is_copied_from_a_verified_node_over_the_f
 def test_registry_down_and_no_node_holds_the_last_good_image_stops():
     plans, _ = plan({"head": HAND, "worker": None, "offload": HAND}, applied=record(), resolver=down_registry())
     assert "missing and no node holds the last good image" in plans["worker"].blocked
-    assert "drift: holds eeeeeeeeeeee" in plans["head"].blocked and "drift" in plans["offload"].blocked
+    assert f"drift: holds {short(HAND)}" in plans["head"].blocked and "drift" in plans["offload"].blocked
     assert not any(p.changes for p in plans.values())  # the hand-built image is never spread
 
 
@@ -155,9 +160,9 @@ def doctor_images(ids: dict, applied: dict | None):
 def test_doctor_names_the_drifted_head_against_the_record():
     r = doctor_images({"head": HAND, "worker": GOOD, "offload": GOOD}, record())
     assert r["head"].status == "fail" and (r["worker"].status, r["offload"].status) == ("ok", "ok")
-    assert f"is eeeeeeeeeeee on head, should be {GOOD.split(':')[1][:12]}" in r["head"].message
+    assert f"is {short(HAND)} on head, should be {short(GOOD)}" in r["head"].message
     assert "last verified by `sparkctl up` at 2026-12-01T00:00:00Z" in r["head"].message
-    assert f"`docker tag {GOOD} {IMAGE}` on head" in r["head"].fix
+    assert f"`docker save {CLASSIC['Id']} | ssh head docker load`" in r["head"].fix  # the source's own docker ID
 
 
 def test_doctor_without_a_record_follows_the_majority_and_a_tie_names_no_culprit():

@@ -49,6 +49,7 @@ def test_tag_resolves_to_the_registry_digest_and_the_config_digest_as_image_id()
     r = resolve(IMAGE, insecure=True, transport=recorded())
     assert r.manifest_digest == digest
     assert r.image_id == manifest["config"]["digest"]
+    assert r.identity.startswith("content:sha256:")
 
 
 def test_a_pinned_digest_is_checked_against_what_the_registry_serves():
