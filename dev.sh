@@ -3,6 +3,7 @@
 #   ./dev.sh demo   install what is needed, bring the lab up, converge it with `sparkctl up`,
 #                   then status, doctor and a short bench against it
 #   ./dev.sh test   install what is needed, bring the lab up and run the whole test suite
+#   ./dev.sh install   only install what both need (apt + the venv)
 # Both are idempotent: a second run reuses the venv, the packages and the running lab.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -83,6 +84,11 @@ The lab cluster is up and serving. Try:
   .venv/bin/sparkctl lab down                      # leaves nothing behind
 EOT
     ;;
+  install)  # what both commands install, alone (.ci/run: before the floors suite starts beside the tests)
+    need_root install
+    install_system
+    install_python
+    ;;
   test)
     need_root test
     install_system
@@ -94,7 +100,7 @@ EOT
     exec "$VENV/bin/python" -m pytest -q -n "${SPARKCTL_TEST_WORKERS:-2}" --dist loadgroup "$@"
     ;;
   *)
-    echo "usage: ./dev.sh demo | test [pytest args]" >&2
+    echo "usage: ./dev.sh demo | test [pytest args] | install" >&2
     exit 2
     ;;
 esac

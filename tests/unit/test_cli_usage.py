@@ -1,0 +1,45 @@
+"""The command line's own handling (help, --version, a mistyped option) as an operator meets it, on
+whichever typer release is installed: .ci/run also runs tests/unit at the lowest releases
+pyproject.toml allows, where typer 0.12 made every command print "0.1.0" and exit 0, and typer
+0.26.0-0.26.7 printed a usage error as a Python tuple."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def sparkctl(*args: str) -> subprocess.CompletedProcess:
+    """The real console entry point, in a child process."""
+    return subprocess.run([sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True, cwd=REPO,
+                          env=os.environ, timeout=60)
+
+
+def test_help_lists_the_commands():
+    r = sparkctl("--help")
+    assert r.returncode == 0, r.stderr
+    for command in ("up", "down", "render", "status", "doctor", "reload", "inventory", "bench"):
+        assert any(line.split()[:1] == [command] for line in r.stdout.splitlines() if line.startswith("  ")), (
+            f"`sparkctl --help` does not list {command}:\n{r.stdout}")
+    assert r.stderr == ""
+
+
+def test_version_prints_the_version_and_nothing_else():
+    from sparkctl import __version__
+
+    r = sparkctl("--version")
+    assert (r.returncode, r.stdout, r.stderr) == (0, f"{__version__}\n", "")
+
+
+def test_a_mistyped_option_is_a_usage_error_that_names_the_right_one():
+    r = sparkctl("up", "--chek")
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert r.stdout == ""
+    error = r.stderr.strip().splitlines()[-1]
+    assert "--chek" in error and "--check" in error, r.stderr
+    assert "('" not in error and "',)" not in error, f"a Python tuple, not a sentence: {error}"
+    assert "Traceback" not in r.stderr
