@@ -157,7 +157,7 @@ def probes_for(inv: Inventory, host: str, kinds: Optional[Iterable[str]] = None)
         add("lock", lock_probe())
         add("health", health_probe(inv.runtime.port))
     if h.fabric:
-        add("netplan", f"cat {NETPLAN_PATH}")
+        add("netplan", network.netplan_probe(NETPLAN_PATH, [link.device for link in h.fabric]))
     if inv.engram and inv.engram.host == host:
         add("engram", engram.engram_probe(inv.engram.source, inv.engram.target))
         # `up` re-hashes what changed since placement; `doctor --deep` re-hashes every byte (minutes for ~220 GiB)
@@ -227,6 +227,7 @@ class HostFacts:
     lock: Any = None  # the cluster lock's holder (sparkctl.lock.Holder), None when the lock is free
     health: Optional[str] = None  # the head's /health status line from the head itself, or "refused"
     netplan: Optional[str] = None  # the fabric netplan file sparkctl writes, None when absent
+    netplan_others: dict[str, str] = field(default_factory=dict)  # other /etc/netplan files naming a rail: path -> text
     engram_rehashed: list[str] = field(default_factory=list)  # files whose size/ctime moved since placement
     engram_hashes: Optional[dict[str, str]] = None  # SHA-256 per file of the RAM copy (re-hashed where changed, or all with --deep)
     engram_source_hashes: Optional[dict[str, str]] = None  # the source's SHA256SUMS, else computed
@@ -343,8 +344,12 @@ def _read(f: HostFacts, kind: str, i: int, sec: Section, refs: list[str], clock_
                 f.errors["lock"] = f"unreadable lock file {LOCK}: {redact(out.strip())[:200]}"
         case "health":
             f.health = out.strip() or "no answer"
+        case "netplan" if not sec.ok:
+            f.errors["netplan"] = _last_line(sec)
         case "netplan":
-            f.netplan = out if sec.ok else None
+            files = network.parse_netplan_files(out)
+            f.netplan = files.pop(NETPLAN_PATH, None)
+            f.netplan_others = files
 
 
 def parse_host(inv: Inventory, host: str, sections: dict[str, Section], clock_sent: Optional[float] = None) -> HostFacts:

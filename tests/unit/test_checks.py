@@ -387,6 +387,47 @@ def _with_addresses(secs, host: str, device: str, addrs: list[str]):
     return edit(secs, host, "ip_addr", json.dumps(items))
 
 
+NVIDIA_NETPLAN = (Path(__file__).parent / "recorded" / "netplan" / "40-cx7-link-local.yaml").read_text()
+NVIDIA_STATIC = (Path(__file__).parent / "recorded" / "netplan" / "40-cx7-static-node1.yaml").read_text()
+
+
+def _netplan(secs, host: str, files: dict[str, str]):
+    """The `netplan` probe's answer (facts/network.netplan_probe): each file's path, then its base64."""
+    import base64
+
+    out = "".join(f"@@netplan {p}\n{base64.b64encode(t.encode()).decode()}\n" for p, t in files.items())
+    return edit(secs, host, "netplan", out)
+
+
+def test_fabric_address_warns_of_nvidias_link_local_netplan_and_says_up_takes_the_rail_over():
+    # the healthy worker after NVIDIA's connect-two-sparks option 1: a 169.254.x/16 beside ours.
+    # It works (a person would not call this cluster broken), so doctor warns, naming the file and the fix.
+    secs = _with_addresses(sections(), W, RAIL, ["10.231.100.3/24", "169.254.41.7/16"])
+    r = run(_netplan(secs, W, {"/etc/netplan/40-cx7.yaml": NVIDIA_NETPLAN}))
+    assert failing(r) == set()
+    a = by(r, "fabric.address", W, RAIL)
+    assert a.status == "warn" and "169.254.41.7/16" in a.message and "/etc/netplan/40-cx7.yaml" in a.message
+    assert "takes the rail over from /etc/netplan/40-cx7.yaml" in a.fix and ".bak" in a.fix
+    # the file alone (someone deleted the address by hand): it comes back at the next boot
+    r = run(_netplan(sections(), W, {"/etc/netplan/40-cx7.yaml": NVIDIA_NETPLAN}))
+    a = by(r, "fabric.address", W, RAIL)
+    assert a.status == "warn" and "also configures it (link-local: [ ipv4 ])" in a.message
+    assert by(r, "fabric.address", W, "enP2p1s0f0np0").status == "ok"  # NVIDIA's file does not name this twin
+    # a static address file on the rail: netplan would concatenate its address with ours
+    r = run(_netplan(sections(), H, {"/etc/netplan/40-cx7.yaml": NVIDIA_STATIC}))
+    assert "addresses 192.168.100.10/24" in by(r, "fabric.address", H, RAIL).message
+
+
+def test_fabric_address_link_local_from_outside_netplan_and_in_place_of_ours():
+    r = run(_with_addresses(sections(), W, RAIL, ["10.231.100.3/24", "169.254.41.7/16"]))
+    a = by(r, "fabric.address", W, RAIL)
+    assert a.status == "warn" and "from outside /etc/netplan" in a.message and "returns" in a.fix
+    # only the link-local address, ours missing: the rail cannot carry the cluster's traffic
+    r = run(_with_addresses(sections(), W, RAIL, ["169.254.41.7/16"]))
+    a = by(r, "fabric.address", W, RAIL)
+    assert a.status == "fail" and "has 169.254.41.7/16, not 10.231.100.3/24" in a.message and "IPv4 link-local" in a.message
+
+
 def test_fabric_address_names_a_wrong_a_stray_and_a_peers_duplicate_address():
     # a wrong IP on the worker's rail (the right one absent)
     r = run(_with_addresses(sections(), W, "enp1s0f0np0", ["10.231.100.9/24"]))
