@@ -118,8 +118,7 @@ def probes_for(inv: Inventory, host: str, kinds: Optional[Iterable[str]] = None)
         add("ibdev2netdev", "ibdev2netdev")
         gid_index = inv.runtime.env.get("NCCL_IB_GID_INDEX")
         if gid_index is not None:
-            types = f"/sys/class/infiniband/$d/ports/1/gid_attrs/types/{shlex.quote(gid_index)}"
-            add("gid", _each(rdmas, f"$(cat {types} 2>/dev/null || echo missing)"))
+            add("gid", _each(rdmas, rdma.gid_probe_value(shlex.quote(gid_index))))
     if h.gpu is not None:
         add("gpus", NVIDIA_SMI_GPUS)
         add(
@@ -200,7 +199,7 @@ class HostFacts:
     virtual: set[str] = field(default_factory=set)  # net devices with no bus device (veth): no line rate
     rdma_states: dict[str, str] = field(default_factory=dict)
     ibdev: dict[str, rdma.RdmaPort] = field(default_factory=dict)
-    gid_types: dict[str, str] = field(default_factory=dict)
+    gids: dict[str, rdma.GidEntry] = field(default_factory=dict)  # RDMA device -> its entry at the pinned NCCL_IB_GID_INDEX
     routes: dict[int, Optional[str]] = field(default_factory=dict)  # rail index -> device the route uses
     route_text: dict[int, str] = field(default_factory=dict)
     pings: dict[int, network.PingResult] = field(default_factory=dict)  # rail index -> ping
@@ -270,7 +269,7 @@ def _read(f: HostFacts, kind: str, i: int, sec: Section, refs: list[str], clock_
         case "ibdev2netdev":
             f.ibdev.update(rdma.parse_ibdev2netdev(out))
         case "gid":
-            f.gid_types.update(rdma.parse_port_states(out))
+            f.gids.update(rdma.parse_gids(out))
         case "gpus":
             found, err = gpu.parse_gpus(sec.rc, out)
             if err and err != "No devices were found":
