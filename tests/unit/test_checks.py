@@ -137,6 +137,22 @@ def test_nvidia_smi_missing_fails_smi_and_skips_the_rest():
     assert by(r, "gpu.model", W).status == "skipped" and by(r, "gpu.driver", W).status == "skipped"
 
 
+def test_nvidia_smi_failures_keep_the_line_that_names_the_cause():
+    rec = Path(__file__).parent / "recorded" / "nvidia_smi"
+    r = run(edit(sections(), W, "gpus", (rec / "nvml_mismatch.txt").read_text(), rc=18))
+    smi = by(r, "gpu.smi", W)
+    assert smi.message == ("nvidia-smi failed: Failed to initialize NVML: Driver/library version mismatch "
+                           "(NVML library version: 580.173)")
+    assert "reboot worker" in smi.fix and "/proc/driver/nvidia/version" in smi.fix
+    r = run(edit(sections(), W, "gpus", (rec / "no_driver.txt").read_text(), rc=9))
+    smi = by(r, "gpu.smi", W)
+    assert "couldn't communicate with the NVIDIA driver" in smi.message and "lsmod | grep nvidia" in smi.fix
+    # a GPU that dropped off: its handle error is the cause, not the "No devices were found" after it
+    r = run(edit(sections(), W, "gpus", "Unable to determine the device handle for GPU0000:0F:01.0: Unknown Error\n"
+                 "No devices were found\n", rc=15))
+    assert by(r, "gpu.smi", W).status == "fail" and "device handle" in by(r, "gpu.smi", W).message
+
+
 def test_address_missing_wrong_prefix_and_route_leak():
     secs = sections()
     ip = json.loads(secs[W]["ip_addr"]["out"])
