@@ -188,7 +188,7 @@ def address(ctx: Context, host: str, f):
             else:
                 msg = (f"{link.address} on {link.device}, but " + "; ".join(f"{p} also configures it ({network.describe_stanza(st)})"
                        for p, st in others) + f": netplan merges it with {NETPLAN_PATH} at the next boot")
-                fix = f"`sparkctl up` takes the rail over (each file kept as <file>.bak, its other devices stay)"
+                fix = "`sparkctl up` takes the rail over (each file kept as <file>.bak, its other devices stay)"
             yield warn(msg, fix, link.device, link_local=[str(a) for a in link_local], files=[p for p, _ in others])
         elif link.address in have and strays:
             described = []
