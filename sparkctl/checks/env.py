@@ -3,7 +3,9 @@
 The environment comes from render() (pure), so these checks compare it with what each host
 really has: the interface exists and holds VLLM_HOST_IP, every NCCL_IB_HCA device exists, and
 a Spark rail's other ConnectX-7 twin is not left out (one twin ~98 Gb/s, both ~161 Gb/s).
-NCCL_IB_GID_INDEX is fine unpinned; pinned, its index must be RoCE v2 on every device.
+NCCL_IB_GID_INDEX is best unpinned; pinned, it fails where it cannot work (an empty slot, another
+address's GID, RoCE v1 at one end and v2 at the other) and warns where it works but is not the
+recommended GID (RoCE v1, or the fe80 link-local GID: fine on a direct cable only).
 """
 
 from __future__ import annotations
@@ -68,20 +70,92 @@ def fabric_env(ctx: Context, host: str, f):
             yield ok(summary, spec.name)
 
 
-@host_check("env.gid_index", "NCCL_IB_GID_INDEX is unpinned, or pinned to a RoCE v2 GID on every device", scope=runtime_hosts)
+# What a pinned GID index can point at, and what a person would say of each (NCCL uses the same
+# index on both ends; the recommended GID is RoCE v2 over the rail's own IPv4 address, which NCCL
+# finds per device when NCCL_IB_GID_INDEX is unset).
+V2 = "RoCE v2"
+UNPIN = "remove NCCL_IB_GID_INDEX from runtime.env: unset, NCCL picks the RoCE v2 GID of each device's IPv4 address"
+
+
+def _judge_gid(index: str, dev: str, link, entry, f, rails: set[str]) -> tuple[str, str]:
+    """(ok|warn|fail, why) for one device's entry at the pinned index."""
+    where = f"GID {index} on {dev}"
+    if entry.type == "missing":
+        return "fail", (f"{where} is an empty slot (the table moved when an address came or went; "
+                        "NCCL's ibv_modify_qp fails on it)")
+    if entry.ipv4 is not None:
+        ip, netdev = entry.ipv4, entry.netdev or link.device
+        if ip.is_link_local and netdev in rails:
+            return "fail", (f"{where} is {ip}, the IPv4 link-local address NVIDIA's netplan adds to {netdev}: "
+                            "`sparkctl up` removes that address (fabric.address) and the GID goes with it")
+        if netdev in rails and ip != link.address.ip and netdev == link.device:
+            return "fail", (f"{where} is {ip}, not the rail's {link.address.ip}: `sparkctl up` removes that "
+                            "address (fabric.address), and the peer's GID at that index is in another subnet")
+        held = [a for a in ((f.interfaces or {}).get(netdev).addresses if (f.interfaces or {}).get(netdev) else ()) if a.ip == ip]
+        if f.interfaces is not None and not held:
+            return "fail", f"{where} is {ip}, which {netdev} no longer holds (a stale entry)"
+        if entry.type == V2:
+            return "ok", f"{where} is RoCE v2 {ip} ({netdev})"
+        return "warn", (f"{where} is {entry.type} over {ip}: RoCE v1 is plain Ethernet, so it works on a "
+                        "direct cable but not through a routed switch, and without RoCE v2's congestion control")
+    if entry.link_local:
+        if entry.type == V2:
+            return "warn", (f"{where} is RoCE v2 over the port's fe80 link-local GID: reaches the peer on a "
+                            "direct cable only (not routed)")
+        return "warn", (f"{where} is {entry.type} over the port's fe80 link-local GID (upstream DSpark examples pin "
+                        "0): works on a direct cable, not through a routed switch, and RoCE v1 has no congestion control")
+    if entry.gid is None:  # the type alone (the GID itself not read): judge by the type
+        if entry.type == V2:
+            return "ok", f"{where} is RoCE v2"
+        return "warn", f"{where} is {entry.type}, not RoCE v2: works on a direct cable only"
+    return "warn", f"{where} is {entry.type} {entry.gid}, not an IPv4 GID"
+
+
+def _subnet(f, entry):
+    """The network of the address an IPv4 GID stands for, from the host's interfaces."""
+    iface = (f.interfaces or {}).get(entry.netdev)
+    return next((a.network for a in (iface.addresses if iface else ()) if a.ip == entry.ipv4), None)
+
+
+@host_check("env.gid_index", "NCCL_IB_GID_INDEX is unpinned, or pinned to the RoCE v2 GID of each rail's own address", scope=runtime_hosts)
 def gid_index(ctx: Context, host: str, f):
     pinned = ctx.inventory.runtime.env.get("NCCL_IB_GID_INDEX")
     if pinned is None:
         return ok("NCCL_IB_GID_INDEX not pinned: NCCL finds the RoCE v2 GID itself")
-    devs = sorted({d for link in ctx.inventory.hosts[host].fabric for d in link.rdma})
-    bad = {d: f.gid_types.get(d, "not read") for d in devs if f.gid_types.get(d) != "RoCE v2"}
-    if not devs:
+    links = [(link, d) for link in ctx.inventory.hosts[host].fabric for d in link.rdma]
+    if not links:
         return ok(f"NCCL_IB_GID_INDEX={pinned} (no RDMA device on this host)")
+    if not f.gids:
+        return skipped(f"GID table entry {pinned} not read: {f.errors.get('gid', 'no answer')}")
+    rails = {link.device for link in ctx.inventory.hosts[host].fabric}
+    verdicts = []
+    for link, dev in links:
+        entry = f.gids.get(dev)
+        if entry is None:
+            verdicts.append(("fail", f"GID {pinned} on {dev} not read (no such RDMA device?)"))
+            continue
+        verdicts.append(_judge_gid(pinned, dev, link, entry, f, rails))
+        # both ends use the same index (the twins carry the same names on both Sparks): RoCE v1 at one
+        # end cannot talk to v2 at the other, nor an address to one in another subnet
+        peer = ctx.facts.get(link.peer)
+        back = next((x for x in ctx.inventory.hosts[link.peer].fabric
+                     if x.peer == host and x.address.network == link.address.network), None) if link.peer in ctx.inventory.hosts else None
+        theirs = peer.gids.get(dev) if peer is not None and back is not None and dev in back.rdma else None
+        if theirs is None or "missing" in (theirs.type, entry.type):
+            continue
+        if theirs.type != entry.type:
+            verdicts.append(("fail", f"GID {pinned} is {entry.type} on {dev} but {theirs.type} on {link.peer}'s {dev}: "
+                                     "the two ends cannot connect"))
+        elif entry.ipv4 is not None and theirs.ipv4 is not None and (net := _subnet(f, entry)) and theirs.ipv4 not in net:
+            verdicts.append(("fail", f"GID {pinned} on {dev} is {entry.ipv4} but on {link.peer}'s {dev} {theirs.ipv4}, "
+                                     f"outside {net}: NCCL fails at TP init (\"unhandled system error\")"))
+    bad = [why for v, why in verdicts if v == "fail"]
+    meh = [why for v, why in verdicts if v == "warn"]
     if bad:
-        listing = ", ".join(f"{d}: {t}" for d, t in bad.items())
-        return fail(
-            f"NCCL_IB_GID_INDEX={pinned} is pinned but GID {pinned} is not RoCE v2 on {listing}",
-            "remove NCCL_IB_GID_INDEX from runtime.env (the RoCE v2 index has moved from 3 to 4 after updates), "
-            f"or pin the index `show_gids` lists as RoCE v2 on {host}",
-        )
-    return ok(f"NCCL_IB_GID_INDEX={pinned} is RoCE v2 on {', '.join(devs)}")
+        return fail(f"NCCL_IB_GID_INDEX={pinned} cannot work: " + "; ".join(bad),
+                    f"{UNPIN}; or pin the index `show_gids` lists as v2 with the rail's address on every device of "
+                    f"{host} and its peers (indexes move after link events: 3 became 4 on a Spark)")
+    if meh:
+        return warn(f"NCCL_IB_GID_INDEX={pinned} works, but is not the recommended GID: " + "; ".join(meh), UNPIN)
+    return ok(f"NCCL_IB_GID_INDEX={pinned}: " + "; ".join(why for _, why in verdicts)
+              + " (pinned: re-checked here, as indexes move after link events)")

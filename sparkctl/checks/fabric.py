@@ -8,10 +8,11 @@ rails like any other. `--deep` adds an iperf3 figure per rail.
 from __future__ import annotations
 
 from sparkctl.checks.base import Context, fail, host_check, ok, skipped, warn
-from sparkctl.facts.host import peer_ip
+from sparkctl.facts import network
+from sparkctl.facts.host import NETPLAN_PATH, peer_ip
 from sparkctl.inventory.models import FabricLink
 
-READS = frozenset({"ip_addr", "speeds", "rdma_state", "ibdev2netdev", "route", "ping"})
+READS = frozenset({"ip_addr", "speeds", "rdma_state", "ibdev2netdev", "route", "ping", "netplan"})
 
 DEGRADED = 0.5  # below half the expected speed: a degraded link (a CX-7 capped near 13 Gb/s, a bad cable)
 # --deep iperf3 is one TCP test bound by CPU, far from an RDMA link's line rate: it only catches a
@@ -140,7 +141,30 @@ def rdma_state(ctx: Context, host: str, f):
                 yield ok(f"{dev}/1 ACTIVE{netdev}", dev)
 
 
-@host_check("fabric.address", "each rail's fabric IP sits on its device with the inventory's prefix", scope=fabric_hosts, runbook=True)
+def _other_netplan(f, device: str) -> list[tuple[str, dict]]:
+    """(path, the device's entry) for every other /etc/netplan file that configures this rail."""
+    out = []
+    for path, text in sorted(f.netplan_others.items()):
+        try:
+            stanza = network.netplan_stanzas(text, [device])
+        except ValueError:
+            stanza = {device: {"unreadable": True}}
+        if device in stanza:
+            out.append((path, stanza[device]))
+    return out
+
+
+def _link_local_note(others: list[tuple[str, dict]]) -> tuple[str, str]:
+    """Where a rail's 169.254.x/16 address comes from, and what `up` does about it."""
+    source = next((p for p, st in others if "ipv4" in [str(x).lower() for x in (st.get("link-local") or [])]), None)
+    if source:
+        return (f"IPv4 link-local from {source} (`link-local: [ ipv4 ]`, NVIDIA's connect-two-sparks netplan)",
+                f"`sparkctl up` takes the rail over from {source} (the original kept as {source}.bak) and removes the address")
+    return ("IPv4 link-local, from outside /etc/netplan (a NetworkManager profile with ipv4.link-local, avahi-autoipd)",
+            "`sparkctl up` removes it; turn link-local off where it comes from or it returns (see the fabric.address runbook)")
+
+
+@host_check("fabric.address", "each rail's fabric IP sits on its device with the inventory's prefix, and only sparkctl configures the rail", scope=fabric_hosts, runbook=True)
 def address(ctx: Context, host: str, f):
     for link in ctx.inventory.hosts[host].fabric:
         if f.interfaces is None:
@@ -150,9 +174,23 @@ def address(ctx: Context, host: str, f):
         on_dev = f.interfaces.get(link.device)
         have = on_dev.addresses if on_dev is not None else []
         fix_add = f"`ip addr add {link.address} dev {link.device}` on {host} now; {PERSIST}"
-        strays = [a for a in have if a.ip != link.address.ip]
+        link_local = [a for a in have if a.ip != link.address.ip and network.is_link_local(a)]
+        strays = [a for a in have if a.ip != link.address.ip and not network.is_link_local(a)]
         wrong_prefix = next((a for a in have if a.ip == link.address.ip), None)
-        if link.address in have and strays:
+        others = _other_netplan(f, link.device)
+        if link.address in have and not strays and not [h for h in holders if h.name != link.device] and (link_local or others):
+            # works (the rail's traffic uses our address), but it does not stay ours: a warning, which `up` fixes
+            if link_local:
+                where, fix = _link_local_note(others)
+                msg = (f"{link.device} has {link.address} and also {', '.join(map(str, link_local))}: {where}; "
+                       "traffic uses ours, but the extra address adds RoCE GIDs (a pinned NCCL_IB_GID_INDEX can "
+                       "land on it) and returns at every boot")
+            else:
+                msg = (f"{link.address} on {link.device}, but " + "; ".join(f"{p} also configures it ({network.describe_stanza(st)})"
+                       for p, st in others) + f": netplan merges it with {NETPLAN_PATH} at the next boot")
+                fix = "`sparkctl up` takes the rail over (each file kept as <file>.bak, its other devices stay)"
+            yield warn(msg, fix, link.device, link_local=[str(a) for a in link_local], files=[p for p, _ in others])
+        elif link.address in have and strays:
             described = []
             for a in strays:
                 whose = next((n for n, spec in ctx.inventory.hosts.items() if any(x.address.ip == a.ip for x in spec.fabric)), None)
@@ -187,9 +225,11 @@ def address(ctx: Context, host: str, f):
                 f"move it: `ip addr del {link.address.ip}/{link.address.network.prefixlen} dev {holders[0].name}`, then {fix_add}",
                 link.device,
             )
-        elif strays:
+        elif strays or link_local:
+            strays = strays + link_local
             yield fail(
-                f"{link.device} has {', '.join(map(str, strays))}, not {link.address} (a wrong address on the rail)",
+                f"{link.device} has {', '.join(map(str, strays))}, not {link.address} (a wrong address on the rail"
+                + (f"; {_link_local_note(others)[0]}" if link_local else "") + ")",
                 "`sparkctl up` replaces it, or by hand: "
                 + "; ".join(f"`ip addr del {a} dev {link.device}`" for a in strays) + f"; then {fix_add}",
                 link.device,

@@ -17,14 +17,29 @@ def spark_hosts(ctx: Context) -> list[str]:
     return [h for h in gpu_hosts(ctx) if ctx.role(h) in ("head", "worker")]
 
 
+def _smi_fix(host: str, error: str) -> str:
+    """What to do, by the cause nvidia-smi names."""
+    e = error.lower()
+    if "version mismatch" in e:
+        return (f"the driver's user-space libraries were updated under the kernel module still loaded: reboot {host} "
+                "(`cat /proc/driver/nvidia/version` shows the loaded module; an unattended `apt upgrade` of "
+                "nvidia-driver-* is the usual cause)")
+    if "couldn't communicate" in e or "not loaded" in e:
+        return (f"the NVIDIA kernel module is not loaded on {host}: `lsmod | grep nvidia`, `dmesg | grep -i nvrm`; "
+                "after a kernel update reinstall the driver of the DGX OS release "
+                "(`sudo apt install --reinstall nvidia-driver-<version>`) and reboot")
+    if "device handle" in e or "gpu is lost" in e:
+        return f"the GPU dropped off: `dmesg | grep -iE 'xid|nvrm'` on {host}, then power-cycle it (a reboot may not bring it back)"
+    if "not found" in e or "no such file" in e:
+        return f"nvidia-smi is not installed on {host}: install the driver package of the DGX OS release"
+    return ("check the NVIDIA driver on the host: `nvidia-smi`, `dmesg | grep -i nvrm`; after a driver or "
+            "kernel update reboot (DGX OS: `sudo apt install --reinstall nvidia-driver-<version>`)")
+
+
 @host_check("gpu.smi", "nvidia-smi runs and talks to the driver", scope=gpu_hosts, runbook=True)
 def smi(ctx: Context, host: str, f):
     if f.gpu_error:
-        return fail(
-            f"nvidia-smi failed: {f.gpu_error}",
-            "check the NVIDIA driver on the host: `nvidia-smi`, `dmesg | grep -i nvrm`; after a driver or "
-            "kernel update reboot (DGX OS: `sudo apt install --reinstall nvidia-driver-<version>`)",
-        )
+        return fail(f"nvidia-smi failed: {f.gpu_error}", _smi_fix(host, f.gpu_error))
     if f.gpus is None:
         return skipped("nvidia-smi was not asked")
     driver = f.gpus[0].driver if f.gpus else "no GPU listed"

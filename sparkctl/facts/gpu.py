@@ -42,10 +42,26 @@ def _rows(text: str) -> list[list[str]]:
     return [[c.strip() for c in row] for row in csv.reader(io.StringIO(text)) if row and any(c.strip() for c in row)]
 
 
+# lines by which nvidia-smi names why it failed; what follows them is detail (e.g. the library version)
+_CAUSES = ("failed to initialize nvml", "nvidia-smi has failed", "unable to determine the device handle",
+           "gpu is lost", "not found", "no such file", "permission denied")
+
+
+def failure_reason(rc: int, text: str) -> str:
+    """The line that names why nvidia-smi failed, with the rest as detail: `Failed to initialize NVML:
+    Driver/library version mismatch` is followed by `NVML library version: 580.173`, which alone says nothing."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    if not lines:
+        return f"nvidia-smi exit {rc}"
+    cause = next((ln for ln in lines if any(c in ln.lower() for c in _CAUSES)), lines[-1])
+    rest = [ln for ln in lines if ln != cause and ln != "No devices were found"]
+    return (cause + (f" ({'; '.join(rest)})" if rest else ""))[:300]
+
+
 def parse_gpus(rc: int, text: str) -> tuple[list[GPU], Optional[str]]:
     """GPUs, or ([], reason) when nvidia-smi failed or found none ("No devices were found")."""
     if rc != 0:
-        return [], (text.strip().splitlines() or [f"nvidia-smi exit {rc}"])[-1]
+        return [], failure_reason(rc, text)
     gpus = []
     for row in _rows(text):
         if len(row) < 7:

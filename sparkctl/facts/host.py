@@ -118,8 +118,7 @@ def probes_for(inv: Inventory, host: str, kinds: Optional[Iterable[str]] = None)
         add("ibdev2netdev", "ibdev2netdev")
         gid_index = inv.runtime.env.get("NCCL_IB_GID_INDEX")
         if gid_index is not None:
-            types = f"/sys/class/infiniband/$d/ports/1/gid_attrs/types/{shlex.quote(gid_index)}"
-            add("gid", _each(rdmas, f"$(cat {types} 2>/dev/null || echo missing)"))
+            add("gid", _each(rdmas, rdma.gid_probe_value(shlex.quote(gid_index))))
     if h.gpu is not None:
         add("gpus", NVIDIA_SMI_GPUS)
         add(
@@ -151,7 +150,7 @@ def probes_for(inv: Inventory, host: str, kinds: Optional[Iterable[str]] = None)
         add("lock", lock_probe())
         add("health", health_probe(inv.runtime.port))
     if h.fabric:
-        add("netplan", f"cat {NETPLAN_PATH}")
+        add("netplan", network.netplan_probe(NETPLAN_PATH, [link.device for link in h.fabric]))
     if inv.engram and inv.engram.host == host:
         add("engram", engram.engram_probe(inv.engram.source, inv.engram.target))
         # `up` re-hashes what changed since placement; `doctor --deep` re-hashes every byte (minutes for ~220 GiB)
@@ -194,7 +193,7 @@ class HostFacts:
     virtual: set[str] = field(default_factory=set)  # net devices with no bus device (veth): no line rate
     rdma_states: dict[str, str] = field(default_factory=dict)
     ibdev: dict[str, rdma.RdmaPort] = field(default_factory=dict)
-    gid_types: dict[str, str] = field(default_factory=dict)
+    gids: dict[str, rdma.GidEntry] = field(default_factory=dict)  # RDMA device -> its entry at the pinned NCCL_IB_GID_INDEX
     routes: dict[int, Optional[str]] = field(default_factory=dict)  # rail index -> device the route uses
     route_text: dict[int, str] = field(default_factory=dict)
     pings: dict[int, network.PingResult] = field(default_factory=dict)  # rail index -> ping
@@ -223,6 +222,7 @@ class HostFacts:
     lock: Any = None  # the cluster lock's holder (sparkctl.lock.Holder), None when the lock is free
     health: Optional[str] = None  # the head's /health status line from the head itself, or "refused"
     netplan: Optional[str] = None  # the fabric netplan file sparkctl writes, None when absent
+    netplan_others: dict[str, str] = field(default_factory=dict)  # other /etc/netplan files naming a rail: path -> text
     engram_rehashed: list[str] = field(default_factory=list)  # files whose size/ctime moved since placement
     engram_hashes: Optional[dict[str, str]] = None  # SHA-256 per file of the RAM copy (re-hashed where changed, or all with --deep)
     engram_source_hashes: Optional[dict[str, str]] = None  # the source's SHA256SUMS, else computed
@@ -265,7 +265,7 @@ def _read(f: HostFacts, kind: str, i: int, sec: Section, refs: list[str], clock_
         case "ibdev2netdev":
             f.ibdev.update(rdma.parse_ibdev2netdev(out))
         case "gid":
-            f.gid_types.update(rdma.parse_port_states(out))
+            f.gids.update(rdma.parse_gids(out))
         case "gpus":
             found, err = gpu.parse_gpus(sec.rc, out)
             if err and err != "No devices were found":
@@ -333,8 +333,12 @@ def _read(f: HostFacts, kind: str, i: int, sec: Section, refs: list[str], clock_
                 f.errors["lock"] = f"unreadable lock file {LOCK}: {redact(out.strip())[:200]}"
         case "health":
             f.health = out.strip() or "no answer"
+        case "netplan" if not sec.ok:
+            f.errors["netplan"] = _last_line(sec)
         case "netplan":
-            f.netplan = out if sec.ok else None
+            files = network.parse_netplan_files(out)
+            f.netplan = files.pop(NETPLAN_PATH, None)
+            f.netplan_others = files
 
 
 def parse_host(inv: Inventory, host: str, sections: dict[str, Section], clock_sent: Optional[float] = None) -> HostFacts:

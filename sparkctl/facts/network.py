@@ -1,11 +1,14 @@
-"""Network facts: interfaces and addresses (`ip -j addr`), routes (`ip -j route get`), link speed, pings."""
+"""Network facts: interfaces and addresses (`ip -j addr`), routes (`ip -j route get`), link speed, pings,
+and the netplan files that configure the rails (ours and any other, e.g. NVIDIA's playbook `40-cx7.yaml`)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import shlex
 from dataclasses import dataclass, field
-from ipaddress import IPv4Interface
+from ipaddress import IPv4Interface, IPv4Network
 from typing import Optional
 
 
@@ -83,3 +86,67 @@ def parse_ping(rc: int, text: str) -> PingResult:
     if not detail and lines:
         detail = lines[-1]
     return PingResult(ok=(rc == 0 and sent > 0 and received == sent), sent=sent, received=received, detail=detail)
+
+
+# IPv4 link-local (RFC 3927): what netplan's `link-local: [ ipv4 ]` puts on a device at every boot
+LINK_LOCAL = IPv4Network("169.254.0.0/16")
+
+
+def is_link_local(address: IPv4Interface) -> bool:
+    return address.ip in LINK_LOCAL
+
+
+NETPLAN_FILE_MARK = "@@netplan "
+
+
+def netplan_probe(ours: str, devices: list[str], directory: str = "/etc/netplan") -> str:
+    """Shell: every DIRECTORY/*.yaml that is ours or names a rail device, as `@@netplan PATH`
+    and the file in base64 (exact bytes: ours is compared with what we would write)."""
+    words = " ".join(f"-e {shlex.quote(d)}" for d in devices)
+    return (
+        f"for f in {shlex.quote(directory)}/*.yaml; do [ -f \"$f\" ] || continue; "
+        f"[ \"$f\" = {shlex.quote(ours)} ] || grep -qwF {words} \"$f\" || continue; "
+        f"printf '{NETPLAN_FILE_MARK}%s\\n' \"$f\"; base64 -w0 \"$f\" && echo; done; true"
+    )
+
+
+def parse_netplan_files(text: str) -> dict[str, str]:
+    """`netplan_probe` output -> {path: file text}."""
+    files: dict[str, str] = {}
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith(NETPLAN_FILE_MARK):
+            try:  # a file we may not read leaves base64's error line instead: treated as absent
+                data = base64.b64decode(lines[i + 1] if i + 1 < len(lines) else "", validate=True)
+            except ValueError:
+                continue
+            files[line[len(NETPLAN_FILE_MARK):].strip()] = data.decode("utf-8", "replace")
+    return files
+
+
+def netplan_stanzas(text: str, devices: list[str]) -> dict[str, dict]:
+    """The `network.ethernets` entries of a netplan file that configure these devices (a rail a
+    file configures is merged by netplan with every other file's: lexically later files win
+    scalars, sequences such as addresses are concatenated). Raises ValueError on YAML it cannot read."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"not valid YAML: {str(exc).splitlines()[0]}") from exc
+    eth = ((doc.get("network") or {}) if isinstance(doc, dict) else {}).get("ethernets") or {}
+    return {d: (eth[d] or {}) for d in devices if isinstance(eth, dict) and d in eth}
+
+
+def describe_stanza(stanza: dict) -> str:
+    """A rail's settings in another netplan file, as an operator would summarise them."""
+    parts = []
+    if "link-local" in stanza:
+        parts.append(f"link-local: [ {', '.join(map(str, stanza['link-local'] or []))} ]")
+    if stanza.get("addresses"):
+        parts.append("addresses " + ", ".join(map(str, stanza["addresses"])))
+    if stanza.get("dhcp4") in (True, "yes", "true"):
+        parts.append("dhcp4")
+    if "mtu" in stanza:
+        parts.append(f"mtu {stanza['mtu']}")
+    return ", ".join(parts) or "settings"

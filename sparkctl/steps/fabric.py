@@ -1,8 +1,14 @@
 """Fabric step: each rail's address and MTU set now and persisted (netplan), then proven by jumbo ping.
 
-Facts: `ip -j addr`, the current netplan file, and one jumbo ping per rail (MTU-28 bytes, don't
-fragment, out of the rail's device to the peer's address). Every host pings its peers, so each
-rail is proven in both directions. A rail that cannot be proven stops `up` with the reason.
+Facts: `ip -j addr`, the netplan files that configure the rails, and one jumbo ping per rail
+(MTU-28 bytes, don't fragment, out of the rail's device to the peer's address). Every host pings
+its peers, so each rail is proven in both directions. A rail that cannot be proven stops `up`
+with the reason.
+
+sparkctl owns its rails: another /etc/netplan file that configures one (NVIDIA's connect-two-sparks
+playbook writes `40-cx7.yaml` with `link-local: [ ipv4 ]`, which puts a 169.254.x/16 address beside
+ours at every boot) is taken over: a copy is kept as `<file>.bak` and the rails' entries leave it,
+its other devices stay. Deleting the address alone would not last past the next boot.
 """
 
 from __future__ import annotations
@@ -37,6 +43,44 @@ def peer_address(inv: Inventory, host: str, link: FabricLink) -> str:
 
 def netplan_text(inv: Inventory, host: str) -> str:
     return render_template("netplan-fabric.yaml.j2", cluster=inv.cluster.name, host=host, links=inv.hosts[host].fabric)
+
+
+def takeovers(f, devices: list[str]) -> list[tuple[str, dict[str, dict], Optional[str]]]:
+    """Other netplan files that configure these rails: (path, the rails' entries, the file's text
+    without them, None when nothing else is left in it). A file we cannot read as YAML is left
+    alone and reported by the caller."""
+    import yaml
+
+    out = []
+    for path, text in sorted(f.netplan_others.items()):
+        stanzas = network.netplan_stanzas(text, devices)
+        if not stanzas:
+            continue
+        doc = yaml.safe_load(text)
+        eth = doc["network"]["ethernets"]
+        for dev in stanzas:
+            del eth[dev]
+        if not eth:
+            del doc["network"]["ethernets"]
+        left = {k: v for k, v in doc["network"].items() if k not in ("version", "renderer")}
+        rest = None
+        if left:
+            rest = (f"# sparkctl took {', '.join(stanzas)} over ({NETPLAN_PATH}); the original is {path}.bak\n"
+                    + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
+        out.append((path, stanzas, rest))
+    return out
+
+
+def link_local_source(f, device: str) -> Optional[str]:
+    """The other netplan file that asks for IPv4 link-local on this device, if any."""
+    for path, text in sorted(f.netplan_others.items()):
+        try:
+            stanza = network.netplan_stanzas(text, [device]).get(device, {})
+        except ValueError:
+            continue
+        if "ipv4" in [str(x).lower() for x in (stanza.get("link-local") or [])]:
+            return path
+    return None
 
 
 def owner_of(inv: Inventory, ip) -> Optional[str]:
@@ -89,6 +133,10 @@ class FabricStep(Step):
                 if stray != link.address:
                     whose = owner_of(inv, stray.ip)
                     why = f"{whose}'s address" if whose and whose != host else "not in the inventory"
+                    if network.is_link_local(stray):
+                        source = link_local_source(f, link.device)
+                        why = (f"IPv4 link-local from {source}, taken over below" if source else
+                               "IPv4 link-local from outside /etc/netplan: NetworkManager or avahi-autoipd may add it again")
                     dev_changes.append(
                         Change("del-address", f"remove stray {stray} from {link.device} ({why})",
                                {"device": link.device, "address": str(stray)})
@@ -109,6 +157,19 @@ class FabricStep(Step):
                 changes += dev_changes
             else:
                 fine.append(f"{link.address} MTU {link.mtu} already on {link.device}")
+        devices = [link.device for link in inv.hosts[host].fabric]
+        for path in sorted(f.netplan_others):
+            try:
+                network.netplan_stanzas(f.netplan_others[path], devices)
+            except ValueError as exc:
+                return self.blocked(host, f"{path} names a rail but is {exc}: fix or remove it (`netplan generate` on {host}), then rerun `sparkctl up`")
+        for path, stanzas, rest in takeovers(f, devices):
+            what = "; ".join(f"{d}: {network.describe_stanza(st)}" for d, st in stanzas.items())
+            then = "its other devices stay" if rest else "nothing else is left in it, so it is removed"
+            changes.append(
+                Change("take-over", f"take {', '.join(stanzas)} over from {path} ({what}): the original is kept as {path}.bak, {then}",
+                       {"path": path, "text": rest, "devices": list(stanzas)})
+            )  # fmt: skip
         wanted = netplan_text(inv, host)
         if f.netplan != wanted:
             what = "write" if f.netplan is None else "update"
@@ -120,7 +181,7 @@ class FabricStep(Step):
         # an address moved from another rail is also a stray there: remove it once
         unique: dict[tuple, Change] = {}
         for c in changes:
-            unique.setdefault((c.action, c.data.get("device"), c.data.get("address")), c)
+            unique.setdefault((c.action, c.data.get("device"), c.data.get("address"), c.data.get("path")), c)
         # removals first: the right address, added after, becomes the rail's primary (source) address
         return self.changes(host, sorted(unique.values(), key=lambda c: c.action != "del-address"))
 
@@ -131,19 +192,27 @@ class FabricStep(Step):
             for c in plan.changes
             if c.action in IP_COMMANDS
         ]
-        persist = next((c for c in plan.changes if c.action == "persist"), None)
+        files = [c for c in plan.changes if c.action in ("take-over", "persist")]
         if cmds:
             session.run(" && ".join(cmds)).check("fabric configuration")
-        if persist:
-            path = persist.data["path"]
-            q = shlex.quote(path)
-            session.run(f"mkdir -p $(dirname {q}) && if [ -f {q} ]; then cp -p {q} {q}.bak; fi").check("netplan backup")
-            session.put_bytes(persist.data["text"].encode(), path, mode=0o600)
-            # validate the file where netplan exists; never `netplan apply` (it can bounce the management link)
+        if files:
+            # every file we touch is backed up first (a file that did not exist is marked so the undo removes it)
+            undo = []
+            for c in files:
+                q = shlex.quote(c.data["path"])
+                session.run(f"mkdir -p $(dirname {q}) && if [ -f {q} ]; then cp -p {q} {q}.bak; fi").check("netplan backup")
+                undo.append(f"if [ -f {q}.bak ]; then cp -p {q}.bak {q}; else rm -f {q}; fi")
+            for c in files:
+                if c.data["text"] is None:
+                    session.run(f"rm -f {shlex.quote(c.data['path'])}").check("netplan take-over")
+                else:
+                    session.put_bytes(c.data["text"].encode(), c.data["path"], mode=0o600)
+            # validate the files where netplan exists; never `netplan apply` (it can bounce the management link)
             r = session.run("if command -v netplan >/dev/null; then netplan generate; fi")
             if not r.ok:
-                session.run(f"cp -p {q}.bak {q} 2>/dev/null || rm -f {q}")
-                raise HostError(f"{plan.host}: netplan rejected {path}: {r.stdout.strip()} {r.stderr.strip()}"[:500])
+                session.run("; ".join(undo))
+                raise HostError(f"{plan.host}: netplan rejected the fabric files ({', '.join(c.data['path'] for c in files)}), "
+                                f"restored them: {r.stdout.strip()} {r.stderr.strip()}"[:500])
         return "; ".join(c.summary for c in plan.changes)
 
     def verify(self, ctx: RunContext, host: str, changed: bool) -> str:

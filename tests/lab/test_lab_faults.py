@@ -92,7 +92,7 @@ def test_rdma_port_down_keeps_the_netdev_up(lab_faults):
     lab.fault("worker", "rdma-down", "roceP2p1s0f0")
     assert rdma_state(lab, "worker", "roceP2p1s0f0") == "1: DOWN"
     assert "roceP2p1s0f0 port 1 ==> enP2p1s0f0np0 (Up)" in out(lab, "worker", "ibdev2netdev")
-    assert "(DOWN)" in out(lab, "worker", "ibdev2netdev -v | grep roceP2p1s0f0")
+    assert "port 1 (DOWN  ) ==> enP2p1s0f0np0 (Up)" in out(lab, "worker", "ibdev2netdev -v | grep roceP2p1s0f0")  # printf %-6s
     lab.clear_faults()
     assert rdma_state(lab, "worker", "roceP2p1s0f0") == "4: ACTIVE"
 

@@ -51,9 +51,22 @@ def test_nvidia_smi_rejects_unknown_fields_like_the_real_one(lab):
 
 
 def test_ibdev2netdev_maps_each_rdma_device_to_its_netdev(lab):
-    for host, rails in (("head", SPARK_RAILS), ("worker", SPARK_RAILS), ("offload", OFFLOAD_RAILS)):
-        lines = set(sh(lab, host, "ibdev2netdev").splitlines())
-        assert lines == {f"{rdma} port 1 ==> {dev} (Up)" for dev, (rdma, _) in rails.items()}
+    # like a real Spark (NVIDIA's connect-two-sparks README): all four ConnectX-7 functions, in `ls`
+    # order; the one the lab does not cable, enP2p1s0f1np1 (port 1's second twin), is Down
+    for host in ("head", "worker"):
+        assert sh(lab, host, "ibdev2netdev").splitlines() == [
+            "roceP2p1s0f0 port 1 ==> enP2p1s0f0np0 (Up)",
+            "roceP2p1s0f1 port 1 ==> enP2p1s0f1np1 (Down)",
+            "rocep1s0f0 port 1 ==> enp1s0f0np0 (Up)",
+            "rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)",
+        ]
+    lines = set(sh(lab, "offload", "ibdev2netdev").splitlines())
+    assert lines == {f"{rdma} port 1 ==> {dev} (Up)" for dev, (rdma, _) in OFFLOAD_RAILS.items()}
+    # -v: bus id, adapter, firmware and the RDMA port state padded as the script's printf "%-6s" does
+    verbose = sh(lab, "head", "ibdev2netdev -v").splitlines()
+    assert verbose[0].startswith("0002:01:00.0 roceP2p1s0f0 (MT4129 - ") and verbose[0].endswith(
+        "port 1 (ACTIVE) ==> enP2p1s0f0np0 (Up)")
+    assert verbose[1].endswith("port 1 (DOWN  ) ==> enP2p1s0f1np1 (Down)")
 
 
 def test_link_speed_in_ethtool_and_sysfs(lab):

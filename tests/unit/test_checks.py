@@ -137,6 +137,22 @@ def test_nvidia_smi_missing_fails_smi_and_skips_the_rest():
     assert by(r, "gpu.model", W).status == "skipped" and by(r, "gpu.driver", W).status == "skipped"
 
 
+def test_nvidia_smi_failures_keep_the_line_that_names_the_cause():
+    rec = Path(__file__).parent / "recorded" / "nvidia_smi"
+    r = run(edit(sections(), W, "gpus", (rec / "nvml_mismatch.txt").read_text(), rc=18))
+    smi = by(r, "gpu.smi", W)
+    assert smi.message == ("nvidia-smi failed: Failed to initialize NVML: Driver/library version mismatch "
+                           "(NVML library version: 580.173)")
+    assert "reboot worker" in smi.fix and "/proc/driver/nvidia/version" in smi.fix
+    r = run(edit(sections(), W, "gpus", (rec / "no_driver.txt").read_text(), rc=9))
+    smi = by(r, "gpu.smi", W)
+    assert "couldn't communicate with the NVIDIA driver" in smi.message and "lsmod | grep nvidia" in smi.fix
+    # a GPU that dropped off: its handle error is the cause, not the "No devices were found" after it
+    r = run(edit(sections(), W, "gpus", "Unable to determine the device handle for GPU0000:0F:01.0: Unknown Error\n"
+                 "No devices were found\n", rc=15))
+    assert by(r, "gpu.smi", W).status == "fail" and "device handle" in by(r, "gpu.smi", W).message
+
+
 def test_address_missing_wrong_prefix_and_route_leak():
     secs = sections()
     ip = json.loads(secs[W]["ip_addr"]["out"])
@@ -328,19 +344,85 @@ def test_env_fabric_twin_left_out_and_gid_index():
     r = run(secs, inv=inv)
     e = by(r, "env.fabric", H, "sparkctl-head")
     assert e.status == "warn" and "roceP2p1s0f0" in e.message and "twin" in e.message
+
+
+# --- NCCL_IB_GID_INDEX against recorded GID tables (tests/unit/recorded/gids/README.md) ------------------
+
+SHOW_GIDS = (Path(__file__).parent / "recorded" / "gids" / "show_gids_spark.txt").read_text()
+REAL = {"head": "192.168.100.10", "worker": "192.168.100.11"}  # the recorded Spark's rail address, and its peer's
+
+
+def _show_gids(text: str) -> dict[int, tuple[str, str, str]]:
+    """show_gids rows -> {index: (sysfs type, GID, netdev)} (VER v1/v2 is gid_attrs/types' IB/RoCE v1 / RoCE v2)."""
+    rows = {}
+    for line in text.splitlines()[2:]:
+        cols = [c.strip() for c in line.split("\t") if c.strip()]
+        if len(cols) >= 6:
+            rows[int(cols[2])] = ("RoCE v2" if cols[-2] == "v2" else "IB/RoCE v1", cols[3], cols[-1])
+    return rows
+
+
+def _like_recorded(ip: str, netdev: str, mac: str = "4ebb:47ff:fee8:9f39") -> dict[int, tuple[str, str, str]]:
+    """The recorded table's shape for another device: v1/v2 of its fe80 GID, then of its IPv4 GID."""
+    from ipaddress import IPv6Address
+
+    v4 = IPv6Address(f"::ffff:{ip}").exploded
+    fe80 = IPv6Address(f"fe80::{mac}").exploded
+    return {0: ("IB/RoCE v1", fe80, netdev), 1: ("RoCE v2", fe80, netdev), 2: ("IB/RoCE v1", v4, netdev), 3: ("RoCE v2", v4, netdev)}
+
+
+def _gid_case(index: int, head_table=None, worker_table=None, extra_head_addr=None):
+    """Doctor on the lab recording with the recorded Spark's rail (head) and its peer's (worker) at
+    NCCL_IB_GID_INDEX=index; every other device has the same shape of table for its own address."""
     doc = yaml.safe_load((REC / "inventory.yaml").read_text())
-    doc["runtime"]["env"]["NCCL_IB_GID_INDEX"] = "2"
+    doc["runtime"]["env"]["NCCL_IB_GID_INDEX"] = str(index)
+    for h, ip in REAL.items():
+        doc["hosts"][h]["fabric"][0]["address"] = f"{ip}/24"
     inv = Inventory.model_validate(doc)
     secs = sections()
+    for h, ip in REAL.items():
+        _with_addresses(secs, h, RAIL, [f"{ip}/24"] + ([extra_head_addr] if h == H and extra_head_addr else []))
+    tables = {H: head_table or _show_gids(SHOW_GIDS), W: worker_table or _like_recorded(REAL[W], RAIL, "4ebb:47ff:fee8:1234")}
     for h in (H, W, O):
-        devs = [d for link in inv.hosts[h].fabric for d in link.rdma]
-        edit(secs, h, "gid", "".join(f"{d} IB/RoCE v1\n" for d in devs))
-    r = run(secs, inv=inv)
-    assert ("env.gid_index", H, "") in failing(r) and "RoCE v2" in by(r, "env.gid_index", H).fix
-    for h in (H, W, O):
-        devs = [d for link in inv.hosts[h].fabric for d in link.rdma]
-        edit(secs, h, "gid", "".join(f"{d} RoCE v2\n" for d in devs))
-    assert by(run(secs, inv=inv), "env.gid_index", H).status == "ok"
+        lines = []
+        for link in inv.hosts[h].fabric:
+            for d in link.rdma:
+                table = tables[h] if link.device == RAIL and h in tables else _like_recorded(str(link.address.ip), link.device)
+                kind, gid, netdev = table.get(index, ("missing", "0000:0000:0000:0000:0000:0000:0000:0000", ""))
+                lines.append(f"{d} {kind}|{gid}|{netdev}\n")
+        edit(secs, h, "gid", "".join(lines))
+    return by(run(secs, inv=inv), "env.gid_index", H)
+
+
+def test_gid_index_pinned_to_the_rails_roce_v2_ipv4_gid_passes():
+    g = _gid_case(3)
+    assert g.status == "ok" and "GID 3 on rocep1s0f0 is RoCE v2 192.168.100.10 (enp1s0f0np0)" in g.message
+
+
+def test_gid_index_0_of_the_upstream_dspark_examples_works_back_to_back_and_warns_why():
+    g = _gid_case(0)
+    assert g.status == "warn" and "fe80 link-local GID" in g.message and "direct cable" in g.message
+    assert "remove NCCL_IB_GID_INDEX" in g.fix
+    assert _gid_case(1).status == "warn"  # RoCE v2 over fe80: direct cable only
+    g = _gid_case(2)  # RoCE v1 over the rail's IPv4 address
+    assert g.status == "warn" and "RoCE v1 is plain Ethernet" in g.message
+
+
+def test_gid_index_that_cannot_work_fails_with_the_reason():
+    # the RoCE v2 IPv4 GID moved from 3 to 4 on one device and left 3 empty (a field report's drift)
+    drifted = _show_gids(SHOW_GIDS)
+    drifted[4] = drifted.pop(3)
+    g = _gid_case(3, head_table=drifted)
+    assert g.status == "fail" and "GID 3 on rocep1s0f0 is an empty slot" in g.message and "remove NCCL_IB_GID_INDEX" in g.fix
+    # NVIDIA's link-local address came up first: indexes 2 and 3 are its GIDs, ours moved to 4 and 5
+    ll = {**_like_recorded("169.254.41.7", RAIL), **{i + 2: v for i, v in _show_gids(SHOW_GIDS).items() if i >= 2}}
+    g = _gid_case(3, head_table=ll, extra_head_addr="169.254.41.7/16")
+    assert g.status == "fail" and "169.254.41.7, the IPv4 link-local address" in g.message and "sparkctl up" in g.message
+    # RoCE v2 at the head, v1 at the worker for the same index: the two ends cannot connect
+    worker = _like_recorded(REAL[W], RAIL)
+    worker[3] = ("IB/RoCE v1", worker[3][1], RAIL)
+    g = _gid_case(3, worker_table=worker)
+    assert g.status == "fail" and "RoCE v2 on rocep1s0f0 but IB/RoCE v1 on worker's rocep1s0f0" in g.message
 
 
 def test_a_crashing_check_is_one_failure_not_a_traceback(monkeypatch):
@@ -385,6 +467,47 @@ def _with_addresses(secs, host: str, device: str, addrs: list[str]):
                 {"family": "inet", "local": a.split("/")[0], "prefixlen": int(a.split("/")[1]), "scope": "global"} for a in addrs
             ]
     return edit(secs, host, "ip_addr", json.dumps(items))
+
+
+NVIDIA_NETPLAN = (Path(__file__).parent / "recorded" / "netplan" / "40-cx7-link-local.yaml").read_text()
+NVIDIA_STATIC = (Path(__file__).parent / "recorded" / "netplan" / "40-cx7-static-node1.yaml").read_text()
+
+
+def _netplan(secs, host: str, files: dict[str, str]):
+    """The `netplan` probe's answer (facts/network.netplan_probe): each file's path, then its base64."""
+    import base64
+
+    out = "".join(f"@@netplan {p}\n{base64.b64encode(t.encode()).decode()}\n" for p, t in files.items())
+    return edit(secs, host, "netplan", out)
+
+
+def test_fabric_address_warns_of_nvidias_link_local_netplan_and_says_up_takes_the_rail_over():
+    # the healthy worker after NVIDIA's connect-two-sparks option 1: a 169.254.x/16 beside ours.
+    # It works (a person would not call this cluster broken), so doctor warns, naming the file and the fix.
+    secs = _with_addresses(sections(), W, RAIL, ["10.231.100.3/24", "169.254.41.7/16"])
+    r = run(_netplan(secs, W, {"/etc/netplan/40-cx7.yaml": NVIDIA_NETPLAN}))
+    assert failing(r) == set()
+    a = by(r, "fabric.address", W, RAIL)
+    assert a.status == "warn" and "169.254.41.7/16" in a.message and "/etc/netplan/40-cx7.yaml" in a.message
+    assert "takes the rail over from /etc/netplan/40-cx7.yaml" in a.fix and ".bak" in a.fix
+    # the file alone (someone deleted the address by hand): it comes back at the next boot
+    r = run(_netplan(sections(), W, {"/etc/netplan/40-cx7.yaml": NVIDIA_NETPLAN}))
+    a = by(r, "fabric.address", W, RAIL)
+    assert a.status == "warn" and "also configures it (link-local: [ ipv4 ])" in a.message
+    assert by(r, "fabric.address", W, "enP2p1s0f0np0").status == "ok"  # NVIDIA's file does not name this twin
+    # a static address file on the rail: netplan would concatenate its address with ours
+    r = run(_netplan(sections(), H, {"/etc/netplan/40-cx7.yaml": NVIDIA_STATIC}))
+    assert "addresses 192.168.100.10/24" in by(r, "fabric.address", H, RAIL).message
+
+
+def test_fabric_address_link_local_from_outside_netplan_and_in_place_of_ours():
+    r = run(_with_addresses(sections(), W, RAIL, ["10.231.100.3/24", "169.254.41.7/16"]))
+    a = by(r, "fabric.address", W, RAIL)
+    assert a.status == "warn" and "from outside /etc/netplan" in a.message and "returns" in a.fix
+    # only the link-local address, ours missing: the rail cannot carry the cluster's traffic
+    r = run(_with_addresses(sections(), W, RAIL, ["169.254.41.7/16"]))
+    a = by(r, "fabric.address", W, RAIL)
+    assert a.status == "fail" and "has 169.254.41.7/16, not 10.231.100.3/24" in a.message and "IPv4 link-local" in a.message
 
 
 def test_fabric_address_names_a_wrong_a_stray_and_a_peers_duplicate_address():

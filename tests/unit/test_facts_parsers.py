@@ -65,6 +65,30 @@ def test_ibdev2netdev_and_port_state():
     }
 
 
+def test_gid_probe_reads_a_real_sysfs_layout(tmp_path):
+    # the probe's shell over a directory shaped like /sys/class/infiniband/DEV/ports/1 (values of the
+    # recorded Spark table, tests/unit/recorded/gids/); slot 5 empty, as sysfs leaves a hole
+    import subprocess
+
+    port = tmp_path / "rocep1s0f0" / "ports" / "1"
+    for sub in ("gids", "gid_attrs/types", "gid_attrs/ndevs"):
+        (port / sub).mkdir(parents=True)
+    (port / "gids" / "3").write_text("0000:0000:0000:0000:0000:ffff:c0a8:640a\n")
+    (port / "gid_attrs" / "types" / "3").write_text("RoCE v2\n")
+    (port / "gid_attrs" / "ndevs" / "3").write_text("enp1s0f0np0\n")
+    (port / "gids" / "5").write_text("0000:0000:0000:0000:0000:0000:0000:0000\n")
+    for index in ("3", "5"):
+        value = rdma.gid_probe_value(index).replace("/sys/class/infiniband", str(tmp_path))
+        out = subprocess.run(["sh", "-c", f'd=rocep1s0f0; printf "%s %s\\n" "$d" "{value}"'], capture_output=True, text=True).stdout
+        e = rdma.parse_gids(out)["rocep1s0f0"]
+        if index == "3":
+            assert (e.type, str(e.ipv4), e.netdev, e.link_local) == ("RoCE v2", "192.168.100.10", "enp1s0f0np0", False)
+        else:
+            assert (e.type, e.gid) == ("missing", None)
+    fe80 = rdma.parse_gids("rocep1s0f0 IB/RoCE v1|fe80:0000:0000:0000:4ebb:47ff:fee8:9f39|enp1s0f0np0\n")["rocep1s0f0"]
+    assert fe80.link_local and fe80.ipv4 is None and fe80.type == "IB/RoCE v1"
+
+
 def test_system_parsers():
     mem = system.parse_meminfo("MemTotal:       527380000 kB\nMemAvailable:   500000000 kB\nHugePages_Total:       0\n")
     assert mem["MemAvailable"] == 500000000 * 1024 and mem["HugePages_Total"] == 0

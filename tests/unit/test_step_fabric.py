@@ -3,6 +3,7 @@ becomes an operation, and a rail ends with exactly the inventory's address."""
 
 from __future__ import annotations
 
+import base64
 import json
 
 import yaml
@@ -11,6 +12,21 @@ from hostfacts import REC, host_facts, inventory, sec
 from sparkctl.facts.host import NETPLAN_PATH
 from sparkctl.steps.base import RunContext
 from sparkctl.steps.fabric import FabricStep, netplan_text
+
+
+NVIDIA_LINK_LOCAL = (REC / "netplan" / "40-cx7-link-local.yaml").read_text()  # NVIDIA's playbook, verbatim
+NVIDIA_STATIC = (REC / "netplan" / "40-cx7-static-node1.yaml").read_text()
+CX7 = "/etc/netplan/40-cx7.yaml"
+# an IPv4 link-local address as `ip -j addr` shows one (posted `ip addr`: "inet 169.254.152.138/16
+# brd 169.254.255.255 scope link eth0")
+LINK_LOCAL = {"family": "inet", "local": "169.254.41.7", "prefixlen": 16, "broadcast": "169.254.255.255",
+              "scope": "link", "label": "enp1s0f0np0", "valid_life_time": 4294967295, "preferred_life_time": 4294967295}
+
+
+def netplan_section(ours: str | None, others: dict[str, str] | None = None) -> str:
+    """What the `netplan` probe prints (facts/network.netplan_probe): each file's path and base64."""
+    files = ({NETPLAN_PATH: ours} if ours is not None else {}) | (others or {})
+    return "".join(f"@@netplan {p}\n{base64.b64encode(t.encode()).decode()}\n" for p, t in sorted(files.items()))
 
 
 def ip_addr(**overrides) -> str:
@@ -33,9 +49,17 @@ def ip_addr(**overrides) -> str:
     return json.dumps(items)
 
 
-def plan(ip_json: str, netplan: str | None = None, inv=None):
+def with_link_local(ip_json: str, device: str = "enp1s0f0np0") -> str:
+    items = json.loads(ip_json)
+    for it in items:
+        if it["ifname"] == device:
+            it["addr_info"].append(LINK_LOCAL | {"label": device})
+    return json.dumps(items)
+
+
+def plan(ip_json: str, netplan: str | None = None, inv=None, others: dict[str, str] | None = None):
     inv = inv or inventory()
-    f = host_facts(inv, "head", ip_addr=sec(ip_json), netplan=sec(netplan) if netplan else sec("No such file", 1))
+    f = host_facts(inv, "head", ip_addr=sec(ip_json), netplan=sec(netplan_section(netplan, others)))
     ctx = RunContext(inventory=inv, fleet=None, facts={"head": f})
     return FabricStep().plan(ctx)["head"]
 
@@ -104,7 +128,9 @@ def test_address_held_by_a_device_that_is_not_a_rail_is_refused_with_the_fix():
 def test_netplan_file_lists_every_rail_with_mtu():
     doc = yaml.safe_load(netplan_text(inventory(), "worker"))
     eth = doc["network"]["ethernets"]
-    assert eth["enp1s0f0np0"] == {"dhcp4": False, "dhcp6": False, "addresses": ["10.231.100.3/24"], "mtu": 9000}
+    assert eth["enp1s0f0np0"] == {
+        "dhcp4": False, "dhcp6": False, "link-local": ["ipv6"], "addresses": ["10.231.100.3/24"], "mtu": 9000,
+    }
     assert set(eth) == {"enp1s0f0np0", "enP2p1s0f0np0", "enp1s0f1np1"}
 
 
@@ -117,3 +143,65 @@ def test_the_rails_are_proven_by_the_fact_layers_jumbo_ping_on_every_rail():
         "ping -M do -s 8972 -c 1 -W 1 -I enp65s0f0np0 10.231.110.2",
         "ping -M do -s 8972 -c 1 -W 1 -I enp65s0f1np1 10.231.111.3",
     ]
+
+
+# --- NVIDIA's own netplan beside ours: sparkctl takes the rails over ----------------------------------
+
+
+def test_nvidias_link_local_netplan_is_taken_over_and_its_address_removed():
+    # the playbook's 40-cx7.yaml (link-local: [ ipv4 ]) left 169.254.41.7/16 beside our address
+    inv = inventory()
+    p = plan(with_link_local(ip_addr()), netplan_text(inv, "head"), inv, {CX7: NVIDIA_LINK_LOCAL})
+    assert [(c.action, c.data.get("address") or c.data.get("path")) for c in p.changes] == [
+        ("del-address", "169.254.41.7/16"),
+        ("take-over", CX7),
+    ]
+    assert p.changes[0].summary == f"remove stray 169.254.41.7/16 from enp1s0f0np0 (IPv4 link-local from {CX7}, taken over below)"
+    take = p.changes[1]
+    # both of its devices are rails of the lab head: nothing is left, so the file goes (a copy stays)
+    assert take.data == {"path": CX7, "text": None, "devices": ["enp1s0f0np0", "enp1s0f1np1"]}
+    assert "link-local: [ ipv4 ]" in take.summary and f"kept as {CX7}.bak" in take.summary and "removed" in take.summary
+
+
+def test_a_taken_over_file_keeps_its_other_devices_and_the_next_plan_is_empty():
+    # NVIDIA's static option on node 1 names all four CX-7 interfaces; the lab head uses three of them
+    inv = inventory()
+    p = plan(ip_addr(), netplan_text(inv, "head"), inv, {CX7: NVIDIA_STATIC})
+    (take,) = p.changes
+    assert take.action == "take-over" and take.data["devices"] == ["enp1s0f0np0", "enP2p1s0f0np0", "enp1s0f1np1"]
+    rest = yaml.safe_load(take.data["text"])
+    assert rest == {"network": {"version": 2, "ethernets": {"enP2p1s0f1np1": {"addresses": ["192.168.200.16/24"], "dhcp4": False}}}}
+    assert "its other devices stay" in take.summary
+    # after apply the file holds only the device that is not a rail: nothing left to do (idempotent)
+    again = plan(ip_addr(), netplan_text(inv, "head"), inv, {CX7: take.data["text"]})
+    assert again.empty and not again.blocked
+
+
+def test_a_link_local_address_netplan_does_not_explain_is_removed_with_a_warning_in_the_plan():
+    inv = inventory()
+    p = plan(with_link_local(ip_addr()), netplan_text(inv, "head"), inv)
+    assert [c.action for c in p.changes] == ["del-address"]
+    assert "from outside /etc/netplan: NetworkManager or avahi-autoipd may add it again" in p.changes[0].summary
+
+
+def test_a_file_naming_a_rail_that_is_not_yaml_blocks_with_the_fix():
+    inv = inventory()
+    p = plan(ip_addr(), netplan_text(inv, "head"), inv, {CX7: "network:\n  ethernets:\n    enp1s0f0np0: [\n"})
+    assert p.blocked and f"{CX7} names a rail but is not valid YAML" in p.blocked and "netplan generate" in p.blocked
+
+
+def test_the_netplan_probe_reads_ours_and_only_the_files_naming_a_rail(tmp_path):
+    # the probe itself, run by sh over a directory laid out like /etc/netplan
+    import subprocess
+
+    from sparkctl.facts import network
+
+    (tmp_path / "40-cx7.yaml").write_text(NVIDIA_LINK_LOCAL)
+    (tmp_path / "01-network-manager-all.yaml").write_text("network:\n  version: 2\n  renderer: NetworkManager\n")
+    (tmp_path / "40-sparkctl-fabric.yaml").write_text("ours\n")
+    probe = network.netplan_probe(str(tmp_path / "40-sparkctl-fabric.yaml"), ["enp1s0f0np0", "enP2p1s0f0np0"], str(tmp_path))
+    out = subprocess.run(["sh", "-c", probe], capture_output=True, text=True, timeout=10).stdout
+    assert network.parse_netplan_files(out) == {
+        str(tmp_path / "40-cx7.yaml"): NVIDIA_LINK_LOCAL,
+        str(tmp_path / "40-sparkctl-fabric.yaml"): "ours\n",
+    }

@@ -147,10 +147,23 @@ def sync_sys(name: str, operstates: dict[str, str]) -> None:
             gbps = speed(host, n.device, faults, op) // 1000
             _put(port / "rate", f"{gbps} Gb/sec (4X)\n" if gbps > 0 else "Invalid argument\n")
             _put(port / "link_layer", "Ethernet\n")
-            for i, kind in enumerate(("IB/RoCE v1", "RoCE v2", "IB/RoCE v1", "RoCE v2")):
+            # a ConnectX-7 port's table once its netdev has an IPv4 address: v1/v2 of the fe80 GID the
+            # port has from its MAC, then v1/v2 of the IPv4-mapped GID (show_gids on a Spark)
+            for i, (kind, gid) in enumerate(zip(("IB/RoCE v1", "RoCE v2") * 2, [_fe80_gid(r)] * 2 + [_ipv4_gid(n.ip)] * 2)):
                 _put(port / "gid_attrs" / "types" / str(i), kind + "\n")
                 _put(port / "gid_attrs" / "ndevs" / str(i), n.device + "\n")
+                _put(port / "gids" / str(i), gid + "\n")
             _put(sys_root(name) / "infiniband" / r / "node_type", "1: CA\n")
+
+
+def _fe80_gid(rdma: str) -> str:
+    h = hashlib.sha256(f"sparkctl-lab/{rdma}".encode()).hexdigest()
+    return f"fe80:0000:0000:0000:{h[0:4]}:{h[4:6]}ff:fe{h[6:8]}:{h[8:12]}"
+
+
+def _ipv4_gid(ip: str) -> str:
+    a, b, c, d = (int(x) for x in ip.split("."))
+    return f"0000:0000:0000:0000:0000:ffff:{a:02x}{b:02x}:{c:02x}{d:02x}"
 
 
 def host_operstates() -> dict[str, str]:
