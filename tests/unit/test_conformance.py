@@ -94,7 +94,7 @@ def line(row_id: str, *args, process: str = "EngineCore pid=2", level: str = "IN
 
 _PREFIXED = re.compile(r"^(?:\((?P<ray>RayWorkerProc pid=\d+(?:, ip=[\d.]+)?)\) )?\((?P<proc>\w+) pid=\d+\) (?P<level>INFO|WARNING|ERROR) "
                        r"\d\d-\d\d \d\d:\d\d:\d\d \[(?P<where>[\w.]+:\d+)\] (?P<msg>.*)$")
-_PROCESS = {"APIServer": "APIServer", "EngineCore": "EngineCore", "Worker": "Worker_TP"}
+_PROCESS = {"APIServer": "APIServer", "EngineCore": "EngineCore", "Worker": "Worker_TP", "MainProcess": "MainProcess"}
 
 
 def assert_conforms(text: str) -> int:
