@@ -7,6 +7,14 @@ examples/online_serving/run_cluster.sh runs a Ray cluster:
 With `mp` (vLLM's multiprocessing executor, no Ray; engine/arg_utils.py, entrypoints/cli/serve.py):
 - head:    `vllm serve ... --nnodes N --node-rank 0 --master-addr <head fabric ip> --master-port P`
 - worker:  the same line with `--node-rank R --headless` (it hosts rank R, no API server)
+  Start order under mp: vLLM 0.33 needs neither first. Rank 0 (head) hosts torch.distributed's
+  TCPStore on master_addr:master_port and waits for every rank; a headless rank's store client
+  retries connecting until the process-group timeout (parallel_state.py init_distributed_environment,
+  `--distributed-timeout-seconds`, else torch's default). sparkctl still starts the worker first, as
+  under Ray: the head's start (what `up` waits on and reload times warm/cold) then begins with its
+  peer already waiting, and the head answering /health proves every rank joined (its engine cannot
+  finish start-up without them). The head stops first (it drains); a headless rank never exits by
+  itself when the head goes (vllm#32136), so the worker is always stopped with it (one restart group).
 - drafter: (speculative drafter on the offload host, sPLIce shape) `vllm serve <drafter> ...`
 Every container: host networking and IPC, all GPUs, /dev/infiniband, memlock unlimited, the
 NCCL/Gloo/UCX/Ray environment pinned to the fabric, the node's persistent cache volume at the
