@@ -30,6 +30,9 @@ FATAL = [
     # ray_executor_v2.py formats the list of dead ranks: "RayWorkerProc rank=[1] died unexpectedly, ..."
     re.compile(r"RayWorkerProc rank=\[?[\d, ]+\]? died unexpectedly"),
     re.compile(r"Worker proc \S+ died unexpectedly"),
+    # mp: the head's rank 0 lost its collective peer (multiproc_executor.py collective_rpc, pynccl NCCL_CHECK)
+    re.compile(r"Worker failed with error '.*', please check the stack trace above"),
+    re.compile(r"NCCL error: remote process exited or there was a network error"),
     re.compile(r"device-side assert triggered"),
     re.compile(r"vllm serve: error:"),
 ]

@@ -203,6 +203,14 @@ def mp_serve_args(inv: Inventory, master_addr: str, node_rank: int) -> list[str]
     return args + (["--headless"] if node_rank else [])
 
 
+def mp_master(inv: Inventory) -> tuple[str, int]:
+    """Where the mp executor's headless ranks rendezvous: the head's fabric address towards the
+    first worker (render() passes it as --master-addr) and runtime.master_port."""
+    head = inv.hosts_with_role("head")[0]
+    workers = inv.hosts_with_role("worker")
+    return (fabric_ip(inv, head, workers[0]) if workers else inv.hosts[head].ssh.address), inv.runtime.master_port
+
+
 def _model_mounts(inv: Inventory, model_path: Optional[str]) -> list[Mount]:
     mounts = [Mount(source=inv.caches.host_path, target=inv.caches.container_path)]
     if model_path and model_path.startswith("/"):
