@@ -16,6 +16,9 @@ from typing import Optional
 PHASES = [
     (("Ray runtime started", "Started a local Ray instance"), "starting Ray"),
     (("Waiting for creating a placement group",), "waiting for the worker to join"),
+    # each rank's torch.distributed init (parallel_state.py); under mp rank 0 then waits, silent, for the
+    # headless ranks at --master-addr:--master-port
+    (("distributed_init_method=",), "joining the ranks (torch.distributed)"),
     (("Starting to load model", "Loading safetensors checkpoint shards"), "loading weights"),
     (("Directly load the compiled graph",), "compiling (cache hit)"),
     (("Compiling a graph for compile range", "Cache the graph of compile range"), "compiling (cache miss: cold start)"),
