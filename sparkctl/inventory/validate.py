@@ -64,17 +64,17 @@ def _executor(inv: Inventory) -> Iterator[Problem]:
     rt = inv.runtime
     if rt.distributed_executor_backend != "mp":
         return
-    nnodes = len([n for n, h in inv.hosts.items() if h.role in SPARK_ROLES])
+    sparks = [n for n, h in inv.hosts.items() if h.role in SPARK_ROLES]
+    nnodes = len(sparks)  # one `vllm serve` per Spark: --nnodes
     world = rt.tensor_parallel_size  # x pipeline parallel (1) x prefill context parallel (1)
-    path = ("runtime", "distributed_executor_backend")
     if nnodes > 1 and world % nnodes:
         # engine/arg_utils.py create_engine_config
-        yield Problem(path, f"mp runs `--nnodes {nnodes}` (one per Spark) and vLLM 0.33 refuses it: `--nnodes {nnodes}` "
-                            f"must evenly divide the total world size ({world}); set runtime.tensor_parallel_size to a "
-                            f"multiple of {nnodes}")
-    for name in [n for n, h in inv.hosts.items() if h.role in SPARK_ROLES]:
+        yield Problem(("runtime", "distributed_executor_backend"),
+                      f"mp runs `--nnodes {nnodes}` (one per Spark) and vLLM 0.33 refuses it: `--nnodes {nnodes}` must evenly "
+                      f"divide the total world size ({world}); set runtime.tensor_parallel_size to a multiple of {nnodes}")
+    for name in sparks:
         gpu = inv.hosts[name].gpu
-        if nnodes and gpu and world // max(nnodes, 1) > gpu.count:
+        if gpu and world // nnodes > gpu.count:
             yield Problem(("hosts", name, "gpu", "count"), f"is {gpu.count} but mp puts {world // nnodes} rank(s) on every node "
                                                             f"(world size {world} / {nnodes} nodes); each needs its own GPU")
     if rt.master_port == rt.port:
