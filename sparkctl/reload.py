@@ -44,6 +44,10 @@ COMPILE_FIELDS = (
     "runtime.tensor_parallel_size", "runtime.max_num_seqs", "runtime.max_num_batched_tokens",
     "runtime.moe_backend", "runtime.moe_quantization", "runtime.speculative",
 )  # fmt: skip
+# Deliberately absent: runtime.distributed_executor_backend and runtime.master_port. vLLM 0.33's
+# ParallelConfig.compute_hash ignores the executor and the multi-node launch (master_addr/port,
+# nnodes, node_rank), envs.compile_factors ignores VLLM_HOST_IP, and each rank keeps its
+# rank_<r>_0 directory on the same node: switching ray <-> mp restarts the engine warm.
 COMPILE_ENV = re.compile(r"^runtime\.env\.VLLM_")
 # phases a reload journals, and the playbook steps each one covers
 PHASES = {

@@ -27,10 +27,12 @@ BY_CAUSE = {
     ("runtime.engine", "device_assert"): "engine-crash",
     ("runtime.engine", "engine_fatal"): "engine-crash",
     ("runtime.engine", "worker_died"): "worker-lost",
+    ("runtime.engine", "peer_lost"): "worker-lost",
 }
 # checks that see the symptom of a failure whose runbook is named after the failure
 BY_CHECK = {
     "runtime.containers": "runtime-down",
+    "runtime.peer": "worker-lost",
     "runtime.health": "runtime-down",
     "runtime.metrics": "kv-cache-full",  # it warns only on a nearly full KV pool
     "runtime.kv_pool": "kv-cache-full",

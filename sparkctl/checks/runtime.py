@@ -14,7 +14,7 @@ from sparkctl.checks.host import runtime_hosts
 from sparkctl.facts.logs import MARLIN_BACKENDS, MOE_BACKEND_NAMES, QUANT_WORD, expected_moe_names
 from sparkctl.runtime.metrics import KV_USAGE, RUNNING, TTFT, WAITING, quantile_between
 
-READS = frozenset({"containers", "logs", "drafter_health", "applied"})
+READS = frozenset({"containers", "logs", "drafter_health", "master_port", "applied"})
 
 NOT_RUNNING = "runtime not running (`sparkctl up` starts it)"
 NOT_SERVING = "the API is not serving (see runtime.health)"
@@ -280,11 +280,14 @@ _FATAL_FIX = {
     "device_assert": "a CUDA device-side assert: seed 002 hits it under concurrent long-context requests; lower "
     "max_num_seqs or max_model_len, then `sparkctl up`",
     "engine_fatal": "the engine core died: read the traceback above the line (`docker logs --tail 200 {name}`), then `sparkctl up`",
-    "worker_died": "a Ray worker died: check the worker (its container log, `sparkctl doctor --only fabric,gpu`), then `sparkctl up`",
+    "worker_died": "a worker rank died (Ray's RayWorkerProc, or under mp the node's VllmWorker-<rank> process): check the "
+    "worker (its container log, `sparkctl doctor --only fabric,gpu`), then `sparkctl up`",
+    "peer_lost": "mp: the head's collective with the worker's rank failed (the rank is gone or the fabric dropped it): "
+    "see runtime.peer on the worker and `sparkctl doctor --only fabric`, then `sparkctl up`",
 }
 
 
-@runtime_check("runtime.engine", "the logs show none of the known fatal signs (EngineCore fatal, device-side assert, lost Ray worker)", scope=runtime_hosts)
+@runtime_check("runtime.engine", "the logs show none of the known fatal signs (EngineCore fatal, device-side assert, lost Ray or mp worker)", scope=runtime_hosts)
 def engine(ctx: Context, host: str, f):
     logged_by = [(c, f.logs[c.id]) for c in f.containers or [] if f.logs.get(c.id) is not None]
     if not logged_by:
@@ -295,6 +298,44 @@ def engine(ctx: Context, host: str, f):
             yield fail(f"{c.name}: {line[-200:]}", _FATAL_FIX[kind].format(name=c.name), c.name, sign=kind)
         if not logs.signs:
             yield ok(f"{c.name}: no fatal sign in its log", c.name)
+
+
+def worker_hosts(ctx: Context) -> list[str]:
+    return [h for h in ctx.inventory.hosts_with_role("worker") if h in ctx.hosts]
+
+
+@runtime_check("runtime.peer", "mp: each headless worker runs, joined this head's rendezvous and reaches its master port "
+               "over the fabric", scope=worker_hosts)
+def peer(ctx: Context, host: str, f):
+    """What replaces Ray's own view of its nodes under mp: vLLM 0.33's head watches only its own worker
+    processes (multiproc_executor.py start_worker_monitor), so an idle head answers /health 200 with
+    its peer gone, and dies only at the next request."""
+    from sparkctl.runtime.launch import mp_master
+
+    if ctx.inventory.runtime.distributed_executor_backend != "mp":
+        return skipped("ray: the Ray executor watches its workers itself (runtime.engine names a lost one)")
+    ip, port = mp_master(ctx.inventory)
+    master = f"{ip}:{port}"
+    c = next((c for c in f.containers or [] if c.role == "worker"), None)
+    logs = f.logs.get(c.id) if c else None
+    fix = "`sparkctl up` restarts head and worker together (vLLM has no partial restart; a headless rank never rejoins)"
+    if c is None:
+        return fail(f"no sparkctl-worker on {host}: the head's engine has no peer for its rank(s) on this node", fix)
+    if not c.running:
+        died = logs.worker_died[:1] if logs else []
+        why = f"; its log: {died[0][-160:]}" if died else ""
+        return fail(f"{c.name} is {c.status} (exit code {c.exit_code}){why}. Under mp the head is not told: it dies at its "
+                    "next request (500, then /health 503)", f"read `docker logs --tail 100 {c.name}` on {host}; {fix}", c.name)
+    if logs is None or logs.headless_master is None:
+        return fail(f"{c.name} runs but its log has no `headless multiproc executor` launch line: it is no headless mp node",
+                    f"`sparkctl render` shows the worker's line; {fix}", c.name)
+    if logs.headless_master != master:
+        return fail(f"{c.name} joined the head at {logs.headless_master}, not this inventory's {master}", fix, c.name)
+    if f.master_port == "closed":
+        return fail(f"the head's rendezvous {master} refuses connections from {host} over the fabric",
+                    "is sparkctl-head running? then `sparkctl doctor --only fabric` (the rail to the head)", c.name)
+    reach = ", reachable over the fabric" if f.master_port == "open" else ""
+    return ok(f"{c.name}: headless rank(s) joined tcp://{master}{reach}", c.name)
 
 
 def drafter_host(ctx: Context) -> list[str]:

@@ -21,6 +21,8 @@ def render(inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
             c["docker_run"] = redact(spec.docker_run())
         print_json(doc)
         return
+    import shlex
+
     from rich.markup import escape
 
     c = console()
@@ -28,7 +30,9 @@ def render(inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
     for spec in plan.containers:
         env = redact_obj(spec.env)
         c.print(f"\n[bold]{spec.host}[/] ({spec.role}): container {spec.name}, image {spec.image}")
-        c.print("  command: " + escape(redact(" ".join(spec.command) if spec.command[0] != "/bin/sh" else spec.command[2])), soft_wrap=True)
+        # as a shell reads it (the mp lines carry the speculative config's JSON)
+        line = shlex.join(spec.command) if spec.command[0] != "/bin/sh" else spec.command[2]
+        c.print("  command: " + escape(redact(line)), soft_wrap=True)
         c.print("  env: " + escape(" ".join(f"{k}={v}" for k, v in env.items())), soft_wrap=True)
         c.print("  mounts: " + ", ".join(f"{m.source}:{m.target}{':ro' if m.read_only else ''}" for m in spec.mounts), soft_wrap=True)
         c.print(f"  devices: {', '.join(spec.devices) or '-'}  gpus: {spec.gpus}  network: {spec.network_mode}  ipc: {spec.ipc_mode}")

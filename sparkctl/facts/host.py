@@ -31,11 +31,11 @@ from sparkctl.transport.redact import redact
 KINDS = (
     "clock", "whoami", "ip_addr", "speeds", "rdma_state", "ibdev2netdev", "route", "ping", "gpus",
     "gpu_apps", "meminfo", "disk", "memlock", "logind", "image", "containers", "logs", "cache",
-    "engram", "engram_hashes", "engram_rehash", "engram_source_hashes", "drafter_health", "applied", "gid", "netplan",
-    "health", "journal", "events", "history", "lock",
+    "engram", "engram_hashes", "engram_rehash", "engram_source_hashes", "drafter_health", "master_port", "applied", "gid",
+    "netplan", "health", "journal", "events", "history", "lock",
 )
 # waiting, not working: run these concurrently inside the host's script
-BACKGROUND_KINDS = {"ping", "route", "gpus", "gpu_apps", "disk", "image", "containers", "logs", "drafter_health",
+BACKGROUND_KINDS = {"ping", "route", "gpus", "gpu_apps", "disk", "image", "containers", "logs", "drafter_health", "master_port",
                     "engram_hashes", "engram_rehash", "engram_source_hashes"}
 
 GPU_APPS_SPLIT = "@@cgroups"
@@ -170,6 +170,12 @@ def probes_for(inv: Inventory, host: str, kinds: Optional[Iterable[str]] = None)
             f"if command -v curl >/dev/null; then curl -s -o /dev/null -w '%{{http_code}}' --max-time 3 {url}; "
             f"else wget -q -T 3 -O /dev/null {url} && echo 200; fi",
         )
+    if inv.runtime.distributed_executor_backend == "mp" and h.role == "worker":
+        # mp: this worker's headless ranks reach the head's rendezvous over the fabric (never the management net)
+        from sparkctl.runtime.launch import mp_master
+
+        ip, port = mp_master(inv)
+        add("master_port", f"if timeout 3 bash -c 'exec 3<>/dev/tcp/{ip}/{port}' 2>/dev/null; then echo open; else echo closed; fi")
     return probes
 
 
@@ -215,6 +221,7 @@ class HostFacts:
     cache: Optional[caches.CacheFacts] = None
     engram: Optional[engram.EngramFacts] = None
     drafter_health: Optional[int] = None
+    master_port: Optional[str] = None  # mp workers: "open" / "closed", the head's rendezvous port seen from here
     applied: Optional[dict] = None  # the head's record of the last `sparkctl up` (whole applied.json)
     journal: Optional[dict] = None  # a reload in progress (or interrupted): state.JOURNAL
     events: list[dict] = field(default_factory=list)  # applied configs, reloads, rollbacks: state.EVENTS
@@ -316,6 +323,8 @@ def _read(f: HostFacts, kind: str, i: int, sec: Section, refs: list[str], clock_
             if not sec.ok:
                 f.errors["engram_source_hashes"] = _last_line(sec)
             f.engram_source_hashes = engram.parse_sums(out) if sec.ok else None
+        case "master_port":
+            f.master_port = out.strip() if out.strip() in ("open", "closed") else None
         case "drafter_health":
             code = out.strip()
             f.drafter_health = int(code) if code.isdigit() and int(code) > 0 else None

@@ -27,6 +27,10 @@ KINDS = {
     "engine_fatal": "enginecore encountered a fatal error",
     "engine_start": "enginecore failed to start",
     "worker_died": "died unexpectedly",
+    # mp: the head's collective with a lost headless rank (pynccl's "NCCL error: " + ncclRemoteError's text)
+    "peer_lost": "remote process exited or there was a network error",
+    # mp: a headless node's launch line, naming the head it joins
+    "headless": "headless multiproc executor, with head node address",
     "kv_pool": "kv cache size:",
     "ready": "starting vllm server",
 }
@@ -128,7 +132,8 @@ _BACKEND = re.compile(r"Using '([\w-]+)' (\w+) MoE backend")
 _COMPILE_SECONDS = re.compile(r"(?:took|takes) ([\d.]+) s")
 
 # Fatal signs, most causal first: a CUDA assert kills the worker, a dead worker kills the engine.
-FATAL_KINDS = ("device_assert", "worker_died", "engine_fatal")
+FATAL_KINDS = ("device_assert", "worker_died", "peer_lost", "engine_fatal")
+_HEADLESS = re.compile(r"with head node address (\S+) for torch\.distributed")
 
 
 @dataclass
@@ -150,6 +155,8 @@ class LogFacts:
     device_assert: list[str] = field(default_factory=list)
     engine_fatal: list[str] = field(default_factory=list)
     worker_died: list[str] = field(default_factory=list)
+    peer_lost: list[str] = field(default_factory=list)
+    headless_master: Optional[str] = None  # mp: the head node address a headless node's launch line names
 
     @property
     def signs(self) -> list[tuple[str, str]]:
@@ -158,7 +165,7 @@ class LogFacts:
 
     @property
     def fatal(self) -> list[str]:
-        return self.device_assert + self.worker_died + self.engine_fatal
+        return self.device_assert + self.worker_died + self.peer_lost + self.engine_fatal
 
 
 def parse_scan(text: str) -> dict[str, LogFacts]:
@@ -203,3 +210,7 @@ def classify(facts: LogFacts, line: str) -> None:
         facts.engine_fatal.append(line.strip())
     if KINDS["worker_died"] in low:
         facts.worker_died.append(line.strip())
+    if KINDS["peer_lost"] in low:
+        facts.peer_lost.append(line.strip())
+    if m := _HEADLESS.search(line):
+        facts.headless_master = m.group(1)

@@ -223,7 +223,18 @@ class Runtime(Model):
     port: int = Field(8000, ge=1, le=65535, description="API port on the head (--port).")
     tensor_parallel_size: int = Field(2, ge=1, description="One rank per Spark (--tensor-parallel-size).")
     distributed_executor_backend: Literal["ray", "mp"] = Field(
-        "ray", description="Multi-node executor (--distributed-executor-backend)."
+        "ray",
+        description="Multi-node executor (--distributed-executor-backend). ray: a Ray cluster (`ray start` on every "
+        "node, `vllm serve` on the head), as vLLM's run_cluster.sh. mp: no Ray; vLLM's multiprocessing executor, "
+        "`vllm serve ... --nnodes N --node-rank 0 --master-addr <head fabric ip> --master-port P` on the head and "
+        "the same with `--node-rank R --headless` on each worker (docs/inventory.md says when to pick which).",
+    )
+    master_port: int = Field(
+        29501,
+        ge=1,
+        le=65535,
+        description="mp only (--master-port): the head's torch.distributed rendezvous port on its fabric address, "
+        "which the headless workers connect to (vLLM's default 29501).",
     )
     kv_cache_dtype: str = Field("auto", min_length=1, description="KV cache dtype (--kv-cache-dtype), e.g. fp8_ds_mla, nvfp4_ds_mla.")
     block_size: int = Field(16, ge=1, description="KV cache block size in tokens (--block-size).")

@@ -22,7 +22,7 @@ PER_NODE_ENV = ("VLLM_HOST_IP", "RAY_NODE_IP_ADDRESS", "RAY_OVERRIDE_NODE_IP_ADD
 
 def check_inventory(inv: Inventory) -> list[Problem]:
     """Every cross-field problem (errors and warnings), in file order as far as possible."""
-    rules = (_roles, _tensor_parallel, _fabric, _addresses, _runtime, _speculative, _engram)
+    rules = (_roles, _tensor_parallel, _executor, _fabric, _addresses, _runtime, _speculative, _engram)
     return [p for rule in rules for p in rule(inv)]
 
 
@@ -57,6 +57,29 @@ def _tensor_parallel(inv: Inventory) -> Iterator[Problem]:
             f"is {tp} but the inventory has {len(sparks)} Sparks (head + workers: {', '.join(sparks)}); "
             f"with one GB10 each, tensor parallel size must equal the number of Sparks ({len(sparks)})",
         )
+
+
+def _executor(inv: Inventory) -> Iterator[Problem]:
+    """What vLLM 0.33 refuses of the mp executor's multi-node launch, before any host is touched."""
+    rt = inv.runtime
+    if rt.distributed_executor_backend != "mp":
+        return
+    sparks = [n for n, h in inv.hosts.items() if h.role in SPARK_ROLES]
+    nnodes = len(sparks)  # one `vllm serve` per Spark: --nnodes
+    world = rt.tensor_parallel_size  # x pipeline parallel (1) x prefill context parallel (1)
+    if nnodes > 1 and world % nnodes:
+        # engine/arg_utils.py create_engine_config
+        yield Problem(("runtime", "distributed_executor_backend"),
+                      f"mp runs `--nnodes {nnodes}` (one per Spark) and vLLM 0.33 refuses it: `--nnodes {nnodes}` must evenly "
+                      f"divide the total world size ({world}); set runtime.tensor_parallel_size to a multiple of {nnodes}")
+    for name in sparks:
+        gpu = inv.hosts[name].gpu
+        if gpu and world // nnodes > gpu.count:
+            yield Problem(("hosts", name, "gpu", "count"), f"is {gpu.count} but mp puts {world // nnodes} rank(s) on every node "
+                                                            f"(world size {world} / {nnodes} nodes); each needs its own GPU")
+    if rt.master_port == rt.port:
+        yield Problem(("runtime", "master_port"), f"is the API port ({rt.port}) too; the head binds both (the rendezvous "
+                                                  "on its fabric address, the API on 0.0.0.0): pick another, e.g. 29501")
 
 
 # --- fabric ----------------------------------------------------------------------------------

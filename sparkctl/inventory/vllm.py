@@ -53,6 +53,7 @@ RUNTIME_FLAGS: dict[str, str] = {
     "port": "--port",
     "tensor_parallel_size": "--tensor-parallel-size",
     "distributed_executor_backend": "--distributed-executor-backend",
+    "master_port": "--master-port (mp only, with --nnodes/--node-rank/--master-addr)",
     "kv_cache_dtype": "--kv-cache-dtype",
     "block_size": "--block-size",
     "gpu_memory_utilization": "--gpu-memory-utilization",

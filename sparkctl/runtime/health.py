@@ -16,6 +16,9 @@ from typing import Optional
 PHASES = [
     (("Ray runtime started", "Started a local Ray instance"), "starting Ray"),
     (("Waiting for creating a placement group",), "waiting for the worker to join"),
+    # each rank's torch.distributed init (parallel_state.py); under mp rank 0 then waits, silent, for the
+    # headless ranks at --master-addr:--master-port
+    (("distributed_init_method=",), "joining the ranks (torch.distributed)"),
     (("Starting to load model", "Loading safetensors checkpoint shards"), "loading weights"),
     (("Directly load the compiled graph",), "compiling (cache hit)"),
     (("Compiling a graph for compile range", "Cache the graph of compile range"), "compiling (cache miss: cold start)"),
@@ -30,6 +33,9 @@ FATAL = [
     # ray_executor_v2.py formats the list of dead ranks: "RayWorkerProc rank=[1] died unexpectedly, ..."
     re.compile(r"RayWorkerProc rank=\[?[\d, ]+\]? died unexpectedly"),
     re.compile(r"Worker proc \S+ died unexpectedly"),
+    # mp: the head's rank 0 lost its collective peer (multiproc_executor.py collective_rpc, pynccl NCCL_CHECK)
+    re.compile(r"Worker failed with error '.*', please check the stack trace above"),
+    re.compile(r"NCCL error: remote process exited or there was a network error"),
     re.compile(r"device-side assert triggered"),
     re.compile(r"vllm serve: error:"),
 ]

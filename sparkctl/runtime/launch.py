@@ -1,8 +1,20 @@
 """The launch of every host, rendered from the inventory alone (pure: no host is touched).
 
-One container per node, as vLLM's examples/online_serving/run_cluster.sh runs a Ray cluster:
+One container per node. With `distributed_executor_backend: ray`, as vLLM's
+examples/online_serving/run_cluster.sh runs a Ray cluster:
 - head:    `ray start --head --node-ip-address=<fabric ip> --port=6379`, then `vllm serve ...`
 - worker:  `ray start --block --address=<head fabric ip>:6379 --node-ip-address=<own fabric ip>`
+With `mp` (vLLM's multiprocessing executor, no Ray; engine/arg_utils.py, entrypoints/cli/serve.py):
+- head:    `vllm serve ... --nnodes N --node-rank 0 --master-addr <head fabric ip> --master-port P`
+- worker:  the same line with `--node-rank R --headless` (it hosts rank R, no API server)
+  Start order under mp: vLLM 0.33 needs neither first. Rank 0 (head) hosts torch.distributed's
+  TCPStore on master_addr:master_port and waits for every rank; a headless rank's store client
+  retries connecting until the process-group timeout (parallel_state.py init_distributed_environment,
+  `--distributed-timeout-seconds`, else torch's default). sparkctl still starts the worker first, as
+  under Ray: the head's start (what `up` waits on and reload times warm/cold) then begins with its
+  peer already waiting, and the head answering /health proves every rank joined (its engine cannot
+  finish start-up without them). The head stops first (it drains); a headless rank never exits by
+  itself when the head goes (vllm#32136), so the worker is always stopped with it (one restart group).
 - drafter: (speculative drafter on the offload host, sPLIce shape) `vllm serve <drafter> ...`
 Every container: host networking and IPC, all GPUs, /dev/infiniband, memlock unlimited, the
 NCCL/Gloo/UCX/Ray environment pinned to the fabric, the node's persistent cache volume at the
@@ -179,6 +191,26 @@ def vllm_serve_args(inv: Inventory) -> list[str]:
     return args
 
 
+def mp_serve_args(inv: Inventory, master_addr: str, node_rank: int) -> list[str]:
+    """The `vllm serve` line of node `node_rank` under the mp executor: the main model's line plus
+    vLLM's multi-node flags (config/parallel.py nnodes, node_rank, master_addr, master_port);
+    every rank but 0 runs `--headless` (entrypoints/cli/serve.py run_headless: no API server)."""
+    nnodes = 1 + len(inv.hosts_with_role("worker"))
+    args = vllm_serve_args(inv)
+    if nnodes > 1:
+        args += ["--nnodes", str(nnodes), "--node-rank", str(node_rank),
+                 "--master-addr", master_addr, "--master-port", str(inv.runtime.master_port)]  # fmt: skip
+    return args + (["--headless"] if node_rank else [])
+
+
+def mp_master(inv: Inventory) -> tuple[str, int]:
+    """Where the mp executor's headless ranks rendezvous: the head's fabric address towards the
+    first worker (render() passes it as --master-addr) and runtime.master_port."""
+    head = inv.hosts_with_role("head")[0]
+    workers = inv.hosts_with_role("worker")
+    return (fabric_ip(inv, head, workers[0]) if workers else inv.hosts[head].ssh.address), inv.runtime.master_port
+
+
 def _model_mounts(inv: Inventory, model_path: Optional[str]) -> list[Mount]:
     mounts = [Mount(source=inv.caches.host_path, target=inv.caches.container_path)]
     if model_path and model_path.startswith("/"):
@@ -236,16 +268,27 @@ def _render(inv: Inventory) -> LaunchPlan:
         gpus = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, range(draft_tp)))}
         image = spec.drafter_image or r.image
         nodes.append(node(d, "drafter", image, draft_cmd, {**fabric_env(inv, d, head), **gpus}, spec.model))
-    for w in workers:
-        w_ip = fabric_ip(inv, w, head)
-        ray_cmd = ["ray", "start", "--block", f"--address={head_ip}:{RAY_PORT}", f"--node-ip-address={w_ip}"]
-        nodes.append(node(w, "worker", r.image, ray_cmd, fabric_env(inv, w, head), r.model))
-    head_cmd = (
-        f"ray start --head --node-ip-address={head_ip} --port={RAY_PORT} && exec "
-        + shlex.join(vllm_serve_args(inv))
-    )
     head_env = {**(fabric_env(inv, head, workers[0]) if workers else {}), **drafter_env}
-    nodes.append(node(head, "head", r.image, ["/bin/sh", "-c", head_cmd], head_env, r.model))
+    if r.distributed_executor_backend == "mp":
+        # Every node runs the same `vllm serve` line (each builds the whole engine config); the head
+        # hosts rank 0 and the rendezvous on its fabric address, each worker is headless. No Ray, so
+        # no RAY_* (the drafter keeps its env: switching executors leaves it running).
+        def no_ray(env: dict) -> dict:
+            return {k: v for k, v in env.items() if not k.startswith("RAY_")}
+
+        for rank, w in enumerate(workers, start=1):
+            nodes.append(node(w, "worker", r.image, mp_serve_args(inv, head_ip, rank), no_ray(fabric_env(inv, w, head)), r.model))
+        nodes.append(node(head, "head", r.image, mp_serve_args(inv, head_ip, 0), no_ray(head_env), r.model))
+    else:
+        for w in workers:
+            w_ip = fabric_ip(inv, w, head)
+            ray_cmd = ["ray", "start", "--block", f"--address={head_ip}:{RAY_PORT}", f"--node-ip-address={w_ip}"]
+            nodes.append(node(w, "worker", r.image, ray_cmd, fabric_env(inv, w, head), r.model))
+        head_cmd = (
+            f"ray start --head --node-ip-address={head_ip} --port={RAY_PORT} && exec "
+            + shlex.join(vllm_serve_args(inv))
+        )
+        nodes.append(node(head, "head", r.image, ["/bin/sh", "-c", head_cmd], head_env, r.model))
 
     config_hash = _hash({"cluster": inv.cluster.name, "nodes": nodes, "stop_timeout": stop_timeout})
     group_hashes = {

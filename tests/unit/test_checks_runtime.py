@@ -65,7 +65,9 @@ def test_runtime_up_and_healthy():
     r = run(running(), endpoint=endpoint())
     assert failing(r) == set()
     runtime = [x for x in r if x.group == "runtime"]
-    assert runtime and all(x.status == "ok" for x in runtime), [x for x in runtime if x.status != "ok"]
+    # runtime.peer is the mp executor's: under ray it does not apply
+    applies = [x for x in runtime if not (x.name == "runtime.peer" and x.status == "skipped" and x.message.startswith("ray:"))]
+    assert applies and all(x.status == "ok" for x in applies), [x for x in applies if x.status != "ok"]
     m = by(r, "runtime.metrics", H)
     assert "2 running, 0 waiting" in m.message and "KV cache 31% used" in m.message
     # one unit per name: vllm bench serve's (rate in percent of draft tokens, length in tokens per step)
@@ -337,3 +339,82 @@ def test_ttft_warns_on_a_slow_first_token_now_and_names_the_runbook():
     idle = by(run(running(), endpoint=windowed([0.01] * 3, [])), "runtime.ttft", H)
     assert idle.status == "ok" and "no request got its first token" in idle.message
     assert by(run(running(), endpoint=endpoint()), "runtime.ttft", H).status == "ok"  # one page: nothing to compare
+
+
+# ---- the mp executor: what replaces Ray's own view of its workers ---------------------------------
+
+MP_INV = INV.model_copy(update={"runtime": INV.runtime.model_copy(update={"distributed_executor_backend": "mp"})})
+MP_PLAN = render(MP_INV)
+MASTER = "10.231.100.2:29501"
+MP_HEAD_LOG = [line("dp_leader", 0, 0, "10.231.100.2", "10.231.100.2", 2, 1),
+               line("moe_nvfp4", "FLASHINFER_B12X", ["FLASHINFER_TRTLLM", "MARLIN"], process="Worker_TP0 pid=79"),
+               line("kv_size", "GPU", "1,930,112", "327,680", 5.89), line("serving", "http://0.0.0.0:8888", process="APIServer pid=1")]
+MP_WORKER_LOG = [line("mp_headless", "0.33.0", MASTER, process="MainProcess pid=1"),
+                 line("dist_init", 2, 1, 0, f"tcp://{MASTER}", "nccl", process="Worker_TP1 pid=40")]
+MP_WORKER_DIED = MP_WORKER_LOG + [line("mp_headless_worker_died", "VllmWorker-1", -9, process="MainProcess pid=1", level="ERROR")]
+
+
+def mp_running(worker_log=MP_WORKER_LOG, worker_status="running", master_port="open"):
+    secs = sections()
+    for host in (H, W, O):
+        items, scan = [], ""
+        for spec in MP_PLAN.for_host(host):
+            st = worker_status if spec.role == "worker" else "running"
+            c = container(spec, status=st, exit_code=0, image_id=secs[host]["image.0"]["out"].strip())
+            items.append(c)
+            log = {"head": MP_HEAD_LOG, "worker": worker_log}.get(spec.role, [])
+            scan += f"@@ctr {c['Id']}\n" + "".join(x + "\n" for x in log)
+        edit(secs, host, "containers", json.dumps(items))
+        edit(secs, host, "logs", scan)
+    edit(secs, W, "master_port", master_port)
+    edit(secs, O, "drafter_health", "200")
+    return secs
+
+
+def test_mp_a_joined_headless_worker_is_ok_and_ray_skips_the_check():
+    r = run(mp_running(), inv=MP_INV, endpoint=endpoint())
+    peer = by(r, "runtime.peer", W)
+    assert peer.status == "ok" and f"joined tcp://{MASTER}, reachable over the fabric" in peer.message
+    assert failing(r) == set()
+    assert by(run(running(), endpoint=endpoint()), "runtime.peer", W).status == "skipped"
+
+
+def test_mp_a_killed_worker_rank_is_named_with_the_runbook_while_the_idle_head_still_answers_200():
+    r = run(mp_running(MP_WORKER_DIED, worker_status="exited"), inv=MP_INV, endpoint=endpoint(health=200))
+    peer = by(r, "runtime.peer", W)
+    assert peer.status == "fail" and "Worker proc VllmWorker-1 died unexpectedly (exit code: -9)" in peer.message
+    assert "it dies at its next request" in peer.message
+    assert runbooks.for_result(peer) == "docs/runbooks/worker-lost.md"
+    engine = by(r, "runtime.engine", W)
+    assert engine.status == "fail" and runbooks.for_result(engine) == "docs/runbooks/worker-lost.md"
+    assert by(r, "runtime.health", H).status == "ok"
+
+
+def test_mp_a_closed_master_port_or_another_head_fails_the_peer():
+    closed = by(run(mp_running(master_port="closed"), inv=MP_INV, endpoint=endpoint()), "runtime.peer", W)
+    assert closed.status == "fail" and f"rendezvous {MASTER} refuses connections from {W} over the fabric" in closed.message
+    other = [line("mp_headless", "0.33.0", "10.0.0.9:29501", process="MainProcess pid=1")]
+    wrong = by(run(mp_running(other), inv=MP_INV, endpoint=endpoint()), "runtime.peer", W)
+    assert wrong.status == "fail" and "joined the head at 10.0.0.9:29501" in wrong.message
+
+
+def test_mp_the_heads_lost_peer_is_a_fatal_sign_in_the_executors_words():
+    nccl = "NCCL error: remote process exited or there was a network error"
+    dead = MP_HEAD_LOG + [
+        line("mp_rank_exception", process="Worker_TP0 pid=79", level="ERROR"),
+        f"(Worker_TP0 pid=79) ERROR 12-01 01:00:00 [multiproc_executor.py:1189] RuntimeError: {nccl}",
+        line("fatal", level="ERROR"),
+        f"(EngineCore pid=2) ERROR 12-01 01:00:00 [core.py:1586] RuntimeError: Worker failed with error '{nccl}', "
+        "please check the stack trace above for the root cause",
+    ]
+    secs = mp_running()
+    cid = json.loads(secs[H]["containers"]["out"])[0]["Id"]
+    edit(secs, H, "logs", f"@@ctr {cid}\n" + "".join(x + "\n" for x in dead))
+    r = run(secs, inv=MP_INV, endpoint=endpoint(health=503))
+    signs = [x.data.get("sign") for x in r if x.name == "runtime.engine" and x.host == H and x.status == "fail"]
+    assert signs == ["peer_lost", "engine_fatal"]
+    peer = next(x for x in r if x.name == "runtime.engine" and x.host == H and x.data.get("sign") == "peer_lost")
+    assert runbooks.for_result(peer) == "docs/runbooks/worker-lost.md"
+    from sparkctl.runtime import health
+
+    assert health.fatal_line("\n".join(dead[-1:])) and health.fatal_line(dead[-3])

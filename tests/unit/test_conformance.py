@@ -94,7 +94,7 @@ def line(row_id: str, *args, process: str = "EngineCore pid=2", level: str = "IN
 
 _PREFIXED = re.compile(r"^(?:\((?P<ray>RayWorkerProc pid=\d+(?:, ip=[\d.]+)?)\) )?\((?P<proc>\w+) pid=\d+\) (?P<level>INFO|WARNING|ERROR) "
                        r"\d\d-\d\d \d\d:\d\d:\d\d \[(?P<where>[\w.]+:\d+)\] (?P<msg>.*)$")
-_PROCESS = {"APIServer": "APIServer", "EngineCore": "EngineCore", "Worker": "Worker_TP"}
+_PROCESS = {"APIServer": "APIServer", "EngineCore": "EngineCore", "Worker": "Worker_TP", "MainProcess": "MainProcess"}
 
 
 def assert_conforms(text: str) -> int:
@@ -343,3 +343,10 @@ def test_sparkctl_reads_no_line_the_table_lacks():
 
     for name in (m.RUNNING, m.WAITING, m.KV_USAGE, m.CACHE_INFO, m.GENERATION_TOKENS, m.PROMPT_TOKENS, m.PREEMPTIONS):
         assert name.removesuffix("_total") in names, name
+
+
+def test_an_mp_head_waiting_for_its_headless_ranks_shows_the_join_phase():
+    waiting = [line("dp_leader", 0, 0, "10.231.100.2", "10.231.100.2", 2, 1),
+               line("dist_init", 2, 0, 0, "tcp://10.231.100.2:29501", "nccl", process="Worker_TP0 pid=79")]
+    assert health.phase_of("\n".join(waiting)) == "joining the ranks (torch.distributed)"
+    assert health.phase_of("\n".join(waiting + HEALTHY)) == "serving"

@@ -124,6 +124,25 @@ RULES = [
     ("no-worker", _set("hosts.worker.role", "offload"), "hosts:", "at least one worker"),
     ("tp-vs-sparks", _set("runtime.tensor_parallel_size", 4), "runtime.tensor_parallel_size", "number of Sparks (2)"),
     ("tp-three-sparks", _set("hosts.offload.role", "worker"), "runtime.tensor_parallel_size", "3 Sparks"),
+    (
+        "mp-nnodes-not-dividing-world",
+        _seq(_set("runtime.distributed_executor_backend", "mp"), _set("runtime.tensor_parallel_size", 3)),
+        "runtime.distributed_executor_backend",
+        "`--nnodes 2` must evenly divide the total world size (3)",
+    ),
+    (
+        "mp-ranks-above-gpus",
+        _seq(_set("runtime.distributed_executor_backend", "mp"), _set("runtime.tensor_parallel_size", 4)),
+        "hosts.worker.gpu.count",
+        "mp puts 2 rank(s) on every node",
+    ),
+    (
+        "mp-master-port-is-api-port",
+        _seq(_set("runtime.distributed_executor_backend", "mp"), _set("runtime.master_port", 8000)),
+        "runtime.master_port",
+        "is the API port (8000) too",
+    ),
+    ("executor-unknown", _set("runtime.distributed_executor_backend", "nccl"), "runtime.distributed_executor_backend", "must be one of ray, mp"),
     ("peer-unknown", _set("hosts.head.fabric[0].peer", "wroker"), "hosts.head.fabric[0].peer", "did you mean 'worker'"),
     ("peer-itself", _set("hosts.head.fabric[0].peer", "head"), "hosts.head.fabric[0].peer", "this host itself"),
     (

@@ -140,3 +140,69 @@ def test_drafter_spans_the_offload_hosts_gpus():
 def test_real_clusters_get_unlimited_memlock_for_rdma():
     for c in render(load("dspark-recipe.yaml")).containers:
         assert c.ulimits == {"memlock": -1}
+
+
+# ---- the mp executor (vLLM's multi-node multiprocessing, no Ray) ----------------------------------
+
+def mp_argv(inv: Inventory, role: str) -> list[str]:
+    return next(c for c in render(inv).containers if c.role == role).command
+
+
+def test_mp_renders_the_two_vllm_serve_lines_and_no_ray():
+    inv = load(distributed_executor_backend="mp")
+    head, worker = mp_argv(inv, "head"), mp_argv(inv, "worker")
+    assert head[:2] == worker[:2] == ["vllm", "serve"] and "ray" not in " ".join(head + worker).split()
+    tail = ["--nnodes", "2", "--node-rank", "0", "--master-addr", "10.231.100.2", "--master-port", "29501"]
+    assert head[-8:] == tail
+    assert worker[-9:] == tail[:3] + ["1"] + tail[4:] + ["--headless"]
+    assert head[:-8] == worker[:-9]  # the same engine line on both nodes (each builds the whole config)
+    assert head[head.index("--distributed-executor-backend") + 1] == "mp"
+    for c in render(inv).containers:
+        if c.role != "drafter":  # the drafter is no part of the engine: it keeps its env (and keeps running)
+            assert not [k for k in c.env if k.startswith("RAY_")], c.env
+
+
+def test_mp_master_address_is_the_heads_fabric_ip_never_the_management_net():
+    inv = load(distributed_executor_backend="mp", master_port=29555)
+    head_argv = mp_argv(inv, "head")
+    master = head_argv[head_argv.index("--master-addr") + 1]
+    assert master == str(next(link for link in inv.hosts["head"].fabric if link.peer == "worker").address.ip)
+    assert master != inv.hosts["head"].ssh.address
+    assert mp_argv(inv, "worker")[mp_argv(inv, "worker").index("--master-port") + 1] == "29555"
+
+
+def test_switching_the_executor_changes_the_engine_group_only():
+    ray_plan, mp_plan = render(load()), render(load(distributed_executor_backend="mp"))
+    assert ray_plan.group_hashes["engine"] != mp_plan.group_hashes["engine"]
+    assert ray_plan.group_hashes["drafter"] == mp_plan.group_hashes["drafter"]
+    assert [(c.host, c.role) for c in mp_plan.containers] == [("offload", "drafter"), ("worker", "worker"), ("head", "head")]
+
+
+@pytest.mark.parametrize("seed", ["lab.yaml", "dspark-recipe.yaml", "splice-build.yaml"])
+@pytest.mark.parametrize("backend", ["ray", "mp"])
+def test_every_rendered_vllm_serve_line_parses_with_vllm_033s_parser(seed, backend):
+    """The simulator's parser is the vendored copy of vLLM 0.33's `vllm serve` parser (flags, types,
+    choices: lab/sparkctl_lab/sim/serve_args.py) and its launch checks (serve.py's --headless one,
+    arg_utils.py's --nnodes/--node-rank ones, parallel.py's executor one); every line parses, passes
+    them and means what the inventory says."""
+    from sparkctl_lab.sim import serve_args
+
+    inv = load(seed, distributed_executor_backend=backend)
+    lines = [(c, serve_argv(c)) for c in render(inv).containers if serve_argv(c)[:2] == ["vllm", "serve"]]
+    assert {c.role for c, _ in lines} >= ({"head", "worker"} if backend == "mp" else {"head"})
+    for spec, argv in lines:
+        cfg = serve_args.parse(argv[2:])
+        serve_args.check_headless(cfg)
+        serve_args.validate_multinode(cfg)
+        if spec.role == "drafter":
+            continue
+        r = inv.runtime
+        assert (cfg.model, cfg.tensor_parallel_size, cfg.distributed_executor_backend) == (r.model, r.tensor_parallel_size, backend)
+        assert (cfg.max_model_len, cfg.max_num_seqs, cfg.kv_cache_dtype) == (r.max_model_len, r.max_num_seqs, r.kv_cache_dtype)
+        if backend == "mp":
+            assert (cfg.nnodes, cfg.node_rank, cfg.headless) == (2, 0 if spec.role == "head" else 1, spec.role == "worker")
+            head, worker = inv.hosts_with_role("head")[0], inv.hosts_with_role("worker")[0]
+            link = next(link for link in inv.hosts[head].fabric if link.peer == worker)
+            assert (cfg.master_addr, cfg.master_port) == (str(link.address.ip), r.master_port)
+        else:
+            assert (cfg.nnodes, cfg.headless) == (1, False)

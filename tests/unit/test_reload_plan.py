@@ -53,6 +53,18 @@ def test_a_drafter_only_change_restarts_the_drafter_only_and_predicts_no_engine_
     assert p.groups == ["drafter"] and p.containers == ["sparkctl-drafter"] and p.prediction is None
 
 
+def test_switching_ray_to_mp_and_back_restarts_the_engine_warm_and_leaves_the_drafter():
+    # vLLM 0.33's compile hash ignores the executor and the multi-node launch (config/parallel.py
+    # compute_hash: distributed_executor_backend, master_addr, master_port, nnodes, node_rank)
+    to_mp = changed(distributed_executor_backend="mp")
+    p = plan_reload("reload", recorded(), to_mp, [], cache_warm=True)
+    assert [c.path for c in p.changes] == ["runtime.distributed_executor_backend"]
+    assert p.groups == ["engine"] and p.containers == ["sparkctl-worker", "sparkctl-head"]
+    assert p.prediction == "warm" and p.compile_changed == []
+    back = plan_reload("reload", recorded(to_mp), changed(master_port=29600), [], cache_warm=True)
+    assert back.groups == ["engine"] and back.prediction == "warm"
+
+
 def test_expected_time_comes_from_this_clusters_history():
     events = [{"cache": "warm", "start_seconds": s} for s in (1.0, 9.0, 2.0)] + [{"cache": "cold", "start_seconds": 700}]
     assert plan_reload("reload", recorded(), changed(served_model_name="x"), events, True).expected_seconds == 2.0

@@ -120,3 +120,22 @@ def test_moe_backend_names_follow_the_checkpoints_quantization_path(tmp_path):
     assert "ValueError: moe_backend='flashinfer_b12x' is not supported for MXFP4 MoE. Expected one of ['b12x'," in log
     log = start("nvfp4", "cutlass", None)
     assert "Using 'VLLM_CUTLASS' NvFp4 MoE backend out of potential backends: ['FLASHINFER_TRTLLM', " in log
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [  # entrypoints/cli/serve.py, engine/arg_utils.py, config/parallel.py (vLLM 0.33.0)
+        (["--nnodes", "2", "--node-rank", "1", "--headless", "--api-server-count", "1"],
+         "ValueError: --api-server-count=1 cannot be used with --headless (no API servers are started in headless mode)."),
+        (["--tensor-parallel-size", "3", "--nnodes", "2", "--node-rank", "1", "--headless"],
+         "ValueError: Invalid data-parallel launch options: `--nnodes 2` must evenly divide the total world size (3)."),
+        (["--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", "2", "--headless"],
+         "`--node-rank` must be between 0 and 1; got `--node-rank 2`."),
+        (["--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", "1", "--headless", "--distributed-executor-backend", "ray"],
+         "ValueError: nnodes > 1 can only be set when distributed executor backend is mp, uni or external_launcher."),
+    ],
+)
+def test_multinode_launch_options_vllm_refuses(tmp_path, args, expected):
+    done = run("vllm_cli", "serve", "/models/m", *args, tmp_path=tmp_path, SIM_TIME_SCALE="0.001")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert expected in done.stderr

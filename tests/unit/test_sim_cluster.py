@@ -207,13 +207,30 @@ def test_splice_head_waits_for_the_remote_drafter_and_dies_without_it(tmp_path):
         c.close()
 
 
-def test_mp_multinode_head_waits_for_the_headless_worker(tmp_path):
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (the headless node's VllmWorker-<rank>)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = open(f"/proc/{d}/stat").read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(d))
+    return out
+
+
+def test_mp_multinode_head_waits_for_the_headless_worker_and_dies_at_its_next_step_without_it(tmp_path):
+    import httpx
+
     c = Cluster(str(tmp_path))
     try:
         master_port = harness.free_port()
         port = harness.free_port()
-        common = ["--tensor-parallel-size", "2", "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", str(master_port),
-                  "--max-model-len", "65536", "--moe-backend", "flashinfer_b12x"]
+        common = ["--tensor-parallel-size", "2", "--distributed-executor-backend", "mp", "--nnodes", "2",
+                  "--master-addr", "127.0.0.1", "--master-port", str(master_port), "--max-model-len", "65536",
+                  "--moe-backend", "flashinfer_b12x"]
         head = harness.Proc("mphead", harness.module_argv("vllm_cli", "serve", MODEL, *common, "--node-rank", "0",
                                                           "--host", "127.0.0.1", "--port", str(port)),
                             c.env, os.path.join(c.tmp, "mphead.log")).start()
@@ -223,10 +240,27 @@ def test_mp_multinode_head_waits_for_the_headless_worker(tmp_path):
         worker = harness.Proc("mpworker", harness.module_argv("vllm_cli", "serve", MODEL, *common, "--node-rank", "1", "--headless"),
                               c.env, os.path.join(c.tmp, "mpworker.log")).start()
         c.procs.append(worker)
-        assert harness.wait_http(f"http://127.0.0.1:{port}/health", timeout=60, proc=head), head.log()[-3000:]
-        worker.signal(signal.SIGKILL)
+        url = f"http://127.0.0.1:{port}"
+        assert harness.wait_http(f"{url}/health", timeout=60, proc=head), head.log()[-3000:]
+        wlog = worker.log()
+        assert f"headless multiproc executor, with head node address 127.0.0.1:{master_port} for torch.distributed" in wlog
+        assert "(Worker_TP1 pid=" in wlog and "[nvfp4.py:270] Using 'FLASHINFER_B12X'" in wlog  # rank 1 logs on its node
+        assert "(Worker_TP1 pid=" not in head.log()
+        # kill rank 1's process (VllmWorker-1): the headless executor says so in its words and returns
+        (rank1,) = _children(worker.pid)
+        os.kill(rank1, signal.SIGKILL)
+        assert worker.wait(30) == 0
+        assert "ERROR" in worker.log() and "Worker proc VllmWorker-1 died unexpectedly (exit code: -9), shutting down executor." in worker.log()
+        # the head's monitor watches its own workers only: idle, it still answers 200 ...
+        assert httpx.get(f"{url}/health").status_code == 200
+        # ... and the next step's collective with the lost rank kills the engine
+        assert httpx.post(f"{url}/v1/completions", json={"prompt": "hi", "max_tokens": 4}, timeout=30).status_code == 500
+        assert httpx.get(f"{url}/health").status_code == 503
         assert head.wait(30) == 1
-        assert "Worker proc VllmWorker-1 died unexpectedly" in head.log()
-        assert_conforms(head.log())
+        log = head.log()
+        assert "WorkerProc hit an exception." in log and "EngineCore encountered a fatal error." in log
+        assert "Worker failed with error 'NCCL error: remote process exited or there was a network error'" in log
+        assert "died unexpectedly" not in log
+        assert_conforms(log) and assert_conforms(worker.log())
     finally:
         c.close()

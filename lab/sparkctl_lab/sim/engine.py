@@ -111,6 +111,7 @@ class Engine:
         self.slow_factor = 1.0
         self.crash_next_step: str | None = None
         self.crash_on_work = False  # SIM_FAULTS=crash_on_request: the first step with work crashes
+        self.die_on_work: str | None = None  # mp: a lost peer rank fails the next step's collective
         self.steps = 0
         self._wake = threading.Event()
         # interval stats for the periodic log lines
@@ -197,12 +198,12 @@ class Engine:
                         self.lock.wait(timeout=0.05)
                         continue
                     duration = self._duration(plan)
-                    crash = self.crash_on_work or self._concurrent_long_context(plan)
+                    crash = self.die_on_work or (self.crash_on_work or self._concurrent_long_context(plan)) and "device_assert"
                 if crash:
-                    # The kernel asserts inside the step that runs both long sequences.
+                    # The kernel asserts (or the collective fails) inside the step.
                     time.sleep(min(duration * self.step_time_scale, 0.05))
                     with self.lock:
-                        self._die("device_assert")
+                        self._die(crash)
                     return
                 wall = duration * self.step_time_scale * self.slow_factor
                 if wall > 0:

@@ -33,10 +33,31 @@ def _local_rank(rank: int, ip: str) -> dict:
     return {"pid": os.getpid() + 10 + rank, "ip": ip}
 
 
+class _RemoteLogger(vlog.Logger):
+    """A headless node's rank under mp: the line is printed by that node's worker process (mp_worker.py)."""
+
+    def __init__(self, tag: str, driver, node_id: str):
+        super().__init__(tag)
+        self.driver, self.node_id = driver, node_id
+
+    def _emit(self, level: str, where: str, msg: str) -> None:
+        self._send({"level": level, "where": where, "msg": msg})
+
+    def raw(self, text: str) -> None:
+        self._send({"raw": text})
+
+    def _send(self, args: dict) -> None:
+        try:
+            self.driver.call(self.node_id, "log", args, timeout=10)
+        except (ConnectionError, OSError, TimeoutError):
+            pass  # the node is gone: its lines went with it
+
+
 class Executor:
     """Mixed into Runtime: the rank placement and the per-rank loggers and cache calls."""
 
     _head_ip: str | None = None
+    peer_lost: dict | None = None  # mp: a headless node's rank that went away while serving
 
     def worker_log(self, rank: int) -> vlog.Logger:
         """Rank r's process logs as `Worker_TP<r>` (multiproc_executor.py); under Ray its lines reach the
@@ -46,6 +67,8 @@ class Executor:
         tag = f"Worker_TP{rank} pid={pid}"
         if self.backend == "ray":
             return vlog.Logger(tag, f"RayWorkerProc pid={pid}" + (f", ip={node['ip']}" if node.get("remote") else ""))
+        if node.get("remote"):  # mp: a headless node's rank logs on that node (nothing forwards it here)
+            return _RemoteLogger(tag, self.driver, node["node_id"])
         return vlog.Logger(tag)
 
     def setup_executor(self) -> None:
@@ -67,6 +90,8 @@ class Executor:
             self.rank_nodes = {r: _local_rank(r, "127.0.0.1") for r in range(world)}
         self.sleep(self.phases.workers_init)
         for r in range(world):
+            if self.backend != "ray" and self.rank_nodes.get(r, {}).get("remote"):
+                continue  # a headless node's rank logged its own line there (mp_worker.py)
             self.worker_log(r).info("parallel_state.py:1929",
                                     f"world_size={world} rank={r} local_rank={0 if self.backend == 'ray' else r} "
                                     f"distributed_init_method=tcp://{self._driver_ip()}:{cfg.master_port} backend=nccl")
@@ -81,7 +106,16 @@ class Executor:
         node_id = event.get("node_id")
         for rank, node in self.rank_nodes.items():
             if node.get("node_id") == node_id:
-                self.set_fatal("rank_lost", {"rank": rank, **node, "why": event.get("why", "")})
+                lost = {"rank": rank, **node, "why": event.get("why", "")}
+                if self.backend == "ray" or not self.ready:
+                    self.set_fatal("rank_lost" if self.backend == "ray" else "peer_lost", lost)
+                else:
+                    # mp: the head's worker monitor watches its own processes only (multiproc_executor.py
+                    # start_worker_monitor); a lost remote rank is found by the next collective, i.e. the
+                    # next step with work. Until then /health stays 200.
+                    self.peer_lost = lost
+                    if self.engine is not None:
+                        self.engine.die_on_work = "peer_lost"
                 return
 
     def _pg_wait_line(self, waited: float, specs: list) -> None:

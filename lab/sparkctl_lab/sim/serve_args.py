@@ -239,6 +239,7 @@ class ServeConfig:
     master_addr: str
     master_port: int
     headless: bool
+    api_server_count: int | None = None
     api_keys: list[str] = field(default_factory=list)
     disable_access_log: bool = False
     disable_log_stats: bool = False
@@ -292,6 +293,7 @@ def parse(argv: list[str]) -> ServeConfig:
         master_addr=ns.master_addr,
         master_port=ns.master_port,
         headless=ns.headless,
+        api_server_count=ns.api_server_count,
         api_keys=list(ns.api_key or []),
         disable_access_log=bool(ns.disable_uvicorn_access_log),
         disable_log_stats=bool(ns.disable_log_stats),
@@ -323,8 +325,33 @@ def _pydantic(model: str, msg: str, kind: str = "value_error") -> StartupError:
     )
 
 
+def check_headless(cfg: ServeConfig) -> None:
+    """entrypoints/cli/serve.py ServeSubcommand.cmd: the first check, before any config is built."""
+    if cfg.headless and cfg.api_server_count is not None and cfg.api_server_count > 0:
+        raise StartupError(f"ValueError: --api-server-count={cfg.api_server_count} cannot be used with --headless "
+                           "(no API servers are started in headless mode).")
+
+
+def validate_multinode(cfg: ServeConfig) -> None:
+    """The multi-node launch checks of engine/arg_utils.py create_engine_config and config/parallel.py
+    ParallelConfig.__post_init__ (vLLM 0.33.0), in that order, with their messages."""
+    world = cfg.tensor_parallel_size * cfg.pipeline_parallel_size
+    if cfg.nnodes > 1:
+        if world % cfg.nnodes != 0:
+            raise StartupError(f"ValueError: Invalid data-parallel launch options: `--nnodes {cfg.nnodes}` must evenly divide "
+                               f"the total world size ({world}). Adjust `--nnodes`, `--data-parallel-size`, "
+                               "`--pipeline-parallel-size`, `--tensor-parallel-size`, or `--prefill-context-parallel-size`.")
+        if not 0 <= cfg.node_rank < cfg.nnodes:
+            raise StartupError(f"ValueError: Invalid data-parallel launch options: `--node-rank` must be between 0 and "
+                               f"{cfg.nnodes - 1}; got `--node-rank {cfg.node_rank}`. Set it to this node's zero-based index.")
+        if cfg.distributed_executor_backend not in (None, "mp", "uni", "external_launcher"):
+            raise StartupError("ValueError: nnodes > 1 can only be set when distributed executor backend is mp, uni or "
+                               "external_launcher.")
+
+
 def validate(cfg: ServeConfig, model_max_len: int, local_gpus: int) -> None:
     """Config checks vLLM makes before loading anything; raises StartupError."""
+    validate_multinode(cfg)
     if not 0 < cfg.gpu_memory_utilization <= 1:
         raise _pydantic(
             "CacheConfig",

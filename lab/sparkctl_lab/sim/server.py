@@ -24,7 +24,7 @@ from .engine import Engine, Request, SpecParams
 from .executor import Executor
 from .http_api import SimHTTPServer
 from .metrics import VllmMetrics
-from .serve_args import ServeConfig, StartupError, effective_backend
+from .serve_args import ServeConfig, StartupError, effective_backend, validate_multinode
 from .startup import SIM, Fatal, Interrupted, MoeChoice, StartupPhases, drafter_healthy
 
 SITE = "/usr/local/lib/python3.12/dist-packages/vllm"
@@ -161,7 +161,7 @@ class Runtime(StartupPhases, Executor):
         if ":" in kind:  # a simulator bug: keep its traceback in the log
             self.set_fatal("engine_bug", {"traceback": kind})
         else:
-            self.set_fatal(kind, self.fatal_info.detail if self.fatal_info else {})
+            self.set_fatal(kind, self.peer_lost if kind == "peer_lost" else self.fatal_info.detail if self.fatal_info else {})
         self.die()
 
     # ---- death ----
@@ -180,17 +180,24 @@ class Runtime(StartupPhases, Executor):
                    "    outputs, model_executed = self.step_fn()",
                    f'  File "{SITE}/v1/engine/core.py", line 480, in step',
                    "    model_output = self.model_executor.execute_model(scheduler_output)"]
-        if kind == "rank_lost":
+        if kind == "rank_lost":  # Ray: the executor watches its actors
             rank = d.get("rank", 1)
-            if self.backend == "ray":
-                core.error("ray_executor_v2.py:522", f"RayWorkerProc rank={[rank]} died unexpectedly, shutting down executor.")
-                exc = ["ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
-                       "\tclass_name: RayWorkerProc", f"\tpid: {d.get('pid')}", f"\tip: {d.get('ip')}",
-                       f"The actor is dead because its node has died. Node Id: {d.get('node_id', '')}"]
-            else:
-                core.error("multiproc_executor.py:380", f"Worker proc VllmWorker-{rank} died unexpectedly (exit code: -9), "
-                           "shutting down executor.")
-                exc = [f"RuntimeError: Worker rank {rank} on {d.get('ip')} died unexpectedly"]
+            core.error("ray_executor_v2.py:522", f"RayWorkerProc rank={[rank]} died unexpectedly, shutting down executor.")
+            exc = ["ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
+                   "\tclass_name: RayWorkerProc", f"\tpid: {d.get('pid')}", f"\tip: {d.get('ip')}",
+                   f"The actor is dead because its node has died. Node Id: {d.get('node_id', '')}"]
+        elif kind == "peer_lost":
+            # mp: rank 0's collective with the lost rank fails (pynccl_wrapper.py NCCL_CHECK: "NCCL error: " +
+            # ncclGetErrorString(ncclRemoteError)); WorkerProc logs it and answers FAILURE, and the executor's
+            # collective_rpc raises "Worker failed with error ..." in EngineCore (multiproc_executor.py).
+            nccl = "NCCL error: remote process exited or there was a network error"
+            self.worker_log(0).error("multiproc_executor.py:1189", "\n".join([
+                "WorkerProc hit an exception.", "Traceback (most recent call last):",
+                f'  File "{SITE}/v1/executor/multiproc_executor.py", line 1180, in _execute_worker_rpc',
+                "    output = func(*args, **kwargs)",
+                f'  File "{SITE}/distributed/device_communicators/pynccl_wrapper.py", line 464, in NCCL_CHECK',
+                f'    raise RuntimeError(f"NCCL error: {{error_str}}")', f"RuntimeError: {nccl}"]))
+            exc = [f"RuntimeError: Worker failed with error '{nccl}', please check the stack trace above for the root cause"]
         elif kind == "gcs_lost":
             core.error("ray_executor_v2.py:522", "RayWorkerProc rank=[0, 1] died unexpectedly, shutting down executor.")
             exc = ["ray.exceptions.RaySystemError: System error: Failed to connect to GCS at " + str(d.get("address"))]
@@ -461,34 +468,46 @@ def _teardown(rt: Runtime) -> None:
 
 
 def run_headless(cfg: ServeConfig, knobs: knobs_mod.Knobs, env: dict[str, str]) -> int:
-    """`vllm serve ... --nnodes N --node-rank R --headless`: host this node's ranks, no API server."""
-    from .ray_cli import node_handlers, stop_on_signals
+    """`vllm serve ... --nnodes N --node-rank R --headless` (entrypoints/cli/serve.py run_headless): no API
+    server and no engine; a MultiprocExecutor that starts this node's `VllmWorker-<rank>` processes
+    (mp_worker.py) and watches them inline. A worker that dies unexpectedly is logged in the executor's
+    words and the command returns (exit 0, as `vllm serve` returns from run_headless); SIGTERM stops the
+    workers. The process is not decorated, so vLLM's prefix names it `MainProcess`."""
+    import subprocess
 
-    log = vlog.Logger(f"EngineCore pid={os.getpid()}")
-    log.info(SIM, f"[simulator] Launching vLLM in headless mode: node_rank={cfg.node_rank}, nnodes={cfg.nnodes}, "
-             f"master_addr={cfg.master_addr}, master_port={cfg.master_port}")
-    stop = stop_on_signals()
+    log = vlog.Logger(f"MainProcess pid={os.getpid()}")
+    try:
+        validate_multinode(cfg)  # create_engine_config(headless=True)
+        if cfg.node_rank == 0:
+            raise StartupError("ValueError: [simulator] a headless node_rank 0 (data-parallel engines) is not simulated")
+    except StartupError as e:
+        print_startup_error(str(e))
+        return 1
+    stopping = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopping.set())
+    log.info("serve.py:224", f"Launching vLLM (v{knobs.vllm_version}) headless multiproc executor, with head node address "
+                             f"{cfg.master_addr}:{cfg.master_port} for torch.distributed process group.")
+    world = cfg.tensor_parallel_size * cfg.pipeline_parallel_size
+    local = world // cfg.nnodes
     address = f"{cfg.master_addr}:{cfg.master_port}"
-    deadline = time.monotonic() + max(knobs.ray_join_timeout, 60)
-    agent = None
-    while agent is None:
-        if stop.is_set():
-            return 0
+    procs = {r: subprocess.Popen([sys.executable, "-m", "sparkctl_lab.sim.mp_worker", address, str(r), str(world)], env=env)
+             for r in range(cfg.node_rank * local, (cfg.node_rank + 1) * local)}
+    while not stopping.wait(0.1):
+        died = next((r for r, p in procs.items() if p.poll() is not None), None)
+        if died is not None:  # start_worker_monitor(inline=True): proc.name, proc.exitcode (-N for a signal)
+            log.error("multiproc_executor.py:380", f"Worker proc VllmWorker-{died} died unexpectedly (exit code: "
+                                                   f"{procs[died].returncode}), shutting down executor.")
+            break
+    alive = [p for p in procs.values() if p.poll() is None]
+    log.info("multiproc_executor.py:580", f"[shutdown] Executor: waiting for worker exit count={len(alive)}")
+    for p in alive:
+        p.terminate()
+    grace = time.monotonic() + _env_float(env, "VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", 5.0)
+    for p in alive:
         try:
-            agent = cluster.NodeAgent(address, env.get("VLLM_HOST_IP"), {"GPU": float(knobs.gpu_count)}, False, node_handlers(),
-                                      knobs.ray_health_timeout, socket.gethostname(), os.getpid())
-        except (OSError, ConnectionError):
-            if time.monotonic() > deadline:
-                log.error(SIM, f"[simulator] EngineCore failed to start: could not reach the master at {address}.")
-                return 1
-            time.sleep(0.5)
-    log.info(SIM, f"[simulator] Connected to master at {address} as node_rank={cfg.node_rank}")
-    while not stop.is_set() and not agent.lost.is_set():
-        stop.wait(0.2)
-    if stop.is_set():
-        agent.close()
-        return 0
-    log.error("core.py:1586", "EngineCore encountered a fatal error.")
-    log.error("core.py:1586", f"RuntimeError: lost the connection to the master node at {address}")
-    return 1
-
+            p.wait(max(0.0, grace - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+    log.info("multiproc_executor.py:587", "[shutdown] Executor: all workers exited gracefully")
+    return 0

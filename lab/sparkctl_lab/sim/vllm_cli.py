@@ -39,6 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     from . import server
 
     env = dict(os.environ)
+    try:
+        serve_args.check_headless(cfg)
+    except serve_args.StartupError as e:
+        server.print_startup_error(str(e))
+        return 1
     if cfg.headless:
         return server.run_headless(cfg, k, env)
     return server.serve(cfg, k, env)
