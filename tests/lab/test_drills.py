@@ -100,8 +100,11 @@ def traffic():
         t.join(timeout=60)
 
 
-SPEED = ('sum(rate(vllm:generation_tokens_total{job="sparkctl-lab",role="head"}[30s])) / '
-         'sum(rate(vllm:request_decode_time_seconds_sum{job="sparkctl-lab",role="head"}[30s]))')
+from sparkctl_lab.prometheus import LAB_ALERTS  # noqa: E402
+
+WINDOW = int(LAB_ALERTS["rate_window"].rstrip("s"))  # the lab's rate window: its rules judge over this
+SPEED = (f'sum(rate(vllm:generation_tokens_total{{job="sparkctl-lab",role="head"}}[{WINDOW}s])) / '
+         f'sum(rate(vllm:request_decode_time_seconds_sum{{job="sparkctl-lab",role="head"}}[{WINDOW}s]))')
 FIRED: dict[str, list[str]] = {}  # drill -> alerts seen firing (printed at the end with -s)
 
 
@@ -124,7 +127,7 @@ def serving(lab):
         deadline = time.monotonic() + 90
         while not (result := lab.prometheus.query(SPEED)) and time.monotonic() < deadline:
             time.sleep(2)
-        time.sleep(32)  # a full window of healthy decoding
+        time.sleep(WINDOW + 2)  # a full window of healthy decoding
         result = lab.prometheus.query(SPEED)
     assert result, "Prometheus has no decode speed: is it scraping the head?"
     baseline = float(result[0]["value"][1])
