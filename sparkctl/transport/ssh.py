@@ -153,7 +153,9 @@ class _Keys(paramiko.auth_strategy.AuthStrategy):
         for path in self.hop.identity_files:
             try:
                 pkey = paramiko.PKey.from_path(path)
-            except paramiko.PasswordRequiredException:
+            # paramiko says PasswordRequiredException for PEM keys; cryptography's OpenSSH-format
+            # loader, which PKey.from_path uses, raises TypeError("Key is password-protected...")
+            except (paramiko.PasswordRequiredException, TypeError):
                 self.locked.append(path)
                 with suppress(Exception):  # the .pub next to it still lets the agent's copy be picked
                     wanted.add(paramiko.PublicBlob.from_file(f"{path}.pub").key_blob)
