@@ -187,7 +187,8 @@ class _Server(paramiko.ServerInterface):
         return paramiko.OPEN_SUCCEEDED
 
     def check_channel_exec_request(self, channel, command):
-        def answer():  # after this method returns: the reply to exec goes first
+        def answer():  # after paramiko has sent the reply to exec (a close before it fails exec_command)
+            threading.Event().wait(0.2)
             with suppress(OSError):
                 channel.sendall(b"answered\n")
                 channel.send_exit_status(0)
