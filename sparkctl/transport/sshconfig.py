@@ -7,7 +7,7 @@ on). The inventory's `address` is what ssh_config's Host lines are matched again
 `ssh ADDRESS`; its HostName, if set, is the address connected to.
 
 Read from ssh_config: HostName, User, Port, IdentityFile, IdentitiesOnly, IdentityAgent, ProxyJump,
-UserKnownHostsFile. Never from it: host-key checking. The inventory's host_key_policy (strict unless
+UserKnownHostsFile, with Include lines followed. Never from it: host-key checking. The inventory's host_key_policy (strict unless
 it says accept-new) applies on every hop; ssh_config's StrictHostKeyChecking cannot turn it off.
 ProxyCommand is refused (an arbitrary command, whose destination the network fence cannot check):
 ProxyJump does the same job.
@@ -16,6 +16,8 @@ ProxyJump does the same job.
 from __future__ import annotations
 
 import functools
+import glob
+import re
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -31,11 +33,33 @@ MAX_JUMPS = 8  # a longer chain is a ProxyJump loop (a host that jumps through i
 Lookup = Callable[[str], dict[str, Any]]
 
 
+_INCLUDE = re.compile(r"\s*include(?:\s*=\s*|\s+)(.+)", re.IGNORECASE)
+MAX_INCLUDE_DEPTH = 16  # ssh's own limit
+
+
+def _text(path: Path, depth: int = 0) -> str:
+    """The file with its Include lines replaced by the files they name (paramiko's parser does
+    not read Include): globs, relative to ~/.ssh as ssh takes them, files that match none skipped."""
+    if depth > MAX_INCLUDE_DEPTH:
+        raise InputError(f"ssh config {path}: Include nests deeper than {MAX_INCLUDE_DEPTH}",
+                         fix="an Include line includes its own file: remove the loop")
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        include = _INCLUDE.fullmatch(line)
+        if include is None:
+            lines.append(line)
+            continue
+        for pattern in include.group(1).split():
+            pattern = str(Path("~/.ssh").expanduser() / Path(pattern).expanduser())  # an absolute one stays
+            lines += [_text(Path(p), depth + 1) for p in sorted(glob.glob(pattern)) if Path(p).is_file()]
+    return "\n".join(lines)
+
+
 @functools.lru_cache(maxsize=8)
 def _parse(path: str, mtime_ns: int):  # mtime in the key: an edited file is read again
     import paramiko
 
-    return paramiko.SSHConfig.from_path(path)
+    return paramiko.SSHConfig.from_text(_text(Path(path)))
 
 
 def load(config_file: Optional[str]) -> tuple[Optional[Any], Optional[Path]]:
@@ -152,7 +176,18 @@ def resolve(name: str, ssh: dict[str, Any]) -> SSHTarget:
     """SSHTarget for inventory host `name` from its merged inventory settings (`ssh`: the host's
     keys over ssh_defaults, unset ones None, paths already resolved)."""
     config, config_path = load(ssh["config_file"])
-    lookup: Lookup = config.lookup if config is not None else (lambda host: {"hostname": host})
+
+    def lookup(host: str) -> dict[str, Any]:
+        if config is None:
+            return {"hostname": host}
+        try:
+            return config.lookup(host)
+        except Exception as exc:  # noqa: BLE001 - Match exec without invoke installed, canonicalization
+            raise InputError(
+                f"{name}: cannot look {host} up in {config_path}: {type(exc).__name__}: {exc}",
+                fix="fix the Match/Canonicalize lines for this host, or set ssh.config_file: none",
+            ) from None
+
     options = lookup(ssh["address"])
     _refuse_proxy_command(name, ssh["address"], options, config_path)
 

@@ -111,6 +111,16 @@ def test_a_jump_hosts_own_proxy_jump_is_followed_and_a_loop_refused(tmp_path, ke
     assert "loop" in err.value.message and "bastion" in err.value.message
 
 
+def test_include_lines_are_followed(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".ssh" / "conf.d").mkdir(parents=True)
+    (tmp_path / ".ssh" / "conf.d" / "spark.conf").write_text("Host spark-b\n  HostName 10.231.0.12\n  User admin\n")
+    # relative to ~/.ssh, as ssh reads it; the first value found wins, so the included one
+    config = "Include conf.d/*.conf\nHost * !10.231.0.11\n  User nobody\n  ProxyJump 10.231.0.11\n"
+    t = inventory(tmp_path, config, address="spark-b").ssh_target("worker")
+    assert (t.address, t.user, [h.address for h in t.jumps]) == ("10.231.0.12", "admin", ["10.231.0.11"])
+
+
 def test_proxy_command_is_refused_not_ignored(tmp_path, keys):
     config = "Host spark-b\n  HostName 10.231.0.12\n  ProxyCommand nc -X 5 -x proxy:1080 %h %p\n"
     with pytest.raises(InputError) as err:
