@@ -398,6 +398,12 @@ class SSHTarget(Model):
     identity_agent: Optional[str] = None  # agent socket from ssh_config; None: $SSH_AUTH_SOCK
     config_file: Optional[Path] = None  # the ssh_config file read, if any (for messages)
 
+    @property
+    def where(self) -> str:
+        """user@address:port, and the jump hosts it is reached through (for messages and tables)."""
+        through = f" through {', '.join(h.label for h in self.jumps)}" if self.jumps else ""
+        return f"{self.user}@{self.address}:{self.port}{through}"
+
     @field_validator("identity_files")
     @classmethod
     def _key_first(cls, value: tuple[Path, ...], info: ValidationInfo) -> tuple[Path, ...]:

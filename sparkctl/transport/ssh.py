@@ -202,10 +202,10 @@ class _Keys(paramiko.auth_strategy.AuthStrategy):
         return agent
 
 
-def _connect_error(label: str, hop: SSHHop, exc: BaseException, t: SSHTarget) -> SparkctlError:
+def _connect_error(label: str, hop: SSHHop, exc: BaseException, t: SSHTarget, through: str = "") -> SparkctlError:
     """sparkctl's message for a failed connection to one hop (`label` names the host, and the
-    jump host when it is one)."""
-    where = f"{hop.user}@{hop.address}:{hop.port}"
+    jump host when it is one; `through`, the jump hosts on the way)."""
+    where = f"{hop.user}@{hop.address}:{hop.port}{through}"
     if isinstance(exc, SparkctlError):
         return exc
     if isinstance(exc, paramiko.BadHostKeyException):
@@ -408,7 +408,8 @@ class HostSession:
             raise _connect_error(f"{t.name}: jump host {hop.label}", hop, failed.error, t) from None
         except Exception as exc:
             hop = SSHHop(label=t.name, address=t.address, user=t.user, port=t.port, identity_files=t.identity_files)
-            raise _connect_error(t.name, hop, exc, t) from None
+            through = f" (through {', '.join(h.label for h in t.jumps)})" if t.jumps else ""
+            raise _connect_error(t.name, hop, exc, t, through) from None
         # through jump hosts, the keepalives cross them: a bastion that stops answering is seen too
         transport = self._conn.get_transport()
         self._watchdog = _Watchdog(self, transport, t.connect_timeout)
@@ -422,8 +423,11 @@ class HostSession:
         transport = transport or (self._conn.get_transport() if self._conn is not None else None)
         if transport is None:
             return
-        with suppress(OSError, AttributeError):  # shutdown wakes threads blocked on the socket; close would not
-            transport.sock.shutdown(socket.SHUT_RDWR)
+        # shutdown wakes threads blocked on the socket; close would not. Through jump hosts, the
+        # socket that carries it all is the first jump host's.
+        for sock in [transport.sock, *(c.get_transport().sock for c in self._jump_clients if c.get_transport())]:
+            with suppress(OSError, AttributeError):
+                sock.shutdown(socket.SHUT_RDWR)
         threading.Thread(target=transport.close, name=f"sparkctl-close-{self.name}", daemon=True).start()
 
     def _lost(self, exc: BaseException) -> SparkctlError:
