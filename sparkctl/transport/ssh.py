@@ -1,7 +1,9 @@
 """SSH to the cluster's hosts: one paramiko connection per host per run, reused for everything.
 
-- `HostSession` holds a paramiko `SSHClient` for one inventory host: host keys are verified with
-  sparkctl's policy (known_hosts; accept-new at most), refused connections are retried with tenacity
+- `HostSession` holds a paramiko `SSHClient` for one inventory host, reached as the inventory and
+  then the operator's ssh_config say (sshconfig.py), through its ProxyJump hosts if any: host keys
+  are verified on every hop with sparkctl's policy (known_hosts; accept-new at most), keys are
+  offered in ssh's order (key files, then the agent), refused connections are retried with tenacity
   (within one connect timeout), and commands are never retried blindly (a command may have
   changed state before it failed).
 - Every remote call has a deadline: the connect timeout; a timeout on every command (the
