@@ -16,7 +16,7 @@ def reachable(ctx: Context):
     out = {}
     for h in ctx.hosts:
         t = ctx.inventory.ssh_target(h)
-        where = f"{t.user}@{t.address}:{t.port}"
+        where = t.where
         u = ctx.unreachable.get(h)
         if u is None:
             out[h] = ok(f"connected to {where}")

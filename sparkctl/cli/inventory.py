@@ -115,7 +115,7 @@ def _tables(inv, path: Path) -> list:
         t = inv.ssh_target(name)
         gpu = f"{host.gpu.count}x {host.gpu.model}" if host.gpu else "-"
         memory = f"{host.memory_gib:g} GiB" if host.memory_gib else "-"
-        row(hosts, name, host.role, f"{t.user}@{t.address}:{t.port}", t.host_key_policy, gpu, memory)
+        row(hosts, name, host.role, t.where, t.host_key_policy, gpu, memory)
 
     links = table("fabric links", "host", "device", "rdma", "address", "mtu", "speed", "peer")
     for name, host in inv.hosts.items():

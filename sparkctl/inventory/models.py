@@ -103,11 +103,32 @@ class Model(BaseModel):
 class SSHDefaults(Model):
     """SSH settings every host inherits unless its own `ssh` section overrides them."""
 
-    user: str = Field("root", min_length=1, description="Login user on the hosts.")
-    port: int = Field(22, ge=1, le=65535, description="sshd port on the hosts.")
-    key: Optional[Path] = Field(None, description="Private key on the control machine.")
+    # user, port, key, known_hosts and proxy_jump left unset come from the ssh_config file
+    # (docs/inventory.md "SSH"); what the inventory says always wins.
+    user: Optional[str] = Field(None, min_length=1, description="Login user on the hosts (default: ssh_config's User, else root).")
+    port: Optional[int] = Field(None, ge=1, le=65535, description="sshd port on the hosts (default: ssh_config's Port, else 22).")
+    key: Optional[Path] = Field(None, description="Private key on the control machine (default: ssh_config's IdentityFile).")
     known_hosts: Optional[Path] = Field(
-        None, description="known_hosts file to verify host keys against (default ~/.ssh/known_hosts)."
+        None,
+        description="known_hosts file to verify host keys against, on every jump hop too "
+        "(default: ssh_config's UserKnownHostsFile, else ~/.ssh/known_hosts).",
+    )
+    config_file: Optional[str] = Field(
+        None,
+        min_length=1,
+        description="OpenSSH client config to read Host, HostName, User, Port, IdentityFile, ProxyJump and "
+        "IdentityAgent from (default ~/.ssh/config, skipped if absent); 'none' to read none.",
+    )
+    proxy_jump: Optional[str] = Field(
+        None,
+        min_length=1,
+        description="Jump host(s) to reach the hosts through, as ssh -J takes them: [user@]host[:port][,...] "
+        "(default: ssh_config's ProxyJump); 'none' to connect directly whatever ssh_config says.",
+    )
+    agent: Optional[bool] = Field(
+        None,
+        description="Offer the ssh-agent's keys ($SSH_AUTH_SOCK, or ssh_config's IdentityAgent) after `key`. "
+        "Default: yes unless ssh_config says IdentityAgent none; false: never.",
     )
     host_key_policy: HostKeyPolicy = Field(
         "strict",
@@ -131,13 +152,21 @@ class SSHDefaults(Model):
 class SSH(Model):
     """How sparkctl reaches the host; unset keys come from `ssh_defaults`."""
 
-    address: str = Field(..., min_length=1, description="Management address or name sparkctl connects to.")
+    address: str = Field(
+        ...,
+        min_length=1,
+        description="Management address, or a name ssh_config's Host lines match (as in `ssh ADDRESS`): its "
+        "HostName, if set, is the address connected to.",
+    )
     user: Optional[str] = Field(None, min_length=1, description="Login user (default: ssh_defaults.user).")
     port: Optional[int] = Field(None, ge=1, le=65535, description="sshd port (default: ssh_defaults.port).")
     key: Optional[Path] = Field(None, description="Private key on the control machine (default: ssh_defaults.key).")
     known_hosts: Optional[Path] = Field(None, description="known_hosts file (default: ssh_defaults.known_hosts).")
     host_key_policy: Optional[HostKeyPolicy] = Field(None, description="strict or accept-new (default: ssh_defaults).")
     timeout: Optional[float] = Field(None, gt=0, description="Command deadline in seconds (default: ssh_defaults.timeout).")
+    config_file: Optional[str] = Field(None, min_length=1, description="ssh_config file, or 'none' (default: ssh_defaults.config_file).")
+    proxy_jump: Optional[str] = Field(None, min_length=1, description="Jump host(s), or 'none' (default: ssh_defaults.proxy_jump).")
+    agent: Optional[bool] = Field(None, description="Offer the ssh-agent's keys (default: ssh_defaults.agent).")
 
 
 class GPU(Model):
@@ -349,17 +378,31 @@ class Inventory(Model):
         return self._source
 
     def ssh_target(self, name: str) -> "SSHTarget":
-        """The host's SSH settings with ssh_defaults filled in and paths resolved on this machine."""
+        """The host's SSH settings: the host's `ssh`, then ssh_defaults, then ssh_config, then
+        sparkctl's defaults; paths resolved on this machine (transport/sshconfig.py)."""
+        from sparkctl.transport.sshconfig import resolve
+
         ssh = {**self.ssh_defaults.model_dump(), **self.hosts[name].ssh.model_dump(exclude_none=True)}
         base = self._source.parent if self._source else Path.cwd()
         for key in ("key", "known_hosts"):
             # relative to the inventory's folder; `base / path` keeps an absolute path as it is
             ssh[key] = base / ssh[key].expanduser() if ssh[key] else None
-        ssh["known_hosts"] = ssh["known_hosts"] or Path("~/.ssh/known_hosts").expanduser()
-        return SSHTarget(name=name, **ssh)
+        if ssh["config_file"] and ssh["config_file"] != "none":
+            ssh["config_file"] = str(base / Path(ssh["config_file"]).expanduser())
+        return resolve(name, ssh)
 
     def hosts_with_role(self, role: Role) -> list[str]:
         return [n for n, h in self.hosts.items() if h.role == role]
+
+
+class SSHHop(Model):
+    """One SSH server on the way to a host: a jump host, or the host itself (derived)."""
+
+    label: str  # how messages name it: the name it was given (inventory address or ProxyJump entry)
+    address: str  # what is connected to (ssh_config's HostName, else the label's host part)
+    user: str
+    port: int
+    identity_files: tuple[Path, ...] = ()
 
 
 class SSHTarget(Model):
@@ -369,8 +412,26 @@ class SSHTarget(Model):
     address: str
     user: str
     port: int
-    key: Optional[Path]
+    key: Optional[Path]  # the inventory's key (must exist), else None
     known_hosts: Path
     host_key_policy: HostKeyPolicy
     connect_timeout: float
     timeout: float = 60.0
+    identity_files: tuple[Path, ...] = Field((), validate_default=True)  # tried in order: `key`, else ssh_config's IdentityFile lines
+    identities_only: bool = False  # ssh_config's IdentitiesOnly: agent keys only if they are identity_files
+    jumps: tuple[SSHHop, ...] = ()  # jump hosts, first connected first
+    agent: bool = True  # offer the agent's keys after the identity files
+    identity_agent: Optional[str] = None  # agent socket from ssh_config; None: $SSH_AUTH_SOCK
+    config_file: Optional[Path] = None  # the ssh_config file read, if any (for messages)
+
+    @property
+    def where(self) -> str:
+        """user@address:port, and the jump hosts it is reached through (for messages and tables)."""
+        through = f" through {', '.join(h.label for h in self.jumps)}" if self.jumps else ""
+        return f"{self.user}@{self.address}:{self.port}{through}"
+
+    @field_validator("identity_files")
+    @classmethod
+    def _key_first(cls, value: tuple[Path, ...], info: ValidationInfo) -> tuple[Path, ...]:
+        key = info.data.get("key")  # a target written by hand with only `key` still offers it
+        return value or ((key,) if key else ())

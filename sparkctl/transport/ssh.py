@@ -1,7 +1,9 @@
 """SSH to the cluster's hosts: one paramiko connection per host per run, reused for everything.
 
-- `HostSession` holds a paramiko `SSHClient` for one inventory host: host keys are verified with
-  sparkctl's policy (known_hosts; accept-new at most), refused connections are retried with tenacity
+- `HostSession` holds a paramiko `SSHClient` for one inventory host, reached as the inventory and
+  then the operator's ssh_config say (sshconfig.py), through its ProxyJump hosts if any: host keys
+  are verified on every hop with sparkctl's policy (known_hosts; accept-new at most), keys are
+  offered in ssh's order (key files, then the agent), refused connections are retried with tenacity
   (within one connect timeout), and commands are never retried blindly (a command may have
   changed state before it failed).
 - Every remote call has a deadline: the connect timeout; a timeout on every command (the
@@ -25,13 +27,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import suppress
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Generic, Iterable, Optional, TypeVar
 
 import paramiko
+import paramiko.auth_strategy
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from sparkctl.errors import HostError, SparkctlError, UnreachableError
-from sparkctl.inventory.models import Inventory, SSHTarget
+from sparkctl.inventory.models import Inventory, SSHHop, SSHTarget
 from sparkctl.transport import hostkeys
 from sparkctl.transport.failures import FIX_FROZEN, FIX_REACH, describe, unresponsive
 from sparkctl.transport.redact import redact
@@ -69,9 +73,20 @@ class CommandResult:
         return self
 
 
+class _JumpFailed(Exception):
+    """Connecting through a jump host failed at that hop (`forward_to`: the jump host itself
+    answered, but could not open the channel to that next hop)."""
+
+    def __init__(self, hop: SSHHop, error: BaseException, forward_to: Optional[SSHHop] = None):
+        super().__init__(str(error))
+        self.hop, self.error, self.forward_to = hop, error, forward_to
+
+
 def _is_transient(exc: BaseException) -> bool:
     """Connection errors worth another try: sshd refused or dropped us (restarting, MaxStartups).
     Never a timeout (it already cost a whole connect timeout), a host key or an authentication."""
+    if isinstance(exc, _JumpFailed):
+        exc = exc.error
     never = (paramiko.BadHostKeyException, paramiko.AuthenticationException, SparkctlError, TimeoutError)
     worth = (paramiko.ssh_exception.NoValidConnectionsError, paramiko.SSHException, ConnectionError, EOFError)
     return isinstance(exc, worth) and not isinstance(exc, never)
@@ -122,6 +137,112 @@ def _exec(transport: paramiko.Transport, command: str, deadline: float) -> tuple
         chan.close()
 
 
+class _Keys(paramiko.auth_strategy.AuthStrategy):
+    """Public-key authentication on one hop, in ssh's order: the hop's identity files (the
+    inventory's key, else ssh_config's IdentityFile), then the agent's keys (IdentityAgent, else
+    $SSH_AUTH_SOCK; with IdentitiesOnly only those matching an identity file). A key file that
+    needs a passphrase is skipped: sparkctl never asks for one, the agent holds it unlocked."""
+
+    def __init__(self, target: SSHTarget, hop: SSHHop):
+        super().__init__(ssh_config=None)
+        self.target, self.hop = target, hop
+        self.locked: list[Path] = []  # passphrase-protected files skipped (named in the error)
+
+    def get_sources(self):
+        from paramiko.auth_strategy import InMemoryPrivateKey, OnDiskPrivateKey
+
+        user, wanted = self.hop.user, set()
+        for path in self.hop.identity_files:
+            try:
+                pkey = paramiko.PKey.from_path(path)
+            # paramiko says PasswordRequiredException for PEM keys; cryptography's OpenSSH-format
+            # loader, which PKey.from_path uses, raises TypeError("Key is password-protected...")
+            except (paramiko.PasswordRequiredException, TypeError):
+                self.locked.append(path)
+                with suppress(Exception):  # the .pub next to it still lets the agent's copy be picked
+                    wanted.add(paramiko.PublicBlob.from_file(f"{path}.pub").key_blob)
+                continue
+            except (OSError, ValueError, paramiko.SSHException) as exc:
+                raise UnreachableError(
+                    f"{self.target.name}: cannot read SSH key {path}: {exc}",
+                    fix="point ssh.key (or IdentityFile in ssh_config) at an OpenSSH private key",
+                ) from None
+            wanted.add(pkey.asbytes())
+            yield OnDiskPrivateKey(user, "python-config" if path == self.target.key else "ssh-config", str(path), pkey)
+        agent = self._agent()
+        if agent is None:
+            return
+        try:
+            for key in agent.get_keys():
+                if not self.target.identities_only or key.asbytes() in wanted:
+                    yield InMemoryPrivateKey(user, key)
+        finally:
+            agent._close()
+
+    def authenticate(self, transport):
+        try:
+            return super().authenticate(transport)
+        except paramiko.AuthenticationException as exc:
+            exc.locked = self.locked  # for the fix: which key to ssh-add
+            raise
+
+    def _agent(self):
+        import os
+
+        path = self.target.identity_agent or os.environ.get("SSH_AUTH_SOCK")
+        if not self.target.agent or not path:
+            return None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.target.connect_timeout)  # an agent that hangs is a deadline too
+        agent = paramiko.agent.AgentSSH()
+        try:
+            sock.connect(path)
+            agent._connect(sock)  # paramiko.Agent() only knows $SSH_AUTH_SOCK; this is its own path
+        except (OSError, paramiko.SSHException):
+            sock.close()
+            return None  # a dangling socket: no agent, as in ssh
+        return agent
+
+
+def _connect_error(label: str, hop: SSHHop, exc: BaseException, t: SSHTarget, through: str = "") -> SparkctlError:
+    """sparkctl's message for a failed connection to one hop (`label` names the host, and the
+    jump host when it is one; `through`, the jump hosts on the way)."""
+    where = f"{hop.user}@{hop.address}:{hop.port}{through}"
+    if isinstance(exc, SparkctlError):
+        return exc
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return hostkeys.describe_bad_host_key(exc, t.known_hosts, label, hop.address, hop.port)
+    if isinstance(exc, paramiko.AuthenticationException):
+        tried = ", ".join(str(p) for p in hop.identity_files) or "no key file"
+        locked = [str(p) for p in getattr(exc, "locked", ())]
+        return UnreachableError(
+            f"{label}: SSH authentication failed for {where} (offered: {tried}"
+            f"{', the agent' if t.agent else ''})",
+            fix=(f"load the passphrase-protected key into the agent: ssh-add {' '.join(locked)}; or " if locked else "")
+            + "check ssh.user and ssh.key in the inventory (or User and IdentityFile in ssh_config) and that "
+            "the public key is in the host's authorized_keys",
+        )
+    if isinstance(exc, TimeoutError):
+        return UnreachableError(
+            f"{label}: cannot connect to {where}: no answer within {t.connect_timeout:g} s "
+            "(management link down or host off?)",
+            fix=FIX_REACH,
+        )
+    if isinstance(exc, paramiko.SSHException):
+        # TCP accepted, sshd never spoke: paramiko says "Error reading SSH protocol banner", or
+        # "No existing session" when the banner wait ended the transport under the handshake
+        if any(w in str(exc).lower() for w in ("banner", "no existing session")):
+            return UnreachableError(
+                f"{label}: cannot connect to {where}: sshd accepted the connection, then no "
+                f"answer within {t.connect_timeout:g} s (sshd frozen or overloaded?)",
+                fix=FIX_FROZEN,
+            )
+        return UnreachableError(f"{label}: cannot connect to {where}: SSH handshake failed: {exc}", fix=FIX_REACH)
+    # after retries: unreachable
+    why = describe(label, exc).message.removeprefix(f"{label}: ")
+    return UnreachableError(f"{label}: cannot connect to {where}: {why}", fix=FIX_REACH)
+
+
 class _Watchdog(threading.Thread):
     """Asks sshd for a reply every `interval` s; if none comes within `deadline` s, the host is
     declared unresponsive and the connection closed (every call blocked on it then ends)."""
@@ -158,6 +279,7 @@ class HostSession:
         self.target = target
         self.name = target.name
         self._conn: Optional[paramiko.SSHClient] = None
+        self._jump_clients: list[paramiko.SSHClient] = []  # the jump hosts' connections, first hop first
         self._docker = None
         self._watchdog: Optional[_Watchdog] = None
         # Set once the host stopped answering: every later call fails at once with this error.
@@ -184,16 +306,56 @@ class HostSession:
     # -- connection -----------------------------------------------------------------------
 
     def _open(self) -> paramiko.SSHClient:
-        """One connection attempt. No ~/.ssh/config, no system config: the inventory is the whole
-        truth about a host."""
+        """One connection attempt, through the jump hosts if any: each hop is its own SSH
+        connection with its own host-key check and deadlines, and the next hop's socket is a
+        direct-tcpip channel on it (what ssh -J does)."""
+        t = self.target
+        hops = [*t.jumps, SSHHop(label=t.name, address=t.address, user=t.user, port=t.port, identity_files=t.identity_files)]
+        opened: list[paramiko.SSHClient] = []
+        sock = None
+        try:
+            for i, hop in enumerate(hops):
+                last = i == len(hops) - 1
+                try:
+                    opened.append(self._open_hop(hop, sock, jump=not last))
+                    if not last:
+                        nxt = hops[i + 1]
+                        sock = opened[-1].get_transport().open_channel(
+                            "direct-tcpip", (nxt.address, nxt.port), ("127.0.0.1", 0), timeout=t.connect_timeout
+                        )
+                except _JumpFailed:
+                    raise
+                except Exception as exc:
+                    if last:
+                        raise
+                    # a forward the jump host refused is its answer about the next hop
+                    forward = len(opened) == i + 1
+                    raise _JumpFailed(hop, exc, hops[i + 1] if forward else None) from exc
+        except BaseException:
+            for client in reversed(opened):
+                client.close()
+            raise
+        self._jump_clients = opened[:-1]
+        return opened[-1]
+
+    def _open_hop(self, hop: SSHHop, sock, jump: bool) -> paramiko.SSHClient:
         t = self.target
         client = paramiko.SSHClient()
-        hostkeys.install_policy(client, t.known_hosts, t.host_key_policy, t.name)
-        kwargs: dict[str, Any] = {"banner_timeout": t.connect_timeout, "auth_timeout": t.connect_timeout}
-        if t.key is not None:
-            kwargs.update(key_filename=str(t.key), look_for_keys=False, allow_agent=False)
         try:
-            client.connect(t.address, port=t.port, username=t.user, timeout=max(1, int(t.connect_timeout)), **kwargs)
+            label = f"{t.name}: jump host {hop.label}" if jump else t.name
+            hostkeys.install_policy(client, t.known_hosts, t.host_key_policy, label)
+            client.connect(
+                hop.address,
+                port=hop.port,
+                username=hop.user,
+                timeout=max(1, int(t.connect_timeout)),  # TCP connect, then the key exchange
+                banner_timeout=t.connect_timeout,
+                auth_timeout=t.connect_timeout,
+                sock=sock,
+                auth_strategy=_Keys(t, hop),
+            )
+            if sock is None:
+                _tune_socket(client.get_transport().sock, t.connect_timeout)
         except BaseException:
             client.close()
             raise
@@ -219,6 +381,8 @@ class HostSession:
         t = self.target
         from sparkctl.transport.guard import check_address
 
+        for hop in t.jumps:  # every hop's address, a name only ssh_config gives included
+            check_address(hop.address, f"SSH to {t.name} through jump host {hop.label}")
         check_address(t.address, f"SSH to {t.name}")
         if t.key is not None and not t.key.exists():
             raise UnreachableError(
@@ -232,39 +396,24 @@ class HostSession:
             wait=wait_exponential(multiplier=0.2, max=2),
             reraise=True,
         )
-        where = f"{t.user}@{t.address}:{t.port}"
         try:
             self._conn = retrying(self._open)
-        except paramiko.BadHostKeyException as exc:
-            raise hostkeys.describe_bad_host_key(exc, t.known_hosts, t.name, t.address, t.port) from None
-        except paramiko.AuthenticationException as exc:
-            raise UnreachableError(
-                f"{t.name}: SSH authentication failed for {where}: {exc}",
-                fix="check ssh.user and ssh.key in the inventory and that the public key is in the host's authorized_keys",
-            ) from None
-        except SparkctlError:
-            raise
-        except TimeoutError:
-            raise UnreachableError(
-                f"{t.name}: cannot connect to {where}: no answer within {t.connect_timeout:g} s "
-                "(management link down or host off?)",
-                fix=FIX_REACH,
-            ) from None
-        except paramiko.SSHException as exc:
-            # TCP accepted, sshd never spoke: paramiko says "Error reading SSH protocol banner", or
-            # "No existing session" when the banner wait ended the transport under the handshake
-            if any(w in str(exc).lower() for w in ("banner", "no existing session")):
+        except _JumpFailed as failed:
+            hop = failed.hop
+            if failed.forward_to is not None:  # the jump host answered, the next hop did not
+                nxt = failed.forward_to
                 raise UnreachableError(
-                    f"{t.name}: cannot connect to {where}: sshd accepted the connection, then no "
-                    f"answer within {t.connect_timeout:g} s (sshd frozen or overloaded?)",
-                    fix=FIX_FROZEN,
+                    f"{t.name}: jump host {hop.label} could not reach {nxt.address}:{nxt.port}: {failed.error}",
+                    fix=f"check that {nxt.address} is up and its sshd reachable from {hop.label} "
+                    f"(from {hop.label}: nc -zv {nxt.address} {nxt.port})",
                 ) from None
-            raise UnreachableError(f"{t.name}: cannot connect to {where}: SSH handshake failed: {exc}", fix=FIX_REACH) from None
-        except Exception as exc:  # after retries: unreachable
-            why = describe(t.name, exc).message.removeprefix(f"{t.name}: ")
-            raise UnreachableError(f"{t.name}: cannot connect to {where}: {why}", fix=FIX_REACH) from None
+            raise _connect_error(f"{t.name}: jump host {hop.label}", hop, failed.error, t) from None
+        except Exception as exc:
+            hop = SSHHop(label=t.name, address=t.address, user=t.user, port=t.port, identity_files=t.identity_files)
+            through = f" (through {', '.join(h.label for h in t.jumps)})" if t.jumps else ""
+            raise _connect_error(t.name, hop, exc, t, through) from None
+        # through jump hosts, the keepalives cross them: a bastion that stops answering is seen too
         transport = self._conn.get_transport()
-        _tune_socket(transport.sock, t.connect_timeout)
         self._watchdog = _Watchdog(self, transport, t.connect_timeout)
         self._watchdog.start()
         return self
@@ -276,8 +425,11 @@ class HostSession:
         transport = transport or (self._conn.get_transport() if self._conn is not None else None)
         if transport is None:
             return
-        with suppress(OSError, AttributeError):  # shutdown wakes threads blocked on the socket; close would not
-            transport.sock.shutdown(socket.SHUT_RDWR)
+        # shutdown wakes threads blocked on the socket; close would not. Through jump hosts, the
+        # socket that carries it all is the first jump host's.
+        for sock in [transport.sock, *(c.get_transport().sock for c in self._jump_clients if c.get_transport())]:
+            with suppress(OSError, AttributeError):
+                sock.shutdown(socket.SHUT_RDWR)
         threading.Thread(target=transport.close, name=f"sparkctl-close-{self.name}", daemon=True).start()
 
     def _lost(self, exc: BaseException) -> SparkctlError:
@@ -316,6 +468,9 @@ class HostSession:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        for client in reversed(self._jump_clients):  # after the connection they carry
+            client.close()
+        self._jump_clients = []
 
     # -- commands -------------------------------------------------------------------------
 
