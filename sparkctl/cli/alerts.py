@@ -32,7 +32,7 @@ def alerts(
 
     from sparkctl.alerts.render import rules_yaml, scrape_config
     from sparkctl.alerts.rules import missing_runbooks, rules_for
-    from sparkctl.cli.output import console, print_json
+    from sparkctl.cli.output import answer, diagnostics, print_json
     from sparkctl.errors import InputError
     from sparkctl.inventory.loader import load_inventory
 
@@ -51,7 +51,7 @@ def alerts(
         return
     if not out:
         typer.echo(text, nl=False)
-    c = console()
+    c = diagnostics()  # warnings: stdout holds the rules when there is no --out
     for alert, why in rs.not_written.items():
         c.print(f"[yellow]not written:[/] {alert}: {why}", soft_wrap=True)
     for name in missing_runbooks(rs):
@@ -61,7 +61,7 @@ def alerts(
                 "each rule's `runbook` annotation names the command that prints it (sparkctl runbook NAME)",
                 soft_wrap=True)
     if out:
-        c.print(f"{len(rs.rules)} rules written to {out}" + (f", scrape config to {prometheus_config}" if prometheus_config else ""),
+        answer().print(f"{len(rs.rules)} rules written to {out}" + (f", scrape config to {prometheus_config}" if prometheus_config else ""),
                 soft_wrap=True)
 
 

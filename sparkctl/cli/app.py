@@ -43,7 +43,9 @@ def build_app(only: str | None = None) -> typer.Typer:
             "Exit codes: 0 success, 1 a check or step failed, 2 bad input or usage."
         ),
         no_args_is_help=True,
-        add_completion=False,
+        # --install-completion / --show-completion on the whole app (the shell asks it with no
+        # arguments); a single command's run skips the completion machinery's imports
+        add_completion=only is None,
         pretty_exceptions_enable=False,
         rich_markup_mode=None,
         context_settings={"help_option_names": ["-h", "--help"]},
@@ -83,13 +85,41 @@ def main(argv: list[str] | None = None) -> None:
     from sparkctl.errors import SparkctlError
 
     args = sys.argv[1:] if argv is None else argv
+    as_json = "--json" in args
     try:
-        build_app(args[0] if args and args[0] in COMMANDS else None)(args=args, prog_name="sparkctl")
+        app = build_app(args[0] if args and args[0] in COMMANDS else None)
+        if as_json:
+            sys.exit(_run_for_json(app, args))
+        app(args=args, prog_name="sparkctl")
     except SparkctlError as err:
         from sparkctl.cli.output import report_error
 
-        report_error(err, as_json="--json" in args)
+        report_error(err, as_json=as_json)
         sys.exit(err.exit_code)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         sys.exit(130)
+
+
+def _run_for_json(app: typer.Typer, args: list[str]) -> int:
+    """Run with --json: a usage error (an unknown option, a missing --config) becomes the one JSON
+    document on stdout, like every other error, instead of click's text on stderr."""
+    try:
+        from typer._click.exceptions import ClickException, UsageError  # typer that vendors click
+    except ImportError:
+        from click.exceptions import ClickException, UsageError
+
+    from sparkctl.errors import InputError, SparkctlError
+
+    try:
+        rv = app(args=args, prog_name="sparkctl", standalone_mode=False)
+    except UsageError as err:
+        where = err.ctx.command_path if err.ctx is not None else "sparkctl"
+        raise InputError(err.format_message(), fix=f"see `{where} --help`") from None
+    except ClickException as err:
+        failed = SparkctlError(err.format_message())
+        failed.exit_code = err.exit_code
+        raise failed from None
+    except typer.Abort:  # a prompt answered with Ctrl-C or end of input: nothing was done
+        raise SparkctlError("aborted at a prompt: nothing was done") from None
+    return rv if isinstance(rv, int) else 0

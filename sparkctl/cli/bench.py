@@ -12,7 +12,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from sparkctl.bench.protocol import parse_tokens
 from sparkctl.cli.options import InventoryOpt, JsonOpt
 
 app = typer.Typer(
@@ -21,6 +20,14 @@ app = typer.Typer(
     invoke_without_command=True,
     no_args_is_help=False,
 )
+
+
+def parse_tokens(text: str) -> int:
+    """The protocol's parse_tokens ('32k' -> 32768), imported when an option is parsed: the
+    protocol module loads pydantic, which `sparkctl --help` has no use for."""
+    from sparkctl.bench.protocol import parse_tokens as parse
+
+    return parse(text)
 
 
 def _csv(text: str) -> list[str]:
@@ -219,7 +226,7 @@ def bench(
     from sparkctl.bench.report import render
     from sparkctl.bench.runner import BenchRunner
     from sparkctl.cli.options import check_seconds
-    from sparkctl.cli.output import console, print_json
+    from sparkctl.cli.output import answer, diagnostics, print_json
     from sparkctl.errors import InputError
 
     check_seconds("--timeout", timeout, low=1, high=86400, example="1800")
@@ -260,9 +267,9 @@ def bench(
         raise _option_error(err) from None
 
     runner = BenchRunner(Endpoint(endpoint, model, api_key, timeout), options)
-    c = console()
+    c = answer()
     interrupted = False
-    with _RichProgress(c) as progress:
+    with _RichProgress(diagnostics()) as progress:
         runner.progress = progress
         try:
             asyncio.run(runner.run())

@@ -1,6 +1,6 @@
 """`sparkctl doctor`: every named check on all hosts in parallel, with the fix for each failure.
 
-Human output (stderr), for a person: one line per check group with each host's counts, then
+Human output (stdout; the spinner while facts are gathered is on stderr), for a person: one line per check group with each host's counts, then
 only what is not ok, expanded (message, fix, runbook; the same finding on several hosts once),
 then the totals. `-v`: one table per host with every row. Nothing breaks a check name at 80 columns.
 `--json`: one document {"checks": [...], "summary": {...}, "seconds": ...} on stdout.
@@ -59,7 +59,7 @@ def doctor(
     from sparkctl.checks.doctor import doctor as run_doctor
     from sparkctl.inventory.loader import load_inventory
 
-    from sparkctl.cli.output import console, print_json
+    from sparkctl.cli.output import diagnostics, print_json
 
     inv = load_inventory(require_inventory(inventory))
     run = partial(run_doctor, inv, hosts=hosts, only=only, ignore=ignore, deep=deep,
@@ -76,7 +76,7 @@ def doctor(
                     check["runbook_url"] = runbooks.link(check["runbook"], base)
         print_json(doc)
     else:
-        with console().status("sparkctl doctor: gathering facts", spinner="dots") as status:
+        with diagnostics().status("sparkctl doctor: gathering facts", spinner="dots") as status:
             report = run(progress=lambda t: status.update(f"sparkctl doctor: {t}"))
         (print_report if verbose else print_summary)(report, runbook_base_url=base)
     raise typer.Exit(1 if report.failed else 0)
@@ -93,10 +93,10 @@ def print_report(report, c=None, runbook_base_url=None) -> None:
     from rich.text import Text
 
     from sparkctl.alerts import runbooks
-    from sparkctl.cli.output import console
+    from sparkctl.cli.output import answer
     from sparkctl.transport.redact import redact
 
-    c = c or console()
+    c = c or answer()
     for host in report.hosts:
         rows = [r for r in report.results if r.host == host]
         if not rows:
@@ -170,10 +170,10 @@ def print_summary(report, c=None, runbook_base_url=None) -> None:
 
     from sparkctl.alerts import runbooks
     from sparkctl.checks import GROUPS
-    from sparkctl.cli.output import console
+    from sparkctl.cli.output import answer
     from sparkctl.transport.redact import redact
 
-    c = c or console()
+    c = c or answer()
     groups = [g for g in GROUPS if any(r.group == g for r in report.results)]
     hosts = [h for h in report.hosts if any(r.host == h for r in report.results)]
     for start in range(0, len(hosts), HOSTS_PER_LINE):

@@ -47,17 +47,16 @@ def validate(file: FileArg = None, inventory: InventoryOpt = None, json_out: Jso
 
     from rich.markup import escape
 
-    from sparkctl.cli.output import console
+    from sparkctl.cli.output import answer, diagnostics
 
     roles = " · ".join(f"{role} {', '.join(names) or 'none'}" for role, names in summary["hosts"].items())
-    c = console()
-    c.print(
+    answer().print(
         f"[bold green]ok[/] {escape(str(path))}: cluster {escape(inv.cluster.name)} · {escape(roles)} · "
         f"TP {inv.runtime.tensor_parallel_size} · image {escape(inv.runtime.image)}",
         soft_wrap=True,
     )
     for w in warns:
-        c.print(f"[bold yellow]warning:[/] {escape(w.render(path))}", soft_wrap=True)
+        diagnostics().print(f"[bold yellow]warning:[/] {escape(w.render(path))}", soft_wrap=True)
 
 
 @app.command("show")
@@ -80,9 +79,9 @@ def show(file: FileArg = None, inventory: InventoryOpt = None, json_out: JsonOpt
         doc["runtime"]["env"] = redact_obj(doc["runtime"]["env"])
         sys.stdout.write(json.dumps({"file": str(path), **doc}, indent=2) + "\n")
         return
-    from sparkctl.cli.output import console
+    from sparkctl.cli.output import answer
 
-    c = console()
+    c = answer()
     width = c.width
     if not c.is_terminal:
         c.width = max(width, 160)  # a pipe or a log gets whole rows; a terminal keeps its width

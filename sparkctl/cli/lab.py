@@ -27,18 +27,18 @@ def lab_api():
 
 
 def _progress(msg: str) -> None:
-    from sparkctl.cli.output import console
+    from sparkctl.cli.output import diagnostics
 
-    console().print(f"[dim]lab:[/] {msg}", soft_wrap=True)
+    diagnostics().print(f"[dim]lab:[/] {msg}", soft_wrap=True)
 
 
 def _report(result: dict, verb: str, json_out: bool) -> None:
-    from sparkctl.cli.output import console, print_json
+    from sparkctl.cli.output import answer, print_json
 
     if json_out:
         print_json(result)
         return
-    c = console()
+    c = answer()
     if result["changed"]:
         for line in result["changes"]:
             c.print(f"  [green]+[/] {line}", soft_wrap=True)
@@ -55,9 +55,9 @@ def up(json_out: JsonOpt = False) -> None:
     result = api.up(progress=_progress)
     _report(result, "up", json_out)
     if not json_out:
-        from sparkctl.cli.output import console
+        from sparkctl.cli.output import answer
 
-        console().print(f"inventory: {api.INVENTORY_PATH}   ssh: ssh -F {api.SSH_CONFIG} head", soft_wrap=True)
+        answer().print(f"inventory: {api.INVENTORY_PATH}   ssh: ssh -F {api.SSH_CONFIG} head", soft_wrap=True)
 
 
 @app.command()
@@ -72,7 +72,7 @@ def down(json_out: JsonOpt = False) -> None:
 @app.command()
 def status(json_out: JsonOpt = False) -> None:
     """Hosts, namespaces, pids, sshd/dockerd health, links, registry, image, faults. Exit 1 unless all is up."""
-    from sparkctl.cli.output import console, print_json
+    from sparkctl.cli.output import answer, print_json
     api = lab_api()
 
     doc = api.status()
@@ -82,7 +82,7 @@ def status(json_out: JsonOpt = False) -> None:
         from rich.console import Console
 
         # the links table needs ~120 columns; wider than a pipe's default 80
-        _render_status(doc, Console(stderr=True, highlight=False, width=max(120, console().width)))
+        _render_status(doc, Console(highlight=False, width=max(120, answer().width)))
     raise typer.Exit(0 if doc["up"] else 1)
 
 
@@ -137,7 +137,7 @@ def fault(
     json_out: JsonOpt = False,
 ) -> None:
     """Switch a fault on or off (link down and wrong MTU are real `ip link` changes)."""
-    from sparkctl.cli.output import console, print_json
+    from sparkctl.cli.output import answer, print_json
     from sparkctl.errors import InputError
     api = lab_api()
 
@@ -148,7 +148,7 @@ def fault(
         if json_out:
             print_json({"cleared": changes})
         else:
-            console().print("faults cleared: " + ("; ".join(changes) if changes else "there were none"), soft_wrap=True)
+            answer().print("faults cleared: " + ("; ".join(changes) if changes else "there were none"), soft_wrap=True)
         return
     if not host or not kind:
         raise InputError("fault needs HOST and KIND (or --clear-all)",
@@ -158,7 +158,7 @@ def fault(
         print_json(result)
     else:
         verb = "cleared" if clear else "set"
-        console().print(f"{host}: {kind} {target or ''} {verb}; faults now: {result['faults'] or 'none'}", soft_wrap=True)
+        answer().print(f"{host}: {kind} {target or ''} {verb}; faults now: {result['faults'] or 'none'}", soft_wrap=True)
 
 
 @app.command()
@@ -171,7 +171,7 @@ def drill(
 
     Then: `sparkctl doctor` names the check, the runbook's fix commands repair it.
     `sparkctl lab fault --clear-all` does not undo a drill: its runbook does."""
-    from sparkctl.cli.output import console, print_json
+    from sparkctl.cli.output import answer, print_json
     from sparkctl.errors import InputError
 
     drills = lab_api().drills
@@ -180,7 +180,7 @@ def drill(
         if json_out:
             print_json({"drills": rows})
             return
-        c = console()
+        c = answer()
         for r in rows:
             c.print(f"[bold]{r['name']}[/]: {r['what']}", soft_wrap=True)
             c.print(f"    doctor: {r['check']} on {r['host']}   runbook: {r['runbook']}"
@@ -192,7 +192,7 @@ def drill(
     if json_out:
         print_json(result)
         return
-    c = console()
+    c = answer()
     c.print(f"drill {name}: {result['done']}", soft_wrap=True)
     c.print(f"now: `sparkctl doctor` (it names {result['check']} on {result['host']}), then follow {result['runbook']}",
             soft_wrap=True)

@@ -1,5 +1,9 @@
-"""How every command talks: human output on stderr (rich), one JSON document on stdout with --json.
+"""How every command talks, as kubectl, docker and ansible-inventory do: what a command answers
+(a table, a launch, a recap, a verdict) on stdout; progress, live lines, warnings and errors on
+stderr; with --json, exactly one JSON document on stdout and nothing else there.
 
+So `sparkctl render > launch.txt` holds the launch and `sparkctl doctor | less` pages the table,
+while a spinner or a warning still reaches the person at the terminal.
 Kept import-light: rich is loaded only when something is printed for a human.
 """
 
@@ -12,11 +16,22 @@ from typing import Any
 
 
 @lru_cache(maxsize=1)
-def console():
-    """The human console (stderr), so stdout stays clean for --json and pipes."""
+def answer():
+    """The console for what a command answers (stdout)."""
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+@lru_cache(maxsize=1)
+def diagnostics():
+    """The console for progress, live lines, warnings and errors (stderr): never part of the answer."""
     from rich.console import Console
 
     return Console(stderr=True, highlight=False, emoji=False)  # emoji: "inv.yaml:100:" is a line, not 💯
+
+
+console = answer  # the name callers used before the split: it means the answer
 
 
 def print_json(doc: Any) -> None:
@@ -28,7 +43,8 @@ def print_json(doc: Any) -> None:
 
 
 def report_error(err, as_json: bool) -> None:
-    """Print an operator-facing error (message + fix), never a traceback."""
+    """Print an operator-facing error (message + fix), never a traceback: on stderr, or as the one
+    JSON document on stdout with --json."""
     from rich.markup import escape
 
     from sparkctl.transport.redact import redact
@@ -36,7 +52,7 @@ def report_error(err, as_json: bool) -> None:
     if as_json:
         print_json(err.to_dict())
         return
-    c = console()
+    c = diagnostics()
     # escape: a value quoted from the operator's file ('[red]') must print as written
     c.print(f"[bold red]error:[/] {escape(redact(err.message))}", soft_wrap=True)
     if err.fix:

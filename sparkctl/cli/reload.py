@@ -30,7 +30,7 @@ RatioOpt = Annotated[
 def _run(kind: str, inventory, new_path, check, json_out, yes, deadline, ratio, wait, verbose, resume=False, to=0):
     import sys
 
-    from sparkctl.cli.output import console, print_json
+    from sparkctl.cli.output import answer, diagnostics, print_json
     from sparkctl.cli.steps_output import LiveReport
     from sparkctl.errors import InputError
     from sparkctl.inventory.loader import load_inventory
@@ -39,19 +39,19 @@ def _run(kind: str, inventory, new_path, check, json_out, yes, deadline, ratio, 
     check_seconds("--deadline", deadline, low=1, high=86400, example="1800")
     current = load_inventory(require_inventory(inventory))
     new = load_inventory(new_path) if new_path is not None else None
-    c = console()
+    c = answer()
 
     def confirm(plan) -> bool:
         if not json_out:
             for line in plan.lines():
-                c.print(line, soft_wrap=True, highlight=False, markup=False)
+                live.print(line, soft_wrap=True, highlight=False, markup=False)
         if yes:
             return True
         if not sys.stdin.isatty():
             raise InputError(f"`sparkctl {kind}` changes a serving cluster and asks first", fix="pass --yes to confirm")
-        return typer.confirm(f"{kind} now?", default=False)
+        return typer.confirm(f"{kind} now?", default=False, err=True)  # the prompt is not the answer
 
-    say = (lambda msg: None) if json_out else (lambda msg: c.print(f"[yellow]{msg}[/]", soft_wrap=True))
+    say = (lambda msg: None) if json_out else (lambda msg: diagnostics().print(f"[yellow]{msg}[/]", soft_wrap=True))
     live = LiveReport(quiet=json_out, hosts=list(current.hosts), verbose=verbose)
     with live:
         report = run_reload(
@@ -131,7 +131,7 @@ def rollback(
     wait: LockWaitOpt = 0,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Restore the last good config (or an earlier one), e.g. after an interrupted reload."""
+    """Restore the last good config (or an earlier one: --to N), after an interrupted or failed reload."""
     _run("rollback", inventory, None, check, json_out, yes, deadline, None, wait, verbose, to=to)
 
 
@@ -143,7 +143,7 @@ def history(
     """Applied configs, reloads, restarts and rollbacks on this cluster: time, config, who, outcome, warm/cold, downtime."""
     from rich.table import Table
 
-    from sparkctl.cli.output import console, print_json
+    from sparkctl.cli.output import answer, print_json
     from sparkctl.facts.host import gather_host
     from sparkctl.inventory.loader import load_inventory
     from sparkctl.reload import interrupted_message
@@ -165,7 +165,7 @@ def history(
     if json_out:
         print_json(doc)
         return
-    c = console()
+    c = answer()
     t = Table(title=f"cluster {inv.cluster.name}: last good config {doc['last_good'] or '(none)'}", title_justify="left")
     for col in ("at", "command", "outcome", "config", "by", "start", "downtime"):
         t.add_column(col, overflow="fold")

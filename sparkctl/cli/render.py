@@ -8,7 +8,7 @@ from sparkctl.cli.options import InventoryOpt, JsonOpt, require_inventory
 def render(inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
     """Print the launch of every host (image, full ray/vllm command line, env with secrets redacted,
     mounts, devices, labels, config hash) without touching any host."""
-    from sparkctl.cli.output import console, print_json
+    from sparkctl.cli.output import answer, print_json
     from sparkctl.inventory.loader import load_inventory
     from sparkctl.runtime.launch import render as render_launch
     from sparkctl.transport.redact import redact, redact_obj
@@ -25,7 +25,7 @@ def render(inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
 
     from rich.markup import escape
 
-    c = console()
+    c = answer()
     c.print(f"cluster [bold]{plan.cluster}[/]  config hash [bold]{plan.config_hash}[/]  (start order top to bottom)")
     for spec in plan.containers:
         env = redact_obj(spec.env)

@@ -64,8 +64,6 @@ def collect(inv, plan, sample_seconds: float) -> dict:
         hosts = host_containers(inv, plan, fleet)
     first, second = sample(base, sample_seconds)
     runtime = _runtime(first, second, sample_seconds)
-    if "running" in runtime:  # acceptance since start here (the docstring of `status`); rate in percent
-        runtime.update((second.metrics.spec or SpecCounters()).fields())
     healthy = runtime["health"] == 200 and all(
         c["state"] == "running" and c["config_matches"] for h in hosts.values() for c in h["containers"]
     )
@@ -89,10 +87,11 @@ def status(
     """What runs where (config hash against the inventory's), health, live tok/s, acceptance, KV usage.
 
     Exit 0 when every runtime container runs the inventory's config and /health is 200, else 1.
-    Speculative acceptance is cumulative since the runtime started (vLLM's counters); with --watch
-    every figure is over the last interval. --endpoint URL: only the runtime part, for any vLLM
-    endpoint (exit 0 when /health is 200)."""
-    from sparkctl.cli.output import console, print_json
+    Figures are over the --sample seconds (with --watch, the last interval); speculative acceptance
+    too when drafts were made in it, else since the runtime started (it says which). --endpoint
+    URL: only the runtime part, for any vLLM endpoint (exit 0 when /health is 200). Off a terminal,
+    --watch prints a line per interval."""
+    from sparkctl.cli.output import answer, print_json
     from sparkctl.errors import InputError
     from sparkctl.inventory.loader import load_inventory
     from sparkctl.runtime.launch import render
@@ -120,7 +119,7 @@ def status(
     if json_out:
         print_json(doc)
     elif endpoint:
-        console().print(runtime_line(doc["runtime"]), soft_wrap=True)
+        answer().print(runtime_line(doc["runtime"]), soft_wrap=True)
     else:
         print_hosts(doc)
     raise typer.Exit(0 if doc["healthy"] else 1)
@@ -129,7 +128,7 @@ def status(
 def print_hosts(doc: dict) -> None:
     from rich.table import Table
 
-    from sparkctl.cli.output import console
+    from sparkctl.cli.output import answer
 
     t = Table(title=f"cluster {doc['cluster']}: inventory config {doc['config_hash']}", title_justify="left")
     for col in ("host", "container", "state", "config", "image"):
@@ -140,7 +139,7 @@ def print_hosts(doc: dict) -> None:
         for c in info["containers"]:
             match = "[green]matches[/]" if c["config_matches"] else f"[yellow]{c.get('config_hash') or '-'}[/]"
             t.add_row(h, c["name"], c["state"], match, (c.get("image_id") or "")[7:19])
-    con = console()
+    con = answer()
     con.print(t)
     con.print(runtime_line(doc["runtime"]), soft_wrap=True)
     con.print("[green]healthy[/]" if doc["healthy"] else "[red]not healthy[/]: run `sparkctl doctor` (or `sparkctl up`)")
@@ -168,9 +167,21 @@ def endpoint_base(url: str) -> tuple[str, int]:
     return u.hostname, port
 
 
+def acceptance(window: SpecCounters, since_start: Optional[SpecCounters]) -> dict:
+    """Speculative acceptance over the interval when drafts were made in it, else since the runtime
+    started: an idle cluster still shows how its drafter does. `spec_decode_acceptance_over` says
+    which ("interval", "since_start", or None with no drafts at all). Rate in percent, as vllm bench
+    serve and doctor report it."""
+    if window.drafts > 0:
+        return {**window.fields(), "spec_decode_acceptance_over": "interval"}
+    if since_start is not None and since_start.drafts > 0:
+        return {**since_start.fields(), "spec_decode_acceptance_over": "since_start"}
+    return {**SpecCounters().fields(), "spec_decode_acceptance_over": None}
+
+
 def figures(a, b, seconds: float) -> dict:
     """What the runtime did between two fetches (EndpointFacts) `seconds` apart: tok/s, requests,
-    KV use, speculative acceptance and mean TTFT over that interval only."""
+    KV use and mean TTFT over that interval only; speculative acceptance as `acceptance` says."""
     ma, mb = a.metrics, b.metrics
 
     def delta(name: str) -> float:
@@ -183,7 +194,7 @@ def figures(a, b, seconds: float) -> dict:
         "waiting": int(mb.get(WAITING, 0)),
         "kv_cache_usage": round(mb.get(KV_USAGE, 0.0), 4),
         "output_tokens_per_s": round(delta(GENERATION_TOKENS) / seconds, 1),
-        **spec.fields(),  # rate in percent, as vllm bench serve and doctor report it
+        **acceptance(spec, mb.spec),
         "ttft_mean_s": round(delta(f"{TTFT}_sum") / ttft_n, 3) if ttft_n else None,
         "interval_s": round(seconds, 2),
     }
@@ -227,8 +238,10 @@ def runtime_line(r: dict) -> str:
         parts += [f"running {r['running']}, waiting {r['waiting']}", f"KV {100 * (r['kv_cache_usage'] or 0):.1f}%",
                   f"{r['output_tokens_per_s']} tok/s"]  # fmt: skip
         if r.get("spec_decode_acceptance_length") is not None:
+            over = (f"over the last {r['interval_s']:g} s" if r.get("spec_decode_acceptance_over") == "interval"
+                    else f"since start: no drafts in the last {r['interval_s']:g} s")  # fmt: skip
             parts.append(f"acceptance rate {r['spec_decode_acceptance_rate']}%, mean acceptance length "
-                         f"{r['spec_decode_acceptance_length']}")  # fmt: skip
+                         f"{r['spec_decode_acceptance_length']} ({over})")  # fmt: skip
         if r.get("ttft_mean_s") is not None:
             parts.append(f"TTFT {r['ttft_mean_s']:.2f} s")
     elif r.get("metrics_error"):
@@ -259,6 +272,8 @@ def _view(runtime: dict, hosts: Optional[dict]):
         head = Text(f"{runtime['url']}: /health {runtime['health']}  {runtime.get('model') or ''}",
                     style="green" if runtime["health"] == 200 else "bold red")  # fmt: skip
     parts = [head, t]
+    if runtime.get("spec_decode_acceptance_over") == "since_start":
+        parts.append(Text("accept, len: since the runtime started (no drafts in the last interval)", style="dim"))
     if hosts:
         ht = Table(box=None, pad_edge=False)
         for col in ("host", "container", "state"):
@@ -298,20 +313,42 @@ def _quit_key():
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
+def _line(runtime: dict, hosts: Optional[dict]) -> str:
+    """One frame of --watch off a terminal: the time, the runtime line, each container's state."""
+    line = f"{time.strftime('%H:%M:%S')} {runtime_line(runtime)}"
+    if hosts:
+        from rich.markup import escape
+
+        line += "; containers: " + ", ".join(f"{h}/{c['name']} {escape(c['state'])}"
+                                             for h, info in hosts.items() for c in info["containers"])  # fmt: skip
+    return line
+
+
 def watch_view(containers, base: tuple[str, int], interval: float) -> None:
     """Refresh every `interval` s: figures over the last interval (not since start), each host's
-    containers (`containers()`, None without an inventory). q or Ctrl-C exits 0."""
+    containers (`containers()`, None without an inventory). On a terminal a live view; off one (a
+    pipe, a log) a line per interval, as it comes. q or Ctrl-C exits 0."""
+    from contextlib import nullcontext
+
     from rich.live import Live
 
-    from sparkctl.cli.output import console
+    from sparkctl.cli.output import answer
     from sparkctl.facts.endpoint import fetch
 
+    c = answer()
+    on_terminal = c.is_terminal and not c.is_dumb_terminal
     prev, t_prev, wait = fetch(*base), time.monotonic(), 0.2  # the first frame comes at once
     try:
-        with _quit_key() as quit_within, Live(console=console(), auto_refresh=False, transient=False) as live:
+        view = Live(console=c, auto_refresh=False, transient=False) if on_terminal else nullcontext()
+        with _quit_key() as quit_within, view as live:
             while not quit_within(wait):
                 cur, t_cur = fetch(*base), time.monotonic()
-                live.update(_view(_runtime(prev, cur, t_cur - t_prev), containers()), refresh=True)
+                runtime, hosts = _runtime(prev, cur, t_cur - t_prev), containers()
+                if on_terminal:
+                    live.update(_view(runtime, hosts), refresh=True)
+                else:
+                    c.print(_line(runtime, hosts), soft_wrap=True)
+                    c.file.flush()  # a reader of the pipe sees each line when it is printed
                 prev, t_prev, wait = cur, t_cur, interval
     except KeyboardInterrupt:
         pass

@@ -6,6 +6,10 @@ finished. Finished lines are shortened at a word to the terminal's width, so not
 full text is in `--json` and in the plain lines written off a terminal (CI, pipes), which stay as
 they always were. Built only on the runner's two callbacks: progress(host, step, text) while a step
 applies, and result(StepResult) for each finished host and step.
+
+The finished lines and the recap are the run's answer (stdout: `up --check > plan.txt` keeps the
+plan); the live block is progress (stderr). When both are the same terminal, finished lines go
+through the live block's console so they land above it.
 """
 
 from __future__ import annotations
@@ -44,10 +48,12 @@ def shorten(text: str, width: int) -> str:
 class LiveReport:
     """Prints each StepResult as it lands, and on a terminal keeps one live line per host."""
 
-    def __init__(self, quiet: bool, hosts: Optional[list[str]] = None, console=None, verbose: bool = False):
+    def __init__(self, quiet: bool, hosts: Optional[list[str]] = None, console=None, verbose: bool = False,
+                 live_console=None):  # fmt: skip
         self.quiet = quiet
         self.verbose = verbose  # on a terminal: every word of each finished line, wrapped at words
-        self._console = console
+        self._console = console  # finished lines (the answer); default: stdout
+        self._live_console = live_console or console  # the live block (progress); default: stderr
         self._live = None
         self._lock = threading.Lock()
         self._hosts: dict[str, HostLine] = {h: HostLine() for h in hosts or []}
@@ -63,14 +69,33 @@ class LiveReport:
         return self._console
 
     @property
+    def live_console(self):
+        if self._live_console is None:
+            from sparkctl.cli.output import diagnostics
+
+            self._live_console = diagnostics()
+        return self._live_console
+
+    @property
     def interactive(self) -> bool:
+        """The live block runs: its console (stderr) is a terminal."""
+        return not self.quiet and self.live_console.is_terminal and not self.live_console.is_dumb_terminal
+
+    @property
+    def on_terminal(self) -> bool:
+        """Finished lines go to a terminal: fit them to its width."""
         return not self.quiet and self.console.is_terminal and not self.console.is_dumb_terminal
+
+    def print(self, *objects, **kwargs) -> None:
+        """Print part of the answer while the run goes on: above the live block when both share the terminal."""
+        target = self._live.console if self._live is not None and self.on_terminal else self.console
+        target.print(*objects, **kwargs)
 
     def __enter__(self) -> "LiveReport":
         if self.interactive:
             from rich.live import Live
 
-            self._live = Live(self, console=self.console, refresh_per_second=8, transient=False)
+            self._live = Live(self, console=self.live_console, refresh_per_second=8, transient=False)
             self._live.__enter__()
         return self
 
@@ -116,13 +141,13 @@ class LiveReport:
 
         from sparkctl.transport.redact import redact
 
-        live = self._live is not None
+        term = self.on_terminal
         head = f"{r.status:>7} {r.host:<9} {r.step:<8} "
 
         def fit(text: str, indent: int, wrap: bool = self.verbose) -> list[str]:
             text = redact(text)
             room = max(self.console.width - indent, 20)
-            if not live:
+            if not term:
                 return [text]
             if wrap:
                 return textwrap.wrap(text, width=room, break_long_words=False) or [""]
@@ -138,10 +163,10 @@ class LiveReport:
         for i, part in enumerate(fit(r.fix, INDENT + 5, wrap=True) if r.fix else []):
             lines.append(Text.assemble(" " * INDENT, ("fix:" if i == 0 else "    ", "bold"), " " + part))
         for t in lines:
-            if live:
-                self.console.print(t, no_wrap=True, overflow="ellipsis")
+            if term:
+                self.print(t, no_wrap=True, overflow="ellipsis")
             else:
-                self.console.print(t, soft_wrap=True)
+                self.print(t, soft_wrap=True)
 
     # ---- the live block ---------------------------------------------------------------------------
 
@@ -167,7 +192,7 @@ class LiveReport:
                 rows.append((mark, host, line.step or "-", f"{line.status or ''} {line.text}"))
         name_w = max((len(r[1]) for r in rows), default=0)
         step_w = max((len(r[2]) for r in rows), default=0)
-        width = self.console.width
+        width = self.live_console.width
         lines = []
         for mark, name, step, phase in rows:
             t = Text.assemble(mark, " ", (f"{name:<{name_w}}", "bold"), " ", f"{step:<{step_w}}", " ")
@@ -185,22 +210,26 @@ class LiveReport:
         return self._spinners[key].render(now)
 
 
-def print_recap(recap) -> None:
+def print_recap(recap, c=None) -> None:
+    """A row per step, a column per host: a playbook has nine steps and a cluster two or three hosts,
+    so this fits 80 columns where a column per step did not (its headers were cut to "pref…").
+    Names are folded, never cut."""
     from rich.table import Table
+    from rich.text import Text
 
-    from sparkctl.cli.output import console
+    from sparkctl.cli.output import answer
 
     hosts = list(dict.fromkeys(r.host for r in recap.results))
     seen = {r.step for r in recap.results}
     steps = [s for s in recap.steps if s in seen] or sorted(seen)
     table = Table(title=f"{recap.playbook}{' --check' if recap.check_mode else ''}: recap", title_justify="left")
-    table.add_column("host")
-    for s in steps:
-        table.add_column(s)
-    cell = {(r.host, r.step): r.status for r in recap.results}
+    table.add_column("step", overflow="fold")
     for h in hosts:
-        table.add_row(h, *[f"[{STYLE.get(cell.get((h, s), ''), 'dim')}]{cell.get((h, s), '-')}[/]" for s in steps])
-    c = console()
+        table.add_column(Text(h), overflow="fold")
+    cell = {(r.host, r.step): r.status for r in recap.results}
+    for s in steps:
+        table.add_row(s, *[Text(cell.get((h, s), "-"), style=STYLE.get(cell.get((h, s), ""), "dim")) for h in hosts])
+    c = c or answer()
     c.print(table)
     totals = ", ".join(f"{k}={recap.count(k)}" for k in ("ok", "changed", "failed", "skipped"))
     if recap.failed:

@@ -31,7 +31,7 @@ def unlock(
     """
     import sys
 
-    from sparkctl.cli.output import console, print_json
+    from sparkctl.cli.output import answer, print_json
     from sparkctl.errors import InputError
     from sparkctl.inventory.loader import load_inventory
     from sparkctl.lock import LOCK_PATH, break_lock, read_holder
@@ -46,7 +46,7 @@ def unlock(
             if json_out:
                 print_json({"locked": False, "removed": False, "holder": None})
             else:
-                console().print(f"cluster {inv.cluster.name} is not locked (no {LOCK_PATH} on {head})")
+                answer().print(f"cluster {inv.cluster.name} is not locked (no {LOCK_PATH} on {head})")
             raise typer.Exit(0)
         why = holder.gone()
         state = f"looks gone: {why}" if why else (
@@ -54,7 +54,7 @@ def unlock(
             "the cluster at once"
         )
         if not json_out:
-            console().print(f"cluster {inv.cluster.name} is locked by {holder.describe()}\nthe holder {state}")
+            answer().print(f"cluster {inv.cluster.name} is locked by {holder.describe()}\nthe holder {state}")
         if not yes:
             if json_out or not sys.stdin.isatty():
                 raise InputError(
@@ -62,11 +62,11 @@ def unlock(
                     fix="rerun with --yes once you are sure no sparkctl run is changing this cluster",
                 )
             if not typer.confirm("break the lock?", default=False, err=True):
-                console().print("left the lock in place")
+                answer().print("left the lock in place")
                 raise typer.Exit(1)
         removed = break_lock(session, holder)
     if json_out:
         print_json({"locked": not removed, "removed": removed, "holder": holder.to_dict()})
     else:
-        console().print("lock broken" if removed else "the lock changed meanwhile (another run took it): left in place")
+        answer().print("lock broken" if removed else "the lock changed meanwhile (another run took it): left in place")
     raise typer.Exit(0 if removed else 1)

@@ -46,10 +46,10 @@ def run_steps(
     else:
         print_recap(recap)
         if journal:
-            from sparkctl.cli.output import console
+            from sparkctl.cli.output import diagnostics
             from sparkctl.reload import interrupted_message
 
-            console().print(
+            diagnostics().print(
                 f"[bold yellow]note:[/] {interrupted_message(journal)}: finish it with `sparkctl reload --resume "
                 "--config NEW`, or `sparkctl rollback`", soft_wrap=True,
             )

@@ -137,22 +137,22 @@ def test_full_run_names_every_check(doctor_lab):
         assert all("not running" in c["message"] for c in runtime)
 
 
-def test_table_on_stderr_json_on_stdout(doctor_lab):
+def test_table_on_stdout(doctor_lab):
     lab, inv = doctor_lab
     env = {**os.environ, "SPARKCTL_ONLY_NETWORKS": FENCE, "COLUMNS": "200"}
     r = subprocess.run([sys.executable, "-m", "sparkctl", "doctor", "-i", str(inv), "--only", "fabric", "-v"],
                        capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
-    assert r.returncode == 0 and r.stdout == ""
+    assert r.returncode == 0 and r.stderr == ""  # the table is the answer (`doctor | less`)
     # -v: every row
-    assert "fabric.ping" in r.stderr and "enP2p1s0f0np0" in r.stderr and " ok " in r.stderr
-    assert "gpu.model" not in r.stderr  # --only
-    assert " in " in r.stderr.splitlines()[-1] and r.stderr.rstrip().endswith(" s")
+    assert "fabric.ping" in r.stdout and "enP2p1s0f0np0" in r.stdout and " ok " in r.stdout
+    assert "gpu.model" not in r.stdout  # --only
+    assert " in " in r.stdout.splitlines()[-1] and r.stdout.rstrip().endswith(" s")
     # the default: a line per group, nothing expanded on a healthy cluster, the same summary line
     r = subprocess.run([sys.executable, "-m", "sparkctl", "doctor", "-i", str(inv), "--only", "fabric"],
                        capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
-    assert r.returncode == 0 and r.stdout == "" and "fabric.ping" not in r.stderr
-    assert any(line.startswith("fabric ") for line in r.stderr.splitlines())
-    assert r.stderr.rstrip().endswith(" s")
+    assert r.returncode == 0 and r.stderr == "" and "fabric.ping" not in r.stdout
+    assert any(line.startswith("fabric ") for line in r.stdout.splitlines())
+    assert r.stdout.rstrip().endswith(" s")
 
 
 def test_only_ignore_and_hosts(doctor_lab):

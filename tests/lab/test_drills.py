@@ -189,7 +189,7 @@ def test_drill_end_to_end(drill_lab, name):
     assert (d.check, d.host) in not_ok(doc), sorted(not_ok(doc))
     human = subprocess.run([sys.executable, "-m", "sparkctl", "doctor"], capture_output=True, text=True, timeout=300,
                            env=env(inventory))  # fmt: skip
-    assert f"runbook: sparkctl runbook {d.runbook}" in re.sub(r"\s+", " ", human.stderr), human.stderr
+    assert f"runbook: sparkctl runbook {d.runbook}" in re.sub(r"\s+", " ", human.stdout), human.stdout + human.stderr
 
     # the alerts it names fire in Prometheus (decode speed needs traffic to be judged)
     with traffic() if "SparkctlDecodeThroughputLow" in d.alerts else _nothing():
@@ -228,10 +228,10 @@ def test_doctor_default_output_at_80_columns_one_fault_and_healthy(drill_lab):
     r = subprocess.run([sys.executable, "-m", "sparkctl", "doctor"], capture_output=True, text=True, timeout=300,
                        env=env(inventory))  # fmt: skip
     assert r.returncode == 1
-    lines = r.stderr.rstrip().splitlines()
+    lines = r.stdout.rstrip().splitlines()
     print("\n".join(lines))  # the one-fault output, for the record (-s)
     assert max(len(line) for line in lines) <= 80
-    text = re.sub(r"\s+", " ", r.stderr)
+    text = re.sub(r"\s+", " ", r.stdout)
     mtu = next(c for c in doctor_json(inventory)["checks"] if c["name"] == "fabric.mtu" and c["status"] == "fail")
     assert any(line.startswith("✗ fabric.mtu ") for line in lines)
     assert re.sub(r"\s+", " ", mtu["message"]) in text and re.sub(r"\s+", " ", mtu["fix"]) in text
@@ -239,7 +239,7 @@ def test_doctor_default_output_at_80_columns_one_fault_and_healthy(drill_lab):
     up(inventory)
     r = subprocess.run([sys.executable, "-m", "sparkctl", "doctor"], capture_output=True, text=True, timeout=300,
                        env=env(inventory))  # fmt: skip
-    lines = r.stderr.rstrip().splitlines()
+    lines = r.stdout.rstrip().splitlines()
     print("\n".join(lines))
-    assert r.returncode == (1 if before else 0) and len(lines) <= 40, r.stderr
-    assert max(len(line) for line in lines) <= 80 and "fabric.mtu" not in r.stderr
+    assert r.returncode == (1 if before else 0) and len(lines) <= 40, r.stdout + r.stderr
+    assert max(len(line) for line in lines) <= 80 and "fabric.mtu" not in r.stdout

@@ -153,5 +153,5 @@ def test_fault_cli(lab_faults):
     subprocess.run(cli + ["worker", "link-down", "enp1s0f1np1"], check=True, capture_output=True)
     assert "(Down)" in out(lab, "worker", "ibdev2netdev | grep enp1s0f1np1")
     r = subprocess.run(cli + ["--clear-all"], capture_output=True, text=True)
-    assert r.returncode == 0 and "worker/enp1s0f1np1 up" in r.stderr
+    assert r.returncode == 0 and "worker/enp1s0f1np1 up" in r.stdout
     assert lab.status()["faults"] == []

@@ -91,4 +91,4 @@ def test_second_up_changes_nothing_and_says_so(lab):
     doc = json.loads(r.stdout)
     assert doc == {"changed": False, "changes": [], "seconds": doc["seconds"]}
     r = subprocess.run([sys.executable, "-m", "sparkctl", "lab", "up"], capture_output=True, text=True)
-    assert "nothing changed" in r.stderr
+    assert "nothing changed" in r.stdout

@@ -52,7 +52,7 @@ def no_stale_lock(lab):
     """Start unlocked: a run killed earlier (by another test) may have left its lock behind."""
     if lock_holder(lab) is not None:
         p = run("unlock", "-i", lab.INVENTORY_PATH, "--yes")
-        print(f"\n[cleared a lock left behind] {p.stderr.strip()}")
+        print(f"\n[cleared a lock left behind] {p.stdout.strip()}")
     yield
 
 

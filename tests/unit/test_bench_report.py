@@ -102,7 +102,7 @@ def test_compare_ratios(tmp_path):
 
     r = _run("bench", "compare", str(a), str(b))
     assert r.returncode == 0, r.stderr
-    line = next(l for l in r.stderr.splitlines() if "counting x4 output_throughput" in l)
+    line = next(l for l in r.stdout.splitlines() if "counting x4 output_throughput" in l)
     assert "322.1" in line and "644.2" in line and "2.00x" in line
     j = _run("bench", "compare", str(a), str(b), "--json")
     assert j.returncode == 0

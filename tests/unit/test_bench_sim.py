@@ -66,7 +66,7 @@ def bench(sim: Sim, out: Path, *args: str) -> dict:
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(out.read_text())
     jsonschema.validate(doc, SCHEMA)  # every file written validates against the published schema
-    doc["_stderr"] = r.stderr
+    doc["_stdout"] = r.stdout  # the table: what the command answers (progress is on stderr)
     return doc
 
 
@@ -116,10 +116,10 @@ def test_acceptance_matches_the_configured_model(sim, throughput):
 
 
 def test_the_table_is_shaped_like_the_seeds(throughput):
-    err = throughput["_stderr"]
-    header = next(l for l in err.splitlines() if "One stream" in l)
+    table = throughput["_stdout"]
+    header = next(l for l in table.splitlines() if "One stream" in l)
     assert "4 streams, combined" in header
-    assert any("Counting numbers, structured test" in l and "tokens/s" in l for l in err.splitlines())
+    assert any("Counting numbers, structured test" in l and "tokens/s" in l for l in table.splitlines())
 
 
 def test_context_sweep_falls(sim, tmp_path):
@@ -155,7 +155,7 @@ def test_prefill_overhead_is_subtracted_and_the_short_request_waits(sim, tmp_pat
     # it waited (the order of events above shows behind what; a ratio of wall times, once asserted
     # here, is what a loaded machine skews)
     assert m["short_wait_ms"] > 0
-    assert "Mixed traffic" in doc["_stderr"] and "waited" in doc["_stderr"]
+    assert "Mixed traffic" in doc["_stdout"] and "waited" in doc["_stdout"]
 
 
 def test_compare_prints_ratios_between_two_configurations(tmp_path_factory, throughput):
@@ -167,9 +167,9 @@ def test_compare_prints_ratios_between_two_configurations(tmp_path_factory, thro
     finally:
         low.stop()
     a_path = tmp / "a.json"
-    a_path.write_text(json.dumps({k: v for k, v in throughput.items() if k != "_stderr"}))
+    a_path.write_text(json.dumps({k: v for k, v in throughput.items() if k != "_stdout"}))
     b_path = tmp / "b.json"
-    b_path.write_text(json.dumps({k: v for k, v in b.items() if k != "_stderr"}))
+    b_path.write_text(json.dumps({k: v for k, v in b.items() if k != "_stdout"}))
     r = subprocess.run([sys.executable, "-m", "sparkctl", "bench", "compare", str(a_path), str(b_path), "--json"],
                        capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -181,7 +181,7 @@ def test_compare_prints_ratios_between_two_configurations(tmp_path_factory, thro
     assert rows["prose x4 output_throughput"]["b"] is None  # only in A: shown, no ratio
     human = subprocess.run([sys.executable, "-m", "sparkctl", "bench", "compare", str(a_path), str(b_path)],
                            capture_output=True, text=True, cwd=ROOT, timeout=60)
-    line = next(l for l in human.stderr.splitlines() if "counting x1 output_throughput" in l)
+    line = next(l for l in human.stdout.splitlines() if "counting x1 output_throughput" in l)
     assert f"{rows['counting x1 output_throughput']['ratio']:.2f}x" in line
 
 
@@ -200,7 +200,7 @@ def test_ctrl_c_keeps_what_was_measured(sim, tmp_path):
             if "counting x1 stream(s), repeat 3/5" in line:
                 break
         p.send_signal(signal.SIGINT)
-        _, rest = p.communicate(timeout=60)
+        table, rest = p.communicate(timeout=60)
         err = "".join(seen) + rest
     finally:
         if p.poll() is None:
@@ -212,7 +212,7 @@ def test_ctrl_c_keeps_what_was_measured(sim, tmp_path):
     first = doc["throughput"][0]
     assert first["workload"] == "counting" and first["repeats_done"] >= 2
     assert first["output_throughput"] > 0
-    assert "interrupted" in err and "Counting numbers" in err  # the table of what was measured
+    assert "interrupted" in table and "Counting numbers" in table  # the table of what was measured (stdout)
 
 
 class CountingProgress:
@@ -262,7 +262,7 @@ def test_report_at_the_end_of_a_run_is_the_report_of_its_file(sim, tmp_path):
     out = tmp_path / "run.json"
     doc = bench(sim, out, "--parts", "throughput,context", "--tokens", "64", "--repeats", "1",
                 "--context-sizes", "1k,4k", "--report", str(tmp_path / "live"))
-    assert "report written to" in doc["_stderr"]
+    assert "report written to" in doc["_stdout"]
     env = {k: v for k, v in os.environ.items() if k != "SPARKCTL_INVENTORY"}
     r = subprocess.run([sys.executable, "-m", "sparkctl", "bench", "report", str(out), "--out", str(tmp_path / "later")],
                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)

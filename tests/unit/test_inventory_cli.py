@@ -1,5 +1,5 @@
 """`sparkctl inventory validate | show | schema` as an operator runs them: exit codes, one JSON document
-with --json, human output on stderr, no traceback, secrets redacted, a schema editors can use."""
+with --json, the answer on stdout and problems on stderr, no traceback, secrets redacted, a schema editors can use."""
 
 from __future__ import annotations
 
@@ -47,9 +47,9 @@ def broken(tmp_path) -> Path:
 def test_shipped_inventories_validate(name):
     r = sparkctl("inventory", "validate", f"inventories/{name}")
     assert r.returncode == 0, r.stderr
-    assert r.stdout == ""  # human output goes to stderr
-    assert r.stderr.startswith(f"ok inventories/{name}: cluster ")
-    assert "TP 2" in r.stderr and "warning" not in r.stderr
+    assert r.stderr == ""  # the verdict is the answer (stdout); a warning would go to stderr
+    assert r.stdout.startswith(f"ok inventories/{name}: cluster ")
+    assert "TP 2" in r.stdout and "warning" not in r.stdout
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -95,11 +95,11 @@ def test_broken_inventory_json_is_one_document(tmp_path):
 
 def test_file_from_option_and_environment(capsys, monkeypatch):
     lab = str(REPO / "inventories" / "lab.yaml")
-    code, _, err = run(["inventory", "validate", "-i", lab], capsys)
-    assert code == 0 and "ok" in err
+    code, out, _ = run(["inventory", "validate", "-i", lab], capsys)
+    assert code == 0 and "ok" in out
     monkeypatch.setenv("SPARKCTL_INVENTORY", lab)
-    code, _, err = run(["inventory", "validate"], capsys)
-    assert code == 0 and lab in err
+    code, out, _ = run(["inventory", "validate"], capsys)
+    assert code == 0 and lab in out
 
 
 def test_no_file_is_a_usage_error(capsys, monkeypatch):
@@ -118,14 +118,14 @@ def test_missing_file_exits_2(capsys):
 def test_show_tables(capsys):
     code, out, err = run(["inventory", "show", str(REPO / "inventories" / "splice-build.yaml")], capsys)
     assert code == 0
-    assert out == ""
+    assert err == ""  # the tables are the answer: `inventory show | less` pages them
     for text in (
         "spark-head", "nvidia@192.168.1.11:22", "2x NVIDIA GeForce RTX 3090", "503 GiB",  # hosts
         "enp1s0f0np0", "rocep1s0f0, roceP2p1s0f0", "192.168.200.2/24", "200 Gb/s", "spark-worker (192.168.200.3)",  # fabric
         "--max-model-len", "327680", "--speculative-config", "1930000",  # runtime
         "/var/lib/sparkctl/cache", "/mnt/engram", "220 GiB",  # caches, engram
     ):
-        assert text in err, text
+        assert text in out, text
 
 
 def test_show_redacts_secrets_in_env(tmp_path, capsys):
@@ -137,7 +137,7 @@ def test_show_redacts_secrets_in_env(tmp_path, capsys):
     code, out, err = run(["inventory", "show", str(path)], capsys)
     assert code == 0
     assert "hf_abcdefghijklmnopqrstuvwxyz" not in out + err
-    assert "env.HF_TOKEN" in err and "***" in err and "visible" in err
+    assert "env.HF_TOKEN" in out and "***" in out and "visible" in out
 
     code, out, err = run(["inventory", "show", str(path), "--json"], capsys)
     assert code == 0

@@ -74,7 +74,7 @@ def write(tmp_path, data: dict, name: str = "cluster.yaml"):
 def test_base_inventory_is_valid(tmp_path, capsys):
     code, out, err = run(["inventory", "validate", str(write(tmp_path, base()))], capsys)
     assert code == 0, err
-    assert "ok" in err and "Traceback" not in err
+    assert "ok" in out and "Traceback" not in err
 
 
 def _set(path: str, value):

@@ -141,3 +141,16 @@ def test_verbose_keeps_every_word_wrapped_at_words():
             break
         message += line.split()
     assert message[3:] == LONG.split()  # after "changed head images": every word, none cut
+
+
+def test_answer_to_a_file_while_the_live_block_is_on_the_terminal():
+    # `sparkctl up > plan.txt` at a terminal: the finished lines (the answer) reach the file whole,
+    # the live block (progress) stays on the terminal's stderr and never reaches the file
+    answer, file = _console(terminal=False)
+    terminal, screen = _console(terminal=True)
+    with LiveReport(quiet=False, hosts=["head"], console=answer, live_console=terminal) as live:
+        live.progress("head", "runtime", "starting sparkctl-head")
+        live.result(StepResult("images", "head", "ok", LONG))
+    assert file.getvalue().splitlines() == [f"     ok head      images   {LONG}"]
+    assert any("starting sparkctl-head" in line or "images" in line for line in _screen_lines(screen))
+    assert LONG not in screen.getvalue()  # the whole line went to the answer, not the terminal
