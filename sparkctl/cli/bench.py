@@ -308,16 +308,16 @@ def report_cmd(
     from sparkctl.bench.compare import load
     from sparkctl.bench.html import labels_for, write_report
     from sparkctl.bench.plots import Labeled, require
-    from sparkctl.cli.output import console, print_json
+    from sparkctl.cli.output import answer, print_json
 
     require("`sparkctl bench report`")  # plots.py imports matplotlib only when it draws
     written = write_report([Labeled(label, load(p)) for label, p in zip(labels_for(results), results)], out)
     if json_out:
         print_json({"report": str(written[0]), "plots": [str(p) for p in written[1:]]})
     else:
-        console().print(f"report written to {written[0]}")
+        answer().print(f"report written to {written[0]}")
         for p in written[1:]:
-            console().print(f"  plot {p}")
+            answer().print(f"  plot {p}")
 
 
 @app.command("compare")
@@ -328,13 +328,13 @@ def compare_cmd(
 ) -> None:
     """Two result files side by side, with B/A ratios."""
     from sparkctl.bench.compare import compare, load, render
-    from sparkctl.cli.output import console, print_json
+    from sparkctl.cli.output import answer, print_json
 
     cmp = compare(load(a), load(b), str(a), str(b))
     if json_out:
         print_json(cmp.model_dump(mode="json"))
     else:
-        render(cmp, console())
+        render(cmp, answer())
 
 
 @app.command("schema")

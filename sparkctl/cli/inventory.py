@@ -217,9 +217,9 @@ def init(
     sys.stdout.write(f"{path}\n")
     from rich.markup import escape
 
-    from sparkctl.cli.output import console
+    from sparkctl.cli.output import diagnostics
 
-    console().print(
+    diagnostics().print(  # the answer is the path on stdout; this is the next step, for the person
         f"wrote {escape(str(path))} from the shipped example {from_!r}; edit it for your cluster, then: "
         f"sparkctl inventory validate {escape(str(path))}  (or export SPARKCTL_INVENTORY={escape(str(path.resolve()))})",
         soft_wrap=True,

@@ -20,7 +20,7 @@ def answer():
     """The console for what a command answers (stdout)."""
     from rich.console import Console
 
-    return Console(highlight=False)
+    return Console(highlight=False, emoji=False)  # emoji: "inv.yaml:100:" is a line, not 💯
 
 
 @lru_cache(maxsize=1)
@@ -29,9 +29,6 @@ def diagnostics():
     from rich.console import Console
 
     return Console(stderr=True, highlight=False, emoji=False)  # emoji: "inv.yaml:100:" is a line, not 💯
-
-
-console = answer  # the name callers used before the split: it means the answer
 
 
 def print_json(doc: Any) -> None:

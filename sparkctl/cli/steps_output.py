@@ -63,9 +63,9 @@ class LiveReport:
     @property
     def console(self):
         if self._console is None:
-            from sparkctl.cli.output import console
+            from sparkctl.cli.output import answer
 
-            self._console = console()
+            self._console = answer()
         return self._console
 
     @property

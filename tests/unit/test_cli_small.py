@@ -55,7 +55,9 @@ def test_command_summaries_are_not_cut_at_an_abbreviation():
 def test_shell_completion_is_offered_and_completes():
     help_text = sparkctl("--help").stdout
     assert "--install-completion" in help_text and "--show-completion" in help_text
-    script = sparkctl("--show-completion", "bash")
+    # typer detects the shell from the process tree (shellingham), which a test runner's tree may not
+    # show; typer's own switch makes --show-completion take the shell named instead
+    script = sparkctl("--show-completion", "bash", env={"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"})
     assert script.returncode == 0 and "_SPARKCTL_COMPLETE" in script.stdout and "complete " in script.stdout
     # what the installed bash script asks the program, and its answer
     words = sparkctl(env={"_SPARKCTL_COMPLETE": "complete_bash", "COMP_WORDS": "sparkctl inv", "COMP_CWORD": "1"})
