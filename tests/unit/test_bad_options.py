@@ -11,19 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkctl.cli.app import main
+from climain import run
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = REPO / "inventories" / "lab.yaml"
 NOWHERE = "http://127.0.0.1:9/v1"  # loopback, nothing listens: a bad option must be refused before any request
-
-
-def run(argv: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return exc.value.code, out, err
 
 
 def refused(argv: list[str], capsys, *words: str) -> dict:

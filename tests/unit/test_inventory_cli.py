@@ -12,17 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkctl.cli.app import main
+from climain import run
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = ["lab.yaml", "dspark-recipe.yaml", "splice-build.yaml"]
-
-
-def run(argv: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
 
 
 def sparkctl(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

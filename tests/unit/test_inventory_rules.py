@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from sparkctl.cli.app import main
+from climain import run
 
 BASE = """
 cluster: {name: rules}
@@ -56,13 +56,6 @@ engram: {host: offload, source: /srv/engram, size_gib: 220, target: /mnt/engram,
 
 def base() -> dict:
     return yaml.safe_load(BASE)
-
-
-def run(argv: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
 
 
 def write(tmp_path, data: dict, name: str = "cluster.yaml"):

@@ -13,18 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.cli.app import main
+from climain import run
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = {"dspark": "dspark-recipe.yaml", "splice": "splice-build.yaml", "lab": "lab.yaml"}  # --from -> file
-
-
-def run(argv: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return exc.value.code, out, err
 
 
 def without(module: str, *argv: str, cwd: Path) -> subprocess.CompletedProcess:
