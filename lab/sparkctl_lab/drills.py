@@ -294,7 +294,9 @@ def _batch_moved() -> str:
     moved = time.time()
     if not (LOAD_DIR / "load-chat.pid").exists():
         start_load("chat", "prose", clients=2, context=0, max_tokens=64)
-    _wait_log("SpecDecoding metrics", after=moved + 11, timeout=60)  # an interval (10 s) wholly after the move
+    # an interval of vLLM's stats (VLLM_LOG_STATS_INTERVAL, default 10 s) wholly after the move
+    interval = float(_inventory()["runtime"].get("env", {}).get("VLLM_LOG_STATS_INTERVAL", 10))
+    _wait_log("SpecDecoding metrics", after=moved + interval + 1, timeout=60)
     return "; ".join(stopped) or "no batch job ran"
 
 
@@ -395,8 +397,8 @@ def stop_load(name: str | None = None) -> list[str]:
 
 
 def _wait_drained(timeout: float) -> None:
-    """Until the head has no request left: the simulator, unlike vLLM (with_cancellation), finishes
-    a non-streaming request whose client is gone, so a stopped load leaves a queue behind it."""
+    """Until the head has no request left: a stopped load's requests are aborted as vLLM does
+    (with_cancellation), which the simulator notices within half a second of the client going."""
     from sparkctl.facts.endpoint import fetch
     from sparkctl.runtime.metrics import RUNNING, WAITING
 

@@ -220,6 +220,8 @@ def inventory_doc(ssh_key: str, known_hosts: str) -> dict:
             "key": ssh_key,
             "known_hosts": known_hosts,
             "host_key_policy": "strict",
+            # the shipped file's deadline (the lab's hosts answer in milliseconds)
+            **{k: v for k, v in shipped.get("ssh_defaults", {}).items() if k == "connect_timeout"},
         },
         "hosts": hosts,
         "runtime": shipped["runtime"],

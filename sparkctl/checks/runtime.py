@@ -362,7 +362,7 @@ def spec_acceptance(ctx: Context, host: str, f):
         return skipped("no speculative decoding in the inventory")
     _, logs = _head_container(ctx)
     want = ctx.inventory.alerts.acceptance_length_min
-    # vLLM logs `SpecDecoding metrics: Mean acceptance length: X` every stats interval (10 s) with
+    # vLLM logs `SpecDecoding metrics: Mean acceptance length: X` every stats interval (VLLM_LOG_STATS_INTERVAL, 10 s by default) with
     # traffic: acceptance now, not since start (the counters on /metrics dilute a recent collapse).
     got = logs.spec_mean_acceptance if logs is not None else None
     if got is None:

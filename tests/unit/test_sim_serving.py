@@ -285,6 +285,28 @@ def test_max_num_seqs_queueing_is_visible_in_metrics(server):
     assert queued == 4 and waited > 0.05, (queued, waited)
 
 
+def test_a_non_streaming_client_that_goes_away_has_its_request_aborted(server):
+    # vLLM's @with_cancellation: the handler is cancelled and the request aborted (its slot freed),
+    # not run to its end for nobody
+    before = server.metrics()
+    with open(server.faults, "w") as f:
+        f.write("slow_decode=400\n")  # 2000 tokens at this pace: far longer than the client waits
+    time.sleep(0.6)
+    try:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{server.base}/v1/completions", timeout=httpx.Timeout(10, read=1.0),
+                       json={"model": NAME, "prompt": "Count from 1 to 5000:", "max_tokens": 2000, "ignore_eos": True})
+        end = time.monotonic() + 10
+        while time.monotonic() < end and server.metrics()['vllm:num_requests_running{}'] != 0:
+            time.sleep(0.1)
+        m = server.metrics()
+    finally:
+        os.remove(server.faults)
+    assert m['vllm:num_requests_running{}'] == 0 and m['vllm:num_requests_waiting{}'] == 0
+    done = 'vllm:request_success_total{"finished_reason": "length"}'
+    assert m.get(done, 0) == before.get(done, 0)  # it was not decoded to max_tokens
+
+
 def test_prefix_cache_hits_on_a_repeated_prompt(server):
     prompt = "Summarise this report. " + "The quarterly numbers were steady and the outlook is calm. " * 300
     before = server.metrics()

@@ -16,6 +16,8 @@ from __future__ import annotations
 import http.server
 import json
 import math
+import queue
+import select
 import socket
 import time
 import uuid
@@ -24,6 +26,8 @@ from http import HTTPStatus
 from . import vlog
 from .engine import EngineDead, Request
 from .workload import TextStream, classify, last_user_text, render_chat, seed_for, token_ids
+
+DISCONNECT_POLL = 0.5  # seconds between looks at a waiting non-streaming client's connection
 
 
 class ApiError(Exception):
@@ -319,13 +323,38 @@ class Handler(http.server.BaseHTTPRequestHandler):
         return {"prompt_tokens": req.prompt_len, "total_tokens": req.prompt_len + len(req.output),
                 "completion_tokens": len(req.output), "prompt_tokens_details": None}
 
+    def _client_gone(self) -> bool:
+        """The client closed its connection (a readable socket with nothing to read: EOF)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
     def _complete(self, req: Request, model: str, created: int, chat: bool) -> None:
         reason = None
+        look = time.monotonic() + DISCONNECT_POLL
         try:
-            for kind, _text, _n, r in self._wait_events(req):
+            while True:
+                try:
+                    kind, _text, _n, r = req.events.get(timeout=DISCONNECT_POLL)
+                except queue.Empty:
+                    kind = None
+                if time.monotonic() >= look:
+                    look = time.monotonic() + DISCONNECT_POLL
+                    # vLLM wraps the non-streaming handlers in @with_cancellation: a client that goes
+                    # away cancels the handler and AsyncLLM aborts its request (slot and KV freed)
+                    if self._client_gone():
+                        self.rt.engine.abort(req)
+                        self.close_connection = True
+                        return
+                if kind is None:
+                    continue
                 if kind == "error":
                     return self._json(500, error_body(500, _text, "InternalServerError"))
                 reason = r
+                if reason:
+                    break
         finally:
             self.rt.finished(req)
         if chat:
