@@ -13,17 +13,22 @@ def render(inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
     from sparkctl.runtime.launch import render as render_launch
     from sparkctl.transport.redact import redact, redact_obj
 
+    from sparkctl.checks.env import moe_clamp_warning
+
     inv = load_inventory(require_inventory(inventory))
     plan = render_launch(inv)
+    warnings = [w for w in (moe_clamp_warning(inv),) if w]
     if json_out:
         doc = plan.model_dump(mode="json")
         for c, spec in zip(doc["containers"], plan.containers):
             c["docker_run"] = redact(spec.docker_run())
-        print_json(doc)
+        print_json({**doc, "warnings": warnings})
         return
     from rich.markup import escape
 
     c = console()
+    for w in warnings:
+        c.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
     c.print(f"cluster [bold]{plan.cluster}[/]  config hash [bold]{plan.config_hash}[/]  (start order top to bottom)")
     for spec in plan.containers:
         env = redact_obj(spec.env)
