@@ -38,17 +38,20 @@ from sparkctl.transport.redact import MASK, redact_obj
 
 # inventory fields that feed vLLM's torch.compile cache hash (vllm-interface.md: vLLM version and
 # code = the image, model, cache, parallel and scheduler config, speculative and MoE kernels, and
-# VLLM_* env); a change to any of them compiles again (cold), to anything else reuses the cache.
+# VLLM_* env), and where the kernel caches live (the volume; the CUDA driver's JIT cache and torch
+# extensions, which runtime.env may move: launch.cache_env); a change to any of them compiles
+# again (cold), to anything else reuses the cache.
 COMPILE_FIELDS = (
     "runtime.image", "runtime.model", "runtime.max_model_len", "runtime.kv_cache_dtype", "runtime.block_size",
     "runtime.tensor_parallel_size", "runtime.max_num_seqs", "runtime.max_num_batched_tokens",
     "runtime.moe_backend", "runtime.moe_quantization", "runtime.speculative",
+    "caches.host_path", "caches.container_path",
 )  # fmt: skip
 # Deliberately absent: runtime.distributed_executor_backend and runtime.master_port. vLLM 0.33's
 # ParallelConfig.compute_hash ignores the executor and the multi-node launch (master_addr/port,
 # nnodes, node_rank), envs.compile_factors ignores VLLM_HOST_IP, and each rank keeps its
 # rank_<r>_0 directory on the same node: switching ray <-> mp restarts the engine warm.
-COMPILE_ENV = re.compile(r"^runtime\.env\.VLLM_")
+COMPILE_ENV = re.compile(r"^runtime\.env\.(VLLM_|CUDA_CACHE_|TORCH_EXTENSIONS_DIR$)")
 # phases a reload journals, and the playbook steps each one covers
 PHASES = {
     "preflight": "prestage", "fabric": "prestage", "images": "prestage", "caches": "prestage", "engram": "prestage",

@@ -40,7 +40,7 @@ def _fault_lines(name: str, links: list[dict]) -> list[str]:
             out.append(f"{name}: link-down {ln['device']}")
         if ln["mtu"] != ln["expected_mtu"]:
             out.append(f"{name}: mtu {ln['device']}={ln['mtu']} (expected {ln['expected_mtu']})")
-    out += [f"{name}: speed {dev}={v}Mb/s" for dev, v in f.get("speed", {}).items()]
+    out += [f"{name}: degraded {dev} (carries {v} Mb/s; reports its nominal speed)" for dev, v in f.get("speed", {}).items()]
     out += [f"{name}: rdma-down {r}" for r in f.get("rdma-down", [])]
     if f.get("gpu-missing"):
         out.append(f"{name}: gpu-missing {','.join(map(str, f['gpu-missing']))}")

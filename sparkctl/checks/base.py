@@ -74,7 +74,7 @@ class Context:
     facts: dict[str, Any]  # host -> HostFacts, only for hosts that were reached
     unreachable: dict[str, "Unreachable"] = field(default_factory=dict)
     endpoint: Any = None  # EndpointFacts of the head's API, None when not fetched
-    bandwidth: dict[str, Any] = field(default_factory=dict)  # "host/device" -> BandwidthResult (--deep)
+    bandwidth: dict[str, Any] = field(default_factory=dict)  # rail key "client/device" -> BandwidthResult
     deep: bool = False
     allow_loading: bool = False  # a runtime still loading is a warning, not a failure (doctor --allow-loading)
 

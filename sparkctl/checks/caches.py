@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sparkctl.checks.base import Context, fail, host_check, ok, skipped, warn
+from sparkctl.checks.base import Context, Finding, fail, host_check, ok, skipped, warn
 from sparkctl.checks.host import runtime_hosts
-from sparkctl.facts.caches import COMPILE_DIR
+from sparkctl.facts.caches import COMPILE_DIR, CUDA_DIR
 
 READS = frozenset({"cache", "logs", "applied"})
 
@@ -24,8 +24,45 @@ def volume(ctx: Context, host: str, f):
     )
 
 
-@host_check("caches.compile", "the cache holds compiled graphs, so the next start is warm", scope=runtime_hosts)
+# what the launch points at the volume besides vLLM's own root: env name -> what is lost without it
+JIT_CACHES = {
+    "CUDA_CACHE_PATH": "the CUDA driver's JIT cache (kernels shipped as PTX only are compiled again for sm_121)",
+    "TORCH_EXTENSIONS_DIR": "torch extensions (built again)",
+}
+
+
+def _off_volume(ctx: Context, host: str) -> list[str]:
+    """The kernel caches this host's containers would keep outside the persistent volume."""
+    root = ctx.inventory.caches.container_path.rstrip("/")
+    out = []
+    for spec in ctx.launch_on(host):
+        env = spec.env
+        for name, what in JIT_CACHES.items():
+            path = env.get(name, "")
+            if not (path == root or path.startswith(root + "/")):
+                out.append(f"{spec.name}: {name}={path or '(unset)'} is not on the volume ({root}): {what} at every start")
+        if env.get("CUDA_CACHE_DISABLE", "0") not in ("", "0"):
+            out.append(f"{spec.name}: CUDA_CACHE_DISABLE={env['CUDA_CACHE_DISABLE']}: {JIT_CACHES['CUDA_CACHE_PATH']} at every start")
+    return list(dict.fromkeys(out))
+
+
+@host_check("caches.compile", "the cache holds compiled graphs (and the CUDA JIT cache sits on it), so the next start is warm",
+            scope=runtime_hosts)
 def compile_cache(ctx: Context, host: str, f):
+    found = _graphs(ctx, host, f)
+    if found.status == "skipped":
+        return found
+    jit_kib = (f.cache.kib or {}).get(CUDA_DIR)
+    data = {**found.data, **({"cuda_cache_mib": round(jit_kib / 1024, 1)} if jit_kib is not None else {})}
+    jit = f"; CUDA JIT cache {jit_kib / 1024:.0f} MiB" if jit_kib else ""
+    off = _off_volume(ctx, host)
+    if off and found.status != "fail":
+        return warn(found.message + jit + "; but " + "; ".join(off),
+                    "remove those overrides from runtime.env: `sparkctl render` shows where each cache lands", **data)  # fmt: skip
+    return Finding(found.status, found.message + jit, found.fix, found.target, data)
+
+
+def _graphs(ctx: Context, host: str, f):
     cache = f.cache
     if cache is None or not cache.present:
         return skipped("no cache directory (see caches.volume)")

@@ -1,5 +1,6 @@
 """One doctor run: gather every host's facts at once (one round trip each), fetch the API
-concurrently, optionally measure (--deep), then run the selected checks (pure) over it all.
+concurrently, probe each rail's bandwidth (longer with --deep), then run the selected checks
+(pure) over it all.
 
 Everything per host runs in parallel; a host that cannot be reached becomes an `ssh.reachable`
 failure and `skipped` for its other checks, never an exception.
@@ -176,19 +177,20 @@ def doctor(
                     time.sleep(max(0.0, TTFT_WINDOW - (time.monotonic() - ctx.endpoint.metrics_at)))
                 read_again(ctx.endpoint)
 
-        if deep:
-            progress("measuring (--deep)")
-            _deep(ctx, fleet, {c.name for c in checks})
+        if any(c.name == "fabric.bandwidth" for c in checks):
+            progress("probing each rail's bandwidth" + (" (--deep)" if deep else ""))
+            _probe_rails(ctx, fleet)
 
     results = run_checks(ctx, checks)
     return Report(results, selected, time.monotonic() - start, deep, timings)
 
 
-def _deep(ctx: Context, fleet, names: set[str]) -> None:
-    """--deep: iperf3 per rail, one after another (the Engram re-hash is a fact of the round trip)."""
+def _probe_rails(ctx: Context, fleet) -> None:
+    """iperf3 over every rail that pinged, sibling groups one after another (PROBE_SECONDS each;
+    DEEP_SECONDS with --deep). The Engram re-hash of --deep is a fact of the round trip."""
     from sparkctl.facts import bandwidth
 
-    if "fabric.bandwidth" in names:
-        reached = [h for h in ctx.hosts if h in ctx.facts]
-        for i, rail in enumerate(bandwidth.rails(ctx.inventory, reached)):
-            ctx.bandwidth[rail.key] = bandwidth.measure(fleet, rail, bandwidth.BASE_PORT + i)
+    reached = [h for h in ctx.hosts if h in ctx.facts]
+    ready = bandwidth.pinging(ctx.inventory, ctx.facts, bandwidth.rails(ctx.inventory, reached))
+    seconds = bandwidth.DEEP_SECONDS if ctx.deep else bandwidth.PROBE_SECONDS
+    ctx.bandwidth.update(bandwidth.measure(fleet, ready, seconds))

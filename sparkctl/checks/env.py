@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from sparkctl.checks.base import Context, fail, host_check, ok, skipped, warn
+from sparkctl.checks.base import Context, fail, head_host, host_check, ok, skipped, warn
 from sparkctl.checks.host import runtime_hosts
 
 READS = frozenset({"ip_addr", "rdma_state", "gid"})
@@ -159,3 +159,26 @@ def gid_index(ctx: Context, host: str, f):
         return warn(f"NCCL_IB_GID_INDEX={pinned} works, but is not the recommended GID: " + "; ".join(meh), UNPIN)
     return ok(f"NCCL_IB_GID_INDEX={pinned}: " + "; ".join(why for _, why in verdicts)
               + " (pinned: re-checked here, as indexes move after link events)")
+
+
+def moe_clamp_warning(inv) -> str | None:
+    """`render`'s and doctor's words when vLLM 0.33 would refuse this MoE backend for this checkpoint."""
+    from sparkctl.inventory.vllm import swiglu_clamp_refusal
+
+    r = inv.runtime
+    refusal = swiglu_clamp_refusal(r.moe_backend, r.moe_quantization, r.checkpoint_swiglu_limit)
+    if refusal is None:
+        return None
+    return (f"runtime.moe_backend {r.moe_backend} with a checkpoint that sets swiglu_limit "
+            f"(runtime.checkpoint_swiglu_limit {r.checkpoint_swiglu_limit:g}): upstream vLLM 0.33 refuses to start "
+            f"(fused_moe/oracle/nvfp4.py: {refusal})")
+
+
+@host_check("env.moe_clamp", "the MoE backend applies the SwiGLU clamp the checkpoint asks for (vLLM 0.33 refuses one that does not)",
+            scope=head_host, needs_reach=False)
+def moe_clamp(ctx: Context, host: str, f):
+    words = moe_clamp_warning(ctx.inventory)
+    if words is None:
+        return ok(f"MoE backend {ctx.inventory.runtime.moe_backend or 'auto'}: no SwiGLU clamp conflict")
+    return warn(words, "set runtime.moe_backend to b12x (the same GB10 kernels, with the clamp), or keep flashinfer_b12x "
+                "only with an image whose vLLM build accepts it (the DSpark image's fork does)")

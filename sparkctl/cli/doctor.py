@@ -40,7 +40,7 @@ def doctor(
     ] = None,
     deep: Annotated[
         bool,
-        typer.Option("--deep", help="Also measure: iperf3 over every rail, re-hash the Engram tables in RAM."),
+        typer.Option("--deep", help="Measure longer: iperf3 over every rail for 3 s (1 s without), re-hash the Engram tables in RAM."),
     ] = False,
     verbose: Annotated[
         bool,

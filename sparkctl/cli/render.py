@@ -8,23 +8,28 @@ from sparkctl.cli.options import InventoryOpt, JsonOpt, require_inventory
 def render(inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
     """Print the launch of every host (image, full ray/vllm command line, env with secrets redacted,
     mounts, devices, labels, config hash) without touching any host."""
-    from sparkctl.cli.output import answer, print_json
+    from sparkctl.cli.output import answer, diagnostics, print_json
     from sparkctl.inventory.loader import load_inventory
     from sparkctl.runtime.launch import render as render_launch
     from sparkctl.transport.redact import redact, redact_obj
 
+    from sparkctl.checks.env import moe_clamp_warning
+
     inv = load_inventory(require_inventory(inventory))
     plan = render_launch(inv)
+    warnings = [w for w in (moe_clamp_warning(inv),) if w]
     if json_out:
         doc = plan.model_dump(mode="json")
         for c, spec in zip(doc["containers"], plan.containers):
             c["docker_run"] = redact(spec.docker_run())
-        print_json(doc)
+        print_json({**doc, "warnings": warnings})
         return
     import shlex
 
     from rich.markup import escape
 
+    for w in warnings:  # beside the answer, not in it: `render > launch.txt` keeps the launch only
+        diagnostics().print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
     c = answer()
     c.print(f"cluster [bold]{plan.cluster}[/]  config hash [bold]{plan.config_hash}[/]  (start order top to bottom)")
     for spec in plan.containers:

@@ -13,6 +13,8 @@ import shlex
 from dataclasses import dataclass, field
 
 COMPILE_DIR = "torch_compile_cache"
+CUDA_DIR = "cuda_cache"  # launch.CUDA_CACHE_DIR: the CUDA driver's JIT cache (CUDA_CACHE_PATH)
+EXTENSIONS_DIR = "torch_extensions"  # launch.TORCH_EXTENSIONS_DIR
 AOT_DIR = "torch_aot_compile"
 INDEX = "vllm_compile_cache.py"
 
@@ -23,7 +25,9 @@ def cache_probe(host_path: str) -> str:
     return (
         f"if [ -d {p} ]; then echo present; elif [ -e {p} ]; then echo not-a-directory; exit 0; else echo missing; exit 0; fi; "
         f"[ -d {c} ] && cd {c} && {{ find . -mindepth 1 -maxdepth 1 -type d | sed 's/^/d /'; "
-        f"find . -mindepth 4 -maxdepth 4 -name {INDEX} | sed 's/^/i /'; }} | head -n 1000; true"
+        f"find . -mindepth 4 -maxdepth 4 -name {INDEX} | sed 's/^/i /'; }} | head -n 1000; "
+        # the CUDA driver's JIT cache and torch extensions on the volume (launch.cache_env): KiB used
+        f"for d in {CUDA_DIR} {EXTENSIONS_DIR}; do [ -d {p}/$d ] && echo \"k $d $(du -sk {p}/$d | cut -f1)\"; done; true"
     )
 
 
@@ -33,6 +37,7 @@ class CacheFacts:
     hashes: tuple[str, ...] = ()  # compile hash directories (excluding AOT)
     complete: dict[str, tuple[str, ...]] = field(default_factory=dict)  # hash -> ranks with an index
     not_a_directory: bool = False  # the path exists as something else (a file): mkdir cannot help
+    kib: dict[str, int] = field(default_factory=dict)  # cuda_cache / torch_extensions -> KiB on the volume
 
     @property
     def warm_hashes(self) -> list[str]:
@@ -49,8 +54,14 @@ def parse_cache(rc: int, text: str) -> CacheFacts:
         return CacheFacts(present=False, not_a_directory=bool(lines) and lines[0] == "not-a-directory")
     hashes: list[str] = []
     complete: dict[str, set[str]] = {}
+    kib: dict[str, int] = {}
     for ln in lines[1:]:
         kind, _, path = ln.partition(" ")
+        if kind == "k":
+            name, _, size = path.partition(" ")
+            if size.strip().isdigit():
+                kib[name] = int(size)
+            continue
         parts = path.removeprefix("./").split("/")
         if not parts or parts[0] in ("", AOT_DIR):
             continue
@@ -58,4 +69,4 @@ def parse_cache(rc: int, text: str) -> CacheFacts:
             hashes.append(parts[0])
         elif kind == "i" and len(parts) >= 2:
             complete.setdefault(parts[0], set()).add(parts[1])
-    return CacheFacts(True, tuple(sorted(hashes)), {h: tuple(sorted(r)) for h, r in complete.items()})
+    return CacheFacts(True, tuple(sorted(hashes)), {h: tuple(sorted(r)) for h, r in complete.items()}, kib=kib)

@@ -294,6 +294,12 @@ class Runtime(Model):
         "the MoE backend by a path-specific name (e.g. flashinfer_b12x -> FLASHINFER_B12X on nvfp4); unset accepts "
         "the names of either path.",
     )
+    checkpoint_swiglu_limit: Optional[float] = Field(
+        None,
+        description="The checkpoint's config.json `swiglu_limit` (DeepSeek V4 sets it; not passed: vLLM reads it). "
+        "vLLM 0.33 then refuses a MoE backend that does not apply the SwiGLU clamp (flashinfer_b12x on nvfp4): "
+        "doctor and `render` warn.",
+    )
     speculative: Optional[Speculative] = Field(None, description="Speculative decoding (--speculative-config).")
     env: dict[EnvName, str] = Field(default_factory=dict, description="Extra environment for the runtime containers.")
     secret_env: list[EnvName] = Field(

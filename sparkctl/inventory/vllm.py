@@ -100,3 +100,21 @@ def parse_token_count(value: object) -> object:
             f"did you mean '{number}{suffix.lower()}'?"
         )
     return int(number) * _BINARY[suffix]
+
+
+# fused_moe/oracle/nvfp4.py select_nvfp4_moe_backend(): NVFP4_BACKENDS_WITH_CLAMP, as --moe-backend
+# names (map_nvfp4_backend). A checkpoint that sets swiglu_limit refuses any other explicit backend.
+NVFP4_MOE_WITH_CLAMP = frozenset({
+    "b12x", "flashinfer_trtllm", "flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_moe_ep_cutedsl",
+    "cutlass", "marlin", "emulation", "humming",
+})  # fmt: skip
+
+
+def swiglu_clamp_refusal(moe_backend, moe_quantization, swiglu_limit) -> str | None:
+    """vLLM 0.33's start-up refusal for this combination (None: it starts), in its own words."""
+    backend = (moe_backend or "auto").replace("-", "_")
+    if swiglu_limit is None or backend == "auto" or moe_quantization == "mxfp4" or backend in NVFP4_MOE_WITH_CLAMP:
+        return None
+    return (f"Model sets swiglu_limit={float(swiglu_limit)}, but the explicitly requested moe_backend={backend!r} does "
+            "not apply the SwiGLU clamp. Use 'flashinfer_trtllm', 'flashinfer_cutlass', 'flashinfer_cutedsl', "
+            "'flashinfer_moe_ep_cutedsl', 'cutlass', 'b12x', 'marlin', or 'humming' instead.")

@@ -152,14 +152,27 @@ def fabric_env(inv: Inventory, host: str, peer: str) -> dict[str, str]:
     return env
 
 
+# The CUDA driver's JIT cache (PTX -> SASS; GB10 is sm_121, so every kernel shipped as PTX only is
+# compiled at load) defaults to ~/.nv/ComputeCache inside the container, capped at 256 MiB: thrown
+# away with the container. On the volume, with the driver's largest cap (4 GiB, CUDA Programming
+# Guide, "CUDA Environment Variables"): one model's kernels fit, and the driver evicts the oldest.
+CUDA_CACHE_DIR = "cuda_cache"
+CUDA_CACHE_MAXSIZE = 4 << 30
+TORCH_EXTENSIONS_DIR = "torch_extensions"  # torch.utils.cpp_extension builds (default ~/.cache/torch_extensions)
+
+
 def cache_env(inv: Inventory) -> dict[str, str]:
-    """Point every compile cache at the one persistent volume mounted at the cache root."""
+    """Point every compile cache at the one persistent volume mounted at the cache root
+    (vLLM 0.33 keeps inductor's and DeepGEMM's under VLLM_CACHE_ROOT itself)."""
     root = inv.caches.container_path
     return {
         "VLLM_CACHE_ROOT": root,
         "TRITON_CACHE_DIR": f"{root}/triton_cache",
         # FlashInfer JIT lands in $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/
         "FLASHINFER_WORKSPACE_BASE": root,
+        "CUDA_CACHE_PATH": f"{root}/{CUDA_CACHE_DIR}",
+        "CUDA_CACHE_MAXSIZE": str(CUDA_CACHE_MAXSIZE),
+        "TORCH_EXTENSIONS_DIR": f"{root}/{TORCH_EXTENSIONS_DIR}",
     }
 
 

@@ -2,8 +2,10 @@
 
 Facts: `ip -j addr`, the netplan files that configure the rails, and one jumbo ping per rail
 (MTU-28 bytes, don't fragment, out of the rail's device to the peer's address). Every host pings
-its peers, so each rail is proven in both directions. A rail that cannot be proven stops `up`
-with the reason.
+its peers, so each rail is proven in both directions. After a change, each rail also carries
+doctor's short bandwidth probe (fabric.bandwidth, measured once for the run): a degraded
+ConnectX-7 pings fine and reports its nominal speed. A rail that cannot be proven stops `up` with
+the reason.
 
 sparkctl owns its rails: another /etc/netplan file that configures one (NVIDIA's connect-two-sparks
 playbook writes `40-cx7.yaml` with `link-local: [ ipv4 ]`, which puts a 169.254.x/16 address beside
@@ -14,6 +16,7 @@ its other devices stay. Deleting the address alone would not last past the next 
 from __future__ import annotations
 
 import shlex
+import threading
 from typing import Optional
 
 from sparkctl.errors import HostError
@@ -93,7 +96,11 @@ def owner_of(inv: Inventory, ip) -> Optional[str]:
 
 class FabricStep(Step):
     name = "fabric"
-    facts = frozenset({"ip_addr", "netplan", "ping"})
+    facts = frozenset({"ip_addr", "netplan", "ping", "speeds"})  # speeds: which rails are virtual (veths)
+
+    def __init__(self) -> None:
+        self._probe_lock = threading.Lock()
+        self._probed: Optional[tuple] = None  # (ctx id, rails, verdicts): measured once per run
 
     def hosts(self, inv: Inventory) -> list[str]:
         return [h for h, spec in inv.hosts.items() if spec.fabric]
@@ -236,4 +243,30 @@ class FabricStep(Step):
                 f"{host}: rail not proven: " + "; ".join(failures),
                 fix="check cable/port and that both ends have the same MTU: `sparkctl doctor --only fabric`",
             )
-        return f"jumbo ping ok on {len(proven)} rail(s): {', '.join(proven)}"
+        proof = f"jumbo ping ok on {len(proven)} rail(s): {', '.join(proven)}"
+        if not changed:
+            return proof
+        mine = [(rail, v) for rail, v in self._probe(ctx) if rail.end(host)]
+        bad = [v for _, v in mine if v.status == "fail"]
+        if bad:
+            raise HostError(f"{host}: rail degraded: " + "; ".join(v.message for v in bad), fix=bad[0].fix)
+        warned = [v.message for _, v in mine if v.status == "warn"]
+        return proof + f"; bandwidth probe ok on {len(mine) - len(warned)} rail(s)" + "".join(f"; warning: {w}" for w in warned)
+
+    def _probe(self, ctx: RunContext) -> list:
+        """doctor's fabric.bandwidth probe over every rail between this step's hosts, once per run
+        (whichever host's verify comes first measures; the others wait and judge their ends)."""
+        from sparkctl.checks.fabric import judge_rails
+        from sparkctl.facts import bandwidth
+
+        with self._probe_lock:
+            if self._probed is None or self._probed[0] != id(ctx):
+                hosts = [h for h in self.hosts(ctx.inventory) if h in ctx.facts]
+                every = bandwidth.rails(ctx.inventory, hosts)
+                for h in hosts:
+                    ctx.progress(h, self.name, f"probing the bandwidth of {len(every)} rail(s)")
+                results = bandwidth.measure(ctx.fleet, every)
+                virtual = {(h, d) for h in hosts for d in ctx.facts[h].virtual}
+                verdicts = judge_rails(every, results, virtual)
+                self._probed = (id(ctx), [(r, verdicts[r.key]) for r in every if r.key in verdicts])
+            return self._probed[1]

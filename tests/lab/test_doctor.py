@@ -181,7 +181,8 @@ FAULTS = {
         },
     ),
     "wrong-mtu": ((W, "mtu", RAIL, 1500), {("fabric.mtu", W, RAIL), ("fabric.ping", W, RAIL), ("fabric.ping", H, RAIL)}),
-    "degraded-speed": ((W, "speed", RAIL, 13000), {("fabric.speed", W, RAIL)}),
+    # the rail shaped to 1000 Mb/s both ways, its speed file nominal: only traffic shows it, on both ends
+    "degraded-speed": ((W, "speed", RAIL, None), {("fabric.bandwidth", W, RAIL), ("fabric.bandwidth", H, RAIL)}),
     "rdma-down": ((W, "rdma-down", "rocep1s0f0", None), {("fabric.rdma", W, "rocep1s0f0")}),
     "gpu-missing": ((W, "gpu-missing", None, None), {("gpu.model", W, "")}),
     "offload-gpu-missing": ((O, "gpu-missing", "1", None), {("gpu.model", O, "")}),
@@ -193,6 +194,7 @@ FIX_WORDS = {  # the fix line names what to do
     "fabric.link": "ip link set",
     "fabric.mtu": "mtu 9000",
     "fabric.speed": "ethtool",
+    "fabric.bandwidth": "mlxfwreset",
     "fabric.rdma": "ibdev2netdev",
     "fabric.ping": "ping -M do -s 8972",
     "fabric.route": "fabric.address",

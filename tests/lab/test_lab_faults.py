@@ -77,14 +77,22 @@ def test_mtu_changed_by_hand_is_reported(lab_faults):
     assert links["enp65s0f1np1"]["mtu"] == 9000
 
 
-def test_degraded_speed(lab_faults):
+def qdisc(host: str, dev: str) -> str:
+    return subprocess.run(["tc", "-n", f"lab-{host}", "qdisc", "show", "dev", dev], capture_output=True, text=True).stdout
+
+
+def test_degraded_rail_is_shaped_and_reports_its_nominal_speed(lab_faults):
     lab = lab_faults
-    lab.fault("head", "speed", "enp1s0f0np0")  # the ~13 Gb/s ConnectX-7 initialisation
-    assert "Speed: 13000Mb/s" in out(lab, "head", "ethtool enp1s0f0np0")
-    assert out(lab, "head", "cat /sys/class/net/enp1s0f0np0/speed").strip() == "13000"
-    assert out(lab, "head", "cat /sys/class/net/enP2p1s0f0np0/speed").strip() == "200000"
-    lab.fault("head", "speed", "enp1s0f0np0", clear=True)
+    lab.fault("head", "degraded-speed", "enp1s0f0np0")  # the ~13 Gb/s ConnectX-7 of PR #108
+    # what a real capped CX-7 shows: the nominal speed, everywhere a tool looks
+    assert "Speed: 200000Mb/s" in out(lab, "head", "ethtool enp1s0f0np0")
     assert out(lab, "head", "cat /sys/class/net/enp1s0f0np0/speed").strip() == "200000"
+    # and its traffic capped both ways: a token bucket on each end of the veth, none on the twin
+    assert "tbf" in qdisc("head", "enp1s0f0np0") and "rate 1Gbit" in qdisc("worker", "enp1s0f0np0")
+    assert "tbf" not in qdisc("head", "enP2p1s0f0np0")
+    assert any("degraded enp1s0f0np0 (carries 1000 Mb/s" in f for f in lab.status()["faults"])
+    lab.fault("head", "speed", "enp1s0f0np0", clear=True)
+    assert "tbf" not in qdisc("head", "enp1s0f0np0") and "tbf" not in qdisc("worker", "enp1s0f0np0")
 
 
 def test_rdma_port_down_keeps_the_netdev_up(lab_faults):
@@ -139,11 +147,11 @@ def test_foreign_process_holding_gpu_memory(lab_faults):
 def test_fault_cli(lab_faults):
     lab = lab_faults
     cli = [sys.executable, "-m", "sparkctl", "lab", "fault"]
-    r = subprocess.run(cli + ["head", "speed", "enp1s0f0np0", "--value", "100000"], capture_output=True, text=True)
+    r = subprocess.run(cli + ["head", "speed", "enp1s0f0np0", "--value", "400"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert out(lab, "head", "cat /sys/class/net/enp1s0f0np0/speed").strip() == "100000"
+    assert "rate 400Mbit" in qdisc("head", "enp1s0f0np0")
     r = subprocess.run(cli + ["head", "speed", "enp1s0f0np0", "--clear"], capture_output=True, text=True)
-    assert r.returncode == 0 and out(lab, "head", "cat /sys/class/net/enp1s0f0np0/speed").strip() == "200000"
+    assert r.returncode == 0 and "tbf" not in qdisc("head", "enp1s0f0np0")
     r = subprocess.run(cli + ["nosuchhost", "speed", "x"], capture_output=True, text=True)
     assert r.returncode == 2 and "unknown lab host" in r.stderr and "Traceback" not in r.stderr
     r = subprocess.run(cli + ["head", "melt"], capture_output=True, text=True)

@@ -98,6 +98,27 @@ def test_mtu_changed_by_hand_is_repaired_by_the_fabric_step_only(lab, inventory,
     assert changed(doc) == {("worker", "fabric")}
     assert lab.host_exec("worker", ["cat", "/sys/class/net/enP2p1s0f0np0/mtu"]).stdout.strip() == "9000"
     assert "jumbo ping ok on 3 rail(s)" in doc["hosts"]["worker"]["fabric"]["message"]
+    # a fabric change is proven under traffic too: every healthy rail passes the bandwidth probe
+    assert "bandwidth probe ok on 3 rail(s)" in doc["hosts"]["worker"]["fabric"]["message"]
+
+
+def test_a_degraded_rail_stops_up_after_a_fabric_change(lab, inventory, converged):
+    # PR #108's ConnectX-7: ACTIVE, 200000Mb/s in sysfs and ethtool, ~7% of what its twin carries
+    lab.fault("worker", "degraded-speed", "enp1s0f0np0")
+    lab.host_exec("worker", ["ip", "link", "set", "enP2p1s0f0np0", "mtu", "1500"], check=True)  # the fabric change
+    try:
+        doc = sparkctl("up", "-i", str(inventory), check_rc=1)
+    finally:
+        lab.clear_faults()
+    assert doc["stopped_at"] == "fabric"
+    for host in ("head", "worker"):  # both ends of the rail
+        r = doc["hosts"][host]["fabric"]
+        assert r["status"] == "failed" and "rail degraded: head:enp1s0f0np0 -> worker:enp1s0f0np0" in r["message"], r
+        assert "of its twin head:enP2p1s0f0np0" in r["message"] and "mlxfwreset" in r["fix"]
+    assert "bandwidth probe ok on 2 rail(s)" in doc["hosts"]["offload"]["fabric"]["message"]
+    # the MTU was repaired before the proof failed: with the rail healthy again, nothing is left to do
+    again = sparkctl("up", "-i", str(inventory))
+    assert ("worker", "fabric") not in changed(again)
 
 
 def test_image_removed_from_the_worker_is_pulled_back_by_the_images_step_only(lab, inventory, converged):

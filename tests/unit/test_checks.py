@@ -85,7 +85,6 @@ RECORDED_FAULTS = {
         ("fabric.link", H, RAIL), ("fabric.rdma", H, "rocep1s0f0"), ("fabric.ping", H, RAIL),
     },
     "wrong-mtu": {("fabric.mtu", W, RAIL), ("fabric.ping", W, RAIL), ("fabric.ping", H, RAIL)},
-    "degraded-speed": {("fabric.speed", W, RAIL)},
     "rdma-down": {("fabric.rdma", W, "rocep1s0f0")},
     "gpu-missing": {("gpu.model", W, "")},
     "offload-gpu-missing": {("gpu.model", O, "")},
@@ -109,8 +108,6 @@ def test_fault_messages_say_what_is_wrong():
     assert "MTU 1500, expected 9000" in by(r, "fabric.mtu", W, RAIL).message
     assert "ip link set enp1s0f0np0 mtu 9000" in by(r, "fabric.mtu", W, RAIL).fix
     assert "message too long" in by(r, "fabric.ping", W, RAIL).message
-    r = run(sections("degraded-speed"))
-    assert "13 Gb/s, expected 200 Gb/s: degraded" in by(r, "fabric.speed", W, RAIL).message
     r = run(sections("link-down"))
     assert "administratively down" in by(r, "fabric.link", W, RAIL).message
     assert "no carrier" in by(r, "fabric.link", H, RAIL).message
@@ -260,12 +257,19 @@ def test_images_missing_and_mismatch():
     assert "docker did not answer" in by(run(secs), "images.present", W).message
 
 
+def applied_now(secs):
+    """The head's record says this inventory's launch was applied (the recording predates later launch changes)."""
+    from sparkctl.runtime.launch import render
+
+    return edit(secs, H, "applied", json.dumps({"config_hash": render(INV).config_hash, "applied_at": "2026-11-29T15:00:00Z"}))
+
+
 def test_cache_dir_missing_and_compile_cache():
     r = run(edit(sections(), W, "cache", "missing\n"))
     assert failing(r) == {("caches.volume", W, "")} and "mkdir -p" in by(r, "caches.volume", W).fix
     assert by(r, "caches.compile", W).status == "skipped"
     warm = "present\nd ./3f2a\ni ./3f2a/rank_0_0/backbone/vllm_compile_cache.py\nd ./torch_aot_compile\n"
-    r = run(edit(sections(), H, "cache", warm))
+    r = run(applied_now(edit(sections(), H, "cache", warm)))
     assert by(r, "caches.compile", H).status == "ok" and "1 config" in by(r, "caches.compile", H).message
     partial = "present\nd ./3f2a\n"
     r = run(edit(sections(), H, "cache", partial))
@@ -446,7 +450,7 @@ def test_select_rejects_unknown_groups_and_names():
         select(ignore=["fabric.mtuu"])
     names = [c.name for c in select(only=["gpu,fabric"], ignore=["gpu.driver"])]
     assert "gpu.driver" not in names and "fabric.mtu" in names and "ssh.reachable" in names
-    assert "fabric.bandwidth" not in names and "fabric.bandwidth" in [c.name for c in select(deep=True)]
+    assert "fabric.bandwidth" in names  # a degraded ConnectX-7 shows only under traffic: probed by default
 
 
 def test_docs_list_every_check_and_runbooks_exist():
@@ -521,3 +525,17 @@ def test_fabric_address_names_a_wrong_a_stray_and_a_peers_duplicate_address():
     f = by(r, "fabric.address", W, "enp1s0f0np0")
     assert f.status == "fail" and "10.231.100.2/24 (head's address: a duplicate on the fabric)" in f.message
     assert by(r, "fabric.address", H, "enp1s0f0np0").status == "ok"
+
+
+def test_compile_cache_reports_the_cuda_jit_cache_and_warns_when_it_leaves_the_volume():
+    warm = "present\nd ./3f2a\ni ./3f2a/rank_0_0/backbone/vllm_compile_cache.py\nk cuda_cache 327680\nk torch_extensions 12\n"
+    c = by(run(applied_now(edit(sections(), H, "cache", warm))), "caches.compile", H)
+    assert c.status == "ok" and "CUDA JIT cache 320 MiB" in c.message and c.data["cuda_cache_mib"] == 320
+    # runtime.env moving the driver's cache back into the container (or disabling it): PTX is JIT-compiled every start
+    d = INV.model_dump(mode="json")
+    d["runtime"]["env"] = {**d["runtime"].get("env", {}), "CUDA_CACHE_PATH": "/root/.nv/ComputeCache"}
+    c = by(run(edit(sections(), H, "cache", warm), inv=Inventory.model_validate(d)), "caches.compile", H)
+    assert c.status == "warn" and "CUDA_CACHE_PATH=/root/.nv/ComputeCache is not on the volume" in c.message
+    d["runtime"]["env"] = {"CUDA_CACHE_DISABLE": "1"}
+    c = by(run(edit(sections(), H, "cache", warm), inv=Inventory.model_validate(d)), "caches.compile", H)
+    assert c.status == "warn" and "CUDA_CACHE_DISABLE=1" in c.message

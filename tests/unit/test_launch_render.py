@@ -206,3 +206,18 @@ def test_every_rendered_vllm_serve_line_parses_with_vllm_033s_parser(seed, backe
             assert (cfg.master_addr, cfg.master_port) == (str(link.address.ip), r.master_port)
         else:
             assert (cfg.nnodes, cfg.headless) == (1, False)
+
+
+def test_cuda_jit_cache_and_torch_extensions_live_on_the_volume_with_a_cap():
+    # GB10 is sm_121: kernels shipped as PTX only are JIT-compiled by the driver at load; its cache
+    # (default ~/.nv/ComputeCache in the container, 256 MiB) would be lost with every container
+    inv = load()
+    root = inv.caches.container_path
+    for c in render(inv).containers:
+        assert c.env["CUDA_CACHE_PATH"] == f"{root}/cuda_cache"
+        assert c.env["CUDA_CACHE_MAXSIZE"] == str(4 << 30)  # the driver's largest cap
+        assert c.env["TORCH_EXTENSIONS_DIR"] == f"{root}/torch_extensions"
+        assert any(m.target == root and m.source == inv.caches.host_path for m in c.mounts)
+    # the inventory's runtime.env still has the last word
+    moved = render(load(env={"CUDA_CACHE_MAXSIZE": "1073741824"}))
+    assert all(c.env["CUDA_CACHE_MAXSIZE"] == "1073741824" for c in moved.containers)

@@ -165,3 +165,12 @@ def test_a_rollback_after_an_interrupted_reload_plans_from_what_runs_not_only_th
     running["head"] = []  # the interrupted reload had stopped the head
     back = plan_reload("rollback", recorded(), INV, [], True, running)
     assert back.groups == ["engine"] and back.containers == ["sparkctl-worker", "sparkctl-head"]
+
+
+def test_moving_the_cuda_jit_cache_or_the_volume_is_predicted_cold():
+    p = plan_reload("reload", recorded(), changed(env={**INV.runtime.env, "CUDA_CACHE_PATH": "/tmp/jit"}), [], cache_warm=True)
+    assert p.prediction == "cold" and p.compile_changed == ["runtime.env.CUDA_CACHE_PATH"]
+    d = INV.model_dump(mode="json")
+    d["caches"]["host_path"] = "/srv/other-cache"
+    p = plan_reload("reload", recorded(), Inventory.model_validate(d), [], cache_warm=True)
+    assert p.prediction == "cold" and p.compile_changed == ["caches.host_path"]

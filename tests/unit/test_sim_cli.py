@@ -139,3 +139,30 @@ def test_multinode_launch_options_vllm_refuses(tmp_path, args, expected):
     done = run("vllm_cli", "serve", "/models/m", *args, tmp_path=tmp_path, SIM_TIME_SCALE="0.001")
     assert done.returncode == 1, done.stdout + done.stderr
     assert expected in done.stderr
+
+
+def test_flashinfer_b12x_is_refused_for_a_checkpoint_that_sets_swiglu_limit(tmp_path):
+    # fused_moe/oracle/nvfp4.py select_nvfp4_moe_backend(): an explicit backend outside
+    # NVFP4_BACKENDS_WITH_CLAMP is refused when the model config sets swiglu_limit (DeepSeek V4 does)
+    def start(backend: str, expect_rc: int | None) -> str:
+        port = harness.free_port()
+        argv = harness.module_argv("vllm_cli", "serve", "/models/m", "--port", str(port), "--max-model-len", "65536",
+                                   "--moe-backend", backend)
+        env = harness.sim_env(str(tmp_path), SIM_TIME_SCALE="0.001", SIM_CHECKPOINT_QUANT="nvfp4",
+                              SIM_CHECKPOINT_SWIGLU_LIMIT="10.0")
+        proc = harness.Proc(f"swiglu-{backend}", argv, env, str(tmp_path / f"swiglu-{backend}.log")).start()
+        try:
+            if expect_rc is None:
+                assert harness.wait_http(f"http://127.0.0.1:{port}/health", timeout=30, proc=proc), proc.log()[-2000:]
+            else:
+                assert proc.wait(30) == expect_rc
+            return proc.log()
+        finally:
+            proc.stop()
+
+    log = start("flashinfer_b12x", 1)
+    assert ("ValueError: Model sets swiglu_limit=10.0, but the explicitly requested moe_backend='flashinfer_b12x' does "
+            "not apply the SwiGLU clamp.") in log and "EngineCore failed to start." in log
+    log = start("b12x", None)  # the same GB10 kernels with the clamp; the list drops FLASHINFER_CUTEDSL_BATCHED
+    assert "Using 'B12X' NvFp4 MoE backend out of potential backends: ['FLASHINFER_TRTLLM', 'FLASHINFER_CUTEDSL', " \
+           "'FLASHINFER_CUTLASS'," in log

@@ -500,3 +500,40 @@ def test_sigterm_with_zero_timeout_aborts_in_flight(tmp_path):
     assert out.get("finish_reason") == "abort" or "error" in out, out
     assert rc == 0 and time.monotonic() - t0 < 5
     s.client.close()
+
+
+def test_max_tokens_beyond_max_model_len_itself_is_a_400(server):
+    # renderers/params.py TokenizeParams.__post_init__: max_tokens > max_model_len, whatever the prompt
+    r = server.client.post("/v1/completions", json={"model": NAME, "prompt": "hi", "max_tokens": 65537})
+    assert r.status_code == 400 and r.json()["error"] == {
+        "message": "max_tokens=65537 cannot be greater than max_model_len=65536. Please request fewer output tokens. "
+                   "(parameter=max_tokens, value=65537)", "type": "BadRequestError", "param": "max_tokens", "code": 400}
+    r = server.client.post("/v1/chat/completions", json={"model": NAME, "messages": [{"role": "user", "content": "hi"}],
+                                                         "max_completion_tokens": 70000})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_completion_tokens"
+    assert server.client.post("/v1/completions", json={"model": NAME, "prompt": "hi", "max_tokens": 65536}).status_code == 200
+
+
+def test_min_tokens_above_the_clamped_max_tokens_is_a_400(server):
+    # sampling_params.py _verify_args(): min_tokens against max_tokens after get_max_tokens() clamped it
+    r = server.client.post("/v1/completions", json={"model": NAME, "prompt": "a " * 65530, "max_tokens": 100, "min_tokens": 10})
+    assert r.status_code == 400 and r.json()["error"] == {
+        "message": "min_tokens must be less than or equal to max_tokens=6, got 10.", "type": "BadRequestError",
+        "param": None, "code": 400}
+    r = server.client.post("/v1/completions", json={"model": NAME, "prompt": "hi", "max_tokens": 4, "min_tokens": -1})
+    assert r.status_code == 400 and "min_tokens must be greater than or equal to 0, got -1." == r.json()["error"]["message"]
+    assert server.client.post("/v1/completions", json={"model": NAME, "prompt": "hi", "max_tokens": 4, "min_tokens": 4}).status_code == 200
+
+
+def test_a_missing_api_key_is_a_401_in_the_middlewares_shape(tmp_path):
+    # entrypoints/serve/middleware/authenticate.py: {"error": "Unauthorized"}, before any route (even an unknown one)
+    s = Server(str(tmp_path), "--api-key", "sekret", name="auth")
+    try:
+        for path in ("/v1/models", "/v1/no-such-route"):
+            r = s.client.get(path)
+            assert r.status_code == 401 and r.json() == {"error": "Unauthorized"}
+        assert s.client.get("/v1/models", headers={"Authorization": "bearer sekret"}).status_code == 200  # any case
+        assert s.client.get("/v1/models", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert s.client.get("/health").status_code == 200  # not guarded
+    finally:
+        s.stop()

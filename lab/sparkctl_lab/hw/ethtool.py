@@ -1,7 +1,8 @@
 """`ethtool <if>` and `ethtool -i <if>` for a lab host, with the simulated link speed.
 
-The speed is the NIC's nominal one (200 Gb/s per ConnectX-7 rail) unless a `speed` fault
-caps it; a link that is not up reports `Speed: Unknown!` and `Link detected: no`, as mlx5 does.
+The speed is the NIC's nominal one (200 Gb/s per ConnectX-7 rail), also on a degraded rail (the
+`speed` fault shapes its traffic, not what it reports, as on a real capped ConnectX-7); a link
+that is not up reports `Speed: Unknown!` and `Link detected: no`, as mlx5 does.
 """
 
 from __future__ import annotations

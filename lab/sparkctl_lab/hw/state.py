@@ -4,7 +4,8 @@ Shared by the simulated tools (which run inside a host, where /sys/class/net is 
 and by the runner (faults, status). Stdlib only.
 
 Fault file (LAB_DIR/faults/<host>.json), every key optional:
-    {"speed": {"enp1s0f0np0": 13000},          # Mb/s a link reports instead of its nominal speed
+    {"speed": {"enp1s0f0np0": 1000},           # a degraded rail: Mb/s it carries (tc shapes it, faults.py);
+                                               # sysfs and ethtool keep the nominal speed, as a real CX-7 does
      "rdma-down": ["rocep1s0f0"],              # RDMA port state DOWN whatever the netdev says
      "gpu-missing": [1] | ["all"],             # GPUs nvidia-smi no longer sees
      "driver": "580.82.09",                    # driver version nvidia-smi reports
@@ -91,11 +92,11 @@ def nominal_speed(host: LabHost, device: str) -> int | None:
 
 
 def speed(host: LabHost, device: str, faults: dict, operstate: str) -> int:
-    """Mb/s as /sys/class/net/<dev>/speed shows it: -1 when the link is not up."""
+    """Mb/s as /sys/class/net/<dev>/speed shows it: -1 when the link is not up. A degraded rail
+    (the `speed` fault) still shows its nominal speed: a capped ConnectX-7 does (PR #108)."""
     if operstate != "up":
         return -1
-    configured = faults.get("speed", {}).get(device)
-    return int(configured) if configured else (nominal_speed(host, device) or -1)
+    return nominal_speed(host, device) or -1
 
 
 def rdma_state(rdma: str, faults: dict, operstate: str) -> tuple[int, str]:

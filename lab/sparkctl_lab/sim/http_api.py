@@ -30,6 +30,10 @@ from .workload import TextStream, classify, last_user_text, render_chat, seed_fo
 DISCONNECT_POLL = 0.5  # seconds between looks at a waiting non-streaming client's connection
 
 
+# entrypoints/serve/middleware/authenticate.py: the paths --api-key guards
+GUARDED_PREFIX = ("/v1", "/v2", "/inference", "/cohere")
+
+
 class ApiError(Exception):
     def __init__(self, status: int, message: str, err_type: str = "BadRequestError", param: str | None = None):
         super().__init__(message)
@@ -158,12 +162,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self._json(404, {"detail": "Not Found"})
         self._send(405, json.dumps({"detail": "Method Not Allowed"}).encode(), headers={"allow": ", ".join(sorted(methods))})
 
-    def _check_key(self) -> None:
+    def _check_key(self) -> bool:
+        """entrypoints/serve/middleware/authenticate.py AuthenticationMiddleware: before any route, every
+        path under a guarded prefix needs `Authorization: Bearer <key>` (scheme in any case); else a 401
+        with `{"error": "Unauthorized"}` (not vLLM's error shape). True when the request may go on."""
         keys = self.rt.api_keys
-        if keys and self.path.startswith("/v1"):
-            auth = self.headers.get("authorization", "")
-            if auth not in {f"Bearer {k}" for k in keys}:
-                raise ApiError(401, "Unauthorized", "Unauthorized")
+        if not keys or not self.path.split("?", 1)[0].startswith(GUARDED_PREFIX):
+            return True
+        scheme, _, token = self.headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and token in keys:
+            return True
+        self._json(401, {"error": "Unauthorized"})
+        return False
 
     # ---- routes ----
     def do_HEAD(self):
@@ -178,6 +188,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _answer(self, route) -> None:
         """Run the method's routes on the path: an ApiError in vLLM's shape; a client gone away gets nothing."""
         try:
+            if self.command != "OPTIONS" and not self._check_key():
+                return
             route(self.path.split("?", 1)[0])
         except ApiError as e:
             self._error(e)
@@ -192,7 +204,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if path == "/metrics":
             return self._send(200, self.rt.metrics.render().encode(), "text/plain; version=0.0.4; charset=utf-8")
         if path == "/v1/models":
-            self._check_key()
             return self._json(200, self.rt.models_payload())
         if path == "/load":
             return self._json(200, {"server_load": self.rt.engine.num_unfinished()})
@@ -204,7 +215,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if path == "/ping":
             return self._health()
         if path in ("/v1/completions", "/v1/chat/completions"):
-            self._check_key()
             return self._generate(self._body(), chat=path.endswith("chat/completions"))
         if path == "/tokenize":
             body = self._body()
@@ -245,7 +255,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 raise ApiError(400, "messages must be a non-empty list", "BadRequestError", "messages")
             prompt_text = render_chat(messages, **_template_kwargs(body))
             topic = last_user_text(messages)
-            max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+            # chat_completion/protocol.py build_tok_params(): max_completion_tokens wins when given
+            limit_param = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+            max_tokens = body.get(limit_param)
         else:
             prompt = body.get("prompt")
             if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
@@ -257,22 +269,29 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if not isinstance(prompt, str):
                 raise ApiError(400, "Either prompt or prompt_embeds must be provided and non-empty.", "BadRequestError", "prompt")
             prompt_text = topic = prompt
+            limit_param = "max_tokens"
             max_tokens = body.get("max_tokens", 16)
-        ids = token_ids(prompt_text)
         L = rt.max_model_len
+        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
+            raise request_validation_error([{"type": "int_parsing", "loc": ("body", limit_param), "input": max_tokens,
+                                             "msg": "Input should be a valid integer, unable to parse string as an integer"}])
+        if max_tokens is not None and max_tokens > L:
+            # renderers/params.py TokenizeParams.__post_init__: before the prompt is even tokenized
+            raise vllm_validation_error(f"{limit_param}={max_tokens} cannot be greater than max_model_len={L}. "
+                                        "Please request fewer output tokens.", limit_param, max_tokens)
+        ids = token_ids(prompt_text)
         if len(ids) > L:
             # renderers/params.py _token_len_check(): max_input_tokens is the whole max_model_len
             raise vllm_validation_error(f"This model's maximum context length is {L} tokens. However, your prompt contains "
                                         f"{len(ids)} input tokens, which exceeds this limit even without any output tokens. "
                                         "Please reduce the length of the input prompt.", "input_tokens", len(ids))
-        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
-            raise request_validation_error([{"type": "int_parsing", "loc": ("body", "max_tokens"), "input": max_tokens,
-                                             "msg": "Input should be a valid integer, unable to parse string as an integer"}])
         # entrypoints/serve/utils/api_utils.py get_max_tokens(): what the request asks for, clamped to what fits
-        # (prompt + max_tokens beyond max_model_len is not an error).
+        # (prompt + max_tokens beyond max_model_len is not an error; max_tokens alone beyond it was, above).
         max_tokens = min(L - len(ids), max_tokens) if max_tokens is not None else L - len(ids)
-        if max_tokens < 1:
-            raise vllm_validation_error(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens", max_tokens)
+        min_tokens = body.get("min_tokens", 0)
+        if isinstance(min_tokens, bool) or not isinstance(min_tokens, int):
+            raise request_validation_error([{"type": "int_parsing", "loc": ("body", "min_tokens"), "input": min_tokens,
+                                             "msg": "Input should be a valid integer, unable to parse string as an integer"}])
         raw_t = body.get("temperature")
         temperature = 1.0 if raw_t is None else raw_t
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
@@ -286,6 +305,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             raise vllm_validation_error(f"temperature must be non-negative, got {temperature}.", "temperature", temperature)
         if temperature > 2.0:
             raise vllm_validation_error(f"temperature must be in [0, 2], got {temperature}.", "temperature", temperature)
+        # ... then the token limits, in _verify_args' order (min_tokens against the clamped max_tokens)
+        if max_tokens < 1:
+            raise vllm_validation_error(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens", max_tokens)
+        if min_tokens < 0:
+            raise vllm_validation_error(f"min_tokens must be greater than or equal to 0, got {min_tokens}.")
+        if min_tokens > max_tokens:
+            raise vllm_validation_error(f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.")
         seed = body.get("seed")
         workload = rt.knobs.workload or classify(topic)
         rng_seed = seed_for(prompt_text, seed, temperature)

@@ -69,6 +69,7 @@ class Knobs:
     role: str = ""  # "" = auto (a model path containing "draft" is a drafter)
     check_model_path: bool = False
     checkpoint_quant: str = "nvfp4"  # the checkpoint's MoE expert quantization: nvfp4 | mxfp4 (vLLM's kernel path)
+    checkpoint_swiglu_limit: float | None = None  # the checkpoint's config.json swiglu_limit (DeepSeek V4 sets one)
 
 
 def _gpu_count(env: dict[str, str]) -> int:
@@ -108,6 +109,7 @@ def load(env: dict[str, str] | None = None) -> Knobs:
         role=env.get("SIM_ROLE", "").strip().lower(),
         check_model_path=env.get("SIM_CHECK_MODEL_PATH", "0").strip() not in ("", "0", "false", "no"),
         checkpoint_quant=env.get("SIM_CHECKPOINT_QUANT", "nvfp4").strip().lower() or "nvfp4",
+        checkpoint_swiglu_limit=_float(env, "SIM_CHECKPOINT_SWIGLU_LIMIT", 0.0) or None,
     )
     if k.workload and k.workload not in WORKLOADS:
         raise SystemExit(f"SIM_WORKLOAD={k.workload!r}: choose from {', '.join(WORKLOADS)}")

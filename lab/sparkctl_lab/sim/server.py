@@ -63,7 +63,7 @@ class Runtime(StartupPhases, Executor):
             self.slow = 5.0
         self.drafter_url = env.get("SPLICE_DRAFTER_URL", "").rstrip("/")
         # The MoE backend the target ranks select (startup.MoeChoice: vLLM 0.33's maps for the checkpoint's path).
-        self.moe = MoeChoice(knobs.checkpoint_quant, cfg.moe_backend, "marlin" in knobs.faults)
+        self.moe = MoeChoice(knobs.checkpoint_quant, cfg.moe_backend, "marlin" in knobs.faults, knobs.checkpoint_swiglu_limit)
         self.marlin = self.role == "target" and self.moe.marlin
         self.backend = effective_backend(cfg, knobs.gpu_count)
         self.max_model_len = 0

@@ -50,12 +50,15 @@ MOE_BACKENDS = {
 # SM121: prioritize_humming only moves HUMMING on SM90).
 NVFP4_AVAILABLE = ["FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL", "FLASHINFER_CUTEDSL_BATCHED", "FLASHINFER_CUTLASS",
                    "VLLM_CUTLASS", "MARLIN", "HUMMING", "EMULATION"]
+# nvfp4.py NVFP4_BACKENDS_WITH_CLAMP: what a checkpoint that sets swiglu_limit may run (and lists)
+NVFP4_WITH_CLAMP = {"B12X", "FLASHINFER_TRTLLM", "FLASHINFER_CUTLASS", "FLASHINFER_CUTEDSL", "FLASHINFER_MOE_EP_CUTEDSL",
+                    "VLLM_CUTLASS", "MARLIN", "EMULATION", "HUMMING"}
 
 
 class MoeChoice:
     """The MoE backend a target rank selects, and the [file:line] of the line that says so."""
 
-    def __init__(self, quant: str, requested: str, fallback: bool):
+    def __init__(self, quant: str, requested: str, fallback: bool, swiglu_limit: float | None = None):
         self.quant, self.requested = quant, requested
         table = MOE_BACKENDS[quant]
         self.error = None
@@ -64,13 +67,20 @@ class MoeChoice:
             path = "NvFP4" if quant == "nvfp4" else "MXFP4"
             self.error = (f"ValueError: moe_backend='{requested}' is not supported for {path} MoE. "
                           f"Expected one of {list(table.keys())}.")
+        elif not auto and quant == "nvfp4" and swiglu_limit is not None and table[requested][0] not in NVFP4_WITH_CLAMP:
+            # nvfp4.py select_nvfp4_moe_backend(): an explicit backend without the SwiGLU clamp is refused
+            self.error = (f"ValueError: Model sets swiglu_limit={swiglu_limit}, but the explicitly requested "
+                          f"moe_backend={requested!r} does not apply the SwiGLU clamp. Use 'flashinfer_trtllm', "
+                          "'flashinfer_cutlass', 'flashinfer_cutedsl', 'flashinfer_moe_ep_cutedsl', 'cutlass', 'b12x', "
+                          "'marlin', or 'humming' instead.")
+        potential = NVFP4_AVAILABLE if swiglu_limit is None else [b for b in NVFP4_AVAILABLE if b in NVFP4_WITH_CLAMP]
         # auto on GB10: the FlashInfer TRTLLM/CuteDSL kernels are SM100-only, so the selection ends on
         # Marlin (the seeds' "silent Marlin fallback"); the `marlin` fault forces the same.
         self.name = "MARLIN" if auto else (table.get(requested) or ["?"])[0]
         self.marlin = self.name == "MARLIN"
         if quant == "nvfp4":
             self.where = "nvfp4.py:314" if auto else "nvfp4.py:270"
-            self.line = f"Using '{self.name}' NvFp4 MoE backend out of potential backends: {NVFP4_AVAILABLE}."
+            self.line = f"Using '{self.name}' NvFp4 MoE backend out of potential backends: {potential}."
         else:
             self.where = "mxfp4.py:827" if auto else "mxfp4.py:609"
             self.line = f"Using '{self.name}' Mxfp4 MoE backend."
