@@ -168,6 +168,13 @@ def doctor(
                 ctx.unreachable[h] = o.value
             else:
                 ctx.facts[h] = o.value
+        probe_thread = None
+        if any(c.name == "fabric.bandwidth" for c in checks):
+            # over the fabric, while the TTFT window below waits on the management net: the window
+            # is a wait, the probe a second of traffic per sibling group, so one hides the other
+            progress("probing each rail's bandwidth" + (" (--deep)" if deep else ""))
+            probe_thread = threading.Thread(target=_probe_rails, args=(ctx, fleet), name="sparkctl-bandwidth", daemon=True)
+            probe_thread.start()
         if endpoint_thread is not None:
             endpoint_thread.join(timeout=15)
             if ctx.endpoint is not None:  # a second page: runtime.ttft judges the seconds doctor took
@@ -176,10 +183,8 @@ def doctor(
                 if ctx.endpoint.metrics_at is not None:  # at least TTFT_WINDOW s: a few first tokens to judge
                     time.sleep(max(0.0, TTFT_WINDOW - (time.monotonic() - ctx.endpoint.metrics_at)))
                 read_again(ctx.endpoint)
-
-        if any(c.name == "fabric.bandwidth" for c in checks):
-            progress("probing each rail's bandwidth" + (" (--deep)" if deep else ""))
-            _probe_rails(ctx, fleet)
+        if probe_thread is not None:
+            probe_thread.join()
 
     results = run_checks(ctx, checks)
     return Report(results, selected, time.monotonic() - start, deep, timings)
