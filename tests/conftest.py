@@ -18,8 +18,15 @@ developers, or a developer beside a benchmark) take turns instead of breaking ea
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
+
+# A test run started in the background by a non-interactive shell (.ci/run starts .ci/floors with
+# `&`) inherits SIGINT ignored, and so would every sparkctl the tests start (an ignored signal stays
+# ignored across exec): the Ctrl-C tests need it delivered. A handled one is reset at exec.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 RUN_LAST = "test_lab_updown.py"
 LAB_SESSION_LOCK = "/run/lock/sparkctl-lab-tests.lock"
