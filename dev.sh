@@ -97,7 +97,7 @@ EOT
     say "pytest (unit + lab)"
     # The lab fixture brings the lab up once per session (tests/conftest.py).
     # two workers: the lab tests on one (in order, one owner of the lab), the unit tests on the other
-    exec "$VENV/bin/python" -m pytest -q -n "${SPARKCTL_TEST_WORKERS:-2}" --dist loadgroup "$@"
+    exec "$VENV/bin/python" -m pytest -q -n "${SPARKCTL_TEST_WORKERS:-2}" "$@"
     ;;
   *)
     echo "usage: ./dev.sh demo | test [pytest args] | install" >&2

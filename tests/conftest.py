@@ -62,13 +62,28 @@ def _skip_or_fail(reason: str) -> None:
     pytest.skip(reason)
 
 
+LAB_TESTS = "tests/lab/"  # every lab test lives here: pytest-xdist sends this folder to one worker
+
+
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.path.name == RUN_LAST)  # stable: everything else keeps its order
-    # under pytest-xdist (`-n 2 --dist loadgroup`, what ./dev.sh test runs) every lab test goes to one
-    # worker, in this order, while the other worker runs the unit tests: the lab has one owner
-    for item in items:
-        if item.get_closest_marker("lab") is not None:
-            item.add_marker(pytest.mark.xdist_group("lab"))
+    strays = [i.nodeid for i in items if i.get_closest_marker("lab") is not None and not i.nodeid.startswith(LAB_TESTS)]
+    if strays:  # it would run beside the lab's owner, on the other worker
+        raise pytest.UsageError(f"lab tests outside {LAB_TESTS}: {', '.join(strays)}; move them there")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (`./dev.sh test` runs two workers): every test of tests/lab/ on one worker,
+    in collection order (the lab has one owner; test_lab_updown.py last), the unit tests spread over
+    both. (xdist's own loadgroup cannot do it on pytest 9: it renames node ids through a field
+    pytest 9 no longer reads.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LabOnOneWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return LAB_TESTS if nodeid.startswith(LAB_TESTS) else nodeid
+
+    return LabOnOneWorker(config, log)
 
 
 def pytest_runtest_setup(item):
