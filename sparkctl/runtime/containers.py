@@ -11,7 +11,10 @@ from typing import Optional
 from sparkctl.runtime.launch import LABEL_PREFIX, ContainerSpec
 
 
-def create_args(api, spec: ContainerSpec) -> dict:
+IMAGE_LABEL = f"{LABEL_PREFIX}.image"  # the image identity (facts/docker.py) the container was started from
+
+
+def create_args(api, spec: ContainerSpec, identity: Optional[str] = None) -> dict:
     """docker-py low-level `create_container` arguments for a spec (the high-level `run` cannot
     set a stop timeout, and the drain needs one)."""
     from docker.types import DeviceRequest, Ulimit
@@ -31,7 +34,7 @@ def create_args(api, spec: ContainerSpec) -> dict:
         command=spec.command,
         name=spec.name,
         environment=dict(spec.env),
-        labels=dict(spec.labels),
+        labels={**spec.labels, **({IMAGE_LABEL: identity} if identity else {})},
         host_config=host_config,
         stop_signal="SIGTERM",
         stop_timeout=spec.stop_timeout,
@@ -39,15 +42,17 @@ def create_args(api, spec: ContainerSpec) -> dict:
     )
 
 
-def start(client, spec: ContainerSpec) -> None:
-    """Remove any stale container of the same name, then create and start this spec."""
+def start(client, spec: ContainerSpec, identity: Optional[str] = None) -> None:
+    """Remove any stale container of the same name, then create and start this spec (labelled with
+    the identity of the image it starts, when known: --check can then tell it runs that image even
+    while the node's tag is being pulled again)."""
     import docker
 
     try:
         client.containers.get(spec.name).remove(force=True)
     except docker.errors.NotFound:
         pass
-    client.api.start(client.api.create_container(**create_args(client.api, spec))["Id"])
+    client.api.start(client.api.create_container(**create_args(client.api, spec, identity))["Id"])
 
 
 def stop(client, cluster: str, timeout: Optional[int] = None, names: Optional[list[str]] = None,

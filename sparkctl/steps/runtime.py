@@ -116,7 +116,8 @@ def _drift(ctx: RunContext) -> Drift:
                 why = f"{spec.name} on {host} is {running.status}"
             elif running.config_hash != launch.expected_hash(spec.name):
                 why = f"{spec.name} on {host} runs config {running.config_hash[:12] or '(none)'}"
-            elif current and not docker.runs_image(running, f.images.get(spec.image), current):
+            elif current and running.labels.get(containers.IMAGE_LABEL) != current \
+                    and not docker.runs_image(running, f.images.get(spec.image), current):
                 why = (f"{spec.name} on {host} runs image {docker.short(running.image_id)}, the node now has "
                        f"{docker.short(current)} under {spec.image}")  # fmt: skip
             else:
@@ -342,7 +343,7 @@ class RuntimeStep(Step):
                 spec = next(s for s in ctx.launch.for_host(plan.host) if s.name == c.data["name"])
                 ctx.progress(plan.host, self.name, f"starting {spec.name}")
                 try:
-                    containers.start(client, spec)
+                    containers.start(client, spec, current_image(ctx, plan.host, spec.image))
                 except Exception as exc:  # docker's APIError/ImageNotFound: sparkctl's words, with the fix
                     err = ctx.fleet[plan.host].explain(exc)
                     raise HostError(f"{plan.host}: cannot start {spec.name}: {err.message}", fix=err.fix) from None

@@ -7,6 +7,7 @@ happens.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -86,7 +87,8 @@ def test_a_killed_worker_rank_under_mp_is_named_by_doctor_with_the_runbook(lab, 
     shown = subprocess.run([sys.executable, "-m", "sparkctl", "doctor", "-i", str(mp), "--only", "runtime"],
                            capture_output=True, text=True, env={**ENV, "COLUMNS": "200"}, timeout=300)
     report = shown.stdout + shown.stderr
-    assert shown.returncode == 1 and "runtime.peer" in report and "docs/runbooks/worker-lost.md" in report, report
+    assert shown.returncode == 1 and "runtime.peer" in report, report
+    assert "runbook: sparkctl runbook worker-lost" in re.sub(r"\s+", " ", report), report  # no runbook_base_url in the lab
     # vLLM 0.33's idle mp head is not told; its next request fails, then the engine is dead
     assert httpx.post(f"{URL}/v1/completions", json={"prompt": "hi", "max_tokens": 4}, timeout=30).status_code == 500
     assert httpx.get(f"{URL}/health", timeout=5).status_code == 503
