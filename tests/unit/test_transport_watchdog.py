@@ -23,6 +23,20 @@ CONNECT_TIMEOUT = 2.0
 class _Server(paramiko.ServerInterface):
     def __init__(self, client_key: paramiko.PKey):
         self.client_key = client_key
+        self.replied: dict[int, threading.Event] = {}  # remote channel id -> exec request answered
+
+    def watch_replies(self, transport: paramiko.Transport):
+        """paramiko answers an exec request only after check_channel_exec_request returns; an answer
+        sent before that reply reaches the client as "Channel closed." (OpenSSH replies first)."""
+        send = transport._send_user_message
+
+        def send_and_note(m):
+            send(m)
+            raw = m.asbytes()
+            if raw[0] == paramiko.common.MSG_CHANNEL_SUCCESS:
+                self.replied.setdefault(int.from_bytes(raw[1:5], "big"), threading.Event()).set()
+
+        transport._send_user_message = send_and_note
 
     def get_allowed_auths(self, username):
         return "publickey"
@@ -35,7 +49,11 @@ class _Server(paramiko.ServerInterface):
         return paramiko.OPEN_SUCCEEDED if kind == "session" else paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
 
     def check_channel_exec_request(self, channel, command):
+        replied = self.replied.setdefault(channel.remote_chanid, threading.Event())
+        replied.clear()  # a channel id the client used before
+
         def answer():  # `sleep N; echo X` is all this host knows
+            replied.wait(10)
             cmd = command.decode()
             if cmd.startswith("sleep "):
                 time.sleep(float(cmd.split()[1].rstrip(";")))
@@ -110,7 +128,9 @@ def host(tmp_path):
                 return
             t = paramiko.Transport(sock)
             t.add_server_key(host_key)
-            t.start_server(server=_Server(client_key))
+            server = _Server(client_key)
+            server.watch_replies(t)
+            t.start_server(server=server)
             transports.append(t)
 
     threading.Thread(target=serve, daemon=True).start()
