@@ -24,7 +24,6 @@ The phases are the steps of playbooks/reload.yaml run by the same runner as `up`
 
 from __future__ import annotations
 
-import re
 import statistics
 import threading
 import time
@@ -34,24 +33,11 @@ from typing import Any, Callable, Optional
 from sparkctl import state
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl.inventory.models import Inventory
+from sparkctl.inventory.paths import flatten
+from sparkctl.runtime.compile_cache import compile_key
+from sparkctl.runtime.compile_cache import compiles as _compiles
 from sparkctl.transport.redact import MASK, redact_obj
 
-# inventory fields that feed vLLM's torch.compile cache hash (vllm-interface.md: vLLM version and
-# code = the image, model, cache, parallel and scheduler config, speculative and MoE kernels, and
-# VLLM_* env), and where the kernel caches live (the volume; the CUDA driver's JIT cache and torch
-# extensions, which runtime.env may move: launch.cache_env); a change to any of them compiles
-# again (cold), to anything else reuses the cache.
-COMPILE_FIELDS = (
-    "runtime.image", "runtime.model", "runtime.max_model_len", "runtime.kv_cache_dtype", "runtime.block_size",
-    "runtime.tensor_parallel_size", "runtime.max_num_seqs", "runtime.max_num_batched_tokens",
-    "runtime.moe_backend", "runtime.moe_quantization", "runtime.speculative",
-    "caches.host_path", "caches.container_path",
-)  # fmt: skip
-# Deliberately absent: runtime.distributed_executor_backend and runtime.master_port. vLLM 0.33's
-# ParallelConfig.compute_hash ignores the executor and the multi-node launch (master_addr/port,
-# nnodes, node_rank), envs.compile_factors ignores VLLM_HOST_IP, and each rank keeps its
-# rank_<r>_0 directory on the same node: switching ray <-> mp restarts the engine warm.
-COMPILE_ENV = re.compile(r"^runtime\.env\.(VLLM_|CUDA_CACHE_|TORCH_EXTENSIONS_DIR$)")
 # phases a reload journals, and the playbook steps each one covers
 PHASES = {
     "preflight": "prestage", "fabric": "prestage", "images": "prestage", "caches": "prestage", "engram": "prestage",
@@ -66,16 +52,6 @@ class ReloadInterrupted(SparkctlError):
 
 
 # --- plan -------------------------------------------------------------------------------------
-
-
-def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
-    """{"runtime": {"port": 1}} -> {"runtime.port": 1}; lists stay values (a rail list is one field)."""
-    if isinstance(obj, dict):
-        out: dict[str, Any] = {}
-        for k, v in obj.items():
-            out.update(flatten(v, f"{prefix}{k}."))
-        return out if out or not prefix else {prefix[:-1]: {}}
-    return {prefix[:-1]: obj}
 
 
 @dataclass(frozen=True)
@@ -98,24 +74,8 @@ def _shown(v: Any) -> Any:
     return MASK if isinstance(v, str) and v.startswith(MASK) else v
 
 
-def _compiles(path: str) -> bool:
-    return path.startswith(COMPILE_FIELDS) or bool(COMPILE_ENV.match(path))
-
-
 def compile_fields(changes: list[FieldChange]) -> list[str]:
     return [c.path for c in changes if _compiles(c.path)]
-
-
-def compile_key(inventory: dict) -> str:
-    """sparkctl's digest of the inventory fields vLLM's compile hash covers: two configs with the
-    same key compile the same graphs, so a start whose key this cluster has served before is warm
-    (the persistent cache still holds them), even going back to an older config."""
-    import hashlib
-    import json
-
-    flat = flatten(redact_obj(inventory, digests=True))
-    chosen = {k: v for k, v in flat.items() if _compiles(k)}
-    return hashlib.sha256(json.dumps(chosen, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 @dataclass

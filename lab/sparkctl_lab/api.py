@@ -36,7 +36,7 @@ enp1s0f0np0 down` is seen exactly like the API's (ibdev2netdev, RDMA port state,
 The runner reaches hosts over the management net only (10.231.0.0/24 via `lab-mgmt`); docker
 CLI/SDK can also use each host's runner socket, `docker_socket(host)`.
 
-Where things live: lifecycle.py (up/down), status.py, faults.py (faults, host_exec), health.py
+Where things live: lifecycle.py (up/down), status.py, faults.py, hostexec.py (host_exec), health.py
 (probes), netns.py (links), hostinit.py (each host's PID 1), hostfiles.py (keys, configs,
 inventory), registry.py, image.py (the runtime image), hw/ (simulated nvidia-smi, ibdev2netdev,
 ethtool, sysfs), topology.py (the shape, shared by all of these).
@@ -44,8 +44,9 @@ ethtool, sysfs), topology.py (the shape, shared by all of these).
 
 from __future__ import annotations
 
-from sparkctl_lab.faults import clear_faults, fault, host_exec  # noqa: F401
+from sparkctl_lab.faults import clear_faults, fault  # noqa: F401
 from sparkctl_lab.health import ssh_banner  # noqa: F401
+from sparkctl_lab.hostexec import host_exec  # noqa: F401
 from sparkctl_lab import drills, prometheus  # noqa: F401  (drills.run(NAME); prometheus.up() / alerts())
 from sparkctl_lab.lifecycle import down, up  # noqa: F401
 from sparkctl_lab.paths import (  # noqa: F401

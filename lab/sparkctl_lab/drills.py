@@ -29,7 +29,7 @@ import yaml
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl.state import LOCK
 from sparkctl_lab import paths
-from sparkctl_lab.faults import host_exec
+from sparkctl_lab.hostexec import host_exec
 from sparkctl_lab.topology import HOSTS, IMAGE
 
 FENCE = "127.0.0.0/8,10.231.0.0/16"  # what the drills' own sparkctl runs may reach: loopback and the lab

@@ -1,4 +1,4 @@
-"""Faults for tests and drills, and running commands inside a lab host.
+"""Faults for tests and drills.
 
 Link down and wrong MTU are real link changes (`ip -n lab-HOST link set ...`). A degraded rail
 (`speed`) is real too: a token bucket (`tc ... tbf`, in this kernel; netem is not) on both ends of
@@ -14,47 +14,18 @@ import subprocess
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl_lab import netns, paths, preflight, procs
 from sparkctl_lab import topology as topo
+from sparkctl_lab.hostexec import host_exec, init_pid, lab_host
 from sparkctl_lab.hw import state
 from sparkctl_lab.lifecycle import sync_all
 from sparkctl_lab.status import link_view
 from sparkctl_lab.topology import HOSTS
 
-HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # other names people use for the same faults
 ALIASES = {"degraded-speed": "speed", "wrong-mtu": "mtu", "wrong-driver": "driver", "rdma-port-down": "rdma-down",
            "foreign-gpu-process": "gpu-process", "no-gpu": "gpu-missing"}
 # speed: Mb/s a degraded rail carries. A lab veth carries ~4-17 Gb/s on a loaded 2-core machine, so
 # 1000 Mb/s is ~7% of the rail beside it, as 13 Gb/s is of a CX-7 twin's 200 (~14% of its ~95 real)
 DEFAULTS = {"mtu": 1500, "speed": 1000, "driver": "580.82.09", "gpu-process": 16384}
-
-
-def _host(name: str) -> topo.LabHost:
-    if name not in HOSTS:
-        raise InputError(f"unknown lab host {name!r}", fix=f"use one of: {', '.join(HOSTS)}")
-    return HOSTS[name]
-
-
-def _init_pid(name: str) -> int:
-    pid = procs.host_init(name)
-    if pid is None:
-        raise SparkctlError(f"lab host {name} is not running", fix="run `sparkctl lab up`")
-    return pid
-
-
-def host_exec(host: str, argv: list[str], input: str | None = None, timeout: float = 60,
-              check: bool = False) -> subprocess.CompletedProcess:
-    """Run argv inside a lab host (its net, mount, UTS and PID namespaces), as root in /root."""
-    preflight.require_root("host_exec")
-    _host(host)
-    pid = _init_pid(host)
-    env = {"PATH": HOST_PATH, "HOME": "/root", "LANG": "C.UTF-8", "USER": "root", "LOGNAME": "root"}
-    r = subprocess.run(
-        ["nsenter", "-t", str(pid), "-n", "-m", "-u", "-p", "--wd=/root", "--", *argv],
-        input=input, capture_output=True, text=True, timeout=timeout, env=env,
-    )
-    if check and r.returncode != 0:
-        raise SparkctlError(f"{host}: `{' '.join(argv)}` exited {r.returncode}: {r.stderr.strip()}")
-    return r
 
 
 def _netdev(h: topo.LabHost, target: str | None, kind: str) -> str:
@@ -78,11 +49,11 @@ def fault(host: str, kind: str, target: str | None = None, value: str | int | No
           clear: bool = False) -> dict:
     """Switch one fault on (or off with clear=True). See the module docstring for the kinds."""
     preflight.require_root("`sparkctl lab fault`")
-    h = _host(host)
+    h = lab_host(host)
     kind = ALIASES.get(kind, kind)
     if kind not in state.FAULT_KINDS:
         raise InputError(f"unknown fault kind {kind!r}", fix=f"use one of: {', '.join(state.FAULT_KINDS)}")
-    _init_pid(host)
+    init_pid(host)
     f = state.load_faults(host)
 
     if kind in ("link-down", "mtu"):

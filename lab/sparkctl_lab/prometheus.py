@@ -27,7 +27,7 @@ import yaml
 
 from sparkctl.errors import SparkctlError
 from sparkctl_lab import paths, procs
-from sparkctl_lab.faults import host_exec
+from sparkctl_lab.hostexec import host_exec
 from sparkctl_lab.topology import HOSTS
 
 PORT = 19090

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sparkctl import __version__, state
 from sparkctl.inventory.models import Inventory
+from sparkctl.runtime.compile_cache import compile_key
 from sparkctl.steps.base import Change, Plan, RunContext, Step
 from sparkctl.transport.redact import redact_obj
 
@@ -42,8 +43,6 @@ def record_document(ctx: RunContext) -> dict:
 
 def event_of(doc: dict, outcome: str, **extra) -> dict:
     """The events.jsonl line for an applied record."""
-    from sparkctl.reload import compile_key
-
     return state.event(doc["command"], outcome, doc["config_hash"], doc.get("runtime_start"), compile_key(doc["inventory"]),
                        at=doc["applied_at"], by=doc["applied_by"], **extra)  # fmt: skip
 

@@ -35,7 +35,8 @@ import paramiko.auth_strategy
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from sparkctl.errors import HostError, SparkctlError, UnreachableError
-from sparkctl.inventory.models import Inventory, SSHHop, SSHTarget
+from sparkctl.inventory.models import Inventory
+from sparkctl.inventory.ssh_target import SSHHop, SSHTarget
 from sparkctl.transport import hostkeys
 from sparkctl.transport.failures import FIX_FROZEN, FIX_REACH, describe, unresponsive
 from sparkctl.transport.redact import redact

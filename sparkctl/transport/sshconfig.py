@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from sparkctl.errors import InputError
-from sparkctl.inventory.models import SSHHop, SSHTarget
+from sparkctl.inventory.ssh_target import SSHHop, SSHTarget
 
 DEFAULT_CONFIG = "~/.ssh/config"
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
