@@ -14,7 +14,6 @@ A host that could not be reached gets `skipped` for every check in scope (ssh.re
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from functools import cached_property
 from typing import Any, Callable, Iterable, Literal, Optional
 
 from sparkctl.inventory.models import Inventory
@@ -78,9 +77,10 @@ class Context:
     deep: bool = False
     allow_loading: bool = False  # a runtime still loading is a warning, not a failure (doctor --allow-loading)
 
-    @cached_property
+    @property
     def plan(self):
-        """The rendered launch (pure), or None when this inventory cannot be rendered."""
+        """The rendered launch (launch.render keeps it, once per inventory), or None when this
+        inventory cannot be rendered."""
         from sparkctl.runtime.launch import render
 
         try:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+import weakref
 from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -236,15 +237,24 @@ def _hash(obj: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-# id(inventory) -> (inventory, its plan); holding the inventory keeps its id from being reused.
-_RENDERED: dict[int, tuple[Inventory, "LaunchPlan"]] = {}
+# The one cache of launches (RunContext.launch, doctor's Context.plan, the facts and steps all
+# read render()): id(inventory) -> its plan, for as long as that inventory object lives. An
+# inventory is frozen, so its launch never changes; the entry goes with the object (a
+# weakref.finalize), so a long-lived process (status --watch, the test suite) keeps no inventory
+# alive, and an id reused after the object died finds no stale plan. A copy is a new object.
+_RENDERED: dict[int, LaunchPlan] = {}
 
 
 def render(inv: Inventory) -> LaunchPlan:
     """The launch for this inventory (pure and frozen, so each inventory object renders once)."""
-    if id(inv) not in _RENDERED:
-        _RENDERED[id(inv)] = (inv, _render(inv))
-    return _RENDERED[id(inv)][1]
+    key = id(inv)
+    plan = _RENDERED.get(key)
+    if plan is None:
+        plan = _render(inv)  # an inventory render cannot handle raises here, every time: not cached
+        if key not in _RENDERED:
+            weakref.finalize(inv, _RENDERED.pop, key, None)
+        plan = _RENDERED.setdefault(key, plan)  # two threads rendering at once agree on one plan
+    return plan
 
 
 def _render(inv: Inventory) -> LaunchPlan:

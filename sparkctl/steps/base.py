@@ -11,7 +11,6 @@ print: the runner owns order, concurrency, progress and output; the playbook say
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from functools import cached_property
 from typing import Any, Callable, Literal, Optional
 
 from sparkctl.inventory.models import Inventory
@@ -100,9 +99,9 @@ class RunContext:
     # the cluster lock, when the runner takes it before the first change (lock.cluster_lock lazy)
     lock: Any = None
 
-    @cached_property
+    @property
     def launch(self):
-        """The rendered launch (containers, commands, config hash): rendered once per run."""
+        """The rendered launch (containers, commands, config hash): launch.render keeps it, once per inventory."""
         from sparkctl.runtime.launch import render
 
         return render(self.inventory)

@@ -221,3 +221,33 @@ def test_cuda_jit_cache_and_torch_extensions_live_on_the_volume_with_a_cap():
     # the inventory's runtime.env still has the last word
     moved = render(load(env={"CUDA_CACHE_MAXSIZE": "1073741824"}))
     assert all(c.env["CUDA_CACHE_MAXSIZE"] == "1073741824" for c in moved.containers)
+
+
+def test_one_launch_per_inventory_object_for_as_long_as_it_lives():
+    """render() is the one cache (a run's RunContext.launch and doctor's Context.plan read it): the
+    same object for one inventory, a copy renders its own, and the cache keeps no inventory alive
+    (it used to hold every inventory a process rendered, keyed by id(), for the process's life)."""
+    import gc
+    import weakref
+
+    from sparkctl.checks.base import Context
+    from sparkctl.steps.base import RunContext
+
+    inv = load()
+    plan = render(inv)
+    assert RunContext(inventory=inv, fleet=None).launch is plan
+    assert Context(inventory=inv, hosts=list(inv.hosts), facts={}).plan is plan
+    changed = inv.model_copy(update={"runtime": inv.runtime.model_copy(update={"port": 8001})})
+    assert render(changed).config_hash != plan.config_hash
+
+    gone = weakref.ref(inv)
+    del inv, changed
+    gc.collect()
+    assert gone() is None, "render() keeps the inventory alive"
+    # the cache is emptied as inventories go (so an id reused later cannot find a stale plan)
+    from sparkctl.runtime import launch
+
+    held = len(launch._RENDERED)
+    hashes = {render(load(port=port)).config_hash for port in range(8002, 8022)}
+    gc.collect()
+    assert len(hashes) == 20 and len(launch._RENDERED) <= held
