@@ -18,8 +18,12 @@ from typing import Any, Callable, Iterable, Literal, Optional
 
 from sparkctl.inventory.models import Inventory
 
-Status = Literal["ok", "warn", "fail", "skipped"]
-STATUSES: tuple[Status, ...] = ("ok", "warn", "fail", "skipped")
+# One word for a failure across sparkctl: a check `failed` as a step `failed` (and a reload's
+# outcome, and the summary's failed_checks). Until schema 2 a check said `fail`.
+Status = Literal["ok", "warn", "failed", "skipped"]
+STATUSES: tuple[Status, ...] = ("ok", "warn", "failed", "skipped")
+# doctor --json's document: 2 = statuses and the summary's counts say "failed" (1, unversioned: "fail")
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,7 @@ def warn(message: str, fix: Optional[str] = None, target: Optional[str] = None, 
 
 
 def fail(message: str, fix: str, target: Optional[str] = None, **data: Any) -> Finding:
-    return Finding("fail", message, fix, target, data)
+    return Finding("failed", message, fix, target, data)
 
 
 def skipped(message: str, target: Optional[str] = None) -> Finding:
@@ -151,7 +155,7 @@ class Check:
                 findings = [findings]
             out += [
                 CheckResult(self.name, self.group, h, f.status, f.message, f.fix, f.target,
-                            self.runbook_path if f.status in ("fail", "warn") else None, dict(f.data))
+                            self.runbook_path if f.status in ("failed", "warn") else None, dict(f.data))
                 for f in findings
             ]  # fmt: skip
         return out

@@ -56,7 +56,7 @@ def compile_cache(ctx: Context, host: str, f):
     data = {**found.data, **({"cuda_cache_mib": round(jit_kib / 1024, 1)} if jit_kib is not None else {})}
     jit = f"; CUDA JIT cache {jit_kib / 1024:.0f} MiB" if jit_kib else ""
     off = _off_volume(ctx, host)
-    if off and found.status != "fail":
+    if off and found.status != "failed":
         return warn(found.message + jit + "; but " + "; ".join(off),
                     "remove those overrides from runtime.env: `sparkctl render` shows where each cache lands", **data)  # fmt: skip
     return Finding(found.status, found.message + jit, found.fix, found.target, data)

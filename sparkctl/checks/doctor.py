@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
 from sparkctl.checks import GROUPS, REGISTRY, kinds_for
-from sparkctl.checks.base import STATUSES, Check, CheckResult, Context, Unreachable, head_host
+from sparkctl.checks.base import SCHEMA_VERSION, STATUSES, Check, CheckResult, Context, Unreachable, head_host
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl.inventory.models import Inventory
 
@@ -34,19 +34,20 @@ class Report:
 
     @property
     def failed(self) -> bool:
-        return any(r.status == "fail" for r in self.results)
+        return any(r.status == "failed" for r in self.results)
 
     def summary(self) -> dict:
         counts = Counter(r.status for r in self.results)
         return {
             **{status: counts[status] for status in STATUSES},
-            "failed_checks": sorted({r.name for r in self.results if r.status == "fail"}),
+            "failed_checks": sorted({r.name for r in self.results if r.status == "failed"}),
             "hosts": self.hosts,
             "deep": self.deep,
         }
 
     def to_dict(self) -> dict:
         return {
+            "schema_version": SCHEMA_VERSION,
             "checks": [r.to_dict() for r in self.results],
             "summary": self.summary(),
             "seconds": round(self.seconds, 3),
@@ -101,10 +102,10 @@ def run_checks(ctx: Context, checks: list[Check]) -> list[CheckResult]:
             results += c.run(ctx)
         except Exception as exc:  # a bug in one check must not hide the others
             for h in ctx.hosts:
-                results.append(CheckResult(c.name, c.group, h, "fail", f"check crashed: {type(exc).__name__}: {exc}",
+                results.append(CheckResult(c.name, c.group, h, "failed", f"check crashed: {type(exc).__name__}: {exc}",
                                            "a sparkctl bug: report it with `sparkctl doctor --json`"))  # fmt: skip
     if ctx.unreachable and not any(c.name == ALWAYS for c in checks):
-        results = [r for r in REGISTRY[ALWAYS].run(ctx) if r.status == "fail"] + results
+        results = [r for r in REGISTRY[ALWAYS].run(ctx) if r.status == "failed"] + results
     order = {h: i for i, h in enumerate(ctx.hosts)}
     return sorted(results, key=lambda r: order.get(r.host, len(order)))  # stable: check order within a host
 

@@ -81,19 +81,19 @@ def _judge_gid(index: str, dev: str, link, entry, f, rails: set[str]) -> tuple[s
     """(ok|warn|fail, why) for one device's entry at the pinned index."""
     where = f"GID {index} on {dev}"
     if entry.type == "missing":
-        return "fail", (f"{where} is an empty slot (the table moved when an address came or went; "
+        return "failed", (f"{where} is an empty slot (the table moved when an address came or went; "
                         "NCCL's ibv_modify_qp fails on it)")
     if entry.ipv4 is not None:
         ip, netdev = entry.ipv4, entry.netdev or link.device
         if ip.is_link_local and netdev in rails:
-            return "fail", (f"{where} is {ip}, the IPv4 link-local address NVIDIA's netplan adds to {netdev}: "
+            return "failed", (f"{where} is {ip}, the IPv4 link-local address NVIDIA's netplan adds to {netdev}: "
                             "`sparkctl up` removes that address (fabric.address) and the GID goes with it")
         if netdev in rails and ip != link.address.ip and netdev == link.device:
-            return "fail", (f"{where} is {ip}, not the rail's {link.address.ip}: `sparkctl up` removes that "
+            return "failed", (f"{where} is {ip}, not the rail's {link.address.ip}: `sparkctl up` removes that "
                             "address (fabric.address), and the peer's GID at that index is in another subnet")
         held = [a for a in ((f.interfaces or {}).get(netdev).addresses if (f.interfaces or {}).get(netdev) else ()) if a.ip == ip]
         if f.interfaces is not None and not held:
-            return "fail", f"{where} is {ip}, which {netdev} no longer holds (a stale entry)"
+            return "failed", f"{where} is {ip}, which {netdev} no longer holds (a stale entry)"
         if entry.type == V2:
             return "ok", f"{where} is RoCE v2 {ip} ({netdev})"
         return "warn", (f"{where} is {entry.type} over {ip}: RoCE v1 is plain Ethernet, so it works on a "
@@ -132,7 +132,7 @@ def gid_index(ctx: Context, host: str, f):
     for link, dev in links:
         entry = f.gids.get(dev)
         if entry is None:
-            verdicts.append(("fail", f"GID {pinned} on {dev} not read (no such RDMA device?)"))
+            verdicts.append(("failed", f"GID {pinned} on {dev} not read (no such RDMA device?)"))
             continue
         verdicts.append(_judge_gid(pinned, dev, link, entry, f, rails))
         # both ends use the same index (the twins carry the same names on both Sparks): RoCE v1 at one
@@ -144,12 +144,12 @@ def gid_index(ctx: Context, host: str, f):
         if theirs is None or "missing" in (theirs.type, entry.type):
             continue
         if theirs.type != entry.type:
-            verdicts.append(("fail", f"GID {pinned} is {entry.type} on {dev} but {theirs.type} on {link.peer}'s {dev}: "
+            verdicts.append(("failed", f"GID {pinned} is {entry.type} on {dev} but {theirs.type} on {link.peer}'s {dev}: "
                                      "the two ends cannot connect"))
         elif entry.ipv4 is not None and theirs.ipv4 is not None and (net := _subnet(f, entry)) and theirs.ipv4 not in net:
-            verdicts.append(("fail", f"GID {pinned} on {dev} is {entry.ipv4} but on {link.peer}'s {dev} {theirs.ipv4}, "
+            verdicts.append(("failed", f"GID {pinned} on {dev} is {entry.ipv4} but on {link.peer}'s {dev} {theirs.ipv4}, "
                                      f"outside {net}: NCCL fails at TP init (\"unhandled system error\")"))
-    bad = [why for v, why in verdicts if v == "fail"]
+    bad = [why for v, why in verdicts if v == "failed"]
     meh = [why for v, why in verdicts if v == "warn"]
     if bad:
         return fail(f"NCCL_IB_GID_INDEX={pinned} cannot work: " + "; ".join(bad),

@@ -328,7 +328,7 @@ def judge_rails(measured: list, results: dict, virtual: set) -> dict[str, RailVe
                                                 f"`apt install iperf3` on {rail.client} and {rail.server}: a degraded "
                                                 "ConnectX-7 shows only under traffic")  # fmt: skip
                 else:
-                    out[rail.key] = RailVerdict("fail", f"{rail.label()}: iperf3 failed: {r.error}",
+                    out[rail.key] = RailVerdict("failed", f"{rail.label()}: iperf3 failed: {r.error}",
                                                 "check that the rail pings (fabric.ping) and that no firewall drops TCP "
                                                 f"{bandwidth.BASE_PORT}+ on the fabric addresses")  # fmt: skip
                 continue
@@ -349,9 +349,9 @@ def judge_rails(measured: list, results: dict, virtual: set) -> dict[str, RailVe
                 msg += f", {r.gbps / nominal:.0%} of the link" if nominal else ""
             fix = _degraded_fix(rail, list(rail.link.rdma))
             if share is not None and share < SIBLING_FAIL:
-                out[rail.key] = RailVerdict("fail", f"{msg}: degraded", fix, data)
+                out[rail.key] = RailVerdict("failed", f"{msg}: degraded", fix, data)
             elif real and r.gbps < nominal * NOMINAL_FAIL:
-                out[rail.key] = RailVerdict("fail", f"{msg}: degraded (below {NOMINAL_FAIL:.0%} of the link)", fix, data)
+                out[rail.key] = RailVerdict("failed", f"{msg}: degraded (below {NOMINAL_FAIL:.0%} of the link)", fix, data)
             elif share is not None and share < SIBLING_WARN:
                 out[rail.key] = RailVerdict("warn", f"{msg}: below half of its sibling", fix, data)
             elif real and r.gbps < nominal * NOMINAL_WARN:

@@ -17,8 +17,8 @@ import typer
 
 from sparkctl.cli.options import InventoryOpt, JsonOpt, require_inventory
 
-STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red", "skipped": "dim"}
-MARK = {"ok": "✓", "warn": "!", "fail": "✗", "skipped": "–"}
+STYLE = {"ok": "green", "warn": "yellow", "failed": "bold red", "skipped": "dim"}
+MARK = {"ok": "✓", "warn": "!", "failed": "✗", "skipped": "–"}
 HOSTS_PER_LINE = 4  # host columns of the group summary that fit 80 columns
 
 
@@ -108,7 +108,7 @@ def print_report(report, c=None, runbook_base_url=None) -> None:
         table.add_column("message", overflow="fold")
         for r in rows:
             message = Text(redact(r.message))
-            if r.status == "fail" and r.fix:
+            if r.status == "failed" and r.fix:
                 message.append("\nfix: ", style="bold")
                 message.append(redact(r.fix))
                 if book := runbooks.for_result(r):
@@ -142,7 +142,7 @@ def _cell(rows) -> "Text":
         return Text("·", style="dim")
     counts = Counter(r.status for r in rows)
     cell = Text(no_wrap=True)
-    for status in ("fail", "warn", "ok", "skipped"):
+    for status in ("failed", "warn", "ok", "skipped"):
         if counts[status]:
             cell.append(f"{MARK[status]} {counts[status]} ", style=STYLE[status])
     return cell
@@ -155,7 +155,7 @@ def _findings(report) -> list[tuple]:
     from sparkctl.checks import REGISTRY
 
     order = {name: i for i, name in enumerate(REGISTRY)}  # a cause (fabric.mtu) before its effect (fabric.ping)
-    shown = [r for r in report.results if r.status in ("fail", "warn")]
+    shown = [r for r in report.results if r.status in ("failed", "warn")]
     merged: dict[tuple, list] = {}
     for r in sorted(shown, key=lambda r: (r.status == "warn", order.get(r.name, len(order)))):
         merged.setdefault((r.name, r.status, r.message, r.fix), []).append(r)

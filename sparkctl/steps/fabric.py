@@ -247,7 +247,7 @@ class FabricStep(Step):
         if not changed:
             return proof
         mine = [(rail, v) for rail, v in self._probe(ctx) if rail.end(host)]
-        bad = [v for _, v in mine if v.status == "fail"]
+        bad = [v for _, v in mine if v.status == "failed"]
         if bad:
             raise HostError(f"{host}: rail degraded: " + "; ".join(v.message for v in bad), fix=bad[0].fix)
         warned = [v.message for _, v in mine if v.status == "warn"]

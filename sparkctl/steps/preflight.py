@@ -32,7 +32,7 @@ class PreflightStep(Step):
         return {h: self._plan_host(h, rs) for h, rs in per_host.items()}
 
     def _plan_host(self, host: str, results: list) -> Plan:
-        failed = [r for r in results if r.status == "fail"]
+        failed = [r for r in results if r.status == "failed"]
         if failed:
             return self.blocked(host, "; ".join(f"{r.name}: {r.message} (fix: {r.fix})" for r in failed))
         warned = [f"{r.name}: {r.message}" for r in results if r.status == "warn"]

@@ -85,7 +85,7 @@ def test_doctor_names_the_worker_and_exits_1(lab, fault):
         code, doc, seconds = sparkctl("doctor", "-i", lab.INVENTORY_PATH)
     report(f"doctor, worker {fault}", seconds)
     assert code == 1
-    failed = [r for r in doc["checks"] if r["status"] == "fail" and r["host"] == "worker"]
+    failed = [r for r in doc["checks"] if r["status"] == "failed" and r["host"] == "worker"]
     assert failed, json.dumps(doc)[-2000:]
     text = " ".join(r["message"] for r in failed)
     assert "worker" in text and (f"no answer within {CONNECT} s" in text or "no route" in text), text

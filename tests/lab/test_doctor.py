@@ -94,7 +94,7 @@ def run_doctor(inv: Path, *args: str) -> tuple[int, dict, str]:
 
 
 def failing(doc: dict) -> set[tuple[str, str, str]]:
-    return {(c["name"], c["host"], c.get("target") or "") for c in doc["checks"] if c["status"] == "fail"}
+    return {(c["name"], c["host"], c.get("target") or "") for c in doc["checks"] if c["status"] == "failed"}
 
 
 def eventually_doctor(inv: Path, want, *args: str, timeout: float = 5.0):
@@ -119,7 +119,7 @@ def test_healthy_lab_nothing_fails(doctor_lab):
     for c in doc["checks"]:
         if c["name"].startswith(("ssh.", "gpu.", "fabric.", "images.", "engram.", "env.")):
             assert c["status"] == "ok", c
-    assert doc["summary"]["fail"] == 0 and doc["seconds"] > 0
+    assert doc["summary"]["failed"] == 0 and doc["seconds"] > 0
     # every rail of every host was judged, in both directions
     pings = {(c["host"], c["target"]) for c in doc["checks"] if c["name"] == "fabric.ping"}
     assert len(pings) == sum(len(h["fabric"]) for h in yaml.safe_load(inv.read_text())["hosts"].values())
@@ -220,7 +220,7 @@ def test_each_lab_fault_fails_exactly_its_checks(doctor_lab, case):
     assert failing(doc) == expected
     assert rc == 1 and doc["summary"]["failed_checks"] == sorted({n for n, _, _ in expected})
     for c in doc["checks"]:
-        if c["status"] == "fail":
+        if c["status"] == "failed":
             assert c["fix"] and FIX_WORDS[c["name"]] in c["fix"], c
             assert c["runbook"] == f"docs/runbooks/{c['name']}.md" and (REPO / c["runbook"]).exists()
 
@@ -270,7 +270,7 @@ def test_image_mismatch_on_one_node(doctor_lab):
     try:
         rc, doc, _ = run_doctor(inv, "--json", "--only", "images")
         assert failing(doc) == {("images.same", W, lab.IMAGE)} and rc == 1
-        bad = next(c for c in doc["checks"] if c["status"] == "fail")
+        bad = next(c for c in doc["checks"] if c["status"] == "failed")
         from sparkctl.facts.docker import identity_of_inspect, short
 
         # images are named by the identity both image stores agree on (facts/docker.py), not a docker ID
@@ -289,7 +289,7 @@ def test_cache_dir_missing_on_one_node(doctor_lab):
     try:
         rc, doc, _ = run_doctor(inv, "--json", "--only", NOT_RUNTIME)
         assert failing(doc) == {("caches.volume", W, "")} and rc == 1
-        fail = next(c for c in doc["checks"] if c["status"] == "fail")
+        fail = next(c for c in doc["checks"] if c["status"] == "failed")
         assert f"mkdir -p {CACHE}" in fail["fix"]
     finally:
         sh(lab, W, f"mv {hidden} {CACHE}")
@@ -334,7 +334,7 @@ def test_engram_copy_differs_fails_checksums_deep(doctor_lab):
         assert failing(doc) == set()  # same sizes, same record: only re-hashing can tell
         rc, doc, _ = run_doctor(inv, "--json", "--only", "engram,fabric", "--deep", "--hosts", "head,offload")
         assert failing(doc) == {("engram.checksums", O, "")} and rc == 1
-        assert table in next(c for c in doc["checks"] if c["status"] == "fail")["message"]
+        assert table in next(c for c in doc["checks"] if c["status"] == "failed")["message"]
         bw = [c for c in doc["checks"] if c["name"] == "fabric.bandwidth"]
         assert bw and all(c["status"] == "ok" and c["data"]["gbps"] > 0 for c in bw)  # the lab's veths: a figure
     finally:
@@ -351,7 +351,7 @@ def test_unreachable_host_is_one_failure_not_a_traceback(doctor_lab, tmp_path):
     rc, out, err = run_doctor(variant(tmp_path, "bad", unreachable), "--json", "--only", "gpu")
     assert rc == 1 and "Traceback" not in err
     worker = [c for c in out["checks"] if c["host"] == "worker"]
-    assert [c["name"] for c in worker if c["status"] == "fail"] == ["ssh.reachable"]
+    assert [c["name"] for c in worker if c["status"] == "failed"] == ["ssh.reachable"]
     assert "cannot connect" in worker[0]["message"] and worker[0]["fix"]
     assert all(c["status"] == "skipped" for c in worker if c["name"] != "ssh.reachable")
-    assert not [c for c in out["checks"] if c["host"] != "worker" and c["status"] == "fail"]
+    assert not [c for c in out["checks"] if c["host"] != "worker" and c["status"] == "failed"]

@@ -112,7 +112,7 @@ def test_marlin_fallback_fails_only_moe_backend(sim, tmp_path):
     assert state == "serving"
     rc, doc, _ = run_doctor(inv, "--json", "--only", "runtime")
     assert failing(doc) == {("runtime.moe_backend", "head", "sparkctl-head")} and rc == 1
-    bad = next(c for c in doc["checks"] if c["status"] == "fail")
+    bad = next(c for c in doc["checks"] if c["status"] == "failed")
     assert "Marlin" in bad["message"] and "flashinfer_b12x" in bad["fix"]
 
 

@@ -60,11 +60,11 @@ def doctor_json(inventory: Path, *args: str) -> dict:
 
 
 def not_ok(doc: dict) -> dict[tuple[str, str], dict]:
-    return {(c["name"], c["host"]): c for c in doc["checks"] if c["status"] in ("fail", "warn")}
+    return {(c["name"], c["host"]): c for c in doc["checks"] if c["status"] in ("failed", "warn")}
 
 
 def failing(doc: dict) -> set[tuple[str, str]]:
-    return {(c["name"], c["host"]) for c in doc["checks"] if c["status"] == "fail"}
+    return {(c["name"], c["host"]) for c in doc["checks"] if c["status"] == "failed"}
 
 
 def serves() -> bool:
@@ -232,7 +232,7 @@ def test_doctor_default_output_at_80_columns_one_fault_and_healthy(drill_lab):
     print("\n".join(lines))  # the one-fault output, for the record (-s)
     assert max(len(line) for line in lines) <= 80
     text = re.sub(r"\s+", " ", r.stdout)
-    mtu = next(c for c in doctor_json(inventory)["checks"] if c["name"] == "fabric.mtu" and c["status"] == "fail")
+    mtu = next(c for c in doctor_json(inventory)["checks"] if c["name"] == "fabric.mtu" and c["status"] == "failed")
     assert any(line.startswith("✗ fabric.mtu ") for line in lines)
     assert re.sub(r"\s+", " ", mtu["message"]) in text and re.sub(r"\s+", " ", mtu["fix"]) in text
     assert "runbook: sparkctl runbook fabric.mtu" in text

@@ -99,7 +99,7 @@ def test_registry_down_and_a_hand_built_head_image_stop_up_naming_the_head_and_n
 
     rc, checks = sparkctl("doctor", "-i", inv, "--only", "images")
     assert rc == 1
-    failing = {(c["name"], c["host"]) for c in checks["checks"] if c["status"] == "fail"}
+    failing = {(c["name"], c["host"]) for c in checks["checks"] if c["status"] == "failed"}
     assert failing == {("images.same", "head")}
 
     registry_start()

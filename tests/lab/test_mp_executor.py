@@ -81,9 +81,9 @@ def test_a_killed_worker_rank_under_mp_is_named_by_doctor_with_the_runbook(lab, 
     for _ in range(40):  # the headless command returns once its monitor sees the rank die
         doc = sparkctl("doctor", "-i", str(mp), "--only", "runtime", rc=None)
         peer = next(c for c in doc["checks"] if c["name"] == "runtime.peer" and c["host"] == "worker")
-        if peer["status"] == "fail":
+        if peer["status"] == "failed":
             break
-    assert peer["status"] == "fail" and "Worker proc VllmWorker-1 died unexpectedly (exit code: -9)" in peer["message"]
+    assert peer["status"] == "failed" and "Worker proc VllmWorker-1 died unexpectedly (exit code: -9)" in peer["message"]
     shown = subprocess.run([sys.executable, "-m", "sparkctl", "doctor", "-i", str(mp), "--only", "runtime"],
                            capture_output=True, text=True, env={**ENV, "COLUMNS": "200"}, timeout=300)
     report = shown.stdout + shown.stderr

@@ -63,7 +63,7 @@ def test_a_wrong_moved_or_duplicate_rail_address_is_named_and_repaired_exactly(l
     try:
         doctor = sparkctl("doctor", "-i", str(inv), "--only", "fabric", rc=1)
         check = address_check(doctor, "worker", "enp1s0f0np0")
-        assert check["status"] == "fail" and named in check["message"], check
+        assert check["status"] == "failed" and named in check["message"], check
         up = sparkctl("up", "-i", str(inv))
         changed = {(r["host"], r["step"]) for r in up["results"] if r["status"] == "changed"}
         # the fabric step repairs the rail; the runtime restarts only if the fault itself broke it
@@ -72,7 +72,7 @@ def test_a_wrong_moved_or_duplicate_rail_address_is_named_and_repaired_exactly(l
         # exactly the inventory's address on each rail: nothing stray, nothing secondary
         assert addresses(lab, "worker", "enp1s0f0np0") == ["10.231.100.3/24"]
         assert addresses(lab, "worker", "enP2p1s0f0np0") == ["10.231.101.3/24"]
-        assert sparkctl("doctor", "-i", str(inv), "--only", "fabric")["summary"]["fail"] == 0
+        assert sparkctl("doctor", "-i", str(inv), "--only", "fabric")["summary"]["failed"] == 0
     finally:  # whatever up did not get to: the lab's own addresses back
         lab.host_exec("worker", ["sh", "-c", "ip addr flush dev enp1s0f0np0; ip addr add 10.231.100.3/24 dev enp1s0f0np0; "
                                  "ip addr flush dev enP2p1s0f0np0; ip addr add 10.231.101.3/24 dev enP2p1s0f0np0"])  # fmt: skip
@@ -100,7 +100,7 @@ def test_up_during_a_slow_start_waits_instead_of_restarting_and_doctor_names_the
         sparkctl("unlock", "-i", str(slow), "--yes")  # the killed run's lock, as an operator clears it
         d = sparkctl("doctor", "-i", str(slow), "--only", "runtime", rc=1)
         health = next(c for c in d["checks"] if c["name"] == "runtime.health")
-        assert health["status"] == "fail" and "not serving yet, loading (" in health["message"], health
+        assert health["status"] == "failed" and "not serving yet, loading (" in health["message"], health
         allowed = sparkctl("doctor", "-i", str(slow), "--only", "runtime", "--allow-loading", rc=None)
         assert next(c for c in allowed["checks"] if c["name"] == "runtime.health")["status"] == "warn"
         up = sparkctl("up", "-i", str(slow))

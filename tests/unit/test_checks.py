@@ -51,7 +51,7 @@ def run(secs=None, inv: Inventory = INV, unreachable=None, deep=False, only=None
 
 
 def failing(results) -> set[tuple[str, str, str]]:
-    return {(r.name, r.host, r.target or "") for r in results if r.status == "fail"}
+    return {(r.name, r.host, r.target or "") for r in results if r.status == "failed"}
 
 
 def by(results, name: str, host: str, target: str | None = None):
@@ -98,7 +98,7 @@ def test_recorded_fault_fails_exactly_its_checks_with_a_fix(scenario):
     results = run(sections(scenario))
     assert failing(results) == RECORDED_FAULTS[scenario]
     for r in results:
-        if r.status == "fail":
+        if r.status == "failed":
             assert r.fix and r.runbook == f"docs/runbooks/{r.name}.md"
             assert (Path(__file__).parents[2] / r.runbook).exists()
 
@@ -147,7 +147,7 @@ def test_nvidia_smi_failures_keep_the_line_that_names_the_cause():
     # a GPU that dropped off: its handle error is the cause, not the "No devices were found" after it
     r = run(edit(sections(), W, "gpus", "Unable to determine the device handle for GPU0000:0F:01.0: Unknown Error\n"
                  "No devices were found\n", rc=15))
-    assert by(r, "gpu.smi", W).status == "fail" and "device handle" in by(r, "gpu.smi", W).message
+    assert by(r, "gpu.smi", W).status == "failed" and "device handle" in by(r, "gpu.smi", W).message
 
 
 def test_address_missing_wrong_prefix_and_route_leak():
@@ -167,15 +167,15 @@ def test_address_missing_wrong_prefix_and_route_leak():
     assert "is not configured on worker" in by(r, "fabric.address", W, RAIL).message
     assert "wrong prefix" in by(r, "fabric.address", W, "enP2p1s0f0np0").message
     leak = by(r, "fabric.route", W, RAIL)
-    assert leak.status == "fail" and "leaves via enP7s7" in leak.message
-    assert by(r, "env.fabric", W, "sparkctl-worker").status == "fail"  # VLLM_HOST_IP no longer on the device
+    assert leak.status == "failed" and "leaves via enP7s7" in leak.message
+    assert by(r, "env.fabric", W, "sparkctl-worker").status == "failed"  # VLLM_HOST_IP no longer on the device
 
 
 def test_unreachable_host_one_failure_rest_skipped():
     u = {W: Unreachable("worker: cannot connect to root@10.231.0.12:22 after 3 attempts: timed out", "check the host", "connect")}
     r = run(unreachable=u)
     worker = [x for x in r if x.host == W]
-    assert [x.name for x in worker if x.status == "fail"] == ["ssh.reachable"]
+    assert [x.name for x in worker if x.status == "failed"] == ["ssh.reachable"]
     assert all(x.status == "skipped" for x in worker if x.name != "ssh.reachable")
     assert failing(r) == {("ssh.reachable", W, "")}
     # cross-host checks still judge the hosts that answered
@@ -185,7 +185,7 @@ def test_unreachable_host_one_failure_rest_skipped():
 def test_changed_host_key_is_named_and_the_host_is_up():
     u = {O: Unreachable("offload: HOST KEY CHANGED for 10.231.0.13 ...", "ssh-keygen -R ...", "host_key")}
     r = run(unreachable=u)
-    assert by(r, "ssh.reachable", O).status == "ok" and by(r, "ssh.host_key", O).status == "fail"
+    assert by(r, "ssh.reachable", O).status == "ok" and by(r, "ssh.host_key", O).status == "failed"
     assert "ssh-keygen -R" in by(r, "ssh.host_key", O).fix
 
 
@@ -417,16 +417,16 @@ def test_gid_index_that_cannot_work_fails_with_the_reason():
     drifted = _show_gids(SHOW_GIDS)
     drifted[4] = drifted.pop(3)
     g = _gid_case(3, head_table=drifted)
-    assert g.status == "fail" and "GID 3 on rocep1s0f0 is an empty slot" in g.message and "remove NCCL_IB_GID_INDEX" in g.fix
+    assert g.status == "failed" and "GID 3 on rocep1s0f0 is an empty slot" in g.message and "remove NCCL_IB_GID_INDEX" in g.fix
     # NVIDIA's link-local address came up first: indexes 2 and 3 are its GIDs, ours moved to 4 and 5
     ll = {**_like_recorded("169.254.41.7", RAIL), **{i + 2: v for i, v in _show_gids(SHOW_GIDS).items() if i >= 2}}
     g = _gid_case(3, head_table=ll, extra_head_addr="169.254.41.7/16")
-    assert g.status == "fail" and "169.254.41.7, the IPv4 link-local address" in g.message and "sparkctl up" in g.message
+    assert g.status == "failed" and "169.254.41.7, the IPv4 link-local address" in g.message and "sparkctl up" in g.message
     # RoCE v2 at the head, v1 at the worker for the same index: the two ends cannot connect
     worker = _like_recorded(REAL[W], RAIL)
     worker[3] = ("IB/RoCE v1", worker[3][1], RAIL)
     g = _gid_case(3, worker_table=worker)
-    assert g.status == "fail" and "RoCE v2 on rocep1s0f0 but IB/RoCE v1 on worker's rocep1s0f0" in g.message
+    assert g.status == "failed" and "RoCE v2 on rocep1s0f0 but IB/RoCE v1 on worker's rocep1s0f0" in g.message
 
 
 def test_a_crashing_check_is_one_failure_not_a_traceback(monkeypatch):
@@ -437,7 +437,7 @@ def test_a_crashing_check_is_one_failure_not_a_traceback(monkeypatch):
 
     monkeypatch.setitem(REGISTRY, "gpu.model", dataclasses.replace(REGISTRY["gpu.model"], fn=boom))
     r = run()
-    assert {x.name for x in r if x.status == "fail"} == {"gpu.model"}
+    assert {x.name for x in r if x.status == "failed"} == {"gpu.model"}
     assert "check crashed" in by(r, "gpu.model", H).message
 
 
@@ -511,19 +511,19 @@ def test_fabric_address_link_local_from_outside_netplan_and_in_place_of_ours():
     # only the link-local address, ours missing: the rail cannot carry the cluster's traffic
     r = run(_with_addresses(sections(), W, RAIL, ["169.254.41.7/16"]))
     a = by(r, "fabric.address", W, RAIL)
-    assert a.status == "fail" and "has 169.254.41.7/16, not 10.231.100.3/24" in a.message and "IPv4 link-local" in a.message
+    assert a.status == "failed" and "has 169.254.41.7/16, not 10.231.100.3/24" in a.message and "IPv4 link-local" in a.message
 
 
 def test_fabric_address_names_a_wrong_a_stray_and_a_peers_duplicate_address():
     # a wrong IP on the worker's rail (the right one absent)
     r = run(_with_addresses(sections(), W, "enp1s0f0np0", ["10.231.100.9/24"]))
     f = by(r, "fabric.address", W, "enp1s0f0np0")
-    assert f.status == "fail" and "has 10.231.100.9/24, not 10.231.100.3/24" in f.message
+    assert f.status == "failed" and "has 10.231.100.9/24, not 10.231.100.3/24" in f.message
     assert "ip addr del 10.231.100.9/24 dev enp1s0f0np0" in f.fix
     # the head's address added on the worker's rail: the worker is named, the head is not
     r = run(_with_addresses(sections(), W, "enp1s0f0np0", ["10.231.100.3/24", "10.231.100.2/24"]))
     f = by(r, "fabric.address", W, "enp1s0f0np0")
-    assert f.status == "fail" and "10.231.100.2/24 (head's address: a duplicate on the fabric)" in f.message
+    assert f.status == "failed" and "10.231.100.2/24 (head's address: a duplicate on the fabric)" in f.message
     assert by(r, "fabric.address", H, "enp1s0f0np0").status == "ok"
 
 

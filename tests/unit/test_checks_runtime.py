@@ -101,11 +101,11 @@ def test_moe_backend_is_read_by_vllms_enum_name_for_the_checkpoints_path():
     # another backend than asked: fail, naming what vLLM would have logged
     other = [line("moe_nvfp4", "VLLM_CUTLASS", ["FLASHINFER_TRTLLM"], process="Worker_TP0 pid=79")] + OK_LOG[1:]
     f = by(run(running(logs={"head": other}), inv=nv, endpoint=endpoint()), "runtime.moe_backend", H)
-    assert f.status == "fail" and "VLLM_CUTLASS" in f.message and "FLASHINFER_B12X" in f.message
+    assert f.status == "failed" and "VLLM_CUTLASS" in f.message and "FLASHINFER_B12X" in f.message
     # the inventory says mxfp4 but the checkpoint took the NvFp4 path
     mx = INV.model_copy(update={"runtime": INV.runtime.model_copy(update={"moe_quantization": "mxfp4"})})
     f = by(run(running(), inv=mx, endpoint=endpoint()), "runtime.moe_backend", H)
-    assert f.status == "fail" and "NvFp4" in f.message and "moe_quantization" in f.fix
+    assert f.status == "failed" and "NvFp4" in f.message and "moe_quantization" in f.fix
     # flashinfer_b12x has no MXFP4 name in vLLM 0.33: an image that runs it logs its own; not a failure
     b12x = [line("moe_mxfp4", "B12X_MXFP4_MXFP8", process="Worker_TP0 pid=79")] + OK_LOG[1:]
     f = by(run(running(logs={"head": b12x}), inv=mx, endpoint=endpoint()), "runtime.moe_backend", H)
@@ -146,7 +146,7 @@ def test_several_fatal_signs_are_all_reported_most_causal_first():
     ]
     r = run(running(logs={"head": dead}), endpoint=endpoint(health=503))
     found = [x for x in r if x.name == "runtime.engine" and x.host == H]
-    assert [(x.status, x.data["sign"]) for x in found] == [("fail", "device_assert"), ("fail", "worker_died"), ("fail", "engine_fatal")]
+    assert [(x.status, x.data["sign"]) for x in found] == [("failed", "device_assert"), ("failed", "worker_died"), ("failed", "engine_fatal")]
     assert "max_num_seqs" in found[0].fix and "worker" in found[1].fix and "traceback" in found[2].fix
 
 
@@ -155,7 +155,7 @@ def test_still_loading_fails_naming_the_phase_unless_loading_is_allowed():
     loading = running(logs={"head": OK_LOG[:2]})
     r = run(loading, endpoint=endpoint(health=None, error="connection refused"))
     h = by(r, "runtime.health", H)
-    assert h.status == "fail" and "not serving yet, loading (allocating KV cache, " in h.message and " s since start)" in h.message
+    assert h.status == "failed" and "not serving yet, loading (allocating KV cache, " in h.message and " s since start)" in h.message
     assert "--allow-loading" in h.fix and "never restarts one" in h.fix
     assert by(r, "runtime.models", H).status == "skipped"
     allowed = by(run(loading, endpoint=endpoint(health=None, error="connection refused"), allow_loading=True), "runtime.health", H)
@@ -242,7 +242,7 @@ def test_last_starts_warm_or_cold_from_the_log_informs_the_cache_check():
     # compiled, yet nothing on the volume: the runtime writes its cache elsewhere, every start is cold
     secs = edit(running(logs={"head": cold}), H, "cache", "present\n")
     c = by(run(secs, endpoint=endpoint()), "caches.compile", H)
-    assert c.status == "fail" and "every start is cold" in c.message and "VLLM_CACHE_ROOT" in c.fix
+    assert c.status == "failed" and "every start is cold" in c.message and "VLLM_CACHE_ROOT" in c.fix
     hit = cold + [line("compile_hit", "[backbone] ", "(1, 8192)", 1.2, process="Worker_TP0 pid=79")]
     secs = edit(running(logs={"head": hit}), H, "cache", warm)
     c = by(run(secs, endpoint=endpoint()), "caches.compile", H)
@@ -382,20 +382,20 @@ def test_mp_a_joined_headless_worker_is_ok_and_ray_skips_the_check():
 def test_mp_a_killed_worker_rank_is_named_with_the_runbook_while_the_idle_head_still_answers_200():
     r = run(mp_running(MP_WORKER_DIED, worker_status="exited"), inv=MP_INV, endpoint=endpoint(health=200))
     peer = by(r, "runtime.peer", W)
-    assert peer.status == "fail" and "Worker proc VllmWorker-1 died unexpectedly (exit code: -9)" in peer.message
+    assert peer.status == "failed" and "Worker proc VllmWorker-1 died unexpectedly (exit code: -9)" in peer.message
     assert "it dies at its next request" in peer.message
     assert runbooks.for_result(peer) == "docs/runbooks/worker-lost.md"
     engine = by(r, "runtime.engine", W)
-    assert engine.status == "fail" and runbooks.for_result(engine) == "docs/runbooks/worker-lost.md"
+    assert engine.status == "failed" and runbooks.for_result(engine) == "docs/runbooks/worker-lost.md"
     assert by(r, "runtime.health", H).status == "ok"
 
 
 def test_mp_a_closed_master_port_or_another_head_fails_the_peer():
     closed = by(run(mp_running(master_port="closed"), inv=MP_INV, endpoint=endpoint()), "runtime.peer", W)
-    assert closed.status == "fail" and f"rendezvous {MASTER} refuses connections from {W} over the fabric" in closed.message
+    assert closed.status == "failed" and f"rendezvous {MASTER} refuses connections from {W} over the fabric" in closed.message
     other = [line("mp_headless", "0.33.0", "10.0.0.9:29501", process="MainProcess pid=1")]
     wrong = by(run(mp_running(other), inv=MP_INV, endpoint=endpoint()), "runtime.peer", W)
-    assert wrong.status == "fail" and "joined the head at 10.0.0.9:29501" in wrong.message
+    assert wrong.status == "failed" and "joined the head at 10.0.0.9:29501" in wrong.message
 
 
 def test_mp_the_heads_lost_peer_is_a_fatal_sign_in_the_executors_words():
@@ -411,7 +411,7 @@ def test_mp_the_heads_lost_peer_is_a_fatal_sign_in_the_executors_words():
     cid = json.loads(secs[H]["containers"]["out"])[0]["Id"]
     edit(secs, H, "logs", f"@@ctr {cid}\n" + "".join(x + "\n" for x in dead))
     r = run(secs, inv=MP_INV, endpoint=endpoint(health=503))
-    signs = [x.data.get("sign") for x in r if x.name == "runtime.engine" and x.host == H and x.status == "fail"]
+    signs = [x.data.get("sign") for x in r if x.name == "runtime.engine" and x.host == H and x.status == "failed"]
     assert signs == ["peer_lost", "engine_fatal"]
     peer = next(x for x in r if x.name == "runtime.engine" and x.host == H and x.data.get("sign") == "peer_lost")
     assert runbooks.for_result(peer) == "docs/runbooks/worker-lost.md"

@@ -47,7 +47,7 @@ def test_lock_of_a_killed_run_fails_naming_holder_age_and_unlock():
     killed = lock_text(4, host=socket.gethostname())  # a run of this control host whose pid is gone
     r = by(state(killed), "state.lock", H)
     doc = json.loads(killed.splitlines()[0])
-    assert r.status == "fail"
+    assert r.status == "failed"
     assert f"pid {doc['pid']}" in r.message and "sparkctl up" in r.message and "ago" in r.message
     assert "sparkctl unlock" in r.fix
     assert r.runbook == "docs/runbooks/state.lock.md"
@@ -55,7 +55,7 @@ def test_lock_of_a_killed_run_fails_naming_holder_age_and_unlock():
 
 def test_lock_without_heartbeat_fails_even_from_another_control_host():
     r = by(state(lock_text(600, host="other-control-host")), "state.lock", H)
-    assert r.status == "fail" and "no heartbeat for 10 min" in r.message
+    assert r.status == "failed" and "no heartbeat for 10 min" in r.message
 
 
 def test_lock_of_a_live_run_is_ok_with_the_holder_named():
@@ -72,7 +72,7 @@ def test_lock_of_a_live_run_is_ok_with_the_holder_named():
 def test_interrupted_reload_lock_points_at_rollback_not_unlock():
     token = json.loads(LOCK.splitlines()[0])["token"]
     r = by(state(lock_text(600), journal=json.dumps({"kind": "reload", "lock_token": token})), "state.lock", H)
-    assert r.status == "fail" and "sparkctl rollback" in r.fix and "unlock" not in r.fix
+    assert r.status == "failed" and "sparkctl rollback" in r.fix and "unlock" not in r.fix
 
 
 def test_unreadable_lock_warns():

@@ -46,7 +46,7 @@ def test_healthy_fits_one_screen_with_a_line_per_group():
 def test_one_fault_is_expanded_in_full_with_fix_and_runbook():
     results = run(sections("wrong-mtu"))
     lines = render(results)
-    mtu = next(r for r in results if r.name == "fabric.mtu" and r.status == "fail")
+    mtu = next(r for r in results if r.name == "fabric.mtu" and r.status == "failed")
     text = flat(lines)
     assert re.sub(r"\s+", " ", mtu.message) in text
     assert re.sub(r"\s+", " ", mtu.fix) in text
@@ -58,7 +58,7 @@ def test_one_fault_is_expanded_in_full_with_fix_and_runbook():
     # the cause is listed before its effect, ok rows are not listed at all
     assert text.index("✗ fabric.mtu") < text.index("✗ fabric.ping")
     listed = {line.split()[1] for line in lines if line[:2] in ("✗ ", "! ")}
-    assert listed == {r.name for r in results if r.status in ("fail", "warn")} and "fabric.mtu" in listed
+    assert listed == {r.name for r in results if r.status in ("failed", "warn")} and "fabric.mtu" in listed
     assert lines[-1].startswith("failed: fabric.mtu, fabric.ping")
 
 
@@ -76,3 +76,23 @@ def test_the_runbook_link_is_the_published_url_when_the_inventory_has_one():
     for printer in (print_summary, print_report):
         text = flat(render(results, printer, width=200, runbook_base_url=base))
         assert f"runbook: {base}fabric.mtu.md" in text and "docs/runbooks/fabric.mtu.md" not in text.replace(base, "")
+
+
+def test_a_failure_is_called_failed_wherever_a_user_reads_it():
+    """One word for users: a check `failed` as a step does (up/reload recaps, the journal); doctor's
+    --json says so from schema_version 2 on (the unversioned document said "fail")."""
+    import typing
+
+    from sparkctl.checks.base import Status as CheckStatus
+    from sparkctl.steps.base import Status as StepStatus
+
+    results = run(sections("wrong-mtu"))
+    failed = [r for r in results if r.status == "failed"]
+    assert failed and "failed" in typing.get_args(CheckStatus) and "failed" in typing.get_args(StepStatus)
+    assert "fail" not in typing.get_args(CheckStatus)
+    assert re.search(rf"\b{len(failed)} failed\b", render(results)[-2])  # the totals line
+    rows = [line for line in render(results, print_report, width=200) if line.startswith("fabric.mtu")]
+    assert any(re.search(r"│ failed\s+│ enp1s0f0np0 has MTU 1500", line) for line in rows), rows  # -v's status column
+    doc = Report(results, HOSTS, 0.61).to_dict()
+    assert doc["schema_version"] == 2 and doc["summary"]["failed"] == len(failed)
+    assert {c["status"] for c in doc["checks"]} <= {"ok", "warn", "failed", "skipped"}

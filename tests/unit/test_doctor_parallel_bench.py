@@ -58,4 +58,4 @@ def test_both_paths_do_the_same_work(head_serving):
         assert reads[1] - reads[0] >= TTFT_WINDOW * 0.99, name  # its TTFT window, in both
         outcome[name] = sorted((r.name, r.host, r.status, r.message) for r in results)
     assert outcome["parallel"] == outcome["sequential"]
-    assert ("ssh.reachable", "head", "fail") in {r[:3] for r in outcome["parallel"]}
+    assert ("ssh.reachable", "head", "failed") in {r[:3] for r in outcome["parallel"]}

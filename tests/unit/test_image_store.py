@@ -101,7 +101,7 @@ def test_a_mixed_cluster_holding_one_image_passes_images_same():
 
 def test_a_containerd_node_holding_another_image_is_the_one_named():
     r = images_same({**MIXED, "worker": rebuilt(CONTAINERD)}, record({h: GOOD for h in HOSTS}))
-    assert (r["head"].status, r["worker"].status, r["offload"].status) == ("ok", "fail", "ok")
+    assert (r["head"].status, r["worker"].status, r["offload"].status) == ("ok", "failed", "ok")
     assert "worker would run different code" in r["worker"].message
     assert f"`docker save {CLASSIC['Id']} | ssh worker docker load`" in r["worker"].fix  # the source's own ID
 
@@ -207,7 +207,7 @@ def test_docker_moved_to_a_big_disk_but_containerd_full_on_the_root_fails_on_con
     # data-root moved to /data: under containerd's store the images still go to /var/lib/containerd
     r = disk(containerd_probe("/data/docker", df("/dev/nvme1n1", "/data", 3500, 3700), df("/dev/nvme0n1p2", "/", 5),
                               df("/dev/nvme0n1p2", "/", 5)))  # fmt: skip
-    assert r["images"].status == "fail" and "5.0 GiB free on / (containerd image store /var/lib/containerd)" in r["images"].message
+    assert r["images"].status == "failed" and "5.0 GiB free on / (containerd image store /var/lib/containerd)" in r["images"].message
     assert r["docker"].status == "ok" and "/data" in r["docker"].message
 
 

@@ -159,7 +159,7 @@ def doctor_images(ids: dict, applied: dict | None):
 
 def test_doctor_names_the_drifted_head_against_the_record():
     r = doctor_images({"head": HAND, "worker": GOOD, "offload": GOOD}, record())
-    assert r["head"].status == "fail" and (r["worker"].status, r["offload"].status) == ("ok", "ok")
+    assert r["head"].status == "failed" and (r["worker"].status, r["offload"].status) == ("ok", "ok")
     assert f"is {short(HAND)} on head, should be {short(GOOD)}" in r["head"].message
     assert "last verified by `sparkctl up` at 2026-12-01T00:00:00Z" in r["head"].message
     assert f"`docker save {CLASSIC['Id']} | ssh head docker load`" in r["head"].fix  # the source's own docker ID
@@ -167,7 +167,7 @@ def test_doctor_names_the_drifted_head_against_the_record():
 
 def test_doctor_without_a_record_follows_the_majority_and_a_tie_names_no_culprit():
     r = doctor_images({"head": HAND, "worker": GOOD, "offload": GOOD}, None)
-    assert r["head"].status == "fail" and r["worker"].status == "ok"
+    assert r["head"].status == "failed" and r["worker"].status == "ok"
     r = doctor_images({"head": HAND, "worker": GOOD, "offload": None}, None)
-    assert r["head"].status == r["worker"].status == "fail"
+    assert r["head"].status == r["worker"].status == "failed"
     assert "no record says which is right" in r["head"].message
