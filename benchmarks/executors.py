@@ -64,7 +64,7 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- |")
     for cell, base in runs["ray"].items():
         mp_v, again = runs["mp"].get(cell), runs["ray again"].get(cell)
-        ratio = lambda v: f"{v / base:.3f}" if v and base else "-"  # noqa: E731
+        ratio = lambda v, base=base: f"{v / base:.3f}" if v and base else "-"  # noqa: E731
         print(f"| {cell} | {base:.1f} | {mp_v or 0:.1f} | {again or 0:.1f} | {ratio(mp_v)} | {ratio(again)} |")
 
 

@@ -25,8 +25,8 @@ import fcntl
 import os
 import statistics
 import threading
-from collections import Counter, defaultdict
 import time
+from collections import Counter, defaultdict
 from pathlib import Path
 
 LAB_INVENTORY = Path("/var/lib/sparkctl-lab/inventory.yaml")

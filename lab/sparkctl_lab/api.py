@@ -44,10 +44,10 @@ ethtool, sysfs), topology.py (the shape, shared by all of these).
 
 from __future__ import annotations
 
+from sparkctl_lab import drills, prometheus  # noqa: F401  (drills.run(NAME); prometheus.up() / alerts())
 from sparkctl_lab.faults import clear_faults, fault  # noqa: F401
 from sparkctl_lab.health import ssh_banner  # noqa: F401
 from sparkctl_lab.hostexec import host_exec  # noqa: F401
-from sparkctl_lab import drills, prometheus  # noqa: F401  (drills.run(NAME); prometheus.up() / alerts())
 from sparkctl_lab.lifecycle import down, up  # noqa: F401
 from sparkctl_lab.paths import (  # noqa: F401
     CACHE_DIR,

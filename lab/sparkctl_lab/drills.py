@@ -498,8 +498,8 @@ DRILLS: dict[str, Drill] = {
         Drill("spec-acceptance-low", "spec-acceptance-low", "runtime.spec_acceptance", "head",
               "an agent job with 250K-token contexts: speculative acceptance decays with context", _spec_acceptance_low,
               ("SparkctlSpecAcceptanceLow",), hands=_batch_moved),
-    ]  # fmt: skip
-}
+    ]
+}  # fmt: skip
 
 
 def get(name: str) -> Drill:

@@ -40,7 +40,6 @@ from sparkctl_lab import paths
 from sparkctl_lab.hw import state
 from sparkctl_lab.topology import ENGRAM_HOST, ENGRAM_SOURCE, HOSTS
 
-
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
 MNT_DETACH = 2

@@ -5,7 +5,10 @@ Each checks module declares READS: the fact kinds (sparkctl/facts/host.py) its c
 doctor gathers for them.
 """
 
+# the order of registration is the order doctor shows the groups in: not sorted
+# isort: off
 from sparkctl.checks import ssh, host, gpu, fabric, env, images, caches, engram, runtime, state  # noqa: F401  (registration)
+# isort: on
 from sparkctl.checks.base import REGISTRY, CheckResult, Context  # noqa: F401
 
 GROUPS = tuple(dict.fromkeys(c.group for c in REGISTRY.values()))  # in the order of the imports above

@@ -20,7 +20,7 @@ def alerts(
         Optional[Path],
         typer.Option("--prometheus-config", help="Also write a prometheus.yml scraping this cluster with the rules "
                      "(needs --out: it names that file)."),
-    ] = None,  # fmt: skip
+    ] = None,
 ) -> None:
     """Write Prometheus alerting rules for the cluster: engine down, worker lost, drafter unreachable,
     KV cache near full, preemptions, waiting queue, TTFT p99, speculative acceptance, decode speed.

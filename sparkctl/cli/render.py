@@ -8,12 +8,11 @@ from sparkctl.cli.options import InventoryOpt, JsonOpt, require_inventory
 def render(inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
     """Print the launch of every host (image, full ray/vllm command line, env with secrets redacted,
     mounts, devices, labels, config hash) without touching any host."""
+    from sparkctl.checks.env import moe_clamp_warning
     from sparkctl.cli.output import answer, diagnostics, print_json
     from sparkctl.inventory.loader import load_inventory
     from sparkctl.runtime.launch import render as render_launch
     from sparkctl.transport.redact import redact, redact_obj
-
-    from sparkctl.checks.env import moe_clamp_warning
 
     inv = load_inventory(require_inventory(inventory))
     plan = render_launch(inv)

@@ -14,7 +14,7 @@ def runbook(
         Optional[str],
         typer.Argument(help="Runbook (fabric.mtu, kv-cache-full, ...) or the doctor check that names it; "
                        "none: list them.", show_default=False),
-    ] = None,  # fmt: skip
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Print a runbook (Markdown) on stdout: what you see, confirm, fix, verify, escalate.

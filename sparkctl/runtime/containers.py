@@ -10,7 +10,6 @@ from typing import Optional
 
 from sparkctl.runtime.launch import LABEL_PREFIX, ContainerSpec
 
-
 IMAGE_LABEL = f"{LABEL_PREFIX}.image"  # the image identity (facts/docker.py) the container was started from
 
 

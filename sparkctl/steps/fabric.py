@@ -26,7 +26,6 @@ from sparkctl.inventory.models import FabricLink, Inventory
 from sparkctl.steps.base import Change, Plan, RunContext, Step
 from sparkctl.templates import render_template
 
-
 # the plan's operations on a rail, as `ip` commands (data values are shell-quoted)
 IP_COMMANDS = {
     "del-address": "ip addr del {address} dev {device}",

@@ -12,7 +12,6 @@ import time
 
 import pytest
 import yaml
-
 from test_doctor import LAB, doctor_lab, failing, run_doctor, sh, variant  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.lab
@@ -78,7 +77,7 @@ def start(lab, inv_path, wait_health: bool = True, timeout: float = 120):
 
 
 @pytest.fixture(scope="module")
-def sim(doctor_lab):
+def sim(doctor_lab):  # noqa: F811  (the fixture imported from test_doctor)
     lab, inv = doctor_lab
     if not lab.status().get("image", {}).get("present", True):
         pytest.skip("the simulator image is not in the lab registry (`sparkctl lab up` builds it)")

@@ -112,6 +112,7 @@ def test_registry_down_and_a_hand_built_head_image_stop_up_naming_the_head_and_n
 
 def test_a_digest_pin_pulls_by_digest_and_tags_the_image(lab, tmp_path):
     import yaml
+
     from sparkctl_lab import registry
 
     registry_start()

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx

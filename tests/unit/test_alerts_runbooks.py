@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 
 import pytest
+from test_alerts import inventory
 
 from sparkctl.alerts import runbooks
 from sparkctl.alerts.rules import rules_for
 from sparkctl.checks import REGISTRY
-from test_alerts import inventory
 
 SECTIONS = ("**What you see.**", "**Confirm.**", "**Fix.**", "**Verify.**", "**Escalate**")
 # the failures the on-call issue lists

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from climain import run
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import copy
 import json
 from pathlib import Path
 
-from test_checks import H, INV, O, RAIL, W, by, edit, failing, run, sections
+from test_checks import INV, RAIL, H, O, W, by, edit, failing, run, sections
 
 from sparkctl.facts import bandwidth
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 
+from test_checks import INV, H, O, W, by, edit, failing, run, sections
+from test_conformance import line, metrics_page
+
 from sparkctl.alerts import runbooks
 from sparkctl.facts.endpoint import EndpointFacts
 from sparkctl.runtime.launch import render
 from sparkctl.runtime.metrics import parse_page
-from test_checks import INV, H, O, W, by, edit, failing, run, sections
-from test_conformance import line, metrics_page
 
 PLAN = render(INV)
 RAY1 = "RayWorkerProc pid=80, ip=10.231.100.3"
@@ -216,9 +217,9 @@ def test_kv_pool_from_cache_config_info_without_the_log_line():
 
 def test_memlock_launch_limit_warns_unlimited_is_ok_and_drift_fails():
     import yaml
+    from test_checks import REC
 
     from sparkctl.inventory.models import Inventory
-    from test_checks import REC
 
     r = run(sections())  # the recorded lab inventory sets 8 MiB: its dockerd cannot raise the limit
     m = by(r, "host.memlock", H)

@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from sparkctl.cli.steps_output import print_recap
 from sparkctl.runner import Recap, load_playbook
 from sparkctl.steps.base import StepResult

@@ -20,7 +20,7 @@ def test_docker_py_is_inside_the_pinned_major_version():
 
 
 def test_the_private_names_the_ssh_transport_uses_exist():
-    assert callable(getattr(docker.APIClient, "_retrieve_server_version"))
+    assert callable(docker.APIClient._retrieve_server_version)
     assert {"ssh_client", "timeout", "maxsize", "host"} <= set(inspect.signature(SSHConnectionPool.__init__).parameters)
     assert hasattr(SSHHTTPAdapter, "get_connection") and hasattr(SSHHTTPAdapter, "_connect")
     assert isinstance(constants.DEFAULT_MAX_POOL_SIZE, int) and isinstance(constants.DEFAULT_NUM_POOLS, int)

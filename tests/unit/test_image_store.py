@@ -227,7 +227,6 @@ def test_up_check_with_an_image_on_a_fenced_off_registry_is_bad_input_in_one_jso
     import sys
 
     import yaml
-
     from hostfacts import ROOT
 
     doc = yaml.safe_load((ROOT / "inventories" / "lab.yaml").read_text())

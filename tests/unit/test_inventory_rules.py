@@ -8,7 +8,6 @@ import json
 
 import pytest
 import yaml
-
 from climain import run
 
 BASE = """

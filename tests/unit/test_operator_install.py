@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from climain import run
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ from sparkctl.inventory.models import Inventory
 from sparkctl.reload import diff_inventories, plan_reload, restore_secrets, same_cluster
 from sparkctl.runtime.launch import render
 from sparkctl.runtime.metrics import parse_page
-from sparkctl.steps.record import record_document
 from sparkctl.steps.base import RunContext
+from sparkctl.steps.record import record_document
 from sparkctl.steps.runtime import drain_counts
 
 INV = inventory()

@@ -12,7 +12,7 @@ from hostfacts import inventory
 
 from sparkctl.errors import HostError, InputError
 from sparkctl.runner import Playbook, Stage, build_stages, load_playbook, run_playbook
-from sparkctl.steps.base import Change, Plan, RunContext, Step
+from sparkctl.steps.base import Change, RunContext, Step
 
 INV = inventory()
 HOSTS = list(INV.hosts)  # head, worker, offload

@@ -15,7 +15,6 @@ import subprocess
 import time
 
 import pytest
-
 from test_conformance import assert_conforms
 
 from sparkctl_lab.sim import harness

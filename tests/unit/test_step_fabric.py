@@ -13,7 +13,6 @@ from sparkctl.facts.host import NETPLAN_PATH
 from sparkctl.steps.base import RunContext
 from sparkctl.steps.fabric import FabricStep, netplan_text
 
-
 NVIDIA_LINK_LOCAL = (REC / "netplan" / "40-cx7-link-local.yaml").read_text()  # NVIDIA's playbook, verbatim
 NVIDIA_STATIC = (REC / "netplan" / "40-cx7-static-node1.yaml").read_text()
 CX7 = "/etc/netplan/40-cx7.yaml"

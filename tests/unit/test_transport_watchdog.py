@@ -8,7 +8,6 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from pathlib import Path
 
 import paramiko
 import pytest

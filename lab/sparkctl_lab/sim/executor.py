@@ -253,6 +253,6 @@ class Executor:
                 return self.driver.call(node["node_id"], method, spec)
             except ConnectionError:
                 if self.fatal_event.is_set():
-                    raise self.fatal_info
+                    raise self.fatal_info from None  # the engine's fatal error is the cause; the lost link its symptom
                 raise
         return compile_cache.rank_call(method, spec, self.env, node.get("pid"))

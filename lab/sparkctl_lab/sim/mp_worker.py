@@ -17,7 +17,8 @@ import socket
 import sys
 import time
 
-from . import cluster, knobs as knobs_mod, vlog
+from . import cluster, vlog
+from . import knobs as knobs_mod
 from .ray_cli import node_handlers, stop_on_signals
 from .startup import SIM
 

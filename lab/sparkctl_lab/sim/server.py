@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 import threading
 import time
 
-from . import calibration, cluster, knobs as knobs_mod, vlog
+from . import calibration, cluster, vlog
+from . import knobs as knobs_mod
 from .engine import Engine, Request, SpecParams
 from .executor import Executor
 from .http_api import SimHTTPServer
@@ -196,7 +196,7 @@ class Runtime(StartupPhases, Executor):
                 f'  File "{SITE}/v1/executor/multiproc_executor.py", line 1180, in _execute_worker_rpc',
                 "    output = func(*args, **kwargs)",
                 f'  File "{SITE}/distributed/device_communicators/pynccl_wrapper.py", line 464, in NCCL_CHECK',
-                f'    raise RuntimeError(f"NCCL error: {{error_str}}")', f"RuntimeError: {nccl}"]))
+                '    raise RuntimeError(f"NCCL error: {error_str}")', f"RuntimeError: {nccl}"]))
             exc = [f"RuntimeError: Worker failed with error '{nccl}', please check the stack trace above for the root cause"]
         elif kind == "gcs_lost":
             core.error("ray_executor_v2.py:522", "RayWorkerProc rank=[0, 1] died unexpectedly, shutting down executor.")

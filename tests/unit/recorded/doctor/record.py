@@ -25,8 +25,8 @@ import test_doctor as td  # noqa: E402
 from sparkctl.facts.host import background_keys, probes_for  # noqa: E402
 from sparkctl.facts.probe import gather  # noqa: E402
 from sparkctl.inventory.loader import load_inventory  # noqa: E402
-from sparkctl_lab import api  # noqa: E402
 from sparkctl.transport.ssh import Fleet  # noqa: E402
+from sparkctl_lab import api  # noqa: E402
 
 VOLATILE = {"clock", "meminfo", "disk"}
 

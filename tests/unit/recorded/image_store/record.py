@@ -21,9 +21,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[3]
 sys.path.insert(0, str(REPO / "lab"))
 
-from sparkctl_lab.paths import docker_socket  # noqa: E402
-
 from sparkctl.transport.registry import ACCEPT  # noqa: E402
+from sparkctl_lab.paths import docker_socket  # noqa: E402
 
 REGISTRY = "http://10.231.0.1:5000"
 IMAGE = "10.231.0.1:5000/sparkctl/vllm-sim:0.1"
