@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from reload import INVENTORY, hold_lab, log, sparkctl  # noqa: E402  (the lab lock and the CLI, as reload.py runs them)
+from labbench import INVENTORY, log, require_lab, sparkctl  # benchmarks/ is on the path: the script's folder
 
 
 def measure(inv: Path, out: Path, repeats: int) -> dict[str, float]:
@@ -43,11 +41,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3, help="repeats per cell (sparkctl bench reports the median)")
     args = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("needs root (the lab's test lock and hosts): run with sudo")
-    if not INVENTORY.exists():
-        sys.exit("the lab is not up: run `sparkctl lab up` first")
-    lock = hold_lab()  # noqa: F841 (held until exit)
+    lock = require_lab()  # noqa: F841 (held until exit)
     with tempfile.TemporaryDirectory(prefix="sparkctl-bench-executors-") as tmp:
         doc = yaml.safe_load(INVENTORY.read_text())
         doc["runtime"]["distributed_executor_backend"] = "mp"

@@ -23,50 +23,19 @@ whole run, so this never runs while a test session uses the lab. Prints figures 
 from __future__ import annotations
 
 import argparse
-import fcntl
 import itertools
 import json
-import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import yaml
 
-LAB_DIR = Path("/var/lib/sparkctl-lab")
-INVENTORY = LAB_DIR / "inventory.yaml"
-LAB_SESSION_LOCK = "/run/lock/sparkctl-lab-tests.lock"  # tests/conftest.py's: lab users take turns
-ENV = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8,10.231.0.0/16"}
-SPARKCTL = [sys.executable, "-m", "sparkctl"]
+from labbench import INVENTORY, log, require_lab, sparkctl
+
 TARGET = 1.0  # seconds of downtime beyond the runtime's own start
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def hold_lab():
-    """The lab test lock, held until this process exits (the open file is returned and kept)."""
-    os.makedirs(os.path.dirname(LAB_SESSION_LOCK), exist_ok=True)
-    f = open(LAB_SESSION_LOCK, "a+")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        log(f"[waiting for the lab: a test session holds {LAB_SESSION_LOCK}]")
-        fcntl.flock(f, fcntl.LOCK_EX)
-    return f
-
-
-def sparkctl(*args: str) -> tuple[int, dict]:
-    p = subprocess.run([*SPARKCTL, *args, "--json"], capture_output=True, text=True, env=ENV, timeout=1800)
-    try:
-        doc = json.loads(p.stdout)
-    except json.JSONDecodeError:
-        sys.exit(f"sparkctl {' '.join(args)} gave no JSON (exit {p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    return p.returncode, doc
 
 
 def variant(workdir: Path, name: str, **runtime) -> Path:
@@ -132,11 +101,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="reloads of each kind (the median is shown)")
     ap.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("needs root (the lab's test lock and hosts): run with sudo")
-    if not INVENTORY.exists():
-        sys.exit("the lab is not up: run `sparkctl lab up` first")
-    lock = hold_lab()  # noqa: F841 (held until exit)
+    lock = require_lab()  # noqa: F841 (held until exit)
 
     log("converging the lab on its own inventory (sparkctl up) ...")
     rc, doc = sparkctl("up", "-i", str(INVENTORY))

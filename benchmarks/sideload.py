@@ -21,7 +21,6 @@ Holds the lab-test lock while it runs, so it never measures beside a test sessio
 from __future__ import annotations
 
 import argparse
-import fcntl
 import os
 import statistics
 import threading
@@ -29,8 +28,8 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-LAB_INVENTORY = Path("/var/lib/sparkctl-lab/inventory.yaml")
-LAB_LOCK = "/run/lock/sparkctl-lab-tests.lock"
+from labbench import INVENTORY, require_lab
+
 NAME = "sparkctl-bench/layers"
 WORKER_FABRIC_IP = "10.231.100.3"
 SAVE_FILE = "/tmp/sparkctl-bench-save.tar"  # the lab's hosts share this machine's /tmp
@@ -147,9 +146,8 @@ def main() -> None:
     from sparkctl.transport.images import copy_image, ssh_to, stored_image
     from sparkctl.transport.ssh import Fleet
 
-    lock = open(LAB_LOCK, "a+")
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    inv = load_inventory(LAB_INVENTORY)
+    lock = require_lab()  # noqa: F841 (held until exit)
+    inv = load_inventory(INVENTORY)
     fig: dict[str, list[float]] = defaultdict(list)
     cpu: list[CpuSampler] = []
     with Fleet(inv, hosts=["head", "worker"]) as fleet:

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """No-op `sparkctl up` wall time on the lab against the floor, and cold vs warm runtime start.
 
-    python benchmarks/up_noop.py [--runs 5] [--cold-warm]
+    sudo SPARKCTL_ONLY_NETWORKS=127.0.0.0/8,10.231.0.0/16 .venv/bin/python benchmarks/up_noop.py [--runs 5] [--cold-warm]
 
 Floor: one parallel SSH round trip to every host doing nothing (OpenSSH `ssh -F <lab config> HOST
 true`, all hosts at once), what any tool must pay. The no-op run is `sparkctl up` on a lab that
 is already converged (the script runs one `up` first to get there). With --cold-warm it also
 measures a restart with the persistent cache volume emptied (cold: torch.compile, Triton, FlashInfer) and one with them kept (warm).
-Prints figures; asserts nothing (timings are not tests).
+Holds the lab test lock while it runs. Prints figures; asserts nothing (timings are not tests).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import sys
 import time
 from pathlib import Path
 
+from labbench import INVENTORY, LAB_DIR, require_lab
+
 ROOT = Path(__file__).resolve().parents[1]
-LAB_DIR = Path("/var/lib/sparkctl-lab")
-INVENTORY = LAB_DIR / "inventory.yaml"
 SSH_CONFIG = LAB_DIR / "ssh" / "config"
 HOSTS = ["head", "worker", "offload"]
 # As installed: bytecode cached (pip compiles it at install; an editable checkout writes it on the
@@ -62,8 +62,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--cold-warm", action="store_true", help="also measure cold vs warm runtime restarts")
     args = ap.parse_args()
-    if not INVENTORY.exists():
-        sys.exit("the lab is not up: run `sparkctl lab up` first")
+    lock = require_lab()  # noqa: F841 (held until exit: no test session runs beside the figures)
 
     print("converging the lab once (sparkctl up) ...", file=sys.stderr)
     first = up()

@@ -31,10 +31,10 @@ class NoHosts:
 class Fake(Step):
     """A step that plans `changes` per host and records when and where it applied."""
 
-    def __init__(self, name, changes=None, fail_on=None, block_on=None, log=None, sleep=0.0):
+    def __init__(self, name, changes=None, fail_on=None, block_on=None, log=None, meet=None):
         self.name = name
         self._changes = changes or {}
-        self.fail_on, self.block_on, self.log, self.sleep = fail_on, block_on, log if log is not None else [], sleep
+        self.fail_on, self.block_on, self.log, self.meet = fail_on, block_on, log if log is not None else [], meet
 
     def plan_host(self, ctx, host):
         if host == self.block_on:
@@ -49,7 +49,8 @@ class Fake(Step):
         return {h: self.plan_host(ctx, h) for h in self.hosts(ctx.inventory)}
 
     def apply(self, ctx, plan):
-        time.sleep(self.sleep)
+        if self.meet:  # every host's apply must be under way at once to pass (one after the other breaks it)
+            self.meet.wait(timeout=10)
         self.log.append((self.name, plan.host, threading.current_thread().name, time.monotonic()))
         if plan.host == self.fail_on:
             raise HostError(f"{plan.host}: fake failure")
@@ -122,10 +123,9 @@ def test_in_order_applies_host_after_host_and_stops_at_the_first_failure():
 
 def test_without_in_order_hosts_apply_at_once():
     log = []
-    run([stage(Fake("a", {h: ["x"] for h in HOSTS}, log=log, sleep=0.2))])
+    recap = run([stage(Fake("a", {h: ["x"] for h in HOSTS}, log=log, meet=threading.Barrier(len(HOSTS))))])
+    assert set(statuses(recap, "a").values()) == {"changed"}, recap.to_dict()["results"]
     assert len({t for *_, t, _ in log}) == 3  # three threads
-    starts = sorted(t for *_, t in log)
-    assert starts[-1] - starts[0] < 0.2  # all three had started before the first finished its sleep
 
 
 def test_the_shipped_playbooks_are_data_the_runner_understands():
