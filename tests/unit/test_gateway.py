@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -239,7 +239,9 @@ def test_a_request_held_past_hold_s_gets_503_and_one_after_the_release_goes_thro
         r = gw.client.post("/v1/completions", json={"model": NAME, "prompt": COUNT, "max_tokens": 5})
         held_for = time.monotonic() - t
         assert r.status_code == 503 and r.headers["retry-after"] == "1" and r.json()["error"]["code"] == 503
-        assert held_for >= 1.0  # it was held for its hold_s, then answered
+        # held for its hold_s, then answered: not sooner, and not held on (the bound is the behaviour;
+        # the 3 s over it are only room for a loaded machine)
+        assert 1.0 <= held_for < 1.0 + 3
         m = gw.metrics()
         assert m["sparkctl_gateway_rejected_total{reason=held_too_long}"] == 1
         assert m["sparkctl_gateway_hold_seconds_count{outcome=rejected}"] == 1
@@ -317,6 +319,83 @@ def test_release_sends_the_held_requests_on_in_arrival_order(tmp_path):
         up.stop()
     assert answers == {i: 200 for i in range(5)}
     assert up.seen == [{"n": i} for i in range(5)]
+
+
+class Scripted:
+    """An engine on loopback that answers each request with the next scripted answer (status,
+    content type, body), after waiting for `go` when the answer says so: an engine caught by a hold."""
+
+    def __init__(self):
+        import queue
+
+        self.answers: queue.Queue = queue.Queue()
+        self.arrived = threading.Event()
+        self.go = threading.Event()
+        script = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers["content-length"]))
+                status, ctype, body, wait = script.answers.get(timeout=30)
+                script.arrived.set()
+                if wait:
+                    script.go.wait(30)
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+DRAIN_503 = (503, "application/json", json.dumps({"error": {"message": "The server is shutting down and is not "
+             "accepting new requests.", "type": "ServiceUnavailableError", "param": None, "code": 503}}).encode())
+# vLLM 0.33 during its drain (../shared/reference/vllm-drain.md): accepted, then finished `abort`, empty
+ABORT_STREAM = (200, "text/event-stream; charset=utf-8", b'data: {"choices": [{"index": 0, "text": "", '
+                b'"finish_reason": "abort"}]}\n\ndata: [DONE]\n\n')
+ABORT_JSON = (200, "application/json", json.dumps({"choices": [{"index": 0, "text": "", "finish_reason": "abort"}]}).encode())
+SERVED = (200, "application/json", json.dumps({"choices": [{"index": 0, "text": "1, 2", "finish_reason": "stop"}]}).encode())
+
+
+def test_a_request_an_engine_going_away_refused_or_aborted_empty_is_held_and_sent_again(tmp_path):
+    up = Scripted()
+    gw = Gateway(str(tmp_path), up.base, "--hold-s", "30")
+    try:
+        for status, ctype, body in (DRAIN_503, ABORT_STREAM, ABORT_JSON):
+            up.arrived.clear(), up.go.clear()
+            up.answers.put((status, ctype, body, True))  # reached the engine just as the hold begins
+            up.answers.put((*SERVED, False))  # the engine after the restart
+            answer = {}
+            t = threading.Thread(target=lambda: answer.update(r=gw.client.post("/v1/completions", json={"n": 1})),
+                                 daemon=True)
+            t.start()
+            assert up.arrived.wait(30)
+            gw.hold(reason="reload")
+            up.go.set()  # the old engine answers, refusing or aborting it
+            gw.wait_status(lambda st: st["held_requests"] == 1)  # back at the gate, not at the client
+            gw.release()
+            t.join(timeout=30)
+            assert (answer["r"].status_code, answer["r"].content) == (200, SERVED[2]), body
+        assert gw.metrics()["sparkctl_gateway_upstream_errors_total{kind=drain}"] == 3
+        # outside a hold the engine's 503 is the client's, as the engine sent it
+        up.answers.put((*DRAIN_503, False))
+        r = gw.client.post("/v1/completions", json={"n": 2})
+        assert (r.status_code, r.content) == (503, DRAIN_503[2])
+    finally:
+        gw.stop()
+        up.stop()
 
 
 def test_upstream_down_outside_a_hold_is_held_then_503_or_served_when_it_is_back(tmp_path):
