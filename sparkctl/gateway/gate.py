@@ -1,0 +1,188 @@
+"""Whether a request may go to the engine now, and the queue of those that may not yet.
+
+The gate is closed while sparkctl holds it (admin `hold`, before the engine gets SIGTERM) or while
+the upstream refuses connections (it died, or is starting). Requests wait in arrival order and are
+let through in that order when it opens. A request never waits past its arrival + hold_s: it is
+answered 503 with Retry-After instead, at once when the hold's expected end is already beyond that.
+A hold nobody releases ends by itself at hold_max_s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import itertools
+import logging
+import time
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+from .metrics import HELD_TOO_LONG, HOLD_QUEUE_FULL, HOLD_TOO_LONG, Metrics
+from .rejection import Rejected
+
+log = logging.getLogger("sparkctl.gateway")
+
+
+@dataclass
+class Hold:
+    reason: str
+    since: float
+    expected_end: float | None  # when sparkctl expects the new engine to serve
+    expires_at: float
+
+
+class Gate:
+    def __init__(self, hold_s: float, hold_max_s: float, hold_queue: int, probe_interval_s: float,
+                 probe: Callable[[], Awaitable[bool]], metrics: Metrics, clock: Callable[[], float] = time.monotonic):
+        self.hold_s, self.hold_max_s, self.hold_queue = hold_s, hold_max_s, hold_queue
+        self.probe_interval_s, self._probe = probe_interval_s, probe
+        self.m, self.clock = metrics, clock
+        self.hold: Hold | None = None
+        self.down_since: float | None = None  # the upstream refused a connection, and has not answered /health since
+        self.last_expired: float | None = None
+        self.epoch = 0  # counts the times the gate closed: a request compares it before and after it went upstream
+        self._waiters: list[tuple[float, int, asyncio.Future]] = []  # sorted by (arrival, seq)
+        self._seq = itertools.count()
+        self._expiry: asyncio.TimerHandle | None = None
+        self._prober: asyncio.Task | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self.hold is not None or self.down_since is not None
+
+    # ---- requests ----
+    async def wait(self, arrival: float) -> None:
+        """Return when the request may go upstream; raise Rejected when it may not within its hold_s."""
+        waited_from = None
+        try:
+            while self.closed:
+                now = self.clock()
+                left = arrival + self.hold_s - now
+                expected = self._expected_remaining(now)
+                if expected is not None and expected > left:
+                    # the hold will outlast this request's budget: say so now, not at its end
+                    raise Rejected(503, HOLD_TOO_LONG, "The server is restarting (expected back in "
+                                   f"{expected:.0f} s, beyond the gateway's hold of {self.hold_s:g} s); retry after "
+                                   "Retry-After seconds.", expected)
+                if left <= 0:
+                    raise Rejected(503, HELD_TOO_LONG, f"The server did not come back within {self.hold_s:g} s; "
+                                   "retry after Retry-After seconds.", self._retry_after(now))
+                if len(self._waiters) >= self.hold_queue:
+                    raise Rejected(503, HOLD_QUEUE_FULL, f"{self.hold_queue} requests are held already; retry after "
+                                   "Retry-After seconds.", self._retry_after(now))
+                if waited_from is None:
+                    waited_from = now
+                fut = asyncio.get_running_loop().create_future()
+                entry = (arrival, next(self._seq), fut)
+                bisect.insort(self._waiters, entry)
+                self.m.held.set(len(self._waiters))
+                try:
+                    await asyncio.wait_for(asyncio.shield(fut), timeout=left)
+                except asyncio.TimeoutError:
+                    pass  # the loop answers it
+                finally:
+                    if entry in self._waiters:
+                        self._waiters.remove(entry)
+                    self.m.held.set(len(self._waiters))
+        except Rejected:
+            if waited_from is not None:
+                self.m.hold_seconds.labels("rejected").observe(self.clock() - waited_from)
+            raise
+        except asyncio.CancelledError:  # the client went away while held
+            if waited_from is not None:
+                self.m.hold_seconds.labels("gone").observe(self.clock() - waited_from)
+            raise
+        if waited_from is not None:
+            self.m.hold_seconds.labels("sent").observe(self.clock() - waited_from)
+
+    def _expected_remaining(self, now: float) -> float | None:
+        if self.hold is None or self.hold.expected_end is None:
+            return None
+        return max(0.0, self.hold.expected_end - now)
+
+    def _retry_after(self, now: float) -> float:
+        expected = self._expected_remaining(now)
+        return expected if expected else self.hold_s
+
+    def _wake(self) -> None:
+        """Every waiter looks again, in arrival order (futures' callbacks run in the order they are set)."""
+        waiters, self._waiters = self._waiters, []
+        for _, _, fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self.m.held.set(0)
+
+    # ---- admin ----
+    def start_hold(self, reason: str = "", expected_s: float | None = None, ttl_s: float | None = None) -> None:
+        now = self.clock()
+        ttl = min(ttl_s or self.hold_max_s, self.hold_max_s)
+        if self.hold is None:
+            self.epoch += 1
+        since = self.hold.since if self.hold else now  # a hold renewed (rollback) keeps its start
+        self.hold = Hold(reason or "admin", since, now + expected_s if expected_s is not None else None, now + ttl)
+        if self._expiry:
+            self._expiry.cancel()
+        self._expiry = asyncio.get_running_loop().call_later(ttl, self._expire)
+        self.m.holding.labels("admin").set(1)
+        log.info("hold: %s (expected %s, ends by itself in %.0f s)", self.hold.reason,
+                 f"{expected_s:g} s" if expected_s is not None else "unknown", ttl)
+        self._wake()  # waiters re-check against the new expectation
+
+    def release(self) -> int:
+        n = len(self._waiters)
+        if self.hold:
+            log.info("release: %d held request(s) go on, in arrival order", n)
+        self._end_hold()
+        return n
+
+    def _expire(self) -> None:
+        if self.hold is None:
+            return
+        log.warning("hold %r expired after %.0f s without a release (did sparkctl die mid-change?)",
+                    self.hold.reason, self.clock() - self.hold.since)
+        self.last_expired = self.clock()
+        self.m.holds_expired.inc()
+        self._end_hold()
+
+    def _end_hold(self) -> None:
+        self.hold = None
+        if self._expiry:
+            self._expiry.cancel()
+            self._expiry = None
+        self.m.holding.labels("admin").set(0)
+        self._wake()
+
+    # ---- the upstream ----
+    def upstream_down(self, error: str) -> None:
+        """A connection to the engine failed before the request reached it: hold until /health answers."""
+        if self.down_since is None:
+            self.epoch += 1
+            self.down_since = self.clock()
+            self.m.holding.labels("upstream_down").set(1)
+            log.warning("upstream down (%s): holding requests until its /health answers 200", error)
+        if self._prober is None or self._prober.done():
+            self._prober = asyncio.get_running_loop().create_task(self._probe_until_up())
+
+    async def _probe_until_up(self) -> None:
+        while self.down_since is not None:
+            await asyncio.sleep(self.probe_interval_s)
+            if await self._probe():
+                log.info("upstream up again after %.1f s", self.clock() - self.down_since)
+                self.down_since = None
+                self.m.holding.labels("upstream_down").set(0)
+                self._wake()
+
+    def status(self) -> dict:
+        now = self.clock()
+        h = self.hold
+        return {
+            "state": "holding" if self.closed else "passing",
+            "hold": None if h is None else {
+                "reason": h.reason, "held_for_s": round(now - h.since, 3),
+                "expected_remaining_s": None if h.expected_end is None else round(max(0.0, h.expected_end - now), 3),
+                "expires_in_s": round(h.expires_at - now, 3)},
+            "upstream_down_for_s": None if self.down_since is None else round(now - self.down_since, 3),
+            "held_requests": len(self._waiters),
+            "last_hold_expired_s_ago": None if self.last_expired is None else round(now - self.last_expired, 3),
+            "hold_s": self.hold_s, "hold_max_s": self.hold_max_s,
+        }

@@ -1,0 +1,79 @@
+"""The gateway's settings: command-line options, each defaulting to a SPARKCTL_GATEWAY_* variable."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+ENV = "SPARKCTL_GATEWAY_"
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str
+    port: int
+    upstream: str  # http://HOST:PORT of the engine, no path
+    admin_socket: str
+    hold_s: float  # no request is held longer than this
+    hold_max_s: float  # a hold nobody releases ends by itself after this (sparkctl died mid-reload)
+    hold_queue: int  # requests held at once; more are answered 503 at once
+    probe_interval_s: float  # while the upstream is down: how often /health is asked
+    connect_timeout_s: float
+    long_context_tokens: int  # 0: no long-context admission
+    long_context_max_concurrent: int
+    long_context_queue: int  # long requests waiting for a slot; one more is answered 429
+    long_context_wait_s: float  # a long request waits at most this for a slot, then 429
+    max_body_bytes: int
+    shutdown_timeout_s: float  # on SIGTERM: how long in-flight requests may still run
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(ENV + name, "").strip() or default
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m sparkctl.gateway",
+                                description="sparkctl's front door: holds requests while the engine restarts.")
+    p.add_argument("--listen", default=_env("LISTEN", "0.0.0.0:8000"), help="public HOST:PORT [$SPARKCTL_GATEWAY_LISTEN]")
+    p.add_argument("--upstream", default=_env("UPSTREAM", ""), help="the engine, http://HOST:PORT [$SPARKCTL_GATEWAY_UPSTREAM]")
+    p.add_argument("--admin-socket", default=_env("ADMIN_SOCKET", "/run/sparkctl-gateway/admin.sock"),
+                   help="the admin interface's unix socket [$SPARKCTL_GATEWAY_ADMIN_SOCKET]")
+    p.add_argument("--hold-s", type=float, default=float(_env("HOLD_S", "30")))
+    p.add_argument("--hold-max-s", type=float, default=float(_env("HOLD_MAX_S", "1800")))
+    p.add_argument("--hold-queue", type=int, default=int(_env("HOLD_QUEUE", "1024")))
+    p.add_argument("--probe-interval-s", type=float, default=float(_env("PROBE_INTERVAL_S", "0.25")))
+    p.add_argument("--connect-timeout-s", type=float, default=float(_env("CONNECT_TIMEOUT_S", "5")))
+    p.add_argument("--long-context-tokens", type=int, default=int(_env("LONG_CONTEXT_TOKENS", "0")))
+    p.add_argument("--long-context-max-concurrent", type=int, default=int(_env("LONG_CONTEXT_MAX_CONCURRENT", "1")))
+    p.add_argument("--long-context-queue", type=int, default=int(_env("LONG_CONTEXT_QUEUE", "16")))
+    p.add_argument("--long-context-wait-s", type=float, default=float(_env("LONG_CONTEXT_WAIT_S", "600")))
+    p.add_argument("--max-body-bytes", type=int, default=int(_env("MAX_BODY_BYTES", str(256 << 20))))
+    p.add_argument("--shutdown-timeout-s", type=float, default=float(_env("SHUTDOWN_TIMEOUT_S", "30")))
+    return p
+
+
+def parse(argv: list[str] | None = None) -> Settings:
+    p = parser()
+    ns = p.parse_args(argv)
+    host, sep, port = ns.listen.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        p.error(f"--listen {ns.listen!r}: expected HOST:PORT, e.g. 0.0.0.0:8000")
+    up = urlsplit(ns.upstream)
+    if up.scheme != "http" or not up.hostname or not up.port or up.path not in ("", "/"):
+        p.error(f"--upstream {ns.upstream!r}: expected the engine as http://HOST:PORT (no path)")
+    for name in ("hold_s", "hold_max_s", "probe_interval_s", "connect_timeout_s", "long_context_wait_s"):
+        if getattr(ns, name) <= 0:
+            p.error(f"--{name.replace('_', '-')} must be above 0")
+    if ns.hold_max_s < ns.hold_s:
+        p.error("--hold-max-s must be at least --hold-s")
+    if ns.long_context_tokens < 0 or ns.long_context_max_concurrent < 1 or ns.long_context_queue < 0:
+        p.error("--long-context-tokens >= 0, --long-context-max-concurrent >= 1, --long-context-queue >= 0")
+    return Settings(host=host.strip("[]"), port=int(port), upstream=f"http://{up.netloc}", admin_socket=ns.admin_socket,
+                    hold_s=ns.hold_s, hold_max_s=ns.hold_max_s, hold_queue=ns.hold_queue,
+                    probe_interval_s=ns.probe_interval_s, connect_timeout_s=ns.connect_timeout_s,
+                    long_context_tokens=ns.long_context_tokens,
+                    long_context_max_concurrent=ns.long_context_max_concurrent,
+                    long_context_queue=ns.long_context_queue, long_context_wait_s=ns.long_context_wait_s,
+                    max_body_bytes=ns.max_body_bytes, shutdown_timeout_s=ns.shutdown_timeout_s)
