@@ -378,7 +378,7 @@ def test_a_request_an_engine_going_away_refused_or_aborted_empty_is_held_and_sen
             up.answers.put((status, ctype, body, True))  # reached the engine just as the hold begins
             up.answers.put((*SERVED, False))  # the engine after the restart
             answer = {}
-            t = threading.Thread(target=lambda: answer.update(r=gw.client.post("/v1/completions", json={"n": 1})),
+            t = threading.Thread(target=lambda out=answer: out.update(r=gw.client.post("/v1/completions", json={"n": 1})),
                                  daemon=True)
             t.start()
             assert up.arrived.wait(30)
