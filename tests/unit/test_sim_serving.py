@@ -195,6 +195,16 @@ def test_invalid_json_and_wrong_method_answer_like_fastapi(server):
     assert server.client.get("/v2/nothing").json() == {"detail": "Not Found"}
 
 
+def test_a_body_no_route_read_does_not_corrupt_the_next_request_on_the_connection(server):
+    # uvicorn reads an unrouted request's body off a keep-alive connection; a proxy's pooled
+    # connection (the gateway's) would otherwise have its next request parsed from those bytes
+    with httpx.Client(base_url=server.base, timeout=30) as c:  # one connection, kept alive
+        assert c.post("/v2/nothing", json={"expected_s": 1}).status_code == 404
+        assert c.post("/health", json={"x": 1}).status_code == 405
+        r = c.post("/v1/completions", json={"model": NAME, "prompt": "hi", "max_tokens": 2})
+        assert r.status_code == 200, r.text
+
+
 def test_unknown_model_is_a_404(server):
     r = server.client.post("/v1/completions", json={"model": "other", "prompt": "hi"})
     assert r.status_code == 404

@@ -144,6 +144,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _body(self) -> dict:
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
+        self._body_read = True
         try:
             data = json.loads(raw or b"{}")
         except json.JSONDecodeError as e:
@@ -187,6 +188,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def _answer(self, route) -> None:
         """Run the method's routes on the path: an ApiError in vLLM's shape; a client gone away gets nothing."""
+        self._body_read = False
         try:
             if self.command != "OPTIONS" and not self._check_key():
                 return
@@ -195,6 +197,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._error(e)
         except (BrokenPipeError, ConnectionResetError):
             pass
+        finally:
+            self._discard_unread_body()
+
+    def _discard_unread_body(self) -> None:
+        """A body no route read (a 404, 405, 401, POST /ping) is read off the connection, as uvicorn
+        does: left there, a keep-alive client's next request would be parsed from its bytes."""
+        length = int(self.headers.get("content-length") or 0)
+        if length and not self._body_read:
+            try:
+                self.rfile.read(length)
+            except OSError:
+                pass
 
     def _get(self, path: str) -> None:
         if path in ("/health", "/ping"):
