@@ -5,10 +5,13 @@ DSpark recipe (seed 002) that costs 10-15 minutes when kernels recompile. The fl
 journaled on the head as it happens (state.JOURNAL), the whole timeline in --json:
 
 1. validate   NEW fully, and against the cluster (same hosts and roles) before any host is touched;
-2. plan       field-by-field diff of the recorded (last good) config vs NEW; the restart groups
-              whose containers change (engine and/or drafter); warm or cold from the fields vLLM's
-              compile hash covers, with the expected time from this cluster's history; --check
-              stops here;
+2. plan       the reload playbook run in check mode: every step's own plan, so what restarts
+              (engine and/or drafter) is what the runtime step would start, and --check is the
+              run; plus the field-by-field diff of the recorded (last good) config vs NEW, and
+              warm or cold from the fields vLLM's compile hash covers, with the expected time
+              from this cluster's history; --check stops here. The run takes the cluster lock the
+              way every changing command does (lock.cluster_lock) and restarts only what the plan
+              named (the stop step refuses, nothing stopped, if the cluster changed since);
 3. prestage   fabric, images, caches and Engram for NEW while the old config serves;
 4. drain      only the changing groups, head first, with the runtime's shutdown timeout; the
               head's in-flight requests counted (finished, cut) from vLLM's own shutdown lines;

@@ -161,6 +161,10 @@ def test_terminated_reload_releases_the_lock_and_leaves_the_journal(lab, tmp_pat
     first = start("reload", "-i", lab.INVENTORY_PATH, "--config", str(new), "--yes", "--json")
     try:
         wait_for_lock(lab, first.pid, first)
+        deadline = time.monotonic() + 60  # the journal is written once the lock is held: then it runs
+        while lab.host_exec("head", ["test", "-e", JOURNAL]).returncode != 0 and time.monotonic() < deadline:
+            assert first.poll() is None, first.communicate()
+            time.sleep(0.05)
         first.send_signal(signal.SIGTERM)
         first.communicate(timeout=120)
         assert first.returncode == 130

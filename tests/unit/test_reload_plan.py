@@ -236,3 +236,16 @@ def test_moving_the_cuda_jit_cache_or_the_volume_is_predicted_cold():
     d["caches"]["host_path"] = "/srv/other-cache"
     p = plan("reload", recorded(), Inventory.model_validate(d))
     assert p.prediction == "cold" and p.compile_changed == ["caches.host_path"]
+
+
+def test_a_check_run_that_stopped_makes_a_plan_that_says_so_and_is_never_nothing_to_do():
+    from sparkctl.runner import CONNECT
+    from sparkctl.steps.base import StepResult
+
+    # what the runner reports for a host whose facts could not be read: no step planned after it
+    stopped = Recap(playbook="reload", check_mode=True)
+    stopped.results.append(StepResult(CONNECT, "worker", "failed", "worker: SSH connect to 10.231.0.12:22 timed out after 3 s"))
+    p = plan_reload("reload", recorded(), INV, [], True, stopped)
+    assert p.groups == [] and not p.empty  # the run goes on to meet the failure and report it
+    assert p.stops == "connect on worker: worker: SSH connect to 10.231.0.12:22 timed out after 3 s"
+    assert p.lines()[-1] == f"the run would stop here: {p.stops}"
