@@ -203,10 +203,20 @@ class ClusterLock:
         self.held = False
         self.wait = wait  # how long `take` waits for another run's lock (--wait)
 
-    def take(self) -> None:
-        """Acquire for the rest of the run (a lazily held lock: before the first change)."""
-        if not self.held:
+    def take(self, over: Optional[Callable[[Holder], bool]] = None) -> None:
+        """Acquire for the rest of the run (a lazily held lock: before the first change). `over`
+        decides whether a holder that is gone may be replaced (a reload finishing the interrupted
+        reload that held it); it may raise its own refusal instead. Never a live holder."""
+        if self.held:
+            return
+        try:
             self.acquire(self.wait)
+        except LockHeld:
+            holder = read_holder(self.session) if over is not None else None
+            if holder is None or not holder.gone() or not over(holder):
+                raise
+            break_lock(self.session, holder)
+            self.acquire(0)
 
     def _record(self) -> str:
         return self.me.model_dump_json(exclude={"heartbeat_age"})
@@ -272,15 +282,19 @@ class ClusterLock:
 
 
 @contextmanager
-def cluster_lock(fleet, wait: float = 0, hold: bool = True) -> Iterator[Optional[ClusterLock]]:
-    """The cluster lock (on the head of `fleet`) for the body, yielded untaken: the runner takes it
-    before the first change (a run that changes nothing never writes it) and plans again under it;
-    it is released when the body ends. `hold=False` (a --check run) yields no lock."""
+def cluster_lock(
+    fleet, wait: float = 0, hold: bool = True, notify: Callable[[str], None] | None = None
+) -> Iterator[Optional[ClusterLock]]:
+    """The one way a command that changes the cluster (up, down, reload, restart, rollback) holds
+    the lock: on the head of `fleet`, for the body, yielded untaken: the runner (or reload, once
+    confirmed) takes it before the first change (a run that changes nothing never writes it); it
+    is released when the body ends, also when SIGTERM or SIGHUP ends it (as Ctrl-C: exit 130).
+    `hold=False` (a --check run) yields no lock."""
     if not hold:
         yield None
         return
     head = fleet.inventory.hosts_with_role("head")[0]
-    lock = ClusterLock(fleet[head], fleet.inventory.cluster.name, wait=wait)
+    lock = ClusterLock(fleet[head], fleet.inventory.cluster.name, notify=notify, wait=wait)
     previous = _interrupt_on_termination()
     try:
         yield lock

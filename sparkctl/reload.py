@@ -5,10 +5,13 @@ DSpark recipe (seed 002) that costs 10-15 minutes when kernels recompile. The fl
 journaled on the head as it happens (state.JOURNAL), the whole timeline in --json:
 
 1. validate   NEW fully, and against the cluster (same hosts and roles) before any host is touched;
-2. plan       field-by-field diff of the recorded (last good) config vs NEW; the restart groups
-              whose containers change (engine and/or drafter); warm or cold from the fields vLLM's
-              compile hash covers, with the expected time from this cluster's history; --check
-              stops here;
+2. plan       the reload playbook run in check mode: every step's own plan, so what restarts
+              (engine and/or drafter) is what the runtime step would start, and --check is the
+              run; plus the field-by-field diff of the recorded (last good) config vs NEW, and
+              warm or cold from the fields vLLM's compile hash covers, with the expected time
+              from this cluster's history; --check stops here. The run takes the cluster lock the
+              way every changing command does (lock.cluster_lock) and restarts only what the plan
+              named (the stop step refuses, nothing stopped, if the cluster changed since);
 3. prestage   fabric, images, caches and Engram for NEW while the old config serves;
 4. drain      only the changing groups, head first, with the runtime's shutdown timeout; the
               head's in-flight requests counted (finished, cut) from vLLM's own shutdown lines;
@@ -80,6 +83,9 @@ def compile_fields(changes: list[FieldChange]) -> list[str]:
 
 @dataclass
 class ReloadPlan:
+    """What the reload will do, built from the steps' own check-mode plans (so --check is the run),
+    the field diff and the warm/cold prediction."""
+
     kind: str  # reload | restart | rollback
     from_hash: Optional[str]
     to_hash: str
@@ -91,10 +97,14 @@ class ReloadPlan:
     expected_seconds: Optional[float]
     prestage: list[str]
     compile_key: str = ""
+    # every operation a step plans, "step on host: summary" (the restart is among them)
+    operations: list[str] = field(default_factory=list)
+    # the steps' plan did not complete (a host unreachable, a plan blocked): the run stops there
+    stops: Optional[str] = None
 
     @property
     def empty(self) -> bool:
-        return not self.groups and not self.changes
+        return not self.operations and not self.changes and not self.stops
 
     def to_dict(self) -> dict:
         return {
@@ -128,8 +138,15 @@ class ReloadPlan:
                 why = "the cache holds no compiled graphs for this config"
             exp = f", expected ~{self.expected_seconds:.0f} s to serve (this cluster's history)" if self.expected_seconds else ""
             out.append(f"start: {self.prediction} ({why}){exp}")
+        # repairs the steps plan besides the restart (a node's image, a fabric MTU): the run does them too
+        out += [f"also: {op}" for op in self.operations if op.split(" ", 1)[0] in REPAIR_STEPS]
         out += [f"pre-staged while the old config serves: {p}" for p in self.prestage]
+        if self.stops:
+            out.append(f"the run would stop here: {self.stops}")
         return out
+
+
+REPAIR_STEPS = ("fabric", "images", "caches", "engram")  # steps whose operations are not the restart itself
 
 
 def expected_seconds(events: list[dict], cluster_prediction: Optional[str]) -> Optional[float]:
@@ -140,38 +157,21 @@ def expected_seconds(events: list[dict], cluster_prediction: Optional[str]) -> O
     return statistics.median_high(seen) if seen else None
 
 
-def running_drift(launch, running: Optional[dict[str, list]]) -> set[str]:
-    """Restart groups whose containers do not run NEW's config now (missing, stopped, another
-    hash): after an interrupted reload the record and the cluster can differ."""
-    from sparkctl.runtime.launch import restart_group
-
-    if running is None:
-        return set()
-    out = set()
-    for spec in launch.containers:
-        have = next((c for c in running.get(spec.host) or [] if c.name == spec.name), None)
-        if have is None or not have.running or have.config_hash != launch.expected_hash(spec.name):
-            out.add(restart_group(spec.role))
-    return out
-
-
 def plan_reload(
-    kind: str, recorded: Optional[dict], new: Inventory, events: list[dict], cache_warm: bool,
-    running: Optional[dict[str, list]] = None,
+    kind: str, recorded: Optional[dict], new: Inventory, events: list[dict], cache_warm: bool, recap,
 ) -> ReloadPlan:
-    """`running`: each host's containers now (facts), so the plan says what the steps will restart."""
+    """The reload's plan from `recap`, the check-mode run of the reload playbook for NEW (the
+    steps' own plans: what restarts is what the runtime step starts), with the field diff from the
+    recorded config and warm/cold from the compile inputs this cluster has served."""
     from sparkctl.runtime.launch import render, restart_group
+    from sparkctl.steps.runtime import planned_starts
 
     launch = render(new)
     old_inv = (recorded or {}).get("inventory") or {}
     changes = diff_inventories(old_inv, new.model_dump(mode="json")) if recorded else []
-    old_groups = (recorded or {}).get("group_hashes") or {}
-    if kind == "restart":
-        groups = sorted(launch.group_hashes)
-    else:
-        changed = {g for g, h in launch.group_hashes.items() if old_groups.get(g) != h}
-        groups = sorted(changed | running_drift(launch, running))
-    containers = [c.name for c in launch.containers if restart_group(c.role) in groups]
+    starting = planned_starts(recap.plans)
+    containers = [c.name for c in launch.containers if c.name in starting]
+    groups = sorted({restart_group(c.role) for c in launch.containers if c.name in starting})
     compile_changed = compile_fields(changes)
     key = compile_key(new.model_dump(mode="json"))
     served = {e.get("compile_key") for e in events if e.get("outcome") in ("applied", "ok")}
@@ -188,9 +188,12 @@ def plan_reload(
     prestage.append(f"kernel cache directory {new.caches.host_path} on every runtime node")
     if new.engram:
         prestage.append(f"Engram tables in {new.engram.host}'s RAM ({new.engram.target}), SHA-256 verified")
+    operations = [f"{p.step} on {p.host}: {c.summary}" for p in recap.plans for c in p.changes]
+    failed = next((r for r in recap.results if r.status == "failed"), None)
+    stops = f"{failed.step} on {failed.host}: {failed.message}" if failed else None
     return ReloadPlan(
         kind, (recorded or {}).get("config_hash"), launch.config_hash, changes, groups, containers, compile_changed,
-        prediction, expected_seconds(events, prediction), prestage, key,
+        prediction, expected_seconds(events, prediction), prestage, key, operations, stops,
     )  # fmt: skip
 
 
@@ -374,9 +377,14 @@ def run_reload(
     say: Callable[[str], None] = lambda msg: None,
 ) -> ReloadReport:
     """reload (new given), restart (new is None: the recorded config, every group), rollback
-    (new is None: the last good config, or history record `to` from the newest)."""
+    (new is None: the last good config, or history record `to` from the newest).
+
+    The plan is the reload playbook run in check mode (the steps' own plans); the run is the same
+    playbook under the cluster lock, taken the way every changing command takes it
+    (lock.cluster_lock: SIGTERM/SIGHUP end the run like Ctrl-C, the lock released, the journal
+    left for --resume or rollback). The run restarts only the containers the plan named."""
     from sparkctl.facts.host import gather_host
-    from sparkctl.lock import ClusterLock, LockHeld, break_lock, read_holder
+    from sparkctl.lock import cluster_lock
     from sparkctl.runtime.launch import render
     from sparkctl.transport.ssh import Fleet
 
@@ -385,11 +393,8 @@ def run_reload(
     head = current.hosts_with_role("head")[0]
     with Fleet(current) as fleet:
         session = fleet[head]
-        f = gather_host(session, current, {"applied", "journal", "events", "cache", "containers"} | ({"history"} if to else set()))
+        f = gather_host(session, current, {"applied", "journal", "events", "cache"} | ({"history"} if to else set()))
         recorded, journal = f.applied, f.journal
-        others = [h for h in current.hosts if h != head]
-        found = fleet.map(lambda s: gather_host(s, current, {"containers"}), hosts=others)
-        running = {head: f.containers or []} | {h: o.value.containers or [] for h, o in found.items() if o.ok and o.value}
         if kind in ("restart", "rollback") and recorded is None:
             raise InputError(f"no applied config is recorded on {head}", fix="bring the cluster up first: `sparkctl up`")
         if kind == "rollback":
@@ -405,10 +410,13 @@ def run_reload(
                     f"--config renders {render(new).config_hash}, the interrupted reload was to {journal.get('to_config')}",
                     fix="pass the same NEW file as the interrupted reload, or `sparkctl rollback`",
                 )
-        warm = bool(f.cache and f.cache.warm_hashes)
-        plan = plan_reload(kind, recorded, new, f.events, warm, running)
+        options = {"timeout": deadline, "min_throughput_ratio": min_ratio, "event": kind}
+        planned = _check_run(kind, new, fleet, options)
+        plan = plan_reload(kind, recorded, new, f.events, bool(f.cache and f.cache.warm_hashes), planned)
         report = ReloadReport(plan)
         if check:
+            report.results = [r.to_dict() for r in planned.results]
+            report.reason = f"the run would stop at {plan.stops}" if plan.stops else None
             if journal:
                 report.notes.append(interrupted_message(journal))
             return report
@@ -419,28 +427,37 @@ def run_reload(
         if not confirm(plan):
             raise InputError("not confirmed: nothing was changed", fix="pass --yes to skip the question")
 
-        lock = ClusterLock(session, current.cluster.name, notify=say)
         finishing = resume or kind == "rollback"  # only these go on over an interrupted reload
-        try:
-            lock.acquire(wait)
-        except LockHeld:
-            holder = read_holder(session)
-            if not (holder and holder.gone() and journal and journal.get("lock_token") == holder.token):
-                raise
-            if finishing:  # the gone holder is the interrupted reload this command finishes or rolls back
-                break_lock(session, holder)
-                say(f"took over the cluster lock from the interrupted {journal.get('kind', 'reload')} ({holder.describe()})")
-                lock.acquire(0)
-        if journal and not finishing:  # checked under the lock (if taken): a running reload is "locked"
-            lock.release()
-            raise ReloadInterrupted(
-                interrupted_message(journal), fix="finish it: `sparkctl reload --resume --config NEW`, or `sparkctl rollback`"
-            )
-        try:
+
+        def take_over(holder) -> bool:
+            """A gone holder may be replaced only by the command finishing the reload it was."""
+            if not (journal and journal.get("lock_token") == holder.token):
+                return False
+            if not finishing:
+                raise ReloadInterrupted(
+                    interrupted_message(journal), fix="finish it: `sparkctl reload --resume --config NEW`, or `sparkctl rollback`"
+                )
+            say(f"took over the cluster lock from the interrupted {journal.get('kind', 'reload')} ({holder.describe()})")
+            return True
+
+        with cluster_lock(fleet, wait=wait, notify=say) as lock:
+            lock.take(take_over)
+            if journal and not finishing:  # checked under the lock: a running reload is "locked"
+                raise ReloadInterrupted(
+                    interrupted_message(journal), fix="finish it: `sparkctl reload --resume --config NEW`, or `sparkctl rollback`"
+                )
+            options["confirmed_restart"] = plan.containers  # the stop step refuses to restart anything else
             return _execute(kind, current, new, recorded, plan, report, fleet, session, lock, resume,
-                            deadline, min_ratio, progress, on_result, say)  # fmt: skip
-        finally:
-            lock.release()
+                            options, progress, on_result, say)  # fmt: skip
+
+
+def _check_run(kind: str, new: Inventory, fleet, options: dict):
+    """The reload playbook for NEW in check mode: every step's plan, nothing changed, no lock."""
+    from sparkctl.runner import build_stages, load_playbook, run_playbook
+    from sparkctl.steps.base import RunContext
+
+    ctx = RunContext(inventory=new, fleet=fleet, check_mode=True, force=(kind == "restart"), options=dict(options))
+    return run_playbook(ctx, build_stages(load_playbook("reload")), "reload")
 
 
 def _history_record(history: list[dict], to: int) -> dict:
@@ -450,7 +467,7 @@ def _history_record(history: list[dict], to: int) -> dict:
     return usable[-to]
 
 
-def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, resume, deadline, min_ratio, progress, on_result, say):
+def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, resume, options, progress, on_result, say):
     from sparkctl.runner import build_stages, load_playbook, run_playbook
     from sparkctl.runtime import health
     from sparkctl.steps.base import RunContext
@@ -461,7 +478,6 @@ def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, r
         "by": state.who(), "lock_token": lock.me.token, "resumed": resume,
     })  # fmt: skip
     probe = DowntimeProbe(health.base_url(new)).start()
-    options = {"timeout": deadline, "min_throughput_ratio": min_ratio, "event": kind}
 
     def tracked(host: str, step: str, text: str) -> None:  # a step starts applying: its phase begins
         if step in PHASES:
@@ -488,7 +504,7 @@ def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, r
         return report
 
     journal.phase("prestage")
-    ctx = RunContext(inventory=new, fleet=fleet, force=(kind == "restart"), options=options, progress=tracked)
+    ctx = RunContext(inventory=new, fleet=fleet, force=(kind == "restart"), options=options, progress=tracked, lock=lock)
     recap = run_playbook(ctx, build_stages(load_playbook("reload")), "reload", on_result=journaled)
     report.results = [r.to_dict() for r in recap.results]
     report.runtime_start = ctx.outputs.runtime_start
@@ -505,7 +521,8 @@ def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, r
         return finish("failed (nothing stopped)", "failed")
     say(f"{kind} failed ({report.reason}); rolling back to the last good config {plan.from_hash}")
     journal.phase("rollback")
-    back = RunContext(inventory=last_good, fleet=fleet, options={"timeout": deadline, "event": "rollback"}, progress=progress)
+    back = RunContext(inventory=last_good, fleet=fleet, options={"timeout": options["timeout"], "event": "rollback"},
+                      progress=progress, lock=lock)  # fmt: skip
     recap2 = run_playbook(back, build_stages(load_playbook("up")), "rollback", on_result=on_result)
     report.rollback_results = [r.to_dict() for r in recap2.results]
     return finish("rollback failed", None) if recap2.failed else finish("rolled back", "rolled back")

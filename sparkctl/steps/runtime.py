@@ -92,6 +92,12 @@ def restarting(ctx: RunContext) -> tuple[set[str], str]:
     return (set(ALL_GROUPS), "--force") if ctx.force else (d.groups, d.why)
 
 
+def planned_starts(plans) -> set[str]:
+    """The containers the runtime step's plans start (of a run's plans, e.g. a --check run's):
+    what a run restarts, read from the one place that decides it."""
+    return {c.data["name"] for p in plans if p.step == RuntimeStep.name for c in p.changes if c.action == "start"}
+
+
 def _drift(ctx: RunContext) -> Drift:
     launch = ctx.launch
     reasons: defaultdict[str, list[str]] = defaultdict(list)
@@ -245,6 +251,9 @@ class StopStep(Step):
             if d.blocked:
                 return {h: self.blocked(h, d.blocked) for h in hosts[:1]}
             groups, why = restarting(ctx)
+            changed = _unconfirmed(ctx, groups)
+            if changed:
+                return {h: self.blocked(h, changed) for h in hosts[:1]}
             if not groups:
                 why = d.loading or "the runtime runs the inventory's config"
                 return {h: self.noop(h, f"nothing to stop: {why}") for h in hosts}
@@ -302,6 +311,20 @@ class StopStep(Step):
         if missing:
             raise HostError(f"not stopping anything: image missing ({', '.join(missing)})", fix="rerun `sparkctl up` (the images step places it)")
         return f"all {len(hosts)} runtime host(s) answer and hold their image"
+
+
+def _unconfirmed(ctx: RunContext, groups: set[str]) -> Optional[str]:
+    """A reload restarts only the containers its plan named (option `confirmed_restart`, from its
+    --check pass): if the cluster changed since, so that this run would restart others, it stops
+    here, before anything is stopped, and says so."""
+    confirmed = ctx.options.get("confirmed_restart")
+    if confirmed is None:
+        return None
+    now = [c.name for c in ctx.launch.containers if restart_group(c.role) in groups]
+    if sorted(now) == sorted(confirmed):
+        return None
+    return (f"the cluster changed since the plan was made: the plan restarts {', '.join(confirmed) or 'nothing'}, "
+            f"this run would restart {', '.join(now) or 'nothing'}; nothing was stopped: rerun to see the new plan")  # fmt: skip
 
 
 class RuntimeStep(Step):

@@ -144,3 +144,43 @@ def test_killed_holder_is_reported_and_unlock_clears_it(lab):
     p = run("up", "-i", lab.INVENTORY_PATH, "--json")
     assert p.returncode == 0, p.stdout[-3000:]
     converged(lab)
+
+
+JOURNAL = "/var/lib/sparkctl/state/journal.json"
+
+
+def test_terminated_reload_releases_the_lock_and_leaves_the_journal(lab, tmp_path):
+    """The same lock path as `up`: SIGTERM ends a reload like Ctrl-C, its lock released, and its
+    journal left on the head so the next command names the interrupted reload (then rollback)."""
+    import yaml
+
+    doc = yaml.safe_load(open(lab.INVENTORY_PATH))
+    doc["runtime"]["served_model_name"] = "lab-terminated"
+    new = tmp_path / "renamed.yaml"
+    new.write_text(yaml.safe_dump(doc))
+    first = start("reload", "-i", lab.INVENTORY_PATH, "--config", str(new), "--yes", "--json")
+    try:
+        wait_for_lock(lab, first.pid, first)
+        deadline = time.monotonic() + 60  # the journal is written once the lock is held: then it runs
+        while lab.host_exec("head", ["test", "-e", JOURNAL]).returncode != 0 and time.monotonic() < deadline:
+            assert first.poll() is None, first.communicate()
+            time.sleep(0.05)
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=120)
+        assert first.returncode == 130
+        assert lock_holder(lab) is None
+        journal = json.loads(lab.host_exec("head", ["cat", JOURNAL], check=True).stdout)
+        assert journal["kind"] == "reload" and journal["phase"] in ("validate", "prestage", "drain", "restart", "verify")
+        refused = run("reload", "-i", lab.INVENTORY_PATH, "--config", str(new), "--yes")
+        assert refused.returncode == 1 and "interrupted reload" in refused.stderr, refused.stderr[-2000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+        if lock_holder(lab) is not None:
+            run("unlock", "-i", lab.INVENTORY_PATH, "--yes")
+        if lab.host_exec("head", ["test", "-e", JOURNAL]).returncode == 0:
+            back = run("rollback", "-i", lab.INVENTORY_PATH, "--yes", "--json")
+            assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-2000:]
+    assert lab.host_exec("head", ["test", "-e", JOURNAL]).returncode != 0
+    converged(lab)

@@ -1,21 +1,27 @@
-"""reload's plan without a host: field diff, restart groups, warm/cold, same-cluster check,
+"""reload's plan without a host: field diff, the restart set read from the steps' own check-mode
+plans (recorded container output in, as the runner parses it), warm/cold, same-cluster check,
 secrets restored from the current inventory, drain counts from vLLM's /metrics pages."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from hostfacts import inventory
+from hostfacts import host_facts, inventory, sec
 
 from sparkctl.errors import InputError
 from sparkctl.inventory.models import Inventory
 from sparkctl.reload import diff_inventories, plan_reload, restore_secrets, same_cluster
-from sparkctl.runtime.launch import render
+from sparkctl.runner import Recap
+from sparkctl.runtime.launch import LABEL_PREFIX, render
 from sparkctl.runtime.metrics import parse_page
 from sparkctl.steps.base import RunContext
 from sparkctl.steps.record import record_document
-from sparkctl.steps.runtime import drain_counts
+from sparkctl.steps.runtime import RuntimeStep, StopStep, drain_counts
 
 INV = inventory()
+ID1 = "sha256:" + "1" * 64
+ID2 = "sha256:" + "2" * 64
 
 
 def changed(**runtime) -> Inventory:
@@ -35,21 +41,59 @@ def recorded(inv: Inventory = INV) -> dict:
     return record_document(ctx)
 
 
+def container_json(spec, config_hash: str, image_id: str = ID1) -> dict:
+    """One container as `docker inspect` shows it (the `containers` fact's input)."""
+    return {
+        "Id": f"{spec.host}-ctr", "Name": f"/{spec.name}", "Image": image_id,
+        "State": {"Status": "running", "ExitCode": 0, "StartedAt": "2026-12-01T00:00:00.000000000Z"},
+        "Config": {"Image": spec.image, "Labels": {f"{LABEL_PREFIX}.cluster": "lab", f"{LABEL_PREFIX}.role": spec.role,
+                                                   f"{LABEL_PREFIX}.config-hash": config_hash}},
+        "HostConfig": {},
+    }  # fmt: skip
+
+
+def cluster_facts(new: Inventory, running: Inventory | None, held: str = ID1, gone: tuple[str, ...] = ()) -> dict:
+    """Each host's facts: its containers run `running`'s config on image ID1 (none on the `gone`
+    hosts), it holds `held` under the tag, and the head answers /health."""
+    old = render(running) if running is not None else None
+    out = {}
+    for host in new.hosts:
+        found = [container_json(s, old.expected_hash(s.name)) for s in (old.for_host(host) if old else []) if host not in gone]
+        secs = {"containers": sec(json.dumps(found)), "image.0": sec(f"{held}\n")}
+        if host == "head":
+            secs["health"] = sec("HTTP/1.1 200 OK")
+        out[host] = host_facts(new, host, **{k.replace(".", "__"): v for k, v in secs.items()})
+    return out
+
+
+def checked(new: Inventory, running: Inventory | None = INV, *, held: str = ID1, gone: tuple[str, ...] = (), force=False) -> Recap:
+    """The reload playbook's runtime steps planned in check mode for NEW on that cluster."""
+    ctx = RunContext(inventory=new, fleet=None, facts=cluster_facts(new, running, held, gone), check_mode=True, force=force)
+    plans = [p for step in (StopStep(), RuntimeStep()) for p in step.plan(ctx).values()]
+    return Recap(playbook="reload", check_mode=True, plans=plans)
+
+
+def plan(kind: str, rec: dict | None, new: Inventory, events=(), warm=True, **running):
+    """plan_reload over the check-mode plans of a cluster that runs the recorded config."""
+    base = Inventory.model_validate(rec["inventory"]) if rec else None
+    return plan_reload(kind, rec, new, list(events), warm, checked(new, base, **running))
+
+
 def test_a_served_name_change_restarts_the_engine_warm():
-    p = plan_reload("reload", recorded(), changed(served_model_name="renamed"), [], cache_warm=True)
+    p = plan("reload", recorded(), changed(served_model_name="renamed"))
     assert [c.path for c in p.changes] == ["runtime.served_model_name"]
     assert p.groups == ["engine"] and p.containers == ["sparkctl-worker", "sparkctl-head"]
     assert p.prediction == "warm" and p.compile_changed == []
 
 
 def test_a_scheduler_change_is_predicted_cold_and_says_which_field():
-    p = plan_reload("reload", recorded(), changed(max_num_seqs=2), [], cache_warm=True)
+    p = plan("reload", recorded(), changed(max_num_seqs=2))
     assert p.prediction == "cold" and p.compile_changed == ["runtime.max_num_seqs"]
     assert any("compile inputs changed: runtime.max_num_seqs" in line for line in p.lines())
 
 
 def test_a_drafter_only_change_restarts_the_drafter_only_and_predicts_no_engine_start():
-    p = plan_reload("reload", recorded(), changed(speculative__drafter_image="10.231.0.1:5000/sparkctl/vllm-sim:drafter"), [], True)
+    p = plan("reload", recorded(), changed(speculative__drafter_image="10.231.0.1:5000/sparkctl/vllm-sim:drafter"))
     assert p.groups == ["drafter"] and p.containers == ["sparkctl-drafter"] and p.prediction is None
 
 
@@ -57,21 +101,21 @@ def test_switching_ray_to_mp_and_back_restarts_the_engine_warm_and_leaves_the_dr
     # vLLM 0.33's compile hash ignores the executor and the multi-node launch (config/parallel.py
     # compute_hash: distributed_executor_backend, master_addr, master_port, nnodes, node_rank)
     to_mp = changed(distributed_executor_backend="mp")
-    p = plan_reload("reload", recorded(), to_mp, [], cache_warm=True)
+    p = plan("reload", recorded(), to_mp)
     assert [c.path for c in p.changes] == ["runtime.distributed_executor_backend"]
     assert p.groups == ["engine"] and p.containers == ["sparkctl-worker", "sparkctl-head"]
     assert p.prediction == "warm" and p.compile_changed == []
-    back = plan_reload("reload", recorded(to_mp), changed(master_port=29600), [], cache_warm=True)
+    back = plan("reload", recorded(to_mp), changed(master_port=29600))
     assert back.groups == ["engine"] and back.prediction == "warm"
 
 
 def test_expected_time_comes_from_this_clusters_history():
     events = [{"cache": "warm", "start_seconds": s} for s in (1.0, 9.0, 2.0)] + [{"cache": "cold", "start_seconds": 700}]
-    assert plan_reload("reload", recorded(), changed(served_model_name="x"), events, True).expected_seconds == 2.0
+    assert plan("reload", recorded(), changed(served_model_name="x"), events).expected_seconds == 2.0
 
 
 def test_restart_restarts_every_group_of_the_recorded_config():
-    p = plan_reload("restart", recorded(), INV, [], True)
+    p = plan("restart", recorded(), INV, force=True)
     assert p.changes == [] and p.groups == ["drafter", "engine"]
 
 
@@ -128,12 +172,12 @@ def test_drain_counts_from_metrics_before_and_during_the_drain():
 
 
 def test_going_back_to_a_config_this_cluster_served_is_warm_again():
-    from sparkctl.reload import compile_key
+    from sparkctl.runtime.compile_cache import compile_key
 
     now = recorded(changed(max_num_seqs=2))
-    back = plan_reload("reload", now, INV, [{"outcome": "applied", "compile_key": compile_key(INV.model_dump(mode="json"))}], True)
+    back = plan("reload", now, INV, [{"outcome": "applied", "compile_key": compile_key(INV.model_dump(mode="json"))}])
     assert back.prediction == "warm" and back.compile_changed == ["runtime.max_num_seqs"]
-    never = plan_reload("reload", now, changed(max_num_seqs=3), [], True)
+    never = plan("reload", now, changed(max_num_seqs=3))
     assert never.prediction == "cold"
 
 
@@ -152,25 +196,56 @@ def test_drain_counts_from_vllms_own_shutdown_lines():
 
 
 def test_a_rollback_after_an_interrupted_reload_plans_from_what_runs_not_only_the_record():
-    from sparkctl.facts.docker import ContainerFact
-
-    launch = render(INV)
-
-    def ctr(spec, config_hash):
-        labels = {"io.sparkctl.role": spec.role, "io.sparkctl.config-hash": config_hash}
-        return ContainerFact(id=spec.name, name=spec.name, status="running", exit_code=0, image_id="", image_ref="", labels=labels)
-
-    running = {s.host: [ctr(s, launch.expected_hash(s.name))] for s in launch.containers}
-    assert plan_reload("rollback", recorded(), INV, [], True, running).groups == []  # all runs the last good config
-    running["head"] = []  # the interrupted reload had stopped the head
-    back = plan_reload("rollback", recorded(), INV, [], True, running)
+    assert plan("rollback", recorded(), INV).groups == []  # all runs the last good config
+    back = plan("rollback", recorded(), INV, gone=("head",))  # the interrupted reload had stopped the head
     assert back.groups == ["engine"] and back.containers == ["sparkctl-worker", "sparkctl-head"]
+    assert back.prediction == "warm"
+
+
+def test_the_same_config_restarts_what_runs_another_image_than_the_node_holds_under_its_tag():
+    # no field changes; every node now holds ID2 under the tag while the containers run ID1: the
+    # runtime step restarts them all, and so does the plan (a plan from group hashes said nothing)
+    p = plan("reload", recorded(), INV, held=ID2)
+    assert p.changes == [] and p.groups == ["drafter", "engine"] and not p.empty
+    assert p.containers == [c.name for c in render(INV).containers]
+    assert "restarts: nothing" not in "\n".join(p.lines())
+    quiet = plan("reload", recorded(), INV)
+    assert quiet.empty and quiet.groups == [] and "restarts: nothing (no container's config changes)" in quiet.lines()
+
+
+def test_a_run_restarts_only_what_the_plan_confirmed():
+    """The stop step of the run refuses (nothing stopped) when the cluster changed after the plan
+    was shown: here the plan said the drafter, and the engine's head has gone since."""
+    new = changed(speculative__drafter_image="10.231.0.1:5000/sparkctl/vllm-sim:drafter")
+    shown = plan("reload", recorded(), new)
+    assert shown.containers == ["sparkctl-drafter"]
+    base = Inventory.model_validate(recorded()["inventory"])
+    for gone, refused in (((), False), (("head",), True)):
+        run = RunContext(inventory=new, fleet=None, facts=cluster_facts(new, base, gone=gone),
+                         options={"confirmed_restart": shown.containers})  # fmt: skip
+        first = next(iter(StopStep().plan(run).values()))
+        assert bool(first.blocked) is refused, first
+    assert "the plan restarts sparkctl-drafter, this run would restart sparkctl-drafter, sparkctl-worker, sparkctl-head" in first.blocked
+    assert "nothing was stopped" in first.blocked
 
 
 def test_moving_the_cuda_jit_cache_or_the_volume_is_predicted_cold():
-    p = plan_reload("reload", recorded(), changed(env={**INV.runtime.env, "CUDA_CACHE_PATH": "/tmp/jit"}), [], cache_warm=True)
+    p = plan("reload", recorded(), changed(env={**INV.runtime.env, "CUDA_CACHE_PATH": "/tmp/jit"}))
     assert p.prediction == "cold" and p.compile_changed == ["runtime.env.CUDA_CACHE_PATH"]
     d = INV.model_dump(mode="json")
     d["caches"]["host_path"] = "/srv/other-cache"
-    p = plan_reload("reload", recorded(), Inventory.model_validate(d), [], cache_warm=True)
+    p = plan("reload", recorded(), Inventory.model_validate(d))
     assert p.prediction == "cold" and p.compile_changed == ["caches.host_path"]
+
+
+def test_a_check_run_that_stopped_makes_a_plan_that_says_so_and_is_never_nothing_to_do():
+    from sparkctl.runner import CONNECT
+    from sparkctl.steps.base import StepResult
+
+    # what the runner reports for a host whose facts could not be read: no step planned after it
+    stopped = Recap(playbook="reload", check_mode=True)
+    stopped.results.append(StepResult(CONNECT, "worker", "failed", "worker: SSH connect to 10.231.0.12:22 timed out after 3 s"))
+    p = plan_reload("reload", recorded(), INV, [], True, stopped)
+    assert p.groups == [] and not p.empty  # the run goes on to meet the failure and report it
+    assert p.stops == "connect on worker: worker: SSH connect to 10.231.0.12:22 timed out after 3 s"
+    assert p.lines()[-1] == f"the run would stop here: {p.stops}"
