@@ -532,15 +532,16 @@ def snapshot() -> dict:
     return out
 
 
-def changes(before: dict, after: dict) -> list[str]:
-    """What differs between two snapshot()s, one line each (nothing: the lab is as it was)."""
+def changes(before: dict, after: dict, where: str = "") -> list[str]:
+    """What differs between two snapshot()s, one line per leaf, e.g. `worker links enp1s0f1np1:
+    ('UP', 9000, [...]) -> ('UP', 1500, [...])` (nothing: the lab is as it was)."""
     out = []
     for key in sorted(set(before) | set(after)):
         b, a = before.get(key), after.get(key)
         if isinstance(b, dict) and isinstance(a, dict):
-            out += [f"{key} {k}: {b.get(k)!r} -> {a.get(k)!r}" for k in sorted(set(b) | set(a)) if b.get(k) != a.get(k)]
+            out += changes(b, a, f"{where}{key} ")
         elif b != a:
-            out.append(f"{key}: {b!r} -> {a!r}")
+            out.append(f"{where}{key}: {b!r} -> {a!r}")
     return out
 
 

@@ -32,7 +32,7 @@ def test_each_change_is_named_with_its_host_and_what_it_was():
     after["drill loads"] = ["load-chat.pid"]
     lines = drills.changes(LAB, after)
     assert len(lines) == 4, lines
-    assert "worker links: " in lines[-1] and "9000" in lines[-1] and "1500" in lines[-1]
+    assert "worker links enp1s0f0np0: ['UP', 9000, ['10.231.100.3/24']] -> ['UP', 1500, ['10.231.100.3/24']]" in lines
     assert any(line.startswith("head containers: ") and "0123456789abcdef" in line for line in lines)
     assert any(line.startswith("head lock, journal, engram mount: ") for line in lines)
     assert "drill loads: [] -> ['load-chat.pid']" in lines
