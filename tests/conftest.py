@@ -6,6 +6,7 @@ when the environment variable CI is set: CI runs everything, so there they fail 
     lab         (session) brings the lab up once (idempotent), clears leftover faults, and
                 returns `sparkctl_lab.api` (host_exec, status, fault, LAB_DIR, ...)
     lab_faults  (function) the same api; clears every fault when the test ends
+    request.node.reports["call"]  a test's report, for its fixtures' teardown (did it pass?)
 
 tests/lab/test_lab_updown.py takes the lab down and up again, so it is ordered after every
 other test of the session (the rest see one undisturbed lab).
@@ -31,6 +32,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 RUN_LAST = "test_lab_updown.py"
 LAB_SESSION_LOCK = "/run/lock/sparkctl-lab-tests.lock"
 _lab_lock = None  # the open lock file while this session holds the lab
+_lab_up = False  # the lab fixture has brought the lab up in this session
 
 
 def _hold_lab() -> None:
@@ -86,6 +88,14 @@ def pytest_xdist_make_scheduler(config, log):
     return LabOnOneWorker(config, log)
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    """item.reports["setup" | "call"]: the test's reports, for a fixture's teardown to read."""
+    report = yield
+    item.__dict__.setdefault("reports", {})[report.when] = report
+    return report
+
+
 def pytest_runtest_setup(item):
     if item.get_closest_marker("lab") is not None:
         reason = _why_no_lab()
@@ -102,7 +112,9 @@ def lab():
     _hold_lab()
     from sparkctl_lab import api
 
+    global _lab_up
     api.up()
+    _lab_up = True
     api.clear_faults()
     # this session holds the lab alone (LAB_SESSION_LOCK): a cluster lock or reload journal left on
     # the head can only be from a run that was killed (a timed-out test); it must not fail the rest
@@ -131,7 +143,8 @@ def _clear_gone_lock(api) -> None:
 def _lab_lock_hygiene(request):
     """After each lab test: no lock of a killed run survives into the next test."""
     yield
-    if request.node.get_closest_marker("lab") is not None and _lab_lock is not None and os.geteuid() == 0:
+    # (a lab-marked test that needs no lab, run before the lab fixture, has no lab to look at yet)
+    if request.node.get_closest_marker("lab") is not None and _lab_up and os.geteuid() == 0:
         from sparkctl_lab import api
 
         _clear_gone_lock(api)

@@ -502,6 +502,49 @@ DRILLS: dict[str, Drill] = {
 }  # fmt: skip
 
 
+def snapshot() -> dict:
+    """What a repaired drill must leave as it found it, per host: each link's state, MTU and IPv4
+    addresses, each sparkctl container's state, image and config hash (not its id: a repair may
+    restart the runtime), the runtime tag's image, the cluster lock and reload journal, the
+    Engram mount; and the drills' own background loads. Compare two with `changes()`."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    target = _inventory()["engram"]["target"]
+    script = ("ip -j addr show; echo '#'; docker ps -aq --filter label=io.sparkctl.cluster | xargs -r docker inspect -f "
+              "'{{.Name}} {{.State.Status}} {{.Image}} {{index .Config.Labels \"io.sparkctl.config-hash\"}}'; echo '#'; "
+              f"docker image inspect -f '{{{{.Id}}}}' {IMAGE} 2>/dev/null; echo '#'; "
+              f"ls /var/lib/sparkctl/state/lock /var/lib/sparkctl/state/journal.json 2>/dev/null; findmnt -n -o FSTYPE,TARGET {target}; true")
+
+    def host(name: str) -> dict:
+        links, containers, image, rest = _sh(name, script).split("#\n", 3)
+        return {
+            "links": {i["ifname"]: (i.get("operstate"), i.get("mtu"), sorted(f"{a['local']}/{a['prefixlen']}" for a in i.get("addr_info", [])
+                                                                            if a.get("family") == "inet"))
+                      for i in json.loads(links) if i["ifname"] != "lo"},
+            "containers": sorted(containers.split("\n")[:-1]),
+            "image": image.strip(),
+            "lock, journal, engram mount": rest.split(),
+        }
+
+    with ThreadPoolExecutor(len(HOSTS)) as pool:
+        out = dict(zip(HOSTS, pool.map(host, HOSTS)))
+    out["drill loads"] = sorted(p.name for p in LOAD_DIR.glob("load-*.pid")) if LOAD_DIR.exists() else []
+    return out
+
+
+def changes(before: dict, after: dict, where: str = "") -> list[str]:
+    """What differs between two snapshot()s, one line per leaf, e.g. `worker links enp1s0f1np1:
+    ('UP', 9000, [...]) -> ('UP', 1500, [...])` (nothing: the lab is as it was)."""
+    out = []
+    for key in sorted(set(before) | set(after)):
+        b, a = before.get(key), after.get(key)
+        if isinstance(b, dict) and isinstance(a, dict):
+            out += changes(b, a, f"{where}{key} ")
+        elif b != a:
+            out.append(f"{where}{key}: {b!r} -> {a!r}")
+    return out
+
+
 def get(name: str) -> Drill:
     if name not in DRILLS:
         raise InputError(f"unknown drill {name!r}", fix=f"drills: {', '.join(DRILLS)} (`sparkctl lab drill --list`)")

@@ -4,6 +4,12 @@ What each test checks is what an operator (or doctor, or bench) sees of a real v
 port refusing while loading, the head's engine dying with its worker, max_num_seqs queueing,
 acceptance by workload and by context, and the drain on SIGTERM. HTTP goes from this machine to
 the head's management address; metrics are read with prometheus_client's parser.
+
+Each test brings the runtime to the config it needs with `sparkctl up -i` (a no-op when it is
+already there, whatever ran before), and the tests are ordered so that neighbours share one start:
+the lab inventory's runtime (acceptance, then the worker loss, which kills it), a slow start, the
+slow steps with a 30 s drain (queueing, then SIGTERM), the slow steps with no drain. The module
+puts the lab inventory's runtime back at the end (`restore`).
 """
 
 from __future__ import annotations
@@ -62,10 +68,14 @@ def variant(tmp_path: Path, base: dict, env: dict | None = None, **runtime) -> P
     return path
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def restore(lab):
+    """The lab inventory's runtime again once the module is done (each test starts its own config)."""
     yield
     sparkctl("up", "-i", str(lab.INVENTORY_PATH))
+
+
+SLOW_STEPS = {"SIM_STEP_TIME_SCALE": "0.5"}  # steps 50x a Spark's: requests stay in flight long enough to watch
 
 
 def complete(model: str, prompt: str, tokens: int, timeout: float = 120) -> httpx.Response:
@@ -76,27 +86,22 @@ def complete(model: str, prompt: str, tokens: int, timeout: float = 120) -> http
     )
 
 
-def test_port_refuses_connections_while_loading(lab, lab_inventory, tmp_path, restore):
-    inv = variant(tmp_path, lab_inventory, {"SIM_FAULTS": "slow_start=30"})
-    up = subprocess.Popen([sys.executable, "-m", "sparkctl", "up", "-i", str(inv), "--json"], stdout=subprocess.PIPE, env=ENV, text=True)
-    refused = 0
-    try:
-        while up.poll() is None:
-            head = lab.host_exec("head", ["docker", "inspect", "-f", "{{.State.Status}}", "sparkctl-head"])
-            if head.stdout.strip() == "running":
-                try:
-                    httpx.get(f"{URL}/health", timeout=1)
-                except (httpx.ConnectError, httpx.ReadError):  # refused, or reset while the port opens
-                    refused += 1
-            time.sleep(0.2)
-        doc = json.loads(up.stdout.read())
-    finally:
-        if up.poll() is None:  # SIGTERM: the run ends like Ctrl-C and releases the cluster lock
-            up.terminate()
-            up.wait(60)
-    assert doc["failed"] == 0, doc["stopped_at"]
-    assert refused > 0, "the port should refuse connections while the engine loads"
-    assert httpx.get(f"{URL}/health", timeout=5).status_code == 200
+def test_acceptance_depends_on_the_text_and_decays_with_context(lab, lab_inventory, restore):
+    sparkctl("up", "-i", str(lab.INVENTORY_PATH))
+    model = lab_inventory["runtime"]["served_model_name"]
+
+    def measured(prompt: str, tokens: int = 400) -> float:
+        before = metrics()
+        assert complete(model, prompt, tokens).status_code == 200
+        return mean_acceptance_length(before, metrics())
+
+    counting = measured("Count from 1 to 200.")
+    code = measured("def quicksort(items):\n    # implement quicksort in Python\n")
+    prose = measured("Write a short story about a lighthouse keeper.")
+    assert counting > code > prose
+    assert counting > 5.0  # nearly all of 5 drafts accepted (seed 000)
+    long_code = measured("def parse(data):\n" + "    x = compute(x) + 1\n" * 12000)  # ~80K tokens of context
+    assert long_code < code - 0.8  # ~4.3 falling to ~2.8 by 80K (seed 002)
 
 
 def test_worker_loss_kills_the_heads_engine(lab, lab_inventory, restore):
@@ -127,8 +132,34 @@ def test_worker_loss_kills_the_heads_engine(lab, lab_inventory, restore):
     assert "runtime.containers" in doc["summary"]["failed_checks"]
 
 
+def test_port_refuses_connections_while_loading(lab, lab_inventory, tmp_path, restore):
+    # start-up phases 8x as long (~6 s of loading at the lab's scale): the loop below looks every 0.2 s
+    inv = variant(tmp_path, lab_inventory, {"SIM_FAULTS": "slow_start=8"})
+    # --force: a start to watch, whatever config the runtime has now
+    up = subprocess.Popen([sys.executable, "-m", "sparkctl", "up", "-i", str(inv), "--force", "--json"], stdout=subprocess.PIPE,
+                          env=ENV, text=True)  # fmt: skip
+    refused = 0
+    try:
+        while up.poll() is None:
+            head = lab.host_exec("head", ["docker", "inspect", "-f", "{{.State.Status}}", "sparkctl-head"])
+            if head.stdout.strip() == "running":
+                try:
+                    httpx.get(f"{URL}/health", timeout=1)
+                except (httpx.ConnectError, httpx.ReadError):  # refused, or reset while the port opens
+                    refused += 1
+            time.sleep(0.2)
+        doc = json.loads(up.stdout.read())
+    finally:
+        if up.poll() is None:  # SIGTERM: the run ends like Ctrl-C and releases the cluster lock
+            up.terminate()
+            up.wait(60)
+    assert doc["failed"] == 0, doc["stopped_at"]
+    assert refused > 0, "the port should refuse connections while the engine loads"
+    assert httpx.get(f"{URL}/health", timeout=5).status_code == 200
+
+
 def test_max_num_seqs_runs_four_and_queues_the_rest(lab, lab_inventory, tmp_path, restore):
-    inv = variant(tmp_path, lab_inventory, {"SIM_STEP_TIME_SCALE": "0.5"})
+    inv = variant(tmp_path, lab_inventory, SLOW_STEPS, shutdown_timeout=30)  # the drain test's config: one start for both
     sparkctl("up", "-i", str(inv))
     model = lab_inventory["runtime"]["served_model_name"]
     threads = [threading.Thread(target=complete, args=(model, f"Write an essay about rivers, part {i}.", 400)) for i in range(6)]
@@ -149,26 +180,8 @@ def test_max_num_seqs_runs_four_and_queues_the_rest(lab, lab_inventory, tmp_path
     assert peak == (4.0, 2.0)  # max_num_seqs 4: the other two wait
 
 
-def test_acceptance_depends_on_the_text_and_decays_with_context(lab, lab_inventory, restore):
-    sparkctl("up", "-i", str(lab.INVENTORY_PATH))
-    model = lab_inventory["runtime"]["served_model_name"]
-
-    def measured(prompt: str, tokens: int = 400) -> float:
-        before = metrics()
-        assert complete(model, prompt, tokens).status_code == 200
-        return mean_acceptance_length(before, metrics())
-
-    counting = measured("Count from 1 to 200.")
-    code = measured("def quicksort(items):\n    # implement quicksort in Python\n")
-    prose = measured("Write a short story about a lighthouse keeper.")
-    assert counting > code > prose
-    assert counting > 5.0  # nearly all of 5 drafts accepted (seed 000)
-    long_code = measured("def parse(data):\n" + "    x = compute(x) + 1\n" * 12000)  # ~80K tokens of context
-    assert long_code < code - 0.8  # ~4.3 falling to ~2.8 by 80K (seed 002)
-
-
 def test_sigterm_drains_in_flight_and_rejects_new_requests(lab, lab_inventory, tmp_path, restore):
-    inv = variant(tmp_path, lab_inventory, {"SIM_STEP_TIME_SCALE": "0.5"}, shutdown_timeout=30)
+    inv = variant(tmp_path, lab_inventory, SLOW_STEPS, shutdown_timeout=30)
     sparkctl("up", "-i", str(inv))
     model = lab_inventory["runtime"]["served_model_name"]
     result: dict = {}
@@ -190,7 +203,7 @@ def test_sigterm_drains_in_flight_and_rejects_new_requests(lab, lab_inventory, t
 
 
 def test_shutdown_timeout_zero_aborts_in_flight(lab, lab_inventory, tmp_path, restore):
-    inv = variant(tmp_path, lab_inventory, {"SIM_STEP_TIME_SCALE": "0.5"}, shutdown_timeout=0)
+    inv = variant(tmp_path, lab_inventory, SLOW_STEPS, shutdown_timeout=0)
     sparkctl("up", "-i", str(inv))
     model = lab_inventory["runtime"]["served_model_name"]
     result: dict = {}

@@ -308,11 +308,12 @@ class NodeAgent(_Connection):
     """A registered node: answers pings and method calls; `lost` is set when the head goes away."""
 
     def __init__(self, address: str, ip: str | None, resources: dict[str, float], is_head: bool,
-                 handlers: dict[str, Callable[[dict], dict]], health_timeout: float, hostname: str, pid: int):
+                 handlers: dict[str, Callable[[dict], dict]], health_timeout: float, hostname: str, pid: int,
+                 lost: threading.Event | None = None):
         self.address = address
         self.handlers = handlers
         self.health_timeout = health_timeout
-        self.lost = threading.Event()
+        self.lost = lost if lost is not None else threading.Event()  # the caller's, to block on it with others
         super().__init__(connect(address, source_ip=ip))
         self.ip = ip or self.sock.getsockname()[0]
         self.send({"op": "register", "ip": self.ip, "resources": resources, "is_head": is_head,

@@ -130,6 +130,13 @@ class Engine:
             self.waiting.append(req)
             self.lock.notify_all()
 
+    def set_hang(self, hang: bool) -> None:
+        """The `hang` fault: steps stop (requests stay in flight) until it is off again."""
+        with self.lock:
+            if self.hang != hang:
+                self.hang = hang
+                self.lock.notify_all()
+
     def abort(self, req: Request, reason: str = "abort") -> None:
         with self.lock:
             if req.finished:
@@ -186,7 +193,7 @@ class Engine:
             while True:
                 with self.lock:
                     while not self.stopped and not self.dead and (self.hang or (not self.running and not self.waiting and not self.crash_next_step)):
-                        self.lock.wait(timeout=0.5)
+                        self.lock.wait()  # idle: every change that ends it notifies (add, stop, crash, kill, set_hang)
                     if self.stopped or self.dead:
                         return
                     if self.crash_next_step:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 import time
 
 from . import cluster, vlog
@@ -27,7 +28,8 @@ def main(argv: list[str]) -> int:
     address, rank, world = argv[0], int(argv[1]), int(argv[2])
     k = knobs_mod.load()
     log = vlog.Logger(f"Worker_TP{rank} pid={os.getpid()}")
-    stop = stop_on_signals()
+    woke = threading.Event()  # a signal, or the agent lost the head (the agent's `lost`)
+    stop = stop_on_signals(woke)
     deadline = time.monotonic() + max(k.ray_join_timeout, 60)
 
     def print_line(args: dict) -> dict:  # the head's start-up phases log this rank's lines here
@@ -44,8 +46,11 @@ def main(argv: list[str]) -> int:
             return 0
         try:
             agent = cluster.NodeAgent(address, os.environ.get("VLLM_HOST_IP"), {"GPU": float(k.gpu_count)}, False,
-                                      handlers, k.ray_health_timeout, socket.gethostname(), os.getpid())
+                                      handlers, k.ray_health_timeout, socket.gethostname(), os.getpid(), lost=woke)
         except (OSError, ConnectionError):
+            woke.clear()  # a failed join's agent set it; a signal since has set `stop` too
+            if stop.is_set():
+                return 0
             if time.monotonic() > deadline:
                 log.error(SIM, f"[simulator] WorkerProc failed to start: no rendezvous at tcp://{address} "
                                f"within {max(k.ray_join_timeout, 60):.0f} s")
@@ -54,11 +59,11 @@ def main(argv: list[str]) -> int:
     # distributed/parallel_state.py init_distributed_environment, with --nnodes > 1
     log.info("parallel_state.py:1929", f"world_size={world} rank={rank} local_rank=0 "
                                        f"distributed_init_method=tcp://{address} backend=nccl")
-    while not stop.wait(0.2):
-        if agent.lost.is_set():
-            log.warning(SIM, f"[simulator] lost the head at tcp://{address}; a headless rank does not exit by itself "
-                             "(vllm#32136): stop this node")
-            stop.wait()
+    woke.wait()  # blocks until a signal or the head is lost
+    if not stop.is_set():
+        log.warning(SIM, f"[simulator] lost the head at tcp://{address}; a headless rank does not exit by itself "
+                         "(vllm#32136): stop this node")
+        stop.wait()
     agent.close()
     return 0
 

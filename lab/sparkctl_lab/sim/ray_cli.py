@@ -83,11 +83,18 @@ def node_handlers() -> dict:
             "hello": lambda _args: {"pid": os.getpid(), "hostname": socket.gethostname()}}
 
 
-def stop_on_signals() -> threading.Event:
-    """An event SIGTERM/SIGINT set. PID 1 in a container ignores signals it has no handler for."""
+def stop_on_signals(wake: threading.Event | None = None) -> threading.Event:
+    """An event SIGTERM/SIGINT set (and `wake` with it: one event a main thread blocks on for a
+    signal or something else). PID 1 in a container ignores signals it has no handler for."""
     stop = threading.Event()
+
+    def on_signal(*_) -> None:
+        stop.set()
+        if wake is not None:
+            wake.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_signal)
     return stop
 
 
@@ -132,8 +139,7 @@ def run_head(args) -> int:
     _head_banner(ip, address, foreground=True)
     if args.block:
         _say("\n" + BLOCK)
-    while not stop.wait(0.5):
-        pass
+    stop.wait()  # blocks until a signal (the handler runs in this thread; the wait resumes after it)
     agent.close()
     gcs.shutdown()
     _cleanup(tdir, "head", address)
@@ -146,20 +152,24 @@ def run_worker(args) -> int:
     deadline = time.monotonic() + k.ray_join_timeout
     agent = None
     last_error = ""
-    stop = stop_on_signals()  # before joining: `docker stop` of a worker still looking for its head ends it at once
+    woke = threading.Event()  # a signal, or the agent lost its head (the agent's `lost`)
+    stop = stop_on_signals(woke)  # before joining: `docker stop` of a worker still looking for its head ends it at once
     while agent is None:
         if stop.is_set():
             return 0
         try:
             agent = cluster.NodeAgent(address, args.node_ip_address, _node_resources(args), False, node_handlers(),
-                                      k.ray_health_timeout, socket.gethostname(), os.getpid())
+                                      k.ray_health_timeout, socket.gethostname(), os.getpid(), lost=woke)
         except (OSError, ConnectionError) as e:
+            woke.clear()  # a failed join's agent set it; a signal since has set `stop` too
+            if stop.is_set():
+                return 0
             last_error = str(e)
             if time.monotonic() > deadline:
                 _say(f"ConnectionError: Failed to connect to GCS at address {address} within {k.ray_join_timeout:.0f} seconds "
                      f"({last_error}). Check that the head node is running `ray start --head` and is reachable.")
                 return 1
-            time.sleep(0.5)
+            stop.wait(0.5)
     tdir = temp_dir(args.temp_dir)
     os.makedirs(tdir, exist_ok=True)
     _pid_file(tdir, "worker").write_text(str(os.getpid()))
@@ -167,8 +177,7 @@ def run_worker(args) -> int:
     _worker_banner()
     if args.block:
         _say("\n" + BLOCK)
-    while not stop.is_set() and not agent.lost.is_set():
-        stop.wait(0.2)
+    woke.wait()  # blocks until a signal or the head is lost
     if stop.is_set():
         agent.close()
         _cleanup(tdir, "worker", None)

@@ -282,7 +282,7 @@ class Runtime(StartupPhases, Executor):
             return
         if "crash_now" in faults and not eng.dead:
             eng.crash("device_assert")
-        eng.hang = "hang" in faults
+        eng.set_hang("hang" in faults)
         eng.slow_factor = faults.get("slow_decode", 1.0) or 1.0
 
     def _log_stats(self, elapsed: float, last_prompt: float, last_gen: float) -> tuple[float, float]:
