@@ -250,17 +250,25 @@ def test_sigkill_mid_reload_is_reported_and_resume_or_rollback_restores_service(
 def test_requests_in_flight_at_the_drain_finish(lab, inv, tmp_path):
     results: list = []
 
-    def stream() -> None:  # ~2 s of decode in the lab: still running when the drain begins
+    def streams() -> None:  # back to back (~2 s of decode each), until the engine stops taking them:
+        # two are in flight whenever the drain begins, however long the reload takes to get there
         body = {"model": "deepseek-v4.1-flash", "prompt": "Count from 1 to 200:", "max_tokens": 20000,
                 "temperature": 0, "ignore_eos": True, "stream": True}  # fmt: skip
-        reason = None
-        with httpx.stream("POST", f"{URL}/v1/completions", json=body, timeout=120) as r:
-            for line in r.iter_lines():
-                if line.startswith("data: {"):
-                    reason = json.loads(line[6:])["choices"][0].get("finish_reason") or reason
-        results.append(reason)
+        while True:
+            reason, answered = None, False
+            try:
+                with httpx.stream("POST", f"{URL}/v1/completions", json=body, timeout=120) as r:
+                    if r.status_code != 200:
+                        return results.append(f"refused {r.status_code}")
+                    for line in r.iter_lines():
+                        answered = True
+                        if line.startswith("data: {"):
+                            reason = json.loads(line[6:])["choices"][0].get("finish_reason") or reason
+            except httpx.TransportError as e:  # refused or reset before a byte came back: not let in
+                return results.append("refused" if not answered else f"cut: {e!r}")
+            results.append(reason)
 
-    threads = [threading.Thread(target=stream) for _ in range(2)]
+    threads = [threading.Thread(target=streams) for _ in range(2)]
     for t in threads:
         t.start()
     time.sleep(0.3)
@@ -268,7 +276,8 @@ def test_requests_in_flight_at_the_drain_finish(lab, inv, tmp_path):
     for t in threads:
         t.join(120)
     try:
-        assert results == ["length", "length"]  # both ran to the end: the drain let them finish
+        ran = [r for r in results if not str(r).startswith("refused")]
+        assert len(results) - len(ran) == 2 and ran and set(ran) == {"length"}, results  # none cut: the drain let them finish
         assert doc["drain"]["in_flight"] == 2 and doc["drain"]["finished"] == 2 and doc["drain"]["cut"] == 0
     finally:
         sparkctl("reload", "-i", str(tmp_path / "renamed.yaml"), "--config", str(inv), "--yes", rc=None)
