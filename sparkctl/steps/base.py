@@ -120,7 +120,7 @@ class Step:
     `plan` for a decision over the whole cluster) and `apply`; `verify` is optional."""
 
     name: str = ""
-    facts: frozenset[str] = frozenset()  # fact kinds (facts/host.py KINDS) the plan reads
+    facts: frozenset[str] = frozenset()  # fact kinds (registered in facts/*.py, facts/base.py) the plan reads
     options: dict[str, Any] = {}  # the playbook entry's `options` (set per run by the runner)
 
     def hosts(self, inv: Inventory) -> list[str]:

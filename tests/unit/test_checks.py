@@ -45,7 +45,7 @@ def run(secs=None, inv: Inventory = INV, unreachable=None, deep=False, only=None
             continue
         s = {k: Section(v["rc"], v["out"]) for k, v in raw.items()}
         clock = float(s["clock"].out.split()[0]) if "clock" in s else None  # as if sent at that instant
-        facts[host] = parse_host(inv, host, s, clock_sent=clock)
+        facts[host] = parse_host(inv, host, s, sent=clock)
     ctx = Context(inventory=inv, hosts=list(inv.hosts), facts=facts, unreachable=unreachable, deep=deep, **ctx_fields)
     return run_checks(ctx, select(only=only, deep=deep))
 
@@ -210,7 +210,7 @@ def test_clock_skew():
     for host, raw in secs.items():
         s = {k: Section(v["rc"], v["out"]) for k, v in raw.items()}
         sent = t if host == W else float(s["clock"].out.split()[0])  # every probe sent "now" for its host
-        facts[host] = parse_host(INV, host, s, clock_sent=sent)
+        facts[host] = parse_host(INV, host, s, sent=sent)
     results = run_checks(Context(inventory=INV, hosts=list(INV.hosts), facts=facts), select(only=["ssh"]))
     assert failing(results) == {("ssh.clock", W, "")} and "timedatectl" in by(results, "ssh.clock", W).fix
     assert "+4.5" in by(results, "ssh.clock", W).message and by(results, "ssh.clock", H).status == "ok"
