@@ -53,8 +53,15 @@ class Unreachable:
 
     @classmethod
     def of(cls, host: str, outcome: Outcome) -> "Unreachable":
+        """A failed Outcome of Fleet.map (its message already redacted)."""
         failure = getattr(outcome, "failure", None)
         return cls(host, reason_of(failure), outcome.error or "no answer", outcome.fix, failure)
+
+    @classmethod
+    def from_error(cls, host: str, error: SparkctlError) -> "Unreachable":
+        from sparkctl.transport.redact import redact
+
+        return cls(host, reason_of(error), redact(error.message), error.fix, error)
 
 
 def reason_of(error: Optional[BaseException]) -> Reason:

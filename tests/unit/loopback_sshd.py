@@ -94,10 +94,11 @@ class LoopbackSSHD:
         for t in self._transports:
             t.close()
 
-    def inventory(self, directory: Path, ports: dict[str, int] | None = None, **defaults):
+    def inventory(self, directory: Path, ports: dict[str, int] | None = None, hosts: dict[str, dict] | None = None,
+                  **defaults):  # fmt: skip
         """The lab inventory with its hosts' SSH at this server (head 127.0.0.1, worker .2, offload
         .3; a host's port from `ports` when given, e.g. a closed one), strict host keys, and
-        `defaults` over ssh_defaults."""
+        `defaults` over ssh_defaults, `hosts` over a host's ssh section."""
         from sparkctl.inventory.loader import load_inventory
 
         data = yaml.safe_load((REPO / "inventories" / "lab.yaml").read_text())
@@ -105,7 +106,7 @@ class LoopbackSSHD:
                                 "host_key_policy": "strict", "config_file": "none", "agent": False,
                                 "connect_timeout": 2, **defaults}  # fmt: skip
         for (name, host), address, port in zip(data["hosts"].items(), self.ADDRESSES, self.ports):
-            host["ssh"] = {"address": address, "port": (ports or {}).get(name, port)}
+            host["ssh"] = {"address": address, "port": (ports or {}).get(name, port), **(hosts or {}).get(name, {})}
             if name in (ports or {}):  # this host's key is known there too
                 with self.known_hosts.open("a") as f:
                     f.write(f"[{address}]:{ports[name]} {self.host_key.get_name()} {self.host_key.get_base64()}\n")

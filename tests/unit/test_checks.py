@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from sparkctl.checks import REGISTRY
-from sparkctl.checks.base import Context, Unreachable
+from sparkctl.checks.base import Context
+from sparkctl.session import Unreachable
 from sparkctl.checks.doctor import run_checks, select
 from sparkctl.facts.host import parse_host
 from sparkctl.facts.probe import Section
@@ -172,7 +173,7 @@ def test_address_missing_wrong_prefix_and_route_leak():
 
 
 def test_unreachable_host_one_failure_rest_skipped():
-    u = {W: Unreachable("worker: cannot connect to root@10.231.0.12:22 after 3 attempts: timed out", "check the host", "connect")}
+    u = {W: Unreachable(W, "timeout", "worker: cannot connect to root@10.231.0.12:22 after 3 attempts: timed out", "check the host")}
     r = run(unreachable=u)
     worker = [x for x in r if x.host == W]
     assert [x.name for x in worker if x.status == "fail"] == ["ssh.reachable"]
@@ -183,14 +184,14 @@ def test_unreachable_host_one_failure_rest_skipped():
 
 
 def test_changed_host_key_is_named_and_the_host_is_up():
-    u = {O: Unreachable("offload: HOST KEY CHANGED for 10.231.0.13 ...", "ssh-keygen -R ...", "host_key")}
+    u = {O: Unreachable(O, "host_key", "offload: HOST KEY CHANGED for 10.231.0.13 ...", "ssh-keygen -R ...")}
     r = run(unreachable=u)
     assert by(r, "ssh.reachable", O).status == "ok" and by(r, "ssh.host_key", O).status == "fail"
     assert "ssh-keygen -R" in by(r, "ssh.host_key", O).fix
 
 
 def test_only_still_reports_why_a_host_is_missing():
-    u = {W: Unreachable("worker: cannot connect", None, "connect")}
+    u = {W: Unreachable(W, "refused", "worker: cannot connect")}
     r = run(unreachable=u, only=["gpu"])
     assert ("ssh.reachable", W, "") in failing(r) and {x.group for x in r} == {"ssh", "gpu"}
 
