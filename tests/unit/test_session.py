@@ -125,3 +125,58 @@ def test_doctor_names_a_refused_key_and_a_changed_host_key_by_the_transports_rea
     assert got[("ssh.reachable", "offload")] == ("ok", f"sshd answers at root@127.0.0.3:{sshd.ports[2]} (its host key is refused: see ssh.host_key)")
     assert got[("ssh.host_key", "offload")][0] == "fail" and "HOST KEY CHANGED" in got[("ssh.host_key", "offload")][1]
     assert report.timings.keys() == {"head", "worker", "offload"} and report.failed
+
+
+def _runner_stages(changes_on: set[str]):
+    from sparkctl.runner import PlaybookStep, Stage
+    from sparkctl.steps.base import Change, Step
+
+    class Gate(Step):
+        name, facts = "gate", frozenset({"whoami"})
+
+        def plan_host(self, ctx, host):
+            return self.noop(host, f"uid {ctx.facts[host].uid}")
+
+    class Limits(Step):
+        name, facts = "limits", frozenset({"memlock"})
+
+        def plan_host(self, ctx, host):
+            f = ctx.facts[host]
+            if host in changes_on:
+                return self.changes(host, [Change("note", f"note memlock {f.memlock_kib} on {host}")])
+            return self.noop(host, f"memlock {f.memlock_kib}")
+
+        def apply(self, ctx, plan):
+            return f"re-read: memlock {ctx.refresh(plan.host, {'memlock'}).memlock_kib}"
+
+    return [Stage(PlaybookStep(step="gate", gate=True), Gate()), Stage(PlaybookStep(step="limits"), Limits())]
+
+
+def test_the_runner_reads_each_host_once_and_the_gate_once_more_only_before_a_change(sshd, tmp_path):
+    from sparkctl.runner import run_playbook
+    from sparkctl.steps.base import RunContext
+
+    inv = sshd.inventory(tmp_path)
+    with ClusterSession(inv) as cluster:
+        recap = run_playbook(RunContext(inventory=inv, fleet=cluster.fleet), _runner_stages(set()), "test")
+        assert not recap.failed and len(sshd.commands) == 3  # nothing to change: one round trip per host, no gate
+        assert {r.status for r in recap.results if r.step == "gate"} == {"skipped"}
+    with ClusterSession(inv) as cluster:
+        ctx = RunContext(inventory=inv, fleet=cluster.fleet)
+        recap = run_playbook(ctx, _runner_stages({"worker"}), "test")
+        assert not recap.failed and len(sshd.commands) == 3 + 3 + 3 + 1  # + the gate's kinds + worker's re-read
+        assert [r.message for r in recap.results if r.step == "gate"] == ["uid 0"] * 3
+        assert ctx.facts["worker"].kinds == {"memlock", "whoami"} and ctx.cluster.facts is ctx.facts
+
+
+def test_a_host_the_runner_cannot_read_fails_connect_with_the_transports_words(sshd, tmp_path):
+    from sparkctl.runner import run_playbook
+    from sparkctl.steps.base import RunContext
+
+    inv = sshd.inventory(tmp_path, ports={"offload": closed_port("127.0.0.3")})
+    with ClusterSession(inv) as cluster:
+        recap = run_playbook(RunContext(inventory=inv, fleet=cluster.fleet), _runner_stages({"worker"}), "test")
+    [connect] = [r for r in recap.results if r.step == "connect"]
+    assert (connect.host, connect.status, recap.stopped_at) == ("offload", "failed", "connect")
+    assert connect.message.startswith("offload: cannot connect to root@127.0.0.3:") and connect.fix
+    assert {r.status for r in recap.results if r.step == "limits"} == {"skipped"}
