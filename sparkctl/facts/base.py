@@ -21,7 +21,6 @@ from __future__ import annotations
 import importlib
 import threading
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
 
 if TYPE_CHECKING:
@@ -45,17 +44,11 @@ class Target:
 
     inventory: Inventory
     name: str
+    memo: dict[str, Any] = field(default_factory=dict)  # what topic modules derive once per host (facts/docker's images)
 
     @property
     def host(self) -> Host:
         return self.inventory.hosts[self.name]
-
-    @cached_property
-    def images(self) -> list[str]:
-        """Image references this host's runtime containers run (index i of the `image.i` sections)."""
-        from sparkctl.facts.docker import images_for
-
-        return images_for(self.inventory, self.name)
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,13 @@ def parse_cache(rc: int, text: str) -> CacheFacts:
 # --- the facts (facts/base.py) ---------------------------------------------------------------
 
 
-# only where a runtime container runs (the cache volume is mounted into it)
-@fact("cache", lambda t: cache_probe(t.inventory.caches.host_path) if t.images else None, fields={"cache": None})
+def _cache_probe(t) -> str | None:
+    from sparkctl.facts.docker import host_images
+
+    # only where a runtime container runs (the cache volume is mounted into it)
+    return cache_probe(t.inventory.caches.host_path) if host_images(t) else None
+
+
+@fact("cache", _cache_probe, fields={"cache": None})
 def _cache(f, r: Reading) -> None:
     f.cache = parse_cache(r.rc, r.out)

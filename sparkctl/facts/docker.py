@@ -24,7 +24,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from sparkctl.facts.base import Reading, fact
+from sparkctl.facts.base import Reading, Target, fact
 from sparkctl.runtime.launch import LABEL_PREFIX
 
 IDENTITY_PREFIX = "content:"  # never a docker ID: docker commands take ImageFact.id
@@ -229,10 +229,17 @@ def images_for(inv, host: str) -> list[str]:
     return list(dict.fromkeys(spec.image for spec in plan.for_host(host)))
 
 
-@fact("image", lambda t: {i: image_probe(ref) for i, ref in enumerate(t.images)}, background=True,
+def host_images(t: Target) -> list[str]:
+    """images_for the target's host, derived once per host (index i of its `image.i` sections)."""
+    if "images" not in t.memo:
+        t.memo["images"] = images_for(t.inventory, t.name)
+    return t.memo["images"]
+
+
+@fact("image", lambda t: {i: image_probe(ref) for i, ref in enumerate(host_images(t))}, background=True,
       fields={"images": dict})  # fmt: skip  # reference -> ImageFact
 def _image(f, r: Reading) -> None:
-    ref = r.target.images[r.index]
+    ref = host_images(r.target)[r.index]
     f.images[ref] = parse_image(ref, r.rc, r.out)
 
 
