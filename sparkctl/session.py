@@ -1,7 +1,8 @@
 """The cluster session: what one command holds while it talks to the cluster.
 
 - the SSH fleet (one connection per host, opened on first use, closed at the end);
-- the cluster lock's handle (taken by the runner before the first change, see sparkctl/lock.py);
+- the cluster lock's handle, for a command that changes the cluster (lock.cluster_lock yields it
+  untaken; the runner takes it before the first change);
 - every host's facts, read once: `need(kinds)` gathers only the kinds a host has not answered
   yet, all hosts in parallel, one round trip each (facts/host.py), and `refresh(kinds)` reads them
   again after a change or for a new frame;
@@ -100,7 +101,7 @@ class ClusterSession:
         self.inventory = inventory
         self.fleet = fleet
         self.facts: dict[str, HostFacts] = facts if facts is not None else {}
-        self.lock = lock
+        self.lock = lock  # None for a read-only command
         self.unreachable: dict[str, Unreachable] = {}
         self.seconds: dict[str, float] = {}  # host -> how long its latest round trip took
         self._guard = threading.Lock()  # steps re-read hosts from parallel threads
@@ -129,24 +130,6 @@ class ClusterSession:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    def cluster_lock(self, wait: float = 0, hold: bool = True):
-        """The cluster lock on the head for a `with` body, untaken (lock.cluster_lock): the runner
-        takes it before the first change; released when the body ends."""
-        from contextlib import contextmanager
-
-        from sparkctl.lock import cluster_lock
-
-        @contextmanager
-        def held():
-            with cluster_lock(self.fleet, wait=wait, hold=hold) as lock:
-                self.lock = lock
-                try:
-                    yield lock
-                finally:
-                    self.lock = None
-
-        return held()
 
     # -- facts --------------------------------------------------------------------------------
 
