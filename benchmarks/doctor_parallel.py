@@ -36,10 +36,11 @@ def sequential(inv) -> tuple[float, list]:
     """(wall seconds, check results) of the same work, one host after another."""
     from sparkctl.checks import kinds_for
     from sparkctl.checks.base import Context
-    from sparkctl.checks.doctor import TTFT_WINDOW, _classify, run_checks, select
+    from sparkctl.checks.doctor import TTFT_WINDOW, run_checks, select
     from sparkctl.errors import SparkctlError
     from sparkctl.facts.endpoint import EndpointFacts, fetch, read_again
     from sparkctl.facts.host import gather_host
+    from sparkctl.session import Unreachable
     from sparkctl.transport.guard import check_address
     from sparkctl.transport.ssh import HostSession
 
@@ -58,7 +59,7 @@ def sequential(inv) -> tuple[float, list]:
         try:
             ctx.facts[name] = gather_host(session, inv, kinds, timeout=60)
         except SparkctlError as exc:
-            ctx.unreachable[name] = _classify(exc)
+            ctx.unreachable[name] = Unreachable.from_error(name, exc)
         finally:
             session.close()
     if ctx.endpoint.metrics_at is not None:  # doctor's TTFT window, then its second page

@@ -537,11 +537,14 @@ def _event(kind: str, outcome: str, plan: ReloadPlan, report: ReloadReport) -> d
 
 
 def _hosts_state(fleet, inv: Inventory) -> dict:
-    """What runs where right now, for the operator after a failed rollback."""
-    from sparkctl.facts.host import gather_host
+    """What runs where right now, for the operator after a failed rollback (read again: the
+    rollback changed it)."""
+    from sparkctl.session import ClusterSession
 
     def containers(facts) -> list[dict]:
         return [{"name": c.name, "state": c.status, "config_hash": c.config_hash} for c in facts.containers or []]
 
-    found = fleet.map(lambda s: gather_host(s, inv, {"containers"}), timeout=30)
-    return {h: {"containers": containers(o.value)} if o.ok else {"error": o.error} for h, o in found.items()}
+    cluster = ClusterSession(inv, fleet=fleet)
+    found = cluster.refresh({"containers"}, wait=30)
+    return {h: {"containers": containers(found[h])} if h in found else {"error": cluster.unreachable[h].message}
+            for h in cluster.hosts}  # fmt: skip

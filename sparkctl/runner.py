@@ -4,7 +4,8 @@ The playbook (playbooks/<name>.yaml) is data that drives the run: the steps' ord
 a gate, which applies host after host, and per-step options. The runner owns concurrency and
 results (steps never print):
 1. facts: the fact kinds every step declares are gathered in ONE round trip per host, all hosts
-   at once, and shared by all steps (a step re-reads only what it changed);
+   at once, through the run's cluster session (sparkctl/session.py), and shared by all steps (a
+   step re-reads only what it changed);
 2. per step: plan the cluster (pure), then (unless --check) apply exactly the planned operations,
    in parallel or in the step's host order, then let the step verify what it changed;
 3. a gate (preflight) runs only once something is about to change, just before the first change,
@@ -16,15 +17,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, get_args
+from typing import TYPE_CHECKING, Any, Callable, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl.steps.base import Plan, RunContext, Status, Step, StepResult
 
+if TYPE_CHECKING:
+    from sparkctl.session import Unreachable
+
 
 CONNECT = "connect"  # the pseudo-step hosts fail when their facts could not be read over SSH
+FIX_CONNECT = "check SSH: `sparkctl doctor --only ssh`"  # when the transport's error names no fix
 
 
 class PlaybookStep(BaseModel):
@@ -122,19 +127,15 @@ def _reached(ctx: RunContext, stage: Stage) -> list[str]:
     return [h for h in stage.step.hosts(ctx.inventory) if h in ctx.fleet.sessions]
 
 
-def gather_facts(ctx: RunContext, stages: list[Stage], extra: Optional[dict[str, set[str]]] = None) -> dict[str, tuple[str, Optional[str]]]:
-    """One round trip per host with every stage's fact kinds (and `extra` kinds per host);
-    returns per-host (error, fix) for hosts that failed."""
-    from sparkctl.facts.host import gather_host
-
+def gather_facts(ctx: RunContext, stages: list[Stage], extra: Optional[dict[str, set[str]]] = None) -> dict[str, Unreachable]:
+    """One round trip per host with the stages' fact kinds not read yet (and `extra` kinds per
+    host), through the run's cluster session; returns the hosts asked that could not be read."""
     kinds: dict[str, set[str]] = {h: set((extra or {}).get(h, ())) for h in ctx.fleet.sessions}
     for stage in stages:
         for host in _reached(ctx, stage):
             kinds[host] |= set(stage.step.facts)
-    wanted = [h for h, k in kinds.items() if k]
-    out = ctx.fleet.map(lambda s: gather_host(s, ctx.inventory, kinds[s.name], into=ctx.facts.get(s.name)), hosts=wanted)
-    ctx.facts.update({host: o.value for host, o in out.items() if o.ok})
-    return {host: (o.error, o.fix or "check SSH: `sparkctl doctor --only ssh`") for host, o in out.items() if not o.ok}
+    ctx.cluster.need(kinds)
+    return {h: u for h, u in ctx.cluster.unreachable.items() if kinds.get(h)}
 
 
 class _LockFirst(Exception):
@@ -161,7 +162,7 @@ def run_playbook(
         recap = _run(ctx, stages, playbook, held_back.append, lock_free=True)
     except _LockFirst:
         lock.take()
-        ctx.facts.clear()
+        ctx.cluster.forget()
         ctx.outputs = type(ctx.outputs)()
         return _run(ctx, stages, playbook, on_result, prepare=False)
     for r in held_back:
@@ -195,8 +196,8 @@ def _run(
         failed = False
         for h in _reached(ctx, stage):
             if h in unreachable:
-                error, fix = unreachable[h]
-                emit(StepResult(stage.name, h, "failed", error, fix=fix))
+                u = unreachable[h]
+                emit(StepResult(stage.name, h, "failed", u.message, fix=u.fix or FIX_CONNECT))
                 failed = True
         t0 = time.monotonic()
         try:
@@ -238,8 +239,8 @@ def _run(
         raise _LockFirst  # another run holds it (or held it and is gone): refused, or --wait, by the lock
     if unreachable:  # SSH (connect, host key, auth, deadline) failed: named as such, before any step
         recap.steps.insert(0, CONNECT)
-        for h, (error, fix) in unreachable.items():
-            emit(StepResult(CONNECT, h, "failed", error, fix=fix))
+        for h, u in unreachable.items():
+            emit(StepResult(CONNECT, h, "failed", u.message, fix=u.fix or FIX_CONNECT))
         recap.stopped_at = CONNECT
     for stage in stages:
         if stage.spec.gate:

@@ -1,7 +1,7 @@
 """Doctor's checks: small pure functions over the inventory and facts, each with a stable name.
 
 Importing this package registers every check in `base.REGISTRY`, in the order doctor shows them.
-Each checks module declares READS: the fact kinds (sparkctl/facts/host.py) its checks read, which
+Each checks module declares READS: the fact kinds (sparkctl/facts/base.py registry) its checks read, which
 doctor gathers for them.
 """
 

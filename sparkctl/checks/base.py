@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Literal, Optional
 
 from sparkctl.inventory.models import Inventory
+from sparkctl.session import Unreachable  # a host that gave no facts, and why (its reason, message, fix)
 
 # One word for a failure across sparkctl: a check `failed` as a step `failed` (and a reload's
 # outcome, and the summary's failed_checks). Until schema 2 a check said `fail`.
@@ -75,7 +76,7 @@ class Context:
     inventory: Inventory
     hosts: list[str]  # hosts this run looks at (--hosts), inventory order
     facts: dict[str, Any]  # host -> HostFacts, only for hosts that were reached
-    unreachable: dict[str, "Unreachable"] = field(default_factory=dict)
+    unreachable: dict[str, Unreachable] = field(default_factory=dict)
     endpoint: Any = None  # EndpointFacts of the head's API, None when not fetched
     bandwidth: dict[str, Any] = field(default_factory=dict)  # rail key "client/device" -> BandwidthResult
     deep: bool = False
@@ -98,15 +99,6 @@ class Context:
 
     def role(self, host: str) -> str:
         return self.inventory.hosts[host].role
-
-
-@dataclass(frozen=True)
-class Unreachable:
-    """Why a host gave no facts: connect (no session), host_key (refused its key), auth, error."""
-
-    message: str
-    fix: Optional[str]
-    kind: str = "connect"
 
 
 Scope = Callable[[Context], Iterable[str]]

@@ -2,8 +2,9 @@
 concurrently, probe each rail's bandwidth (longer with --deep), then run the selected checks
 (pure) over it all.
 
-Everything per host runs in parallel; a host that cannot be reached becomes an `ssh.reachable`
-failure and `skipped` for its other checks, never an exception.
+Everything per host runs in parallel (the cluster session, sparkctl/session.py); a host that
+cannot be reached becomes an `ssh.reachable` failure (or `ssh.host_key`, by the reason the
+transport gave) and `skipped` for its other checks, never an exception.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
 from sparkctl.checks import GROUPS, REGISTRY, kinds_for
-from sparkctl.checks.base import SCHEMA_VERSION, STATUSES, Check, CheckResult, Context, Unreachable, head_host
+from sparkctl.checks.base import SCHEMA_VERSION, STATUSES, Check, CheckResult, Context, head_host
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl.inventory.models import Inventory
 
@@ -84,17 +85,6 @@ def select(only: Optional[Iterable[str]] = None, ignore: Optional[Iterable[str]]
     ]  # fmt: skip
 
 
-# words of the transport's error -> Unreachable.kind, the first that matches
-UNREACHABLE_KINDS = {"host key": "host_key", "authentication failed": "auth", "cannot connect": "connect",
-                     "does not exist": "connect", "refusing to contact": "connect"}  # fmt: skip
-
-
-def _classify(exc: SparkctlError) -> Unreachable:
-    text = exc.message.lower()
-    kind = next((k for words, k in UNREACHABLE_KINDS.items() if words in text), "error")
-    return Unreachable(exc.message, exc.fix, kind)
-
-
 def run_checks(ctx: Context, checks: list[Check]) -> list[CheckResult]:
     results = []
     for c in checks:
@@ -119,8 +109,7 @@ def doctor(
     progress: Callable[[str], None] = lambda text: None,
     allow_loading: bool = False,
 ) -> Report:
-    from sparkctl.facts.host import gather_host
-    from sparkctl.transport.ssh import Fleet
+    from sparkctl.session import ClusterSession
 
     start = time.monotonic()
     checks = select(only, ignore, deep)
@@ -129,8 +118,8 @@ def doctor(
     if deep and any(c.name == "engram.checksums" for c in checks):
         kinds.add("engram_rehash")  # --deep re-hashes the whole RAM copy (minutes for ~220 GiB)
     names = _split(hosts) if hosts is not None else list(inv.hosts)
-    with Fleet(inv, names) as fleet:  # InputError for unknown hosts
-        selected = list(fleet.sessions)
+    with ClusterSession(inv, names) as cluster:  # InputError for unknown hosts
+        selected = cluster.hosts
         ctx = Context(inventory=inv, hosts=selected, facts={}, deep=deep, allow_loading=allow_loading)
 
         endpoint_thread = None
@@ -152,29 +141,14 @@ def doctor(
             endpoint_thread.start()
 
         progress(f"gathering facts from {', '.join(selected)}")
-
-        def one(session):
-            try:
-                return gather_host(session, inv, kinds, timeout=3600 if deep else 60)
-            except SparkctlError as exc:
-                return _classify(exc)
-
-        outcomes = fleet.map(one, timeout=120)
-        timings = {}
-        for h, o in outcomes.items():
-            timings[h] = o.seconds
-            if not o.ok:  # not a SparkctlError: a bug or an unexpected answer, still per host
-                ctx.unreachable[h] = Unreachable(o.error or "no answer", o.fix, "error")
-            elif isinstance(o.value, Unreachable):
-                ctx.unreachable[h] = o.value
-            else:
-                ctx.facts[h] = o.value
+        ctx.facts = cluster.need(kinds, timeout=3600 if deep else 60, wait=120)
+        ctx.unreachable = dict(cluster.unreachable)
         probe_thread = None
         if any(c.name == "fabric.bandwidth" for c in checks):
             # over the fabric, while the TTFT window below waits on the management net: the window
             # is a wait, the probe a second of traffic per sibling group, so one hides the other
             progress("probing each rail's bandwidth" + (" (--deep)" if deep else ""))
-            probe_thread = threading.Thread(target=_probe_rails, args=(ctx, fleet), name="sparkctl-bandwidth", daemon=True)
+            probe_thread = threading.Thread(target=_probe_rails, args=(ctx, cluster.fleet), name="sparkctl-bandwidth", daemon=True)
             probe_thread.start()
         if endpoint_thread is not None:
             endpoint_thread.join(timeout=15)
@@ -188,7 +162,7 @@ def doctor(
             probe_thread.join()
 
     results = run_checks(ctx, checks)
-    return Report(results, selected, time.monotonic() - start, deep, timings)
+    return Report(results, selected, time.monotonic() - start, deep, dict(cluster.seconds))
 
 
 def _probe_rails(ctx: Context, fleet) -> None:

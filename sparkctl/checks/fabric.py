@@ -13,7 +13,7 @@ from typing import Optional
 
 from sparkctl.checks.base import Context, Finding, fail, host_check, ok, skipped, warn
 from sparkctl.facts import network
-from sparkctl.facts.host import NETPLAN_PATH, peer_ip
+from sparkctl.facts.network import NETPLAN_PATH, peer_ip
 from sparkctl.inventory.models import FabricLink
 
 READS = frozenset({"ip_addr", "speeds", "rdma_state", "ibdev2netdev", "route", "ping", "netplan"})

@@ -15,9 +15,8 @@ from typing import Optional
 
 from sparkctl.checks.base import Context, cluster_check, fail, host_check, ok, skipped
 from sparkctl.checks.host import runtime_hosts
-from sparkctl.facts.docker import ImageFact
+from sparkctl.facts.docker import ImageFact, images_for
 from sparkctl.facts.docker import short as _short
-from sparkctl.facts.host import images_for
 from sparkctl.steps.images import last_good, platform_of
 
 READS = frozenset({"image", "containers", "applied"})

@@ -20,7 +20,7 @@ def reachable(ctx: Context):
         u = ctx.unreachable.get(h)
         if u is None:
             out[h] = ok(f"connected to {where}")
-        elif u.kind == "host_key":
+        elif u.reason == "host_key":
             out[h] = ok(f"sshd answers at {where} (its host key is refused: see ssh.host_key)")
         else:
             out[h] = fail(u.message, u.fix or f"check the host is up, sshd runs and ssh.address/port for {h} are right")
@@ -35,9 +35,9 @@ def host_key(ctx: Context):
         u = ctx.unreachable.get(h)
         if u is None:
             out[h] = ok(f"host key verified against {t.known_hosts} (policy {t.host_key_policy})")
-        elif u.kind == "host_key":
+        elif u.reason == "host_key":
             out[h] = fail(u.message, u.fix or f"verify the host's key and update {t.known_hosts}")
-        elif u.kind == "auth":  # the key was verified before authentication was tried
+        elif u.reason == "auth":  # the key was verified before authentication was tried
             out[h] = ok(f"host key verified against {t.known_hosts}; authentication failed (see ssh.reachable)")
         else:
             out[h] = skipped("no SSH session (see ssh.reachable)")

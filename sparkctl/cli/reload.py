@@ -144,15 +144,14 @@ def history(
     from rich.table import Table
 
     from sparkctl.cli.output import answer, print_json
-    from sparkctl.facts.host import gather_host
     from sparkctl.inventory.loader import load_inventory
     from sparkctl.reload import interrupted_message
-    from sparkctl.transport.ssh import Fleet
+    from sparkctl.session import ClusterSession
 
     inv = load_inventory(require_inventory(inventory))
     head = inv.hosts_with_role("head")[0]
-    with Fleet(inv, [head]) as fleet:
-        f = gather_host(fleet[head], inv, {"events", "journal", "history", "applied"})
+    with ClusterSession(inv, [head]) as cluster:
+        f = cluster.read(head, {"events", "journal", "history", "applied"})  # the head's error fails the command
     records = [{"n": len(f.history) - i, "file": h.get("file"), "config_hash": h.get("config_hash"),
                 "applied_at": h.get("applied_at")} for i, h in enumerate(f.history)]  # fmt: skip
     events = f.events[-last:] if last else f.events

@@ -16,36 +16,35 @@ from sparkctl.runtime.metrics import GENERATION_TOKENS, KV_USAGE, RUNNING, TTFT,
 from sparkctl.cli.options import InventoryOpt, JsonOpt, check_seconds, require_inventory
 
 
-def runtime_fleet(inv, plan):
-    """One SSH session per host that runs a container of the launch (opened on first use)."""
-    from sparkctl.transport.ssh import Fleet
+def runtime_session(inv, plan):
+    """The cluster session of the hosts that run a container of the launch (SSH opened on first use)."""
+    from sparkctl.session import ClusterSession
 
-    return Fleet(inv, hosts=sorted({c.host for c in plan.containers}, key=list(inv.hosts).index))
+    return ClusterSession(inv, hosts=sorted({c.host for c in plan.containers}, key=list(inv.hosts).index))
 
 
-def host_containers(inv, plan, fleet) -> dict:
+def host_containers(inv, plan, cluster) -> dict:
     """host -> its error and the launch's containers there (state, config hash against the plan),
-    from the `containers` fact (facts/host.py) over `fleet`'s sessions: --watch keeps them open."""
-    from sparkctl.errors import HostError
-    from sparkctl.facts.host import gather_host
+    from the `containers` fact read again over `cluster`'s sessions: --watch keeps them open."""
+    from sparkctl.transport.redact import redact
 
-    def read(session) -> dict:
-        f = gather_host(session, inv, {"containers"})
-        if f.containers is None:
-            raise HostError(f"{session.name}: cannot list containers: {f.errors.get('containers', 'no answer')}")
-        return {c.name: c for c in f.containers}
-
+    cluster.refresh({"containers"})
     hosts = {}
-    for h, o in fleet.map(read).items():
+    for h in cluster.hosts:
+        u, f = cluster.unreachable.get(h), cluster.facts.get(h)
+        error = u.message if u is not None else None
+        if error is None and f.containers is None:
+            error = redact(f"{h}: cannot list containers: {f.errors.get('containers', 'no answer')}")
+        found = {c.name: c for c in f.containers} if error is None else {}
         rows = []
         for spec in plan.for_host(h):
-            c = (o.value or {}).get(spec.name)
+            c = found.get(spec.name)
             if c is None:
-                row = {"name": spec.name, "state": "unknown (host not reached)" if o.error else "absent"}
+                row = {"name": spec.name, "state": "unknown (host not reached)" if error else "absent"}
             else:
                 row = {"name": c.name, "state": c.status, "config_hash": c.config_hash, "image_id": c.image_id}
             rows.append({**row, "config_matches": c is not None and c.config_hash == plan.expected_hash(spec.name)})
-        hosts[h] = {"error": o.error, "containers": rows}
+        hosts[h] = {"error": error, "containers": rows}
     return hosts
 
 
@@ -60,8 +59,8 @@ def head_base(inv) -> tuple[str, int]:
 
 def collect(inv, plan, sample_seconds: float) -> dict:
     base = head_base(inv)
-    with runtime_fleet(inv, plan) as fleet:
-        hosts = host_containers(inv, plan, fleet)
+    with runtime_session(inv, plan) as cluster:
+        hosts = host_containers(inv, plan, cluster)
     first, second = sample(base, sample_seconds)
     runtime = _runtime(first, second, sample_seconds)
     healthy = runtime["health"] == 200 and all(
@@ -113,8 +112,8 @@ def status(
         if watch:
             base = head_base(inv)
             # one SSH session per host for the whole watch: a frame is one round trip, not a reconnect
-            with runtime_fleet(inv, plan) as fleet:
-                return watch_view(lambda: host_containers(inv, plan, fleet), base, interval)
+            with runtime_session(inv, plan) as cluster:
+                return watch_view(lambda: host_containers(inv, plan, cluster), base, interval)
         doc = collect(inv, plan, max(0.2, sample))
     if json_out:
         print_json(doc)

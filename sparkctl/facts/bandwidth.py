@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Optional
 
-from sparkctl.facts.host import peer_ip
+from sparkctl.facts.network import peer_ip
 from sparkctl.inventory.models import FabricLink, Inventory
 
 BASE_PORT = 5201

@@ -12,6 +12,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
+from sparkctl.facts.base import Reading, fact
+
 COMPILE_DIR = "torch_compile_cache"
 CUDA_DIR = "cuda_cache"  # launch.CUDA_CACHE_DIR: the CUDA driver's JIT cache (CUDA_CACHE_PATH)
 EXTENSIONS_DIR = "torch_extensions"  # launch.TORCH_EXTENSIONS_DIR
@@ -70,3 +72,18 @@ def parse_cache(rc: int, text: str) -> CacheFacts:
         elif kind == "i" and len(parts) >= 2:
             complete.setdefault(parts[0], set()).add(parts[1])
     return CacheFacts(True, tuple(sorted(hashes)), {h: tuple(sorted(r)) for h, r in complete.items()}, kib=kib)
+
+
+# --- the facts (facts/base.py) ---------------------------------------------------------------
+
+
+def _cache_probe(t) -> str | None:
+    from sparkctl.facts.docker import host_images
+
+    # only where a runtime container runs (the cache volume is mounted into it)
+    return cache_probe(t.inventory.caches.host_path) if host_images(t) else None
+
+
+@fact("cache", _cache_probe, fields={"cache": None})
+def _cache(f, r: Reading) -> None:
+    f.cache = parse_cache(r.rc, r.out)

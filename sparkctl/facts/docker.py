@@ -24,6 +24,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from sparkctl.facts.base import Reading, Target, fact
 from sparkctl.runtime.launch import LABEL_PREFIX
 
 IDENTITY_PREFIX = "content:"  # never a docker ID: docker commands take ImageFact.id
@@ -212,3 +213,41 @@ def runs_image(container: ContainerFact, tagged: Optional[ImageFact], image: str
     store (the config digest, or containerd's target digest: moby daemon/create.go), so it runs
     the image the node holds under the reference exactly when the two IDs are equal."""
     return tagged is not None and tagged.holds(image) and container.image_id == tagged.id
+
+
+# --- the facts (facts/base.py) ---------------------------------------------------------------
+
+
+def images_for(inv, host: str) -> list[str]:
+    """Image references the host's runtime containers run (runtime and/or drafter image)."""
+    from sparkctl.runtime.launch import render
+
+    try:
+        plan = render(inv)
+    except Exception:  # an inventory render cannot handle: images checks then report nothing
+        return []
+    return list(dict.fromkeys(spec.image for spec in plan.for_host(host)))
+
+
+def host_images(t: Target) -> list[str]:
+    """images_for the target's host, derived once per host (index i of its `image.i` sections)."""
+    if "images" not in t.memo:
+        t.memo["images"] = images_for(t.inventory, t.name)
+    return t.memo["images"]
+
+
+@fact("image", lambda t: {i: image_probe(ref) for i, ref in enumerate(host_images(t))}, background=True,
+      fields={"images": dict})  # fmt: skip  # reference -> ImageFact
+def _image(f, r: Reading) -> None:
+    ref = host_images(r.target)[r.index]
+    f.images[ref] = parse_image(ref, r.rc, r.out)
+
+
+@fact("containers", lambda t: containers_probe(t.inventory.cluster.name), background=True,
+      fields={"containers": None})  # fmt: skip  # this cluster's containers, None when docker did not answer
+def _containers(f, r: Reading) -> None:
+    found, err = parse_containers(r.rc, r.out)
+    if err:
+        f.errors[r.key] = err
+    else:
+        f.containers = found

@@ -13,6 +13,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Optional
 
+from sparkctl.facts.base import Reading, Target, fact
+
 MARKER = ".sparkctl-placed"  # written by steps/engram.py after verifying the copy (sha256sum format)
 STAT = ".sparkctl-placed.stat"  # "size ctime name" of every file as verified: what changed since is re-hashed
 MANIFEST = "SHA256SUMS"
@@ -132,3 +134,46 @@ def parse_changed_sums(text: str, placed: dict[str, str]) -> dict[str, str]:
             if name in placed:
                 out[name] = placed[name]
     return out
+
+
+# --- the facts (facts/base.py) ---------------------------------------------------------------
+
+
+def _placed_here(t: Target):
+    """The inventory's Engram placement when this host holds it, else None."""
+    e = t.inventory.engram
+    return e if e and e.host == t.name else None
+
+
+@fact("engram", lambda t: engram_probe(e.source, e.target) if (e := _placed_here(t)) else None, fields={"engram": None})
+def _engram(f, r: Reading) -> None:
+    f.engram = parse_engram(r.out)
+
+
+# `up` re-hashes what changed since placement; `doctor --deep` re-hashes every byte (minutes for ~220 GiB)
+@fact("engram_hashes", lambda t: changed_checksum_command(e.target) if (e := _placed_here(t)) else None,
+      background=True, after=("engram",), fields={
+          "engram_hashes": None,  # SHA-256 per file of the RAM copy (re-hashed where changed, or all with --deep)
+          "engram_rehashed": list,  # files whose size/ctime moved since placement
+      })  # fmt: skip
+def _engram_hashes(f, r: Reading) -> None:  # re-hashed where size or ctime moved, else the placement's sums
+    if not r.ok:
+        f.errors["engram_hashes"] = r.last_line()
+    f.engram_hashes = parse_changed_sums(r.out, f.engram.placed_sums if f.engram else {})
+    f.engram_rehashed = sorted(parse_sums(r.out))
+
+
+@fact("engram_rehash", lambda t: checksum_command(e.target) if (e := _placed_here(t)) else None, background=True,
+      after=("engram_hashes",))  # fmt: skip  # fills engram_hashes: the --deep reading wins
+def _engram_rehash(f, r: Reading) -> None:  # --deep: every file hashed again
+    if not r.ok:
+        f.errors["engram_hashes"] = r.last_line()
+    f.engram_hashes = parse_sums(r.out)
+
+
+@fact("engram_source_hashes", lambda t: source_sums_command(e.source) if (e := _placed_here(t)) else None,
+      background=True, fields={"engram_source_hashes": None})  # fmt: skip  # the source's SHA256SUMS, else computed
+def _engram_source_hashes(f, r: Reading) -> None:
+    if not r.ok:
+        f.errors[r.key] = r.last_line()
+    f.engram_source_hashes = parse_sums(r.out) if r.ok else None

@@ -7,6 +7,8 @@ import io
 from dataclasses import dataclass
 from typing import Optional
 
+from sparkctl.facts.base import Reading, fact
+
 GPU_QUERY = "index,name,driver_version,memory.total,memory.used,uuid,pci.bus_id"
 APPS_QUERY = "gpu_uuid,pid,process_name,used_memory"
 
@@ -76,3 +78,37 @@ def parse_apps(rc: int, text: str) -> list[GPUApp]:
     if rc != 0:
         return []
     return [GPUApp(row[0], int(row[1]), row[2], _num(row[3])) for row in _rows(text) if len(row) >= 4 and row[1].isdigit()]
+
+
+# --- the facts (facts/base.py) ---------------------------------------------------------------
+
+NVIDIA_SMI_GPUS = f"nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits"
+NVIDIA_SMI_APPS = f"nvidia-smi --query-compute-apps={APPS_QUERY} --format=csv,noheader,nounits"
+APPS_SPLIT = "@@cgroups"  # between the compute apps and each app's /proc/PID/cgroup
+
+
+@fact("gpus", lambda t: NVIDIA_SMI_GPUS if t.host.gpu is not None else None, background=True,
+      fields={"gpus": None, "gpu_error": None})  # fmt: skip
+def _gpus(f, r: Reading) -> None:
+    found, err = parse_gpus(r.rc, r.out)
+    if err and err != "No devices were found":
+        f.gpu_error = err
+    else:
+        f.gpus = found
+
+
+APPS_PROBE = (
+    f'out=$({NVIDIA_SMI_APPS}); rc=$?; printf "%s\\n" "$out"; echo {APPS_SPLIT}; '
+    'for p in $(printf "%s\\n" "$out" | cut -d, -f2 | tr -d " "); do '
+    '[ "$p" -eq "$p" ] 2>/dev/null && printf "%s %s\\n" "$p" "$(tr "\\n" " " < /proc/$p/cgroup 2>/dev/null)"; done; exit $rc'
+)
+
+
+@fact("gpu_apps", lambda t: APPS_PROBE if t.host.gpu is not None else None, background=True,
+      fields={"gpu_apps": list, "app_cgroups": dict})  # fmt: skip  # pid -> its cgroup lines
+def _gpu_apps(f, r: Reading) -> None:
+    apps_text, _, cgroups = r.out.partition(APPS_SPLIT)
+    f.gpu_apps = parse_apps(r.rc, apps_text)
+    for pid, _, cgroup in (line.strip().partition(" ") for line in cgroups.splitlines()):
+        if pid.isdigit():
+            f.app_cgroups[int(pid)] = cgroup

@@ -15,6 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Optional
 
+from sparkctl.facts.base import Reading, fact
 from sparkctl.runtime.health import PHASES, line_phase
 
 # Lower-case substrings the host-side awk keeps (each at most PER_KIND times).
@@ -214,3 +215,17 @@ def classify(facts: LogFacts, line: str) -> None:
         facts.peer_lost.append(line.strip())
     if m := _HEADLESS.search(line):
         facts.headless_master = m.group(1)
+
+
+# --- the facts (facts/base.py) ---------------------------------------------------------------
+
+
+def _logs_probe(t) -> str:
+    from sparkctl.facts.docker import cluster_ids
+
+    return cluster_ids(t.inventory.cluster.name) + scan_command()
+
+
+@fact("logs", _logs_probe, background=True, fields={"logs": dict})  # container id -> LogFacts
+def _logs(f, r: Reading) -> None:
+    f.logs.update(parse_scan(r.out))

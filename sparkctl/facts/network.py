@@ -9,7 +9,14 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from ipaddress import IPv4Interface, IPv4Network
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+from sparkctl.facts.base import Reading, Target, fact
+
+if TYPE_CHECKING:
+    from sparkctl.inventory.models import FabricLink, Inventory
+
+NETPLAN_PATH = "/etc/netplan/40-sparkctl-fabric.yaml"  # written by steps/fabric.py
 
 
 @dataclass(frozen=True)
@@ -150,3 +157,86 @@ def describe_stanza(stanza: dict) -> str:
     if "mtu" in stanza:
         parts.append(f"mtu {stanza['mtu']}")
     return ", ".join(parts) or "settings"
+
+
+# --- the facts (facts/base.py) ---------------------------------------------------------------
+
+
+def peer_ip(inv: Inventory, host: str, link: FabricLink) -> Optional[str]:
+    """The peer's address on the same rail (the rail on the peer pointing back, same subnet)."""
+    peer = inv.hosts.get(link.peer)
+    if peer is None:
+        return None
+    for other in peer.fabric:
+        if other.peer == host and other.address.network == link.address.network:
+            return str(other.address.ip)
+    return None
+
+
+def ping_command(link: FabricLink, ip: str) -> str:
+    # MTU-28 bytes (IP + ICMP headers), fragmentation forbidden: proves jumbo frames end to end.
+    # One packet answers in microseconds on a good rail; one retry keeps a single lost packet
+    # from failing a healthy rail.
+    one = f"ping -M do -s {link.mtu - 28} -c 1 -W 1 -I {shlex.quote(link.device)} {shlex.quote(ip)}"
+    return f"{one} || {{ sleep 0.2; {one}; }}"
+
+
+def per_device(devices: list[str], value: str) -> str:
+    """Shell: a `DEVICE VALUE` line per device, VALUE a shell word over $d."""
+    return "for d in " + " ".join(shlex.quote(d) for d in devices) + f'; do printf "%s %s\\n" "$d" "{value}"; done'
+
+
+def _rails(t: Target) -> list[str]:
+    return [link.device for link in t.host.fabric]
+
+
+def _peers(t: Target) -> dict[int, tuple[FabricLink, str]]:
+    """Rail index -> (rail, the peer's address on it), for rails whose peer is in the inventory."""
+    pairs = ((i, link, peer_ip(t.inventory, t.name, link)) for i, link in enumerate(t.host.fabric))
+    return {i: (link, ip) for i, link, ip in pairs if ip}
+
+
+@fact("ip_addr", lambda t: "ip -j addr" if t.host.fabric else None, fields={"interfaces": None})
+def _ip_addr(f, r: Reading) -> None:
+    if not r.ok:
+        f.errors[r.key] = r.last_line()
+    else:
+        f.interfaces = parse_ip_addr(r.out)
+
+
+# third column: a device without a bus device behind it is virtual (veth, lab)
+SPEED = "$(cat /sys/class/net/$d/speed 2>/dev/null || echo -1) $([ -e /sys/class/net/$d/device ] && echo physical || echo virtual)"
+
+
+@fact("speeds", lambda t: per_device(_rails(t), SPEED) if t.host.fabric else None, fields={
+    "speeds": dict,  # device -> Mb/s (None when unreadable)
+    "virtual": set,  # net devices with no bus device (veth): no line rate
+})  # fmt: skip
+def _speeds(f, r: Reading) -> None:
+    f.speeds.update(parse_speeds(r.out))
+    f.virtual.update(ln.split()[0] for ln in r.out.splitlines() if ln.split()[2:3] == ["virtual"])
+
+
+@fact("route", lambda t: {i: f"ip -j route get {shlex.quote(ip)}" for i, (_, ip) in _peers(t).items()}, background=True,
+      fields={"routes": dict, "route_text": dict})  # fmt: skip  # rail index -> device the route uses / the answer
+def _route(f, r: Reading) -> None:
+    f.routes[r.index], f.route_text[r.index] = parse_route_get(r.out), r.out.strip()
+
+
+@fact("ping", lambda t: {i: ping_command(link, ip) for i, (link, ip) in _peers(t).items()}, background=True,
+      fields={"pings": dict})  # fmt: skip  # rail index -> PingResult
+def _ping(f, r: Reading) -> None:
+    f.pings[r.index] = parse_ping(r.rc, r.out)
+
+
+@fact("netplan", lambda t: netplan_probe(NETPLAN_PATH, _rails(t)) if t.host.fabric else None, fields={
+    "netplan": None,  # the fabric netplan file sparkctl writes, None when absent
+    "netplan_others": dict,  # other /etc/netplan files naming a rail: path -> text
+})  # fmt: skip
+def _netplan(f, r: Reading) -> None:
+    if not r.ok:
+        f.errors[r.key] = r.last_line()
+        return
+    files = parse_netplan_files(r.out)
+    f.netplan = files.pop(NETPLAN_PATH, None)
+    f.netplan_others = files

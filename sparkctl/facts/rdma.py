@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address
 from typing import Optional
 
+from sparkctl.facts.base import Reading, Target, fact
+from sparkctl.facts.network import per_device
+
 _LINE = re.compile(r"^(?P<dev>\S+) port (?P<port>\d+) ==> (?P<netdev>\S+) \((?P<state>\w+)\)")
 
 
@@ -74,3 +77,35 @@ def parse_gids(text: str) -> dict[str, GidEntry]:
             gid = None
         out[dev] = GidEntry(kind.strip() or "missing", gid, netdev.strip())
     return out
+
+
+# --- the facts (facts/base.py) ---------------------------------------------------------------
+
+
+def _devices(t: Target) -> list[str]:
+    return [d for link in t.host.fabric for d in link.rdma]
+
+
+@fact("rdma_state", lambda t: per_device(_devices(t), "$(cat /sys/class/infiniband/$d/ports/1/state 2>/dev/null || echo missing)")
+      if _devices(t) else None, fields={"rdma_states": dict})  # fmt: skip
+def _rdma_state(f, r: Reading) -> None:
+    f.rdma_states.update(parse_port_states(r.out))
+
+
+@fact("ibdev2netdev", lambda t: "ibdev2netdev" if _devices(t) else None, fields={"ibdev": dict})  # RDMA device -> RdmaPort
+def _ibdev2netdev(f, r: Reading) -> None:
+    f.ibdev.update(parse_ibdev2netdev(r.out))
+
+
+def _gid_probe(t: Target) -> Optional[str]:
+    index = t.inventory.runtime.env.get("NCCL_IB_GID_INDEX")
+    if index is None or not _devices(t):
+        return None
+    import shlex
+
+    return per_device(_devices(t), gid_probe_value(shlex.quote(index)))
+
+
+@fact("gid", _gid_probe, fields={"gids": dict})  # RDMA device -> its entry at the pinned NCCL_IB_GID_INDEX
+def _gid(f, r: Reading) -> None:
+    f.gids.update(parse_gids(r.out))

@@ -1,9 +1,11 @@
-"""System facts: memory, disk, memlock limit, systemd-logind RemoveIPC, clock."""
+"""System facts: the login (user id, sudo), clock, memory, disk, memlock limit, systemd-logind RemoveIPC."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
+
+from sparkctl.facts.base import Reading, fact
 
 
 def parse_meminfo(text: str) -> dict[str, int]:
@@ -138,3 +140,52 @@ def parse_remove_ipc(text: str) -> Optional[bool]:
         if line.startswith("RemoveIPC="):
             value = line.split("=", 1)[1].strip().lower() in ("yes", "true", "1", "on")
     return value
+
+
+# --- the facts (facts/base.py) ---------------------------------------------------------------
+
+
+# first in the script: it starts right after the command is sent
+@fact("clock", "date +%s.%N", fields={"clock_offset": None})  # host clock minus runner clock, seconds
+def _clock(f, r: Reading) -> None:
+    if r.sent is not None and r.ok:
+        f.clock_offset = float(r.out.strip().splitlines()[0]) - r.sent
+
+
+@fact("whoami", 'id -u; id -un; if [ "$(id -u)" != 0 ]; then sudo -n true 2>/dev/null && echo sudo || echo no-sudo; fi',
+      fields={"uid": None, "user": "", "sudo": None})  # fmt: skip
+def _whoami(f, r: Reading) -> None:
+    words = r.out.split()
+    f.uid = int(words[0])
+    f.user = words[1] if len(words) > 1 else ""
+    f.sudo = f.uid == 0 or words[2:3] == ["sudo"]
+
+
+@fact("meminfo", "cat /proc/meminfo", fields={"meminfo": dict})
+def _meminfo(f, r: Reading) -> None:
+    f.meminfo.update(parse_meminfo(r.out))
+
+
+@fact("disk", lambda t: disk_probe(t.inventory.caches.host_path), background=True, fields={
+    "disks": dict,  # "images" / "docker" / "caches" -> Disk
+    "docker_root": None,
+    "image_store": "classic",  # "containerd" when dockerd keeps images in containerd's store
+    "images_root": None,  # where that store keeps them (docker's data root, or containerd's root)
+})  # fmt: skip
+def _disk(f, r: Reading) -> None:
+    d = parse_disk(r.out)
+    f.disks.update(d.disks)
+    f.docker_root, f.image_store, f.images_root = d.docker_root, d.image_store, d.images_root
+
+
+@fact("memlock", "ulimit -l", fields={"memlock_kib": None})
+def _memlock(f, r: Reading) -> None:
+    f.memlock_kib = parse_memlock(r.out)
+
+
+@fact("logind", "if pidof systemd-logind >/dev/null 2>&1; then echo running; else echo stopped; fi; "
+      "cat /etc/systemd/logind.conf /etc/systemd/logind.conf.d/*.conf 2>/dev/null; true",
+      fields={"logind_running": None, "remove_ipc": None})  # fmt: skip
+def _logind(f, r: Reading) -> None:
+    first, _, rest = r.out.partition("\n")
+    f.logind_running, f.remove_ipc = first.strip() == "running", parse_remove_ipc(rest)

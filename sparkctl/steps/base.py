@@ -11,9 +11,16 @@ print: the runner owns order, concurrency, progress and output; the playbook say
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Literal, Optional
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
 
 from sparkctl.inventory.models import Inventory
+
+if TYPE_CHECKING:  # imported lazily at run time: a no-op `up` has a 1 s budget
+    from sparkctl.facts.host import HostFacts
+    from sparkctl.lock import ClusterLock
+    from sparkctl.session import ClusterSession
+    from sparkctl.transport.ssh import Fleet
 
 Status = Literal["ok", "changed", "failed", "skipped"]
 
@@ -89,15 +96,15 @@ class RunContext:
     """What every step sees during one run: the inventory, the sessions, facts gathered once."""
 
     inventory: Inventory
-    fleet: Any  # sparkctl.transport.ssh.Fleet
-    facts: dict[str, Any] = field(default_factory=dict)  # host -> HostFacts (facts/host.py)
+    fleet: Optional[Fleet]  # the run's SSH sessions (None: a test planning from recorded facts)
+    facts: dict[str, HostFacts] = field(default_factory=dict)  # host -> its facts, the cluster session's cache
     check_mode: bool = False
     force: bool = False
     options: dict[str, Any] = field(default_factory=dict)
     progress: Callable[[str, str, str], None] = lambda host, step, text: None
     outputs: Outputs = field(default_factory=Outputs)
     # the cluster lock, when the runner takes it before the first change (lock.cluster_lock lazy)
-    lock: Any = None
+    lock: Optional[ClusterLock] = None
 
     @property
     def launch(self):
@@ -106,12 +113,17 @@ class RunContext:
 
         return render(self.inventory)
 
-    def refresh(self, host: str, kinds: set[str], timeout: float = 60) -> Any:
-        """Read these fact kinds on `host` again (after this run changed them) and return its facts."""
-        from sparkctl.facts.host import gather_host
+    @cached_property
+    def cluster(self) -> ClusterSession:
+        """The run's cluster session over `fleet`, `facts` and `lock` (it shares them): the runner
+        gathers through it, steps re-read through `refresh`."""
+        from sparkctl.session import ClusterSession
 
-        self.facts[host] = gather_host(self.fleet[host], self.inventory, kinds, timeout=timeout, into=self.facts.get(host))
-        return self.facts[host]
+        return ClusterSession(self.inventory, fleet=self.fleet, facts=self.facts, lock=self.lock)
+
+    def refresh(self, host: str, kinds: set[str], timeout: float = 60) -> HostFacts:
+        """Read these fact kinds on `host` again (after this run changed them) and return its facts."""
+        return self.cluster.read(host, kinds, timeout=timeout)
 
 
 class Step:
@@ -119,7 +131,7 @@ class Step:
     `plan` for a decision over the whole cluster) and `apply`; `verify` is optional."""
 
     name: str = ""
-    facts: frozenset[str] = frozenset()  # fact kinds (facts/host.py KINDS) the plan reads
+    facts: frozenset[str] = frozenset()  # fact kinds (registered in facts/*.py, facts/base.py) the plan reads
     options: dict[str, Any] = {}  # the playbook entry's `options` (set per run by the runner)
 
     def hosts(self, inv: Inventory) -> list[str]:

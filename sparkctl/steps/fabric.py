@@ -21,7 +21,7 @@ from typing import Optional
 
 from sparkctl.errors import HostError
 from sparkctl.facts import network
-from sparkctl.facts.host import NETPLAN_PATH, peer_ip  # the same jumbo-ping proof doctor's fabric.ping reads
+from sparkctl.facts.network import NETPLAN_PATH, peer_ip  # the same jumbo-ping proof doctor's fabric.ping reads
 from sparkctl.inventory.models import FabricLink, Inventory
 from sparkctl.steps.base import Change, Plan, RunContext, Step
 from sparkctl.templates import render_template

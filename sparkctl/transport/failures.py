@@ -25,7 +25,7 @@ FIX_FROZEN = (
 def unresponsive(host: str, seconds: float) -> UnreachableError:
     """The host stopped answering on an open SSH connection (keepalives unanswered)."""
     return UnreachableError(
-        f"{host}: no answer within {seconds:g} s (management link down or sshd frozen?)", fix=FIX_FROZEN
+        f"{host}: no answer within {seconds:g} s (management link down or sshd frozen?)", fix=FIX_FROZEN, reason="unresponsive"
     )
 
 
@@ -72,28 +72,35 @@ def describe(host: str, exc: BaseException) -> SparkctlError:
         return UnreachableError(
             f"{host}: SSH host key does not match known_hosts (refused: this is what a man-in-the-middle looks like)",
             fix="verify the host's key out of band, then update known_hosts (ssh-keygen -R) and rerun",
+            reason="host_key",
         )
     if isinstance(exc, paramiko.AuthenticationException):
         return UnreachableError(
             f"{host}: SSH authentication failed",
             fix="check ssh.user and ssh.key in the inventory and the host's authorized_keys",
+            reason="auth",
         )
     if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
         codes = {e.errno for e in exc.errors.values() if isinstance(e, OSError)}
-        why = "connection refused (sshd not running or wrong port?)" if errno.ECONNREFUSED in codes else "no route to it"
-        return UnreachableError(f"{host}: cannot reach sshd: {why}", fix=FIX_REACH)
+        refused = errno.ECONNREFUSED in codes
+        why = "connection refused (sshd not running or wrong port?)" if refused else "no route to it"
+        return UnreachableError(f"{host}: cannot reach sshd: {why}", fix=FIX_REACH, reason="refused" if refused else "no_route")
     if isinstance(exc, TimeoutError):
-        return UnreachableError(f"{host}: no answer in time (management link down or host overloaded?)", fix=FIX_FROZEN)
+        return UnreachableError(f"{host}: no answer in time (management link down or host overloaded?)", fix=FIX_FROZEN,
+                                reason="timeout")
     if isinstance(exc, paramiko.ChannelException):
-        return UnreachableError(f"{host}: sshd refused to open a session ({exc.text})", fix="check sshd's MaxSessions and load on the host")
+        return UnreachableError(f"{host}: sshd refused to open a session ({exc.text})",
+                                fix="check sshd's MaxSessions and load on the host", reason="session")
     if isinstance(exc, (paramiko.SSHException, EOFError)):
         why = redact(str(exc))
-        return UnreachableError(f"{host}: the SSH connection was lost" + (f" ({why})" if why else ""), fix=FIX_REACH)
+        return UnreachableError(f"{host}: the SSH connection was lost" + (f" ({why})" if why else ""), fix=FIX_REACH, reason="lost")
     docker_err = _docker_error(host, exc)
     if docker_err is not None:
         return docker_err
     if isinstance(exc, ConnectionError):
-        return UnreachableError(f"{host}: connection lost ({exc.strerror or exc})", fix=FIX_REACH)
+        reason = "refused" if isinstance(exc, ConnectionRefusedError) else "lost"
+        return UnreachableError(f"{host}: connection lost ({exc.strerror or exc})", fix=FIX_REACH, reason=reason)
     if isinstance(exc, OSError) and exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT):
-        return UnreachableError(f"{host}: {exc.strerror} (management link down?)", fix=FIX_REACH)
+        reason = "timeout" if exc.errno == errno.ETIMEDOUT else "no_route"
+        return UnreachableError(f"{host}: {exc.strerror} (management link down?)", fix=FIX_REACH, reason=reason)
     return HostError(f"{host}: {type(exc).__name__}: {redact(str(exc))[:300]}")

@@ -18,6 +18,10 @@ from sparkctl.errors import InputError
 ENV = "SPARKCTL_ONLY_NETWORKS"
 
 
+class FencedAddress(InputError):
+    """An address outside the allowed networks: refused before any connection is tried."""
+
+
 def check_address(address: str, what: str = "") -> None:
     fence = os.environ.get(ENV, "").strip()
     if not fence:
@@ -27,12 +31,12 @@ def check_address(address: str, what: str = "") -> None:
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
-        raise InputError(
+        raise FencedAddress(
             f"refusing to contact {address!r}{' for ' + what if what else ''}: {ENV} is set and it is not an IP address",
             fix=f"use an address inside {fence}, or unset {ENV}",
         ) from None
     if not any(ip in n for n in nets):
-        raise InputError(
+        raise FencedAddress(
             f"refusing to contact {address}{' for ' + what if what else ''}: outside {ENV}={fence}",
             fix=f"this run is fenced to {fence} (tests/dev); unset {ENV} to reach real hosts",
         )

@@ -54,6 +54,7 @@ class StrictPolicy(_Policy):
                 f"then add it: ssh-keyscan -p PORT {hostname.strip('[').split(']')[0]} >> {self.known_hosts}; "
                 f"or set host_key_policy: accept-new for first contact"
             ),
+            reason="host_key",
         )
 
 
@@ -82,6 +83,7 @@ def install_policy(client: paramiko.SSHClient, known_hosts: Path, policy: str, h
             raise UnreachableError(
                 f"{host_label}: cannot read known_hosts {known_hosts}: {exc}",
                 fix="check the file's permissions and format (one 'host keytype base64' per line)",
+                reason="known_hosts",
             ) from exc
     # the inventory model allows only these two (a typo in code fails here with a KeyError)
     client.set_missing_host_key_policy(POLICIES[policy](known_hosts, host_label))
@@ -100,4 +102,5 @@ def describe_bad_host_key(
             f"then remove the old entry: ssh-keygen -R '{name}' -f {known_hosts} (and reconnect with "
             "host_key_policy: accept-new, or add the new key by hand)"
         ),
+        reason="host_key",
     )

@@ -167,6 +167,7 @@ class _Keys(paramiko.auth_strategy.AuthStrategy):
                 raise UnreachableError(
                     f"{self.target.name}: cannot read SSH key {path}: {exc}",
                     fix="point ssh.key (or IdentityFile in ssh_config) at an OpenSSH private key",
+                    reason="key_file",
                 ) from None
             wanted.add(pkey.asbytes())
             yield OnDiskPrivateKey(user, "python-config" if path == self.target.key else "ssh-config", str(path), pkey)
@@ -222,12 +223,14 @@ def _connect_error(label: str, hop: SSHHop, exc: BaseException, t: SSHTarget, th
             fix=(f"load the passphrase-protected key into the agent: ssh-add {' '.join(locked)}; or " if locked else "")
             + "check ssh.user and ssh.key in the inventory (or User and IdentityFile in ssh_config) and that "
             "the public key is in the host's authorized_keys",
+            reason="auth",
         )
     if isinstance(exc, TimeoutError):
         return UnreachableError(
             f"{label}: cannot connect to {where}: no answer within {t.connect_timeout:g} s "
             "(management link down or host off?)",
             fix=FIX_REACH,
+            reason="timeout",
         )
     if isinstance(exc, paramiko.SSHException):
         # TCP accepted, sshd never spoke: paramiko says "Error reading SSH protocol banner", or
@@ -237,11 +240,15 @@ def _connect_error(label: str, hop: SSHHop, exc: BaseException, t: SSHTarget, th
                 f"{label}: cannot connect to {where}: sshd accepted the connection, then no "
                 f"answer within {t.connect_timeout:g} s (sshd frozen or overloaded?)",
                 fix=FIX_FROZEN,
+                reason="unresponsive",
             )
-        return UnreachableError(f"{label}: cannot connect to {where}: SSH handshake failed: {exc}", fix=FIX_REACH)
+        return UnreachableError(f"{label}: cannot connect to {where}: SSH handshake failed: {exc}", fix=FIX_REACH,
+                                reason="handshake")  # fmt: skip
     # after retries: unreachable
-    why = describe(label, exc).message.removeprefix(f"{label}: ")
-    return UnreachableError(f"{label}: cannot connect to {where}: {why}", fix=FIX_REACH)
+    described = describe(label, exc)
+    why = described.message.removeprefix(f"{label}: ")
+    reason = "dns" if isinstance(exc, socket.gaierror) else getattr(described, "reason", "connect")
+    return UnreachableError(f"{label}: cannot connect to {where}: {why}", fix=FIX_REACH, reason=reason)
 
 
 class _Watchdog(threading.Thread):
@@ -389,6 +396,7 @@ class HostSession:
             raise UnreachableError(
                 f"{t.name}: SSH key {t.key} does not exist",
                 fix="point ssh.key (or ssh_defaults.key) in the inventory at the private key for this host",
+                reason="key_file",
             )
 
         retrying = Retrying(
@@ -407,6 +415,7 @@ class HostSession:
                     f"{t.name}: jump host {hop.label} could not reach {nxt.address}:{nxt.port}: {failed.error}",
                     fix=f"check that {nxt.address} is up and its sshd reachable from {hop.label} "
                     f"(from {hop.label}: nc -zv {nxt.address} {nxt.port})",
+                    reason="jump",
                 ) from None
             raise _connect_error(f"{t.name}: jump host {hop.label}", hop, failed.error, t) from None
         except Exception as exc:
@@ -508,11 +517,12 @@ class HostSession:
             ) from None
         except Exception as exc:  # connection lost mid-command, or the watchdog closed it
             err = self._lost(exc)
-            raise type(err)(f"{err.message} (while running {redact(cmd)[:160]})", fix=err.fix) from None
+            raise err.reworded(f"{err.message} (while running {redact(cmd)[:160]})") from None
         if self.dead is not None:  # the watchdog closed the channel: the exit code means nothing
-            raise type(self.dead)(f"{self.dead.message} (while running {redact(cmd)[:160]})", fix=self.dead.fix)
+            raise self.dead.reworded(f"{self.dead.message} (while running {redact(cmd)[:160]})")
         if code == -1 and not self.connected:
-            raise UnreachableError(f"{self.name}: the SSH connection was lost while running {redact(cmd)[:160]}", fix=FIX_REACH)
+            raise UnreachableError(f"{self.name}: the SSH connection was lost while running {redact(cmd)[:160]}", fix=FIX_REACH,
+                                   reason="lost")  # fmt: skip
         return CommandResult(self.name, cmd, code, out, err, time.monotonic() - start)
 
     def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
@@ -532,7 +542,7 @@ class HostSession:
             raise
         except Exception as exc:
             err = self._lost(exc)
-            raise type(err)(f"{err.message} (while writing {remote_path})", fix=err.fix) from None
+            raise err.reworded(f"{err.message} (while writing {remote_path})") from None
 
     # -- docker ---------------------------------------------------------------------------
 
@@ -551,9 +561,10 @@ class Outcome(Generic[T]):
 
     host: str
     value: Optional[T] = None
-    error: Optional[str] = None
+    error: Optional[str] = None  # the failure's message, redacted
     fix: Optional[str] = None
     seconds: float = 0.0
+    failure: Optional[SparkctlError] = None  # the error itself (its class, reason), for callers that branch on it
 
     @property
     def ok(self) -> bool:
@@ -616,7 +627,7 @@ class Fleet:
                 return Outcome(name, value=value, seconds=time.monotonic() - start)
             except Exception as exc:  # library errors become sparkctl's message for this host
                 err = exc if isinstance(exc, SparkctlError) else self.sessions[name].explain(exc)
-                return Outcome(name, error=redact(err.message), fix=err.fix, seconds=time.monotonic() - start)
+                return Outcome(name, error=redact(err.message), fix=err.fix, seconds=time.monotonic() - start, failure=err)
 
         pool = ThreadPoolExecutor(max_workers=max(1, len(names)), thread_name_prefix="sparkctl-host")
         futures = {pool.submit(one, n): n for n in names}
@@ -624,7 +635,7 @@ class Fleet:
         for fut in pending:
             name = futures[fut]
             err = unresponsive(name, timeout or 0.0)
-            results[name] = Outcome(name, error=err.message, fix=err.fix, seconds=timeout or 0.0)
+            results[name] = Outcome(name, error=err.message, fix=err.fix, seconds=timeout or 0.0, failure=err)
             self.sessions[name]._declare_dead(err)  # unblock the stuck thread's socket
         for fut in done:
             results[futures[fut]] = fut.result()

@@ -1,5 +1,6 @@
 """Build a host's facts for unit tests the way a run does: recorded command output per fact key,
-parsed by the one fact layer (sparkctl/facts/host.py parse_host). No host, no mocks."""
+parsed by the one fact layer (sparkctl/facts/host.py parse_host, each fact as registered in its topic
+module). No host, no mocks."""
 
 from __future__ import annotations
 

@@ -15,11 +15,12 @@ import pytest
 import yaml
 
 from sparkctl.checks import REGISTRY
-from sparkctl.checks.base import Context, Unreachable
+from sparkctl.checks.base import Context
 from sparkctl.checks.doctor import run_checks, select
 from sparkctl.facts.host import parse_host
 from sparkctl.facts.probe import Section
 from sparkctl.inventory.models import Inventory
+from sparkctl.session import Unreachable
 
 REC = Path(__file__).parent / "recorded" / "doctor"
 INV = Inventory.model_validate(yaml.safe_load((REC / "inventory.yaml").read_text()))
@@ -45,7 +46,7 @@ def run(secs=None, inv: Inventory = INV, unreachable=None, deep=False, only=None
             continue
         s = {k: Section(v["rc"], v["out"]) for k, v in raw.items()}
         clock = float(s["clock"].out.split()[0]) if "clock" in s else None  # as if sent at that instant
-        facts[host] = parse_host(inv, host, s, clock_sent=clock)
+        facts[host] = parse_host(inv, host, s, sent=clock)
     ctx = Context(inventory=inv, hosts=list(inv.hosts), facts=facts, unreachable=unreachable, deep=deep, **ctx_fields)
     return run_checks(ctx, select(only=only, deep=deep))
 
@@ -172,7 +173,7 @@ def test_address_missing_wrong_prefix_and_route_leak():
 
 
 def test_unreachable_host_one_failure_rest_skipped():
-    u = {W: Unreachable("worker: cannot connect to root@10.231.0.12:22 after 3 attempts: timed out", "check the host", "connect")}
+    u = {W: Unreachable(W, "timeout", "worker: cannot connect to root@10.231.0.12:22 after 3 attempts: timed out", "check the host")}
     r = run(unreachable=u)
     worker = [x for x in r if x.host == W]
     assert [x.name for x in worker if x.status == "failed"] == ["ssh.reachable"]
@@ -183,14 +184,14 @@ def test_unreachable_host_one_failure_rest_skipped():
 
 
 def test_changed_host_key_is_named_and_the_host_is_up():
-    u = {O: Unreachable("offload: HOST KEY CHANGED for 10.231.0.13 ...", "ssh-keygen -R ...", "host_key")}
+    u = {O: Unreachable(O, "host_key", "offload: HOST KEY CHANGED for 10.231.0.13 ...", "ssh-keygen -R ...")}
     r = run(unreachable=u)
     assert by(r, "ssh.reachable", O).status == "ok" and by(r, "ssh.host_key", O).status == "failed"
     assert "ssh-keygen -R" in by(r, "ssh.host_key", O).fix
 
 
 def test_only_still_reports_why_a_host_is_missing():
-    u = {W: Unreachable("worker: cannot connect", None, "connect")}
+    u = {W: Unreachable(W, "refused", "worker: cannot connect")}
     r = run(unreachable=u, only=["gpu"])
     assert ("ssh.reachable", W, "") in failing(r) and {x.group for x in r} == {"ssh", "gpu"}
 
@@ -210,7 +211,7 @@ def test_clock_skew():
     for host, raw in secs.items():
         s = {k: Section(v["rc"], v["out"]) for k, v in raw.items()}
         sent = t if host == W else float(s["clock"].out.split()[0])  # every probe sent "now" for its host
-        facts[host] = parse_host(INV, host, s, clock_sent=sent)
+        facts[host] = parse_host(INV, host, s, sent=sent)
     results = run_checks(Context(inventory=INV, hosts=list(INV.hosts), facts=facts), select(only=["ssh"]))
     assert failing(results) == {("ssh.clock", W, "")} and "timedatectl" in by(results, "ssh.clock", W).fix
     assert "+4.5" in by(results, "ssh.clock", W).message and by(results, "ssh.clock", H).status == "ok"

@@ -9,7 +9,7 @@ import json
 import yaml
 from hostfacts import REC, host_facts, inventory, sec
 
-from sparkctl.facts.host import NETPLAN_PATH
+from sparkctl.facts.network import NETPLAN_PATH
 from sparkctl.steps.base import RunContext
 from sparkctl.steps.fabric import FabricStep, netplan_text
 

@@ -1,0 +1,61 @@
+"""Runtime facts read from the hosts themselves: the head's /health, the drafter's, and (mp) whether a
+worker reaches the head's rendezvous port over the fabric. The HTTP API seen from the runner is
+facts/endpoint.py."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Optional
+
+from sparkctl.facts.base import Reading, Target, fact
+
+
+def health_probe(port: int) -> str:
+    """/health from the head itself: bash's /dev/tcp needs no curl on the host."""
+    return (
+        "bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d && printf \"GET /health HTTP/1.0\\r\\n\\r\\n\" >&3 "
+        "&& timeout 2 head -1 <&3' 2>/dev/null || echo refused" % port
+    )
+
+
+@fact("health", lambda t: health_probe(t.inventory.runtime.port) if t.host.role == "head" else None,
+      fields={"health": None})  # fmt: skip  # the head's /health status line from the head itself, or "refused"
+def _health(f, r: Reading) -> None:
+    f.health = r.out.strip() or "no answer"
+
+
+def _drafter_probe(t: Target) -> Optional[str]:
+    spec = t.inventory.runtime.speculative
+    if not (spec and spec.drafter_host == t.name):
+        return None
+    from sparkctl.runtime.launch import fabric_link_to
+
+    heads = t.inventory.hosts_with_role("head")
+    link = fabric_link_to(t.inventory, t.name, heads[0]) if heads else None
+    ip = str(link.address.ip) if link else t.host.ssh.address  # where render() binds the drafter
+    url = shlex.quote(f"http://{ip}:{spec.drafter_port}/health")
+    return (
+        f"if command -v curl >/dev/null; then curl -s -o /dev/null -w '%{{http_code}}' --max-time 3 {url}; "
+        f"else wget -q -T 3 -O /dev/null {url} && echo 200; fi"
+    )
+
+
+@fact("drafter_health", _drafter_probe, background=True, fields={"drafter_health": None})  # its /health HTTP code
+def _drafter_health(f, r: Reading) -> None:
+    code = r.out.strip()
+    f.drafter_health = int(code) if code.isdigit() and int(code) > 0 else None
+
+
+def _master_port_probe(t: Target) -> Optional[str]:
+    # mp: this worker's headless ranks reach the head's rendezvous over the fabric (never the management net)
+    if t.inventory.runtime.distributed_executor_backend != "mp" or t.host.role != "worker":
+        return None
+    from sparkctl.runtime.launch import mp_master
+
+    ip, port = mp_master(t.inventory)
+    return f"if timeout 3 bash -c 'exec 3<>/dev/tcp/{ip}/{port}' 2>/dev/null; then echo open; else echo closed; fi"
+
+
+@fact("master_port", _master_port_probe, background=True, fields={"master_port": None})  # "open" / "closed"
+def _master_port(f, r: Reading) -> None:
+    f.master_port = r.out.strip() if r.out.strip() in ("open", "closed") else None

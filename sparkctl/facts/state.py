@@ -1,0 +1,58 @@
+"""The head's state files as facts (sparkctl/state.py names them): the applied record, a reload's
+journal, the events log, the replaced records, and the cluster lock's holder (sparkctl/lock.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+from sparkctl import state
+from sparkctl.facts.base import Reading, Target, fact
+
+
+def _on_head(snippet: str):
+    return lambda t: snippet if t.host.role == "head" else None
+
+
+def _json(r: Reading) -> Optional[dict]:
+    """A state file's JSON; None when the file is absent (the probe printed nothing)."""
+    return json.loads(r.out) if r.out.strip() else None
+
+
+@fact("applied", _on_head(f"cat {state.APPLIED} 2>/dev/null || true"), fields={"applied": None})
+def _applied(f, r: Reading) -> None:  # the head's record of the last `sparkctl up` (whole applied.json)
+    f.applied = _json(r)
+
+
+@fact("journal", _on_head(f"cat {state.JOURNAL} 2>/dev/null || true"), fields={"journal": None})
+def _journal(f, r: Reading) -> None:  # a reload in progress (or interrupted)
+    f.journal = _json(r)
+
+
+@fact("events", _on_head(f"tail -n {state.EVENTS_SHOWN} {state.EVENTS} 2>/dev/null || true"), fields={"events": list})
+def _events(f, r: Reading) -> None:  # applied configs, reloads, rollbacks, oldest first
+    f.events = state.parse_events(r.out)
+
+
+@fact("history", _on_head(state.HISTORY_PROBE), fields={"history": list})
+def _history(f, r: Reading) -> None:  # replaced applied records, oldest first
+    f.history = state.parse_history(r.out)
+
+
+def _lock_probe(t: Target) -> Optional[str]:
+    from sparkctl.lock import probe
+
+    # the holder record, the lock's mtime and the head's clock (lock.parse_holder reads these three)
+    return probe() if t.host.role == "head" else None
+
+
+@fact("lock", _lock_probe, fields={"lock": None})  # the holder (sparkctl.lock.Holder), None when the lock is free
+def _lock(f, r: Reading) -> None:
+    if not r.out.strip():
+        return
+    from sparkctl.lock import parse_holder
+    from sparkctl.transport.redact import redact
+
+    f.lock = parse_holder(r.out)
+    if f.lock is None:
+        f.errors[r.key] = f"unreadable lock file {state.LOCK}: {redact(r.out.strip())[:200]}"
