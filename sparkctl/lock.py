@@ -32,7 +32,8 @@ from typing import Callable, Iterator, Optional
 from pydantic import BaseModel, ConfigDict
 
 from sparkctl.errors import HostError, SparkctlError
-from sparkctl.state import LOCK as LOCK_PATH, STATE_DIR  # one place names the head's state files
+from sparkctl.state import LOCK as LOCK_PATH  # one place names the head's state files
+from sparkctl.state import STATE_DIR
 from sparkctl.transport.redact import redact
 
 HEARTBEAT_EVERY = 5.0  # seconds between renewals of the lock's mtime

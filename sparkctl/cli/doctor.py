@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections import Counter
 from functools import partial
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from sparkctl.cli.options import InventoryOpt, JsonOpt, require_inventory
+
+if TYPE_CHECKING:  # rich is imported where it draws: doctor --json never loads it
+    from rich.text import Text
 
 STYLE = {"ok": "green", "warn": "yellow", "failed": "bold red", "skipped": "dim"}
 MARK = {"ok": "✓", "warn": "!", "failed": "✗", "skipped": "–"}
@@ -29,7 +32,7 @@ def doctor(
         Optional[list[str]],
         typer.Option("--only", help="Run only these check groups (comma-separated or repeated): "
                      "ssh, host, gpu, fabric, env, images, caches, engram, runtime."),
-    ] = None,  # fmt: skip
+    ] = None,
     ignore: Annotated[
         Optional[list[str]],
         typer.Option("--ignore", help="Skip these checks by name (comma-separated or repeated), e.g. host.disk."),
@@ -57,9 +60,8 @@ def doctor(
     every check. Exit 0 when nothing fails, 1 when a check fails, 2 on bad input.
     """
     from sparkctl.checks.doctor import doctor as run_doctor
-    from sparkctl.inventory.loader import load_inventory
-
     from sparkctl.cli.output import diagnostics, print_json
+    from sparkctl.inventory.loader import load_inventory
 
     inv = load_inventory(require_inventory(inventory))
     run = partial(run_doctor, inv, hosts=hosts, only=only, ignore=ignore, deep=deep,

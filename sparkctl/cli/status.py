@@ -11,9 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from sparkctl.runtime.metrics import GENERATION_TOKENS, KV_USAGE, RUNNING, TTFT, WAITING, SpecCounters
-
 from sparkctl.cli.options import InventoryOpt, JsonOpt, check_seconds, require_inventory
+from sparkctl.runtime.metrics import GENERATION_TOKENS, KV_USAGE, RUNNING, TTFT, WAITING, SpecCounters
 
 
 def runtime_session(inv, plan):
@@ -77,7 +76,7 @@ def status(
         Optional[str],
         typer.Option("--endpoint", help="Read any vLLM endpoint (http://HOST:PORT): /health, /v1/models and /metrics, "
                      "with no inventory and no SSH."),
-    ] = None,  # fmt: skip
+    ] = None,
     watch: Annotated[
         bool, typer.Option("--watch", help="A live view refreshed every --interval seconds; q or Ctrl-C exits.")
     ] = False,

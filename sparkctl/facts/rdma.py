@@ -55,7 +55,7 @@ class GidEntry:
 def gid_probe_value(index: str) -> str:
     """Shell word over $d: `TYPE|GID|NETDEV` of GID `index` on port 1 (`missing` for an empty slot:
     sysfs refuses to read the type of one, EINVAL, and shows its GID as zeros)."""
-    attrs = f"/sys/class/infiniband/$d/ports/1"
+    attrs = "/sys/class/infiniband/$d/ports/1"
     return (f"$(cat {attrs}/gid_attrs/types/{index} 2>/dev/null || echo missing)|"
             f"$(cat {attrs}/gids/{index} 2>/dev/null)|$(cat {attrs}/gid_attrs/ndevs/{index} 2>/dev/null)")
 
