@@ -59,11 +59,18 @@ class RecordStep(Step):
         current = ctx.facts[host].applied
         images = ctx.outputs.image_ids or None
         restarted = ctx.outputs.restart is not None and bool(ctx.outputs.restart.groups or ctx.force)
-        if current and current.get("config_hash") == config_hash and (images is None or current.get("images") == images) and not restarted:
+        # a field outside the launch (alerts, gates) changes no hash but is still what was applied:
+        # unrecorded, the next reload would diff against the old value again
+        inventory = redact_obj(ctx.inventory.model_dump(mode="json"), digests=True)
+        same_inventory = current is not None and current.get("inventory") == inventory
+        if current and current.get("config_hash") == config_hash and same_inventory and (images is None or current.get("images") == images) and not restarted:
             return self.noop(host, f"{state.APPLIED} already records config {config_hash} ({current.get('applied_at')})")
         what = "first record" if current is None else f"replaces config {current.get('config_hash')}"
+        if current and current.get("config_hash") == config_hash and not same_inventory:
+            what += ", inventory fields outside the launch changed"
         # the replaced record is kept for `rollback --to N` only when it is another config
-        previous = state.history_name(current) if current and current.get("config_hash") != config_hash else None
+        other = current and (current.get("config_hash") != config_hash or not same_inventory)
+        previous = state.history_name(current) if other else None
         return self.changes(
             host, [Change("record", f"record config {config_hash} in {state.APPLIED} ({what})", {"previous": previous})]
         )

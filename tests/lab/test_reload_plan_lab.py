@@ -104,6 +104,9 @@ def test_a_change_no_container_sees_restarts_nothing(lab, inv, tmp_path):
     plan, replaced = check_then_reload(lab, inv, new)
     assert replaced == [] and [c["field"] for c in plan["changes"]] == ["alerts.ttft_p99_seconds"]
     assert plan["prediction"] is None
+    # it is recorded as applied: the same config again is nothing to diff (it was diffed again, forever)
+    again = sparkctl("reload", "-i", str(new), "--config", str(new), "--check")
+    assert again["plan"]["changes"] == [], again["plan"]
     _, replaced = check_then_reload(lab, new, inv)
     assert replaced == []
 

@@ -13,6 +13,7 @@ from sparkctl.steps.caches import CachesStep
 from sparkctl.steps.images import ImagesStep
 from sparkctl.steps.record import RecordStep
 from sparkctl.steps.runtime import RuntimeStep, StopStep
+from sparkctl.transport.redact import redact_obj
 
 INV = inventory()
 IMAGE = INV.runtime.image
@@ -172,8 +173,19 @@ def record_plan(applied: dict, image_ids=None):
 
 def test_record_same_hash_is_a_noop_otherwise_records_with_history():
     want = render(INV).config_hash
-    assert record_plan({"config_hash": want, "applied_at": "t"}).empty
-    p = record_plan({"config_hash": "old", "applied_at": "2026-11-01T00:00:00Z"})
+    inv = redact_obj(INV.model_dump(mode="json"), digests=True)  # as the record stores it
+    assert record_plan({"config_hash": want, "applied_at": "t", "inventory": inv}).empty
+    p = record_plan({"config_hash": "old", "applied_at": "2026-11-01T00:00:00Z", "inventory": inv})
     assert p.changes[0].data["previous"] == "2026-11-01T000000Z-old.json"
     # same config, but a node now holds another image: recorded again
-    assert not record_plan({"config_hash": want, "applied_at": "t", "images": {}}, {"head": {IMAGE: ID2}}).empty
+    assert not record_plan({"config_hash": want, "applied_at": "t", "images": {}, "inventory": inv}, {"head": {IMAGE: ID2}}).empty
+
+
+def test_a_field_outside_the_launch_is_recorded_and_the_old_record_kept():
+    # alerts.* changes no launch hash; unrecorded, every later reload would diff against the old value
+    want = render(INV).config_hash
+    old = redact_obj(INV.model_dump(mode="json"), digests=True)
+    old["alerts"]["ttft_p99_seconds"] = old["alerts"]["ttft_p99_seconds"] + 1
+    p = record_plan({"config_hash": want, "applied_at": "2026-11-01T00:00:00Z", "inventory": old})
+    assert [c.action for c in p.changes] == ["record"] and "inventory fields outside the launch changed" in p.changes[0].summary
+    assert p.changes[0].data["previous"] == f"2026-11-01T000000Z-{want}.json"
