@@ -43,19 +43,29 @@ def main() -> int:
     from sparkctl.bench.result import BenchResult
 
     r = BenchResult.model_validate_json(out.read_text())
-    print(f"`sparkctl bench` against {r.model} at {r.endpoint} ({r.started_at:%Y-%m-%d %H:%M} UTC, "
-          f"{r.options.max_tokens} tokens, {r.options.repeats} repeats, median aggregate output tok/s):\n")
+    print(
+        f"`sparkctl bench` against {r.model} at {r.endpoint} ({r.started_at:%Y-%m-%d %H:%M} UTC, "
+        f"{r.options.max_tokens} tokens, {r.options.repeats} repeats, median aggregate output tok/s):\n"
+    )
     print(markdown_table(r))
     print("\n| Workload | Streams | Acceptance length | Acceptance rate | Median TTFT | Per-stream tok/s |")
     print("| --- | --- | --- | --- | --- | --- |")
     for c in r.throughput:
-        print(f"| {c.workload} | {c.streams} | {fmt(c.spec_decode_acceptance_length, digits=2)} | "
-              f"{fmt(c.spec_decode_acceptance_rate, '%')} | {fmt(c.median_ttft_ms, 'ms')} | "
-              f"{fmt(c.per_stream_output_throughput)} |")
+        print(
+            f"| {c.workload} | {c.streams} | {fmt(c.spec_decode_acceptance_length, digits=2)} | "
+            f"{fmt(c.spec_decode_acceptance_rate, '%')} | {fmt(c.median_ttft_ms, 'ms')} | "
+            f"{fmt(c.per_stream_output_throughput)} |"
+        )
     if r.context:
-        print("\nAcceptance length against context (" + r.context[0].workload + "): " + ", ".join(
-            f"{p.prompt_tokens or p.target_prompt_tokens:,} tokens {fmt(p.spec_decode_acceptance_length, digits=2)}"
-            for p in r.context))
+        print(
+            "\nAcceptance length against context ("
+            + r.context[0].workload
+            + "): "
+            + ", ".join(
+                f"{p.prompt_tokens or p.target_prompt_tokens:,} tokens {fmt(p.spec_decode_acceptance_length, digits=2)}"
+                for p in r.context
+            )
+        )
     for label, text in summary_lines(r):
         print(f"\n{label} {text}.")
     for n in r.notes:

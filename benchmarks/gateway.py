@@ -39,9 +39,15 @@ def one_round(base: str, name: str, streams: int, requests: int, max_tokens: int
     def client(i: int) -> None:
         with httpx.Client(base_url=base, timeout=120) as c:
             for j in range(requests):
-                body = {"model": name, "stream": True, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
-                        "stream_options": {"include_usage": True},
-                        "messages": [{"role": "user", "content": f"Tell me about the river ({i}, {j})."}]}
+                body = {
+                    "model": name,
+                    "stream": True,
+                    "max_tokens": max_tokens,
+                    "temperature": 0,
+                    "ignore_eos": True,
+                    "stream_options": {"include_usage": True},
+                    "messages": [{"role": "user", "content": f"Tell me about the river ({i}, {j})."}],
+                }
                 t0 = time.perf_counter()
                 first = None
                 used = 0
@@ -96,8 +102,12 @@ def main() -> int:
     from test_sim_serving import NAME, Server
 
     tmp = tempfile.mkdtemp(prefix="bench-gateway-")
-    sim = Server(tmp, "--max-num-seqs", str(max(4, args.streams)),
-                 env={"SIM_CRASH_CONTEXT_TOKENS": "0", "SIM_STEP_TIME_SCALE": str(args.step_scale)})
+    sim = Server(
+        tmp,
+        "--max-num-seqs",
+        str(max(4, args.streams)),
+        env={"SIM_CRASH_CONTEXT_TOKENS": "0", "SIM_STEP_TIME_SCALE": str(args.step_scale)},
+    )
     gw = Gateway(tmp, sim.base, "--hold-s", "30")
     figures: dict[str, dict[str, list]] = {"direct": {"ttft": [], "tps": []}, "gateway": {"ttft": [], "tps": []}}
     try:
@@ -108,8 +118,10 @@ def main() -> int:
                 ttfts, tps = one_round(base, NAME, args.streams, args.requests, args.max_tokens)
                 figures[label]["ttft"] += ttfts
                 figures[label]["tps"].append(tps)
-                print(f"round {k + 1} {label:7s}: median TTFT {statistics.median(ttfts) * 1000:7.2f} ms, "
-                      f"{tps:8.1f} tok/s", file=sys.stderr)
+                print(
+                    f"round {k + 1} {label:7s}: median TTFT {statistics.median(ttfts) * 1000:7.2f} ms, {tps:8.1f} tok/s",
+                    file=sys.stderr,
+                )
         rejects = reject_latency(gw)
     finally:
         gw.stop()
@@ -118,14 +130,19 @@ def main() -> int:
     ttft_d, ttft_g = statistics.median(d["ttft"]) * 1000, statistics.median(g["ttft"]) * 1000
     tps_d, tps_g = statistics.median(d["tps"]), statistics.median(g["tps"])
     n = len(d["ttft"])
-    print(f"{args.streams} streams x {args.requests} requests x {args.rounds} rounds ({n} requests each way), "
-          f"{args.max_tokens} tokens each, simulator step scale {args.step_scale}")
-    print(f"median TTFT : direct {ttft_d:7.2f} ms   gateway {ttft_g:7.2f} ms   added {ttft_g - ttft_d:+.2f} ms "
-          f"(budget +2 ms)")
-    print(f"tok/s       : direct {tps_d:7.1f}      gateway {tps_g:7.1f}      {100 * (tps_g / tps_d - 1):+.1f}% "
-          f"(budget within 3%; median over rounds)")
-    print(f"503 at once : median {statistics.median(rejects) * 1000:.2f} ms, max {max(rejects) * 1000:.2f} ms over "
-          f"{len(rejects)} requests (expected hold 3600 s > hold_s 30 s; the issue: within 100 ms)")
+    print(
+        f"{args.streams} streams x {args.requests} requests x {args.rounds} rounds ({n} requests each way), "
+        f"{args.max_tokens} tokens each, simulator step scale {args.step_scale}"
+    )
+    print(f"median TTFT : direct {ttft_d:7.2f} ms   gateway {ttft_g:7.2f} ms   added {ttft_g - ttft_d:+.2f} ms (budget +2 ms)")
+    print(
+        f"tok/s       : direct {tps_d:7.1f}      gateway {tps_g:7.1f}      {100 * (tps_g / tps_d - 1):+.1f}% "
+        f"(budget within 3%; median over rounds)"
+    )
+    print(
+        f"503 at once : median {statistics.median(rejects) * 1000:.2f} ms, max {max(rejects) * 1000:.2f} ms over "
+        f"{len(rejects)} requests (expected hold 3600 s > hold_s 30 s; the issue: within 100 ms)"
+    )
     return 0
 
 

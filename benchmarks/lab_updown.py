@@ -56,10 +56,14 @@ def main() -> int:
             api.up()
 
     time.sleep(3)  # let the daemons settle into idle
+
     def idle(pid: int) -> dict:
         """The process tree under pid: RSS and PSS in MiB, and how many processes."""
-        return {"rss_mib": round(procs.rss_kib([pid]) / 1024, 1), "pss_mib": round(procs.pss_kib([pid]) / 1024, 1),
-                "processes": len(procs.descendants([pid]))}
+        return {
+            "rss_mib": round(procs.rss_kib([pid]) / 1024, 1),
+            "pss_mib": round(procs.pss_kib([pid]) / 1024, 1),
+            "processes": len(procs.descendants([pid])),
+        }
 
     st = api.status()
     memory = {name: idle(h["init_pid"]) for name, h in st["hosts"].items()}

@@ -147,10 +147,13 @@ def table(result: dict) -> list[str]:
             f"  {'yes' if m['as_predicted'] else 'NO'}"
         )
     for kind, m in result["median"].items():
-        out.append(f"{kind}: difference {m['difference_seconds']:.2f} s, target <= {TARGET:.1f} s: {'within' if m['within_target'] else 'OVER'}")
+        out.append(
+            f"{kind}: difference {m['difference_seconds']:.2f} s, target <= {TARGET:.1f} s: {'within' if m['within_target'] else 'OVER'}"
+        )
     out.append("drain: timeline phase (docker stop head, then worker); worker start: the worker's runtime step;")
     out.append("head extra: the head's runtime step beyond its own start (docker start, smoke completion)")
     return out
+
 
 if __name__ == "__main__":
     main()

@@ -165,8 +165,10 @@ def main() -> None:
                 clean(worker)
                 fig["load alone"].append(n / timed_on(worker, f"docker load -i {SAVE_FILE} >/dev/null"))
                 head.run(f"rm -f {SAVE_FILE}")
-                for key, ssh in (("fabric raw", ssh_to(WORKER_FABRIC_IP)),
-                                 ("fabric raw default cipher", f"ssh -o BatchMode=yes {WORKER_FABRIC_IP}")):
+                for key, ssh in (
+                    ("fabric raw", ssh_to(WORKER_FABRIC_IP)),
+                    ("fabric raw default cipher", f"ssh -o BatchMode=yes {WORKER_FABRIC_IP}"),
+                ):
                     fig[key].append(n / timed_on(head, f"head -c {n} /dev/zero | {ssh} 'cat >/dev/null'"))
                 fig["relay raw"].append(n / raw_relay(head, worker, n))
                 for path, addr in (("fabric", WORKER_FABRIC_IP), ("relay", None)):
@@ -191,32 +193,53 @@ def main() -> None:
             head.run(f"rm -f {SAVE_FILE}")
     med = {k: statistics.median(v) for k, v in fig.items()}
     mb = lambda x: f"{x / 1e6:7.1f}"  # noqa: E731
-    print(f"image: {args.layers} layers, {n / 1e6:.0f} MB as `docker save` (top layer {top / 1e6:.0f} MB), random bytes; "
-          f"{args.runs} runs, medians (runs in brackets)")
+    print(
+        f"image: {args.layers} layers, {n / 1e6:.0f} MB as `docker save` (top layer {top / 1e6:.0f} MB), random bytes; "
+        f"{args.runs} runs, medians (runs in brackets)"
+    )
     runs = lambda k: "[" + ", ".join(f"{x / 1e6:.0f}" for x in fig[k]) + "]"  # noqa: E731
-    print(f"\n{'path':<7} {'raw stream':>11} | {'fresh node: MB/s':>17} {'/ raw':>6} {'MB moved':>9} | "
-          f"{'all but top: s':>15} {'MB moved':>9} {'image MB/s':>11} {'/ raw':>6}")
+    print(
+        f"\n{'path':<7} {'raw stream':>11} | {'fresh node: MB/s':>17} {'/ raw':>6} {'MB moved':>9} | "
+        f"{'all but top: s':>15} {'MB moved':>9} {'image MB/s':>11} {'/ raw':>6}"
+    )
     for p in ("fabric", "relay"):
         raw = med[f"{p} raw"]
-        print(f"{p:<7} {mb(raw)} MB/s | {mb(med[f'{p} fresh'])} MB/s {med[f'{p} fresh'] / raw:6.2f} "
-              f"{mb(med[f'{p} fresh moved'])}   | {med[f'{p} top s']:13.1f} s {mb(med[f'{p} top moved'])} "
-              f"{mb(med[f'{p} top'])}     {med[f'{p} top'] / raw:6.2f}")
-    for k in ("fabric raw", "fabric raw default cipher", "relay raw", "fabric fresh", "fabric fresh stream only",
-              "relay fresh", "relay fresh stream only", "save alone", "load alone"):
+        print(
+            f"{p:<7} {mb(raw)} MB/s | {mb(med[f'{p} fresh'])} MB/s {med[f'{p} fresh'] / raw:6.2f} "
+            f"{mb(med[f'{p} fresh moved'])}   | {med[f'{p} top s']:13.1f} s {mb(med[f'{p} top moved'])} "
+            f"{mb(med[f'{p} top'])}     {med[f'{p} top'] / raw:6.2f}"
+        )
+    for k in (
+        "fabric raw",
+        "fabric raw default cipher",
+        "relay raw",
+        "fabric fresh",
+        "fabric fresh stream only",
+        "relay fresh",
+        "relay fresh stream only",
+        "save alone",
+        "load alone",
+    ):
         print(f"  {k:<26} {mb(med[k])} MB/s  {runs(k)}")
     s, l = med["save alone"], med["load alone"]
     bound = 1 / (1 / s + 1 / l)
-    print(f"\ndockerd on the same image: save alone {s / 1e6:.0f} MB/s (head), load alone {l / 1e6:.0f} MB/s (worker, "
-          f"local file, no network) = {l / med['fabric raw']:.2f} of the raw fabric stream.")
-    print(f"20.10's save spools the whole image to a temp dir before sending and load spools it before registering, "
-          f"so they run one after the other: 1/(1/save + 1/load) = {bound / 1e6:.0f} MB/s; "
-          f"measured fabric fresh {med['fabric fresh'] / 1e6:.0f} MB/s = {med['fabric fresh'] / bound:.2f} of that bound.")
+    print(
+        f"\ndockerd on the same image: save alone {s / 1e6:.0f} MB/s (head), load alone {l / 1e6:.0f} MB/s (worker, "
+        f"local file, no network) = {l / med['fabric raw']:.2f} of the raw fabric stream."
+    )
+    print(
+        f"20.10's save spools the whole image to a temp dir before sending and load spools it before registering, "
+        f"so they run one after the other: 1/(1/save + 1/load) = {bound / 1e6:.0f} MB/s; "
+        f"measured fabric fresh {med['fabric fresh'] / 1e6:.0f} MB/s = {med['fabric fresh'] / bound:.2f} of that bound."
+    )
     c = cpu[len(cpu) // 2]
     names = c.by_name()
     total = sum(names.values())
     top_names = ", ".join(f"{k} {v:.1f}" for k, v in list(names.items())[:7])
-    print(f"CPU during a fresh fabric copy ({c.seconds:.1f} s, {os.cpu_count()} CPUs): machine busy {c.machine:.0%}; "
-          f"CPU seconds by process: {top_names} (total {total:.1f})")
+    print(
+        f"CPU during a fresh fabric copy ({c.seconds:.1f} s, {os.cpu_count()} CPUs): machine busy {c.machine:.0%}; "
+        f"CPU seconds by process: {top_names} (total {total:.1f})"
+    )
     for p in ("fabric", "relay"):
         print(f"{p}: fresh side-load / raw stream = {med[p + ' fresh'] / med[p + ' raw']:.2f}  (target >= 0.80)")
 

@@ -54,8 +54,13 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=20.0)
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="sim-idle-")
-    env = harness.sim_env(tmp, SIM_TIME_SCALE="0.002", SIM_STEP_TIME_SCALE="0.005", VLLM_LOG_STATS_INTERVAL="2",
-                          VLLM_CACHE_ROOT=os.path.join(tmp, "cache"))
+    env = harness.sim_env(
+        tmp,
+        SIM_TIME_SCALE="0.002",
+        SIM_STEP_TIME_SCALE="0.005",
+        VLLM_LOG_STATS_INTERVAL="2",
+        VLLM_CACHE_ROOT=os.path.join(tmp, "cache"),
+    )
     gcs, dport, tport = harness.free_port(), harness.free_port(), harness.free_port()
     procs: list[harness.Proc] = []
 
@@ -69,26 +74,76 @@ def main() -> int:
         return p
 
     try:
-        drafter = start("drafter", harness.module_argv("vllm_cli", "serve", "/models/drafter", "--served-model-name", "drafter",
-                                                       "--host", "127.0.0.1", "--port", str(dport), "--tensor-parallel-size", "2"),
-                        {"SIM_GPU_COUNT": "2"})  # the offload host's two GPUs
+        drafter = start(
+            "drafter",
+            harness.module_argv(
+                "vllm_cli",
+                "serve",
+                "/models/drafter",
+                "--served-model-name",
+                "drafter",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(dport),
+                "--tensor-parallel-size",
+                "2",
+            ),
+            {"SIM_GPU_COUNT": "2"},
+        )  # the offload host's two GPUs
         assert harness.wait_http(f"http://127.0.0.1:{dport}/health", timeout=60, proc=drafter), drafter.log()[-2000:]
-        head = subprocess.run(harness.module_argv("ray_cli", "start", "--head", "--node-ip-address=127.0.0.1", f"--port={gcs}"),
-                              env=env, capture_output=True, text=True, timeout=60)
+        head = subprocess.run(
+            harness.module_argv("ray_cli", "start", "--head", "--node-ip-address=127.0.0.1", f"--port={gcs}"),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert head.returncode == 0, head.stdout + head.stderr
         worker = start("ray-worker", harness.module_argv("ray_cli", "start", f"--address=127.0.0.1:{gcs}", "--block"))
         assert worker.wait_log("Ray runtime started.", 20), worker.log()
-        target = start("target", harness.module_argv(
-            "vllm_cli", "serve", MODEL, "--tensor-parallel-size", "2", "--distributed-executor-backend", "ray",
-            "--kv-cache-dtype", "fp8_ds_mla", "--block-size", "256", "--gpu-memory-utilization", "0.85",
-            "--max-model-len", "327680", "--max-num-seqs", "4", "--max-num-batched-tokens", "8192",
-            "--speculative-config", SPEC, "--moe-backend", "flashinfer_b12x", "--host", "127.0.0.1", "--port", str(tport)),
-            {"SPLICE_DRAFTER_URL": f"http://127.0.0.1:{dport}"})
+        target = start(
+            "target",
+            harness.module_argv(
+                "vllm_cli",
+                "serve",
+                MODEL,
+                "--tensor-parallel-size",
+                "2",
+                "--distributed-executor-backend",
+                "ray",
+                "--kv-cache-dtype",
+                "fp8_ds_mla",
+                "--block-size",
+                "256",
+                "--gpu-memory-utilization",
+                "0.85",
+                "--max-model-len",
+                "327680",
+                "--max-num-seqs",
+                "4",
+                "--max-num-batched-tokens",
+                "8192",
+                "--speculative-config",
+                SPEC,
+                "--moe-backend",
+                "flashinfer_b12x",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(tport),
+            ),
+            {"SPLICE_DRAFTER_URL": f"http://127.0.0.1:{dport}"},
+        )
         assert harness.wait_http(f"http://127.0.0.1:{tport}/health", timeout=120, proc=target), target.log()[-2000:]
         time.sleep(2.0)
         ray_head = int(Path(tmp, "raytmp").glob("ray/sim_head_*.pid").__next__().read_text())
-        watched = {"drafter": [drafter.pid], "ray head (GCS)": [ray_head], "ray worker": [worker.pid],
-                   "target (vllm serve)": [target.pid]}
+        watched = {
+            "drafter": [drafter.pid],
+            "ray head (GCS)": [ray_head],
+            "ray worker": [worker.pid],
+            "target (vllm serve)": [target.pid],
+        }
         before = {n: sum(cpu_seconds(p) for p in pids) for n, pids in watched.items()}
         t0 = time.monotonic()
         time.sleep(a.seconds)

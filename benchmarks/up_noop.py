@@ -76,7 +76,9 @@ def main() -> None:
             sys.exit(f"a no-op up changed something: {doc['changed']} change(s)")
         noops.append(doc["wall"])
     med_floor, med_noop = statistics.median(floors), statistics.median(noops)
-    print(f"floor: 3 parallel SSH round trips (OpenSSH)   median {med_floor:.3f} s  (runs: {', '.join(f'{x:.3f}' for x in floors)})")
+    print(
+        f"floor: 3 parallel SSH round trips (OpenSSH)   median {med_floor:.3f} s  (runs: {', '.join(f'{x:.3f}' for x in floors)})"
+    )
     print(f"no-op `sparkctl up` (0 changed)              median {med_noop:.3f} s  (runs: {', '.join(f'{x:.3f}' for x in noops)})")
     print(f"no-op / floor: {med_noop / med_floor:.2f}x   budget 1.0 s: {'within' if med_noop <= 1.0 else 'OVER'}")
 
@@ -87,8 +89,12 @@ def main() -> None:
         cold = up("--force")
         warm = up("--force")
         c, w = cold["runtime_start"], warm["runtime_start"]
-        print(f"cold restart (compile caches emptied): runtime serving after {c['seconds']:.2f} s ({c['cache']}); up wall {cold['wall']:.2f} s")
-        print(f"warm restart (caches kept):            runtime serving after {w['seconds']:.2f} s ({w['cache']}); up wall {warm['wall']:.2f} s")
+        print(
+            f"cold restart (compile caches emptied): runtime serving after {c['seconds']:.2f} s ({c['cache']}); up wall {cold['wall']:.2f} s"
+        )
+        print(
+            f"warm restart (caches kept):            runtime serving after {w['seconds']:.2f} s ({w['cache']}); up wall {warm['wall']:.2f} s"
+        )
         print(f"warm / cold: {w['seconds'] / c['seconds']:.2f}  (target <= 0.25)")
 
 

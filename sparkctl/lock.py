@@ -70,10 +70,7 @@ class Holder(BaseModel):
 
     def describe(self) -> str:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started_at))
-        return (
-            f"{self.user}@{self.host} (pid {self.pid}) running `{self.command}` since {since} "
-            f"({_duration(self.age)} ago)"
-        )
+        return f"{self.user}@{self.host} (pid {self.pid}) running `{self.command}` since {since} ({_duration(self.age)} ago)"
 
     def gone(self) -> Optional[str]:
         """Why the holder looks gone, or None while it looks alive."""
@@ -119,8 +116,8 @@ def _acquire_script(doc: str) -> str:
     return (
         f"mkdir -p {state} && chmod 700 {state} && tmp=$(mktemp {state}/.lock.XXXXXX) && "
         f"printf '%s\\n' {shlex.quote(doc)} > \"$tmp\" && "
-        f"if ln \"$tmp\" {_LOCK} 2>/dev/null; then rm -f \"$tmp\"; echo ACQUIRED; "
-        f"else rm -f \"$tmp\"; echo HELD; {_READ}; fi"
+        f'if ln "$tmp" {_LOCK} 2>/dev/null; then rm -f "$tmp"; echo ACQUIRED; '
+        f'else rm -f "$tmp"; echo HELD; {_READ}; fi'
     )
 
 

@@ -158,7 +158,12 @@ def expected_seconds(events: list[dict], cluster_prediction: Optional[str]) -> O
 
 
 def plan_reload(
-    kind: str, recorded: Optional[dict], new: Inventory, events: list[dict], cache_warm: bool, recap,
+    kind: str,
+    recorded: Optional[dict],
+    new: Inventory,
+    events: list[dict],
+    cache_warm: bool,
+    recap,
 ) -> ReloadPlan:
     """The reload's plan from `recap`, the check-mode run of the reload playbook for NEW (the
     steps' own plans: what restarts is what the runtime step starts), with the field diff from the

@@ -60,7 +60,9 @@ def load_playbook(name: str) -> Playbook:
     try:
         return Playbook.model_validate(yaml.safe_load(text))
     except (ValidationError, yaml.YAMLError) as exc:
-        raise InputError(f"playbook {name!r} is malformed: {exc}".splitlines()[0], fix="see the comment at the top of playbooks/up.yaml") from None
+        raise InputError(
+            f"playbook {name!r} is malformed: {exc}".splitlines()[0], fix="see the comment at the top of playbooks/up.yaml"
+        ) from None
 
 
 @dataclass
@@ -341,7 +343,9 @@ def _apply_all(ctx: RunContext, stage: Stage, plans: dict[str, Plan]) -> list[St
         out = step.apply(ctx, plan)
         # apply may report that nothing really changed (e.g. a pull of an image already current)
         message, did_change = out if isinstance(out, tuple) else (out, True)
-        return StepResult(step.name, host, "changed" if did_change else "ok", message, changes if did_change else [], operations=ops)
+        return StepResult(
+            step.name, host, "changed" if did_change else "ok", message, changes if did_change else [], operations=ops
+        )
 
     def verify_one(host: str) -> StepResult:
         r = results[host]

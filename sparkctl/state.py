@@ -109,4 +109,4 @@ def parse_history(text: str) -> list[dict]:
     return out
 
 
-HISTORY_PROBE = f"cd {HISTORY_DIR} 2>/dev/null && for f in $(ls -1tr); do echo \"@@file $f\"; cat \"$f\"; done; true"
+HISTORY_PROBE = f'cd {HISTORY_DIR} 2>/dev/null && for f in $(ls -1tr); do echo "@@file $f"; cat "$f"; done; true'

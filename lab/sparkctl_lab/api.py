@@ -62,6 +62,23 @@ from sparkctl_lab.status import status  # noqa: F401
 from sparkctl_lab.topology import HOSTS, IMAGE, REGISTRY  # noqa: F401
 
 __all__ = [
-    "up", "down", "status", "drills", "prometheus", "fault", "clear_faults", "host_exec", "ssh_banner", "docker_socket",
-    "LAB_DIR", "CACHE_DIR", "INVENTORY_PATH", "SSH_KEY", "KNOWN_HOSTS", "SSH_CONFIG", "HOSTS", "IMAGE", "REGISTRY",
+    "up",
+    "down",
+    "status",
+    "drills",
+    "prometheus",
+    "fault",
+    "clear_faults",
+    "host_exec",
+    "ssh_banner",
+    "docker_socket",
+    "LAB_DIR",
+    "CACHE_DIR",
+    "INVENTORY_PATH",
+    "SSH_KEY",
+    "KNOWN_HOSTS",
+    "SSH_CONFIG",
+    "HOSTS",
+    "IMAGE",
+    "REGISTRY",
 ]

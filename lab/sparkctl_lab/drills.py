@@ -81,8 +81,13 @@ def _serving(timeout: float) -> bool:
 
 def _chat(url: str, model: str, prompt: str, max_tokens: int, timeout: float, **extra) -> None:
     """One chat request, as a client sends it (httpx.HTTPError when it is not answered)."""
-    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-            "ignore_eos": True, **extra}
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        **extra,
+    }
     httpx.post(f"{url}/v1/chat/completions", json=body, timeout=timeout, trust_env=False).raise_for_status()
 
 
@@ -98,8 +103,13 @@ def _until(done: Callable[[], bool], timeout: float, interval: float) -> bool:
 
 def _sparkctl(*args: str, timeout: float) -> subprocess.CompletedProcess:
     """A sparkctl run as someone at the keyboard would make it, fenced to loopback and the lab."""
-    return subprocess.run([sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "SPARKCTL_ONLY_NETWORKS": FENCE})
+    return subprocess.run(
+        [sys.executable, "-m", "sparkctl", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "SPARKCTL_ONLY_NETWORKS": FENCE},
+    )
 
 
 # --- injections ------------------------------------------------------------------------------
@@ -238,8 +248,9 @@ def _reload_rolled_back() -> str:
     doc = _inventory()
     doc["runtime"]["gpu_memory_utilization"] = 0.65
     path = _variant("reload-rolled-back", doc)
-    r = _sparkctl("reload", "-i", str(paths.INVENTORY_PATH), "--config", str(path), "--yes", "--json",
-                  "--deadline", "120", timeout=600)
+    r = _sparkctl(
+        "reload", "-i", str(paths.INVENTORY_PATH), "--config", str(path), "--yes", "--json", "--deadline", "120", timeout=600
+    )
     try:
         outcome = json.loads(r.stdout).get("outcome")
     except ValueError:
@@ -339,8 +350,9 @@ def _wait_ttft(above: bool, timeout: float, window: float = 2.0) -> None:
         return bool(n) and (p99 > want) == above
 
     if not _until(reached, timeout, 0):
-        raise SparkctlError(f"drill: p99 time to first token did not go {'above' if above else 'back within'} "
-                            f"{want:g} s within {timeout:g} s")
+        raise SparkctlError(
+            f"drill: p99 time to first token did not go {'above' if above else 'back within'} {want:g} s within {timeout:g} s"
+        )
 
 
 def _wait_log(text: str, after: float, timeout: float) -> None:
@@ -510,17 +522,25 @@ def snapshot() -> dict:
     from concurrent.futures import ThreadPoolExecutor
 
     target = _inventory()["engram"]["target"]
-    script = ("ip -j addr show; echo '#'; docker ps -aq --filter label=io.sparkctl.cluster | xargs -r docker inspect -f "
-              "'{{.Name}} {{.State.Status}} {{.Image}} {{index .Config.Labels \"io.sparkctl.config-hash\"}}'; echo '#'; "
-              f"docker image inspect -f '{{{{.Id}}}}' {IMAGE} 2>/dev/null; echo '#'; "
-              f"ls /var/lib/sparkctl/state/lock /var/lib/sparkctl/state/journal.json 2>/dev/null; findmnt -n -o FSTYPE,TARGET {target}; true")
+    script = (
+        "ip -j addr show; echo '#'; docker ps -aq --filter label=io.sparkctl.cluster | xargs -r docker inspect -f "
+        "'{{.Name}} {{.State.Status}} {{.Image}} {{index .Config.Labels \"io.sparkctl.config-hash\"}}'; echo '#'; "
+        f"docker image inspect -f '{{{{.Id}}}}' {IMAGE} 2>/dev/null; echo '#'; "
+        f"ls /var/lib/sparkctl/state/lock /var/lib/sparkctl/state/journal.json 2>/dev/null; findmnt -n -o FSTYPE,TARGET {target}; true"
+    )
 
     def host(name: str) -> dict:
         links, containers, image, rest = _sh(name, script).split("#\n", 3)
         return {
-            "links": {i["ifname"]: (i.get("operstate"), i.get("mtu"), sorted(f"{a['local']}/{a['prefixlen']}" for a in i.get("addr_info", [])
-                                                                            if a.get("family") == "inet"))
-                      for i in json.loads(links) if i["ifname"] != "lo"},
+            "links": {
+                i["ifname"]: (
+                    i.get("operstate"),
+                    i.get("mtu"),
+                    sorted(f"{a['local']}/{a['prefixlen']}" for a in i.get("addr_info", []) if a.get("family") == "inet"),
+                )
+                for i in json.loads(links)
+                if i["ifname"] != "lo"
+            },
             "containers": sorted(containers.split("\n")[:-1]),
             "image": image.strip(),
             "lock, journal, engram mount": rest.split(),
@@ -566,8 +586,7 @@ def run(name: str) -> dict:
     """Break the lab as the drill says; returns what was done and where to look."""
     d = get(name)
     if d.needs_runtime and not _serving(timeout=3):
-        raise InputError(f"drill {name} needs the runtime serving",
-                         fix=f"`sparkctl up -i {paths.INVENTORY_PATH}` first")
+        raise InputError(f"drill {name} needs the runtime serving", fix=f"`sparkctl up -i {paths.INVENTORY_PATH}` first")
     done = d.inject()
     return {**describe(d), "done": done}
 

@@ -21,8 +21,14 @@ from sparkctl_lab.status import link_view
 from sparkctl_lab.topology import HOSTS
 
 # other names people use for the same faults
-ALIASES = {"degraded-speed": "speed", "wrong-mtu": "mtu", "wrong-driver": "driver", "rdma-port-down": "rdma-down",
-           "foreign-gpu-process": "gpu-process", "no-gpu": "gpu-missing"}
+ALIASES = {
+    "degraded-speed": "speed",
+    "wrong-mtu": "mtu",
+    "wrong-driver": "driver",
+    "rdma-port-down": "rdma-down",
+    "foreign-gpu-process": "gpu-process",
+    "no-gpu": "gpu-missing",
+}
 # speed: Mb/s a degraded rail carries. A lab veth carries ~4-17 Gb/s on a loaded 2-core machine, so
 # 1000 Mb/s is ~7% of the rail beside it, as 13 Gb/s is of a CX-7 twin's 200 (~14% of its ~95 real)
 DEFAULTS = {"mtu": 1500, "speed": 1000, "driver": "580.82.09", "gpu-process": 16384}
@@ -45,8 +51,7 @@ def _int(value, default: int, what: str) -> int:
         raise InputError(f"{what} must be a whole number, not {value!r}", fix=f"e.g. --value {default}") from None
 
 
-def fault(host: str, kind: str, target: str | None = None, value: str | int | None = None,
-          clear: bool = False) -> dict:
+def fault(host: str, kind: str, target: str | None = None, value: str | int | None = None, clear: bool = False) -> dict:
     """Switch one fault on (or off with clear=True). See the module docstring for the kinds."""
     preflight.require_root("`sparkctl lab fault`")
     h = lab_host(host)
@@ -108,12 +113,16 @@ def fault(host: str, kind: str, target: str | None = None, value: str | int | No
         else:
             used = _int(value, DEFAULTS["gpu-process"], "the memory (MiB)")
             r = host_exec(host, ["sh", "-c", "setsid sleep infinity </dev/null >/dev/null 2>&1 & echo $!"], check=True)
-            f.setdefault("gpu-process", []).append({"pid": int(r.stdout.strip()), "name": "python3", "gpu": gpu,
-                                                    "used_mib": used})
+            f.setdefault("gpu-process", []).append(
+                {"pid": int(r.stdout.strip()), "name": "python3", "gpu": gpu, "used_mib": used}
+            )
     state.save_faults(host, f)
     sync_all()
-    return {"host": host, "faults": state.load_faults(host),
-            "links": {ln["device"]: {k: ln.get(k) for k in ("state", "mtu", "admin_up")} for ln in link_view(host)}}
+    return {
+        "host": host,
+        "faults": state.load_faults(host),
+        "links": {ln["device"]: {k: ln.get(k) for k in ("state", "mtu", "admin_up")} for ln in link_view(host)},
+    }
 
 
 def _rail_ends(h: topo.LabHost, dev: str) -> list[tuple[str, str]]:

@@ -30,8 +30,9 @@ def init_pid(name: str) -> int:
     return pid
 
 
-def host_exec(host: str, argv: list[str], input: str | None = None, timeout: float = 60,
-              check: bool = False) -> subprocess.CompletedProcess:
+def host_exec(
+    host: str, argv: list[str], input: str | None = None, timeout: float = 60, check: bool = False
+) -> subprocess.CompletedProcess:
     """Run argv inside a lab host (its net, mount, UTS and PID namespaces), as root in /root."""
     preflight.require_root("host_exec")
     lab_host(host)
@@ -39,7 +40,11 @@ def host_exec(host: str, argv: list[str], input: str | None = None, timeout: flo
     env = {"PATH": HOST_PATH, "HOME": "/root", "LANG": "C.UTF-8", "USER": "root", "LOGNAME": "root"}
     r = subprocess.run(
         ["nsenter", "-t", str(pid), "-n", "-m", "-u", "-p", "--wd=/root", "--", *argv],
-        input=input, capture_output=True, text=True, timeout=timeout, env=env,
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
     )
     if check and r.returncode != 0:
         raise SparkctlError(f"{host}: `{' '.join(argv)}` exited {r.returncode}: {r.stderr.strip()}")

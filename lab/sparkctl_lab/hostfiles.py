@@ -45,8 +45,9 @@ def _keypair(name: str, comment: str) -> Path:
     if not key.exists() or not key.with_suffix(".pub").exists():
         key.unlink(missing_ok=True)
         key.with_suffix(".pub").unlink(missing_ok=True)
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(key)],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(key)], check=True, capture_output=True
+        )
     return key
 
 
@@ -79,23 +80,26 @@ Subsystem sftp /usr/lib/openssh/sftp-server
 
 def daemon_json(name: str) -> str:
     h = paths.host_dir(name)
-    return json.dumps(
-        {
-            "data-root": str(h / "docker"),
-            "hosts": ["unix:///var/run/docker.sock", f"unix://{paths.docker_socket(name)}"],
-            "bridge": "none",
-            "iptables": False,
-            "ip-forward": False,
-            "ip-masq": False,
-            "userland-proxy": False,
-            "insecure-registries": [topo.REGISTRY],
-            "cgroup-parent": f"sparkctl-lab-{name}",
-            "deprecated-key-path": str(h / "docker-key.json"),
-            "storage-driver": "overlay2",
-            "log-level": "warn",
-        },
-        indent=2,
-    ) + "\n"
+    return (
+        json.dumps(
+            {
+                "data-root": str(h / "docker"),
+                "hosts": ["unix:///var/run/docker.sock", f"unix://{paths.docker_socket(name)}"],
+                "bridge": "none",
+                "iptables": False,
+                "ip-forward": False,
+                "ip-masq": False,
+                "userland-proxy": False,
+                "insecure-registries": [topo.REGISTRY],
+                "cgroup-parent": f"sparkctl-lab-{name}",
+                "deprecated-key-path": str(h / "docker-key.json"),
+                "storage-driver": "overlay2",
+                "log-level": "warn",
+            },
+            indent=2,
+        )
+        + "\n"
+    )
 
 
 def etc_hosts() -> str:

@@ -77,8 +77,7 @@ def umount(target: str) -> None:
 def _paths_under_root() -> list[str]:
     """Interpreter, venv and PYTHONPATH folders under /root (outermost only)."""
     found = set()
-    for p in [sys.base_prefix, sys.prefix, os.path.dirname(sys.executable),
-              *os.environ.get("PYTHONPATH", "").split(":")]:
+    for p in [sys.base_prefix, sys.prefix, os.path.dirname(sys.executable), *os.environ.get("PYTHONPATH", "").split(":")]:
         for q in {os.path.abspath(p), os.path.realpath(p)} if p else ():
             if q.startswith("/root/") and os.path.isdir(q):
                 found.add(q)
@@ -179,7 +178,12 @@ class Init:
     def spawn(self, label: str, argv: list[str]) -> None:
         with open(paths.host_dir(self.name) / "log" / f"{label}.log", "ab") as logf:
             self.children[label] = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, cwd="/", close_fds=True,
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=logf,
+                cwd="/",
+                close_fds=True,
                 start_new_session=True,
             )
         log(f"started {label} (pid {self.children[label].pid})")

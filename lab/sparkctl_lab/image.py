@@ -35,8 +35,18 @@ BUILDER_VERSION = "3"  # bump when the image layout below changes
 SIM_DIR = Path(__file__).resolve().parent / "sim"
 KEY_LABEL = "org.sparkctl.lab.image-key"
 ENTRYPOINTS = {"vllm": "sparkctl_lab.sim.vllm_cli", "ray": "sparkctl_lab.sim.ray_cli"}
-STDLIB_SKIP = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "site-packages",
-               "dist-packages", "sitecustomize.py", "EXTERNALLY-MANAGED"}
+STDLIB_SKIP = {
+    "test",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "ensurepip",
+    "lib2to3",
+    "site-packages",
+    "dist-packages",
+    "sitecustomize.py",
+    "EXTERNALLY-MANAGED",
+}
 CHANGES = [
     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "ENV PYTHONPATH=/opt/sparkctl",
@@ -60,8 +70,9 @@ def python_source() -> tuple[Path, Path]:
 def sim_files() -> list[Path]:
     if not SIM_DIR.is_dir():
         return []
-    return sorted(p for p in SIM_DIR.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-                  and not p.name.endswith((".pyc", ".pyo")))
+    return sorted(
+        p for p in SIM_DIR.rglob("*") if p.is_file() and "__pycache__" not in p.parts and not p.name.endswith((".pyc", ".pyo"))
+    )
 
 
 def image_key() -> str:
@@ -135,8 +146,21 @@ def build_rootfs(out: Path) -> None:
     tmp = out.with_suffix(".partial")
     with tarfile.open(tmp, "w") as tf:
         t = _Tar(tf)
-        for d in ("usr/bin", "usr/sbin", "usr/lib", "usr/lib64", "usr/local/bin", "etc", "root", "proc", "sys",
-                  "dev", "run", "var/tmp", "opt/sparkctl"):
+        for d in (
+            "usr/bin",
+            "usr/sbin",
+            "usr/lib",
+            "usr/lib64",
+            "usr/local/bin",
+            "etc",
+            "root",
+            "proc",
+            "sys",
+            "dev",
+            "run",
+            "var/tmp",
+            "opt/sparkctl",
+        ):
             t.dir(d, 0o700 if d == "root" else 0o755)
         t.dir("tmp", 0o1777)
         for top in ("bin", "sbin", "lib", "lib64"):
@@ -236,8 +260,7 @@ def build_and_push(key: str, docker_socket: Path, progress=lambda msg: None) -> 
     repo = f"{topo.REGISTRY}/{topo.IMAGE_REPO}"
     api = docker.APIClient(base_url=f"unix://{docker_socket}", timeout=300)
     try:
-        api.import_image_from_file(str(tar), repository=repo, tag=topo.IMAGE_TAG,
-                                   changes=CHANGES + [f"LABEL {KEY_LABEL}={key}"])
+        api.import_image_from_file(str(tar), repository=repo, tag=topo.IMAGE_TAG, changes=CHANGES + [f"LABEL {KEY_LABEL}={key}"])
         image_id = api.inspect_image(f"{repo}:{topo.IMAGE_TAG}")["Id"]
         for event in api.push(repo, tag=topo.IMAGE_TAG, stream=True, decode=True):
             if "error" in event:

@@ -148,11 +148,14 @@ def _wait_ready() -> None:
         if pending:
             time.sleep(0.05)
     if pending:
-        logs = [f"--- {f}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-8:])
-                for item in sorted(pending) for f in waits[item][1] if f.exists()]
+        logs = [
+            f"--- {f}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-8:])
+            for item in sorted(pending)
+            for f in waits[item][1]
+            if f.exists()
+        ]
         raise SparkctlError(
-            f"lab did not come up within {READY_TIMEOUT:.0f}s: {', '.join(sorted(pending))} not answering\n"
-            + "\n".join(logs),
+            f"lab did not come up within {READY_TIMEOUT:.0f}s: {', '.join(sorted(pending))} not answering\n" + "\n".join(logs),
             fix="see the logs above; `sparkctl lab down` then `sparkctl lab up` starts from nothing",
         )
 
@@ -222,8 +225,9 @@ def _lab_mounts() -> list[str]:
 def _cgroup_dirs() -> list[Path]:
     """The cgroups the hosts' dockerd made (cgroup-parent sparkctl-lab-<host>), looked for at most 3
     levels below each hierarchy's root (walking a busy machine's whole cgroup tree is slow)."""
-    return [d for depth in range(4) for n in HOSTS
-            for d in Path("/sys/fs/cgroup").glob("*/" + "*/" * depth + f"sparkctl-lab-{n}")]
+    return [
+        d for depth in range(4) for n in HOSTS for d in Path("/sys/fs/cgroup").glob("*/" + "*/" * depth + f"sparkctl-lab-{n}")
+    ]
 
 
 def _remove_cgroups() -> list[str]:

@@ -8,9 +8,16 @@ import shutil
 from sparkctl.errors import InputError
 
 TOOLS = {
-    "ip": "iproute2", "nsenter": "util-linux", "unshare": "util-linux", "setsid": "util-linux",
-    "dockerd": "docker.io", "sshd": "openssh-server", "ssh-keygen": "openssh-client",
-    "docker-registry": "docker-registry", "busybox": "busybox-static", "ldd": "libc-bin",
+    "ip": "iproute2",
+    "nsenter": "util-linux",
+    "unshare": "util-linux",
+    "setsid": "util-linux",
+    "dockerd": "docker.io",
+    "sshd": "openssh-server",
+    "ssh-keygen": "openssh-client",
+    "docker-registry": "docker-registry",
+    "busybox": "busybox-static",
+    "ldd": "libc-bin",
 }
 APT = "apt-get install -y iproute2 openssh-server docker.io docker-registry busybox-static iputils-ping"
 
@@ -47,18 +54,18 @@ def require_cgroup_v1() -> None:
         raise InputError(
             "this machine mounts cgroup v2 only (the unified hierarchy); the lab's hosts run Debian's "
             "dockerd 20.10 in nested namespaces, which is only proven here on cgroup v1",
-            fix="boot with `systemd.unified_cgroup_hierarchy=0` (cgroup v1/hybrid) or run the lab on a "
-            "machine with cgroup v1",
+            fix="boot with `systemd.unified_cgroup_hierarchy=0` (cgroup v1/hybrid) or run the lab on a machine with cgroup v1",
         )
     if mode == "none":
         raise InputError(
-            "no cgroup v1 `devices` hierarchy is mounted (dockerd fails with \"Devices cgroup isn't mounted\")",
+            'no cgroup v1 `devices` hierarchy is mounted (dockerd fails with "Devices cgroup isn\'t mounted")',
             fix="mount the cgroup v1 hierarchies under /sys/fs/cgroup (or use a machine that has them)",
         )
 
 
 def require_tools() -> None:
-    missing = sorted({pkg for tool, pkg in TOOLS.items() if shutil.which(tool) is None
-                      and not os.path.exists(f"/usr/sbin/{tool}")})
+    missing = sorted(
+        {pkg for tool, pkg in TOOLS.items() if shutil.which(tool) is None and not os.path.exists(f"/usr/sbin/{tool}")}
+    )
     if missing:
         raise InputError(f"the lab needs packages that are not installed: {', '.join(missing)}", fix=APT)

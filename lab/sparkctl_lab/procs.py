@@ -99,18 +99,40 @@ def _detach(argv: list[str], log: Path, env: dict | None = None) -> None:
     """Start argv in a session of its own (setsid -f: it is nobody's child here, so it never
     lingers as our zombie), its output appended to `log`."""
     with open(log, "ab") as out:
-        subprocess.run(["setsid", "-f", *argv], stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env,
-                       check=True, cwd="/")
+        subprocess.run(["setsid", "-f", *argv], stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, check=True, cwd="/")
 
 
 def start_host(name: str) -> None:
-    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-           "PYTHONPATH": str(tools.package_root()), "SPARKCTL_LAB_DIR": str(paths.LAB_DIR),
-           "SPARKCTL_LAB_CACHE": str(paths.CACHE_DIR), "LANG": "C.UTF-8"}
-    _detach(["nsenter", f"--net=/run/netns/{topo.HOSTS[name].netns}",
-             "unshare", "--pid", "--fork", "--mount-proc", "--mount", "--uts", "--propagation", "slave", "--kill-child",
-             "--", sys.executable, "-S", "-m", "sparkctl_lab.hostinit", name],
-            paths.host_dir(name) / "log" / "init.log", env)
+    env = {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "PYTHONPATH": str(tools.package_root()),
+        "SPARKCTL_LAB_DIR": str(paths.LAB_DIR),
+        "SPARKCTL_LAB_CACHE": str(paths.CACHE_DIR),
+        "LANG": "C.UTF-8",
+    }
+    _detach(
+        [
+            "nsenter",
+            f"--net=/run/netns/{topo.HOSTS[name].netns}",
+            "unshare",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--mount",
+            "--uts",
+            "--propagation",
+            "slave",
+            "--kill-child",
+            "--",
+            sys.executable,
+            "-S",
+            "-m",
+            "sparkctl_lab.hostinit",
+            name,
+        ],
+        paths.host_dir(name) / "log" / "init.log",
+        env,
+    )
 
 
 def start_registry() -> None:

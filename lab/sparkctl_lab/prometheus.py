@@ -84,7 +84,9 @@ def up(alerts: dict | None = None) -> dict:
     """Rules and config from `sparkctl alerts` on the lab inventory + `alerts`; start or reload."""
     exe = shutil.which("prometheus")
     if exe is None:
-        raise SparkctlError("prometheus is not installed", fix="apt-get install prometheus prometheus-node-exporter (dev.sh does)")
+        raise SparkctlError(
+            "prometheus is not installed", fix="apt-get install prometheus prometheus-node-exporter (dev.sh does)"
+        )
     DIR.mkdir(parents=True, exist_ok=True)
     changes = _exporters()
     inv = yaml.safe_load(paths.INVENTORY_PATH.read_text())
@@ -105,8 +107,14 @@ def up(alerts: dict | None = None) -> dict:
     else:
         if pid:
             procs.kill([pid])
-        argv = [exe, f"--config.file={CONFIG}", f"--storage.tsdb.path={DIR / 'data'}",
-                f"--web.listen-address={HOSTS[HOST].mgmt_ip}:{PORT}", "--web.enable-lifecycle", "--storage.tsdb.retention.time=1d"]
+        argv = [
+            exe,
+            f"--config.file={CONFIG}",
+            f"--storage.tsdb.path={DIR / 'data'}",
+            f"--web.listen-address={HOSTS[HOST].mgmt_ip}:{PORT}",
+            "--web.enable-lifecycle",
+            "--storage.tsdb.retention.time=1d",
+        ]
         r = host_exec(HOST, ["sh", "-c", f"setsid {' '.join(argv)} >>{DIR / 'prometheus.log'} 2>&1 </dev/null &"])
         if r.returncode != 0:
             raise SparkctlError(f"prometheus on {HOST}: {r.stderr.strip()}")

@@ -12,12 +12,14 @@ import httpx
 from sparkctl_lab import paths
 from sparkctl_lab import topology as topo
 
-MANIFEST_TYPES = ", ".join([
-    "application/vnd.docker.distribution.manifest.v2+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.oci.image.index.v1+json",
-])
+MANIFEST_TYPES = ", ".join(
+    [
+        "application/vnd.docker.distribution.manifest.v2+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.oci.image.index.v1+json",
+    ]
+)
 
 
 def config_yaml() -> str:
@@ -29,7 +31,7 @@ log:
     disabled: true
 storage:
   filesystem:
-    rootdirectory: {paths.REGISTRY_DIR / 'storage'}
+    rootdirectory: {paths.REGISTRY_DIR / "storage"}
   delete:
     enabled: true
   maintenance:

@@ -17,14 +17,25 @@ def link_view(name: str) -> list[dict]:
     rows = []
     for n in h.nics:
         cur = have.get(n.device)
-        row = {"device": n.device, "peer": n.peer, "address": n.address, "expected_mtu": n.mtu, "rdma": list(n.rdma),
-               "present": cur is not None}
+        row = {
+            "device": n.device,
+            "peer": n.peer,
+            "address": n.address,
+            "expected_mtu": n.mtu,
+            "rdma": list(n.rdma),
+            "present": cur is not None,
+        }
         if cur:
-            row.update({
-                "addresses": cur["addresses"], "mtu": cur["mtu"], "state": cur["operstate"], "admin_up": cur["up"],
-                "speed_mbps": state.speed(h, n.device, f, cur["operstate"]),
-                "rdma_state": {r: state.rdma_state(r, f, cur["operstate"])[1] for r in n.rdma},
-            })
+            row.update(
+                {
+                    "addresses": cur["addresses"],
+                    "mtu": cur["mtu"],
+                    "state": cur["operstate"],
+                    "admin_up": cur["up"],
+                    "speed_mbps": state.speed(h, n.device, f, cur["operstate"]),
+                    "rdma_state": {r: state.rdma_state(r, f, cur["operstate"])[1] for r in n.rdma},
+                }
+            )
         rows.append(row)
     return rows
 
@@ -74,9 +85,13 @@ def status() -> dict:
             "init_pid": init,
             "management": {"device": h.mgmt_device, "address": h.mgmt_address},
             "sshd": {"pid": kids.get("sshd"), "healthy": banner is not None, "banner": banner},
-            "dockerd": {"pid": kids.get("dockerd"), "healthy": dv is not None,
-                        "version": (dv or {}).get("Version"), "api_version": (dv or {}).get("ApiVersion"),
-                        "socket": str(docker_socket(name))},
+            "dockerd": {
+                "pid": kids.get("dockerd"),
+                "healthy": dv is not None,
+                "version": (dv or {}).get("Version"),
+                "api_version": (dv or {}).get("ApiVersion"),
+                "socket": str(docker_socket(name)),
+            },
             "gpus": [g.name for g in h.gpus],
             "links": links,
             "faults": state.load_faults(name),
@@ -104,8 +119,12 @@ def status() -> dict:
             "route_unreachable": netns._has_unreachable(),
         },
         "hosts": hosts,
-        "registry": {"address": REGISTRY, "pid": reg_pid, "healthy": reg_ok,
-                     "rss_mib": round(procs.rss_kib([reg_pid]) / 1024, 1) if reg_pid else 0},
+        "registry": {
+            "address": REGISTRY,
+            "pid": reg_pid,
+            "healthy": reg_ok,
+            "rss_mib": round(procs.rss_kib([reg_pid]) / 1024, 1) if reg_pid else 0,
+        },
         "image": {
             "name": IMAGE,
             "present": cfg is not None,

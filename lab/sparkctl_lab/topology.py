@@ -76,8 +76,7 @@ class LabHost:
     @property
     def nics(self) -> tuple[Nic, ...]:
         """The management NIC (on the lab's switch, no RDMA), then the fabric."""
-        mgmt = Nic(self.mgmt_device, self.mgmt_address, (), MGMT_MTU, self.mgmt_speed_mbps, "management",
-                   self.mgmt_bus_id)
+        mgmt = Nic(self.mgmt_device, self.mgmt_address, (), MGMT_MTU, self.mgmt_speed_mbps, "management", self.mgmt_bus_id)
         return (mgmt, *self.fabric)
 
     @property
@@ -113,8 +112,7 @@ def _spark(name: str, role: str, last: int, peer: str, offload_subnet: int) -> L
         fabric=(
             Nic("enp1s0f0np0", f"10.231.100.{last}/24", ("rocep1s0f0",), 9000, 200000, peer, "0000:01:00.0"),
             Nic("enP2p1s0f0np0", f"10.231.101.{last}/24", ("roceP2p1s0f0",), 9000, 200000, peer, "0002:01:00.0"),
-            Nic("enp1s0f1np1", f"10.231.{offload_subnet}.{last}/24", ("rocep1s0f1",), 9000, 40000, "offload",
-                "0000:01:00.1"),
+            Nic("enp1s0f1np1", f"10.231.{offload_subnet}.{last}/24", ("rocep1s0f1",), 9000, 40000, "offload", "0000:01:00.1"),
         ),
     )
 
@@ -191,7 +189,9 @@ def shipped_sections() -> dict:
     doc = yaml.safe_load(SHIPPED_INVENTORY.read_text())
     engram = doc["engram"]
     if (engram["host"], engram["source"]) != (ENGRAM_HOST, ENGRAM_SOURCE):
-        raise ValueError(f"{SHIPPED_INVENTORY}: engram host/source must stay {ENGRAM_HOST}:{ENGRAM_SOURCE} (the lab provisions them)")
+        raise ValueError(
+            f"{SHIPPED_INVENTORY}: engram host/source must stay {ENGRAM_HOST}:{ENGRAM_SOURCE} (the lab provisions them)"
+        )
     return doc
 
 
@@ -205,8 +205,14 @@ def inventory_doc(ssh_key: str, known_hosts: str) -> dict:
             "gpu": {"model": h.gpus[0].name, "count": len(h.gpus)},
             **({"memory_gib": h.memory_gib} if h.memory_gib is not None else {}),
             "fabric": [
-                {"device": n.device, "rdma": list(n.rdma), "address": n.address, "mtu": n.mtu,
-                 "speed_gbps": n.speed_mbps // 1000, "peer": n.peer}
+                {
+                    "device": n.device,
+                    "rdma": list(n.rdma),
+                    "address": n.address,
+                    "mtu": n.mtu,
+                    "speed_gbps": n.speed_mbps // 1000,
+                    "peer": n.peer,
+                }
                 for n in h.fabric
             ],
         }

@@ -90,8 +90,7 @@ def rules_for(inv) -> RuleSet:
             for_=a.down_for,
             severity="page",
             summary=f"{cluster}: worker {{{{ $labels.instance }}}} is unreachable",
-            description="The worker Spark does not answer; the head's engine dies with it (tensor parallel "
-            "needs every rank).",
+            description="The worker Spark does not answer; the head's engine dies with it (tensor parallel needs every rank).",
             runbook="worker-lost",
         ),
     ]
@@ -151,7 +150,7 @@ def rules_for(inv) -> RuleSet:
                 alert="SparkctlSpecAcceptanceLow",
                 expr=f"(1 + {accepted} / {drafts}) < {a.acceptance_length_min:g} and {drafts} > 0",
                 severity="ticket",
-                summary=f"{cluster}: mean acceptance length {{{{ $value | printf \"%.2f\" }}}}, "
+                summary=f'{cluster}: mean acceptance length {{{{ $value | printf "%.2f" }}}}, '
                 f"expected >= {a.acceptance_length_min:g}",
                 description="Speculative decoding accepts fewer drafted tokens than this workload should "
                 "(long contexts lower acceptance; a wrong or remote drafter too).",

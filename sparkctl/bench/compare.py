@@ -40,8 +40,9 @@ def load(path: Path) -> BenchResult:
     except ValidationError as err:  # not JSON, or not a result
         first = err.errors()[0]
         where = ".".join(map(str, first["loc"]))
-        raise InputError(f"{path} is not a sparkctl bench result ({where + ': ' if where else ''}{first['msg']})",
-                         fix=fix) from err
+        raise InputError(
+            f"{path} is not a sparkctl bench result ({where + ': ' if where else ''}{first['msg']})", fix=fix
+        ) from err
 
 
 # What compare shows per section: (field, unit, higher is better).
@@ -53,8 +54,7 @@ CELL_METRICS = (
     ("spec_decode_acceptance_length", "tokens", True),
 )
 CONTEXT_METRICS = (("spec_decode_acceptance_length", "tokens", True), ("decode_throughput", "tok/s", True))
-PREFILL_METRICS = (("ttft_ms", "ms", False), ("ttft_adjusted_ms", "ms", False),
-                   ("prefill_throughput_adjusted", "tok/s", True))
+PREFILL_METRICS = (("ttft_ms", "ms", False), ("ttft_adjusted_ms", "ms", False), ("prefill_throughput_adjusted", "tok/s", True))
 MIXED_METRICS = (("short_ttft_ms", "ms", False), ("short_wait_ms", "ms", False))
 
 
@@ -65,8 +65,17 @@ def _rows(section: str, prefix: str, a, b, metrics) -> list[Row]:
         va, vb = getattr(a, field, None), getattr(b, field, None)
         if va is None and vb is None:
             continue
-        rows.append(Row(section=section, metric=f"{prefix}{field}", unit=unit, a=va, b=vb,
-                        ratio=vb / va if va and vb is not None else None, higher_is_better=higher_is_better))
+        rows.append(
+            Row(
+                section=section,
+                metric=f"{prefix}{field}",
+                unit=unit,
+                a=va,
+                b=vb,
+                ratio=vb / va if va and vb is not None else None,
+                higher_is_better=higher_is_better,
+            )
+        )
     return rows
 
 

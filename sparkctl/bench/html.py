@@ -76,10 +76,7 @@ def render_html(runs: list[Labeled], plots=None) -> str:
             }
             for r in runs
         ],
-        plots=[
-            {"title": p.title, "caption": p.caption, "data": base64.b64encode(p.png).decode("ascii")}
-            for p in plots
-        ],
+        plots=[{"title": p.title, "caption": p.caption, "data": base64.b64encode(p.png).decode("ascii")} for p in plots],
     )
 
 
@@ -95,6 +92,7 @@ def write_report(runs: list[Labeled], out_dir: Path) -> list[Path]:
             path.write_bytes(p.png)
             written.append(path)
     except OSError as err:
-        raise InputError(f"cannot write the report to {out_dir}: {err.strerror}",
-                         fix="pass --out (or --report) a writable folder") from err
+        raise InputError(
+            f"cannot write the report to {out_dir}: {err.strerror}", fix="pass --out (or --report) a writable folder"
+        ) from err
     return written

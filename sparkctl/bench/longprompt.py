@@ -31,7 +31,9 @@ def filler(kind: Kind, lines: int, seed: int) -> str:
     if kind == "code":
         for _ in range(lines):
             a, b = rng.choice(_WORDS), rng.choice(_WORDS)
-            out.append(f"def {a}_{b}_{rng.randint(1000, 9999)}(x, y={rng.randint(100, 999)}): return {a}_table[x % {rng.randint(10, 97)}] + y")
+            out.append(
+                f"def {a}_{b}_{rng.randint(1000, 9999)}(x, y={rng.randint(100, 999)}): return {a}_table[x % {rng.randint(10, 97)}] + y"
+            )
     else:
         for _ in range(lines):
             words = [rng.choice(_WORDS) for _ in range(12)]

@@ -71,9 +71,7 @@ class Throughput(Part):
                 for rep in range(o.repeats):
                     bench.progress.describe(f"{name} x{streams} stream(s), repeat {rep + 1}/{o.repeats}")
                     t0 = time.perf_counter()
-                    ms = await asyncio.gather(
-                        *(bench.send(workload.prompt(i), o.max_tokens, i) for i in range(streams))
-                    )
+                    ms = await asyncio.gather(*(bench.send(workload.prompt(i), o.max_tokens, i) for i in range(streams)))
                     t1 = time.perf_counter()
                     after = await bench.spec_snapshot()
                     repeats.append(repeat_result(rep, streams, list(ms), t0, t1, _delta(before, after)))

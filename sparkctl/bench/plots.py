@@ -104,8 +104,12 @@ def throughput(results: list[Labeled]) -> Optional[Plot]:
     ax.set_title("Median aggregate output throughput per cell")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(loc="upper right")
-    return Plot("throughput", "Throughput per workload and stream count",
-                "Median over repeats of the aggregate output tok/s of each cell (the seed's table).", fig)
+    return Plot(
+        "throughput",
+        "Throughput per workload and stream count",
+        "Median over repeats of the aggregate output tok/s of each cell (the seed's table).",
+        fig,
+    )
 
 
 # ---- acceptance against context ------------------------------------------------------------------
@@ -154,9 +158,12 @@ def acceptance_context(results: list[Labeled]) -> Optional[Plot]:
     axes[0][0].legend()
     workloads = sorted({p.workload for r in results for p in r.result.context})
     fig.suptitle(f"Speculative acceptance against context ({', '.join(workloads)} workload)")
-    return Plot("acceptance-context", "Acceptance against context length",
-                "Acceptance length and rate from /metrics deltas around each prompt size, and its decode tok/s.",
-                fig)
+    return Plot(
+        "acceptance-context",
+        "Acceptance against context length",
+        "Acceptance length and rate from /metrics deltas around each prompt size, and its decode tok/s.",
+        fig,
+    )
 
 
 # ---- TTFT / ITL distributions per cell --------------------------------------------------------------
@@ -189,12 +196,28 @@ def latency(results: list[Labeled]) -> Optional[Plot]:
         for i, r in enumerate(results):
             shift = -0.4 + width * (i + 0.5)
             pts = latency_points(r.result, cells, field)
-            ax.scatter([j + shift for j, _ in pts], [v for _, v in pts], s=14, alpha=0.6, color=_colour(i),
-                       label=f"{r.label}: each request")
-            med = [(j + shift, getattr(c, summary)) for j, c in enumerate(r.result.cell(w, s) for w, s in cells)
-                   if c is not None and getattr(c, summary) is not None]
-            ax.scatter([x for x, _ in med], [y for _, y in med], marker="_", s=600, linewidths=2.5,
-                       color=_colour(i), label=f"{r.label}: cell median")
+            ax.scatter(
+                [j + shift for j, _ in pts],
+                [v for _, v in pts],
+                s=14,
+                alpha=0.6,
+                color=_colour(i),
+                label=f"{r.label}: each request",
+            )
+            med = [
+                (j + shift, getattr(c, summary))
+                for j, c in enumerate(r.result.cell(w, s) for w, s in cells)
+                if c is not None and getattr(c, summary) is not None
+            ]
+            ax.scatter(
+                [x for x, _ in med],
+                [y for _, y in med],
+                marker="_",
+                s=600,
+                linewidths=2.5,
+                color=_colour(i),
+                label=f"{r.label}: cell median",
+            )
         ax.set_xticks(range(len(cells)), [_cell_name(w, s) for w, s in cells])
         ax.set_ylabel(ylabel)
         ax.set_xlabel("workload and concurrent streams")
@@ -202,8 +225,12 @@ def latency(results: list[Labeled]) -> Optional[Plot]:
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=8, loc="upper left")
     axes[0][0].set_title("Latency of every request, per cell (dots), and the cell's median (bar)")
-    return Plot("latency", "TTFT and ITL distributions per cell",
-                "Each dot is one request's raw record; the bar is the cell's median from the result.", fig)
+    return Plot(
+        "latency",
+        "TTFT and ITL distributions per cell",
+        "Each dot is one request's raw record; the bar is the cell's median from the result.",
+        fig,
+    )
 
 
 # ---- mixed traffic timeline ---------------------------------------------------------------------------
@@ -228,8 +255,12 @@ def mixed_spans(r: BenchResult) -> list[Span]:
     s0 = m.short_sent_after_ms
     return [
         Span("long", 0.0, m.long_ttft_ms, long.e2el_ms),
-        Span("short", s0, None if m.short_ttft_ms is None else s0 + m.short_ttft_ms,
-             None if short.e2el_ms is None else s0 + short.e2el_ms),
+        Span(
+            "short",
+            s0,
+            None if m.short_ttft_ms is None else s0 + m.short_ttft_ms,
+            None if short.e2el_ms is None else s0 + short.e2el_ms,
+        ),
     ]
 
 
@@ -245,29 +276,46 @@ def mixed_timeline(results: list[Labeled]) -> Optional[Plot]:
         for y, sp in enumerate(spans):
             wait_end = sp.first_token if sp.first_token is not None else sp.done
             if wait_end is not None:  # waiting for the first token: queue + prefill
-                ax.broken_barh([(sp.sent, wait_end - sp.sent)], (y - 0.3, 0.6), color=_colour(i), alpha=0.35,
-                               gid=f"{sp.who}-wait")
+                ax.broken_barh(
+                    [(sp.sent, wait_end - sp.sent)], (y - 0.3, 0.6), color=_colour(i), alpha=0.35, gid=f"{sp.who}-wait"
+                )
             if sp.first_token is not None and sp.done is not None:  # generating
-                ax.broken_barh([(sp.first_token, max(sp.done - sp.first_token, 0.0))], (y - 0.3, 0.6),
-                               color=_colour(i), gid=f"{sp.who}-generate")
+                ax.broken_barh(
+                    [(sp.first_token, max(sp.done - sp.first_token, 0.0))],
+                    (y - 0.3, 0.6),
+                    color=_colour(i),
+                    gid=f"{sp.who}-generate",
+                )
             ax.plot([sp.sent], [y], marker=">", color="black", gid=f"{sp.who}-sent")
             if sp.done is not None:
                 ax.plot([sp.done], [y], marker="|", markersize=14, color="black", gid=f"{sp.who}-done")
         if m.long_admitted_after_ms is not None:
-            ax.axvline(m.long_admitted_after_ms, color="grey", linestyle="--", gid="long-admitted",
-                       label="long request admitted (/metrics)")
+            ax.axvline(
+                m.long_admitted_after_ms,
+                color="grey",
+                linestyle="--",
+                gid="long-admitted",
+                label="long request admitted (/metrics)",
+            )
             ax.legend(loc="lower right", fontsize=8)
         tokens = m.long_prompt_tokens or m.long_target_prompt_tokens
         ax.set_yticks(range(len(spans)), [f"long ({tokens:,} tokens)", f"short ({m.short_prompt_tokens or '?'} tokens)"])
         ax.set_xlabel("time since the long request was sent (ms)")
         ax.set_ylabel("request (prompt size)")
-        ax.set_title(f"{r.label}: light = waiting for the first token, dark = generating; "
-                     f"short waited {m.short_wait_ms or 0:,.0f} ms extra", fontsize=10)
+        ax.set_title(
+            f"{r.label}: light = waiting for the first token, dark = generating; "
+            f"short waited {m.short_wait_ms or 0:,.0f} ms extra",
+            fontsize=10,
+        )
         ax.grid(axis="x", alpha=0.3)
         ax.set_ylim(-0.7, len(spans) - 0.3)
-    return Plot("mixed-timeline", "Mixed traffic: a short request behind a long prefill",
-                "When the long prompt was sent, admitted and answered, and when the short request was sent, "
-                "got its first token and finished.", fig)
+    return Plot(
+        "mixed-timeline",
+        "Mixed traffic: a short request behind a long prefill",
+        "When the long prompt was sent, admitted and answered, and when the short request was sent, "
+        "got its first token and finished.",
+        fig,
+    )
 
 
 FIGURES = (throughput, acceptance_context, latency, mixed_timeline)

@@ -22,8 +22,9 @@ def seed_rows(result: BenchResult) -> tuple[list[str], list[list[str]]]:
     rows = []
     for w in dict.fromkeys(c.workload for c in result.throughput):
         cells = [result.cell(w, s) for s in streams]
-        rows.append([WORKLOADS[w].title if w in WORKLOADS else w,
-                     *(fmt(c.output_throughput if c else None, "tokens/s") for c in cells)])
+        rows.append(
+            [WORKLOADS[w].title if w in WORKLOADS else w, *(fmt(c.output_throughput if c else None, "tokens/s") for c in cells)]
+        )
     return header, rows
 
 
@@ -53,8 +54,7 @@ def details_table(result: BenchResult):
 
     failed = any(c.failed for c in result.throughput)
     table = Table(title="Per cell (medians; times in ms)", title_justify="left")
-    cols = ["workload", "streams", "tok/s", "tok/s\nper\nstream", "TTFT", "ITL", "TPOT", "accept\nlength",
-            "accept\n%"]
+    cols = ["workload", "streams", "tok/s", "tok/s\nper\nstream", "TTFT", "ITL", "TPOT", "accept\nlength", "accept\n%"]
     cols += ["failed"] if failed else []
     for col in cols:
         table.add_column(col, justify="left" if col == "workload" else "right", min_width=4)
@@ -97,17 +97,27 @@ def summary_lines(result: BenchResult) -> list[tuple[str, str]]:
     p = result.prefill
     if p is not None:
         tokens = f"{p.prompt_tokens:,}" if p.prompt_tokens else f"~{p.target_prompt_tokens:,}"
-        out.append(("Prefill", f"{tokens} tokens: TTFT {fmt(p.ttft_ms, 'ms')} raw, {fmt(p.ttft_adjusted_ms, 'ms')} "
-                               f"less {fmt(p.overhead_ms, 'ms')} fixed overhead; "
-                               f"{fmt(p.prefill_throughput_adjusted)} tok/s adjusted ({fmt(p.prefill_throughput)} raw)"))
+        out.append(
+            (
+                "Prefill",
+                f"{tokens} tokens: TTFT {fmt(p.ttft_ms, 'ms')} raw, {fmt(p.ttft_adjusted_ms, 'ms')} "
+                f"less {fmt(p.overhead_ms, 'ms')} fixed overhead; "
+                f"{fmt(p.prefill_throughput_adjusted)} tok/s adjusted ({fmt(p.prefill_throughput)} raw)",
+            )
+        )
     m = result.mixed
     if m is not None:
         tokens = f"{m.long_prompt_tokens:,}" if m.long_prompt_tokens else f"~{m.long_target_prompt_tokens:,}"
         late = "" if m.short_sent_during_prefill is not False else " (sent after the prefill ended)"
-        out.append(("Mixed traffic", f"a short request sent {fmt(m.short_sent_after_ms, 'ms', 0)} after a cold "
-                                     f"{tokens}-token prompt: TTFT {fmt(m.short_ttft_ms, 'ms')} "
-                                     f"(alone {fmt(m.short_ttft_alone_ms, 'ms')}), "
-                                     f"waited {fmt(m.short_wait_ms, 'ms')} extra{late}"))
+        out.append(
+            (
+                "Mixed traffic",
+                f"a short request sent {fmt(m.short_sent_after_ms, 'ms', 0)} after a cold "
+                f"{tokens}-token prompt: TTFT {fmt(m.short_ttft_ms, 'ms')} "
+                f"(alone {fmt(m.short_ttft_alone_ms, 'ms')}), "
+                f"waited {fmt(m.short_wait_ms, 'ms')} extra{late}",
+            )
+        )
     return out
 
 

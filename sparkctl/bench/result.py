@@ -87,9 +87,7 @@ class RepeatResult(SpecDecodeFields, LatencyFields):
     request_throughput: float = Field(description="completed / duration, req/s.")
     output_throughput: float = Field(description="Aggregate output tok/s: total_output_tokens / duration.")
     max_concurrency: int
-    per_stream_output_throughput: Optional[float] = Field(
-        None, description="Median over requests of each stream's output tok/s."
-    )
+    per_stream_output_throughput: Optional[float] = Field(None, description="Median over requests of each stream's output tok/s.")
     requests: list[RequestRecord]
 
 

@@ -140,9 +140,7 @@ class BenchRunner:
         elif counters is None:
             self.note("the endpoint exports no speculative-decoding counters (speculative decoding off?)")
         else:
-            self.note(
-                "acceptance comes from /metrics deltas: other traffic on the server during the run blurs it"
-            )
+            self.note("acceptance comes from /metrics deltas: other traffic on the server during the run blurs it")
 
     async def _metrics(self) -> Optional[MetricsPage]:
         """The server's /metrics for our model; None when it has none (or not Prometheus text)."""
@@ -258,4 +256,3 @@ class BenchRunner:
                 f"{len(short)} request(s) generated fewer tokens than asked (the server may ignore "
                 "ignore_eos/min_tokens); tok/s still counts what was generated"
             )
-

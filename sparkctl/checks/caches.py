@@ -42,12 +42,17 @@ def _off_volume(ctx: Context, host: str) -> list[str]:
             if not (path == root or path.startswith(root + "/")):
                 out.append(f"{spec.name}: {name}={path or '(unset)'} is not on the volume ({root}): {what} at every start")
         if env.get("CUDA_CACHE_DISABLE", "0") not in ("", "0"):
-            out.append(f"{spec.name}: CUDA_CACHE_DISABLE={env['CUDA_CACHE_DISABLE']}: {JIT_CACHES['CUDA_CACHE_PATH']} at every start")
+            out.append(
+                f"{spec.name}: CUDA_CACHE_DISABLE={env['CUDA_CACHE_DISABLE']}: {JIT_CACHES['CUDA_CACHE_PATH']} at every start"
+            )
     return list(dict.fromkeys(out))
 
 
-@host_check("caches.compile", "the cache holds compiled graphs (and the CUDA JIT cache sits on it), so the next start is warm",
-            scope=runtime_hosts)
+@host_check(
+    "caches.compile",
+    "the cache holds compiled graphs (and the CUDA JIT cache sits on it), so the next start is warm",
+    scope=runtime_hosts,
+)
 def compile_cache(ctx: Context, host: str, f):
     found = _graphs(ctx, host, f)
     if found.status == "skipped":
@@ -69,8 +74,7 @@ def _graphs(ctx: Context, host: str, f):
     where = f"{ctx.inventory.caches.host_path}/{COMPILE_DIR}"
     partial = f"; {len(cache.partial_hashes)} interrupted compile(s)" if cache.partial_hashes else ""
     plan = ctx.plan
-    current = [c for c in f.containers or []
-               if c.running and plan and c.config_hash == plan.expected_hash(c.name)]
+    current = [c for c in f.containers or [] if c.running and plan and c.config_hash == plan.expected_hash(c.name)]
     # The newest compile line of a container running this config says how its last start went.
     started = [(c, f.logs[c.id]) for c in current if f.logs.get(c.id) and f.logs[c.id].compile_start]
     for c, logs in started:
@@ -97,7 +101,9 @@ def _graphs(ctx: Context, host: str, f):
     n = len(cache.warm_hashes)
     applied = next((fx.applied for fx in ctx.facts.values() if fx.applied), None)
     if plan and applied and applied.get("config_hash") == plan.config_hash:
-        return ok(f"compiled graphs for {n} config(s) in {where}, incl. the applied one ({plan.config_hash}): next start warm{partial}")
+        return ok(
+            f"compiled graphs for {n} config(s) in {where}, incl. the applied one ({plan.config_hash}): next start warm{partial}"
+        )
     if plan and applied:
         return warn(
             f"compiled graphs for {n} config(s) in {where}, but this inventory (config {plan.config_hash}) differs from "

@@ -148,7 +148,9 @@ def doctor(
             # over the fabric, while the TTFT window below waits on the management net: the window
             # is a wait, the probe a second of traffic per sibling group, so one hides the other
             progress("probing each rail's bandwidth" + (" (--deep)" if deep else ""))
-            probe_thread = threading.Thread(target=_probe_rails, args=(ctx, cluster.fleet), name="sparkctl-bandwidth", daemon=True)
+            probe_thread = threading.Thread(
+                target=_probe_rails, args=(ctx, cluster.fleet), name="sparkctl-bandwidth", daemon=True
+            )
             probe_thread.start()
         if endpoint_thread is not None:
             endpoint_thread.join(timeout=15)

@@ -58,7 +58,10 @@ def placed(ctx: Context, host: str, f):
         return warn(f"{e.target} is a {g.mount_fs} of {size:.2f} GiB, the tables need {e.size_gib:g} GiB", PLACE)
     missing = sorted(set(g.tables(g.source_files)) - set(g.target_files))
     if missing:
-        return warn(f"{len(missing)} of {len(g.tables(g.source_files))} table file(s) missing in {e.target}: {', '.join(missing[:3])}", PLACE)
+        return warn(
+            f"{len(missing)} of {len(g.tables(g.source_files))} table file(s) missing in {e.target}: {', '.join(missing[:3])}",
+            PLACE,
+        )
     if not g.placed_sums:
         return warn(f"{e.target} holds the files but no placement record (.sparkctl-placed): not verified", PLACE)
     return ok(f"{len(g.placed_sums)} table file(s), {g.target_bytes / GIB:.2f} GiB in {g.mount_fs} {e.target}")

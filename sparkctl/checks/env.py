@@ -29,7 +29,9 @@ def twin_of(dev: str) -> str | None:
     return f"{m[1]}{'P2p' if m[2] == 'p' else 'p'}{m[3]}"
 
 
-@host_check("env.fabric", "NCCL/Gloo/UCX/Ray env names this host's fabric device, its IP and every RDMA twin", scope=runtime_hosts)
+@host_check(
+    "env.fabric", "NCCL/Gloo/UCX/Ray env names this host's fabric device, its IP and every RDMA twin", scope=runtime_hosts
+)
 def fabric_env(ctx: Context, host: str, f):
     for spec in ctx.launch_on(host):
         env = spec.env
@@ -81,29 +83,39 @@ def _judge_gid(index: str, dev: str, link, entry, f, rails: set[str]) -> tuple[s
     """(ok|warn|fail, why) for one device's entry at the pinned index."""
     where = f"GID {index} on {dev}"
     if entry.type == "missing":
-        return "failed", (f"{where} is an empty slot (the table moved when an address came or went; "
-                        "NCCL's ibv_modify_qp fails on it)")
+        return "failed", (
+            f"{where} is an empty slot (the table moved when an address came or went; NCCL's ibv_modify_qp fails on it)"
+        )
     if entry.ipv4 is not None:
         ip, netdev = entry.ipv4, entry.netdev or link.device
         if ip.is_link_local and netdev in rails:
-            return "failed", (f"{where} is {ip}, the IPv4 link-local address NVIDIA's netplan adds to {netdev}: "
-                            "`sparkctl up` removes that address (fabric.address) and the GID goes with it")
+            return "failed", (
+                f"{where} is {ip}, the IPv4 link-local address NVIDIA's netplan adds to {netdev}: "
+                "`sparkctl up` removes that address (fabric.address) and the GID goes with it"
+            )
         if netdev in rails and ip != link.address.ip and netdev == link.device:
-            return "failed", (f"{where} is {ip}, not the rail's {link.address.ip}: `sparkctl up` removes that "
-                            "address (fabric.address), and the peer's GID at that index is in another subnet")
+            return "failed", (
+                f"{where} is {ip}, not the rail's {link.address.ip}: `sparkctl up` removes that "
+                "address (fabric.address), and the peer's GID at that index is in another subnet"
+            )
         held = [a for a in ((f.interfaces or {}).get(netdev).addresses if (f.interfaces or {}).get(netdev) else ()) if a.ip == ip]
         if f.interfaces is not None and not held:
             return "failed", f"{where} is {ip}, which {netdev} no longer holds (a stale entry)"
         if entry.type == V2:
             return "ok", f"{where} is RoCE v2 {ip} ({netdev})"
-        return "warn", (f"{where} is {entry.type} over {ip}: RoCE v1 is plain Ethernet, so it works on a "
-                        "direct cable but not through a routed switch, and without RoCE v2's congestion control")
+        return "warn", (
+            f"{where} is {entry.type} over {ip}: RoCE v1 is plain Ethernet, so it works on a "
+            "direct cable but not through a routed switch, and without RoCE v2's congestion control"
+        )
     if entry.link_local:
         if entry.type == V2:
-            return "warn", (f"{where} is RoCE v2 over the port's fe80 link-local GID: reaches the peer on a "
-                            "direct cable only (not routed)")
-        return "warn", (f"{where} is {entry.type} over the port's fe80 link-local GID (upstream DSpark examples pin "
-                        "0): works on a direct cable, not through a routed switch, and RoCE v1 has no congestion control")
+            return "warn", (
+                f"{where} is RoCE v2 over the port's fe80 link-local GID: reaches the peer on a direct cable only (not routed)"
+            )
+        return "warn", (
+            f"{where} is {entry.type} over the port's fe80 link-local GID (upstream DSpark examples pin "
+            "0): works on a direct cable, not through a routed switch, and RoCE v1 has no congestion control"
+        )
     if entry.gid is None:  # the type alone (the GID itself not read): judge by the type
         if entry.type == V2:
             return "ok", f"{where} is RoCE v2"
@@ -117,7 +129,9 @@ def _subnet(f, entry):
     return next((a.network for a in (iface.addresses if iface else ()) if a.ip == entry.ipv4), None)
 
 
-@host_check("env.gid_index", "NCCL_IB_GID_INDEX is unpinned, or pinned to the RoCE v2 GID of each rail's own address", scope=runtime_hosts)
+@host_check(
+    "env.gid_index", "NCCL_IB_GID_INDEX is unpinned, or pinned to the RoCE v2 GID of each rail's own address", scope=runtime_hosts
+)
 def gid_index(ctx: Context, host: str, f):
     pinned = ctx.inventory.runtime.env.get("NCCL_IB_GID_INDEX")
     if pinned is None:
@@ -138,27 +152,52 @@ def gid_index(ctx: Context, host: str, f):
         # both ends use the same index (the twins carry the same names on both Sparks): RoCE v1 at one
         # end cannot talk to v2 at the other, nor an address to one in another subnet
         peer = ctx.facts.get(link.peer)
-        back = next((x for x in ctx.inventory.hosts[link.peer].fabric
-                     if x.peer == host and x.address.network == link.address.network), None) if link.peer in ctx.inventory.hosts else None
+        back = (
+            next(
+                (
+                    x
+                    for x in ctx.inventory.hosts[link.peer].fabric
+                    if x.peer == host and x.address.network == link.address.network
+                ),
+                None,
+            )
+            if link.peer in ctx.inventory.hosts
+            else None
+        )
         theirs = peer.gids.get(dev) if peer is not None and back is not None and dev in back.rdma else None
         if theirs is None or "missing" in (theirs.type, entry.type):
             continue
         if theirs.type != entry.type:
-            verdicts.append(("failed", f"GID {pinned} is {entry.type} on {dev} but {theirs.type} on {link.peer}'s {dev}: "
-                                     "the two ends cannot connect"))
+            verdicts.append(
+                (
+                    "failed",
+                    f"GID {pinned} is {entry.type} on {dev} but {theirs.type} on {link.peer}'s {dev}: "
+                    "the two ends cannot connect",
+                )
+            )
         elif entry.ipv4 is not None and theirs.ipv4 is not None and (net := _subnet(f, entry)) and theirs.ipv4 not in net:
-            verdicts.append(("failed", f"GID {pinned} on {dev} is {entry.ipv4} but on {link.peer}'s {dev} {theirs.ipv4}, "
-                                     f"outside {net}: NCCL fails at TP init (\"unhandled system error\")"))
+            verdicts.append(
+                (
+                    "failed",
+                    f"GID {pinned} on {dev} is {entry.ipv4} but on {link.peer}'s {dev} {theirs.ipv4}, "
+                    f'outside {net}: NCCL fails at TP init ("unhandled system error")',
+                )
+            )
     bad = [why for v, why in verdicts if v == "failed"]
     meh = [why for v, why in verdicts if v == "warn"]
     if bad:
-        return fail(f"NCCL_IB_GID_INDEX={pinned} cannot work: " + "; ".join(bad),
-                    f"{UNPIN}; or pin the index `show_gids` lists as v2 with the rail's address on every device of "
-                    f"{host} and its peers (indexes move after link events: 3 became 4 on a Spark)")
+        return fail(
+            f"NCCL_IB_GID_INDEX={pinned} cannot work: " + "; ".join(bad),
+            f"{UNPIN}; or pin the index `show_gids` lists as v2 with the rail's address on every device of "
+            f"{host} and its peers (indexes move after link events: 3 became 4 on a Spark)",
+        )
     if meh:
         return warn(f"NCCL_IB_GID_INDEX={pinned} works, but is not the recommended GID: " + "; ".join(meh), UNPIN)
-    return ok(f"NCCL_IB_GID_INDEX={pinned}: " + "; ".join(why for _, why in verdicts)
-              + " (pinned: re-checked here, as indexes move after link events)")
+    return ok(
+        f"NCCL_IB_GID_INDEX={pinned}: "
+        + "; ".join(why for _, why in verdicts)
+        + " (pinned: re-checked here, as indexes move after link events)"
+    )
 
 
 def moe_clamp_warning(inv) -> str | None:
@@ -169,16 +208,25 @@ def moe_clamp_warning(inv) -> str | None:
     refusal = swiglu_clamp_refusal(r.moe_backend, r.moe_quantization, r.checkpoint_swiglu_limit)
     if refusal is None:
         return None
-    return (f"runtime.moe_backend {r.moe_backend} with a checkpoint that sets swiglu_limit "
-            f"(runtime.checkpoint_swiglu_limit {r.checkpoint_swiglu_limit:g}): upstream vLLM 0.33 refuses to start "
-            f"(fused_moe/oracle/nvfp4.py: {refusal})")
+    return (
+        f"runtime.moe_backend {r.moe_backend} with a checkpoint that sets swiglu_limit "
+        f"(runtime.checkpoint_swiglu_limit {r.checkpoint_swiglu_limit:g}): upstream vLLM 0.33 refuses to start "
+        f"(fused_moe/oracle/nvfp4.py: {refusal})"
+    )
 
 
-@host_check("env.moe_clamp", "the MoE backend applies the SwiGLU clamp the checkpoint asks for (vLLM 0.33 refuses one that does not)",
-            scope=head_host, needs_reach=False)
+@host_check(
+    "env.moe_clamp",
+    "the MoE backend applies the SwiGLU clamp the checkpoint asks for (vLLM 0.33 refuses one that does not)",
+    scope=head_host,
+    needs_reach=False,
+)
 def moe_clamp(ctx: Context, host: str, f):
     words = moe_clamp_warning(ctx.inventory)
     if words is None:
         return ok(f"MoE backend {ctx.inventory.runtime.moe_backend or 'auto'}: no SwiGLU clamp conflict")
-    return warn(words, "set runtime.moe_backend to b12x (the same GB10 kernels, with the clamp), or keep flashinfer_b12x "
-                "only with an image whose vLLM build accepts it (the DSpark image's fork does)")
+    return warn(
+        words,
+        "set runtime.moe_backend to b12x (the same GB10 kernels, with the clamp), or keep flashinfer_b12x "
+        "only with an image whose vLLM build accepts it (the DSpark image's fork does)",
+    )

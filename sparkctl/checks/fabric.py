@@ -41,7 +41,11 @@ def _iface(f, link: FabricLink):
 def link_up(ctx: Context, host: str, f):
     for link in ctx.inventory.hosts[host].fabric:
         if f.interfaces is None:
-            yield fail(f"cannot read interfaces: {f.errors.get('ip_addr', 'no answer')}", "check `ip -j addr` on the host (iproute2)", link.device)
+            yield fail(
+                f"cannot read interfaces: {f.errors.get('ip_addr', 'no answer')}",
+                "check `ip -j addr` on the host (iproute2)",
+                link.device,
+            )
             continue
         iface = f.interfaces.get(link.device)
         if iface is None:
@@ -80,7 +84,12 @@ def mtu(ctx: Context, host: str, f):
             yield ok(f"MTU {iface.mtu}", link.device)
 
 
-@host_check("fabric.speed", "each rail links at its expected speed (what it negotiated; a degraded ConnectX-7 shows in fabric.bandwidth)", scope=fabric_hosts, runbook=True)
+@host_check(
+    "fabric.speed",
+    "each rail links at its expected speed (what it negotiated; a degraded ConnectX-7 shows in fabric.bandwidth)",
+    scope=fabric_hosts,
+    runbook=True,
+)
 def speed(ctx: Context, host: str, f):
     for link in ctx.inventory.hosts[host].fabric:
         iface, why = _iface(f, link)
@@ -158,13 +167,22 @@ def _link_local_note(others: list[tuple[str, dict]]) -> tuple[str, str]:
     """Where a rail's 169.254.x/16 address comes from, and what `up` does about it."""
     source = next((p for p, st in others if "ipv4" in [str(x).lower() for x in (st.get("link-local") or [])]), None)
     if source:
-        return (f"IPv4 link-local from {source} (`link-local: [ ipv4 ]`, NVIDIA's connect-two-sparks netplan)",
-                f"`sparkctl up` takes the rail over from {source} (the original kept as {source}.bak) and removes the address")
-    return ("IPv4 link-local, from outside /etc/netplan (a NetworkManager profile with ipv4.link-local, avahi-autoipd)",
-            "`sparkctl up` removes it; turn link-local off where it comes from or it returns (see the fabric.address runbook)")
+        return (
+            f"IPv4 link-local from {source} (`link-local: [ ipv4 ]`, NVIDIA's connect-two-sparks netplan)",
+            f"`sparkctl up` takes the rail over from {source} (the original kept as {source}.bak) and removes the address",
+        )
+    return (
+        "IPv4 link-local, from outside /etc/netplan (a NetworkManager profile with ipv4.link-local, avahi-autoipd)",
+        "`sparkctl up` removes it; turn link-local off where it comes from or it returns (see the fabric.address runbook)",
+    )
 
 
-@host_check("fabric.address", "each rail's fabric IP sits on its device with the inventory's prefix, and only sparkctl configures the rail", scope=fabric_hosts, runbook=True)
+@host_check(
+    "fabric.address",
+    "each rail's fabric IP sits on its device with the inventory's prefix, and only sparkctl configures the rail",
+    scope=fabric_hosts,
+    runbook=True,
+)
 def address(ctx: Context, host: str, f):
     for link in ctx.inventory.hosts[host].fabric:
         if f.interfaces is None:
@@ -182,23 +200,31 @@ def address(ctx: Context, host: str, f):
             # works (the rail's traffic uses our address), but it does not stay ours: a warning, which `up` fixes
             if link_local:
                 where, fix = _link_local_note(others)
-                msg = (f"{link.device} has {link.address} and also {', '.join(map(str, link_local))}: {where}; "
-                       "traffic uses ours, but the extra address adds RoCE GIDs (a pinned NCCL_IB_GID_INDEX can "
-                       "land on it) and returns at every boot")
+                msg = (
+                    f"{link.device} has {link.address} and also {', '.join(map(str, link_local))}: {where}; "
+                    "traffic uses ours, but the extra address adds RoCE GIDs (a pinned NCCL_IB_GID_INDEX can "
+                    "land on it) and returns at every boot"
+                )
             else:
-                msg = (f"{link.address} on {link.device}, but " + "; ".join(f"{p} also configures it ({network.describe_stanza(st)})"
-                       for p, st in others) + f": netplan merges it with {NETPLAN_PATH} at the next boot")
+                msg = (
+                    f"{link.address} on {link.device}, but "
+                    + "; ".join(f"{p} also configures it ({network.describe_stanza(st)})" for p, st in others)
+                    + f": netplan merges it with {NETPLAN_PATH} at the next boot"
+                )
                 fix = "`sparkctl up` takes the rail over (each file kept as <file>.bak, its other devices stay)"
             yield warn(msg, fix, link.device, link_local=[str(a) for a in link_local], files=[p for p, _ in others])
         elif link.address in have and strays:
             described = []
             for a in strays:
-                whose = next((n for n, spec in ctx.inventory.hosts.items() if any(x.address.ip == a.ip for x in spec.fabric)), None)
+                whose = next(
+                    (n for n, spec in ctx.inventory.hosts.items() if any(x.address.ip == a.ip for x in spec.fabric)), None
+                )
                 described.append(f"{a} ({whose}'s address: a duplicate on the fabric)" if whose and whose != host else str(a))
             yield fail(
                 f"{link.device} has {link.address} and also {', '.join(described)}",
                 "`sparkctl up` removes the stray address(es), or by hand: "
-                + "; ".join(f"`ip addr del {a} dev {link.device}`" for a in strays) + f" on {host}",
+                + "; ".join(f"`ip addr del {a} dev {link.device}`" for a in strays)
+                + f" on {host}",
                 link.device,
                 strays=[str(a) for a in strays],
             )
@@ -229,9 +255,11 @@ def address(ctx: Context, host: str, f):
             strays = strays + link_local
             yield fail(
                 f"{link.device} has {', '.join(map(str, strays))}, not {link.address} (a wrong address on the rail"
-                + (f"; {_link_local_note(others)[0]}" if link_local else "") + ")",
+                + (f"; {_link_local_note(others)[0]}" if link_local else "")
+                + ")",
                 "`sparkctl up` replaces it, or by hand: "
-                + "; ".join(f"`ip addr del {a} dev {link.device}`" for a in strays) + f"; then {fix_add}",
+                + "; ".join(f"`ip addr del {a} dev {link.device}`" for a in strays)
+                + f"; then {fix_add}",
                 link.device,
                 strays=[str(a) for a in strays],
             )
@@ -239,7 +267,12 @@ def address(ctx: Context, host: str, f):
             yield fail(f"{link.address} is not configured on {host}", fix_add, link.device)
 
 
-@host_check("fabric.route", "the route to each peer's fabric IP leaves through that rail (no leak to the default route)", scope=fabric_hosts, runbook=True)
+@host_check(
+    "fabric.route",
+    "the route to each peer's fabric IP leaves through that rail (no leak to the default route)",
+    scope=fabric_hosts,
+    runbook=True,
+)
 def route(ctx: Context, host: str, f):
     for i, link in enumerate(ctx.inventory.hosts[host].fabric):
         ip = peer_ip(ctx.inventory, host, link)
@@ -267,7 +300,9 @@ def route(ctx: Context, host: str, f):
             )
 
 
-@host_check("fabric.ping", "a don't-fragment ping of MTU-28 bytes reaches the peer over each rail", scope=fabric_hosts, runbook=True)
+@host_check(
+    "fabric.ping", "a don't-fragment ping of MTU-28 bytes reaches the peer over each rail", scope=fabric_hosts, runbook=True
+)
 def ping(ctx: Context, host: str, f):
     for i, link in enumerate(ctx.inventory.hosts[host].fabric):
         ip = peer_ip(ctx.inventory, host, link)
@@ -307,8 +342,10 @@ class RailVerdict:
 
 def _degraded_fix(rail, rdma: list[str]) -> str:
     ib = f"`ib_write_bw -d {(rdma or ['<rdma dev>'])[0]} -F --report_gbits` between the hosts"
-    return (f"a ConnectX-7 capped near 13 Gb/s stays ACTIVE at its nominal speed (ethtool cannot show it): reboot "
-            f"{rail.client} and {rail.server} (or reset the adapter with `mlxfwreset`), reseat the cable; confirm with {ib}")
+    return (
+        f"a ConnectX-7 capped near 13 Gb/s stays ACTIVE at its nominal speed (ethtool cannot show it): reboot "
+        f"{rail.client} and {rail.server} (or reset the adapter with `mlxfwreset`), reseat the cable; confirm with {ib}"
+    )
 
 
 def judge_rails(measured: list, results: dict, virtual: set) -> dict[str, RailVerdict]:
@@ -375,8 +412,12 @@ def _bandwidth_verdicts(ctx: Context):
     return every, {r.key for r in ready}, judge_rails(ready, ctx.bandwidth, virtual)
 
 
-@host_check("fabric.bandwidth", "a short iperf3 probe per rail: it carries a fair share of its link and about what its twin does",
-            scope=fabric_hosts, runbook=True)
+@host_check(
+    "fabric.bandwidth",
+    "a short iperf3 probe per rail: it carries a fair share of its link and about what its twin does",
+    scope=fabric_hosts,
+    runbook=True,
+)
 def bandwidth(ctx: Context, host: str, f):
     every, ready, verdicts = _bandwidth_verdicts(ctx)
     for rail in every:

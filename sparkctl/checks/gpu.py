@@ -21,19 +21,27 @@ def _smi_fix(host: str, error: str) -> str:
     """What to do, by the cause nvidia-smi names."""
     e = error.lower()
     if "version mismatch" in e:
-        return (f"the driver's user-space libraries were updated under the kernel module still loaded: reboot {host} "
-                "(`cat /proc/driver/nvidia/version` shows the loaded module; an unattended `apt upgrade` of "
-                "nvidia-driver-* is the usual cause)")
+        return (
+            f"the driver's user-space libraries were updated under the kernel module still loaded: reboot {host} "
+            "(`cat /proc/driver/nvidia/version` shows the loaded module; an unattended `apt upgrade` of "
+            "nvidia-driver-* is the usual cause)"
+        )
     if "couldn't communicate" in e or "not loaded" in e:
-        return (f"the NVIDIA kernel module is not loaded on {host}: `lsmod | grep nvidia`, `dmesg | grep -i nvrm`; "
-                "after a kernel update reinstall the driver of the DGX OS release "
-                "(`sudo apt install --reinstall nvidia-driver-<version>`) and reboot")
+        return (
+            f"the NVIDIA kernel module is not loaded on {host}: `lsmod | grep nvidia`, `dmesg | grep -i nvrm`; "
+            "after a kernel update reinstall the driver of the DGX OS release "
+            "(`sudo apt install --reinstall nvidia-driver-<version>`) and reboot"
+        )
     if "device handle" in e or "gpu is lost" in e:
-        return f"the GPU dropped off: `dmesg | grep -iE 'xid|nvrm'` on {host}, then power-cycle it (a reboot may not bring it back)"
+        return (
+            f"the GPU dropped off: `dmesg | grep -iE 'xid|nvrm'` on {host}, then power-cycle it (a reboot may not bring it back)"
+        )
     if "not found" in e or "no such file" in e:
         return f"nvidia-smi is not installed on {host}: install the driver package of the DGX OS release"
-    return ("check the NVIDIA driver on the host: `nvidia-smi`, `dmesg | grep -i nvrm`; after a driver or "
-            "kernel update reboot (DGX OS: `sudo apt install --reinstall nvidia-driver-<version>`)")
+    return (
+        "check the NVIDIA driver on the host: `nvidia-smi`, `dmesg | grep -i nvrm`; after a driver or "
+        "kernel update reboot (DGX OS: `sudo apt install --reinstall nvidia-driver-<version>`)"
+    )
 
 
 @host_check("gpu.smi", "nvidia-smi runs and talks to the driver", scope=gpu_hosts, runbook=True)
@@ -68,7 +76,9 @@ def model(ctx: Context, host: str, f):
 @cluster_check("gpu.driver", "both Sparks run the same NVIDIA driver version", scope=spark_hosts, runbook=True)
 def driver(ctx: Context):
     drivers = {h: f.gpus[0].driver for h in spark_hosts(ctx) if (f := ctx.facts.get(h)) and f.gpus}
-    out = {h: skipped("no driver version (see gpu.smi / gpu.model)") for h in spark_hosts(ctx) if h in ctx.facts and h not in drivers}
+    out = {
+        h: skipped("no driver version (see gpu.smi / gpu.model)") for h in spark_hosts(ctx) if h in ctx.facts and h not in drivers
+    }
     agree = len(set(drivers.values())) <= 1
     # the head's driver is the reference, as `sparkctl up` converges images on the head's
     ref_host = next((h for h in drivers if ctx.role(h) == "head"), next(iter(drivers), None))
@@ -100,9 +110,7 @@ def processes(ctx: Context, host: str, f):
         (mine if any(cid in cgroup for cid in ours) else foreign).append(app)
     if not foreign:
         return ok(f"only sparkctl's runtime uses the GPU ({len(mine)} process(es))" if mine else "no process holds GPU memory")
-    listing = "; ".join(
-        f"pid {a.pid} {a.process} {a.used_mib if a.used_mib is not None else '?'} MiB" for a in foreign
-    )
+    listing = "; ".join(f"pid {a.pid} {a.process} {a.used_mib if a.used_mib is not None else '?'} MiB" for a in foreign)
     pids = " ".join(str(a.pid) for a in foreign)
     return fail(
         f"foreign process(es) hold GPU memory: {listing}",

@@ -67,8 +67,7 @@ def remove_ipc(ctx: Context, host: str, f):
     return fail(
         f"RemoveIPC={effective}: logind deletes a user's shared memory when their last session ends, "
         "which kills the runtime's NCCL/IPC segments",
-        "printf '[Login]\\nRemoveIPC=no\\n' > /etc/systemd/logind.conf.d/90-sparkctl.conf && "
-        "systemctl restart systemd-logind",
+        "printf '[Login]\\nRemoveIPC=no\\n' > /etc/systemd/logind.conf.d/90-sparkctl.conf && systemctl restart systemd-logind",
     )
 
 
@@ -76,7 +75,9 @@ def rdma_runtime_hosts(ctx: Context) -> list[str]:
     return [h for h in runtime_hosts(ctx) if any(link.rdma for link in ctx.inventory.hosts[h].fabric)]
 
 
-@host_check("host.memlock", "the runtime's containers may lock memory without limit (RDMA registers it)", scope=rdma_runtime_hosts)
+@host_check(
+    "host.memlock", "the runtime's containers may lock memory without limit (RDMA registers it)", scope=rdma_runtime_hosts
+)
 def memlock(ctx: Context, host: str, f):
     specs = {s.name: s for s in ctx.launch_on(host)}
     shell = "unlimited" if f.memlock_kib == -1 else (f"{f.memlock_kib} KiB" if f.memlock_kib is not None else "unknown")

@@ -36,7 +36,9 @@ def present(ctx: Context, host: str, f):
             yield ok(f"present (image {_short(fact.key)}; {_store(fact)}docker ID {_short(fact.id)})", ref,
                      id=fact.id, identity=fact.key, store=fact.store)  # fmt: skip
         elif fact.error and fact.error != "not present":
-            yield fail(f"docker did not answer: {fact.error}", f"start the Docker engine on {host}: `systemctl start docker`", ref)
+            yield fail(
+                f"docker did not answer: {fact.error}", f"start the Docker engine on {host}: `systemctl start docker`", ref
+            )
         else:
             yield fail(
                 f"{ref} is not present on {host}",

@@ -66,23 +66,32 @@ def containers(ctx: Context, host: str, f):
     for spec in ctx.launch_on(host):
         c = by_name.pop(spec.name, None)
         if c is None:
-            yield fail(f"{spec.name} is not running on {host}", "`sparkctl up` starts the runtime in order (drafter, worker, head)", spec.name)
+            yield fail(
+                f"{spec.name} is not running on {host}",
+                "`sparkctl up` starts the runtime in order (drafter, worker, head)",
+                spec.name,
+            )
         elif not c.running:
             why = f" ({c.error})" if c.error else ""
             yield fail(
                 f"{c.name} is {c.status} (exit code {c.exit_code}){why}",
-                f"read why: `docker logs --tail 100 {c.name}` on {host} (runtime.engine names known causes); "
-                "then `sparkctl up`",
+                f"read why: `docker logs --tail 100 {c.name}` on {host} (runtime.engine names known causes); then `sparkctl up`",
                 spec.name,
                 exit_code=c.exit_code,
             )
         else:
             yield ok(f"{c.name} running since {c.started_at[:19].replace('T', ' ')}", spec.name)
     for c in by_name.values():
-        yield warn(f"{c.name} ({c.status}) belongs to no host's launch in this inventory", f"remove it: `docker rm -f {c.name}` on {host}", c.name)
+        yield warn(
+            f"{c.name} ({c.status}) belongs to no host's launch in this inventory",
+            f"remove it: `docker rm -f {c.name}` on {host}",
+            c.name,
+        )
 
 
-@runtime_check("runtime.config", "running containers carry the inventory's config hash and the node's current image", scope=runtime_hosts)
+@runtime_check(
+    "runtime.config", "running containers carry the inventory's config hash and the node's current image", scope=runtime_hosts
+)
 def config(ctx: Context, host: str, f):
     running = [c for c in (f.containers or []) if c.running]
     if not running:
@@ -143,11 +152,15 @@ def models(ctx: Context, host: str, f):
     if m is None:
         return fail(f"serves {', '.join(map(str, names)) or 'no model'}, not {r.served_model_name}", fix)
     if m.get("max_model_len") != r.max_model_len:
-        return fail(f"{r.served_model_name} has max_model_len {m.get('max_model_len')}, the inventory says {r.max_model_len}", fix)
+        return fail(
+            f"{r.served_model_name} has max_model_len {m.get('max_model_len')}, the inventory says {r.max_model_len}", fix
+        )
     return ok(f"{r.served_model_name}, max_model_len {r.max_model_len}")
 
 
-@runtime_check("runtime.metrics", "/metrics now: requests running/waiting, KV cache usage, speculative acceptance", scope=head_host)
+@runtime_check(
+    "runtime.metrics", "/metrics now: requests running/waiting, KV cache usage, speculative acceptance", scope=head_host
+)
 def metrics(ctx: Context, host: str, f):
     ep = _serving(ctx)
     if ep is None:
@@ -225,7 +238,9 @@ def target_hosts(ctx: Context) -> list[str]:
     return [h for h in ctx.hosts if h in hosts]
 
 
-@runtime_check("runtime.moe_backend", "no silent Marlin fallback: the MoE backend the log names is the configured one", scope=target_hosts)
+@runtime_check(
+    "runtime.moe_backend", "no silent Marlin fallback: the MoE backend the log names is the configured one", scope=target_hosts
+)
 def moe_backend(ctx: Context, host: str, f):
     r = ctx.inventory.runtime
     want, quant = r.moe_backend, r.moe_quantization
@@ -287,7 +302,11 @@ _FATAL_FIX = {
 }
 
 
-@runtime_check("runtime.engine", "the logs show none of the known fatal signs (EngineCore fatal, device-side assert, lost Ray or mp worker)", scope=runtime_hosts)
+@runtime_check(
+    "runtime.engine",
+    "the logs show none of the known fatal signs (EngineCore fatal, device-side assert, lost Ray or mp worker)",
+    scope=runtime_hosts,
+)
 def engine(ctx: Context, host: str, f):
     logged_by = [(c, f.logs[c.id]) for c in f.containers or [] if f.logs.get(c.id) is not None]
     if not logged_by:
@@ -304,8 +323,11 @@ def worker_hosts(ctx: Context) -> list[str]:
     return [h for h in ctx.inventory.hosts_with_role("worker") if h in ctx.hosts]
 
 
-@runtime_check("runtime.peer", "mp: each headless worker runs, joined this head's rendezvous and reaches its master port "
-               "over the fabric", scope=worker_hosts)
+@runtime_check(
+    "runtime.peer",
+    "mp: each headless worker runs, joined this head's rendezvous and reaches its master port over the fabric",
+    scope=worker_hosts,
+)
 def peer(ctx: Context, host: str, f):
     """What replaces Ray's own view of its nodes under mp: vLLM 0.33's head watches only its own worker
     processes (multiproc_executor.py start_worker_monitor), so an idle head answers /health 200 with
@@ -324,16 +346,26 @@ def peer(ctx: Context, host: str, f):
     if not c.running:
         died = logs.worker_died[:1] if logs else []
         why = f"; its log: {died[0][-160:]}" if died else ""
-        return fail(f"{c.name} is {c.status} (exit code {c.exit_code}){why}. Under mp the head is not told: it dies at its "
-                    "next request (500, then /health 503)", f"read `docker logs --tail 100 {c.name}` on {host}; {fix}", c.name)
+        return fail(
+            f"{c.name} is {c.status} (exit code {c.exit_code}){why}. Under mp the head is not told: it dies at its "
+            "next request (500, then /health 503)",
+            f"read `docker logs --tail 100 {c.name}` on {host}; {fix}",
+            c.name,
+        )
     if logs is None or logs.headless_master is None:
-        return fail(f"{c.name} runs but its log has no `headless multiproc executor` launch line: it is no headless mp node",
-                    f"`sparkctl render` shows the worker's line; {fix}", c.name)
+        return fail(
+            f"{c.name} runs but its log has no `headless multiproc executor` launch line: it is no headless mp node",
+            f"`sparkctl render` shows the worker's line; {fix}",
+            c.name,
+        )
     if logs.headless_master != master:
         return fail(f"{c.name} joined the head at {logs.headless_master}, not this inventory's {master}", fix, c.name)
     if f.master_port == "closed":
-        return fail(f"the head's rendezvous {master} refuses connections from {host} over the fabric",
-                    "is sparkctl-head running? then `sparkctl doctor --only fabric` (the rail to the head)", c.name)
+        return fail(
+            f"the head's rendezvous {master} refuses connections from {host} over the fabric",
+            "is sparkctl-head running? then `sparkctl doctor --only fabric` (the rail to the head)",
+            c.name,
+        )
     reach = ", reachable over the fabric" if f.master_port == "open" else ""
     return ok(f"{c.name}: headless rank(s) joined tcp://{master}{reach}", c.name)
 
@@ -356,7 +388,11 @@ def drafter(ctx: Context, host: str, f):
     )
 
 
-@runtime_check("runtime.spec_acceptance", "speculative acceptance over vLLM's last logged interval meets alerts.acceptance_length_min", scope=head_host)
+@runtime_check(
+    "runtime.spec_acceptance",
+    "speculative acceptance over vLLM's last logged interval meets alerts.acceptance_length_min",
+    scope=head_host,
+)
 def spec_acceptance(ctx: Context, host: str, f):
     if not ctx.inventory.runtime.speculative:
         return skipped("no speculative decoding in the inventory")
@@ -374,13 +410,18 @@ def spec_acceptance(ctx: Context, host: str, f):
             "long contexts lower acceptance (seed 002: code ~4.3 at short context, ~2.8 by 80K): if the traffic now "
             "has long contexts, that is the known decay; at short context, check the drafter (runtime.drafter) "
             "and its version",
-            acceptance_length=got, expected=want,
+            acceptance_length=got,
+            expected=want,
         )
     return ok(f"mean acceptance length {got:.2f} over the last logged interval (expected >= {want:g})",
               acceptance_length=got, expected=want)  # fmt: skip
 
 
-@runtime_check("runtime.queue", "no queue (more than alerts.waiting_requests) while a slot is free: a long prefill holding the token budget", scope=head_host)
+@runtime_check(
+    "runtime.queue",
+    "no queue (more than alerts.waiting_requests) while a slot is free: a long prefill holding the token budget",
+    scope=head_host,
+)
 def queue(ctx: Context, host: str, f):
     ep = _serving(ctx)
     if ep is None or ep.metrics_error:  # runtime.health and runtime.metrics report why
@@ -406,7 +447,9 @@ def queue(ctx: Context, host: str, f):
     return ok(f"{running:g} running, {waiting:g} waiting (max_num_seqs {slots})", **data)
 
 
-@runtime_check("runtime.ttft", "p99 time to first token over the seconds doctor looked is within alerts.ttft_p99_seconds", scope=head_host)
+@runtime_check(
+    "runtime.ttft", "p99 time to first token over the seconds doctor looked is within alerts.ttft_p99_seconds", scope=head_host
+)
 def ttft(ctx: Context, host: str, f):
     ep = _serving(ctx)
     if ep is None or ep.metrics_error:  # runtime.health and runtime.metrics report why
@@ -430,4 +473,3 @@ def ttft(ctx: Context, host: str, f):
             **data,
         )
     return ok(f"p99 time to first token {p99:.3f} s over {n} request(s) in the last {ep.window_s:.1f} s", **data)
-

@@ -18,8 +18,10 @@ def alerts(
     ] = None,
     prometheus_config: Annotated[
         Optional[Path],
-        typer.Option("--prometheus-config", help="Also write a prometheus.yml scraping this cluster with the rules "
-                     "(needs --out: it names that file)."),
+        typer.Option(
+            "--prometheus-config",
+            help="Also write a prometheus.yml scraping this cluster with the rules (needs --out: it names that file).",
+        ),
     ] = None,
 ) -> None:
     """Write Prometheus alerting rules for the cluster: engine down, worker lost, drafter unreachable,
@@ -38,7 +40,9 @@ def alerts(
 
     inv = load_inventory(require_inventory(inventory))
     if prometheus_config and not out:
-        raise InputError("--prometheus-config needs --out", fix="sparkctl alerts --out rules.yml --prometheus-config prometheus.yml")
+        raise InputError(
+            "--prometheus-config needs --out", fix="sparkctl alerts --out rules.yml --prometheus-config prometheus.yml"
+        )
     rs = rules_for(inv)
     text = rules_yaml(rs)
     files = [(out, "--out", text)] if out else []
@@ -57,12 +61,16 @@ def alerts(
     for name in missing_runbooks(rs):
         c.print(f"[red]missing runbook:[/] docs/runbooks/{name}.md", soft_wrap=True)
     if not rs.runbook_base_url:
-        c.print("[yellow]no runbook_url:[/] set alerts.runbook_base_url to where your team publishes docs/runbooks/; "
-                "each rule's `runbook` annotation names the command that prints it (sparkctl runbook NAME)",
-                soft_wrap=True)
+        c.print(
+            "[yellow]no runbook_url:[/] set alerts.runbook_base_url to where your team publishes docs/runbooks/; "
+            "each rule's `runbook` annotation names the command that prints it (sparkctl runbook NAME)",
+            soft_wrap=True,
+        )
     if out:
-        answer().print(f"{len(rs.rules)} rules written to {out}" + (f", scrape config to {prometheus_config}" if prometheus_config else ""),
-                soft_wrap=True)
+        answer().print(
+            f"{len(rs.rules)} rules written to {out}" + (f", scrape config to {prometheus_config}" if prometheus_config else ""),
+            soft_wrap=True,
+        )
 
 
 def _write_files(files: list[tuple[Path, str, str]]) -> None:
@@ -75,8 +83,10 @@ def _write_files(files: list[tuple[Path, str, str]]) -> None:
         if path.is_dir():
             raise InputError(f"{option} {path} is a directory", fix=f"name a file, e.g. {option} {path / 'rules.yml'}")
         if not path.parent.is_dir():
-            raise InputError(f"cannot write {option} {path}: folder {path.parent} does not exist",
-                             fix=f"create it (mkdir -p {path.parent}) or pass {option} a file in an existing folder")
+            raise InputError(
+                f"cannot write {option} {path}: folder {path.parent} does not exist",
+                fix=f"create it (mkdir -p {path.parent}) or pass {option} a file in an existing folder",
+            )
     for path, option, text in files:
         tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")  # renamed over the target: never a half-written file
         try:

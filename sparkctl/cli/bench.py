@@ -56,9 +56,10 @@ def _counts(text: str, what: str) -> list[int]:
     parts = _csv(text)
     if not parts or not all(ok(p) for p in parts):
         bad = next((p for p in parts if not ok(p)), text)
-        raise InputError(f"{what} {text!r}: {bad!r} is not a number of concurrent streams (a whole number, 1 to "
-                         f"{MAX_STREAMS})",
-                         fix=f"write {what} as a comma-separated list of whole numbers, e.g. {what} 1,4")
+        raise InputError(
+            f"{what} {text!r}: {bad!r} is not a number of concurrent streams (a whole number, 1 to {MAX_STREAMS})",
+            fix=f"write {what} as a comma-separated list of whole numbers, e.g. {what} 1,4",
+        )
     return [int(p) for p in parts]
 
 
@@ -154,19 +155,29 @@ def bench(
     ctx: typer.Context,
     endpoint: Annotated[
         Optional[str],
-        typer.Option("--endpoint", help="OpenAI-compatible base URL, e.g. http://HOST:8888/v1 (default: the "
-                     "inventory's head and runtime.port).", show_default=False),
+        typer.Option(
+            "--endpoint",
+            help="OpenAI-compatible base URL, e.g. http://HOST:8888/v1 (default: the inventory's head and runtime.port).",
+            show_default=False,
+        ),
     ] = None,
     model: Annotated[
         Optional[str],
-        typer.Option("--model", help="Model id to ask for (default: runtime.served_model_name, or the only "
-                     "model the endpoint lists).", show_default=False),
+        typer.Option(
+            "--model",
+            help="Model id to ask for (default: runtime.served_model_name, or the only model the endpoint lists).",
+            show_default=False,
+        ),
     ] = None,
     inventory: InventoryOpt = None,
     api_key: Annotated[
         Optional[str],
-        typer.Option("--api-key", envvar="SPARKCTL_BENCH_API_KEY", help="Bearer token, if the endpoint needs one "
-                     "(never written to the result).", show_default=False),
+        typer.Option(
+            "--api-key",
+            envvar="SPARKCTL_BENCH_API_KEY",
+            help="Bearer token, if the endpoint needs one (never written to the result).",
+            show_default=False,
+        ),
     ] = None,
     workloads: Annotated[str, typer.Option("--workloads", help="Workloads: counting, code, prose.")] = "counting,code,prose",
     streams: Annotated[str, typer.Option("--streams", help="Concurrent streams per cell.")] = "1,4",
@@ -181,36 +192,53 @@ def bench(
     ] = "1k,8k,32k,80k",
     context_repeats: Annotated[int, typer.Option("--context-repeats", min=1, help="Requests per context size.")] = 1,
     prefill_tokens: Annotated[
-        int, typer.Option("--prefill-tokens", parser=parse_tokens, help="Long prompt of the prefill test (capped by "
-                          "max_model_len).")
+        int,
+        typer.Option("--prefill-tokens", parser=parse_tokens, help="Long prompt of the prefill test (capped by max_model_len)."),
     ] = "256k",
     overhead_samples: Annotated[
         int, typer.Option("--overhead-samples", min=1, help="Short requests measuring the fixed overhead.")
     ] = 3,
     mixed_tokens: Annotated[
-        Optional[int], typer.Option("--mixed-tokens", parser=parse_tokens, help="Long cold prompt of the mixed "
-                                    "test (default: --prefill-tokens).", show_default=False)
+        Optional[int],
+        typer.Option(
+            "--mixed-tokens",
+            parser=parse_tokens,
+            help="Long cold prompt of the mixed test (default: --prefill-tokens).",
+            show_default=False,
+        ),
     ] = None,
     mixed_delay: Annotated[
-        Optional[float], typer.Option("--mixed-delay", min=0, help="Seconds at least between the long and the short "
-                                      "request, which also waits until /metrics shows the long one running "
-                                      "(default: a tenth of the prefill TTFT, or 0.5).", show_default=False)
+        Optional[float],
+        typer.Option(
+            "--mixed-delay",
+            min=0,
+            help="Seconds at least between the long and the short "
+            "request, which also waits until /metrics shows the long one running "
+            "(default: a tenth of the prefill TTFT, or 0.5).",
+            show_default=False,
+        ),
     ] = None,
     ignore_eos: Annotated[
-        bool, typer.Option("--ignore-eos/--no-ignore-eos", help="Send vLLM's ignore_eos/min_tokens so every "
-                           "request generates --tokens tokens.")
+        bool,
+        typer.Option(
+            "--ignore-eos/--no-ignore-eos", help="Send vLLM's ignore_eos/min_tokens so every request generates --tokens tokens."
+        ),
     ] = True,
     thinking: Annotated[bool, typer.Option("--thinking/--no-thinking", help="chat_template_kwargs.enable_thinking.")] = False,
     temperature: Annotated[float, typer.Option("--temperature", min=0)] = 0.0,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured requests first.")] = 1,
     timeout: Annotated[float, typer.Option("--timeout", help="Longest wait for one request, s (1 or more).")] = 1800.0,
     out: Annotated[
-        Optional[Path], typer.Option("--out", help="Write the result file here (JSON; schema: `sparkctl bench "
-                                     "schema`).", show_default=False)
+        Optional[Path],
+        typer.Option("--out", help="Write the result file here (JSON; schema: `sparkctl bench schema`).", show_default=False),
     ] = None,
     report: Annotated[
-        Optional[Path], typer.Option("--report", help="Also write the HTML report and its PNG plots into this "
-                                     "folder (as `sparkctl bench report`).", show_default=False)
+        Optional[Path],
+        typer.Option(
+            "--report",
+            help="Also write the HTML report and its PNG plots into this folder (as `sparkctl bench report`).",
+            show_default=False,
+        ),
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:

@@ -30,8 +30,11 @@ def doctor(
     json_out: JsonOpt = False,
     only: Annotated[
         Optional[list[str]],
-        typer.Option("--only", help="Run only these check groups (comma-separated or repeated): "
-                     "ssh, host, gpu, fabric, env, images, caches, engram, runtime."),
+        typer.Option(
+            "--only",
+            help="Run only these check groups (comma-separated or repeated): "
+            "ssh, host, gpu, fabric, env, images, caches, engram, runtime.",
+        ),
     ] = None,
     ignore: Annotated[
         Optional[list[str]],
@@ -43,7 +46,9 @@ def doctor(
     ] = None,
     deep: Annotated[
         bool,
-        typer.Option("--deep", help="Measure longer: iperf3 over every rail for 3 s (1 s without), re-hash the Engram tables in RAM."),
+        typer.Option(
+            "--deep", help="Measure longer: iperf3 over every rail for 3 s (1 s without), re-hash the Engram tables in RAM."
+        ),
     ] = False,
     verbose: Annotated[
         bool,

@@ -122,8 +122,7 @@ def _tables(inv, path: Path) -> list:
             # peers are known hosts: a loaded inventory passed validate's fabric rules
             back = [o for o in inv.hosts[link.peer].fabric if o.peer == name and o.address.network == link.address.network]
             peer = f"{link.peer} ({back[0].address.ip})" if back else link.peer
-            row(links, name, link.device, ", ".join(link.rdma) or "-", link.address, link.mtu,
-                f"{link.speed_gbps:g} Gb/s", peer)
+            row(links, name, link.device, ", ".join(link.rdma) or "-", link.address, link.mtu, f"{link.speed_gbps:g} Gb/s", peer)
 
     rt = inv.runtime
     runtime = table("runtime", "key", "value", "vLLM flag")
@@ -167,13 +166,21 @@ def schema(json_out: JsonOpt = False) -> None:
 def init(
     from_: Annotated[
         Optional[str],
-        typer.Option("--from", help="The shipped example to start from: dspark (two Sparks), splice (two Sparks + "
-                     "an offload host) or lab (the simulated lab).", show_default=False),
+        typer.Option(
+            "--from",
+            help="The shipped example to start from: dspark (two Sparks), splice (two Sparks + "
+            "an offload host) or lab (the simulated lab).",
+            show_default=False,
+        ),
     ] = None,
     out: Annotated[
         Optional[Path],
-        typer.Option("--out", "-o", help="File to write (default: the example's file name in this folder; - for "
-                     "stdout).", show_default=False),
+        typer.Option(
+            "--out",
+            "-o",
+            help="File to write (default: the example's file name in this folder; - for stdout).",
+            show_default=False,
+        ),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
     json_out: JsonOpt = False,
@@ -199,8 +206,10 @@ def init(
     if path.exists() and not force:
         raise InputError(f"{path} already exists", fix="pass --force to overwrite it, or --out another file")
     if not path.parent.is_dir():
-        raise InputError(f"cannot write {path}: folder {path.parent} does not exist",
-                         fix=f"create it (mkdir -p {path.parent}) or pass --out a file in an existing folder")
+        raise InputError(
+            f"cannot write {path}: folder {path.parent} does not exist",
+            fix=f"create it (mkdir -p {path.parent}) or pass --out a file in an existing folder",
+        )
     # a whole file or none: written beside the target, then renamed over it
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:

@@ -73,6 +73,7 @@ def down(json_out: JsonOpt = False) -> None:
 def status(json_out: JsonOpt = False) -> None:
     """Hosts, namespaces, pids, sshd/dockerd health, links, registry, image, faults. Exit 1 unless all is up."""
     from sparkctl.cli.output import answer, print_json
+
     api = lab_api()
 
     doc = api.status()
@@ -90,16 +91,24 @@ def _render_status(doc: dict, c) -> None:
     from rich.table import Table
 
     ok = lambda b: "[green]ok[/]" if b else "[red]down[/]"  # noqa: E731
-    c.print(f"lab: {'[green]up[/]' if doc['up'] else '[red]not up[/]'}   dir {doc['lab_dir']}   "
-            f"namespaces {', '.join(doc['namespaces']) or '-'}", soft_wrap=True)
+    c.print(
+        f"lab: {'[green]up[/]' if doc['up'] else '[red]not up[/]'}   dir {doc['lab_dir']}   "
+        f"namespaces {', '.join(doc['namespaces']) or '-'}",
+        soft_wrap=True,
+    )
     t = Table(title="hosts", title_justify="left")
     for col in ("host", "role", "netns", "init pid", "sshd", "dockerd", "rss MiB"):
         t.add_column(col)
     for name, h in doc["hosts"].items():
-        t.add_row(name, h["role"], h["netns"] if h["netns_exists"] else "[red]-[/]", str(h["init_pid"] or "-"),
-                  f"{ok(h['sshd']['healthy'])} {h['sshd']['pid'] or ''}",
-                  f"{ok(h['dockerd']['healthy'])} {h['dockerd']['pid'] or ''} {h['dockerd']['version'] or ''}",
-                  str(h["rss_mib"]))
+        t.add_row(
+            name,
+            h["role"],
+            h["netns"] if h["netns_exists"] else "[red]-[/]",
+            str(h["init_pid"] or "-"),
+            f"{ok(h['sshd']['healthy'])} {h['sshd']['pid'] or ''}",
+            f"{ok(h['dockerd']['healthy'])} {h['dockerd']['pid'] or ''} {h['dockerd']['version'] or ''}",
+            str(h["rss_mib"]),
+        )
     c.print(t)
     lt = Table(title="links", title_justify="left")
     for col in ("host", "device", "address", "mtu", "state", "speed", "rdma", "peer"):
@@ -112,26 +121,46 @@ def _render_status(doc: dict, c) -> None:
             mtu = str(ln["mtu"]) if ln["mtu"] == ln["expected_mtu"] else f"[red]{ln['mtu']}[/] (want {ln['expected_mtu']})"
             st = ln["state"] if ln["state"] == "up" else f"[red]{ln['state']}[/]"
             rdma = " ".join(f"{r}:{s}" for r, s in ln["rdma_state"].items())
-            lt.add_row(name, ln["device"], ",".join(ln["addresses"]), mtu, st,
-                       f"{ln['speed_mbps']}Mb/s" if ln["speed_mbps"] > 0 else "-", rdma, ln["peer"])
+            lt.add_row(
+                name,
+                ln["device"],
+                ",".join(ln["addresses"]),
+                mtu,
+                st,
+                f"{ln['speed_mbps']}Mb/s" if ln["speed_mbps"] > 0 else "-",
+                rdma,
+                ln["peer"],
+            )
     c.print(lt)
     r, i = doc["registry"], doc["image"]
-    c.print(f"runner: {doc['runner']['device']} {doc['runner']['address']} ({doc['runner']['state'] or 'absent'}), "
-            f"route unreachable 10.231.0.0/16: {'yes' if doc['runner']['route_unreachable'] else 'no'}", soft_wrap=True)
+    c.print(
+        f"runner: {doc['runner']['device']} {doc['runner']['address']} ({doc['runner']['state'] or 'absent'}), "
+        f"route unreachable 10.231.0.0/16: {'yes' if doc['runner']['route_unreachable'] else 'no'}",
+        soft_wrap=True,
+    )
     c.print(f"registry: {r['address']} {ok(r['healthy'])} pid {r['pid'] or '-'}", soft_wrap=True)
-    c.print(f"image: {i['name']} " + (f"{i['id'][:19]} key {i['key']}{'' if i['current'] else ' [yellow](stale: sim changed, run lab up)[/]'}"
-                                      if i["present"] else "[red]absent[/]"), soft_wrap=True)
+    c.print(
+        f"image: {i['name']} "
+        + (
+            f"{i['id'][:19]} key {i['key']}{'' if i['current'] else ' [yellow](stale: sim changed, run lab up)[/]'}"
+            if i["present"]
+            else "[red]absent[/]"
+        ),
+        soft_wrap=True,
+    )
     c.print("faults: " + ("; ".join(doc["faults"]) if doc["faults"] else "none"), soft_wrap=True)
 
 
 @app.command()
 def fault(
     host: Optional[str] = typer.Argument(None, help="Lab host: head, worker or offload."),
-    kind: Optional[str] = typer.Argument(
-        None, help="link-down | mtu | speed | rdma-down | gpu-missing | driver | gpu-process."),
+    kind: Optional[str] = typer.Argument(None, help="link-down | mtu | speed | rdma-down | gpu-missing | driver | gpu-process."),
     target: Optional[str] = typer.Argument(None, help="Device (netdev or RDMA device) or GPU index the fault hits."),
-    value: Optional[str] = typer.Option(None, "--value", help="mtu: bytes (1500); speed: Mb/s the rail carries (1000); "
-                                        "driver: version (580.82.09); gpu-process: MiB (16384)."),
+    value: Optional[str] = typer.Option(
+        None,
+        "--value",
+        help="mtu: bytes (1500); speed: Mb/s the rail carries (1000); driver: version (580.82.09); gpu-process: MiB (16384).",
+    ),
     clear: bool = typer.Option(False, "--clear", help="Switch this fault off again."),
     clear_all: bool = typer.Option(False, "--clear-all", help="Switch every fault off on every host."),
     json_out: JsonOpt = False,
@@ -139,6 +168,7 @@ def fault(
     """Switch a fault on or off (link down and wrong MTU are real `ip link` changes)."""
     from sparkctl.cli.output import answer, print_json
     from sparkctl.errors import InputError
+
     api = lab_api()
 
     if clear_all:
@@ -151,8 +181,10 @@ def fault(
             answer().print("faults cleared: " + ("; ".join(changes) if changes else "there were none"), soft_wrap=True)
         return
     if not host or not kind:
-        raise InputError("fault needs HOST and KIND (or --clear-all)",
-                         fix="e.g. sparkctl lab fault worker link-down enp1s0f0np0   |   sparkctl lab fault --clear-all")
+        raise InputError(
+            "fault needs HOST and KIND (or --clear-all)",
+            fix="e.g. sparkctl lab fault worker link-down enp1s0f0np0   |   sparkctl lab fault --clear-all",
+        )
     result = api.fault(host, kind, target, value, clear=clear)
     if json_out:
         print_json(result)
@@ -194,5 +226,7 @@ def drill(
         return
     c = answer()
     c.print(f"drill {name}: {result['done']}", soft_wrap=True)
-    c.print(f"now: `sparkctl doctor` (it names {result['check']} on {result['host']}), then follow {result['runbook']}",
-            soft_wrap=True)
+    c.print(
+        f"now: `sparkctl doctor` (it names {result['check']} on {result['host']}), then follow {result['runbook']}",
+        soft_wrap=True,
+    )

@@ -81,7 +81,9 @@ def _print(c, report, check: bool) -> None:
     if report.runtime_start:
         c.print(f"start: {report.runtime_start['cache']} in {report.runtime_start['seconds']} s")
     if report.timeline:
-        c.print("timeline: " + ", ".join(f"{t['phase']} {t['start']:.1f}-{(t['end'] or t['start']):.1f} s" for t in report.timeline))
+        c.print(
+            "timeline: " + ", ".join(f"{t['phase']} {t['start']:.1f}-{(t['end'] or t['start']):.1f} s" for t in report.timeline)
+        )
     for h, st in report.hosts_state.items():
         c.print(f"  {h}: {st}", soft_wrap=True)
 
@@ -175,6 +177,8 @@ def history(
                   e.get("by", "?"), start, down)  # fmt: skip
     c.print(t)
     if records:
-        c.print("rollback targets: " + ", ".join(f"--to {r['n']}: {r['config_hash']} ({r['applied_at']})" for r in reversed(records)))
+        c.print(
+            "rollback targets: " + ", ".join(f"--to {r['n']}: {r['config_hash']} ({r['applied_at']})" for r in reversed(records))
+        )
     if f.journal:
         c.print(f"[bold red]{interrupted_message(f.journal)}[/]: `sparkctl reload --resume --config NEW` or `sparkctl rollback`")

@@ -38,6 +38,10 @@ def render(inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
         line = shlex.join(spec.command) if spec.command[0] != "/bin/sh" else spec.command[2]
         c.print("  command: " + escape(redact(line)), soft_wrap=True)
         c.print("  env: " + escape(" ".join(f"{k}={v}" for k, v in env.items())), soft_wrap=True)
-        c.print("  mounts: " + ", ".join(f"{m.source}:{m.target}{':ro' if m.read_only else ''}" for m in spec.mounts), soft_wrap=True)
-        c.print(f"  devices: {', '.join(spec.devices) or '-'}  gpus: {spec.gpus}  network: {spec.network_mode}  ipc: {spec.ipc_mode}")
+        c.print(
+            "  mounts: " + ", ".join(f"{m.source}:{m.target}{':ro' if m.read_only else ''}" for m in spec.mounts), soft_wrap=True
+        )
+        c.print(
+            f"  devices: {', '.join(spec.devices) or '-'}  gpus: {spec.gpus}  network: {spec.network_mode}  ipc: {spec.ipc_mode}"
+        )
         c.print("  docker run: " + escape(redact(spec.docker_run())), soft_wrap=True)

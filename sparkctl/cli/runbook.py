@@ -12,8 +12,10 @@ from sparkctl.cli.options import JsonOpt
 def runbook(
     name: Annotated[
         Optional[str],
-        typer.Argument(help="Runbook (fabric.mtu, kv-cache-full, ...) or the doctor check that names it; "
-                       "none: list them.", show_default=False),
+        typer.Argument(
+            help="Runbook (fabric.mtu, kv-cache-full, ...) or the doctor check that names it; none: list them.",
+            show_default=False,
+        ),
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:

@@ -74,8 +74,10 @@ def status(
     sample: Annotated[float, typer.Option("--sample", help="Seconds between the two /metrics scrapes for tok/s.")] = 1.0,
     endpoint: Annotated[
         Optional[str],
-        typer.Option("--endpoint", help="Read any vLLM endpoint (http://HOST:PORT): /health, /v1/models and /metrics, "
-                     "with no inventory and no SSH."),
+        typer.Option(
+            "--endpoint",
+            help="Read any vLLM endpoint (http://HOST:PORT): /health, /v1/models and /metrics, with no inventory and no SSH.",
+        ),
     ] = None,
     watch: Annotated[
         bool, typer.Option("--watch", help="A live view refreshed every --interval seconds; q or Ctrl-C exits.")
@@ -248,9 +250,15 @@ def runtime_line(r: dict) -> str:
 
 
 # --watch's columns: the runtime figure each shows, and how
-WATCH_COLUMNS = {"tok/s": ("output_tokens_per_s", "{}"), "running": ("running", "{}"), "waiting": ("waiting", "{}"),
-                 "KV": ("kv_cache_usage", "{:.1%}"), "accept": ("spec_decode_acceptance_rate", "{:.0f}%"),
-                 "len": ("spec_decode_acceptance_length", "{:.2f}"), "TTFT": ("ttft_mean_s", "{:.2f}s")}
+WATCH_COLUMNS = {
+    "tok/s": ("output_tokens_per_s", "{}"),
+    "running": ("running", "{}"),
+    "waiting": ("waiting", "{}"),
+    "KV": ("kv_cache_usage", "{:.1%}"),
+    "accept": ("spec_decode_acceptance_rate", "{:.0f}%"),
+    "len": ("spec_decode_acceptance_length", "{:.2f}"),
+    "TTFT": ("ttft_mean_s", "{:.2f}s"),
+}
 
 
 def _view(runtime: dict, hosts: Optional[dict]):

@@ -49,9 +49,13 @@ def unlock(
                 answer().print(f"cluster {inv.cluster.name} is not locked (no {LOCK_PATH} on {head})")
             raise typer.Exit(0)
         why = holder.gone()
-        state = f"looks gone: {why}" if why else (
-            f"LOOKS ALIVE (heartbeat {holder.heartbeat_age:.0f} s ago): breaking its lock lets two runs change "
-            "the cluster at once"
+        state = (
+            f"looks gone: {why}"
+            if why
+            else (
+                f"LOOKS ALIVE (heartbeat {holder.heartbeat_age:.0f} s ago): breaking its lock lets two runs change "
+                "the cluster at once"
+            )
         )
         if not json_out:
             answer().print(f"cluster {inv.cluster.name} is locked by {holder.describe()}\nthe holder {state}")

@@ -11,7 +11,13 @@ from sparkctl.cli.unlock import LockWaitOpt
 
 
 def run_steps(
-    inventory_path, playbook: str, check: bool, json_out: bool, force: bool = False, wait: float = 0, verbose: bool = False,
+    inventory_path,
+    playbook: str,
+    check: bool,
+    json_out: bool,
+    force: bool = False,
+    wait: float = 0,
+    verbose: bool = False,
     **options,
 ):
     """Load + validate the inventory and the playbook (before any host is touched), then run it.
@@ -51,7 +57,8 @@ def run_steps(
 
             diagnostics().print(
                 f"[bold yellow]note:[/] {interrupted_message(journal)}: finish it with `sparkctl reload --resume "
-                "--config NEW`, or `sparkctl rollback`", soft_wrap=True,
+                "--config NEW`, or `sparkctl rollback`",
+                soft_wrap=True,
             )
     raise typer.Exit(1 if recap.failed else 0)
 
@@ -79,4 +86,6 @@ def up(
     and says so. --check prints every plan and changes nothing.
     """
     check_seconds("--timeout", timeout, low=1, high=86400, example="1800")
-    run_steps(inventory, "up", check, json_out, force=force, side_load=side_load, pull=pull, timeout=timeout, wait=wait, verbose=verbose)
+    run_steps(
+        inventory, "up", check, json_out, force=force, side_load=side_load, pull=pull, timeout=timeout, wait=wait, verbose=verbose
+    )

@@ -101,7 +101,11 @@ def siblings(all_rails: list[Rail]) -> list[list[Rail]]:
     in inventory order. A rail with no sibling is a group of one."""
     groups: list[list[Rail]] = []
     for r in all_rails:
-        joined = [g for g in groups if g[0].nominal_gbps == r.nominal_gbps and any({r.client, r.server} & {x.client, x.server} for x in g)]
+        joined = [
+            g
+            for g in groups
+            if g[0].nominal_gbps == r.nominal_gbps and any({r.client, r.server} & {x.client, x.server} for x in g)
+        ]
         merged = [x for g in joined for x in g] + [r]
         groups = [g for g in groups if g not in joined] + [merged]
     order = {r.key: i for i, r in enumerate(all_rails)}
@@ -109,10 +113,7 @@ def siblings(all_rails: list[Rail]) -> list[list[Rail]]:
 
 
 def server_command(rail: Rail, port: int, seconds: int = PROBE_SECONDS) -> str:
-    return (
-        f"setsid -f timeout {seconds + 20} iperf3 -s -1 -B {shlex.quote(rail.server_ip)} -p {port} "
-        ">/dev/null 2>&1 </dev/null"
-    )
+    return f"setsid -f timeout {seconds + 20} iperf3 -s -1 -B {shlex.quote(rail.server_ip)} -p {port} >/dev/null 2>&1 </dev/null"
 
 
 def client_command(rail: Rail, port: int, seconds: int = PROBE_SECONDS) -> str:
@@ -144,7 +145,9 @@ def parse_iperf(rc: int, text: str) -> BandwidthResult:
     return BandwidthResult(gbps=float(bps) / 1e9, streams=streams, seconds=float(summary.get("seconds", PROBE_SECONDS)))
 
 
-def measure_group(fleet, group: list[Rail], seconds: int = PROBE_SECONDS, base_port: int = BASE_PORT) -> dict[str, BandwidthResult]:
+def measure_group(
+    fleet, group: list[Rail], seconds: int = PROBE_SECONDS, base_port: int = BASE_PORT
+) -> dict[str, BandwidthResult]:
     """Every rail of one sibling group at the same time: servers first (one call per server host),
     then the clients in parallel."""
     from sparkctl.errors import SparkctlError
@@ -155,8 +158,13 @@ def measure_group(fleet, group: list[Rail], seconds: int = PROBE_SECONDS, base_p
         mine = [r for r in group if r.server == server]
         try:
             srv = fleet[server].run("; ".join(server_command(r, ports[r.key], seconds) for r in mine), timeout=10)
-            failed = None if srv.ok else BandwidthResult(
-                error=f"iperf3 server on {server}: {(srv.stdout + srv.stderr).strip()[:200]}", exit_code=srv.exit_code)
+            failed = (
+                None
+                if srv.ok
+                else BandwidthResult(
+                    error=f"iperf3 server on {server}: {(srv.stdout + srv.stderr).strip()[:200]}", exit_code=srv.exit_code
+                )
+            )
         except SparkctlError as exc:
             failed = BandwidthResult(error=exc.message[:200], exit_code=1)
         if failed:

@@ -29,7 +29,7 @@ def cache_probe(host_path: str) -> str:
         f"[ -d {c} ] && cd {c} && {{ find . -mindepth 1 -maxdepth 1 -type d | sed 's/^/d /'; "
         f"find . -mindepth 4 -maxdepth 4 -name {INDEX} | sed 's/^/i /'; }} | head -n 1000; "
         # the CUDA driver's JIT cache and torch extensions on the volume (launch.cache_env): KiB used
-        f"for d in {CUDA_DIR} {EXTENSIONS_DIR}; do [ -d {p}/$d ] && echo \"k $d $(du -sk {p}/$d | cut -f1)\"; done; true"
+        f'for d in {CUDA_DIR} {EXTENSIONS_DIR}; do [ -d {p}/$d ] && echo "k $d $(du -sk {p}/$d | cut -f1)"; done; true'
     )
 
 

@@ -73,7 +73,7 @@ SNAPSHOTTERS = frozenset({"overlayfs", "native", "stargz", "nydus", "erofs"})
 
 
 def store_of_inspect(doc: dict) -> str:
-    """"containerd" when the image is held by containerd's store (it reports the target `Descriptor`,
+    """ "containerd" when the image is held by containerd's store (it reports the target `Descriptor`,
     API >= 1.48, whose digest is its `Id`; older engines show the snapshotter as the graph
     driver), else "classic"."""
     desc = doc.get("Descriptor") or {}

@@ -45,8 +45,15 @@ def _rows(text: str) -> list[list[str]]:
 
 
 # lines by which nvidia-smi names why it failed; what follows them is detail (e.g. the library version)
-_CAUSES = ("failed to initialize nvml", "nvidia-smi has failed", "unable to determine the device handle",
-           "gpu is lost", "not found", "no such file", "permission denied")
+_CAUSES = (
+    "failed to initialize nvml",
+    "nvidia-smi has failed",
+    "unable to determine the device handle",
+    "gpu is lost",
+    "not found",
+    "no such file",
+    "permission denied",
+)
 
 
 def failure_reason(rc: int, text: str) -> str:

@@ -111,9 +111,9 @@ def netplan_probe(ours: str, devices: list[str], directory: str = "/etc/netplan"
     and the file in base64 (exact bytes: ours is compared with what we would write)."""
     words = " ".join(f"-e {shlex.quote(d)}" for d in devices)
     return (
-        f"for f in {shlex.quote(directory)}/*.yaml; do [ -f \"$f\" ] || continue; "
-        f"[ \"$f\" = {shlex.quote(ours)} ] || grep -qwF {words} \"$f\" || continue; "
-        f"printf '{NETPLAN_FILE_MARK}%s\\n' \"$f\"; base64 -w0 \"$f\" && echo; done; true"
+        f'for f in {shlex.quote(directory)}/*.yaml; do [ -f "$f" ] || continue; '
+        f'[ "$f" = {shlex.quote(ours)} ] || grep -qwF {words} "$f" || continue; '
+        f'printf \'{NETPLAN_FILE_MARK}%s\\n\' "$f"; base64 -w0 "$f" && echo; done; true'
     )
 
 
@@ -127,7 +127,7 @@ def parse_netplan_files(text: str) -> dict[str, str]:
                 data = base64.b64decode(lines[i + 1] if i + 1 < len(lines) else "", validate=True)
             except ValueError:
                 continue
-            files[line[len(NETPLAN_FILE_MARK):].strip()] = data.decode("utf-8", "replace")
+            files[line[len(NETPLAN_FILE_MARK) :].strip()] = data.decode("utf-8", "replace")
     return files
 
 
@@ -205,7 +205,9 @@ def _ip_addr(f, r: Reading) -> None:
 
 
 # third column: a device without a bus device behind it is virtual (veth, lab)
-SPEED = "$(cat /sys/class/net/$d/speed 2>/dev/null || echo -1) $([ -e /sys/class/net/$d/device ] && echo physical || echo virtual)"
+SPEED = (
+    "$(cat /sys/class/net/$d/speed 2>/dev/null || echo -1) $([ -e /sys/class/net/$d/device ] && echo physical || echo virtual)"
+)
 
 
 @fact("speeds", lambda t: per_device(_rails(t), SPEED) if t.host.fabric else None, fields={

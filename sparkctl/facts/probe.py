@@ -33,7 +33,7 @@ def build_script(probes: Mapping[str, str], marker: str, background: Collection[
         # each background probe writes its output and exit code to files of its own
         lines.append("__t=$(mktemp -d) || exit 97")
         for i, key in enumerate(bg):
-            lines.append(f"( ( {probes[key]}\n) >\"$__t/{i}\" 2>&1 </dev/null; echo $? >\"$__t/{i}.rc\" ) &")
+            lines.append(f'( ( {probes[key]}\n) >"$__t/{i}" 2>&1 </dev/null; echo $? >"$__t/{i}.rc" ) &')
     for key, snippet in probes.items():
         if key in background:
             continue
@@ -42,12 +42,12 @@ def build_script(probes: Mapping[str, str], marker: str, background: Collection[
         lines.append(f"( {snippet}\n)")
         # always end the section with a newline of ours (removed when parsing), so output
         # without a trailing newline cannot swallow the end marker
-        lines.append(f"rc=$?; echo; echo \"{marker}rc $rc\"")
+        lines.append(f'rc=$?; echo; echo "{marker}rc $rc"')
     if bg:
         lines.append("wait")
         for i, key in enumerate(bg):
             lines.append(f"echo '{marker} {key}'")
-            lines.append(f"cat \"$__t/{i}\"; echo; echo \"{marker}rc $(cat \"$__t/{i}.rc\" 2>/dev/null || echo 255)\"")
+            lines.append(f'cat "$__t/{i}"; echo; echo "{marker}rc $(cat "$__t/{i}.rc" 2>/dev/null || echo 255)"')
         lines.append('rm -rf "$__t"')
     return "\n".join(lines) + "\n"
 

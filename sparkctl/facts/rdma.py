@@ -56,8 +56,10 @@ def gid_probe_value(index: str) -> str:
     """Shell word over $d: `TYPE|GID|NETDEV` of GID `index` on port 1 (`missing` for an empty slot:
     sysfs refuses to read the type of one, EINVAL, and shows its GID as zeros)."""
     attrs = "/sys/class/infiniband/$d/ports/1"
-    return (f"$(cat {attrs}/gid_attrs/types/{index} 2>/dev/null || echo missing)|"
-            f"$(cat {attrs}/gids/{index} 2>/dev/null)|$(cat {attrs}/gid_attrs/ndevs/{index} 2>/dev/null)")
+    return (
+        f"$(cat {attrs}/gid_attrs/types/{index} 2>/dev/null || echo missing)|"
+        f"$(cat {attrs}/gids/{index} 2>/dev/null)|$(cat {attrs}/gid_attrs/ndevs/{index} 2>/dev/null)"
+    )
 
 
 def parse_gids(text: str) -> dict[str, GidEntry]:

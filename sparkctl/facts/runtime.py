@@ -13,7 +13,7 @@ from sparkctl.facts.base import Reading, Target, fact
 def health_probe(port: int) -> str:
     """/health from the head itself: bash's /dev/tcp needs no curl on the host."""
     return (
-        "bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d && printf \"GET /health HTTP/1.0\\r\\n\\r\\n\" >&3 "
+        'bash -c \'exec 3<>/dev/tcp/127.0.0.1/%d && printf "GET /health HTTP/1.0\\r\\n\\r\\n" >&3 '
         "&& timeout 2 head -1 <&3' 2>/dev/null || echo refused" % port
     )
 

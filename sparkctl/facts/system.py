@@ -52,8 +52,10 @@ def disk_probe(cache_path: str) -> str:
     the directory exists) and of the cache dir (its nearest existing parent)."""
     import shlex
 
-    toml_root = (r"""sed -n -e '/^[[:space:]]*\[/q' -e 's/^[[:space:]]*root[[:space:]]*=[[:space:]]*"\([^"]*\)".*/\1/p' """
-                 "/etc/containerd/config.toml 2>/dev/null")  # top-level `root`, before the first [section]
+    toml_root = (
+        r"""sed -n -e '/^[[:space:]]*\[/q' -e 's/^[[:space:]]*root[[:space:]]*=[[:space:]]*"\([^"]*\)".*/\1/p' """
+        "/etc/containerd/config.toml 2>/dev/null"
+    )  # top-level `root`, before the first [section]
     # only the fields read (docker info also carries proxies and labels); `.Containerd` (API >= 1.46)
     # is asked apart: an older CLI refuses the whole template for a field it does not know
     info = """'{"DockerRootDir":{{json .DockerRootDir}},"DriverStatus":{{json .DriverStatus}}}'"""
@@ -61,10 +63,10 @@ def disk_probe(cache_path: str) -> str:
         f"info=$(docker info --format {info} 2>/dev/null); "
         'case "$info" in *io.containerd.snapshotter.v1*) '
         "a=$(docker info --format '{{json .Containerd}}' 2>/dev/null);; *) a=;; esac; "
-        "d=$(printf '%s' \"$info\" | sed -n 's/.*\"DockerRootDir\":\"\\([^\"]*\\)\".*/\\1/p'); "
-        "[ -n \"$d\" ] || d=/var/lib/docker; "
-        f"c=$({toml_root}); [ -n \"$c\" ] || c={CONTAINERD_ROOT}; "
-        f"p={shlex.quote(cache_path)}; while [ ! -e \"$p\" ]; do p=$(dirname \"$p\"); done; "
+        'd=$(printf \'%s\' "$info" | sed -n \'s/.*"DockerRootDir":"\\([^"]*\\)".*/\\1/p\'); '
+        '[ -n "$d" ] || d=/var/lib/docker; '
+        f'c=$({toml_root}); [ -n "$c" ] || c={CONTAINERD_ROOT}; '
+        f'p={shlex.quote(cache_path)}; while [ ! -e "$p" ]; do p=$(dirname "$p"); done; '
         'printf "@@info %s\\n@@containerd-info %s\\n" "$info" "$a"; echo "@@docker $d"; df -P -B1 "$d"; '
         'if [ -d "$c" ]; then echo "@@containerd $c"; df -P -B1 "$c"; fi; echo "@@caches $p"; df -P -B1 "$p"'
     )

@@ -23,8 +23,9 @@ def _number(body: dict, key: str) -> float | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-        raise web.HTTPBadRequest(text=json.dumps({"error": f"{key} must be a number >= 0 (seconds)"}),
-                                 content_type="application/json")
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": f"{key} must be a number >= 0 (seconds)"}), content_type="application/json"
+        )
     return float(v)
 
 
@@ -39,8 +40,9 @@ def app(gate: Gate, long_context: LongContext, metrics: Metrics, upstream: str, 
         except ValueError:
             body = None
         if not isinstance(body, dict):
-            raise web.HTTPBadRequest(text=json.dumps({"error": "the body must be a JSON object"}),
-                                     content_type="application/json")
+            raise web.HTTPBadRequest(
+                text=json.dumps({"error": "the body must be a JSON object"}), content_type="application/json"
+            )
         gate.start_hold(str(body.get("reason") or "admin"), _number(body, "expected_s"), _number(body, "ttl_s"))
         return web.json_response(status())
 

@@ -23,8 +23,16 @@ from .rejection import Rejected
 
 GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
 # the chat request's fields /tokenize takes (vLLM 0.33 entrypoints/serve/tokenize/protocol.py TokenizeChatRequest)
-CHAT_FIELDS = ("model", "messages", "add_generation_prompt", "continue_final_message", "chat_template",
-               "chat_template_kwargs", "tools", "add_special_tokens")
+CHAT_FIELDS = (
+    "model",
+    "messages",
+    "add_generation_prompt",
+    "continue_final_message",
+    "chat_template",
+    "chat_template_kwargs",
+    "tools",
+    "add_special_tokens",
+)
 FIRST_GUESS_S = 10.0  # a long request's duration before one has been seen: Retry-After's first estimate
 
 Tokenize = Callable[[dict], Awaitable[int | None]]
@@ -36,8 +44,7 @@ def tokenize_requests(path: str, body: dict) -> list[dict]:
         return [{k: body[k] for k in CHAT_FIELDS if k in body}] if "messages" in body else []
     prompt = body.get("prompt")
     prompts = prompt if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt) else [prompt]
-    return [{"model": body["model"], "prompt": p} if "model" in body else {"prompt": p}
-            for p in prompts if isinstance(p, str)]
+    return [{"model": body["model"], "prompt": p} if "model" in body else {"prompt": p} for p in prompts if isinstance(p, str)]
 
 
 def token_ids_in(body: dict) -> int | None:
@@ -51,8 +58,7 @@ def token_ids_in(body: dict) -> int | None:
 
 
 class LongContext:
-    def __init__(self, tokens: int, max_concurrent: int, queue: int, wait_s: float, tokenize: Tokenize,
-                 metrics: Metrics):
+    def __init__(self, tokens: int, max_concurrent: int, queue: int, wait_s: float, tokenize: Tokenize, metrics: Metrics):
         self.tokens, self.max_concurrent, self.queue, self.wait_s = tokens, max_concurrent, queue, wait_s
         self._tokenize, self.m = tokenize, metrics
         self._slots = asyncio.Semaphore(max_concurrent)  # FIFO: waiters acquire in arrival order
@@ -91,22 +97,33 @@ class LongContext:
     @asynccontextmanager
     async def admit(self, method: str, path: str, raw: bytes) -> AsyncIterator[bool]:
         """Hold a slot while the request runs when it is long; yields whether it was."""
-        if not (self.enabled and method == "POST" and path in GENERATION_ROUTES) \
-                or await self.prompt_tokens(path, raw) <= self.tokens:
+        if (
+            not (self.enabled and method == "POST" and path in GENERATION_ROUTES)
+            or await self.prompt_tokens(path, raw) <= self.tokens
+        ):
             yield False
             return
         if self._slots.locked() and self.waiting >= self.queue:
-            raise Rejected(429, LONG_CONTEXT_QUEUE_FULL, f"{self.max_concurrent} long-context request(s) (over "
-                           f"{self.tokens} prompt tokens) run and {self.waiting} wait already; retry after "
-                           "Retry-After seconds.", self._retry_after())
+            raise Rejected(
+                429,
+                LONG_CONTEXT_QUEUE_FULL,
+                f"{self.max_concurrent} long-context request(s) (over "
+                f"{self.tokens} prompt tokens) run and {self.waiting} wait already; retry after "
+                "Retry-After seconds.",
+                self._retry_after(),
+            )
         self.waiting += 1
         self.m.long_waiting.set(self.waiting)
         try:
             await asyncio.wait_for(self._slots.acquire(), timeout=self.wait_s)
         except asyncio.TimeoutError:
-            raise Rejected(429, LONG_CONTEXT_WAIT, f"A long-context request (over {self.tokens} prompt tokens) "
-                           f"waited {self.wait_s:g} s for a slot; retry after Retry-After seconds.",
-                           self._retry_after()) from None
+            raise Rejected(
+                429,
+                LONG_CONTEXT_WAIT,
+                f"A long-context request (over {self.tokens} prompt tokens) "
+                f"waited {self.wait_s:g} s for a slot; retry after Retry-After seconds.",
+                self._retry_after(),
+            ) from None
         finally:
             self.waiting -= 1
             self.m.long_waiting.set(self.waiting)
@@ -126,5 +143,14 @@ class LongContext:
         return self._mean_s * math.ceil((self.waiting + 1) / self.max_concurrent)
 
     def status(self) -> dict:
-        return {"tokens": self.tokens, "max_concurrent": self.max_concurrent, "queue": self.queue,
-                "running": self.running, "waiting": self.waiting} if self.enabled else {"tokens": 0}
+        return (
+            {
+                "tokens": self.tokens,
+                "max_concurrent": self.max_concurrent,
+                "queue": self.queue,
+                "running": self.running,
+                "waiting": self.waiting,
+            }
+            if self.enabled
+            else {"tokens": 0}
+        )

@@ -54,8 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = p.parse_args(argv)
     try:
         if ns.cmd == "hold":
-            doc = call(ns.admin_socket, "POST", "/hold", {"expected_s": ns.expected_s, "ttl_s": ns.ttl_s,
-                                                          "reason": ns.reason})
+            doc = call(ns.admin_socket, "POST", "/hold", {"expected_s": ns.expected_s, "ttl_s": ns.ttl_s, "reason": ns.reason})
         elif ns.cmd == "release":
             doc = call(ns.admin_socket, "POST", "/release")
         else:

@@ -32,8 +32,16 @@ class Hold:
 
 
 class Gate:
-    def __init__(self, hold_s: float, hold_max_s: float, hold_queue: int, probe_interval_s: float,
-                 probe: Callable[[], Awaitable[bool]], metrics: Metrics, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        hold_s: float,
+        hold_max_s: float,
+        hold_queue: int,
+        probe_interval_s: float,
+        probe: Callable[[], Awaitable[bool]],
+        metrics: Metrics,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.hold_s, self.hold_max_s, self.hold_queue = hold_s, hold_max_s, hold_queue
         self.probe_interval_s, self._probe = probe_interval_s, probe
         self.m, self.clock = metrics, clock
@@ -61,15 +69,28 @@ class Gate:
                 expected = self._expected_remaining(now)
                 if expected is not None and expected > left:
                     # the hold will outlast this request's budget: say so now, not at its end
-                    raise Rejected(503, HOLD_TOO_LONG, "The server is restarting (expected back in "
-                                   f"{expected:.0f} s, beyond the gateway's hold of {self.hold_s:g} s); retry after "
-                                   "Retry-After seconds.", expected)
+                    raise Rejected(
+                        503,
+                        HOLD_TOO_LONG,
+                        "The server is restarting (expected back in "
+                        f"{expected:.0f} s, beyond the gateway's hold of {self.hold_s:g} s); retry after "
+                        "Retry-After seconds.",
+                        expected,
+                    )
                 if left <= 0:
-                    raise Rejected(503, HELD_TOO_LONG, f"The server did not come back within {self.hold_s:g} s; "
-                                   "retry after Retry-After seconds.", self._retry_after(now))
+                    raise Rejected(
+                        503,
+                        HELD_TOO_LONG,
+                        f"The server did not come back within {self.hold_s:g} s; retry after Retry-After seconds.",
+                        self._retry_after(now),
+                    )
                 if len(self._waiters) >= self.hold_queue:
-                    raise Rejected(503, HOLD_QUEUE_FULL, f"{self.hold_queue} requests are held already; retry after "
-                                   "Retry-After seconds.", self._retry_after(now))
+                    raise Rejected(
+                        503,
+                        HOLD_QUEUE_FULL,
+                        f"{self.hold_queue} requests are held already; retry after Retry-After seconds.",
+                        self._retry_after(now),
+                    )
                 if waited_from is None:
                     waited_from = now
                 fut = asyncio.get_running_loop().create_future()
@@ -124,8 +145,12 @@ class Gate:
             self._expiry.cancel()
         self._expiry = asyncio.get_running_loop().call_later(ttl, self._expire)
         self.m.holding.labels("admin").set(1)
-        log.info("hold: %s (expected %s, ends by itself in %.0f s)", self.hold.reason,
-                 f"{expected_s:g} s" if expected_s is not None else "unknown", ttl)
+        log.info(
+            "hold: %s (expected %s, ends by itself in %.0f s)",
+            self.hold.reason,
+            f"{expected_s:g} s" if expected_s is not None else "unknown",
+            ttl,
+        )
         self._wake()  # waiters re-check against the new expectation
 
     def release(self) -> int:
@@ -138,8 +163,11 @@ class Gate:
     def _expire(self) -> None:
         if self.hold is None:
             return
-        log.warning("hold %r expired after %.0f s without a release (did sparkctl die mid-change?)",
-                    self.hold.reason, self.clock() - self.hold.since)
+        log.warning(
+            "hold %r expired after %.0f s without a release (did sparkctl die mid-change?)",
+            self.hold.reason,
+            self.clock() - self.hold.since,
+        )
         self.last_expired = self.clock()
         self.m.holds_expired.inc()
         self._end_hold()
@@ -177,12 +205,17 @@ class Gate:
         h = self.hold
         return {
             "state": "holding" if self.closed else "passing",
-            "hold": None if h is None else {
-                "reason": h.reason, "held_for_s": round(now - h.since, 3),
+            "hold": None
+            if h is None
+            else {
+                "reason": h.reason,
+                "held_for_s": round(now - h.since, 3),
                 "expected_remaining_s": None if h.expected_end is None else round(max(0.0, h.expected_end - now), 3),
-                "expires_in_s": round(h.expires_at - now, 3)},
+                "expires_in_s": round(h.expires_at - now, 3),
+            },
             "upstream_down_for_s": None if self.down_since is None else round(now - self.down_since, 3),
             "held_requests": len(self._waiters),
             "last_hold_expired_s_ago": None if self.last_expired is None else round(now - self.last_expired, 3),
-            "hold_s": self.hold_s, "hold_max_s": self.hold_max_s,
+            "hold_s": self.hold_s,
+            "hold_max_s": self.hold_max_s,
         }

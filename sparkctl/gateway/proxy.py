@@ -28,11 +28,23 @@ from .sse import FirstToken
 log = logging.getLogger("sparkctl.gateway")
 
 # RFC 9110 7.6.1 hop-by-hop fields, and those aiohttp sets itself from the body it sends
-HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
-                        "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length"})
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
 # the request never reached the engine: sending it again is safe
-NOT_SENT = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError,
-            asyncio.TimeoutError)
+NOT_SENT = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, asyncio.TimeoutError)
 
 
 def forward_headers(headers) -> dict[str, str]:
@@ -41,8 +53,7 @@ def forward_headers(headers) -> dict[str, str]:
 
 
 class Proxy:
-    def __init__(self, upstream: str, session: aiohttp.ClientSession, gate: Gate, long_context: LongContext,
-                 metrics: Metrics):
+    def __init__(self, upstream: str, session: aiohttp.ClientSession, gate: Gate, long_context: LongContext, metrics: Metrics):
         self.upstream, self.session, self.gate, self.lc, self.m = upstream, session, gate, long_context, metrics
         self.in_flight = 0
 
@@ -66,8 +77,7 @@ class Proxy:
             passed = self.gate.epoch
             self._count(+1)  # in flight from the moment it goes upstream
             try:
-                up = await self.session.request(request.method, url, headers=headers, data=body,
-                                                allow_redirects=False)
+                up = await self.session.request(request.method, url, headers=headers, data=body, allow_redirects=False)
             except NOT_SENT as e:
                 self._count(-1)
                 self.m.upstream_errors.labels("connect").inc()
@@ -115,8 +125,9 @@ class Proxy:
             return None  # cut before anything reached the client: not served
         return None if up.status == 200 and aborted_empty(raw) else raw
 
-    async def _relay(self, request: web.Request, up: aiohttp.ClientResponse, head: bytes,
-                     watch: FirstToken | None) -> web.StreamResponse:
+    async def _relay(
+        self, request: web.Request, up: aiohttp.ClientResponse, head: bytes, watch: FirstToken | None
+    ) -> web.StreamResponse:
         resp = web.StreamResponse(status=up.status, reason=up.reason, headers=forward_headers(up.headers))
         if up.content_length is not None and "chunked" not in up.headers.get("transfer-encoding", ""):
             resp.content_length = up.content_length

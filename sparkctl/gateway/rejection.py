@@ -18,8 +18,16 @@ class Rejected(Exception):
         self.retry_after = max(1, math.ceil(retry_after_s))  # RFC 9110 delay-seconds: a whole number
 
     def body(self) -> bytes:
-        return json.dumps({"error": {"message": self.message, "type": ERROR_TYPES.get(self.status, "Error"),
-                                     "param": None, "code": self.status}}).encode()
+        return json.dumps(
+            {
+                "error": {
+                    "message": self.message,
+                    "type": ERROR_TYPES.get(self.status, "Error"),
+                    "param": None,
+                    "code": self.status,
+                }
+            }
+        ).encode()
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after), "Content-Type": "application/json"}

@@ -26,9 +26,12 @@ METRICS_PATH = "/gateway/metrics"  # the public /metrics stays the engine's
 async def run(s: Settings) -> None:
     m = Metrics()
     # no pool limit (the engine's own queue decides); bytes pass through as the engine sent them
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=False),
-                                    auto_decompress=False, skip_auto_headers=("User-Agent", "Accept-Encoding"),
-                                    timeout=aiohttp.ClientTimeout(total=None, connect=s.connect_timeout_s))
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, force_close=False),
+        auto_decompress=False,
+        skip_auto_headers=("User-Agent", "Accept-Encoding"),
+        timeout=aiohttp.ClientTimeout(total=None, connect=s.connect_timeout_s),
+    )
 
     async def probe() -> bool:
         try:
@@ -48,8 +51,9 @@ async def run(s: Settings) -> None:
             return None
 
     gate = Gate(s.hold_s, s.hold_max_s, s.hold_queue, s.probe_interval_s, probe, m)
-    lc = LongContext(s.long_context_tokens, s.long_context_max_concurrent, s.long_context_queue,
-                     s.long_context_wait_s, tokenize, m)
+    lc = LongContext(
+        s.long_context_tokens, s.long_context_max_concurrent, s.long_context_queue, s.long_context_wait_s, tokenize, m
+    )
     proxy = Proxy(s.upstream, session, gate, lc, m)
 
     async def own_metrics(_request: web.Request) -> web.Response:
@@ -61,8 +65,7 @@ async def run(s: Settings) -> None:
     public.router.add_route("*", "/{tail:.*}", proxy.handle)
     # handler_cancellation: a client that goes away cancels its request here, and so upstream
     pub_runner = web.AppRunner(public, handler_cancellation=True, access_log=None, shutdown_timeout=s.shutdown_timeout_s)
-    adm_runner = web.AppRunner(admin.app(gate, lc, m, s.upstream, lambda: proxy.in_flight),
-                               access_log=None)
+    adm_runner = web.AppRunner(admin.app(gate, lc, m, s.upstream, lambda: proxy.in_flight), access_log=None)
     await pub_runner.setup()
     await adm_runner.setup()
     os.makedirs(os.path.dirname(s.admin_socket) or ".", mode=0o700, exist_ok=True)
@@ -74,9 +77,15 @@ async def run(s: Settings) -> None:
     finally:
         os.umask(old)
     await web.TCPSite(pub_runner, s.host, s.port, backlog=1024, reuse_address=True).start()
-    log.info("gateway on %s:%d -> %s, admin on %s, hold_s %g, long_context %s", s.host, s.port, s.upstream,
-             s.admin_socket, s.hold_s,
-             f"> {s.long_context_tokens} tokens: {s.long_context_max_concurrent} at once" if lc.enabled else "off")
+    log.info(
+        "gateway on %s:%d -> %s, admin on %s, hold_s %g, long_context %s",
+        s.host,
+        s.port,
+        s.upstream,
+        s.admin_socket,
+        s.hold_s,
+        f"> {s.long_context_tokens} tokens: {s.long_context_max_concurrent} at once" if lc.enabled else "off",
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

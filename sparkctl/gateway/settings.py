@@ -34,12 +34,16 @@ def _env(name: str, default: str) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m sparkctl.gateway",
-                                description="sparkctl's front door: holds requests while the engine restarts.")
+    p = argparse.ArgumentParser(
+        prog="python -m sparkctl.gateway", description="sparkctl's front door: holds requests while the engine restarts."
+    )
     p.add_argument("--listen", default=_env("LISTEN", "0.0.0.0:8000"), help="public HOST:PORT [$SPARKCTL_GATEWAY_LISTEN]")
     p.add_argument("--upstream", default=_env("UPSTREAM", ""), help="the engine, http://HOST:PORT [$SPARKCTL_GATEWAY_UPSTREAM]")
-    p.add_argument("--admin-socket", default=_env("ADMIN_SOCKET", "/run/sparkctl-gateway/admin.sock"),
-                   help="the admin interface's unix socket [$SPARKCTL_GATEWAY_ADMIN_SOCKET]")
+    p.add_argument(
+        "--admin-socket",
+        default=_env("ADMIN_SOCKET", "/run/sparkctl-gateway/admin.sock"),
+        help="the admin interface's unix socket [$SPARKCTL_GATEWAY_ADMIN_SOCKET]",
+    )
     p.add_argument("--hold-s", type=float, default=float(_env("HOLD_S", "30")))
     p.add_argument("--hold-max-s", type=float, default=float(_env("HOLD_MAX_S", "1800")))
     p.add_argument("--hold-queue", type=int, default=int(_env("HOLD_QUEUE", "1024")))
@@ -70,10 +74,20 @@ def parse(argv: list[str] | None = None) -> Settings:
         p.error("--hold-max-s must be at least --hold-s")
     if ns.long_context_tokens < 0 or ns.long_context_max_concurrent < 1 or ns.long_context_queue < 0:
         p.error("--long-context-tokens >= 0, --long-context-max-concurrent >= 1, --long-context-queue >= 0")
-    return Settings(host=host.strip("[]"), port=int(port), upstream=f"http://{up.netloc}", admin_socket=ns.admin_socket,
-                    hold_s=ns.hold_s, hold_max_s=ns.hold_max_s, hold_queue=ns.hold_queue,
-                    probe_interval_s=ns.probe_interval_s, connect_timeout_s=ns.connect_timeout_s,
-                    long_context_tokens=ns.long_context_tokens,
-                    long_context_max_concurrent=ns.long_context_max_concurrent,
-                    long_context_queue=ns.long_context_queue, long_context_wait_s=ns.long_context_wait_s,
-                    max_body_bytes=ns.max_body_bytes, shutdown_timeout_s=ns.shutdown_timeout_s)
+    return Settings(
+        host=host.strip("[]"),
+        port=int(port),
+        upstream=f"http://{up.netloc}",
+        admin_socket=ns.admin_socket,
+        hold_s=ns.hold_s,
+        hold_max_s=ns.hold_max_s,
+        hold_queue=ns.hold_queue,
+        probe_interval_s=ns.probe_interval_s,
+        connect_timeout_s=ns.connect_timeout_s,
+        long_context_tokens=ns.long_context_tokens,
+        long_context_max_concurrent=ns.long_context_max_concurrent,
+        long_context_queue=ns.long_context_queue,
+        long_context_wait_s=ns.long_context_wait_s,
+        max_body_bytes=ns.max_body_bytes,
+        shutdown_timeout_s=ns.shutdown_timeout_s,
+    )

@@ -47,8 +47,9 @@ class FirstToken:
             if choice.get("finish_reason"):
                 self.finish_reason = str(choice["finish_reason"])
             delta = choice.get("delta") or {}
-            if choice.get("text") or (isinstance(delta, dict) and (
-                    delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-                    or delta.get("tool_calls"))):
+            if choice.get("text") or (
+                isinstance(delta, dict)
+                and (delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls"))
+            ):
                 return True
         return False

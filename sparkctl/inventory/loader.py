@@ -82,8 +82,12 @@ def read_text(path: Path) -> str:
         _fail(path, too_big, fix="name the inventory YAML file, not something else")
     if b"\x00" in raw:
         at = raw.index(b"\x00")
-        _fail(path, f"is binary (NUL byte at offset {at}), not YAML text", line=raw.count(b"\n", 0, at) + 1,
-              fix="name the inventory YAML file, not something else")
+        _fail(
+            path,
+            f"is binary (NUL byte at offset {at}), not YAML text",
+            line=raw.count(b"\n", 0, at) + 1,
+            fix="name the inventory YAML file, not something else",
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -107,15 +111,18 @@ def load_inventory_report(path: Path | str) -> tuple[Inventory, list[Problem]]:
     try:
         data, locations = parse(text)
     except YamlProblem as err:
-        _fail(path, err.message, line=err.line, column=err.column,
-              fix="edit the file at the line shown; an inventory is plain YAML: mappings, lists, text and numbers")
+        _fail(
+            path,
+            err.message,
+            line=err.line,
+            column=err.column,
+            fix="edit the file at the line shown; an inventory is plain YAML: mappings, lists, text and numbers",
+        )
     if data is None:
-        _fail(path, "is empty; an inventory needs at least cluster, hosts and runtime",
-              fix=START_HINT)
+        _fail(path, "is empty; an inventory needs at least cluster, hosts and runtime", fix=START_HINT)
     if not isinstance(data, dict):
         kind = "a list" if isinstance(data, list) else f"a single value ({data!r:.40})"
-        _fail(path, f"the top level must be a mapping (cluster:, hosts:, runtime:, ...), got {kind}", line=1,
-              fix=START_HINT)
+        _fail(path, f"the top level must be a mapping (cluster:, hosts:, runtime:, ...), got {kind}", line=1, fix=START_HINT)
 
     try:
         inv = Inventory.model_validate(data)

@@ -105,7 +105,9 @@ class SSHDefaults(Model):
 
     # user, port, key, known_hosts and proxy_jump left unset come from the ssh_config file
     # (docs/inventory.md "SSH"); what the inventory says always wins.
-    user: Optional[str] = Field(None, min_length=1, description="Login user on the hosts (default: ssh_config's User, else root).")
+    user: Optional[str] = Field(
+        None, min_length=1, description="Login user on the hosts (default: ssh_config's User, else root)."
+    )
     port: Optional[int] = Field(None, ge=1, le=65535, description="sshd port on the hosts (default: ssh_config's Port, else 22).")
     key: Optional[Path] = Field(None, description="Private key on the control machine (default: ssh_config's IdentityFile).")
     known_hosts: Optional[Path] = Field(
@@ -164,8 +166,12 @@ class SSH(Model):
     known_hosts: Optional[Path] = Field(None, description="known_hosts file (default: ssh_defaults.known_hosts).")
     host_key_policy: Optional[HostKeyPolicy] = Field(None, description="strict or accept-new (default: ssh_defaults).")
     timeout: Optional[float] = Field(None, gt=0, description="Command deadline in seconds (default: ssh_defaults.timeout).")
-    config_file: Optional[str] = Field(None, min_length=1, description="ssh_config file, or 'none' (default: ssh_defaults.config_file).")
-    proxy_jump: Optional[str] = Field(None, min_length=1, description="Jump host(s), or 'none' (default: ssh_defaults.proxy_jump).")
+    config_file: Optional[str] = Field(
+        None, min_length=1, description="ssh_config file, or 'none' (default: ssh_defaults.config_file)."
+    )
+    proxy_jump: Optional[str] = Field(
+        None, min_length=1, description="Jump host(s), or 'none' (default: ssh_defaults.proxy_jump)."
+    )
     agent: Optional[bool] = Field(None, description="Offer the ssh-agent's keys (default: ssh_defaults.agent).")
 
 
@@ -213,17 +219,14 @@ class Host(Model):
 
 
 class Cluster(Model):
-    name: str = Field(
-        ..., pattern=r"^[a-z0-9][a-z0-9-]{0,62}$", description="Short name: lower-case letters, digits and dashes."
-    )
+    name: str = Field(..., pattern=r"^[a-z0-9][a-z0-9-]{0,62}$", description="Short name: lower-case letters, digits and dashes.")
 
 
 class Speculative(Model):
     method: str = Field(
         ...,
         min_length=1,
-        description="vLLM speculative method: ngram, draft_model, eagle, eagle3, mtp, dspark, ... "
-        "(--speculative-config method).",
+        description="vLLM speculative method: ngram, draft_model, eagle, eagle3, mtp, dspark, ... (--speculative-config method).",
     )
     model: Optional[str] = Field(None, min_length=1, description="Drafter checkpoint (--speculative-config model).")
     num_speculative_tokens: int = Field(..., ge=1, le=16, description="Draft tokens proposed per step.")
@@ -237,8 +240,9 @@ class Runtime(Model):
     """The inference runtime (vLLM) as started on head and worker; keys are vLLM's flag names."""
 
     image: ImageRef = Field(
-        ..., min_length=1, description="Container image, the same on head and worker: a docker reference, "
-        "[registry[:port]/]path[:tag][@digest].",
+        ...,
+        min_length=1,
+        description="Container image, the same on head and worker: a docker reference, [registry[:port]/]path[:tag][@digest].",
     )
     image_digest: Optional[str] = Field(
         None,
@@ -265,7 +269,9 @@ class Runtime(Model):
         description="mp only (--master-port): the head's torch.distributed rendezvous port on its fabric address, "
         "which the headless workers connect to (vLLM's default 29501).",
     )
-    kv_cache_dtype: str = Field("auto", min_length=1, description="KV cache dtype (--kv-cache-dtype), e.g. fp8_ds_mla, nvfp4_ds_mla.")
+    kv_cache_dtype: str = Field(
+        "auto", min_length=1, description="KV cache dtype (--kv-cache-dtype), e.g. fp8_ds_mla, nvfp4_ds_mla."
+    )
     block_size: int = Field(16, ge=1, description="KV cache block size in tokens (--block-size).")
     gpu_memory_utilization: float = Field(
         0.92, gt=0, le=1, description="Share of GPU memory vLLM may use (--gpu-memory-utilization)."

@@ -88,9 +88,7 @@ class InventoryError(InputError):
             message = problems[0].render(file)
         else:
             count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
-            message = f"inventory {file} is invalid ({count}):\n" + "\n".join(
-                "  " + p.render(file) for p in problems
-            )
+            message = f"inventory {file} is invalid ({count}):\n" + "\n".join("  " + p.render(file) for p in problems)
         super().__init__(
             message,
             fix=fix or "correct the keys named above; `sparkctl inventory schema` describes every key",

@@ -57,7 +57,9 @@ class _Loader(yaml.SafeLoader):
                 raise YamlProblem(f"more than {MAX_NODES} values; an inventory has a few hundred", mark.line + 1, mark.column + 1)
             if self._depth > MAX_DEPTH:
                 mark = self.peek_event().start_mark
-                raise YamlProblem(f"nested deeper than {MAX_DEPTH} levels; an inventory needs a handful", mark.line + 1, mark.column + 1)
+                raise YamlProblem(
+                    f"nested deeper than {MAX_DEPTH} levels; an inventory needs a handful", mark.line + 1, mark.column + 1
+                )
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -126,9 +128,7 @@ def _check_graph(root: Node) -> None:
                     mark.column + 1,
                 )
             if depth > MAX_DEPTH:
-                raise YamlProblem(
-                    f"aliases nest the document deeper than {MAX_DEPTH} levels", mark.line + 1, mark.column + 1
-                )
+                raise YamlProblem(f"aliases nest the document deeper than {MAX_DEPTH} levels", mark.line + 1, mark.column + 1)
         active.discard(key)
         sizes[key] = (count, depth)
         return count, depth

@@ -40,7 +40,9 @@ class SSHTarget(_Derived):
     host_key_policy: HostKeyPolicy
     connect_timeout: float
     timeout: float = 60.0
-    identity_files: tuple[Path, ...] = Field((), validate_default=True)  # tried in order: `key`, else ssh_config's IdentityFile lines
+    identity_files: tuple[Path, ...] = Field(
+        (), validate_default=True
+    )  # tried in order: `key`, else ssh_config's IdentityFile lines
     identities_only: bool = False  # ssh_config's IdentitiesOnly: agent keys only if they are identity_files
     jumps: tuple[SSHHop, ...] = ()  # jump hosts, first connected first
     agent: bool = True  # offer the agent's keys after the identity files

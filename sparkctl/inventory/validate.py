@@ -45,7 +45,9 @@ def _roles(inv: Inventory) -> Iterator[Problem]:
             f"a second head ('{heads[0]}' is already the head); exactly one host has role head, the other Sparks are workers",
         )
     if not inv.hosts_with_role("worker"):
-        yield Problem(("hosts",), "no host has role worker; the model is split across the Sparks, so at least one worker is needed")
+        yield Problem(
+            ("hosts",), "no host has role worker; the model is split across the Sparks, so at least one worker is needed"
+        )
 
 
 def _tensor_parallel(inv: Inventory) -> Iterator[Problem]:
@@ -69,17 +71,25 @@ def _executor(inv: Inventory) -> Iterator[Problem]:
     world = rt.tensor_parallel_size  # x pipeline parallel (1) x prefill context parallel (1)
     if nnodes > 1 and world % nnodes:
         # engine/arg_utils.py create_engine_config
-        yield Problem(("runtime", "distributed_executor_backend"),
-                      f"mp runs `--nnodes {nnodes}` (one per Spark) and vLLM 0.33 refuses it: `--nnodes {nnodes}` must evenly "
-                      f"divide the total world size ({world}); set runtime.tensor_parallel_size to a multiple of {nnodes}")
+        yield Problem(
+            ("runtime", "distributed_executor_backend"),
+            f"mp runs `--nnodes {nnodes}` (one per Spark) and vLLM 0.33 refuses it: `--nnodes {nnodes}` must evenly "
+            f"divide the total world size ({world}); set runtime.tensor_parallel_size to a multiple of {nnodes}",
+        )
     for name in sparks:
         gpu = inv.hosts[name].gpu
         if gpu and world // nnodes > gpu.count:
-            yield Problem(("hosts", name, "gpu", "count"), f"is {gpu.count} but mp puts {world // nnodes} rank(s) on every node "
-                                                            f"(world size {world} / {nnodes} nodes); each needs its own GPU")
+            yield Problem(
+                ("hosts", name, "gpu", "count"),
+                f"is {gpu.count} but mp puts {world // nnodes} rank(s) on every node "
+                f"(world size {world} / {nnodes} nodes); each needs its own GPU",
+            )
     if rt.master_port == rt.port:
-        yield Problem(("runtime", "master_port"), f"is the API port ({rt.port}) too; the head binds both (the rendezvous "
-                                                  "on its fabric address, the API on 0.0.0.0): pick another, e.g. 29501")
+        yield Problem(
+            ("runtime", "master_port"),
+            f"is the API port ({rt.port}) too; the head binds both (the rendezvous "
+            "on its fabric address, the API on 0.0.0.0): pick another, e.g. 29501",
+        )
 
 
 # --- fabric ----------------------------------------------------------------------------------
@@ -93,7 +103,10 @@ def _fabric(inv: Inventory) -> Iterator[Problem]:
         for i, link in enumerate(host.fabric):
             here = ("hosts", name, "fabric", i)
             if link.device in devices:
-                yield Problem(here + ("device",), f"{link.device} is already used by fabric[{devices[link.device]}] of this host; one entry per net device")
+                yield Problem(
+                    here + ("device",),
+                    f"{link.device} is already used by fabric[{devices[link.device]}] of this host; one entry per net device",
+                )
             devices.setdefault(link.device, i)
             for dev in link.rdma:
                 if dev in rdmas and rdmas[dev] != i:
@@ -105,7 +118,9 @@ def _fabric(inv: Inventory) -> Iterator[Problem]:
                 yield Problem(here + ("address",), f"{link.address} is the {kind} address of {net}; use a host address inside it")
 
             if link.peer == name:
-                yield Problem(here + ("peer",), f"is this host itself ('{name}'); a link's peer is the host at the other end of the cable")
+                yield Problem(
+                    here + ("peer",), f"is this host itself ('{name}'); a link's peer is the host at the other end of the cable"
+                )
                 continue
             if link.peer not in inv.hosts:
                 yield Problem(here + ("peer",), f"'{link.peer}' is not a host in this inventory{_host_ref(inv, link.peer)}")
@@ -146,7 +161,10 @@ def _fabric(inv: Inventory) -> Iterator[Problem]:
             paired.add((link.peer, j))
             there = f"hosts.{link.peer}.fabric[{j}]"
             if other.address.ip == link.address.ip:
-                yield Problem(here + ("address",), f"{link.address.ip} is also the address of the other end ({there}); the two ends need different addresses")
+                yield Problem(
+                    here + ("address",),
+                    f"{link.address.ip} is also the address of the other end ({there}); the two ends need different addresses",
+                )
             if other.mtu != link.mtu:
                 yield Problem(
                     here + ("mtu",),

@@ -115,6 +115,8 @@ def swiglu_clamp_refusal(moe_backend, moe_quantization, swiglu_limit) -> str | N
     backend = (moe_backend or "auto").replace("-", "_")
     if swiglu_limit is None or backend == "auto" or moe_quantization == "mxfp4" or backend in NVFP4_MOE_WITH_CLAMP:
         return None
-    return (f"Model sets swiglu_limit={float(swiglu_limit)}, but the explicitly requested moe_backend={backend!r} does "
-            "not apply the SwiGLU clamp. Use 'flashinfer_trtllm', 'flashinfer_cutlass', 'flashinfer_cutedsl', "
-            "'flashinfer_moe_ep_cutedsl', 'cutlass', 'b12x', 'marlin', or 'humming' instead.")
+    return (
+        f"Model sets swiglu_limit={float(swiglu_limit)}, but the explicitly requested moe_backend={backend!r} does "
+        "not apply the SwiGLU clamp. Use 'flashinfer_trtllm', 'flashinfer_cutlass', 'flashinfer_cutedsl', "
+        "'flashinfer_moe_ep_cutedsl', 'cutlass', 'b12x', 'marlin', or 'humming' instead."
+    )

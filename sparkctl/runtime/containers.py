@@ -54,8 +54,9 @@ def start(client, spec: ContainerSpec, identity: Optional[str] = None) -> None:
     client.api.start(client.api.create_container(**create_args(client.api, spec, identity))["Id"])
 
 
-def stop(client, cluster: str, timeout: Optional[int] = None, names: Optional[list[str]] = None,
-         logs: Optional[dict[str, str]] = None) -> list[str]:
+def stop(
+    client, cluster: str, timeout: Optional[int] = None, names: Optional[list[str]] = None, logs: Optional[dict[str, str]] = None
+) -> list[str]:
     """Stop (SIGTERM, drain up to the container's stop timeout) and remove this cluster's containers
     (only those named, when `names` is given); with `logs`, keep each one's last log lines first."""
     stopped = []

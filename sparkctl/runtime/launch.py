@@ -307,10 +307,7 @@ def _render(inv: Inventory) -> LaunchPlan:
             w_ip = fabric_ip(inv, w, head)
             ray_cmd = ["ray", "start", "--block", f"--address={head_ip}:{RAY_PORT}", f"--node-ip-address={w_ip}"]
             nodes.append(node(w, "worker", r.image, ray_cmd, fabric_env(inv, w, head), r.model))
-        head_cmd = (
-            f"ray start --head --node-ip-address={head_ip} --port={RAY_PORT} && exec "
-            + shlex.join(vllm_serve_args(inv))
-        )
+        head_cmd = f"ray start --head --node-ip-address={head_ip} --port={RAY_PORT} && exec " + shlex.join(vllm_serve_args(inv))
         nodes.append(node(head, "head", r.image, ["/bin/sh", "-c", head_cmd], head_env, r.model))
 
     config_hash = _hash({"cluster": inv.cluster.name, "nodes": nodes, "stop_timeout": stop_timeout})

@@ -228,4 +228,3 @@ def quantile_between(before: MetricsPage, after: MetricsPage, histogram: str, q:
             return lower + (le - lower) * ((rank - below) / inside if inside else 1.0), int(delta[-1])
         lower, below = le, cum
     return lower, int(delta[-1])
-

@@ -162,4 +162,3 @@ class Step:
 
     def blocked(self, host: str, why: str) -> Plan:
         return Plan(self.name, host, blocked=why)
-

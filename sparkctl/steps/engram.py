@@ -52,7 +52,8 @@ class EngramStep(Step):
                     {"sums": want},
                 )])  # fmt: skip
             return self.noop(
-                host, f"{len(want)} table file(s) placed in tmpfs {e.target} ({g.mount_bytes / GIB:.2f} GiB), every SHA-256 matches"
+                host,
+                f"{len(want)} table file(s) placed in tmpfs {e.target} ({g.mount_bytes / GIB:.2f} GiB), every SHA-256 matches",
             )
         changes = []
         if not mounted:
@@ -65,8 +66,10 @@ class EngramStep(Step):
             bad = sorted(want)  # a new mount is empty
         if bad:
             missing = [n for n in bad if n not in have]
-            why = "placing" if len(bad) == len(want) else (
-                f"{len(missing)} missing, {len(bad) - len(missing)} with a wrong SHA-256: {', '.join(bad[:3])}"
+            why = (
+                "placing"
+                if len(bad) == len(want)
+                else (f"{len(missing)} missing, {len(bad) - len(missing)} with a wrong SHA-256: {', '.join(bad[:3])}")
             )
             changes.append(Change("copy", f"copy {len(bad)} table file(s) from {e.source} and verify SHA-256 ({why})",
                                   {"files": bad, "sums": want, "sizes": g.source_files}))  # fmt: skip

@@ -67,8 +67,9 @@ def takeovers(f, devices: list[str]) -> list[tuple[str, dict[str, dict], Optiona
         left = {k: v for k, v in doc["network"].items() if k not in ("version", "renderer")}
         rest = None
         if left:
-            rest = (f"# sparkctl took {', '.join(stanzas)} over ({NETPLAN_PATH}); the original is {path}.bak\n"
-                    + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
+            rest = f"# sparkctl took {', '.join(stanzas)} over ({NETPLAN_PATH}); the original is {path}.bak\n" + yaml.safe_dump(
+                doc, sort_keys=False, default_flow_style=False
+            )
         out.append((path, stanzas, rest))
     return out
 
@@ -141,8 +142,11 @@ class FabricStep(Step):
                     why = f"{whose}'s address" if whose and whose != host else "not in the inventory"
                     if network.is_link_local(stray):
                         source = link_local_source(f, link.device)
-                        why = (f"IPv4 link-local from {source}, taken over below" if source else
-                               "IPv4 link-local from outside /etc/netplan: NetworkManager or avahi-autoipd may add it again")
+                        why = (
+                            f"IPv4 link-local from {source}, taken over below"
+                            if source
+                            else "IPv4 link-local from outside /etc/netplan: NetworkManager or avahi-autoipd may add it again"
+                        )
                     dev_changes.append(
                         Change("del-address", f"remove stray {stray} from {link.device} ({why})",
                                {"device": link.device, "address": str(stray)})
@@ -168,7 +172,10 @@ class FabricStep(Step):
             try:
                 network.netplan_stanzas(f.netplan_others[path], devices)
             except ValueError as exc:
-                return self.blocked(host, f"{path} names a rail but is {exc}: fix or remove it (`netplan generate` on {host}), then rerun `sparkctl up`")
+                return self.blocked(
+                    host,
+                    f"{path} names a rail but is {exc}: fix or remove it (`netplan generate` on {host}), then rerun `sparkctl up`",
+                )
         for path, stanzas, rest in takeovers(f, devices):
             what = "; ".join(f"{d}: {network.describe_stanza(st)}" for d, st in stanzas.items())
             then = "its other devices stay" if rest else "nothing else is left in it, so it is removed"
@@ -217,8 +224,10 @@ class FabricStep(Step):
             r = session.run("if command -v netplan >/dev/null; then netplan generate; fi")
             if not r.ok:
                 session.run("; ".join(undo))
-                raise HostError(f"{plan.host}: netplan rejected the fabric files ({', '.join(c.data['path'] for c in files)}), "
-                                f"restored them: {r.stdout.strip()} {r.stderr.strip()}"[:500])
+                raise HostError(
+                    f"{plan.host}: netplan rejected the fabric files ({', '.join(c.data['path'] for c in files)}), "
+                    f"restored them: {r.stdout.strip()} {r.stderr.strip()}"[:500]
+                )
         return "; ".join(c.summary for c in plan.changes)
 
     def verify(self, ctx: RunContext, host: str, changed: bool) -> str:

@@ -70,7 +70,7 @@ def last_good(
     record does not cover takes the ID recorded for its `peers` (nodes of the same platform)."""
     if not applied:
         return None
-    recorded_pin = (((applied.get("inventory") or {}).get("runtime") or {}).get("image_digest"))
+    recorded_pin = ((applied.get("inventory") or {}).get("runtime") or {}).get("image_digest")
     if pin and recorded_pin != pin:
         return None
     images = applied.get("images") or {}

@@ -63,7 +63,13 @@ class RecordStep(Step):
         # unrecorded, the next reload would diff against the old value again
         inventory = redact_obj(ctx.inventory.model_dump(mode="json"), digests=True)
         same_inventory = current is not None and current.get("inventory") == inventory
-        if current and current.get("config_hash") == config_hash and same_inventory and (images is None or current.get("images") == images) and not restarted:
+        if (
+            current
+            and current.get("config_hash") == config_hash
+            and same_inventory
+            and (images is None or current.get("images") == images)
+            and not restarted
+        ):
             return self.noop(host, f"{state.APPLIED} already records config {config_hash} ({current.get('applied_at')})")
         what = "first record" if current is None else f"replaces config {current.get('config_hash')}"
         if current and current.get("config_hash") == config_hash and not same_inventory:

@@ -122,8 +122,11 @@ def _drift(ctx: RunContext) -> Drift:
                 why = f"{spec.name} on {host} is {running.status}"
             elif running.config_hash != launch.expected_hash(spec.name):
                 why = f"{spec.name} on {host} runs config {running.config_hash[:12] or '(none)'}"
-            elif current and running.labels.get(containers.IMAGE_LABEL) != current \
-                    and not docker.runs_image(running, f.images.get(spec.image), current):
+            elif (
+                current
+                and running.labels.get(containers.IMAGE_LABEL) != current
+                and not docker.runs_image(running, f.images.get(spec.image), current)
+            ):
                 why = (f"{spec.name} on {host} runs image {docker.short(running.image_id)}, the node now has "
                        f"{docker.short(current)} under {spec.image}")  # fmt: skip
             else:
@@ -215,6 +218,7 @@ def drain_counts(first, last, logged_in_flight: Optional[int]) -> dict:
     """When vLLM's log cannot say (its process was killed at the timeout): in flight = running +
     waiting at SIGTERM (or vLLM's `draining in-flight requests count=%d`); finished = stop/length
     completions the API server reported until its last answer; cut = the rest."""
+
     def done(page) -> float:
         if page is None:
             return 0.0
@@ -299,7 +303,9 @@ class StopStep(Step):
     def _barrier(self, ctx: RunContext) -> str:
         """Nothing is stopped unless every runtime host answers now and holds the image it will start."""
         hosts = runtime_hosts(ctx.inventory)
-        answers = ctx.fleet.map(lambda s: s.run("true", timeout=BARRIER_TIMEOUT).check("liveness"), hosts=hosts, timeout=BARRIER_TIMEOUT + 5)
+        answers = ctx.fleet.map(
+            lambda s: s.run("true", timeout=BARRIER_TIMEOUT).check("liveness"), hosts=hosts, timeout=BARRIER_TIMEOUT + 5
+        )
         silent = [h for h, o in answers.items() if not o.ok]
         if silent:
             raise HostError(
@@ -309,7 +315,10 @@ class StopStep(Step):
             )
         missing = [f"{s.image} on {s.host}" for s in ctx.launch.containers if not current_image(ctx, s.host, s.image)]
         if missing:
-            raise HostError(f"not stopping anything: image missing ({', '.join(missing)})", fix="rerun `sparkctl up` (the images step places it)")
+            raise HostError(
+                f"not stopping anything: image missing ({', '.join(missing)})",
+                fix="rerun `sparkctl up` (the images step places it)",
+            )
         return f"all {len(hosts)} runtime host(s) answer and hold their image"
 
 
@@ -345,7 +354,9 @@ class RuntimeStep(Step):
         for h in hosts:
             specs = launch.for_host(h)
             starting = [s for s in specs if restart_group(s.role) in groups]
-            ops = [Change("start", f"start {s.name} with config {launch.expected_hash(s.name)}", {"name": s.name}) for s in starting]
+            ops = [
+                Change("start", f"start {s.name} with config {launch.expected_hash(s.name)}", {"name": s.name}) for s in starting
+            ]
             if any(s.role == "head" for s in starting):
                 ops.append(Change("wait-serving", "wait until /health answers, then one smoke completion"))
             elif any(s.role == "drafter" for s in starting):

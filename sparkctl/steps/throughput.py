@@ -72,7 +72,8 @@ class ThroughputStep(Step):
             backends = sorted({lf.moe_backend for lf in logs if lf.moe_backend})
             marlin = any(lf.marlin for lf in logs)
             seen = (f"; the log: MoE backend {', '.join(backends)}" if backends else "") + (
-                " (vLLM warned: weight-only FP4 on the Marlin kernel)" if marlin else "")
+                " (vLLM warned: weight-only FP4 on the Marlin kernel)" if marlin else ""
+            )
             raise HostError(
                 f"{plan.host}: decode {rate:.1f} tok/s is {rate / baseline:.2f} x the last recorded {baseline:.1f} tok/s "
                 f"(below --min-throughput-ratio {ratio:g}){seen}",

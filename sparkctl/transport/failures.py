@@ -17,8 +17,7 @@ from sparkctl.transport.redact import redact
 
 FIX_REACH = "check the host is up, its management link and sshd (`sparkctl doctor --only ssh`), then rerun"
 FIX_FROZEN = (
-    "check the host's management link (cable, switch port, `ip link`) and that sshd answers "
-    "(`ssh HOST true`); rerun once it does"
+    "check the host's management link (cable, switch port, `ip link`) and that sshd answers (`ssh HOST true`); rerun once it does"
 )
 
 
@@ -32,6 +31,7 @@ def unresponsive(host: str, seconds: float) -> UnreachableError:
 def _docker_error(host: str, exc: BaseException) -> HostError | None:
     import docker.errors  # imported on first failure: docker-py costs 0.1 s of a no-op `up`
     import requests.exceptions
+
     if isinstance(exc, docker.errors.NotFound):
         return HostError(
             f"{host}: Docker Engine: not found: {redact(_explanation(exc))}",
@@ -42,8 +42,7 @@ def _docker_error(host: str, exc: BaseException) -> HostError | None:
         text = redact(_explanation(exc))
         if code == 409:
             return HostError(
-                f"{host}: Docker Engine refused a container change as conflicting with another one in progress "
-                f"({text})",
+                f"{host}: Docker Engine refused a container change as conflicting with another one in progress ({text})",
                 fix="another sparkctl run or docker command is changing this host's containers: let it finish "
                 "(`sparkctl up` takes the cluster lock), then rerun",
             )
@@ -86,14 +85,20 @@ def describe(host: str, exc: BaseException) -> SparkctlError:
         why = "connection refused (sshd not running or wrong port?)" if refused else "no route to it"
         return UnreachableError(f"{host}: cannot reach sshd: {why}", fix=FIX_REACH, reason="refused" if refused else "no_route")
     if isinstance(exc, TimeoutError):
-        return UnreachableError(f"{host}: no answer in time (management link down or host overloaded?)", fix=FIX_FROZEN,
-                                reason="timeout")
+        return UnreachableError(
+            f"{host}: no answer in time (management link down or host overloaded?)", fix=FIX_FROZEN, reason="timeout"
+        )
     if isinstance(exc, paramiko.ChannelException):
-        return UnreachableError(f"{host}: sshd refused to open a session ({exc.text})",
-                                fix="check sshd's MaxSessions and load on the host", reason="session")
+        return UnreachableError(
+            f"{host}: sshd refused to open a session ({exc.text})",
+            fix="check sshd's MaxSessions and load on the host",
+            reason="session",
+        )
     if isinstance(exc, (paramiko.SSHException, EOFError)):
         why = redact(str(exc))
-        return UnreachableError(f"{host}: the SSH connection was lost" + (f" ({why})" if why else ""), fix=FIX_REACH, reason="lost")
+        return UnreachableError(
+            f"{host}: the SSH connection was lost" + (f" ({why})" if why else ""), fix=FIX_REACH, reason="lost"
+        )
     docker_err = _docker_error(host, exc)
     if docker_err is not None:
         return docker_err

@@ -70,7 +70,7 @@ def pax_path(data):
     while pos < len(data):
         space = data.index(b" ", pos)
         length = int(data[pos:space])
-        key, _, value = data[space + 1:pos + length - 1].partition(b"=")
+        key, _, value = data[space + 1 : pos + length - 1].partition(b"=")
         if key == b"path":
             return value.decode("utf-8", "surrogateescape")
         pos += length
@@ -160,9 +160,9 @@ class Filter(object):
                 data = self.read(inp, padded(h.size))
                 pending += block + data
                 if h.type == tarfile.XHDTYPE:
-                    long_name = pax_path(data[:h.size])
+                    long_name = pax_path(data[: h.size])
                 else:  # a GNU long name: the entry's data is the next entry's name
-                    long_name = data[:h.size].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+                    long_name = data[: h.size].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
                 continue
             name = long_name or h.name
             long_name = None
@@ -176,7 +176,7 @@ class Filter(object):
                 self.stats["layers_sent"] += 1  # (OCI: config and manifests count too, they are small)
             if LEGACY_JSON.match(name) and h.size < (4 << 20):
                 data = self.read(inp, padded(h.size))
-                self.learn(name, data[:h.size])
+                self.learn(name, data[: h.size])
                 self.write(pending + block + data)
             else:
                 self.write(pending + block)

@@ -93,7 +93,7 @@ def loaded_id(output: str) -> Optional[str]:
 
 
 def image_store(session) -> str:
-    """"containerd" when the host's dockerd keeps images in containerd's store (`docker info`
+    """ "containerd" when the host's dockerd keeps images in containerd's store (`docker info`
     DriverStatus names the snapshotter plugin type: moby daemon/containerd/service.go)."""
     from sparkctl.facts.system import images_root
 
@@ -343,7 +343,11 @@ def copy_image(
     if tag:
         tag_image(dst, now.id, tag)
     return Transfer(
-        path, why, bytes_sent=int(stats.get("bytes_out", 0)), layers_sent=int(stats.get("layers_sent", 0)),
-        layers_skipped=int(stats.get("layers_skipped", 0)), seconds=time.monotonic() - t0,
+        path,
+        why,
+        bytes_sent=int(stats.get("bytes_out", 0)),
+        layers_sent=int(stats.get("layers_sent", 0)),
+        layers_skipped=int(stats.get("layers_skipped", 0)),
+        seconds=time.monotonic() - t0,
         stream_seconds=stream_seconds,
     )

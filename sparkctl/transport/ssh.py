@@ -218,8 +218,7 @@ def _connect_error(label: str, hop: SSHHop, exc: BaseException, t: SSHTarget, th
         tried = ", ".join(str(p) for p in hop.identity_files) or "no key file"
         locked = [str(p) for p in getattr(exc, "locked", ())]
         return UnreachableError(
-            f"{label}: SSH authentication failed for {where} (offered: {tried}"
-            f"{', the agent' if t.agent else ''})",
+            f"{label}: SSH authentication failed for {where} (offered: {tried}{', the agent' if t.agent else ''})",
             fix=(f"load the passphrase-protected key into the agent: ssh-add {' '.join(locked)}; or " if locked else "")
             + "check ssh.user and ssh.key in the inventory (or User and IdentityFile in ssh_config) and that "
             "the public key is in the host's authorized_keys",
@@ -227,8 +226,7 @@ def _connect_error(label: str, hop: SSHHop, exc: BaseException, t: SSHTarget, th
         )
     if isinstance(exc, TimeoutError):
         return UnreachableError(
-            f"{label}: cannot connect to {where}: no answer within {t.connect_timeout:g} s "
-            "(management link down or host off?)",
+            f"{label}: cannot connect to {where}: no answer within {t.connect_timeout:g} s (management link down or host off?)",
             fix=FIX_REACH,
             reason="timeout",
         )
@@ -328,8 +326,10 @@ class HostSession:
                     opened.append(self._open_hop(hop, sock, jump=not last))
                     if not last:
                         nxt = hops[i + 1]
-                        sock = opened[-1].get_transport().open_channel(
-                            "direct-tcpip", (nxt.address, nxt.port), ("127.0.0.1", 0), timeout=t.connect_timeout
+                        sock = (
+                            opened[-1]
+                            .get_transport()
+                            .open_channel("direct-tcpip", (nxt.address, nxt.port), ("127.0.0.1", 0), timeout=t.connect_timeout)
                         )
                 except _JumpFailed:
                     raise

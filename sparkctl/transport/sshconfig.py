@@ -41,8 +41,10 @@ def _text(path: Path, depth: int = 0) -> str:
     """The file with its Include lines replaced by the files they name (paramiko's parser does
     not read Include): globs, relative to ~/.ssh as ssh takes them, files that match none skipped."""
     if depth > MAX_INCLUDE_DEPTH:
-        raise InputError(f"ssh config {path}: Include nests deeper than {MAX_INCLUDE_DEPTH}",
-                         fix="an Include line includes its own file: remove the loop")
+        raise InputError(
+            f"ssh config {path}: Include nests deeper than {MAX_INCLUDE_DEPTH}",
+            fix="an Include line includes its own file: remove the loop",
+        )
     lines = []
     for line in path.read_text(encoding="utf-8").splitlines():
         include = _INCLUDE.fullmatch(line)
@@ -75,8 +77,7 @@ def load(config_file: Optional[str]) -> tuple[Optional[Any], Optional[Path]]:
             return None, None  # like ssh: no ~/.ssh/config is no settings
         raise InputError(
             f"ssh config_file {path} does not exist",
-            fix="point ssh_defaults.config_file (or the host's ssh.config_file) at an OpenSSH client config, "
-            "or write none",
+            fix="point ssh_defaults.config_file (or the host's ssh.config_file) at an OpenSSH client config, or write none",
         ) from None
     except OSError as exc:
         raise InputError(f"cannot read ssh config {path}: {exc.strerror}", fix=fix) from None
@@ -94,8 +95,9 @@ def _port(value: Any, what: str, config: Optional[Path]) -> int:
     except (TypeError, ValueError):
         port = 0
     if not 1 <= port <= 65535:
-        raise InputError(f"{what}: port {value!r} (from {config or 'ProxyJump'}) is not a port number",
-                         fix="write a port between 1 and 65535")
+        raise InputError(
+            f"{what}: port {value!r} (from {config or 'ProxyJump'}) is not a port number", fix="write a port between 1 and 65535"
+        )
     return port
 
 
@@ -138,8 +140,9 @@ def _split_jump(entry: str, name: str) -> tuple[Optional[str], str, Optional[int
     return user or None, host, _port(port, f"{name}: jump host {entry}", None) if port else None
 
 
-def _route(spec: str, lookup: Lookup, config: Optional[Path], name: str, user: str,
-           identities: tuple[Path, ...], depth: int = 0) -> tuple[SSHHop, ...]:
+def _route(
+    spec: str, lookup: Lookup, config: Optional[Path], name: str, user: str, identities: tuple[Path, ...], depth: int = 0
+) -> tuple[SSHHop, ...]:
     """The jump hosts of a ProxyJump value, in connection order. Only the first entry's own
     ProxyJump is followed (ssh -J a,b reaches b through a, whatever b's config says)."""
     hops: list[SSHHop] = []

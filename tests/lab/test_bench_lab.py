@@ -43,8 +43,13 @@ def serving(lab):
             return False
 
     if not healthy():
-        p = subprocess.run([sys.executable, "-m", "sparkctl", "up", "-i", str(inventory), "--json"],
-                           capture_output=True, text=True, env=ENV, timeout=600)
+        p = subprocess.run(
+            [sys.executable, "-m", "sparkctl", "up", "-i", str(inventory), "--json"],
+            capture_output=True,
+            text=True,
+            env=ENV,
+            timeout=600,
+        )
         assert p.returncode == 0, p.stderr[-3000:]
         deadline = time.monotonic() + 120
         while not healthy() and time.monotonic() < deadline:
@@ -54,8 +59,14 @@ def serving(lab):
 
 
 def bench(inventory: Path, out: Path, *args: str) -> dict:
-    p = subprocess.run([sys.executable, "-m", "sparkctl", "bench", "-i", str(inventory), "--out", str(out), *args],
-                       capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600)
+    p = subprocess.run(
+        [sys.executable, "-m", "sparkctl", "bench", "-i", str(inventory), "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     doc = json.loads(out.read_text())
     jsonschema.validate(doc, SCHEMA)
@@ -78,13 +89,26 @@ def test_lab_table_and_acceptance(serving, tmp_path):
         assert cell(w, 4)["output_throughput"] > cell(w, 1)["output_throughput"]
         for s in (1, 4):
             assert cell(w, s)["spec_decode_acceptance_length"] == pytest.approx(
-                state["expected_mean_acceptance_length"][w], rel=0.05), (w, s)
+                state["expected_mean_acceptance_length"][w], rel=0.05
+            ), (w, s)
 
 
 def test_lab_context_prefill_and_mixed(serving, tmp_path):
     inventory, _ = serving
-    doc = bench(inventory, tmp_path / "lab-long.json", "--parts", "context,prefill,mixed", "--tokens", "200",
-                "--context-sizes", "512,32k", "--prefill-tokens", "32k", "--warmup", "0")
+    doc = bench(
+        inventory,
+        tmp_path / "lab-long.json",
+        "--parts",
+        "context,prefill,mixed",
+        "--tokens",
+        "200",
+        "--context-sizes",
+        "512,32k",
+        "--prefill-tokens",
+        "32k",
+        "--warmup",
+        "0",
+    )
     a, b = doc["context"]
     assert a["spec_decode_acceptance_length"] > b["spec_decode_acceptance_length"]
     p = doc["prefill"]

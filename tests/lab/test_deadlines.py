@@ -25,8 +25,7 @@ pytestmark = pytest.mark.lab
 ENV = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8,10.231.0.0/16"}
 HANG = 180  # seconds: only a hang takes this long (the inventory's connect_timeout is a few seconds)
 # the lab inventory's connect deadline, as sparkctl's messages print it
-CONNECT = f'{yaml.safe_load((Path(__file__).resolve().parents[2] / "inventories" / "lab.yaml").read_text())["ssh_defaults"]["connect_timeout"]:g}'
-
+CONNECT = f"{yaml.safe_load((Path(__file__).resolve().parents[2] / 'inventories' / 'lab.yaml').read_text())['ssh_defaults']['connect_timeout']:g}"
 
 
 def mgmt_device(host: str) -> str:

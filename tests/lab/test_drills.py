@@ -91,8 +91,15 @@ def traffic():
         with httpx.Client(base_url=HEAD, timeout=30, trust_env=False) as c:
             while not stop.is_set():
                 try:
-                    c.post("/v1/chat/completions", json={"model": "deepseek-v4.1-flash", "max_tokens": 300, "ignore_eos": True,
-                           "messages": [{"role": "user", "content": "Write a python function that merges two sorted lists."}]})
+                    c.post(
+                        "/v1/chat/completions",
+                        json={
+                            "model": "deepseek-v4.1-flash",
+                            "max_tokens": 300,
+                            "ignore_eos": True,
+                            "messages": [{"role": "user", "content": "Write a python function that merges two sorted lists."}],
+                        },
+                    )
                 except httpx.HTTPError:
                     time.sleep(0.2)  # the runtime is restarting
 
@@ -108,8 +115,10 @@ def traffic():
 from sparkctl_lab.prometheus import LAB_ALERTS  # noqa: E402
 
 WINDOW = int(LAB_ALERTS["rate_window"].rstrip("s"))  # the lab's rate window: its rules judge over this
-SPEED = (f'sum(rate(vllm:generation_tokens_total{{job="sparkctl-lab",role="head"}}[{WINDOW}s])) / '
-         f'sum(rate(vllm:request_decode_time_seconds_sum{{job="sparkctl-lab",role="head"}}[{WINDOW}s]))')
+SPEED = (
+    f'sum(rate(vllm:generation_tokens_total{{job="sparkctl-lab",role="head"}}[{WINDOW}s])) / '
+    f'sum(rate(vllm:request_decode_time_seconds_sum{{job="sparkctl-lab",role="head"}}[{WINDOW}s]))'
+)
 FIRED: dict[str, list[str]] = {}  # drill -> alerts seen firing (printed at the end with -s)
 
 

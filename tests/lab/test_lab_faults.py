@@ -58,8 +58,10 @@ def test_link_down_fault_and_clear(lab_faults):
 def test_wrong_mtu_breaks_jumbo_frames_and_clear_all_restores(lab_faults):
     lab = lab_faults
     lab.fault("worker", "mtu", "enp1s0f0np0")  # 1500
-    assert "mtu 1500" in subprocess.run(["ip", "-n", "lab-worker", "link", "show", "enp1s0f0np0"],
-                                        capture_output=True, text=True).stdout
+    assert (
+        "mtu 1500"
+        in subprocess.run(["ip", "-n", "lab-worker", "link", "show", "enp1s0f0np0"], capture_output=True, text=True).stdout
+    )
     jumbo = ["ping", "-c", "1", "-W", "1", "-M", "do", "-s", "8972", "10.231.100.3"]
     assert lab.host_exec("head", jumbo).returncode != 0
     assert any("mtu enp1s0f0np0=1500" in f for f in lab.status()["faults"])

@@ -19,8 +19,7 @@ def paramiko_run(lab, address: str, command: str) -> str:
     client = paramiko.SSHClient()
     client.load_host_keys(str(lab.KNOWN_HOSTS))
     client.set_missing_host_key_policy(paramiko.RejectPolicy())  # strict: the lab's known_hosts only
-    client.connect(address, username="root", key_filename=str(lab.SSH_KEY), look_for_keys=False,
-                   allow_agent=False, timeout=5)
+    client.connect(address, username="root", key_filename=str(lab.SSH_KEY), look_for_keys=False, allow_agent=False, timeout=5)
     try:
         _, out, err = client.exec_command(command, timeout=10)
         return out.read().decode()
@@ -35,8 +34,9 @@ def test_sshd_answers_with_the_known_host_key(lab, name):
 
 @pytest.mark.parametrize("name", HOSTS)
 def test_openssh_with_the_lab_config_reaches_host_by_name(lab, name):
-    r = subprocess.run(["ssh", "-F", str(lab.SSH_CONFIG), name, "cat /etc/hostname; id -u"],
-                       capture_output=True, text=True, timeout=20)
+    r = subprocess.run(
+        ["ssh", "-F", str(lab.SSH_CONFIG), name, "cat /etc/hostname; id -u"], capture_output=True, text=True, timeout=20
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == [name, "0"]
 
@@ -44,8 +44,12 @@ def test_openssh_with_the_lab_config_reaches_host_by_name(lab, name):
 def test_each_host_runs_its_own_dockerd(lab):
     ids = {}
     for name in HOSTS:
-        r = subprocess.run(["docker", "-H", f"unix://{lab.docker_socket(name)}", "info", "--format", "{{json .}}"],
-                           capture_output=True, text=True, timeout=30)
+        r = subprocess.run(
+            ["docker", "-H", f"unix://{lab.docker_socket(name)}", "info", "--format", "{{json .}}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert r.returncode == 0, r.stderr
         info = json.loads(r.stdout)
         assert info["Name"] == name
@@ -97,18 +101,23 @@ def test_simulated_tools_are_not_on_the_real_machines_path(lab):
 
 def test_hosts_reach_each_other_over_the_fabric_with_strict_host_keys(lab):
     # e.g. `docker save | ssh worker docker load` over the fabric, as people copy images between Sparks
-    for src, address, name in (("head", "10.231.100.3", "worker"), ("head", "10.231.101.3", "worker"),
-                               ("worker", "10.231.111.4", "offload"), ("offload", "10.231.110.2", "head")):
-        r = lab.host_exec(src, ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", address, "hostname"],
-                          timeout=30)
+    for src, address, name in (
+        ("head", "10.231.100.3", "worker"),
+        ("head", "10.231.101.3", "worker"),
+        ("worker", "10.231.111.4", "offload"),
+        ("offload", "10.231.110.2", "head"),
+    ):
+        r = lab.host_exec(src, ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", address, "hostname"], timeout=30)
         assert (r.returncode, r.stdout.strip()) == (0, name), r.stderr
 
 
 def test_known_hosts_names_each_host_by_name_management_and_fabric_ips(lab):
     lines = {ln.split()[0]: ln.split()[1:] for ln in lab.KNOWN_HOSTS.read_text().splitlines()}
-    assert set(lines) == {"head,10.231.0.11,10.231.100.2,10.231.101.2,10.231.110.2",
-                          "worker,10.231.0.12,10.231.100.3,10.231.101.3,10.231.111.3",
-                          "offload,10.231.0.13,10.231.110.4,10.231.111.4"}
+    assert set(lines) == {
+        "head,10.231.0.11,10.231.100.2,10.231.101.2,10.231.110.2",
+        "worker,10.231.0.12,10.231.100.3,10.231.101.3,10.231.111.3",
+        "offload,10.231.0.13,10.231.110.4,10.231.111.4",
+    }
     for names, (kind, blob) in lines.items():
         host = names.split(",")[0]
         served = lab.host_exec(host, ["cat", "/etc/ssh/ssh_host_ed25519_key.pub"]).stdout.split()

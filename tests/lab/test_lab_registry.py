@@ -16,8 +16,11 @@ def test_registry_serves_the_image(lab):
 
     catalog = httpx.get("http://10.231.0.1:5000/v2/_catalog", timeout=5).json()
     assert IMAGE_REPO in catalog["repositories"]
-    m = httpx.get(f"http://10.231.0.1:5000/v2/{IMAGE_REPO}/manifests/{IMAGE_TAG}", timeout=5,
-                  headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+    m = httpx.get(
+        f"http://10.231.0.1:5000/v2/{IMAGE_REPO}/manifests/{IMAGE_TAG}",
+        timeout=5,
+        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
+    )
     assert m.status_code == 200 and m.headers["docker-content-digest"].startswith("sha256:")
 
 
@@ -29,9 +32,22 @@ def test_a_host_pulls_the_image_and_runs_the_entrypoints(lab):
     inspect = json.loads(lab.host_exec("offload", ["docker", "image", "inspect", image]).stdout)[0]
     assert any(d.startswith("10.231.0.1:5000/sparkctl/vllm-sim@sha256:") for d in inspect["RepoDigests"])
     assert "PYTHONPATH=/opt/sparkctl" in inspect["Config"]["Env"]
-    r = lab.host_exec("offload", ["docker", "run", "--rm", "--network", "host", image, "sh", "-c",
-                                  "cat /usr/local/bin/vllm /usr/local/bin/ray; python3 -c 'import http.server, "
-                                  "ssl, json, asyncio, sqlite3; print(\"stdlib ok\")'"], timeout=120)
+    r = lab.host_exec(
+        "offload",
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "host",
+            image,
+            "sh",
+            "-c",
+            "cat /usr/local/bin/vllm /usr/local/bin/ray; python3 -c 'import http.server, "
+            'ssl, json, asyncio, sqlite3; print("stdlib ok")\'',
+        ],
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert 'exec python3 -m sparkctl_lab.sim.vllm_cli "$@"' in r.stdout
     assert 'exec python3 -m sparkctl_lab.sim.ray_cli "$@"' in r.stdout
@@ -40,7 +56,11 @@ def test_a_host_pulls_the_image_and_runs_the_entrypoints(lab):
 
 def test_the_runner_docker_cli_sees_the_same_engine_as_the_host(lab):
     lab.host_exec("offload", ["docker", "pull", lab.IMAGE], timeout=120)
-    r = subprocess.run(["docker", "-H", f"unix://{lab.docker_socket('offload')}", "images", "--format",
-                         "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        ["docker", "-H", f"unix://{lab.docker_socket('offload')}", "images", "--format", "{{.Repository}}:{{.Tag}}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 0, r.stderr
     assert lab.IMAGE in r.stdout.split()

@@ -63,8 +63,11 @@ def _leftovers(lab_dir: Path) -> dict:
         if "sparkctl_lab.hostinit" in cmd or str(lab_dir) in cmd:
             procs.append(cmd)
     others = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
-    mounts = [ln for ln in open("/proc/self/mountinfo") if str(lab_dir) in ln or "/run/netns/lab-" in ln
-              or (not others and ln.split()[4] == "/run/netns")]  # iproute2's own mount goes when empty
+    mounts = [
+        ln
+        for ln in open("/proc/self/mountinfo")
+        if str(lab_dir) in ln or "/run/netns/lab-" in ln or (not others and ln.split()[4] == "/run/netns")
+    ]  # iproute2's own mount goes when empty
     routes = subprocess.run(["ip", "route", "show", "table", "all"], capture_output=True, text=True).stdout
     links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
     cgroups = [str(p) for p in Path("/sys/fs/cgroup").glob("*/**/sparkctl-lab-*")]
@@ -88,8 +91,16 @@ def test_down_leaves_nothing_behind_and_up_brings_it_all_back(lab):
     r = subprocess.run([*CLI, "down", "--json"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["changed"] is True
-    assert _leftovers(lab_dir) == {"netns": [], "processes": [], "mounts": [], "routes": [], "links": [],
-                                   "cgroups": [], "lab_dir": False, "node_dirs": False}
+    assert _leftovers(lab_dir) == {
+        "netns": [],
+        "processes": [],
+        "mounts": [],
+        "routes": [],
+        "links": [],
+        "cgroups": [],
+        "lab_dir": False,
+        "node_dirs": False,
+    }
     again = subprocess.run([*CLI, "down", "--json"], capture_output=True, text=True, timeout=60)
     assert json.loads(again.stdout)["changed"] is False
     st = subprocess.run([*CLI, "status", "--json"], capture_output=True, text=True, timeout=60)

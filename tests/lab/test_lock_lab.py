@@ -72,7 +72,10 @@ def test_second_up_is_refused_with_the_holder_named(lab):
         assert second.returncode == 1
         err = json.loads(second.stdout)
         assert err["exit_code"] == 1
-        assert f"cluster lab is locked by {holder['user']}@{holder['host']} (pid {first.pid}) running `sparkctl up -i" in err["error"]
+        assert (
+            f"cluster lab is locked by {holder['user']}@{holder['host']} (pid {first.pid}) running `sparkctl up -i"
+            in err["error"]
+        )
         assert "--force --json` since " in err["error"] and " ago)" in err["error"]
         assert "--wait" in err["fix"]
         # read-only commands never take the lock, even while it is held

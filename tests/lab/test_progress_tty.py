@@ -51,8 +51,15 @@ def run_in_pty(*args: str, timeout: float = 600) -> tuple[int, bytes]:
     """Run sparkctl with stdin/stdout/stderr on a pseudo-terminal of COLUMNS x ROWS; all it wrote."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
-    proc = subprocess.Popen([sys.executable, "-m", "sparkctl", *args], stdin=slave, stdout=slave, stderr=slave,
-                            env=ENV, cwd=ROOT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sparkctl", *args],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=ENV,
+        cwd=ROOT,
+        start_new_session=True,
+    )
     os.close(slave)
     out = b""
     deadline = time.monotonic() + timeout
@@ -95,8 +102,14 @@ def check_in_terminal(command: str, inventory: str) -> None:
 
     # each host's last step that ran, from the command's own JSON recap (run again: a no-op, same
     # hosts and steps)
-    p = subprocess.run([sys.executable, "-m", "sparkctl", command, "-i", inventory, "--json"], capture_output=True,
-                       text=True, env=ENV, cwd=ROOT, timeout=600)
+    p = subprocess.run(
+        [sys.executable, "-m", "sparkctl", command, "-i", inventory, "--json"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     last: dict[str, str] = {}
     for r in json.loads(p.stdout)["results"]:

@@ -98,7 +98,9 @@ def journal(lab) -> dict | None:
 
 def test_check_shows_the_plan_and_restarts_nothing(lab, inv, tmp_path):
     before = {h: started(lab, h, n) for h, n in (("head", "sparkctl-head"), ("offload", "sparkctl-drafter"))}
-    doc = sparkctl("reload", "-i", str(inv), "--config", str(variant(inv, tmp_path, "renamed", served_model_name="lab-renamed")), "--check")
+    doc = sparkctl(
+        "reload", "-i", str(inv), "--config", str(variant(inv, tmp_path, "renamed", served_model_name="lab-renamed")), "--check"
+    )
     plan = doc["plan"]
     assert [c["field"] for c in plan["changes"]] == ["runtime.served_model_name"]
     assert plan["restart_containers"] == ["sparkctl-worker", "sparkctl-head"] and plan["prediction"] == "warm"
@@ -160,7 +162,9 @@ def test_a_flag_the_runtime_refuses_is_rolled_back(lab, inv, tmp_path):
 def test_a_config_that_never_becomes_healthy_is_rolled_back_at_the_deadline(lab, inv, tmp_path):
     before = applied_hash(lab)
     env = {**yaml.safe_load(inv.read_text())["runtime"]["env"], "SIM_FAULTS": "hang_start"}
-    doc = sparkctl("reload", "-i", str(inv), "--config", str(variant(inv, tmp_path, "hang", env=env)), "--yes", "--deadline", "6", rc=1)
+    doc = sparkctl(
+        "reload", "-i", str(inv), "--config", str(variant(inv, tmp_path, "hang", env=env)), "--yes", "--deadline", "6", rc=1
+    )
     # the engine (or the drafter: env reaches both) never serves; the deadline ends the wait
     assert "not serving after 6 s" in doc["reason"] or "did not answer /health within 6 s" in doc["reason"]
     assert sum(t["end"] - t["start"] for t in doc["timeline"] if t["phase"] == "restart") < 30
@@ -272,7 +276,9 @@ def test_requests_in_flight_at_the_drain_finish(lab, inv, tmp_path):
     for t in threads:
         t.start()
     time.sleep(0.3)
-    doc = sparkctl("reload", "-i", str(inv), "--config", str(variant(inv, tmp_path, "renamed", served_model_name="lab-renamed")), "--yes")
+    doc = sparkctl(
+        "reload", "-i", str(inv), "--config", str(variant(inv, tmp_path, "renamed", served_model_name="lab-renamed")), "--yes"
+    )
     for t in threads:
         t.join(120)
     try:

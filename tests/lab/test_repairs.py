@@ -68,7 +68,13 @@ def test_a_wrong_moved_or_duplicate_rail_address_is_named_and_repaired_exactly(l
         changed = {(r["host"], r["step"]) for r in up["results"] if r["status"] == "changed"}
         # the fabric step repairs the rail; the runtime restarts only if the fault itself broke it
         # (a worker whose Ray address vanished is lost to the head)
-        assert ("worker", "fabric") in changed and {s for _, s in changed} <= {"fabric", "stop", "runtime", "throughput", "record"}
+        assert ("worker", "fabric") in changed and {s for _, s in changed} <= {
+            "fabric",
+            "stop",
+            "runtime",
+            "throughput",
+            "record",
+        }
         # exactly the inventory's address on each rail: nothing stray, nothing secondary
         assert addresses(lab, "worker", "enp1s0f0np0") == ["10.231.100.3/24"]
         assert addresses(lab, "worker", "enP2p1s0f0np0") == ["10.231.101.3/24"]
@@ -106,8 +112,10 @@ def test_up_during_a_slow_start_waits_instead_of_restarting_and_doctor_names_the
         up = sparkctl("up", "-i", str(slow))
         ops = {(r["host"], r["step"]): r["operations"] for r in up["results"] if r["operations"]}
         assert ops.get(("head", "runtime")) == ["wait-serving"] and ("head", "stop") not in ops
-        assert "not restarting it: head still loading" in up["hosts"]["head"]["runtime"]["message"] or \
-            "serving at" in up["hosts"]["head"]["runtime"]["message"]
+        assert (
+            "not restarting it: head still loading" in up["hosts"]["head"]["runtime"]["message"]
+            or "serving at" in up["hosts"]["head"]["runtime"]["message"]
+        )
         assert container_id(lab, "head", "sparkctl-head") == loading_head  # waited for, never restarted
         assert httpx.get(f"{URL}/health", timeout=5).status_code == 200
     finally:

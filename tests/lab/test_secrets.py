@@ -80,7 +80,9 @@ def test_credentials_reach_the_containers_and_nothing_else(lab, secret_inventory
     assert json.loads(outputs["up --json"].stdout)["changed"] > 0  # the new env was really applied
 
     # the containers got the real values
-    env = json.loads(lab.host_exec("head", ["docker", "inspect", "-f", "{{json .Config.Env}}", "sparkctl-head"], check=True).stdout)
+    env = json.loads(
+        lab.host_exec("head", ["docker", "inspect", "-f", "{{json .Config.Env}}", "sparkctl-head"], check=True).stdout
+    )
     for name, value in SECRETS.items():
         assert f"{name}={value}" in env
     assert f"MY_DB_URL=postgres://svc:{URL_PASSWORD}@10.231.0.50:5432/app" in env

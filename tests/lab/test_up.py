@@ -289,7 +289,9 @@ def test_status_shows_where_it_runs_and_live_figures(lab, inventory, converged):
         t.join()
     assert doc["healthy"] is True
     assert {h: [c["name"] for c in v["containers"]] for h, v in doc["hosts"].items()} == {
-        "head": ["sparkctl-head"], "worker": ["sparkctl-worker"], "offload": ["sparkctl-drafter"]
+        "head": ["sparkctl-head"],
+        "worker": ["sparkctl-worker"],
+        "offload": ["sparkctl-drafter"],
     }
     assert all(c["config_matches"] for v in doc["hosts"].values() for c in v["containers"])
     r = doc["runtime"]

@@ -48,8 +48,10 @@ def test_the_installed_package_holds_its_data_and_not_the_lab(installed):
         "importlib.util.find_spec('matplotlib') is None)"
     )
     out = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd="/", check=True).stdout
-    assert out.strip() == ("True ['down.yaml', 'reload.yaml', 'up.yaml'] ['netplan-fabric.yaml.j2'] True "
-                           "['dspark-recipe.yaml', 'lab.yaml', 'splice-build.yaml'] True")
+    assert out.strip() == (
+        "True ['down.yaml', 'reload.yaml', 'up.yaml'] ['netplan-fabric.yaml.j2'] True "
+        "['dspark-recipe.yaml', 'lab.yaml', 'splice-build.yaml'] True"
+    )
 
 
 def test_day_one_from_the_wheel_alone(installed, tmp_path):

@@ -53,8 +53,12 @@ def firing(rs, alert: str, labels: dict, summary: str) -> dict:
     rule = next(r for r in rs.rules if r.alert == alert)
     return {
         "exp_labels": {**labels, "severity": rule.severity, "cluster": "lab"},
-        "exp_annotations": {"summary": summary, "description": rule.description, "runbook": f"sparkctl runbook {rule.runbook}",
-                            "runbook_url": f"{BASE}{rule.runbook}.md"},
+        "exp_annotations": {
+            "summary": summary,
+            "description": rule.description,
+            "runbook": f"sparkctl runbook {rule.runbook}",
+            "runbook_url": f"{BASE}{rule.runbook}.md",
+        },
     }
 
 
@@ -62,84 +66,143 @@ def cases(rs) -> list[dict]:
     """(input series, checks): each alert once breaking its threshold, once healthy."""
     ttft = lambda le, v: series("vllm:time_to_first_token_seconds_bucket", {**VLLM, "le": le}, v)  # noqa: E731
     return [
-        {   # the head stops answering: pages after 30 s, not before
+        {  # the head stops answering: pages after 30 s, not before
             "input_series": [series("up", HEAD, "1 1 0x8")],
             "alert_rule_test": [
                 {"eval_time": "40s", "alertname": "SparkctlEngineDown", "exp_alerts": []},
-                {"eval_time": "90s", "alertname": "SparkctlEngineDown",
-                 "exp_alerts": [firing(rs, "SparkctlEngineDown", HEAD, "lab: the inference API on 10.231.0.11:8888 is down")]},
+                {
+                    "eval_time": "90s",
+                    "alertname": "SparkctlEngineDown",
+                    "exp_alerts": [firing(rs, "SparkctlEngineDown", HEAD, "lab: the inference API on 10.231.0.11:8888 is down")],
+                },
             ],
         },
         {
-            "input_series": [series("up", {"job": "sparkctl-lab-nodes", "role": "worker", "instance": "10.231.0.12:9100"}, "0x8"),
-                             series("up", {"job": "sparkctl-lab-nodes", "role": "head", "instance": "10.231.0.11:9100"}, "1x8"),
-                             series("up", {"job": "sparkctl-lab", "role": "drafter", "instance": "10.231.0.13:8100"}, "0x8")],
+            "input_series": [
+                series("up", {"job": "sparkctl-lab-nodes", "role": "worker", "instance": "10.231.0.12:9100"}, "0x8"),
+                series("up", {"job": "sparkctl-lab-nodes", "role": "head", "instance": "10.231.0.11:9100"}, "1x8"),
+                series("up", {"job": "sparkctl-lab", "role": "drafter", "instance": "10.231.0.13:8100"}, "0x8"),
+            ],
             "alert_rule_test": [
-                {"eval_time": "60s", "alertname": "SparkctlWorkerLost",
-                 "exp_alerts": [firing(rs, "SparkctlWorkerLost", {"job": "sparkctl-lab-nodes", "role": "worker", "instance": "10.231.0.12:9100"},
-                                       "lab: worker 10.231.0.12:9100 is unreachable")]},
-                {"eval_time": "60s", "alertname": "SparkctlDrafterUnreachable",
-                 "exp_alerts": [firing(rs, "SparkctlDrafterUnreachable", {"job": "sparkctl-lab", "role": "drafter", "instance": "10.231.0.13:8100"},
-                                       "lab: the drafter on 10.231.0.13:8100 is unreachable")]},
+                {
+                    "eval_time": "60s",
+                    "alertname": "SparkctlWorkerLost",
+                    "exp_alerts": [
+                        firing(
+                            rs,
+                            "SparkctlWorkerLost",
+                            {"job": "sparkctl-lab-nodes", "role": "worker", "instance": "10.231.0.12:9100"},
+                            "lab: worker 10.231.0.12:9100 is unreachable",
+                        )
+                    ],
+                },
+                {
+                    "eval_time": "60s",
+                    "alertname": "SparkctlDrafterUnreachable",
+                    "exp_alerts": [
+                        firing(
+                            rs,
+                            "SparkctlDrafterUnreachable",
+                            {"job": "sparkctl-lab", "role": "drafter", "instance": "10.231.0.13:8100"},
+                            "lab: the drafter on 10.231.0.13:8100 is unreachable",
+                        )
+                    ],
+                },
             ],
         },
-        {   # KV usage 97% for 3 minutes; preemptions 0 -> 3; 6 requests waiting throughout
-            "input_series": [series("vllm:kv_cache_usage_perc", VLLM, "0.97x16"),
-                             series("vllm:num_preemptions_total", VLLM, "0 0 0 3 3 3 3 3 3 3 3 3 3"),
-                             series("vllm:num_requests_waiting", VLLM, "6x16")],
+        {  # KV usage 97% for 3 minutes; preemptions 0 -> 3; 6 requests waiting throughout
+            "input_series": [
+                series("vllm:kv_cache_usage_perc", VLLM, "0.97x16"),
+                series("vllm:num_preemptions_total", VLLM, "0 0 0 3 3 3 3 3 3 3 3 3 3"),
+                series("vllm:num_requests_waiting", VLLM, "6x16"),
+            ],
             "alert_rule_test": [
                 {"eval_time": "60s", "alertname": "SparkctlKVCacheNearFull", "exp_alerts": []},
-                {"eval_time": "3m", "alertname": "SparkctlKVCacheNearFull",
-                 "exp_alerts": [firing(rs, "SparkctlKVCacheNearFull", VLLM, "lab: KV cache 97% used")]},
-                {"eval_time": "2m", "alertname": "SparkctlPreemptionsRising",
-                 "exp_alerts": [firing(rs, "SparkctlPreemptionsRising", VLLM, "lab: 3 preemptions in 5 minutes")]},
-                {"eval_time": "3m", "alertname": "SparkctlWaitingQueueGrowing",
-                 "exp_alerts": [firing(rs, "SparkctlWaitingQueueGrowing", VLLM, "lab: 6 requests have waited for a slot for 2m")]},
+                {
+                    "eval_time": "3m",
+                    "alertname": "SparkctlKVCacheNearFull",
+                    "exp_alerts": [firing(rs, "SparkctlKVCacheNearFull", VLLM, "lab: KV cache 97% used")],
+                },
+                {
+                    "eval_time": "2m",
+                    "alertname": "SparkctlPreemptionsRising",
+                    "exp_alerts": [firing(rs, "SparkctlPreemptionsRising", VLLM, "lab: 3 preemptions in 5 minutes")],
+                },
+                {
+                    "eval_time": "3m",
+                    "alertname": "SparkctlWaitingQueueGrowing",
+                    "exp_alerts": [
+                        firing(rs, "SparkctlWaitingQueueGrowing", VLLM, "lab: 6 requests have waited for a slot for 2m")
+                    ],
+                },
             ],
         },
-        {   # healthy: KV 50%, no preemption, the queue drains
-            "input_series": [series("vllm:kv_cache_usage_perc", VLLM, "0.5x16"),
-                             series("vllm:num_preemptions_total", VLLM, "0x16"),
-                             series("vllm:num_requests_waiting", VLLM, "6x9 0 6 6")],
+        {  # healthy: KV 50%, no preemption, the queue drains
+            "input_series": [
+                series("vllm:kv_cache_usage_perc", VLLM, "0.5x16"),
+                series("vllm:num_preemptions_total", VLLM, "0x16"),
+                series("vllm:num_requests_waiting", VLLM, "6x9 0 6 6"),
+            ],
             "alert_rule_test": [
                 {"eval_time": "3m", "alertname": a, "exp_alerts": []}
                 for a in ("SparkctlKVCacheNearFull", "SparkctlPreemptionsRising", "SparkctlWaitingQueueGrowing")
             ],
         },
-        {   # every first token takes 40-60 s: p99 above 30 s
+        {  # every first token takes 40-60 s: p99 above 30 s
             "input_series": [ttft("1", "0x40"), ttft("60", "0+10x40"), ttft("+Inf", "0+10x40")],
             "alert_rule_test": [
-                {"eval_time": "5m", "alertname": "SparkctlTTFTHigh",
-                 "exp_alerts": [firing(rs, "SparkctlTTFTHigh", {}, "lab: p99 time to first token 59.41s")]},
+                {
+                    "eval_time": "5m",
+                    "alertname": "SparkctlTTFTHigh",
+                    "exp_alerts": [firing(rs, "SparkctlTTFTHigh", {}, "lab: p99 time to first token 59.41s")],
+                },
             ],
         },
-        {   # 100 drafts / 15 s with 50 accepted tokens: mean acceptance length 1.5 < 2
-            "input_series": [series("vllm:spec_decode_num_drafts_total", VLLM, "0+100x60"),
-                             series("vllm:spec_decode_num_accepted_tokens_total", VLLM, "0+50x60")],
+        {  # 100 drafts / 15 s with 50 accepted tokens: mean acceptance length 1.5 < 2
+            "input_series": [
+                series("vllm:spec_decode_num_drafts_total", VLLM, "0+100x60"),
+                series("vllm:spec_decode_num_accepted_tokens_total", VLLM, "0+50x60"),
+            ],
             "alert_rule_test": [
-                {"eval_time": "10m", "alertname": "SparkctlSpecAcceptanceLow",
-                 "exp_alerts": [firing(rs, "SparkctlSpecAcceptanceLow", VLLM, "lab: mean acceptance length 1.50, expected >= 2")]},
+                {
+                    "eval_time": "10m",
+                    "alertname": "SparkctlSpecAcceptanceLow",
+                    "exp_alerts": [
+                        firing(rs, "SparkctlSpecAcceptanceLow", VLLM, "lab: mean acceptance length 1.50, expected >= 2")
+                    ],
+                },
             ],
         },
-        {   # acceptance length 4: quiet
-            "input_series": [series("vllm:spec_decode_num_drafts_total", VLLM, "0+100x60"),
-                             series("vllm:spec_decode_num_accepted_tokens_total", VLLM, "0+300x60")],
+        {  # acceptance length 4: quiet
+            "input_series": [
+                series("vllm:spec_decode_num_drafts_total", VLLM, "0+100x60"),
+                series("vllm:spec_decode_num_accepted_tokens_total", VLLM, "0+300x60"),
+            ],
             "alert_rule_test": [{"eval_time": "10m", "alertname": "SparkctlSpecAcceptanceLow", "exp_alerts": []}],
         },
-        {   # Marlin: 50 tok/s per stream against a 100 tok/s baseline (floor 65), held 5 minutes
-            "input_series": [series("vllm:generation_tokens_total", VLLM, "0+750x60"),
-                             series("vllm:request_decode_time_seconds_sum", VLLM, "0+15x60"),
-                             series("vllm:request_decode_time_seconds_count", VLLM, "0+1x60")],
+        {  # Marlin: 50 tok/s per stream against a 100 tok/s baseline (floor 65), held 5 minutes
+            "input_series": [
+                series("vllm:generation_tokens_total", VLLM, "0+750x60"),
+                series("vllm:request_decode_time_seconds_sum", VLLM, "0+15x60"),
+                series("vllm:request_decode_time_seconds_count", VLLM, "0+1x60"),
+            ],
             "alert_rule_test": [
                 {"eval_time": "4m", "alertname": "SparkctlDecodeThroughputLow", "exp_alerts": []},
-                {"eval_time": "11m", "alertname": "SparkctlDecodeThroughputLow",
-                 "exp_alerts": [firing(rs, "SparkctlDecodeThroughputLow", {}, "lab: decode 50 tok/s per stream, baseline 100")]},
+                {
+                    "eval_time": "11m",
+                    "alertname": "SparkctlDecodeThroughputLow",
+                    "exp_alerts": [
+                        firing(rs, "SparkctlDecodeThroughputLow", {}, "lab: decode 50 tok/s per stream, baseline 100")
+                    ],
+                },
             ],
         },
-        {   # at the baseline: quiet
-            "input_series": [series("vllm:generation_tokens_total", VLLM, "0+1500x60"),
-                             series("vllm:request_decode_time_seconds_sum", VLLM, "0+15x60"),
-                             series("vllm:request_decode_time_seconds_count", VLLM, "0+1x60")],
+        {  # at the baseline: quiet
+            "input_series": [
+                series("vllm:generation_tokens_total", VLLM, "0+1500x60"),
+                series("vllm:request_decode_time_seconds_sum", VLLM, "0+15x60"),
+                series("vllm:request_decode_time_seconds_count", VLLM, "0+1x60"),
+            ],
             "alert_rule_test": [{"eval_time": "11m", "alertname": "SparkctlDecodeThroughputLow", "exp_alerts": []}],
         },
     ]
@@ -186,8 +249,15 @@ def test_without_a_published_base_alerts_name_the_command_not_a_local_path():
         assert rule["annotations"]["runbook"].startswith("sparkctl runbook ") and runbooks.exists(name)
 
 
-@pytest.mark.parametrize("base", ["docs/runbooks/", "file:///usr/lib/python3/site-packages/sparkctl/data/runbooks/",
-                                  "https://", "https://git.example.com/runbooks/?ref=main"])
+@pytest.mark.parametrize(
+    "base",
+    [
+        "docs/runbooks/",
+        "file:///usr/lib/python3/site-packages/sparkctl/data/runbooks/",
+        "https://",
+        "https://git.example.com/runbooks/?ref=main",
+    ],
+)
 def test_runbook_base_url_must_be_a_web_address(base):
     from pydantic import ValidationError
 
@@ -202,7 +272,9 @@ def test_runbook_base_url_gets_its_trailing_slash():
     doc = json.loads(json.dumps(LAB))
     doc["alerts"] = {"runbook_base_url": "https://git.example.com/ops/sparkctl/-/blob/main/docs/runbooks"}
     rules = rules_for(Inventory.model_validate(doc)).to_prometheus()["groups"][0]["rules"]
-    assert rules[0]["annotations"]["runbook_url"] == "https://git.example.com/ops/sparkctl/-/blob/main/docs/runbooks/runtime-down.md"
+    assert (
+        rules[0]["annotations"]["runbook_url"] == "https://git.example.com/ops/sparkctl/-/blob/main/docs/runbooks/runtime-down.md"
+    )
 
 
 def test_how_long_kv_usage_and_the_queue_must_hold_comes_from_the_inventory():
@@ -226,8 +298,16 @@ def test_cli_writes_rules_and_a_matching_prometheus_config(tmp_path):
     inv = tmp_path / "inv.yaml"
     inv.write_text(yaml.safe_dump({**LAB, "alerts": {"decode_tokens_per_s_baseline": 100}}))
     env = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8"}
-    run = lambda *a: subprocess.run([sys.executable, "-m", "sparkctl", "alerts", "-i", str(inv), *a],  # noqa: E731
-                                    capture_output=True, text=True, timeout=60, env=env)
+
+    def run(*a):
+        return subprocess.run(
+            [sys.executable, "-m", "sparkctl", "alerts", "-i", str(inv), *a],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+
     r = run("--out", str(tmp_path / "rules.yml"), "--prometheus-config", str(tmp_path / "prometheus.yml"))
     assert r.returncode == 0, r.stderr
     assert "9 rules written" in r.stdout  # the answer; warnings (none here) go to stderr

@@ -114,8 +114,14 @@ def test_stream_without_done_is_an_error():
 
 
 def test_http_error_carries_the_servers_message():
-    body = json.dumps({"object": "error", "message": "This model's maximum context length is 327680 tokens.",
-                       "type": "BadRequestError", "code": 400})
+    body = json.dumps(
+        {
+            "object": "error",
+            "message": "This model's maximum context length is 327680 tokens.",
+            "type": "BadRequestError",
+            "code": 400,
+        }
+    )
     m, _ = _chat(body, status=400, content_type="application/json")
     assert not m.ok
     assert m.error.startswith("HTTP 400") and "maximum context length" in m.error
@@ -153,9 +159,12 @@ def test_acceptance_from_a_delta():
 def test_counter_reset_counts_from_zero():
     before = parse_page(RECORDED_METRICS).spec
     restarted = parse_page(
-        RECORDED_METRICS.replace("} 100.0", "} 4.0").replace("} 60.0", "} 0.0")
-        .replace("} 500.0", "} 20.0").replace("} 300.0", "} 0.0")
-        .replace("} 400.0", "} 10.0").replace("} 200.0", "} 0.0")
+        RECORDED_METRICS.replace("} 100.0", "} 4.0")
+        .replace("} 60.0", "} 0.0")
+        .replace("} 500.0", "} 20.0")
+        .replace("} 300.0", "} 0.0")
+        .replace("} 400.0", "} 10.0")
+        .replace("} 200.0", "} 0.0")
     ).spec
     d = restarted - before
     assert (d.drafts, d.draft_tokens, d.accepted_tokens) == (4.0, 20.0, 10.0)

@@ -51,8 +51,11 @@ def test_throughput_bars_are_each_cells_output_throughput(runs):
 def test_acceptance_lines_are_the_context_points(runs):
     plot = acceptance_context(runs)
     length_ax, rate_ax, decode_ax = plot.figure.axes
-    for ax, field in ((length_ax, "spec_decode_acceptance_length"), (rate_ax, "spec_decode_acceptance_rate"),
-                      (decode_ax, "decode_throughput")):
+    for ax, field in (
+        (length_ax, "spec_decode_acceptance_length"),
+        (rate_ax, "spec_decode_acceptance_rate"),
+        (decode_ax, "decode_throughput"),
+    ):
         assert [line.get_label() for line in ax.lines] == [r.label for r in runs]
         for run, line in zip(runs, ax.lines):
             pts = run.result.context
@@ -88,7 +91,8 @@ def test_mixed_timeline_is_the_recorded_times(runs):
         # the long request waits from its send to its first token, the short one from its send to its own
         assert (parts["long-wait"].x0, parts["long-wait"].x1) == pytest.approx((0.0, m.long_ttft_ms))
         assert (parts["short-wait"].x0, parts["short-wait"].x1) == pytest.approx(
-            (m.short_sent_after_ms, m.short_sent_after_ms + m.short_ttft_ms))
+            (m.short_sent_after_ms, m.short_sent_after_ms + m.short_ttft_ms)
+        )
         lines = {line.get_gid(): line.get_xdata() for line in ax.lines}
         assert list(lines["long-admitted"])[0] == m.long_admitted_after_ms
         assert list(lines["long-done"]) == [long.e2el_ms]
@@ -134,14 +138,20 @@ def test_html_opens_offline_with_the_plots_embedded(runs):
 
 def test_cli_report_writes_page_and_pngs(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "SPARKCTL_INVENTORY"}
-    p = subprocess.run([sys.executable, "-m", "sparkctl", "bench", "report", str(ONE), str(THREE),
-                        "--out", str(tmp_path / "rep"), "--json"], capture_output=True, text=True, env=env,
-                       cwd=ROOT, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "sparkctl", "bench", "report", str(ONE), str(THREE), "--out", str(tmp_path / "rep"), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert Path(doc["report"]).name == "report.html"
     assert sorted(Path(x).name for x in doc["plots"]) == sorted(
-        ["throughput.png", "acceptance-context.png", "latency.png", "mixed-timeline.png"])
+        ["throughput.png", "acceptance-context.png", "latency.png", "mixed-timeline.png"]
+    )
     for x in doc["plots"]:
         assert Path(x).read_bytes().startswith(b"\x89PNG")
 
@@ -150,7 +160,13 @@ def test_cli_report_bad_file_exits_2(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"kind": "something-else"}')
     env = {k: v for k, v in os.environ.items() if k != "SPARKCTL_INVENTORY"}
-    p = subprocess.run([sys.executable, "-m", "sparkctl", "bench", "report", str(bad), "--out", str(tmp_path)],
-                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "sparkctl", "bench", "report", str(bad), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert p.returncode == 2
     assert "bad.json is not a sparkctl bench result" in p.stderr and "Traceback" not in p.stderr

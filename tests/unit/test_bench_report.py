@@ -23,9 +23,17 @@ def _result(scale: float, accept: float = 4.5) -> BenchResult:
     cells = []
     for w, one, four in (("counting", 138.3, 322.1), ("code", 110.5, 192.0), ("prose", 66.0, 130.1)):
         for s, tps in ((1, one), (4, four)):
-            cells.append(CellResult(workload=w, streams=s, max_concurrency=s, repeats_done=3,
-                                    output_throughput=tps * scale, median_ttft_ms=80.0,
-                                    spec_decode_acceptance_length=accept))
+            cells.append(
+                CellResult(
+                    workload=w,
+                    streams=s,
+                    max_concurrency=s,
+                    repeats_done=3,
+                    output_throughput=tps * scale,
+                    median_ttft_ms=80.0,
+                    spec_decode_acceptance_length=accept,
+                )
+            )
     return BenchResult(
         sparkctl_version="0.1.0",
         started_at=datetime(2026, 10, 31, tzinfo=timezone.utc),
@@ -33,17 +41,23 @@ def _result(scale: float, accept: float = 4.5) -> BenchResult:
         model="deepseek-v4.1-flash",
         options=BenchOptions(),
         throughput=cells,
-        prefill=PrefillResult(target_prompt_tokens=262144, prompt_tokens=262000, ttft_ms=100_400.0,
-                              overhead_ms=400.0, ttft_adjusted_ms=100_000.0),
-        mixed=MixedResult(long_target_prompt_tokens=262144, short_ttft_ms=40_000.0 / scale,
-                          short_ttft_alone_ms=400.0, short_wait_ms=39_600.0 / scale),
+        prefill=PrefillResult(
+            target_prompt_tokens=262144, prompt_tokens=262000, ttft_ms=100_400.0, overhead_ms=400.0, ttft_adjusted_ms=100_000.0
+        ),
+        mixed=MixedResult(
+            long_target_prompt_tokens=262144,
+            short_ttft_ms=40_000.0 / scale,
+            short_ttft_alone_ms=400.0,
+            short_wait_ms=39_600.0 / scale,
+        ),
     )
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "SPARKCTL_INVENTORY"}
-    return subprocess.run([sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60
+    )
 
 
 def test_published_schema_is_current():
@@ -67,8 +81,16 @@ def test_a_result_validates_and_a_wrong_one_does_not():
 
 def test_result_uses_vllm_bench_serve_names():
     cell = json.loads(_result(1.0).model_dump_json())["throughput"][0]
-    for name in ("output_throughput", "median_ttft_ms", "mean_itl_ms", "p99_tpot_ms", "max_concurrency",
-                 "total_output_tokens", "spec_decode_acceptance_rate", "spec_decode_acceptance_length"):
+    for name in (
+        "output_throughput",
+        "median_ttft_ms",
+        "mean_itl_ms",
+        "p99_tpot_ms",
+        "max_concurrency",
+        "total_output_tokens",
+        "spec_decode_acceptance_rate",
+        "spec_decode_acceptance_length",
+    ):
         assert name in cell
 
 
@@ -106,8 +128,9 @@ def test_compare_ratios(tmp_path):
     assert "322.1" in line and "644.2" in line and "2.00x" in line
     j = _run("bench", "compare", str(a), str(b), "--json")
     assert j.returncode == 0
-    assert any(x["metric"] == "code x1 output_throughput" and x["ratio"] == pytest.approx(2.0)
-               for x in json.loads(j.stdout)["rows"])
+    assert any(
+        x["metric"] == "code x1 output_throughput" and x["ratio"] == pytest.approx(2.0) for x in json.loads(j.stdout)["rows"]
+    )
 
 
 def test_compare_rejects_a_file_that_is_not_a_result(tmp_path):
@@ -145,8 +168,14 @@ def test_fenced_runs_never_contact_real_world_addresses():
     # The seed's endpoint (192.168.x): with the dev/CI fence set it is refused before any request.
     env = {k: v for k, v in os.environ.items() if k != "SPARKCTL_INVENTORY"}
     env["SPARKCTL_ONLY_NETWORKS"] = "127.0.0.0/8,10.231.0.0/16"
-    r = subprocess.run([sys.executable, "-m", "sparkctl", "bench", "--endpoint", "http://192.168.1.177:8888/v1"],
-                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "sparkctl", "bench", "--endpoint", "http://192.168.1.177:8888/v1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert r.returncode == 2 and "refusing to contact 192.168.1.177" in r.stderr
 
 

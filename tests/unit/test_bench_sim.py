@@ -42,12 +42,31 @@ class Sim:
             VLLM_CACHE_ROOT=str(tmp / "cache"),
         )
         argv = harness.module_argv(
-            "vllm_cli", "serve", MODEL, "--served-model-name", NAME, "--host", "127.0.0.1", "--port", str(self.port),
-            "--max-model-len", "327680", "--max-num-seqs", "4", "--max-num-batched-tokens", "8192",
-            "--block-size", "256", "--kv-cache-dtype", "fp8_ds_mla", "--gpu-memory-utilization", "0.85",
-            "--moe-backend", "flashinfer_b12x",  # as the lab inventory: no Marlin fallback (half speed)
-            "--speculative-config", json.dumps({"method": "draft_model", "model": "/models/drafter",
-                                                 "num_speculative_tokens": K}),
+            "vllm_cli",
+            "serve",
+            MODEL,
+            "--served-model-name",
+            NAME,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--max-model-len",
+            "327680",
+            "--max-num-seqs",
+            "4",
+            "--max-num-batched-tokens",
+            "8192",
+            "--block-size",
+            "256",
+            "--kv-cache-dtype",
+            "fp8_ds_mla",
+            "--gpu-memory-utilization",
+            "0.85",
+            "--moe-backend",
+            "flashinfer_b12x",  # as the lab inventory: no Marlin fallback (half speed)
+            "--speculative-config",
+            json.dumps({"method": "draft_model", "model": "/models/drafter", "num_speculative_tokens": K}),
         )
         self.proc = harness.Proc(name, argv, env, str(tmp / f"{name}.log")).start()
         assert harness.wait_http(f"http://127.0.0.1:{self.port}/health", timeout=60, proc=self.proc), self.proc.log()[-3000:]
@@ -61,8 +80,14 @@ class Sim:
 
 def bench(sim: Sim, out: Path, *args: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "SPARKCTL_INVENTORY"}
-    r = subprocess.run([sys.executable, "-m", "sparkctl", "bench", "--endpoint", sim.url, "--out", str(out), *args],
-                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "sparkctl", "bench", "--endpoint", sim.url, "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(out.read_text())
     jsonschema.validate(doc, SCHEMA)  # every file written validates against the published schema
@@ -123,8 +148,9 @@ def test_the_table_is_shaped_like_the_seeds(throughput):
 
 
 def test_context_sweep_falls(sim, tmp_path):
-    doc = bench(sim, tmp_path / "context.json", "--parts", "context", "--tokens", "200",
-                "--context-sizes", "512,8k,32k", "--warmup", "0")
+    doc = bench(
+        sim, tmp_path / "context.json", "--parts", "context", "--tokens", "200", "--context-sizes", "512,8k,32k", "--warmup", "0"
+    )
     points = doc["context"]
     assert [p["target_prompt_tokens"] for p in points] == [512, 8192, 32768]
     for p in points:  # sized by calibration against the server's own token counts
@@ -162,16 +188,33 @@ def test_compare_prints_ratios_between_two_configurations(tmp_path_factory, thro
     tmp = tmp_path_factory.mktemp("bench-sim-low")
     low = Sim(tmp, "sim-low", {**ACCEPTANCE, "counting": 0.5})
     try:
-        b = bench(low, tmp / "low.json", "--parts", "throughput", "--workloads", "counting", "--streams", "1",
-                  "--tokens", "400", "--repeats", "1")
+        b = bench(
+            low,
+            tmp / "low.json",
+            "--parts",
+            "throughput",
+            "--workloads",
+            "counting",
+            "--streams",
+            "1",
+            "--tokens",
+            "400",
+            "--repeats",
+            "1",
+        )
     finally:
         low.stop()
     a_path = tmp / "a.json"
     a_path.write_text(json.dumps({k: v for k, v in throughput.items() if k != "_stdout"}))
     b_path = tmp / "b.json"
     b_path.write_text(json.dumps({k: v for k, v in b.items() if k != "_stdout"}))
-    r = subprocess.run([sys.executable, "-m", "sparkctl", "bench", "compare", str(a_path), str(b_path), "--json"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "sparkctl", "bench", "compare", str(a_path), str(b_path), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     rows = {x["metric"]: x for x in json.loads(r.stdout)["rows"]}
     acc = rows["counting x1 spec_decode_acceptance_length"]
@@ -179,8 +222,13 @@ def test_compare_prints_ratios_between_two_configurations(tmp_path_factory, thro
     assert acc["ratio"] == pytest.approx(expected, rel=0.07)
     assert rows["counting x1 output_throughput"]["ratio"] < 1  # fewer accepted drafts, fewer tok/s
     assert rows["prose x4 output_throughput"]["b"] is None  # only in A: shown, no ratio
-    human = subprocess.run([sys.executable, "-m", "sparkctl", "bench", "compare", str(a_path), str(b_path)],
-                           capture_output=True, text=True, cwd=ROOT, timeout=60)
+    human = subprocess.run(
+        [sys.executable, "-m", "sparkctl", "bench", "compare", str(a_path), str(b_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     line = next(l for l in human.stdout.splitlines() if "counting x1 output_throughput" in l)
     assert f"{rows['counting x1 output_throughput']['ratio']:.2f}x" in line
 
@@ -188,9 +236,29 @@ def test_compare_prints_ratios_between_two_configurations(tmp_path_factory, thro
 def test_ctrl_c_keeps_what_was_measured(sim, tmp_path):
     out = tmp_path / "interrupted.json"
     env = {k: v for k, v in os.environ.items() if k != "SPARKCTL_INVENTORY"}
-    p = subprocess.Popen([sys.executable, "-m", "sparkctl", "bench", "--endpoint", sim.url, "--out", str(out),
-                          "--parts", "throughput", "--tokens", "400", "--repeats", "5"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sparkctl",
+            "bench",
+            "--endpoint",
+            sim.url,
+            "--out",
+            str(out),
+            "--parts",
+            "throughput",
+            "--tokens",
+            "400",
+            "--repeats",
+            "5",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     seen: list[str] = []
     try:
         # Ctrl-C once the bench's own progress says the third counting repeat is under way (two
@@ -232,13 +300,16 @@ class CountingProgress:
         pass
 
 
-@pytest.mark.parametrize("parts, extra", [
-    ("throughput", {"streams": [1, 3], "repeats": 2}),
-    ("context", {"context_sizes": [1024, 400_000, 500_000]}),  # both large sizes cap to one
-    ("prefill,mixed", {"prefill_tokens": 8192}),
-    ("mixed", {"mixed_tokens": 8192, "overhead_samples": 2}),
-    ("throughput,context,prefill,mixed", {"repeats": 1, "context_sizes": [1024, 4096], "prefill_tokens": 8192}),
-])
+@pytest.mark.parametrize(
+    "parts, extra",
+    [
+        ("throughput", {"streams": [1, 3], "repeats": 2}),
+        ("context", {"context_sizes": [1024, 400_000, 500_000]}),  # both large sizes cap to one
+        ("prefill,mixed", {"prefill_tokens": 8192}),
+        ("mixed", {"mixed_tokens": 8192, "overhead_samples": 2}),
+        ("throughput,context,prefill,mixed", {"repeats": 1, "context_sizes": [1024, 4096], "prefill_tokens": 8192}),
+    ],
+)
 def test_progress_total_is_every_request_sent(sim, parts, extra):
     """Each part knows its own request count: the bar ends exactly at its total, whatever runs."""
     import asyncio
@@ -260,12 +331,30 @@ def test_progress_total_is_every_request_sent(sim, parts, extra):
 def test_report_at_the_end_of_a_run_is_the_report_of_its_file(sim, tmp_path):
     """`bench --report DIR` writes what `bench report RESULT.json --out DIR` writes from its result file."""
     out = tmp_path / "run.json"
-    doc = bench(sim, out, "--parts", "throughput,context", "--tokens", "64", "--repeats", "1",
-                "--context-sizes", "1k,4k", "--report", str(tmp_path / "live"))
+    doc = bench(
+        sim,
+        out,
+        "--parts",
+        "throughput,context",
+        "--tokens",
+        "64",
+        "--repeats",
+        "1",
+        "--context-sizes",
+        "1k,4k",
+        "--report",
+        str(tmp_path / "live"),
+    )
     assert "report written to" in doc["_stdout"]
     env = {k: v for k, v in os.environ.items() if k != "SPARKCTL_INVENTORY"}
-    r = subprocess.run([sys.executable, "-m", "sparkctl", "bench", "report", str(out), "--out", str(tmp_path / "later")],
-                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "sparkctl", "bench", "report", str(out), "--out", str(tmp_path / "later")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     live = sorted(p.name for p in (tmp_path / "live").iterdir())
     assert live == ["acceptance-context.png", "latency.png", "report.html", "throughput.png"]  # no prefill/mixed run

@@ -139,15 +139,23 @@ def test_nvidia_smi_failures_keep_the_line_that_names_the_cause():
     rec = Path(__file__).parent / "recorded" / "nvidia_smi"
     r = run(edit(sections(), W, "gpus", (rec / "nvml_mismatch.txt").read_text(), rc=18))
     smi = by(r, "gpu.smi", W)
-    assert smi.message == ("nvidia-smi failed: Failed to initialize NVML: Driver/library version mismatch "
-                           "(NVML library version: 580.173)")
+    assert smi.message == (
+        "nvidia-smi failed: Failed to initialize NVML: Driver/library version mismatch (NVML library version: 580.173)"
+    )
     assert "reboot worker" in smi.fix and "/proc/driver/nvidia/version" in smi.fix
     r = run(edit(sections(), W, "gpus", (rec / "no_driver.txt").read_text(), rc=9))
     smi = by(r, "gpu.smi", W)
     assert "couldn't communicate with the NVIDIA driver" in smi.message and "lsmod | grep nvidia" in smi.fix
     # a GPU that dropped off: its handle error is the cause, not the "No devices were found" after it
-    r = run(edit(sections(), W, "gpus", "Unable to determine the device handle for GPU0000:0F:01.0: Unknown Error\n"
-                 "No devices were found\n", rc=15))
+    r = run(
+        edit(
+            sections(),
+            W,
+            "gpus",
+            "Unable to determine the device handle for GPU0000:0F:01.0: Unknown Error\nNo devices were found\n",
+            rc=15,
+        )
+    )
     assert by(r, "gpu.smi", W).status == "failed" and "device handle" in by(r, "gpu.smi", W).message
 
 
@@ -173,7 +181,11 @@ def test_address_missing_wrong_prefix_and_route_leak():
 
 
 def test_unreachable_host_one_failure_rest_skipped():
-    u = {W: Unreachable(W, "timeout", "worker: cannot connect to root@10.231.0.12:22 after 3 attempts: timed out", "check the host")}
+    u = {
+        W: Unreachable(
+            W, "timeout", "worker: cannot connect to root@10.231.0.12:22 after 3 attempts: timed out", "check the host"
+        )
+    }
     r = run(unreachable=u)
     worker = [x for x in r if x.host == W]
     assert [x.name for x in worker if x.status == "failed"] == ["ssh.reachable"]
@@ -373,7 +385,12 @@ def _like_recorded(ip: str, netdev: str, mac: str = "4ebb:47ff:fee8:9f39") -> di
 
     v4 = IPv6Address(f"::ffff:{ip}").exploded
     fe80 = IPv6Address(f"fe80::{mac}").exploded
-    return {0: ("IB/RoCE v1", fe80, netdev), 1: ("RoCE v2", fe80, netdev), 2: ("IB/RoCE v1", v4, netdev), 3: ("RoCE v2", v4, netdev)}
+    return {
+        0: ("IB/RoCE v1", fe80, netdev),
+        1: ("RoCE v2", fe80, netdev),
+        2: ("IB/RoCE v1", v4, netdev),
+        3: ("RoCE v2", v4, netdev),
+    }
 
 
 def _gid_case(index: int, head_table=None, worker_table=None, extra_head_addr=None):

@@ -104,7 +104,9 @@ def test_iperf3_missing_warns_and_a_refused_probe_fails():
     results = run(bandwidth={**probes("healthy"), f"{H}/{RAIL}": missing})
     assert failing(results) == set()
     assert bw(results, W, RAIL).status == "warn" and "apt install iperf3" in bw(results, W, RAIL).fix
-    refused = bandwidth.parse_iperf(1, json.dumps({"error": "unable to connect to server - server may not be up: Connection refused"}))
+    refused = bandwidth.parse_iperf(
+        1, json.dumps({"error": "unable to connect to server - server may not be up: Connection refused"})
+    )
     results = run(bandwidth={**probes("healthy"), f"{H}/{RAIL}": refused})
     assert failing(results) == {("fabric.bandwidth", H, RAIL), ("fabric.bandwidth", W, RAIL)}
     assert "Connection refused" in bw(results, H, RAIL).message

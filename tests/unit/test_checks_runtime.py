@@ -17,13 +17,21 @@ from sparkctl.runtime.metrics import parse_page
 PLAN = render(INV)
 RAY1 = "RayWorkerProc pid=80, ip=10.231.100.3"
 OK_LOG = [
-    line("moe_nvfp4", "FLASHINFER_B12X", ["FLASHINFER_TRTLLM", "MARLIN"], process="Worker_TP0 pid=79", ray="RayWorkerProc pid=79"),
+    line(
+        "moe_nvfp4", "FLASHINFER_B12X", ["FLASHINFER_TRTLLM", "MARLIN"], process="Worker_TP0 pid=79", ray="RayWorkerProc pid=79"
+    ),
     line("kv_size", "GPU", "1,930,112", "327,680", 5.89),
     line("serving", "http://0.0.0.0:8888", process="APIServer pid=1"),
 ]
 MODELS = [{"id": INV.runtime.served_model_name, "object": "model", "max_model_len": INV.runtime.max_model_len}]
-ENGINE0 = {"m_running": 2, "m_waiting": 0, "m_kv_usage": 0.31, "m_spec_drafts": 100, "m_spec_draft_tokens": 500,
-           "m_spec_accepted": 280}
+ENGINE0 = {
+    "m_running": 2,
+    "m_waiting": 0,
+    "m_kv_usage": 0.31,
+    "m_spec_drafts": 100,
+    "m_spec_draft_tokens": 500,
+    "m_spec_accepted": 280,
+}
 METRICS = {"0": ENGINE0}
 
 
@@ -33,7 +41,10 @@ def container(spec, status="running", exit_code=0, config_hash=None, image_id=No
         "Name": f"/{spec.name}",
         "Image": image_id or "",
         "State": {"Status": status, "ExitCode": exit_code, "StartedAt": "2026-11-29T15:20:00.000Z", "Error": ""},
-        "Config": {"Image": spec.image, "Labels": {**spec.labels, **({"io.sparkctl.config-hash": config_hash} if config_hash else {})}},
+        "Config": {
+            "Image": spec.image,
+            "Labels": {**spec.labels, **({"io.sparkctl.config-hash": config_hash} if config_hash else {})},
+        },
         "HostConfig": {"Ulimits": [{"Name": "memlock", "Soft": spec.ulimits["memlock"], "Hard": spec.ulimits["memlock"]}]},
     }
 
@@ -147,7 +158,11 @@ def test_several_fatal_signs_are_all_reported_most_causal_first():
     ]
     r = run(running(logs={"head": dead}), endpoint=endpoint(health=503))
     found = [x for x in r if x.name == "runtime.engine" and x.host == H]
-    assert [(x.status, x.data["sign"]) for x in found] == [("failed", "device_assert"), ("failed", "worker_died"), ("failed", "engine_fatal")]
+    assert [(x.status, x.data["sign"]) for x in found] == [
+        ("failed", "device_assert"),
+        ("failed", "worker_died"),
+        ("failed", "engine_fatal"),
+    ]
     assert "max_num_seqs" in found[0].fix and "worker" in found[1].fix and "traceback" in found[2].fix
 
 
@@ -156,10 +171,14 @@ def test_still_loading_fails_naming_the_phase_unless_loading_is_allowed():
     loading = running(logs={"head": OK_LOG[:2]})
     r = run(loading, endpoint=endpoint(health=None, error="connection refused"))
     h = by(r, "runtime.health", H)
-    assert h.status == "failed" and "not serving yet, loading (allocating KV cache, " in h.message and " s since start)" in h.message
+    assert (
+        h.status == "failed" and "not serving yet, loading (allocating KV cache, " in h.message and " s since start)" in h.message
+    )
     assert "--allow-loading" in h.fix and "never restarts one" in h.fix
     assert by(r, "runtime.models", H).status == "skipped"
-    allowed = by(run(loading, endpoint=endpoint(health=None, error="connection refused"), allow_loading=True), "runtime.health", H)
+    allowed = by(
+        run(loading, endpoint=endpoint(health=None, error="connection refused"), allow_loading=True), "runtime.health", H
+    )
     assert allowed.status == "warn"
 
 
@@ -253,7 +272,6 @@ def test_last_starts_warm_or_cold_from_the_log_informs_the_cache_check():
 # --- runtime.spec_acceptance: vLLM's last logged interval against the inventory's expected level ----
 
 
-
 def spec_line(length: float) -> str:
     # vLLM 0.33's SpecDecoding line (v1/spec_decode/metrics.py:120) as the head's API server logs it
     return line("spec", length, 310.5, 900.0, 3105, 9000, "0.510, 0.260, 0.130, 0.070, 0.040", 34.5, process="APIServer pid=1")
@@ -267,7 +285,9 @@ def test_acceptance_over_the_last_interval_below_the_expected_level_warns():
 
 
 def test_acceptance_at_or_above_the_level_or_not_logged_yet_is_ok():
-    r = by(run(running(logs={"head": OK_LOG + [spec_line(1.5), spec_line(3.10)]}), endpoint=endpoint()), "runtime.spec_acceptance", H)
+    r = by(
+        run(running(logs={"head": OK_LOG + [spec_line(1.5), spec_line(3.10)]}), endpoint=endpoint()), "runtime.spec_acceptance", H
+    )
     assert r.status == "ok" and "3.10" in r.message
     r = by(run(running(), endpoint=endpoint()), "runtime.spec_acceptance", H)
     assert r.status == "ok" and "no speculative interval" in r.message
@@ -347,11 +367,16 @@ def test_ttft_warns_on_a_slow_first_token_now_and_names_the_runbook():
 MP_INV = INV.model_copy(update={"runtime": INV.runtime.model_copy(update={"distributed_executor_backend": "mp"})})
 MP_PLAN = render(MP_INV)
 MASTER = "10.231.100.2:29501"
-MP_HEAD_LOG = [line("dp_leader", 0, 0, "10.231.100.2", "10.231.100.2", 2, 1),
-               line("moe_nvfp4", "FLASHINFER_B12X", ["FLASHINFER_TRTLLM", "MARLIN"], process="Worker_TP0 pid=79"),
-               line("kv_size", "GPU", "1,930,112", "327,680", 5.89), line("serving", "http://0.0.0.0:8888", process="APIServer pid=1")]
-MP_WORKER_LOG = [line("mp_headless", "0.33.0", MASTER, process="MainProcess pid=1"),
-                 line("dist_init", 2, 1, 0, f"tcp://{MASTER}", "nccl", process="Worker_TP1 pid=40")]
+MP_HEAD_LOG = [
+    line("dp_leader", 0, 0, "10.231.100.2", "10.231.100.2", 2, 1),
+    line("moe_nvfp4", "FLASHINFER_B12X", ["FLASHINFER_TRTLLM", "MARLIN"], process="Worker_TP0 pid=79"),
+    line("kv_size", "GPU", "1,930,112", "327,680", 5.89),
+    line("serving", "http://0.0.0.0:8888", process="APIServer pid=1"),
+]
+MP_WORKER_LOG = [
+    line("mp_headless", "0.33.0", MASTER, process="MainProcess pid=1"),
+    line("dist_init", 2, 1, 0, f"tcp://{MASTER}", "nccl", process="Worker_TP1 pid=40"),
+]
 MP_WORKER_DIED = MP_WORKER_LOG + [line("mp_headless_worker_died", "VllmWorker-1", -9, process="MainProcess pid=1", level="ERROR")]
 
 

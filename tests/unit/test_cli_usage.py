@@ -15,8 +15,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 def sparkctl(*args: str) -> subprocess.CompletedProcess:
     """The real console entry point, in a child process."""
-    return subprocess.run([sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True, cwd=REPO,
-                          env=os.environ, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True, cwd=REPO, env=os.environ, timeout=60
+    )
 
 
 def test_help_lists_the_commands():
@@ -24,7 +25,8 @@ def test_help_lists_the_commands():
     assert r.returncode == 0, r.stderr
     for command in ("up", "down", "render", "status", "doctor", "reload", "inventory", "bench"):
         assert any(line.split()[:1] == [command] for line in r.stdout.splitlines() if line.startswith("  ")), (
-            f"`sparkctl --help` does not list {command}:\n{r.stdout}")
+            f"`sparkctl --help` does not list {command}:\n{r.stdout}"
+        )
     assert r.stderr == ""
 
 

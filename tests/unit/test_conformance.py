@@ -65,7 +65,11 @@ def fmt_regex(fmt: str) -> str:
     for m in _SPEC.finditer(fmt):
         out.append(re.escape(fmt[pos : m.start()]))
         tok = m.group(0)
-        out.append({"%%": "%", "⟦": "(?:", "⟧": ")?", "%d": r"-?\d+", "%03d": r"\d{3}"}.get(tok, r".*?" if tok == "%s" else r"-?[\d.]+|nan"))
+        out.append(
+            {"%%": "%", "⟦": "(?:", "⟧": ")?", "%d": r"-?\d+", "%03d": r"\d{3}"}.get(
+                tok, r".*?" if tok == "%s" else r"-?[\d.]+|nan"
+            )
+        )
         if tok not in ("%%", "⟦", "⟧", "%s", "%d", "%03d"):
             out[-1] = f"(?:{out[-1]})"
         pos = m.end()
@@ -92,8 +96,10 @@ def line(row_id: str, *args, process: str = "EngineCore pid=2", level: str = "IN
 
 # ---- every simulator line is in the table ----------------------------------------------------------
 
-_PREFIXED = re.compile(r"^(?:\((?P<ray>RayWorkerProc pid=\d+(?:, ip=[\d.]+)?)\) )?\((?P<proc>\w+) pid=\d+\) (?P<level>INFO|WARNING|ERROR) "
-                       r"\d\d-\d\d \d\d:\d\d:\d\d \[(?P<where>[\w.]+:\d+)\] (?P<msg>.*)$")
+_PREFIXED = re.compile(
+    r"^(?:\((?P<ray>RayWorkerProc pid=\d+(?:, ip=[\d.]+)?)\) )?\((?P<proc>\w+) pid=\d+\) (?P<level>INFO|WARNING|ERROR) "
+    r"\d\d-\d\d \d\d:\d\d:\d\d \[(?P<where>[\w.]+:\d+)\] (?P<msg>.*)$"
+)
 _PROCESS = {"APIServer": "APIServer", "EngineCore": "EngineCore", "Worker": "Worker_TP", "MainProcess": "MainProcess"}
 
 
@@ -146,12 +152,37 @@ def test_a_served_crashed_simulator_logs_only_table_lines(tmp_path):
 
     port = harness.free_port()
     faults = tmp_path / "faults"
-    env = harness.sim_env(str(tmp_path), SIM_TIME_SCALE="0.001", SIM_STEP_TIME_SCALE="0.005", SIM_FAULTS_FILE=str(faults),
-                          VLLM_LOG_STATS_INTERVAL="0.3", VLLM_CACHE_ROOT=str(tmp_path / "cache"), SIM_DEATH_LINGER="0.5")
-    argv = harness.module_argv("vllm_cli", "serve", "--model", "/models/DeepSeek-V4.1-Flash-1017", "--served-model-name", "m",
-                               "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "65536", "--max-num-seqs", "2",
-                               "--block-size", "256", "--moe-backend", "flashinfer_b12x",
-                               "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3}')
+    env = harness.sim_env(
+        str(tmp_path),
+        SIM_TIME_SCALE="0.001",
+        SIM_STEP_TIME_SCALE="0.005",
+        SIM_FAULTS_FILE=str(faults),
+        VLLM_LOG_STATS_INTERVAL="0.3",
+        VLLM_CACHE_ROOT=str(tmp_path / "cache"),
+        SIM_DEATH_LINGER="0.5",
+    )
+    argv = harness.module_argv(
+        "vllm_cli",
+        "serve",
+        "--model",
+        "/models/DeepSeek-V4.1-Flash-1017",
+        "--served-model-name",
+        "m",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        "65536",
+        "--max-num-seqs",
+        "2",
+        "--block-size",
+        "256",
+        "--moe-backend",
+        "flashinfer_b12x",
+        "--speculative-config",
+        '{"method": "mtp", "num_speculative_tokens": 3}',
+    )
     proc = harness.Proc("vllm", argv, env, str(tmp_path / "vllm.log")).start()
     try:
         assert harness.wait_http(f"http://127.0.0.1:{port}/health", timeout=60, proc=proc), proc.log()[-3000:]
@@ -169,11 +200,18 @@ def test_a_served_crashed_simulator_logs_only_table_lines(tmp_path):
     finally:
         proc.stop()
     log = proc.log()
-    for needle in ("[entry.py:139] Starting vLLM server on http://127.0.0.1:", "[nvfp4.py:270] Using 'FLASHINFER_B12X' NvFp4 MoE",
-                   "GPU KV cache size: ", "[backbone] Compiling a graph for compile range (1, 8192) takes",
-                   "SpecDecoding metrics: Mean acceptance length:", "] Engine 000: Avg prompt throughput:",
-                   "(EngineCore pid=", "EngineCore encountered a fatal error.", "device-side assert triggered",
-                   "\nINFO:     Application startup complete.\n"):
+    for needle in (
+        "[entry.py:139] Starting vLLM server on http://127.0.0.1:",
+        "[nvfp4.py:270] Using 'FLASHINFER_B12X' NvFp4 MoE",
+        "GPU KV cache size: ",
+        "[backbone] Compiling a graph for compile range (1, 8192) takes",
+        "SpecDecoding metrics: Mean acceptance length:",
+        "] Engine 000: Avg prompt throughput:",
+        "(EngineCore pid=",
+        "EngineCore encountered a fatal error.",
+        "device-side assert triggered",
+        "\nINFO:     Application startup complete.\n",
+    ):
         assert needle in log, needle
     assert "vLLM API server version" not in log and "(APIServer pid=" not in log.split("Application startup complete.")[0][-80:]
     assert assert_conforms(log) > 50
@@ -252,6 +290,7 @@ def test_moe_backend_names_per_quantization_path(quant, value, logged, ok):
 
 # ---- metric pages built with prometheus_client from the table's names ----------------------------
 
+
 def metrics_page(engines: dict[str, dict[str, float]], model: str = "m", info: dict | None = None) -> str:
     """A /metrics page as vLLM's PrometheusStatLogger writes it: one labelled child per engine."""
     from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
@@ -282,10 +321,26 @@ def metrics_page(engines: dict[str, dict[str, float]], model: str = "m", info: d
 
 
 TWO_ENGINES = {
-    "0": {"m_running": 2, "m_waiting": 1, "m_kv_usage": 0.5, "m_generation": 1000, "m_spec_drafts": 100,
-          "m_spec_draft_tokens": 300, "m_spec_accepted": 150, "m_spec_per_pos": [80, 50, 20]},
-    "1": {"m_running": 1, "m_waiting": 0, "m_kv_usage": 0.5, "m_generation": 500, "m_spec_drafts": 100,
-          "m_spec_draft_tokens": 300, "m_spec_accepted": 90, "m_spec_per_pos": [60, 25, 5]},
+    "0": {
+        "m_running": 2,
+        "m_waiting": 1,
+        "m_kv_usage": 0.5,
+        "m_generation": 1000,
+        "m_spec_drafts": 100,
+        "m_spec_draft_tokens": 300,
+        "m_spec_accepted": 150,
+        "m_spec_per_pos": [80, 50, 20],
+    },
+    "1": {
+        "m_running": 1,
+        "m_waiting": 0,
+        "m_kv_usage": 0.5,
+        "m_generation": 500,
+        "m_spec_drafts": 100,
+        "m_spec_draft_tokens": 300,
+        "m_spec_accepted": 90,
+        "m_spec_per_pos": [60, 25, 5],
+    },
 }
 
 
@@ -305,8 +360,10 @@ def test_two_engine_page_sums_counters_never_the_kv_gauge():
 
 
 def test_cache_config_info_gives_the_kv_pool_per_engine():
-    info = {e: {"block_size": "256", "cache_dtype": "fp8_ds_mla", "kv_cache_size_tokens": tok, "kv_cache_max_concurrency": "5.89"}
-            for e, tok in (("0", "1930112"), ("1", "1900000"))}
+    info = {
+        e: {"block_size": "256", "cache_dtype": "fp8_ds_mla", "kv_cache_size_tokens": tok, "kv_cache_max_concurrency": "5.89"}
+        for e, tok in (("0", "1930112"), ("1", "1900000"))
+    }
     p = parse_page(metrics_page({"0": {"m_running": 0}}, info=info), "m")
     assert p.kv_cache_size_tokens() == {"0": 1930112, "1": 1900000}
     assert p.cache_config()["1"]["cache_dtype"] == "fp8_ds_mla"
@@ -346,7 +403,9 @@ def test_sparkctl_reads_no_line_the_table_lacks():
 
 
 def test_an_mp_head_waiting_for_its_headless_ranks_shows_the_join_phase():
-    waiting = [line("dp_leader", 0, 0, "10.231.100.2", "10.231.100.2", 2, 1),
-               line("dist_init", 2, 0, 0, "tcp://10.231.100.2:29501", "nccl", process="Worker_TP0 pid=79")]
+    waiting = [
+        line("dp_leader", 0, 0, "10.231.100.2", "10.231.100.2", 2, 1),
+        line("dist_init", 2, 0, 0, "tcp://10.231.100.2:29501", "nccl", process="Worker_TP0 pid=79"),
+    ]
     assert health.phase_of("\n".join(waiting)) == "joining the ranks (torch.distributed)"
     assert health.phase_of("\n".join(waiting + HEALTHY)) == "serving"

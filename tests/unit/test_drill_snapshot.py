@@ -10,12 +10,18 @@ from sparkctl_lab import drills
 
 IMAGE = "sha256:40a66acbd4699349317a02d89e3e0f9974043221f77c9fdad032f2f4c4448a81"
 LAB = {
-    "head": {"links": {"enP7s7": ["UP", 1500, ["10.231.0.11/24"]], "enp1s0f0np0": ["UP", 9000, ["10.231.100.2/24"]]},
-             "containers": [f"/sparkctl-head running {IMAGE} 4be7e927bcc5ff9f"], "image": IMAGE,
-             "lock, journal, engram mount": []},
-    "worker": {"links": {"enP7s7": ["UP", 1500, ["10.231.0.12/24"]], "enp1s0f0np0": ["UP", 9000, ["10.231.100.3/24"]]},
-               "containers": [f"/sparkctl-worker running {IMAGE} 4be7e927bcc5ff9f"], "image": IMAGE,
-               "lock, journal, engram mount": []},
+    "head": {
+        "links": {"enP7s7": ["UP", 1500, ["10.231.0.11/24"]], "enp1s0f0np0": ["UP", 9000, ["10.231.100.2/24"]]},
+        "containers": [f"/sparkctl-head running {IMAGE} 4be7e927bcc5ff9f"],
+        "image": IMAGE,
+        "lock, journal, engram mount": [],
+    },
+    "worker": {
+        "links": {"enP7s7": ["UP", 1500, ["10.231.0.12/24"]], "enp1s0f0np0": ["UP", 9000, ["10.231.100.3/24"]]},
+        "containers": [f"/sparkctl-worker running {IMAGE} 4be7e927bcc5ff9f"],
+        "image": IMAGE,
+        "lock, journal, engram mount": [],
+    },
     "drill loads": [],
 }
 

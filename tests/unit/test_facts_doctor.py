@@ -18,7 +18,8 @@ REPO = Path(__file__).resolve().parents[2]
 LAB = Inventory.model_validate(yaml.safe_load((REPO / "inventories" / "lab.yaml").read_text()))
 
 # vLLM's log lines (vllm-interface.md; the simulator prints the same)
-VLLM_LOG = """\
+VLLM_LOG = (
+    """\
 (APIServer pid=1) INFO 11-29 15:20:01 [api_server.py:1885] vLLM API server version 0.33.0
 (RayWorkerWrapper pid=80, ip=10.231.100.3) WARNING 11-29 15:20:05 [marlin_utils_fp8.py:118] Your GPU does not have native support for FP8 computation but FP8 quantization is being used. Weight-only FP8 compression will be used leveraging the Marlin kernel. This may degrade performance for compute-heavy workloads.
 (RayWorkerWrapper pid=80, ip=10.231.100.3) INFO 11-29 15:20:05 [oracle.py:389] Using 'marlin' Mxfp4 MoE backend out of potential backends: ['flashinfer_b12x', 'flashinfer_cutlass', 'marlin', 'triton'].
@@ -30,7 +31,9 @@ VLLM_LOG = """\
 (APIServer pid=1) INFO 11-29 15:21:20 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 2.80, Accepted throughput: 9.0 tokens/s
 (EngineCore_DP0 pid=2) ERROR 11-29 15:22:00 [ray_executor.py:508] RayWorkerProc rank=1 died unexpectedly (node ip=10.231.100.3).
 (EngineCore_DP0 pid=2) ERROR 11-29 15:22:00 [core.py:710] EngineCore encountered a fatal error.
-""" + "(APIServer pid=1) INFO noise line\n" * 200
+"""
+    + "(APIServer pid=1) INFO noise line\n" * 200
+)
 
 
 def test_log_scan_on_the_host_keeps_only_what_doctor_reads():
@@ -47,7 +50,9 @@ def test_log_scan_on_the_host_keeps_only_what_doctor_reads():
 
 
 def test_log_scan_backend_line_is_not_a_marlin_fallback():
-    line = "INFO [oracle.py:389] Using 'flashinfer_b12x' Mxfp4 MoE backend out of potential backends: ['flashinfer_b12x', 'marlin']."
+    line = (
+        "INFO [oracle.py:389] Using 'flashinfer_b12x' Mxfp4 MoE backend out of potential backends: ['flashinfer_b12x', 'marlin']."
+    )
     out = subprocess.run(["awk", logs.awk_program()], input=line + "\n", capture_output=True, text=True).stdout
     f = logs.parse_scan("@@ctr x\n" + out)["x"]
     assert f.moe_backend == "flashinfer_b12x" and f.marlin == []

@@ -79,7 +79,9 @@ def test_gid_probe_reads_a_real_sysfs_layout(tmp_path):
     (port / "gids" / "5").write_text("0000:0000:0000:0000:0000:0000:0000:0000\n")
     for index in ("3", "5"):
         value = rdma.gid_probe_value(index).replace("/sys/class/infiniband", str(tmp_path))
-        out = subprocess.run(["sh", "-c", f'd=rocep1s0f0; printf "%s %s\\n" "$d" "{value}"'], capture_output=True, text=True).stdout
+        out = subprocess.run(
+            ["sh", "-c", f'd=rocep1s0f0; printf "%s %s\\n" "$d" "{value}"'], capture_output=True, text=True
+        ).stdout
         e = rdma.parse_gids(out)["rocep1s0f0"]
         if index == "3":
             assert (e.type, str(e.ipv4), e.netdev, e.link_local) == ("RoCE v2", "192.168.100.10", "enp1s0f0np0", False)

@@ -35,14 +35,23 @@ class Gateway:
         self.port = harness.free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.socket = os.path.join(tmp, f"gw-{self.port}", "admin.sock")
-        argv = [sys.executable, "-m", "sparkctl.gateway", "--listen", f"127.0.0.1:{self.port}", "--upstream", upstream,
-                "--admin-socket", self.socket, *args]
+        argv = [
+            sys.executable,
+            "-m",
+            "sparkctl.gateway",
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            "--upstream",
+            upstream,
+            "--admin-socket",
+            self.socket,
+            *args,
+        ]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.proc = harness.Proc("gateway", argv, env, os.path.join(tmp, f"gateway-{self.port}.log")).start()
         assert harness.wait_http(self.base + "/gateway/metrics", timeout=30, proc=self.proc), self.proc.log()
         self.client = httpx.Client(base_url=self.base, timeout=60)
-        self.admin_client = httpx.Client(transport=httpx.HTTPTransport(uds=self.socket), base_url="http://gateway",
-                                         timeout=10)
+        self.admin_client = httpx.Client(transport=httpx.HTTPTransport(uds=self.socket), base_url="http://gateway", timeout=10)
 
     def admin(self, method: str, path: str, body: dict | None = None) -> dict:
         r = self.admin_client.request(method, path, json=body)
@@ -124,22 +133,30 @@ def gw(sim, tmp_path_factory):
 
 # ---- pass-through ----
 
+
 def test_routes_pass_through_with_the_engines_status_and_body(sim, gw):
-    for method, path, body in [("GET", "/v1/models", None), ("GET", "/version", None), ("GET", "/nope", None),
-                               ("GET", "/v1/completions", None),  # 405 with Allow
-                               ("POST", "/v1/completions", {"model": "other", "prompt": "x"}),  # vLLM's 404
-                               ("POST", "/v1/completions", {"model": NAME, "prompt": "x", "max_tokens": "many"}),  # 400
-                               ("POST", "/tokenize", {"model": NAME, "prompt": COUNT}),
-                               ("POST", "/v1/completions", {"model": NAME, "prompt": COUNT, "max_tokens": 50,
-                                                            "temperature": 0})]:
+    for method, path, body in [
+        ("GET", "/v1/models", None),
+        ("GET", "/version", None),
+        ("GET", "/nope", None),
+        ("GET", "/v1/completions", None),  # 405 with Allow
+        ("POST", "/v1/completions", {"model": "other", "prompt": "x"}),  # vLLM's 404
+        ("POST", "/v1/completions", {"model": NAME, "prompt": "x", "max_tokens": "many"}),  # 400
+        ("POST", "/tokenize", {"model": NAME, "prompt": COUNT}),
+        ("POST", "/v1/completions", {"model": NAME, "prompt": COUNT, "max_tokens": 50, "temperature": 0}),
+    ]:
         direct = sim.client.request(method, path, json=body)
         through = gw.client.request(method, path, json=body)
-        assert (through.status_code, through.headers.get("content-type"), through.headers.get("allow")) == \
-            (direct.status_code, direct.headers.get("content-type"), direct.headers.get("allow")), path
+        assert (through.status_code, through.headers.get("content-type"), through.headers.get("allow")) == (
+            direct.status_code,
+            direct.headers.get("content-type"),
+            direct.headers.get("allow"),
+        ), path
         assert strip(through.json()) == strip(direct.json()), path
     body = chat(COUNT, max_tokens=50)  # a stream: the same events
-    assert strip(stream_events(gw.client, "/v1/chat/completions", body)) == \
-        strip(stream_events(sim.client, "/v1/chat/completions", body))
+    assert strip(stream_events(gw.client, "/v1/chat/completions", body)) == strip(
+        stream_events(sim.client, "/v1/chat/completions", body)
+    )
 
 
 def test_a_stream_arrives_as_it_is_made_and_a_client_that_leaves_is_cancelled_upstream(sim, gw):
@@ -159,6 +176,7 @@ def test_a_stream_arrives_as_it_is_made_and_a_client_that_leaves_is_cancelled_up
 
 # ---- holds ----
 
+
 def test_no_openai_client_request_fails_while_the_engine_restarts_under_a_hold(tmp_path):
     from openai import OpenAI
 
@@ -172,8 +190,13 @@ def test_no_openai_client_request_fails_while_the_engine_restarts_under_a_hold(t
         while not stop.is_set():
             try:
                 text, reason = "", None
-                for ev in client.chat.completions.create(model=NAME, stream=True, max_tokens=40, temperature=0,
-                                                         messages=[{"role": "user", "content": f"{COUNT} ({i})"}]):
+                for ev in client.chat.completions.create(
+                    model=NAME,
+                    stream=True,
+                    max_tokens=40,
+                    temperature=0,
+                    messages=[{"role": "user", "content": f"{COUNT} ({i})"}],
+                ):
                     for ch in ev.choices:
                         text += ch.delta.content or ""
                         reason = ch.finish_reason or reason
@@ -363,11 +386,26 @@ class Scripted:
         self.httpd.server_close()
 
 
-DRAIN_503 = (503, "application/json", json.dumps({"error": {"message": "The server is shutting down and is not "
-             "accepting new requests.", "type": "ServiceUnavailableError", "param": None, "code": 503}}).encode())
+DRAIN_503 = (
+    503,
+    "application/json",
+    json.dumps(
+        {
+            "error": {
+                "message": "The server is shutting down and is not accepting new requests.",
+                "type": "ServiceUnavailableError",
+                "param": None,
+                "code": 503,
+            }
+        }
+    ).encode(),
+)
 # vLLM 0.33 during its drain (../shared/reference/vllm-drain.md): accepted, then finished `abort`, empty
-ABORT_STREAM = (200, "text/event-stream; charset=utf-8", b'data: {"choices": [{"index": 0, "text": "", '
-                b'"finish_reason": "abort"}]}\n\ndata: [DONE]\n\n')
+ABORT_STREAM = (
+    200,
+    "text/event-stream; charset=utf-8",
+    b'data: {"choices": [{"index": 0, "text": "", "finish_reason": "abort"}]}\n\ndata: [DONE]\n\n',
+)
 ABORT_JSON = (200, "application/json", json.dumps({"choices": [{"index": 0, "text": "", "finish_reason": "abort"}]}).encode())
 SERVED = (200, "application/json", json.dumps({"choices": [{"index": 0, "text": "1, 2", "finish_reason": "stop"}]}).encode())
 
@@ -381,8 +419,9 @@ def test_a_request_an_engine_going_away_refused_or_aborted_empty_is_held_and_sen
             up.answers.put((status, ctype, body, True))  # reached the engine just as the hold begins
             up.answers.put((*SERVED, False))  # the engine after the restart
             answer = {}
-            t = threading.Thread(target=lambda out=answer: out.update(r=gw.client.post("/v1/completions", json={"n": 1})),
-                                 daemon=True)
+            t = threading.Thread(
+                target=lambda out=answer: out.update(r=gw.client.post("/v1/completions", json={"n": 1})), daemon=True
+            )
             t.start()
             assert up.arrived.wait(30)
             gw.hold(reason="reload")
@@ -418,8 +457,12 @@ def test_upstream_down_outside_a_hold_is_held_then_503_or_served_when_it_is_back
     gw = Gateway(str(tmp_path), sim.base, "--hold-s", "60")
     answer = {}
     try:
-        t = threading.Thread(target=lambda: answer.update(r=gw.client.post(
-            "/v1/completions", json={"model": NAME, "prompt": COUNT, "max_tokens": 5})), daemon=True)
+        t = threading.Thread(
+            target=lambda: answer.update(
+                r=gw.client.post("/v1/completions", json={"model": NAME, "prompt": COUNT, "max_tokens": 5})
+            ),
+            daemon=True,
+        )
         t.start()
         gw.wait_status(lambda st: st["held_requests"] == 1 and st["upstream_down_for_s"] is not None)
         p = sim.proc
@@ -434,10 +477,12 @@ def test_upstream_down_outside_a_hold_is_held_then_503_or_served_when_it_is_back
 
 # ---- long context ----
 
+
 def test_long_prompts_run_one_at_a_time_and_the_queue_is_bounded(tmp_path):
     sim = Server(str(tmp_path / "sim"), env={"SIM_CRASH_CONTEXT_TOKENS": "0", "SIM_STEP_TIME_SCALE": "0.05"})
-    gw = Gateway(str(tmp_path), sim.base, "--long-context-tokens", "200", "--long-context-max-concurrent", "1",
-                 "--long-context-queue", "1")
+    gw = Gateway(
+        str(tmp_path), sim.base, "--long-context-tokens", "200", "--long-context-max-concurrent", "1", "--long-context-queue", "1"
+    )
     long_prompt = "Tell me about the river. " + "The river runs to the sea and " * 60  # ~420 tokens, > 200
     events: list[tuple[str, str]] = []  # (request, first|done) in the order the client saw them
     lock = threading.Lock()
@@ -445,8 +490,11 @@ def test_long_prompts_run_one_at_a_time_and_the_queue_is_bounded(tmp_path):
     def run(name: str, prompt: str) -> None:
         client = httpx.Client(base_url=gw.base, timeout=120)
         first = False
-        with client.stream("POST", "/v1/completions", json={"model": NAME, "prompt": prompt, "max_tokens": 80,
-                                                            "ignore_eos": True, "stream": True}) as r:
+        with client.stream(
+            "POST",
+            "/v1/completions",
+            json={"model": NAME, "prompt": prompt, "max_tokens": 80, "ignore_eos": True, "stream": True},
+        ) as r:
             assert r.status_code == 200
             for line in r.iter_lines():
                 if line.startswith("data: {") and json.loads(line[6:])["choices"][0]["text"] and not first:
@@ -476,9 +524,12 @@ def test_long_prompts_run_one_at_a_time_and_the_queue_is_bounded(tmp_path):
         wordy = " ".join(["incomprehensibilities"] * 40)
         assert len(json.dumps({"prompt": wordy})) > 200
         short = {}
-        c = threading.Thread(target=lambda: short.update(r=httpx.post(
-            gw.base + "/v1/completions", json={"model": NAME, "prompt": wordy, "max_tokens": 5}, timeout=120)),
-            daemon=True)
+        c = threading.Thread(
+            target=lambda: short.update(
+                r=httpx.post(gw.base + "/v1/completions", json={"model": NAME, "prompt": wordy, "max_tokens": 5}, timeout=120)
+            ),
+            daemon=True,
+        )
         c.start()
         st = gw.wait_status(lambda st: st["in_flight"] == 2)
         assert st["long_context"] == {"tokens": 200, "max_concurrent": 1, "queue": 1, "running": 1, "waiting": 1}
@@ -498,13 +549,15 @@ def test_long_prompts_run_one_at_a_time_and_the_queue_is_bounded(tmp_path):
 
 # ---- what is counted, what is reachable ----
 
+
 def test_a_stream_with_no_content_token_is_counted(sim, gw):
     def zero() -> float:
         return gw.metrics().get("sparkctl_gateway_zero_token_streams_total{finish_reason=stop}", 0.0)
 
     before = zero()
-    events = stream_events(gw.client, "/v1/completions", {"model": NAME, "prompt": COUNT, "max_tokens": 20,
-                                                          "temperature": 0, "stop": ["1"]})  # stops before its first token
+    events = stream_events(
+        gw.client, "/v1/completions", {"model": NAME, "prompt": COUNT, "max_tokens": 20, "temperature": 0, "stop": ["1"]}
+    )  # stops before its first token
     assert "".join(e["choices"][0]["text"] for e in events) == "" and events[-1]["choices"][0]["finish_reason"] == "stop"
     assert zero() == before + 1
     events = stream_events(gw.client, "/v1/chat/completions", chat(COUNT, max_tokens=20))
@@ -514,9 +567,16 @@ def test_a_stream_with_no_content_token_is_counted(sim, gw):
 
 def test_metrics_parse_and_name_every_figure(gw):
     names = {f.name for f in text_string_to_metric_families(gw.client.get("/gateway/metrics").text)}
-    assert {"sparkctl_gateway_holding", "sparkctl_gateway_held_requests", "sparkctl_gateway_hold_seconds",
-            "sparkctl_gateway_rejected", "sparkctl_gateway_in_flight", "sparkctl_gateway_upstream_errors",
-            "sparkctl_gateway_zero_token_streams", "sparkctl_gateway_holds_expired"} <= names
+    assert {
+        "sparkctl_gateway_holding",
+        "sparkctl_gateway_held_requests",
+        "sparkctl_gateway_hold_seconds",
+        "sparkctl_gateway_rejected",
+        "sparkctl_gateway_in_flight",
+        "sparkctl_gateway_upstream_errors",
+        "sparkctl_gateway_zero_token_streams",
+        "sparkctl_gateway_holds_expired",
+    } <= names
     admin_page = gw.admin_client.get("/metrics").text
     assert {f.name for f in text_string_to_metric_families(admin_page)} == names
     # the public /metrics is still the engine's
@@ -558,8 +618,12 @@ def test_the_admin_interface_is_only_on_its_unix_socket(gw):
 
 def test_the_admin_command_line_holds_releases_and_reports(gw):
     def ctl(*args):
-        r = subprocess.run([sys.executable, "-m", "sparkctl.gateway.ctl", "--admin-socket", gw.socket, *args],
-                           capture_output=True, text=True, timeout=30)
+        r = subprocess.run(
+            [sys.executable, "-m", "sparkctl.gateway.ctl", "--admin-socket", gw.socket, *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         return r.returncode, r.stdout, r.stderr
 
     rc, out, _ = ctl("hold", "--expected-s", "7", "--reason", "reload")
@@ -584,9 +648,11 @@ def test_bad_settings_exit_2_naming_the_option(args, words):
 
 def test_the_gateway_imports_nothing_the_engines_image_lacks():
     # it runs from vLLM's image, which has aiohttp and prometheus_client but not sparkctl's CLI stack
-    code = ("import sys, sparkctl.gateway.__main__, sparkctl.gateway.ctl;"
-            "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('sparkctl', 'pydantic', 'typer', 'httpx', 'rich', 'yaml', 'paramiko', 'docker', 'jinja2', 'tenacity'))))")
+    code = (
+        "import sys, sparkctl.gateway.__main__, sparkctl.gateway.ctl;"
+        "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('sparkctl', 'pydantic', 'typer', 'httpx', 'rich', 'yaml', 'paramiko', 'docker', 'jinja2', 'tenacity'))))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert all(m == "sparkctl" or m.startswith("sparkctl.gateway") for m in r.stdout.split()), r.stdout

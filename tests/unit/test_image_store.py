@@ -207,7 +207,9 @@ def test_docker_moved_to_a_big_disk_but_containerd_full_on_the_root_fails_on_con
     # data-root moved to /data: under containerd's store the images still go to /var/lib/containerd
     r = disk(containerd_probe("/data/docker", df("/dev/nvme1n1", "/data", 3500, 3700), df("/dev/nvme0n1p2", "/", 5),
                               df("/dev/nvme0n1p2", "/", 5)))  # fmt: skip
-    assert r["images"].status == "failed" and "5.0 GiB free on / (containerd image store /var/lib/containerd)" in r["images"].message
+    assert (
+        r["images"].status == "failed" and "5.0 GiB free on / (containerd image store /var/lib/containerd)" in r["images"].message
+    )
     assert r["docker"].status == "ok" and "/data" in r["docker"].message
 
 
@@ -215,7 +217,9 @@ def test_dockerds_own_containerd_keeps_images_under_the_data_root():
     info = {"DockerRootDir": "/var/lib/docker", "DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]],
             "Containerd": {"Address": "/var/run/docker/containerd/containerd.sock"}}  # fmt: skip
     assert system.images_root(info, "/var/lib/docker", "/var/lib/containerd") == (
-        "containerd", "/var/lib/docker/containerd/daemon")  # moby daemon/command/daemon.go containerdRootDir
+        "containerd",
+        "/var/lib/docker/containerd/daemon",
+    )  # moby daemon/command/daemon.go containerdRootDir
 
 
 # issue 24 item 6: an image on a registry the network fence refuses

@@ -112,10 +112,22 @@ def test_show_tables(capsys):
     assert code == 0
     assert err == ""  # the tables are the answer: `inventory show | less` pages them
     for text in (
-        "spark-head", "nvidia@192.168.1.11:22", "2x NVIDIA GeForce RTX 3090", "503 GiB",  # hosts
-        "enp1s0f0np0", "rocep1s0f0, roceP2p1s0f0", "192.168.200.2/24", "200 Gb/s", "spark-worker (192.168.200.3)",  # fabric
-        "--max-model-len", "327680", "--speculative-config", "1930000",  # runtime
-        "/var/lib/sparkctl/cache", "/mnt/engram", "220 GiB",  # caches, engram
+        "spark-head",
+        "nvidia@192.168.1.11:22",
+        "2x NVIDIA GeForce RTX 3090",
+        "503 GiB",  # hosts
+        "enp1s0f0np0",
+        "rocep1s0f0, roceP2p1s0f0",
+        "192.168.200.2/24",
+        "200 Gb/s",
+        "spark-worker (192.168.200.3)",  # fabric
+        "--max-model-len",
+        "327680",
+        "--speculative-config",
+        "1930000",  # runtime
+        "/var/lib/sparkctl/cache",
+        "/mnt/engram",
+        "220 GiB",  # caches, engram
     ):
         assert text in out, text
 

@@ -136,8 +136,9 @@ def test_fifo_via_cli_exits_2(tmp_path):
 
     fifo = tmp_path / "inv.yaml"
     os.mkfifo(fifo)
-    r = subprocess.run([sys.executable, "-m", "sparkctl", "inventory", "validate", str(fifo)],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "sparkctl", "inventory", "validate", str(fifo)], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 2
     assert "FIFO" in r.stderr and "Traceback" not in r.stderr
 

@@ -134,7 +134,12 @@ RULES = [
         "runtime.master_port",
         "is the API port (8000) too",
     ),
-    ("executor-unknown", _set("runtime.distributed_executor_backend", "nccl"), "runtime.distributed_executor_backend", "must be one of ray, mp"),
+    (
+        "executor-unknown",
+        _set("runtime.distributed_executor_backend", "nccl"),
+        "runtime.distributed_executor_backend",
+        "must be one of ray, mp",
+    ),
     ("peer-unknown", _set("hosts.head.fabric[0].peer", "wroker"), "hosts.head.fabric[0].peer", "did you mean 'worker'"),
     ("peer-itself", _set("hosts.head.fabric[0].peer", "head"), "hosts.head.fabric[0].peer", "this host itself"),
     (
@@ -143,40 +148,103 @@ RULES = [
         "hosts.worker.fabric[1].peer",
         "has no fabric link with peer: worker",
     ),
-    ("peer-other-subnet", _set("hosts.worker.fabric[0].address", "192.168.201.3/24"), "hosts.head.fabric[0].address", "same subnet"),
-    ("peer-other-prefix", _set("hosts.worker.fabric[0].address", "192.168.200.3/16"), "hosts.head.fabric[0].address", "same subnet"),
+    (
+        "peer-other-subnet",
+        _set("hosts.worker.fabric[0].address", "192.168.201.3/24"),
+        "hosts.head.fabric[0].address",
+        "same subnet",
+    ),
+    (
+        "peer-other-prefix",
+        _set("hosts.worker.fabric[0].address", "192.168.200.3/16"),
+        "hosts.head.fabric[0].address",
+        "same subnet",
+    ),
     (
         "peer-names-someone-else",
         _seq(_set("hosts.worker.fabric[0].peer", "offload")),
         "hosts.head.fabric[0].peer",
         "names peer 'offload', not 'head'",
     ),
-    ("same-address-both-ends", _set("hosts.worker.fabric[0].address", "192.168.200.2/24"), "hosts.head.fabric[0].address", "different addresses"),
+    (
+        "same-address-both-ends",
+        _set("hosts.worker.fabric[0].address", "192.168.200.2/24"),
+        "hosts.head.fabric[0].address",
+        "different addresses",
+    ),
     ("mtu-mismatch", _set("hosts.worker.fabric[0].mtu", 1500), "hosts.head.fabric[0].mtu", "both ends must match"),
     ("speed-mismatch", _set("hosts.offload.fabric[0].speed_gbps", 100), "hosts.head.fabric[1].speed_gbps", "one speed"),
-    ("dup-ssh-address", _set("hosts.worker.ssh.address", "192.168.1.11"), "hosts.worker.ssh.address", "also the SSH address of 'head'"),
+    (
+        "dup-ssh-address",
+        _set("hosts.worker.ssh.address", "192.168.1.11"),
+        "hosts.worker.ssh.address",
+        "also the SSH address of 'head'",
+    ),
     (
         "dup-fabric-address",
         _set("hosts.offload.fabric[1].address", "192.168.200.3/24"),
         "hosts.offload.fabric[1].address",
         "already the address of hosts.worker.fabric[0]",
     ),
-    ("ssh-is-fabric-of-other", _set("hosts.offload.ssh.address", "192.168.200.2"), "hosts.head.fabric[0].address", "SSH address of 'offload'"),
-    ("dup-device", _set("hosts.head.fabric[1].device", "enp1s0f0np0"), "hosts.head.fabric[1].device", "already used by fabric[0]"),
+    (
+        "ssh-is-fabric-of-other",
+        _set("hosts.offload.ssh.address", "192.168.200.2"),
+        "hosts.head.fabric[0].address",
+        "SSH address of 'offload'",
+    ),
+    (
+        "dup-device",
+        _set("hosts.head.fabric[1].device", "enp1s0f0np0"),
+        "hosts.head.fabric[1].device",
+        "already used by fabric[0]",
+    ),
     ("dup-rdma", _set("hosts.head.fabric[1].rdma", ["rocep1s0f0"]), "hosts.head.fabric[1].rdma", "already listed on fabric[0]"),
-    ("network-address", _set("hosts.head.fabric[0].address", "192.168.200.0/24"), "hosts.head.fabric[0].address", "network address"),
+    (
+        "network-address",
+        _set("hosts.head.fabric[0].address", "192.168.200.0/24"),
+        "hosts.head.fabric[0].address",
+        "network address",
+    ),
     (
         "head-not-linked-to-worker",
-        _seq(_set("hosts.head.fabric", [{"device": "enp1s0f1np1", "address": "192.168.210.2/24", "speed_gbps": 40, "peer": "offload"}]),
-             _set("hosts.worker.fabric", [{"device": "enp1s0f1np1", "address": "192.168.211.3/24", "speed_gbps": 40, "peer": "offload"}])),
+        _seq(
+            _set(
+                "hosts.head.fabric",
+                [{"device": "enp1s0f1np1", "address": "192.168.210.2/24", "speed_gbps": 40, "peer": "offload"}],
+            ),
+            _set(
+                "hosts.worker.fabric",
+                [{"device": "enp1s0f1np1", "address": "192.168.211.3/24", "speed_gbps": 40, "peer": "offload"}],
+            ),
+        ),
         "hosts.head.fabric:",
         "no link to worker 'worker'",
     ),
-    ("drafter-host-unknown", _set("runtime.speculative.drafter_host", "ofload"), "runtime.speculative.drafter_host", "did you mean 'offload'"),
-    ("drafter-host-not-offload", _set("runtime.speculative.drafter_host", "worker"), "runtime.speculative.drafter_host", "role offload"),
+    (
+        "drafter-host-unknown",
+        _set("runtime.speculative.drafter_host", "ofload"),
+        "runtime.speculative.drafter_host",
+        "did you mean 'offload'",
+    ),
+    (
+        "drafter-host-not-offload",
+        _set("runtime.speculative.drafter_host", "worker"),
+        "runtime.speculative.drafter_host",
+        "role offload",
+    ),
     ("drafter-host-no-gpu", _set("hosts.offload.gpu", DELETE), "runtime.speculative.drafter_host", "no gpu declared"),
-    ("draft-tp-above-gpus", _set("runtime.speculative.draft_tensor_parallel_size", 4), "runtime.speculative.draft_tensor_parallel_size", "has 2 GPU(s)"),
-    ("drafter-needs-model", _set("runtime.speculative.model", DELETE), "runtime.speculative.model", "separate drafter checkpoint"),
+    (
+        "draft-tp-above-gpus",
+        _set("runtime.speculative.draft_tensor_parallel_size", 4),
+        "runtime.speculative.draft_tensor_parallel_size",
+        "has 2 GPU(s)",
+    ),
+    (
+        "drafter-needs-model",
+        _set("runtime.speculative.model", DELETE),
+        "runtime.speculative.model",
+        "separate drafter checkpoint",
+    ),
     ("engram-host-unknown", _set("engram.host", "ofload"), "engram.host", "not a host in this inventory"),
     ("engram-host-not-offload", _set("engram.host", "head"), "engram.host", "role offload"),
     ("engram-free-below-size", _set("engram.min_free_gib", 100), "engram.min_free_gib", "less than the tables need"),
@@ -188,23 +256,53 @@ RULES = [
     ("spec-method-typo", _set("runtime.speculative.method", "eagel3"), "runtime.speculative.method", "did you mean 'eagle3'"),
     ("per-node-env", _set("runtime.env", {"VLLM_HOST_IP": "192.168.200.2"}), "runtime.env.VLLM_HOST_IP", "set per node"),
     # Single keys (pydantic), as the operator reads them.
-    ("unknown-key", _seq(_set("runtime.max_num_seq", 4), _set("runtime.max_num_seqs", DELETE)), "runtime.max_num_seq", "did you mean 'max_num_seqs'"),
+    (
+        "unknown-key",
+        _seq(_set("runtime.max_num_seq", 4), _set("runtime.max_num_seqs", DELETE)),
+        "runtime.max_num_seq",
+        "did you mean 'max_num_seqs'",
+    ),
     ("unknown-nested-key", _set("hosts.worker.fabric[0].mtuu", 9000), "hosts.worker.fabric[0].mtuu", "did you mean 'mtu'"),
-    ("key-in-wrong-section", _set("runtime.speculative.max_num_seqs", 1), "runtime.speculative.max_num_seqs", "it is a key of runtime"),
-    ("wrong-type-int", _set("hosts.worker.fabric[0].mtu", "jumbo"), "hosts.worker.fabric[0].mtu", "expected a whole number, got the text 'jumbo'"),
+    (
+        "key-in-wrong-section",
+        _set("runtime.speculative.max_num_seqs", 1),
+        "runtime.speculative.max_num_seqs",
+        "it is a key of runtime",
+    ),
+    (
+        "wrong-type-int",
+        _set("hosts.worker.fabric[0].mtu", "jumbo"),
+        "hosts.worker.fabric[0].mtu",
+        "expected a whole number, got the text 'jumbo'",
+    ),
     ("wrong-type-mapping", _set("hosts.worker.ssh", "192.168.1.12"), "hosts.worker.ssh", "expected a mapping with keys address"),
     ("wrong-type-list", _set("hosts.worker.fabric", "enp1s0f0np0"), "hosts.worker.fabric", "expected a list"),
     ("boolean-for-number", _set("runtime.max_num_seqs", True), "runtime.max_num_seqs", "boolean true"),
     ("boolean-in-env", _set("runtime.env", {"FLAG": True}), "runtime.env.FLAG", "quote it"),
     ("role-typo", _set("hosts.worker.role", "wroker"), "hosts.worker.role", "did you mean 'worker'"),
-    ("address-without-prefix", _set("hosts.worker.fabric[0].address", "192.168.200.3"), "hosts.worker.fabric[0].address", "192.168.200.3/24"),
-    ("address-garbage", _set("hosts.worker.fabric[0].address", "192.168.300.3/24"), "hosts.worker.fabric[0].address", "IPv4 address"),
+    (
+        "address-without-prefix",
+        _set("hosts.worker.fabric[0].address", "192.168.200.3"),
+        "hosts.worker.fabric[0].address",
+        "192.168.200.3/24",
+    ),
+    (
+        "address-garbage",
+        _set("hosts.worker.fabric[0].address", "192.168.300.3/24"),
+        "hosts.worker.fabric[0].address",
+        "IPv4 address",
+    ),
     ("mtu-range", _set("hosts.worker.fabric[0].mtu", 90000), "hosts.worker.fabric[0].mtu", "must be <= 9216"),
     ("max-model-len-auto", _set("runtime.max_model_len", "auto"), "runtime.max_model_len", "sparkctl needs the number"),
     ("max-model-len-junk", _set("runtime.max_model_len", "lots"), "runtime.max_model_len", "not a token count"),
     ("relative-cache-path", _set("caches", {"host_path": "cache"}), "caches.host_path", "absolute path"),
     ("home-cache-path", _set("caches", {"host_path": "/home/$USER/cache"}), "caches.host_path", "no ~ or $VARIABLES"),
-    ("host-name", _set("hosts", {**base()["hosts"], "bad name": base()["hosts"]["offload"]}), "hosts['bad name']", "is not allowed"),
+    (
+        "host-name",
+        _set("hosts", {**base()["hosts"], "bad name": base()["hosts"]["offload"]}),
+        "hosts['bad name']",
+        "is not allowed",
+    ),
     ("missing-section", _set("runtime", DELETE), "runtime:", "required key is missing"),
     ("missing-key", _set("runtime.image", DELETE), "runtime.image:", "required key is missing"),
     ("empty-text", _set("runtime.image", ""), "runtime.image", "must not be empty"),
@@ -226,7 +324,9 @@ def test_rule(tmp_path, capsys, mutate, field, words):
     assert any(str(path) in line and words in line for line in lines), err
 
 
-@pytest.mark.parametrize("mutate, field, words", [r[1:] for r in RULES[:6] + RULES[36:39]], ids=[r[0] for r in RULES[:6] + RULES[36:39]])
+@pytest.mark.parametrize(
+    "mutate, field, words", [r[1:] for r in RULES[:6] + RULES[36:39]], ids=[r[0] for r in RULES[:6] + RULES[36:39]]
+)
 def test_rule_json(tmp_path, capsys, mutate, field, words):
     data = copy.deepcopy(base())
     mutate(data)

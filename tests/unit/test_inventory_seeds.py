@@ -29,6 +29,7 @@ def seed_texts():
             pytest.fail(f"{why}; CI copies them there, so this must not happen", pytrace=False)
         pytest.skip(why)
 
+
 SEED_INVENTORIES = {
     "dspark-recipe.yaml": "002",
     "splice-build.yaml": "000",
@@ -37,14 +38,36 @@ SEED_INVENTORIES = {
 # Keys whose value the seed gives: each must be on a seed-tagged line (so deleting a comment fails).
 MUST_BE_TAGGED = {
     "dspark-recipe.yaml": {
-        "address", "image", "model", "served_model_name", "port", "tensor_parallel_size", "kv_cache_dtype",
-        "block_size", "gpu_memory_utilization", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
-        "kv_pool_tokens", "moe_backend", "method", "num_speculative_tokens",
+        "address",
+        "image",
+        "model",
+        "served_model_name",
+        "port",
+        "tensor_parallel_size",
+        "kv_cache_dtype",
+        "block_size",
+        "gpu_memory_utilization",
+        "max_model_len",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "kv_pool_tokens",
+        "moe_backend",
+        "method",
+        "num_speculative_tokens",
         "VLLM_DSPARK_GPU_REJECTED_CONTEXT_MASK",
     },
     "splice-build.yaml": {
-        "speed_gbps", "count", "memory_gib", "tensor_parallel_size", "max_model_len", "max_num_seqs",
-        "kv_pool_tokens", "num_speculative_tokens", "draft_tensor_parallel_size", "size_gib", "min_free_gib",
+        "speed_gbps",
+        "count",
+        "memory_gib",
+        "tensor_parallel_size",
+        "max_model_len",
+        "max_num_seqs",
+        "kv_pool_tokens",
+        "num_speculative_tokens",
+        "draft_tensor_parallel_size",
+        "size_gib",
+        "min_free_gib",
     },
 }
 
@@ -135,7 +158,7 @@ def test_every_seed_number_is_traceable(name, seed_texts):
 
 
 # The checker itself must be able to fail.
-SEED = 'KV cache: nvfp4_ds_mla, 256-block size. Context: 262K max_model_len. Pool ~2.83M tokens. at most four streams.'
+SEED = "KV cache: nvfp4_ds_mla, 256-block size. Context: 262K max_model_len. Pool ~2.83M tokens. at most four streams."
 
 
 @pytest.mark.parametrize(
@@ -146,7 +169,7 @@ SEED = 'KV cache: nvfp4_ds_mla, 256-block size. Context: 262K max_model_len. Poo
         'kv_pool_tokens: 2830000  # seed 002: "Pool ~2.83M tokens"',
         'max_num_seqs: 4  # seed 002: "at most four streams"',
         'kv_cache_dtype: nvfp4_ds_mla  # seed 002: "KV cache: nvfp4_ds_mla"',
-        'port: 8000  # not in seed: vLLM default',
+        "port: 8000  # not in seed: vLLM default",
     ],
 )
 def test_checker_accepts_traceable_lines(line):
@@ -159,7 +182,7 @@ def test_checker_accepts_traceable_lines(line):
         ('block_size: 128  # seed 002: "256-block size"', "does not appear"),
         ('block_size: 256  # seed 002: "256 block size"', "not in seed 002 verbatim"),
         ('max_model_len: 300000  # seed 002: "262K max_model_len"', "does not appear"),
-        ('max_num_seqs: 4', "neither a seed quote"),
+        ("max_num_seqs: 4", "neither a seed quote"),
         ('max_num_seqs: 4  # seed 000: "at most four streams"', "cites seed 000"),
         ('kv_cache_dtype: fp8  # seed 002: "KV cache: nvfp4_ds_mla"', "does not appear"),
     ],

@@ -115,7 +115,11 @@ def test_config_hash_follows_the_config():
     plan = render(load())
     labels = {c.role: c.labels["io.sparkctl.config-hash"] for c in plan.containers}
     # one hash per restart group: the engine (head + worker) restarts together, the drafter alone
-    assert labels == {"head": plan.group_hashes["engine"], "worker": plan.group_hashes["engine"], "drafter": plan.group_hashes["drafter"]}
+    assert labels == {
+        "head": plan.group_hashes["engine"],
+        "worker": plan.group_hashes["engine"],
+        "drafter": plan.group_hashes["drafter"],
+    }
     assert all(plan.expected_hash(c.name) == c.labels["io.sparkctl.config-hash"] for c in plan.containers)
 
 
@@ -143,6 +147,7 @@ def test_real_clusters_get_unlimited_memlock_for_rdma():
 
 
 # ---- the mp executor (vLLM's multi-node multiprocessing, no Ray) ----------------------------------
+
 
 def mp_argv(inv: Inventory, role: str) -> list[str]:
     return next(c for c in render(inv).containers if c.role == role).command
@@ -197,7 +202,11 @@ def test_every_rendered_vllm_serve_line_parses_with_vllm_033s_parser(seed, backe
         if spec.role == "drafter":
             continue
         r = inv.runtime
-        assert (cfg.model, cfg.tensor_parallel_size, cfg.distributed_executor_backend) == (r.model, r.tensor_parallel_size, backend)
+        assert (cfg.model, cfg.tensor_parallel_size, cfg.distributed_executor_backend) == (
+            r.model,
+            r.tensor_parallel_size,
+            backend,
+        )
         assert (cfg.max_model_len, cfg.max_num_seqs, cfg.kv_cache_dtype) == (r.max_model_len, r.max_num_seqs, r.kv_cache_dtype)
         if backend == "mp":
             assert (cfg.nnodes, cfg.node_rank, cfg.headless) == (2, 0 if spec.role == "head" else 1, spec.role == "worker")

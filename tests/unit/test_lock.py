@@ -14,8 +14,13 @@ from sparkctl.lock import STALE_AFTER, Holder, LockHeld, _process_start, parse_h
 
 def _record(**over) -> dict:
     doc = {
-        "user": "oncall", "pid": os.getpid(), "host": socket.gethostname(), "command": "sparkctl up --force",
-        "started_at": time.time() - 95, "token": "4c1d", "pid_start": _process_start(os.getpid()),
+        "user": "oncall",
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "command": "sparkctl up --force",
+        "started_at": time.time() - 95,
+        "token": "4c1d",
+        "pid_start": _process_start(os.getpid()),
     }
     doc.update(over)
     return doc

@@ -41,4 +41,7 @@ def test_render_warns_on_stderr_and_in_json(tmp_path):
     doc = json.loads(subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=60, check=True).stdout)
     assert len(doc["warnings"]) == 1 and "flashinfer_b12x" in doc["warnings"][0]
     path.write_text(yaml.safe_dump(inventory()))
-    assert json.loads(subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=60, check=True).stdout)["warnings"] == []
+    assert (
+        json.loads(subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=60, check=True).stdout)["warnings"]
+        == []
+    )

@@ -98,8 +98,13 @@ def test_the_lab_is_hidden_where_it_is_not_installed(tmp_path):
     assert any(line.split()[:1] == ["lab"] for line in with_lab.stdout.splitlines())
 
 
-@pytest.mark.parametrize("argv", [["bench", "report", "r.json", "--out", "rep"],
-                                  ["bench", "--endpoint", "http://127.0.0.1:9/v1", "--report", "rep", "--json"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench", "report", "r.json", "--out", "rep"],
+        ["bench", "--endpoint", "http://127.0.0.1:9/v1", "--report", "rep", "--json"],
+    ],
+)
 def test_plots_need_the_report_extra(argv, tmp_path):
     (tmp_path / "r.json").write_text("{}")
     r = without("matplotlib", *argv, cwd=tmp_path)

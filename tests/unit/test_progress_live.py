@@ -15,10 +15,14 @@ from rich.console import Console
 from sparkctl.cli.steps_output import LiveReport, shorten
 from sparkctl.steps.base import StepResult
 
-LONG = ("image ID matches on every node: 10.231.0.1:5000/sparkctl/vllm-sim:0.1 present as "
-        "sha256:4f2a9c0e1b7d on head, worker and offload, nothing to pull")
-FIX = ("free the GPU on spark-b: stop the process that holds it (nvidia-smi lists it) or pass --ignore "
-       "gpu.free when you know it is harmless")
+LONG = (
+    "image ID matches on every node: 10.231.0.1:5000/sparkctl/vllm-sim:0.1 present as "
+    "sha256:4f2a9c0e1b7d on head, worker and offload, nothing to pull"
+)
+FIX = (
+    "free the GPU on spark-b: stop the process that holds it (nvidia-smi lists it) or pass --ignore "
+    "gpu.free when you know it is harmless"
+)
 
 
 def _console(terminal: bool, width: int = 80) -> tuple[Console, io.StringIO]:
@@ -51,8 +55,7 @@ def test_terminal_lines_fit_and_break_at_words():
     console, out = _console(terminal=True)
     with LiveReport(quiet=False, console=console) as live:
         live.result(StepResult("images", "head", "ok", LONG))
-        live.result(StepResult("preflight", "spark-b", "failed", "gpu.free: GPU 0 is used by process 4242 (python)",
-                               fix=FIX))
+        live.result(StepResult("preflight", "spark-b", "failed", "gpu.free: GPU 0 is used by process 4242 (python)", fix=FIX))
     lines = _screen_lines(out)
     assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
     # the finished line (the live block, refreshed on its own clock, may show the host's line first)

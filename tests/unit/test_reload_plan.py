@@ -66,7 +66,9 @@ def cluster_facts(new: Inventory, running: Inventory | None, held: str = ID1, go
     return out
 
 
-def checked(new: Inventory, running: Inventory | None = INV, *, held: str = ID1, gone: tuple[str, ...] = (), force=False) -> Recap:
+def checked(
+    new: Inventory, running: Inventory | None = INV, *, held: str = ID1, gone: tuple[str, ...] = (), force=False
+) -> Recap:
     """The reload playbook's runtime steps planned in check mode for NEW on that cluster."""
     ctx = RunContext(inventory=new, fleet=None, facts=cluster_facts(new, running, held, gone), check_mode=True, force=force)
     plans = [p for step in (StopStep(), RuntimeStep()) for p in step.plan(ctx).values()]
@@ -185,8 +187,12 @@ def test_drain_counts_from_vllms_own_shutdown_lines():
     from sparkctl.steps.runtime import drain_from_log
 
     prefix = "(EngineCore pid=2) INFO 12-01 01:00:00 [core.py:%d] "
-    drained = (prefix % 1732 + "[shutdown] EngineCore: draining in-flight requests count=3 timeout=30s\n"
-               + prefix % 1743 + "[shutdown] EngineCore: request processing complete; starting resource teardown\n")
+    drained = (
+        prefix % 1732
+        + "[shutdown] EngineCore: draining in-flight requests count=3 timeout=30s\n"
+        + prefix % 1743
+        + "[shutdown] EngineCore: request processing complete; starting resource teardown\n"
+    )
     assert drain_from_log(drained) == ({"in_flight": 3, "finished": 3, "cut": 0}, 3)
     aborted = prefix % 1721 + "[shutdown] EngineCore: aborting in-flight requests count=2\n"
     assert drain_from_log(aborted) == ({"in_flight": 2, "finished": 0, "cut": 2}, 2)
@@ -225,7 +231,10 @@ def test_a_run_restarts_only_what_the_plan_confirmed():
                          options={"confirmed_restart": shown.containers})  # fmt: skip
         first = next(iter(StopStep().plan(run).values()))
         assert bool(first.blocked) is refused, first
-    assert "the plan restarts sparkctl-drafter, this run would restart sparkctl-drafter, sparkctl-worker, sparkctl-head" in first.blocked
+    assert (
+        "the plan restarts sparkctl-drafter, this run would restart sparkctl-drafter, sparkctl-worker, sparkctl-head"
+        in first.blocked
+    )
     assert "nothing was stopped" in first.blocked
 
 

@@ -90,7 +90,9 @@ def test_a_gate_runs_just_before_the_first_change_and_a_failing_gate_stops_it():
 
 def test_the_first_failed_step_stops_the_run_and_later_steps_say_why():
     log = []
-    recap = run([stage(Fake("a", {h: ["x"] for h in HOSTS}, fail_on="worker", log=log)), stage(Fake("b", {"head": ["y"]}, log=log))])
+    recap = run(
+        [stage(Fake("a", {h: ["x"] for h in HOSTS}, fail_on="worker", log=log)), stage(Fake("b", {"head": ["y"]}, log=log))]
+    )
     assert statuses(recap, "a") == {"head": "changed", "worker": "failed", "offload": "changed"}
     assert statuses(recap, "b") == {h: "skipped" for h in HOSTS}
     assert {s for s, *_ in log} == {"a"}
@@ -130,7 +132,17 @@ def test_without_in_order_hosts_apply_at_once():
 
 def test_the_shipped_playbooks_are_data_the_runner_understands():
     up = load_playbook("up")
-    assert [s.step for s in up.steps] == ["preflight", "fabric", "images", "caches", "engram", "stop", "runtime", "throughput", "record"]
+    assert [s.step for s in up.steps] == [
+        "preflight",
+        "fabric",
+        "images",
+        "caches",
+        "engram",
+        "stop",
+        "runtime",
+        "throughput",
+        "record",
+    ]
     assert [s.step for s in load_playbook("reload").steps] == [s.step for s in up.steps]
     assert [s.step for s in up.steps if s.gate] == ["preflight"]
     assert {s.step for s in up.steps if s.in_order} == {"stop", "runtime"}

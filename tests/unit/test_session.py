@@ -116,13 +116,21 @@ def test_doctor_names_a_refused_key_and_a_changed_host_key_by_the_transports_rea
     other.__exit__()
     changed = tmp_path / "changed_known_hosts"
     changed.write_text(f"[127.0.0.3]:{sshd.ports[2]} {other.host_key.get_name()} {other.host_key.get_base64()}\n")
-    inv = sshd.inventory(tmp_path, hosts={"worker": {"key": str(other.client_key_file)}, "offload": {"known_hosts": str(changed)}})
+    inv = sshd.inventory(
+        tmp_path, hosts={"worker": {"key": str(other.client_key_file)}, "offload": {"known_hosts": str(changed)}}
+    )
     report = doctor(inv, only=["ssh"])
     got = {(r.name, r.host): (r.status, r.message) for r in report.results if r.name in ("ssh.reachable", "ssh.host_key")}
     assert got[("ssh.reachable", "head")][0] == got[("ssh.host_key", "head")][0] == "ok"
     assert got[("ssh.reachable", "worker")][0] == "failed" and "authentication failed" in got[("ssh.reachable", "worker")][1]
-    assert got[("ssh.host_key", "worker")] == ("ok", f"host key verified against {sshd.known_hosts}; authentication failed (see ssh.reachable)")
-    assert got[("ssh.reachable", "offload")] == ("ok", f"sshd answers at root@127.0.0.3:{sshd.ports[2]} (its host key is refused: see ssh.host_key)")
+    assert got[("ssh.host_key", "worker")] == (
+        "ok",
+        f"host key verified against {sshd.known_hosts}; authentication failed (see ssh.reachable)",
+    )
+    assert got[("ssh.reachable", "offload")] == (
+        "ok",
+        f"sshd answers at root@127.0.0.3:{sshd.ports[2]} (its host key is refused: see ssh.host_key)",
+    )
     assert got[("ssh.host_key", "offload")][0] == "failed" and "HOST KEY CHANGED" in got[("ssh.host_key", "offload")][1]
     assert report.timings.keys() == {"head", "worker", "offload"} and report.failed
 

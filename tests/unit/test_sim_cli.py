@@ -11,8 +11,13 @@ from sparkctl_lab.sim import harness
 
 
 def run(module: str, *args: str, tmp_path, timeout: float = 20.0, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(harness.module_argv(module, *args), env=harness.sim_env(str(tmp_path), **env),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        harness.module_argv(module, *args),
+        env=harness.sim_env(str(tmp_path), **env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.parametrize(
@@ -34,8 +39,19 @@ def test_bad_flags_fail_like_vllm_argparse(tmp_path, args, expected):
 
 
 def test_batched_tokens_below_max_num_seqs_fails_at_startup(tmp_path):
-    done = run("vllm_cli", "serve", "/models/m", "--max-num-seqs", "8", "--max-num-batched-tokens", "4",
-               "--port", str(harness.free_port()), tmp_path=tmp_path, SIM_TIME_SCALE="0.001")
+    done = run(
+        "vllm_cli",
+        "serve",
+        "/models/m",
+        "--max-num-seqs",
+        "8",
+        "--max-num-batched-tokens",
+        "4",
+        "--port",
+        str(harness.free_port()),
+        tmp_path=tmp_path,
+        SIM_TIME_SCALE="0.001",
+    )
     assert done.returncode == 1
     assert "ValidationError: 1 validation error for SchedulerConfig" in done.stderr
     assert "max_num_batched_tokens (4) must be greater than or equal to max_num_seqs (8)" in done.stderr
@@ -43,8 +59,18 @@ def test_batched_tokens_below_max_num_seqs_fails_at_startup(tmp_path):
 
 
 def test_max_model_len_above_kv_pool_fails_with_vllms_message(tmp_path):
-    done = run("vllm_cli", "serve", "/models/m", "--max-model-len", "1M", "--port", str(harness.free_port()),
-               tmp_path=tmp_path, SIM_TIME_SCALE="0.001", SIM_KV_POOL_TOKENS="500000")
+    done = run(
+        "vllm_cli",
+        "serve",
+        "/models/m",
+        "--max-model-len",
+        "1M",
+        "--port",
+        str(harness.free_port()),
+        tmp_path=tmp_path,
+        SIM_TIME_SCALE="0.001",
+        SIM_KV_POOL_TOKENS="500000",
+    )
     assert done.returncode == 1
     assert "To serve at least one request with the models's max seq len (1048576)" in done.stderr
     assert "the estimated maximum model length is 500000" in done.stderr
@@ -92,8 +118,12 @@ def test_module_imports_only_the_standard_library():
         "not mod.__file__.startswith(std) and not m.startswith('sparkctl')];"
         "print(bad); sys.exit(1 if bad else 0)"
     )
-    done = subprocess.run([sys.executable, "-S", "-c", "import sys; sys.path.insert(0, '.');" + code],
-                          capture_output=True, text=True, cwd=harness.sim_env("/tmp")["PYTHONPATH"].split(":")[0])
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", "import sys; sys.path.insert(0, '.');" + code],
+        capture_output=True,
+        text=True,
+        cwd=harness.sim_env("/tmp")["PYTHONPATH"].split(":")[0],
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -101,8 +131,9 @@ def test_moe_backend_names_follow_the_checkpoints_quantization_path(tmp_path):
     # item 1 (simulator side): vLLM 0.33 logs the enum name; MXFP4 has no flashinfer_b12x (fused_moe/oracle/mxfp4.py)
     def start(quant: str, backend: str, expect_rc: int | None):
         port = harness.free_port()
-        argv = harness.module_argv("vllm_cli", "serve", "/models/m", "--port", str(port), "--max-model-len", "65536",
-                                   "--moe-backend", backend)
+        argv = harness.module_argv(
+            "vllm_cli", "serve", "/models/m", "--port", str(port), "--max-model-len", "65536", "--moe-backend", backend
+        )
         env = harness.sim_env(str(tmp_path), SIM_TIME_SCALE="0.001", SIM_CHECKPOINT_QUANT=quant)
         proc = harness.Proc(f"{quant}-{backend}", argv, env, str(tmp_path / f"{quant}-{backend}.log")).start()
         try:
@@ -125,14 +156,32 @@ def test_moe_backend_names_follow_the_checkpoints_quantization_path(tmp_path):
 @pytest.mark.parametrize(
     "args, expected",
     [  # entrypoints/cli/serve.py, engine/arg_utils.py, config/parallel.py (vLLM 0.33.0)
-        (["--nnodes", "2", "--node-rank", "1", "--headless", "--api-server-count", "1"],
-         "ValueError: --api-server-count=1 cannot be used with --headless (no API servers are started in headless mode)."),
-        (["--tensor-parallel-size", "3", "--nnodes", "2", "--node-rank", "1", "--headless"],
-         "ValueError: Invalid data-parallel launch options: `--nnodes 2` must evenly divide the total world size (3)."),
-        (["--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", "2", "--headless"],
-         "`--node-rank` must be between 0 and 1; got `--node-rank 2`."),
-        (["--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", "1", "--headless", "--distributed-executor-backend", "ray"],
-         "ValueError: nnodes > 1 can only be set when distributed executor backend is mp, uni or external_launcher."),
+        (
+            ["--nnodes", "2", "--node-rank", "1", "--headless", "--api-server-count", "1"],
+            "ValueError: --api-server-count=1 cannot be used with --headless (no API servers are started in headless mode).",
+        ),
+        (
+            ["--tensor-parallel-size", "3", "--nnodes", "2", "--node-rank", "1", "--headless"],
+            "ValueError: Invalid data-parallel launch options: `--nnodes 2` must evenly divide the total world size (3).",
+        ),
+        (
+            ["--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", "2", "--headless"],
+            "`--node-rank` must be between 0 and 1; got `--node-rank 2`.",
+        ),
+        (
+            [
+                "--tensor-parallel-size",
+                "2",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                "1",
+                "--headless",
+                "--distributed-executor-backend",
+                "ray",
+            ],
+            "ValueError: nnodes > 1 can only be set when distributed executor backend is mp, uni or external_launcher.",
+        ),
     ],
 )
 def test_multinode_launch_options_vllm_refuses(tmp_path, args, expected):
@@ -146,10 +195,12 @@ def test_flashinfer_b12x_is_refused_for_a_checkpoint_that_sets_swiglu_limit(tmp_
     # NVFP4_BACKENDS_WITH_CLAMP is refused when the model config sets swiglu_limit (DeepSeek V4 does)
     def start(backend: str, expect_rc: int | None) -> str:
         port = harness.free_port()
-        argv = harness.module_argv("vllm_cli", "serve", "/models/m", "--port", str(port), "--max-model-len", "65536",
-                                   "--moe-backend", backend)
-        env = harness.sim_env(str(tmp_path), SIM_TIME_SCALE="0.001", SIM_CHECKPOINT_QUANT="nvfp4",
-                              SIM_CHECKPOINT_SWIGLU_LIMIT="10.0")
+        argv = harness.module_argv(
+            "vllm_cli", "serve", "/models/m", "--port", str(port), "--max-model-len", "65536", "--moe-backend", backend
+        )
+        env = harness.sim_env(
+            str(tmp_path), SIM_TIME_SCALE="0.001", SIM_CHECKPOINT_QUANT="nvfp4", SIM_CHECKPOINT_SWIGLU_LIMIT="10.0"
+        )
         proc = harness.Proc(f"swiglu-{backend}", argv, env, str(tmp_path / f"swiglu-{backend}.log")).start()
         try:
             if expect_rc is None:
@@ -161,8 +212,12 @@ def test_flashinfer_b12x_is_refused_for_a_checkpoint_that_sets_swiglu_limit(tmp_
             proc.stop()
 
     log = start("flashinfer_b12x", 1)
-    assert ("ValueError: Model sets swiglu_limit=10.0, but the explicitly requested moe_backend='flashinfer_b12x' does "
-            "not apply the SwiGLU clamp.") in log and "EngineCore failed to start." in log
+    assert (
+        "ValueError: Model sets swiglu_limit=10.0, but the explicitly requested moe_backend='flashinfer_b12x' does "
+        "not apply the SwiGLU clamp."
+    ) in log and "EngineCore failed to start." in log
     log = start("b12x", None)  # the same GB10 kernels with the clamp; the list drops FLASHINFER_CUTEDSL_BATCHED
-    assert "Using 'B12X' NvFp4 MoE backend out of potential backends: ['FLASHINFER_TRTLLM', 'FLASHINFER_CUTEDSL', " \
-           "'FLASHINFER_CUTLASS'," in log
+    assert (
+        "Using 'B12X' NvFp4 MoE backend out of potential backends: ['FLASHINFER_TRTLLM', 'FLASHINFER_CUTEDSL', "
+        "'FLASHINFER_CUTLASS'," in log
+    )

@@ -27,8 +27,9 @@ class Cluster:
     def __init__(self, tmp: str, **env: str):
         self.tmp = tmp
         self.gcs_port = harness.free_port()
-        self.env = harness.sim_env(tmp, SIM_TIME_SCALE="0.002", SIM_STEP_TIME_SCALE="0.005",
-                                   SIM_RAY_HEALTH_TIMEOUT="3", SIM_DEATH_LINGER="1", **env)
+        self.env = harness.sim_env(
+            tmp, SIM_TIME_SCALE="0.002", SIM_STEP_TIME_SCALE="0.005", SIM_RAY_HEALTH_TIMEOUT="3", SIM_DEATH_LINGER="1", **env
+        )
         self.procs: list[harness.Proc] = []
 
     def ray(self, *args: str) -> subprocess.CompletedProcess:
@@ -46,20 +47,52 @@ class Cluster:
         if home:
             env["HOME"] = home
             os.makedirs(home, exist_ok=True)
-        p = harness.Proc("worker", harness.module_argv("ray_cli", "start", f"--address=127.0.0.1:{self.gcs_port}", "--block"),
-                         env, os.path.join(self.tmp, f"worker-{len(self.procs)}.log")).start()
+        p = harness.Proc(
+            "worker",
+            harness.module_argv("ray_cli", "start", f"--address=127.0.0.1:{self.gcs_port}", "--block"),
+            env,
+            os.path.join(self.tmp, f"worker-{len(self.procs)}.log"),
+        ).start()
         self.procs.append(p)
         assert p.wait_log("Ray runtime started.", 20), p.log()
         return p
 
-    def serve(self, *extra: str, port: int | None = None, name: str = "vllm", env: dict | None = None, tp: int = 2) -> tuple[harness.Proc, int]:
+    def serve(
+        self, *extra: str, port: int | None = None, name: str = "vllm", env: dict | None = None, tp: int = 2
+    ) -> tuple[harness.Proc, int]:
         port = port or harness.free_port()
         argv = harness.module_argv(
-            "vllm_cli", "serve", MODEL, "--tensor-parallel-size", str(tp), "--distributed-executor-backend", "ray",
-            "--kv-cache-dtype", "fp8_ds_mla", "--block-size", "256", "--gpu-memory-utilization", "0.85",
-            "--max-model-len", "327680", "--max-num-seqs", "4", "--max-num-batched-tokens", "8192",
-            "--speculative-config", SPEC, "--moe-backend", "flashinfer_b12x", "--host", "127.0.0.1",
-            "--port", str(port), "--shutdown-timeout", "5", *extra)
+            "vllm_cli",
+            "serve",
+            MODEL,
+            "--tensor-parallel-size",
+            str(tp),
+            "--distributed-executor-backend",
+            "ray",
+            "--kv-cache-dtype",
+            "fp8_ds_mla",
+            "--block-size",
+            "256",
+            "--gpu-memory-utilization",
+            "0.85",
+            "--max-model-len",
+            "327680",
+            "--max-num-seqs",
+            "4",
+            "--max-num-batched-tokens",
+            "8192",
+            "--speculative-config",
+            SPEC,
+            "--moe-backend",
+            "flashinfer_b12x",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--shutdown-timeout",
+            "5",
+            *extra,
+        )
         p = harness.Proc(name, argv, {**self.env, **(env or {})}, os.path.join(self.tmp, f"{name}-{port}.log")).start()
         self.procs.append(p)
         return p, port
@@ -119,7 +152,9 @@ def test_worker_exits_when_the_head_goes_away(cluster):
 
 
 def _compile_seconds(log: str) -> float:
-    return float(re.findall(r"init engine \(profile, create kv cache, warmup model\) took [\d.]+ s \(compilation: ([\d.]+) s\)", log)[-1])
+    return float(
+        re.findall(r"init engine \(profile, create kv cache, warmup model\) took [\d.]+ s \(compilation: ([\d.]+) s\)", log)[-1]
+    )
 
 
 def _init_seconds(log: str) -> float:
@@ -135,8 +170,9 @@ def test_cold_then_warm_start_through_the_compile_cache(cluster, tmp_path):
     cold = vllm.log()
     assert "Compiling a graph for compile range (1, 8192) takes" in cold
     assert "Directly load the compiled graph(s)" not in cold
-    (hash_dir,) = os.listdir(cache / "torch_compile_cache" / "") and [d for d in os.listdir(cache / "torch_compile_cache")
-                                                                       if d != "torch_aot_compile"]
+    (hash_dir,) = os.listdir(cache / "torch_compile_cache" / "") and [
+        d for d in os.listdir(cache / "torch_compile_cache") if d != "torch_aot_compile"
+    ]
     for rank in (0, 1):  # both ranks wrote their artefacts (rank 1 from the worker node)
         backbone = cache / "torch_compile_cache" / hash_dir / f"rank_{rank}_0" / "backbone"
         assert (backbone / "vllm_compile_cache.py").exists()
@@ -158,9 +194,11 @@ def test_cold_then_warm_start_through_the_compile_cache(cluster, tmp_path):
     assert "[backbone] Directly load AOT compilation from path" in warm and "autotune cache loaded on rank 1" in warm
     assert_conforms(cold)
     assert_conforms(warm)
-    print(f"init engine: cold {_init_seconds(cold):.2f} s, warm {_init_seconds(warm):.2f} s "
-          f"(ratio {_init_seconds(cold) / _init_seconds(warm):.1f}x at SIM_TIME_SCALE=0.002; compile "
-          f"{_compile_seconds(cold):.2f} s vs {_compile_seconds(warm):.2f} s)")
+    print(
+        f"init engine: cold {_init_seconds(cold):.2f} s, warm {_init_seconds(warm):.2f} s "
+        f"(ratio {_init_seconds(cold) / _init_seconds(warm):.1f}x at SIM_TIME_SCALE=0.002; compile "
+        f"{_compile_seconds(cold):.2f} s vs {_compile_seconds(warm):.2f} s)"
+    )
     assert vllm2.stop() == 0
 
     # A scheduler change and a VLLM_* variable change the hash: a miss again.
@@ -191,10 +229,24 @@ def test_splice_head_waits_for_the_remote_drafter_and_dies_without_it(tmp_path):
         head, port = c.serve(tp=1, env={"SPLICE_DRAFTER_URL": f"http://127.0.0.1:{drafter_port}"}, name="head")
         assert head.wait_log("Waiting for the remote drafter at", 30) or head.wait_log("remote drafter at", 5), head.log()
         assert harness.port_state("127.0.0.1", port) == "refused"
-        drafter = harness.Proc("drafter", harness.module_argv(
-            "vllm_cli", "serve", "/models/drafter", "--host", "127.0.0.1", "--port", str(drafter_port),
-            "--tensor-parallel-size", "2", "--max-model-len", "32768"), {**c.env, "SIM_GPU_COUNT": "2"},
-            os.path.join(c.tmp, "drafter.log")).start()
+        drafter = harness.Proc(
+            "drafter",
+            harness.module_argv(
+                "vllm_cli",
+                "serve",
+                "/models/drafter",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(drafter_port),
+                "--tensor-parallel-size",
+                "2",
+                "--max-model-len",
+                "32768",
+            ),
+            {**c.env, "SIM_GPU_COUNT": "2"},
+            os.path.join(c.tmp, "drafter.log"),
+        ).start()
         c.procs.append(drafter)
         assert harness.wait_http(f"http://127.0.0.1:{port}/health", timeout=60, proc=head), head.log()[-3000:]
         assert f"Connected to remote drafter at http://127.0.0.1:{drafter_port}" in head.log()
@@ -227,17 +279,39 @@ def test_mp_multinode_head_waits_for_the_headless_worker_and_dies_at_its_next_st
     try:
         master_port = harness.free_port()
         port = harness.free_port()
-        common = ["--tensor-parallel-size", "2", "--distributed-executor-backend", "mp", "--nnodes", "2",
-                  "--master-addr", "127.0.0.1", "--master-port", str(master_port), "--max-model-len", "65536",
-                  "--moe-backend", "flashinfer_b12x"]
-        head = harness.Proc("mphead", harness.module_argv("vllm_cli", "serve", MODEL, *common, "--node-rank", "0",
-                                                          "--host", "127.0.0.1", "--port", str(port)),
-                            c.env, os.path.join(c.tmp, "mphead.log")).start()
+        common = [
+            "--tensor-parallel-size",
+            "2",
+            "--distributed-executor-backend",
+            "mp",
+            "--nnodes",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(master_port),
+            "--max-model-len",
+            "65536",
+            "--moe-backend",
+            "flashinfer_b12x",
+        ]
+        head = harness.Proc(
+            "mphead",
+            harness.module_argv(
+                "vllm_cli", "serve", MODEL, *common, "--node-rank", "0", "--host", "127.0.0.1", "--port", str(port)
+            ),
+            c.env,
+            os.path.join(c.tmp, "mphead.log"),
+        ).start()
         c.procs.append(head)
         time.sleep(1.0)
         assert harness.port_state("127.0.0.1", port) == "refused" and head.poll() is None
-        worker = harness.Proc("mpworker", harness.module_argv("vllm_cli", "serve", MODEL, *common, "--node-rank", "1", "--headless"),
-                              c.env, os.path.join(c.tmp, "mpworker.log")).start()
+        worker = harness.Proc(
+            "mpworker",
+            harness.module_argv("vllm_cli", "serve", MODEL, *common, "--node-rank", "1", "--headless"),
+            c.env,
+            os.path.join(c.tmp, "mpworker.log"),
+        ).start()
         c.procs.append(worker)
         url = f"http://127.0.0.1:{port}"
         assert harness.wait_http(f"{url}/health", timeout=60, proc=head), head.log()[-3000:]
@@ -249,7 +323,10 @@ def test_mp_multinode_head_waits_for_the_headless_worker_and_dies_at_its_next_st
         (rank1,) = _children(worker.pid)
         os.kill(rank1, signal.SIGKILL)
         assert worker.wait(30) == 0
-        assert "ERROR" in worker.log() and "Worker proc VllmWorker-1 died unexpectedly (exit code: -9), shutting down executor." in worker.log()
+        assert (
+            "ERROR" in worker.log()
+            and "Worker proc VllmWorker-1 died unexpectedly (exit code: -9), shutting down executor." in worker.log()
+        )
         # the head's monitor watches its own workers only: idle, it still answers 200 ...
         assert httpx.get(f"{url}/health").status_code == 200
         # ... and the next step's collective with the lost rank kills the engine

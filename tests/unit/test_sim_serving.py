@@ -29,13 +29,42 @@ class Server:
         self.port = harness.free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.faults = os.path.join(tmp, f"faults-{self.port}")
-        e = {"SIM_TIME_SCALE": "0.001", "SIM_STEP_TIME_SCALE": "0.005", "SIM_FAULTS_FILE": self.faults,
-             "VLLM_LOG_STATS_INTERVAL": "0.5", "VLLM_CACHE_ROOT": os.path.join(tmp, "cache"), **(env or {})}
+        e = {
+            "SIM_TIME_SCALE": "0.001",
+            "SIM_STEP_TIME_SCALE": "0.005",
+            "SIM_FAULTS_FILE": self.faults,
+            "VLLM_LOG_STATS_INTERVAL": "0.5",
+            "VLLM_CACHE_ROOT": os.path.join(tmp, "cache"),
+            **(env or {}),
+        }
         argv = harness.module_argv(
-            "vllm_cli", "serve", MODEL, "--served-model-name", NAME, "--host", "127.0.0.1", "--port", str(self.port),
-            "--max-model-len", "65536", "--max-num-seqs", "2", "--max-num-batched-tokens", "8192", "--block-size", "256",
-            "--kv-cache-dtype", "fp8_ds_mla", "--gpu-memory-utilization", "0.85", "--moe-backend", "flashinfer_b12x",
-            "--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": K}), *extra)
+            "vllm_cli",
+            "serve",
+            MODEL,
+            "--served-model-name",
+            NAME,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--max-model-len",
+            "65536",
+            "--max-num-seqs",
+            "2",
+            "--max-num-batched-tokens",
+            "8192",
+            "--block-size",
+            "256",
+            "--kv-cache-dtype",
+            "fp8_ds_mla",
+            "--gpu-memory-utilization",
+            "0.85",
+            "--moe-backend",
+            "flashinfer_b12x",
+            "--speculative-config",
+            json.dumps({"method": "mtp", "num_speculative_tokens": K}),
+            *extra,
+        )
         self.proc = harness.Proc(name, argv, harness.sim_env(tmp, **e), os.path.join(tmp, f"{name}-{self.port}.log")).start()
         assert harness.wait_http(self.base + "/health", timeout=60, proc=self.proc), self.proc.log()[-3000:]
         self.client = httpx.Client(base_url=self.base, timeout=60)
@@ -51,9 +80,9 @@ class Server:
     def spec(self) -> dict:
         m = self.metrics()
         return {
-            "drafts": m['vllm:spec_decode_num_drafts_total{}'],
-            "draft_tokens": m['vllm:spec_decode_num_draft_tokens_total{}'],
-            "accepted": m['vllm:spec_decode_num_accepted_tokens_total{}'],
+            "drafts": m["vllm:spec_decode_num_drafts_total{}"],
+            "draft_tokens": m["vllm:spec_decode_num_draft_tokens_total{}"],
+            "accepted": m["vllm:spec_decode_num_accepted_tokens_total{}"],
         }
 
     def complete(self, prompt: str, **kw) -> dict:
@@ -80,6 +109,7 @@ def mean_acceptance(before: dict, after: dict) -> float:
 
 # ---- API shapes ----
 
+
 def test_models_version_and_health(server):
     assert server.client.get("/health").status_code == 200
     assert server.client.get("/ping").status_code == 200
@@ -102,9 +132,16 @@ def test_completion_counts_and_is_deterministic_at_temperature_0(server):
 
 
 def test_chat_completion_with_thinking_disabled(server):
-    r = server.client.post("/v1/chat/completions", json={
-        "model": NAME, "messages": [{"role": "user", "content": "Write a Python function that sorts a list."}],
-        "max_tokens": 32, "temperature": 0, "chat_template_kwargs": {"enable_thinking": False}})
+    r = server.client.post(
+        "/v1/chat/completions",
+        json={
+            "model": NAME,
+            "messages": [{"role": "user", "content": "Write a Python function that sorts a list."}],
+            "max_tokens": 32,
+            "temperature": 0,
+            "chat_template_kwargs": {"enable_thinking": False},
+        },
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["object"] == "chat.completion"
@@ -115,9 +152,17 @@ def test_chat_completion_with_thinking_disabled(server):
 
 def test_streaming_with_include_usage(server):
     events = []
-    with server.client.stream("POST", "/v1/chat/completions", json={
-            "model": NAME, "messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 50,
-            "stream": True, "stream_options": {"include_usage": True}}) as r:
+    with server.client.stream(
+        "POST",
+        "/v1/chat/completions",
+        json={
+            "model": NAME,
+            "messages": [{"role": "user", "content": "Tell me a story."}],
+            "max_tokens": 50,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    ) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
         for line in r.iter_lines():
@@ -146,35 +191,51 @@ def test_prompt_longer_than_max_model_len_is_a_400(server):
     r = server.client.post("/v1/completions", json={"model": NAME, "prompt": "a " * 70000, "max_tokens": 1})
     assert r.status_code == 400
     err = r.json()["error"]
-    assert err == {"message": "This model's maximum context length is 65536 tokens. However, your prompt contains 70000 input "
-                              "tokens, which exceeds this limit even without any output tokens. Please reduce the length of "
-                              "the input prompt. (parameter=input_tokens, value=70000)",
-                   "type": "BadRequestError", "param": "input_tokens", "code": 400}
+    assert err == {
+        "message": "This model's maximum context length is 65536 tokens. However, your prompt contains 70000 input "
+        "tokens, which exceeds this limit even without any output tokens. Please reduce the length of "
+        "the input prompt. (parameter=input_tokens, value=70000)",
+        "type": "BadRequestError",
+        "param": "input_tokens",
+        "code": 400,
+    }
 
 
 def test_max_tokens_beyond_the_context_is_clamped_not_refused(server):
     # item 4: api_utils.get_max_tokens() takes min(max_model_len - prompt, max_tokens): no 400
-    r = server.client.post("/v1/completions", json={"model": NAME, "prompt": "a " * 65530, "max_tokens": 100,
-                                                    "ignore_eos": True, "temperature": 0})
+    r = server.client.post(
+        "/v1/completions", json={"model": NAME, "prompt": "a " * 65530, "max_tokens": 100, "ignore_eos": True, "temperature": 0}
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["usage"]["prompt_tokens"] == 65530 and body["usage"]["completion_tokens"] == 6
     assert body["choices"][0]["finish_reason"] == "length"
     # a prompt that fills the context leaves max_tokens 0: SamplingParams refuses it
     r = server.client.post("/v1/completions", json={"model": NAME, "prompt": "a " * 65536, "max_tokens": 5})
-    assert r.status_code == 400 and r.json()["error"]["message"] == "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)"
+    assert (
+        r.status_code == 400
+        and r.json()["error"]["message"] == "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)"
+    )
 
 
 def test_negative_or_too_high_temperature_is_a_400(server):
     # item 5: sampling_params.py _verify_args()
     r = server.client.post("/v1/completions", json={"model": NAME, "prompt": "hi", "temperature": -1})
     assert r.status_code == 400
-    assert r.json()["error"] == {"message": "temperature must be non-negative, got -1.0. (parameter=temperature, value=-1.0)",
-                                 "type": "BadRequestError", "param": "temperature", "code": 400}
-    r = server.client.post("/v1/chat/completions", json={"model": NAME, "messages": [{"role": "user", "content": "hi"}],
-                                                         "temperature": 2.5})
+    assert r.json()["error"] == {
+        "message": "temperature must be non-negative, got -1.0. (parameter=temperature, value=-1.0)",
+        "type": "BadRequestError",
+        "param": "temperature",
+        "code": 400,
+    }
+    r = server.client.post(
+        "/v1/chat/completions", json={"model": NAME, "messages": [{"role": "user", "content": "hi"}], "temperature": 2.5}
+    )
     assert r.status_code == 400 and r.json()["error"]["message"].startswith("temperature must be in [0, 2], got 2.5.")
-    assert server.client.post("/v1/completions", json={"model": NAME, "prompt": "hi", "max_tokens": 2, "temperature": 0}).status_code == 200
+    assert (
+        server.client.post("/v1/completions", json={"model": NAME, "prompt": "hi", "max_tokens": 2, "temperature": 0}).status_code
+        == 200
+    )
 
 
 def test_invalid_json_and_wrong_method_answer_like_fastapi(server):
@@ -183,8 +244,10 @@ def test_invalid_json_and_wrong_method_answer_like_fastapi(server):
     assert r.status_code == 400
     err = r.json()["error"]
     assert err["type"] == "Bad Request" and err["code"] == 400 and err["param"] == "body.1"
-    assert err["message"] == ("1 validation error:\n  {'type': 'json_invalid', 'loc': 'body.1', 'msg': 'JSON decode error', "
-                              "'input': '<dict of 0 items>', 'ctx': {'error': 'Expecting property name enclosed in double quotes'}}")
+    assert err["message"] == (
+        "1 validation error:\n  {'type': 'json_invalid', 'loc': 'body.1', 'msg': 'JSON decode error', "
+        "'input': '<dict of 0 items>', 'ctx': {'error': 'Expecting property name enclosed in double quotes'}}"
+    )
     r = server.client.post("/v1/chat/completions", json={"model": NAME})
     assert r.status_code == 400 and r.json()["error"]["param"] == "body.messages"
     assert "'type': 'missing', 'loc': 'body.messages', 'msg': 'Field required'" in r.json()["error"]["message"]
@@ -208,24 +271,39 @@ def test_a_body_no_route_read_does_not_corrupt_the_next_request_on_the_connectio
 def test_unknown_model_is_a_404(server):
     r = server.client.post("/v1/completions", json={"model": "other", "prompt": "hi"})
     assert r.status_code == 404
-    assert r.json()["error"] == {"message": f"The model `other` does not exist. Valid aliases: {NAME}.", "type": "NotFoundError",
-                                 "param": "model", "code": 404}
+    assert r.json()["error"] == {
+        "message": f"The model `other` does not exist. Valid aliases: {NAME}.",
+        "type": "NotFoundError",
+        "param": "model",
+        "code": 404,
+    }
 
 
 # ---- metrics ----
 
+
 def test_metrics_have_vllms_names_and_labels(server):
     server.complete("Tell me about the sea.", max_tokens=20)
     families = {f.name: f for f in text_string_to_metric_families(server.client.get("/metrics").text)}
-    for name, kind in [("vllm:num_requests_running", "gauge"), ("vllm:num_requests_waiting", "gauge"),
-                       ("vllm:kv_cache_usage_perc", "gauge"), ("vllm:prompt_tokens", "counter"),
-                       ("vllm:generation_tokens", "counter"), ("vllm:num_preemptions", "counter"),
-                       ("vllm:request_success", "counter"), ("vllm:prefix_cache_queries", "counter"),
-                       ("vllm:prefix_cache_hits", "counter"), ("vllm:time_to_first_token_seconds", "histogram"),
-                       ("vllm:inter_token_latency_seconds", "histogram"), ("vllm:e2e_request_latency_seconds", "histogram"),
-                       ("vllm:request_queue_time_seconds", "histogram"), ("vllm:spec_decode_num_drafts", "counter"),
-                       ("vllm:spec_decode_num_draft_tokens", "counter"), ("vllm:spec_decode_num_accepted_tokens", "counter"),
-                       ("vllm:spec_decode_num_accepted_tokens_per_pos", "counter")]:
+    for name, kind in [
+        ("vllm:num_requests_running", "gauge"),
+        ("vllm:num_requests_waiting", "gauge"),
+        ("vllm:kv_cache_usage_perc", "gauge"),
+        ("vllm:prompt_tokens", "counter"),
+        ("vllm:generation_tokens", "counter"),
+        ("vllm:num_preemptions", "counter"),
+        ("vllm:request_success", "counter"),
+        ("vllm:prefix_cache_queries", "counter"),
+        ("vllm:prefix_cache_hits", "counter"),
+        ("vllm:time_to_first_token_seconds", "histogram"),
+        ("vllm:inter_token_latency_seconds", "histogram"),
+        ("vllm:e2e_request_latency_seconds", "histogram"),
+        ("vllm:request_queue_time_seconds", "histogram"),
+        ("vllm:spec_decode_num_drafts", "counter"),
+        ("vllm:spec_decode_num_draft_tokens", "counter"),
+        ("vllm:spec_decode_num_accepted_tokens", "counter"),
+        ("vllm:spec_decode_num_accepted_tokens_per_pos", "counter"),
+    ]:
         assert name in families, name
         fam = families[name]
         assert fam.type == kind, (name, fam.type)
@@ -233,8 +311,11 @@ def test_metrics_have_vllms_names_and_labels(server):
             assert s.labels["model_name"] == NAME and s.labels["engine"] == "0", s
     reasons = {s.labels["finished_reason"] for s in families["vllm:request_success"].samples if s.name.endswith("_total")}
     assert {"stop", "length", "abort"} <= reasons
-    positions = {s.labels["position"] for s in families["vllm:spec_decode_num_accepted_tokens_per_pos"].samples
-                 if s.name.endswith("_total")}
+    positions = {
+        s.labels["position"]
+        for s in families["vllm:spec_decode_num_accepted_tokens_per_pos"].samples
+        if s.name.endswith("_total")
+    }
     assert positions == {str(i) for i in range(K)}
     ttft = [s for s in families["vllm:time_to_first_token_seconds"].samples if s.name.endswith("_count")]
     assert ttft[0].value >= 1
@@ -259,8 +340,17 @@ def test_metrics_vllm_033_adds_are_exported(server):
     assert page.total("vllm:request_prefill_kv_computed_tokens_count") >= 2
     # cache_config_info: CacheConfig's every field as a label, kv_cache_size_tokens among them
     info = page.cache_config()["0"]
-    assert {"block_size", "cache_dtype", "gpu_memory_utilization", "num_gpu_blocks", "kv_cache_size_tokens",
-            "kv_cache_max_concurrency", "enable_prefix_caching", "prefix_caching_hash_algo", "_block_size_resolved"} <= set(info)
+    assert {
+        "block_size",
+        "cache_dtype",
+        "gpu_memory_utilization",
+        "num_gpu_blocks",
+        "kv_cache_size_tokens",
+        "kv_cache_max_concurrency",
+        "enable_prefix_caching",
+        "prefix_caching_hash_algo",
+        "_block_size_resolved",
+    } <= set(info)
     state = server.client.get("/sim/state").json()
     assert page.kv_cache_size_tokens() == {"0": state["kv_pool_tokens"]} and info["block_size"] == "256"
 
@@ -270,17 +360,19 @@ def test_max_num_seqs_queueing_is_visible_in_metrics(server):
     with open(server.faults, "w") as f:
         f.write("slow_decode=40\n")  # hold requests in flight long enough to look
     time.sleep(0.6)
-    threads = [threading.Thread(target=server.complete, args=(f"Tell me about place {i}.",), kwargs={"max_tokens": 120})
-               for i in range(4)]
+    threads = [
+        threading.Thread(target=server.complete, args=(f"Tell me about place {i}.",), kwargs={"max_tokens": 120})
+        for i in range(4)
+    ]
     for t in threads:
         t.start()
     seen = None
     end = time.monotonic() + 10
     while time.monotonic() < end:
         m = server.metrics()
-        running, waiting = m['vllm:num_requests_running{}'], m['vllm:num_requests_waiting{}']
+        running, waiting = m["vllm:num_requests_running{}"], m["vllm:num_requests_waiting{}"]
         if running == 2 and waiting == 2:
-            seen = (running, waiting, m['vllm:kv_cache_usage_perc{}'])
+            seen = (running, waiting, m["vllm:kv_cache_usage_perc{}"])
             break
         time.sleep(0.02)
     os.remove(server.faults)
@@ -289,9 +381,9 @@ def test_max_num_seqs_queueing_is_visible_in_metrics(server):
     assert seen is not None, "never saw 2 running + 2 waiting with max_num_seqs=2"
     assert seen[2] > 0
     m = server.metrics()
-    assert m['vllm:num_requests_running{}'] == 0 and m['vllm:num_requests_waiting{}'] == 0
-    queued = m['vllm:request_queue_time_seconds_count{}'] - before['vllm:request_queue_time_seconds_count{}']
-    waited = m['vllm:request_queue_time_seconds_sum{}'] - before['vllm:request_queue_time_seconds_sum{}']
+    assert m["vllm:num_requests_running{}"] == 0 and m["vllm:num_requests_waiting{}"] == 0
+    queued = m["vllm:request_queue_time_seconds_count{}"] - before["vllm:request_queue_time_seconds_count{}"]
+    waited = m["vllm:request_queue_time_seconds_sum{}"] - before["vllm:request_queue_time_seconds_sum{}"]
     assert queued == 4 and waited > 0.05, (queued, waited)
 
 
@@ -304,15 +396,18 @@ def test_a_non_streaming_client_that_goes_away_has_its_request_aborted(server):
     time.sleep(0.6)
     try:
         with pytest.raises(httpx.ReadTimeout):
-            httpx.post(f"{server.base}/v1/completions", timeout=httpx.Timeout(10, read=1.0),
-                       json={"model": NAME, "prompt": "Count from 1 to 5000:", "max_tokens": 2000, "ignore_eos": True})
+            httpx.post(
+                f"{server.base}/v1/completions",
+                timeout=httpx.Timeout(10, read=1.0),
+                json={"model": NAME, "prompt": "Count from 1 to 5000:", "max_tokens": 2000, "ignore_eos": True},
+            )
         end = time.monotonic() + 10
-        while time.monotonic() < end and server.metrics()['vllm:num_requests_running{}'] != 0:
+        while time.monotonic() < end and server.metrics()["vllm:num_requests_running{}"] != 0:
             time.sleep(0.1)
         m = server.metrics()
     finally:
         os.remove(server.faults)
-    assert m['vllm:num_requests_running{}'] == 0 and m['vllm:num_requests_waiting{}'] == 0
+    assert m["vllm:num_requests_running{}"] == 0 and m["vllm:num_requests_waiting{}"] == 0
     done = 'vllm:request_success_total{"finished_reason": "length"}'
     assert m.get(done, 0) == before.get(done, 0)  # it was not decoded to max_tokens
 
@@ -323,8 +418,8 @@ def test_prefix_cache_hits_on_a_repeated_prompt(server):
     server.complete(prompt, max_tokens=4)
     server.complete(prompt, max_tokens=4)
     after = server.metrics()
-    queries = after['vllm:prefix_cache_queries_total{}'] - before['vllm:prefix_cache_queries_total{}']
-    hits = after['vllm:prefix_cache_hits_total{}'] - before['vllm:prefix_cache_hits_total{}']
+    queries = after["vllm:prefix_cache_queries_total{}"] - before["vllm:prefix_cache_queries_total{}"]
+    hits = after["vllm:prefix_cache_hits_total{}"] - before["vllm:prefix_cache_hits_total{}"]
     assert hits >= queries / 2 - 256
 
 
@@ -349,15 +444,19 @@ def test_acceptance_depends_on_the_workload_and_matches_the_configured_model(ser
     measured = {}
     for workload, prompt in PROMPTS.items():
         mal, prompt_len = measure(server, prompt, 1500)
-        expected = calibration.expected_acceptance_length(p[workload], K, prompt_len + 750, state["acceptance_decay"],
-                                                          state["acceptance_decay_tokens"])
+        expected = calibration.expected_acceptance_length(
+            p[workload], K, prompt_len + 750, state["acceptance_decay"], state["acceptance_decay_tokens"]
+        )
         print(f"{workload}: mean acceptance length measured {mal:.3f}, configured {expected:.3f}")
         assert abs(mal - expected) / expected < 0.04, (workload, mal, expected)
         measured[workload] = mal
     assert measured["counting"] > measured["code"] > measured["prose"]
     log = server.proc.log()
-    assert re.search(r"SpecDecoding metrics: Mean acceptance length: \d\.\d\d, .* Per-position acceptance rate: "
-                     r"(\d\.\d{3}, ){4}\d\.\d{3}, Avg Draft acceptance rate: \d+\.\d%", log)
+    assert re.search(
+        r"SpecDecoding metrics: Mean acceptance length: \d\.\d\d, .* Per-position acceptance rate: "
+        r"(\d\.\d{3}, ){4}\d\.\d{3}, Avg Draft acceptance rate: \d+\.\d%",
+        log,
+    )
 
 
 def test_acceptance_decays_with_context(server):
@@ -365,8 +464,9 @@ def test_acceptance_decays_with_context(server):
     short, short_len = measure(server, PROMPTS["code"], 300)
     long_prompt = PROMPTS["code"] + "\n" + "def f(x): return x\n" * 5000  # ~40K tokens of code context
     long, long_len = measure(server, long_prompt, 300)
-    expected = calibration.expected_acceptance_length(state["acceptance"]["code"], K, long_len + 150,
-                                                      state["acceptance_decay"], state["acceptance_decay_tokens"])
+    expected = calibration.expected_acceptance_length(
+        state["acceptance"]["code"], K, long_len + 150, state["acceptance_decay"], state["acceptance_decay_tokens"]
+    )
     print(f"code acceptance: {short:.2f} at {short_len} tokens, {long:.2f} at {long_len} tokens (configured {expected:.2f})")
     assert long_len > 40000
     assert long < short - 0.7
@@ -376,8 +476,9 @@ def test_acceptance_decays_with_context(server):
 def test_head_of_line_a_short_request_waits_behind_a_long_cold_prompt(server):
     def ttft(prompt: str, results: dict, key: str) -> None:
         t0 = time.monotonic()
-        with server.client.stream("POST", "/v1/completions", json={"model": NAME, "prompt": prompt, "max_tokens": 5,
-                                                                    "stream": True}) as r:
+        with server.client.stream(
+            "POST", "/v1/completions", json={"model": NAME, "prompt": prompt, "max_tokens": 5, "stream": True}
+        ) as r:
             lines = r.iter_lines()
             for line in lines:
                 if line.startswith("data: {"):
@@ -394,7 +495,7 @@ def test_head_of_line_a_short_request_waits_behind_a_long_cold_prompt(server):
     t_long = threading.Thread(target=ttft, args=(long_prompt, results, "long"))
     t_long.start()
     end = time.monotonic() + 10
-    while server.metrics()['vllm:num_requests_running{}'] < 1 and time.monotonic() < end:
+    while server.metrics()["vllm:num_requests_running{}"] < 1 and time.monotonic() < end:
         time.sleep(0.002)  # the long prompt is in prefill
     sent_during_prefill = "long" not in results
     ttft("Hello again.", results, "short")
@@ -407,6 +508,7 @@ def test_head_of_line_a_short_request_waits_behind_a_long_cold_prompt(server):
 
 
 # ---- Marlin fallback ----
+
 
 def test_marlin_fallback_warns_and_decodes_at_half_speed(tmp_path, server):
     marlin = Server(str(tmp_path), "--moe-backend", "marlin", name="marlin")
@@ -429,6 +531,7 @@ def test_marlin_fallback_warns_and_decodes_at_half_speed(tmp_path, server):
 
 
 # ---- the seeds' crash ----
+
 
 def test_concurrent_long_context_requests_crash_the_engine(tmp_path):
     s = Server(str(tmp_path), env={"SIM_CRASH_CONTEXT_TOKENS": "3000", "SIM_DEATH_LINGER": "3"}, name="crash")
@@ -458,10 +561,14 @@ def test_concurrent_long_context_requests_crash_the_engine(tmp_path):
 
 # ---- SIGTERM ----
 
+
 def _stream_until_done(s: Server, out: dict, max_tokens: int) -> None:
     try:
-        with s.client.stream("POST", "/v1/completions", json={"model": NAME, "prompt": "Tell me a long story.",
-                                                               "max_tokens": max_tokens, "stream": True}) as r:
+        with s.client.stream(
+            "POST",
+            "/v1/completions",
+            json={"model": NAME, "prompt": "Tell me a long story.", "max_tokens": max_tokens, "stream": True},
+        ) as r:
             for line in r.iter_lines():
                 if line.startswith("data: {"):
                     out["started"] = True
@@ -483,7 +590,9 @@ def test_sigterm_drains_in_flight_and_rejects_new(tmp_path):
     s.proc.signal(signal.SIGTERM)
     time.sleep(0.2)
     try:
-        rejected = httpx.post(s.base + "/v1/completions", json={"model": NAME, "prompt": "new", "max_tokens": 5}, timeout=5).status_code
+        rejected = httpx.post(
+            s.base + "/v1/completions", json={"model": NAME, "prompt": "new", "max_tokens": 5}, timeout=5
+        ).status_code
     except httpx.ConnectError:
         rejected = "refused"
     t.join(30)
@@ -517,9 +626,15 @@ def test_max_tokens_beyond_max_model_len_itself_is_a_400(server):
     r = server.client.post("/v1/completions", json={"model": NAME, "prompt": "hi", "max_tokens": 65537})
     assert r.status_code == 400 and r.json()["error"] == {
         "message": "max_tokens=65537 cannot be greater than max_model_len=65536. Please request fewer output tokens. "
-                   "(parameter=max_tokens, value=65537)", "type": "BadRequestError", "param": "max_tokens", "code": 400}
-    r = server.client.post("/v1/chat/completions", json={"model": NAME, "messages": [{"role": "user", "content": "hi"}],
-                                                         "max_completion_tokens": 70000})
+        "(parameter=max_tokens, value=65537)",
+        "type": "BadRequestError",
+        "param": "max_tokens",
+        "code": 400,
+    }
+    r = server.client.post(
+        "/v1/chat/completions",
+        json={"model": NAME, "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 70000},
+    )
     assert r.status_code == 400 and r.json()["error"]["param"] == "max_completion_tokens"
     assert server.client.post("/v1/completions", json={"model": NAME, "prompt": "hi", "max_tokens": 65536}).status_code == 200
 
@@ -528,11 +643,17 @@ def test_min_tokens_above_the_clamped_max_tokens_is_a_400(server):
     # sampling_params.py _verify_args(): min_tokens against max_tokens after get_max_tokens() clamped it
     r = server.client.post("/v1/completions", json={"model": NAME, "prompt": "a " * 65530, "max_tokens": 100, "min_tokens": 10})
     assert r.status_code == 400 and r.json()["error"] == {
-        "message": "min_tokens must be less than or equal to max_tokens=6, got 10.", "type": "BadRequestError",
-        "param": None, "code": 400}
+        "message": "min_tokens must be less than or equal to max_tokens=6, got 10.",
+        "type": "BadRequestError",
+        "param": None,
+        "code": 400,
+    }
     r = server.client.post("/v1/completions", json={"model": NAME, "prompt": "hi", "max_tokens": 4, "min_tokens": -1})
     assert r.status_code == 400 and "min_tokens must be greater than or equal to 0, got -1." == r.json()["error"]["message"]
-    assert server.client.post("/v1/completions", json={"model": NAME, "prompt": "hi", "max_tokens": 4, "min_tokens": 4}).status_code == 200
+    assert (
+        server.client.post("/v1/completions", json={"model": NAME, "prompt": "hi", "max_tokens": 4, "min_tokens": 4}).status_code
+        == 200
+    )
 
 
 def test_a_missing_api_key_is_a_401_in_the_middlewares_shape(tmp_path):

@@ -18,8 +18,16 @@ NVIDIA_STATIC = (REC / "netplan" / "40-cx7-static-node1.yaml").read_text()
 CX7 = "/etc/netplan/40-cx7.yaml"
 # an IPv4 link-local address as `ip -j addr` shows one (posted `ip addr`: "inet 169.254.152.138/16
 # brd 169.254.255.255 scope link eth0")
-LINK_LOCAL = {"family": "inet", "local": "169.254.41.7", "prefixlen": 16, "broadcast": "169.254.255.255",
-              "scope": "link", "label": "enp1s0f0np0", "valid_life_time": 4294967295, "preferred_life_time": 4294967295}
+LINK_LOCAL = {
+    "family": "inet",
+    "local": "169.254.41.7",
+    "prefixlen": 16,
+    "broadcast": "169.254.255.255",
+    "scope": "link",
+    "label": "enp1s0f0np0",
+    "valid_life_time": 4294967295,
+    "preferred_life_time": 4294967295,
+}
 
 
 def netplan_section(ours: str | None, others: dict[str, str] | None = None) -> str:
@@ -128,7 +136,11 @@ def test_netplan_file_lists_every_rail_with_mtu():
     doc = yaml.safe_load(netplan_text(inventory(), "worker"))
     eth = doc["network"]["ethernets"]
     assert eth["enp1s0f0np0"] == {
-        "dhcp4": False, "dhcp6": False, "link-local": ["ipv6"], "addresses": ["10.231.100.3/24"], "mtu": 9000,
+        "dhcp4": False,
+        "dhcp6": False,
+        "link-local": ["ipv6"],
+        "addresses": ["10.231.100.3/24"],
+        "mtu": 9000,
     }
     assert set(eth) == {"enp1s0f0np0", "enP2p1s0f0np0", "enp1s0f1np1"}
 
@@ -169,7 +181,9 @@ def test_a_taken_over_file_keeps_its_other_devices_and_the_next_plan_is_empty():
     (take,) = p.changes
     assert take.action == "take-over" and take.data["devices"] == ["enp1s0f0np0", "enP2p1s0f0np0", "enp1s0f1np1"]
     rest = yaml.safe_load(take.data["text"])
-    assert rest == {"network": {"version": 2, "ethernets": {"enP2p1s0f1np1": {"addresses": ["192.168.200.16/24"], "dhcp4": False}}}}
+    assert rest == {
+        "network": {"version": 2, "ethernets": {"enP2p1s0f1np1": {"addresses": ["192.168.200.16/24"], "dhcp4": False}}}
+    }
     assert "its other devices stay" in take.summary
     # after apply the file holds only the device that is not a rail: nothing left to do (idempotent)
     again = plan(ip_addr(), netplan_text(inv, "head"), inv, {CX7: take.data["text"]})

@@ -110,8 +110,17 @@ def test_transfer_deadline_grows_with_the_size():
     from sparkctl.inventory.models import SSHTarget
     from sparkctl.transport.ssh import MIN_TRANSFER_RATE, HostSession
 
-    target = SSHTarget(name="offload", address="10.231.0.13", user="root", port=22, key=None,
-                       known_hosts=Path("/nonexistent"), host_key_policy="strict", connect_timeout=10, timeout=60)
+    target = SSHTarget(
+        name="offload",
+        address="10.231.0.13",
+        user="root",
+        port=22,
+        key=None,
+        known_hosts=Path("/nonexistent"),
+        host_key_policy="strict",
+        connect_timeout=10,
+        timeout=60,
+    )
     s = HostSession(target)
     assert s.transfer_timeout(0) == 60
     assert s.transfer_timeout(300 * 2**30) == 60 + 300 * 2**30 / MIN_TRANSFER_RATE  # 300 GiB of Engram tables

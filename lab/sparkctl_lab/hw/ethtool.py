@@ -65,8 +65,9 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(driver_info(host, dev) if driver else settings(host, faults, dev))
         return 0
     if argv and argv[0] in ("-h", "--help"):
-        sys.stdout.write("ethtool DEVNAME\tDisplay standard information about device\n"
-                         "ethtool -i|--driver DEVNAME\tShow driver information\n")
+        sys.stdout.write(
+            "ethtool DEVNAME\tDisplay standard information about device\nethtool -i|--driver DEVNAME\tShow driver information\n"
+        )
         return 0
     sys.stderr.write("ethtool: bad command line argument(s)\nFor more information run ethtool -h\n")
     return 1

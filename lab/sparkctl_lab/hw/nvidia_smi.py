@@ -15,15 +15,40 @@ from sparkctl_lab.hw import state
 NO_DEVICES = "No devices were found"
 
 # the fields --query-gpu / --query-compute-apps answer; aliases map onto them
-GPU_FIELDS = ("index", "name", "uuid", "pci.bus_id", "driver_version", "count", "memory.total", "memory.used",
-              "memory.free", "temperature.gpu", "utilization.gpu", "utilization.memory", "power.draw", "power.limit",
-              "pstate", "persistence_mode", "compute_cap", "serial")
+GPU_FIELDS = (
+    "index",
+    "name",
+    "uuid",
+    "pci.bus_id",
+    "driver_version",
+    "count",
+    "memory.total",
+    "memory.used",
+    "memory.free",
+    "temperature.gpu",
+    "utilization.gpu",
+    "utilization.memory",
+    "power.draw",
+    "power.limit",
+    "pstate",
+    "persistence_mode",
+    "compute_cap",
+    "serial",
+)
 GPU_ALIASES = {"gpu_name": "name", "gpu_uuid": "uuid", "gpu_bus_id": "pci.bus_id", "persistence-mode": "persistence_mode"}
 APP_FIELDS = ("pid", "process_name", "used_memory", "gpu_uuid", "gpu_bus_id", "gpu_name")
 APP_ALIASES = {"name": "process_name", "used_gpu_memory": "used_memory"}
 # a field with a unit has it in its CSV header ("memory.total [MiB]") and after each value unless nounits
-UNITS = {"memory.total": "MiB", "memory.used": "MiB", "memory.free": "MiB", "utilization.gpu": "%",
-         "utilization.memory": "%", "power.draw": "W", "power.limit": "W", "used_memory": "MiB"}
+UNITS = {
+    "memory.total": "MiB",
+    "memory.used": "MiB",
+    "memory.free": "MiB",
+    "utilization.gpu": "%",
+    "utilization.memory": "%",
+    "power.draw": "W",
+    "power.limit": "W",
+    "used_memory": "MiB",
+}
 HEADERS = {"used_memory": "used_gpu_memory"}
 
 NA = "[N/A]"
@@ -117,10 +142,12 @@ def table(host, faults, gpus: list[dict]) -> str:
         gb10 = _is_gb10(g)
         mem = "Not Supported" if gb10 else f"{g['memory_used']}MiB /  {g['memory_total']}MiB"
         lines += [
-            row((f" {g['index']:>3}  {g['name']}", ("On" if gb10 else "Off") + " "),
-                (f"   {g['bus_id']}", "Off "), ("", "N/A ")),
-            row((" N/A   42C    P8" if gb10 else " 30%   35C    P8", ("4W /  N/A " if gb10 else "20W /  350W ")),
-                (f" {mem}" if gb10 else "", "" if gb10 else mem + " "), ("      0%", "Default ")),
+            row((f" {g['index']:>3}  {g['name']}", ("On" if gb10 else "Off") + " "), (f"   {g['bus_id']}", "Off "), ("", "N/A ")),
+            row(
+                (" N/A   42C    P8" if gb10 else " 30%   35C    P8", ("4W /  N/A " if gb10 else "20W /  350W ")),
+                (f" {mem}" if gb10 else "", "" if gb10 else mem + " "),
+                ("      0%", "Default "),
+            ),
             row(("", ""), ("", ""), ("", "N/A ")),
             sep,
         ]
@@ -181,12 +208,16 @@ def main(argv: list[str]) -> int:
                 err.write(f"Invalid device ID: {v}\n")
                 return 2
         elif a == "--version":
-            out.write(f"NVIDIA-SMI version  : {drv}\nNVML version        : {drv.rsplit('.', 1)[0]}\n"
-                      f"DRIVER version      : {drv}\nCUDA Version        : {host.cuda}\n")
+            out.write(
+                f"NVIDIA-SMI version  : {drv}\nNVML version        : {drv.rsplit('.', 1)[0]}\n"
+                f"DRIVER version      : {drv}\nCUDA Version        : {host.cuda}\n"
+            )
             return 0
         elif a in ("-h", "--help"):
-            out.write(f"NVIDIA System Management Interface -- v{drv}\n\n"
-                      "Supported here (sparkctl lab): -L, -i, --query-gpu, --query-compute-apps, --format, --version\n")
+            out.write(
+                f"NVIDIA System Management Interface -- v{drv}\n\n"
+                "Supported here (sparkctl lab): -L, -i, --query-gpu, --query-compute-apps, --format, --version\n"
+            )
             return 0
         else:
             err.write("\nInvalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n\n")
@@ -215,7 +246,7 @@ def main(argv: list[str]) -> int:
         err.write("Missing --format option. Please run 'nvidia-smi -h' for help.\n")
         return 2
     if parsed is None:
-        err.write(f'"{fmt}" is not a valid format. Please run \'nvidia-smi -h\' for help.\n')
+        err.write(f"\"{fmt}\" is not a valid format. Please run 'nvidia-smi -h' for help.\n")
         return 2
     noheader, nounits = parsed
     known, aliases = (GPU_FIELDS, GPU_ALIASES) if mode == "query-gpu" else (APP_FIELDS, APP_ALIASES)

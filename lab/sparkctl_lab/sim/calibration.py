@@ -173,13 +173,17 @@ def decayed_acceptance(p0: float, context_tokens: float, decay: float, decay_tok
     return max(0.0, min(1.0, p0 * factor))
 
 
-def expected_acceptance_length(p0: float, k: int, context_tokens: float = 0.0, decay: float = 0.0, decay_tokens: float = 0.0) -> float:
+def expected_acceptance_length(
+    p0: float, k: int, context_tokens: float = 0.0, decay: float = 0.0, decay_tokens: float = 0.0
+) -> float:
     """Mean acceptance length (vLLM's: 1 + accepted / drafts) at a given context: 1 + sum(p**i, i=1..k)."""
     p = decayed_acceptance(p0, context_tokens, decay, decay_tokens)
     return 1.0 + sum(p**i for i in range(1, k + 1))
 
 
-def kv_pool_tokens(gpu_memory_utilization: float, kv_cache_dtype: str, gpu_memory_gib: float, non_kv_gib: float) -> tuple[int, float]:
+def kv_pool_tokens(
+    gpu_memory_utilization: float, kv_cache_dtype: str, gpu_memory_gib: float, non_kv_gib: float
+) -> tuple[int, float]:
     """(pool tokens, available KV GiB) for one rank."""
     available = gpu_memory_utilization * gpu_memory_gib - non_kv_gib
     per_token = KV_BYTES_PER_TOKEN.get(kv_cache_dtype, KV_BYTES_PER_TOKEN["auto"])

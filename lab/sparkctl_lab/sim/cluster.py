@@ -219,8 +219,16 @@ class GcsServer:
     def node_list(self) -> list[dict]:
         with self.lock:
             return [
-                {"node_id": n.node_id, "ip": n.ip, "resources": n.resources, "is_head": n.is_head, "alive": n.alive,
-                 "pid": n.pid, "hostname": n.hostname, "used": dict(n.used)}
+                {
+                    "node_id": n.node_id,
+                    "ip": n.ip,
+                    "resources": n.resources,
+                    "is_head": n.is_head,
+                    "alive": n.alive,
+                    "pid": n.pid,
+                    "hostname": n.hostname,
+                    "used": dict(n.used),
+                }
                 for n in self.nodes.values()
             ]
 
@@ -307,17 +315,25 @@ class _Connection:
 class NodeAgent(_Connection):
     """A registered node: answers pings and method calls; `lost` is set when the head goes away."""
 
-    def __init__(self, address: str, ip: str | None, resources: dict[str, float], is_head: bool,
-                 handlers: dict[str, Callable[[dict], dict]], health_timeout: float, hostname: str, pid: int,
-                 lost: threading.Event | None = None):
+    def __init__(
+        self,
+        address: str,
+        ip: str | None,
+        resources: dict[str, float],
+        is_head: bool,
+        handlers: dict[str, Callable[[dict], dict]],
+        health_timeout: float,
+        hostname: str,
+        pid: int,
+        lost: threading.Event | None = None,
+    ):
         self.address = address
         self.handlers = handlers
         self.health_timeout = health_timeout
         self.lost = lost if lost is not None else threading.Event()  # the caller's, to block on it with others
         super().__init__(connect(address, source_ip=ip))
         self.ip = ip or self.sock.getsockname()[0]
-        self.send({"op": "register", "ip": self.ip, "resources": resources, "is_head": is_head,
-                                      "pid": pid, "hostname": hostname})
+        self.send({"op": "register", "ip": self.ip, "resources": resources, "is_head": is_head, "pid": pid, "hostname": hostname})
         reply = _read(self.rfile)
         if not reply or reply.get("op") != "registered":
             raise ConnectionError(f"GCS at {address} did not accept the node")
@@ -418,7 +434,9 @@ class DriverClient(_Connection):
         self.request({"op": "reserve", "node_id": node_id, "resource": resource, "amount": amount})
 
     def call(self, node_id: str, method: str, args: dict, timeout: float = 3600.0):
-        return self.request({"op": "call", "node_id": node_id, "method": method, "args": args, "timeout": timeout}, timeout=timeout + 5)
+        return self.request(
+            {"op": "call", "node_id": node_id, "method": method, "args": args, "timeout": timeout}, timeout=timeout + 5
+        )
 
     def close(self) -> None:
         self.closed = True

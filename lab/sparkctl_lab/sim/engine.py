@@ -192,7 +192,11 @@ class Engine:
         try:
             while True:
                 with self.lock:
-                    while not self.stopped and not self.dead and (self.hang or (not self.running and not self.waiting and not self.crash_next_step)):
+                    while (
+                        not self.stopped
+                        and not self.dead
+                        and (self.hang or (not self.running and not self.waiting and not self.crash_next_step))
+                    ):
                         self.lock.wait()  # idle: every change that ends it notifies (add, stop, crash, kill, set_hang)
                     if self.stopped or self.dead:
                         return
@@ -325,7 +329,7 @@ class Engine:
         if r.block_hashes is None:
             bs, ids, parent, out = self.block_size, r.prompt_ids, 0, []
             for start in range(0, len(ids) - bs + 1, bs):
-                parent = hash((parent, tuple(ids[start:start + bs])))
+                parent = hash((parent, tuple(ids[start : start + bs])))
                 out.append(parent)
             r.block_hashes = out
         return r.block_hashes
@@ -419,11 +423,11 @@ class Engine:
             r.output.append(tok)
             if r.stop:
                 joined = r.text + "".join(produced)
-                hit = next((s for s in r.stop if s and s in joined[-(len(s) + len(tok) + 1):]), None)
+                hit = next((s for s in r.stop if s and s in joined[-(len(s) + len(tok) + 1) :]), None)
                 if hit:
                     reason, r.stop_reason = "stop", hit
                     cut = joined.rfind(hit)
-                    produced = [joined[len(r.text):cut]] if cut >= len(r.text) else []
+                    produced = [joined[len(r.text) : cut]] if cut >= len(r.text) else []
                     break
             if len(r.output) >= r.max_tokens or r.num_tokens >= self.max_model_len:
                 reason = "length"

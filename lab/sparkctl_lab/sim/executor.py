@@ -76,11 +76,14 @@ class Executor:
         world = cfg.tensor_parallel_size * cfg.pipeline_parallel_size
         self.sleep(self.phases.api_init)
         log = self.core_log
-        log.info("core.py:139", f"Initializing a V1 LLM engine (v{self.knobs.vllm_version}) with config: model='{cfg.model}', "
-                 f"speculative_config={cfg.speculative}, tensor_parallel_size={cfg.tensor_parallel_size}, "
-                 f"pipeline_parallel_size={cfg.pipeline_parallel_size}, kv_cache_dtype={cfg.kv_cache_dtype}, "
-                 f"served_model_name={cfg.served_model_name}, enable_prefix_caching={cfg.enable_prefix_caching}, "
-                 f"enable_chunked_prefill=True")
+        log.info(
+            "core.py:139",
+            f"Initializing a V1 LLM engine (v{self.knobs.vllm_version}) with config: model='{cfg.model}', "
+            f"speculative_config={cfg.speculative}, tensor_parallel_size={cfg.tensor_parallel_size}, "
+            f"pipeline_parallel_size={cfg.pipeline_parallel_size}, kv_cache_dtype={cfg.kv_cache_dtype}, "
+            f"served_model_name={cfg.served_model_name}, enable_prefix_caching={cfg.enable_prefix_caching}, "
+            f"enable_chunked_prefill=True",
+        )
         self.sleep(self.phases.engine_start)
         if self.backend == "ray":
             self._setup_ray(world)
@@ -92,9 +95,11 @@ class Executor:
         for r in range(world):
             if self.backend != "ray" and self.rank_nodes.get(r, {}).get("remote"):
                 continue  # a headless node's rank logged its own line there (mp_worker.py)
-            self.worker_log(r).info("parallel_state.py:1929",
-                                    f"world_size={world} rank={r} local_rank={0 if self.backend == 'ray' else r} "
-                                    f"distributed_init_method=tcp://{self._driver_ip()}:{cfg.master_port} backend=nccl")
+            self.worker_log(r).info(
+                "parallel_state.py:1929",
+                f"world_size={world} rank={r} local_rank={0 if self.backend == 'ray' else r} "
+                f"distributed_init_method=tcp://{self._driver_ip()}:{cfg.master_port} backend=nccl",
+            )
 
     def _driver_ip(self) -> str:
         return self.env.get("VLLM_HOST_IP") or self._head_ip or "127.0.0.1"
@@ -119,10 +124,13 @@ class Executor:
                 return
 
     def _pg_wait_line(self, waited: float, specs: list) -> None:
-        self.core_log.info("ray_utils.py:223", f"Waiting for creating a placement group of specs for {int(waited)} seconds. "
-                           f"specs={specs}. Check `ray status` and `ray list nodes` to see if you have enough resources, "
-                           "and make sure the IP addresses used by ray cluster are the same as VLLM_HOST_IP environment "
-                           "variable specified in each node if you are running on a multi-node.")
+        self.core_log.info(
+            "ray_utils.py:223",
+            f"Waiting for creating a placement group of specs for {int(waited)} seconds. "
+            f"specs={specs}. Check `ray status` and `ray list nodes` to see if you have enough resources, "
+            "and make sure the IP addresses used by ray cluster are the same as VLLM_HOST_IP environment "
+            "variable specified in each node if you are running on a multi-node.",
+        )
 
     def _setup_ray(self, world: int) -> None:
         specs = [{"GPU": 1.0}] * world  # ray_utils.py: one bundle per rank, strategy PACK
@@ -144,8 +152,10 @@ class Executor:
         self.core_log.info("ray_utils.py:358", "No current placement group found. Creating a new placement group.")
         gpus = sum(n["resources"].get("GPU", 0) for n in self.driver.nodes() if n["alive"])
         if world > gpus:
-            self.core_log.warning("ray_utils.py:364", "The number of required GPUs exceeds the total number of available GPUs "
-                                  "in the placement group.")
+            self.core_log.warning(
+                "ray_utils.py:364",
+                "The number of required GPUs exceeds the total number of available GPUs in the placement group.",
+            )
         waited, interval = 0.0, 10.0
         next_line = interval
         while True:
@@ -160,14 +170,18 @@ class Executor:
                 interval *= 2
                 next_line += interval
             if waited >= PG_WAIT_TIMEOUT:
-                raise StartupError(f"ValueError: Cannot provide a placement group requiring {world} GPUs "
-                                   f"(placement_group_specs={specs}) within {PG_WAIT_TIMEOUT} seconds.")
+                raise StartupError(
+                    f"ValueError: Cannot provide a placement group requiring {world} GPUs "
+                    f"(placement_group_specs={specs}) within {PG_WAIT_TIMEOUT} seconds."
+                )
         driver_ip = self._driver_ip()
         if placement is None or not any(node["ip"] == driver_ip for node in placement.values()):
             # [simulator] vLLM 0.33 has no such check; the placement would not include the driver node.
             worker_ips = sorted({n["ip"] for n in placement.values()})
-            raise StartupError(f"ValueError: [simulator] Ray does not allocate any GPUs on the driver node. Driver IP: "
-                               f"{driver_ip}, worker IPs: {worker_ips}.")
+            raise StartupError(
+                f"ValueError: [simulator] Ray does not allocate any GPUs on the driver node. Driver IP: "
+                f"{driver_ip}, worker IPs: {worker_ips}."
+            )
         for rank, node in placement.items():
             self.driver.reserve(node["node_id"], "GPU", 1.0)
             remote = not (node["ip"] == driver_ip and node.get("is_head", False)) and rank != 0
@@ -179,11 +193,13 @@ class Executor:
         for node_id, n in Counter(node["node_id"] for node in placement.values()).items():
             if n < self.cfg.tensor_parallel_size:
                 self.core_log.warning(
-                    "ray_utils.py:77", f"tensor_parallel_size={self.cfg.tensor_parallel_size} is bigger than a reserved "
+                    "ray_utils.py:77",
+                    f"tensor_parallel_size={self.cfg.tensor_parallel_size} is bigger than a reserved "
                     f"number of GPUs ({n} GPUs) in a node {node_id}. Tensor parallel workers can be spread out to 2+ nodes "
                     "which can degrade the performance unless you have fast interconnect across nodes, like Infiniband. "
                     f"To resolve this issue, make sure you have more than {self.cfg.tensor_parallel_size} GPUs available "
-                    "at each node.")
+                    "at each node.",
+                )
         # Rank-node liveness: a node that died while we placed is caught here.
         alive = {n["node_id"] for n in self.driver.nodes() if n["alive"]}
         for rank, node in self.rank_nodes.items():
@@ -212,8 +228,10 @@ class Executor:
             self._pg_wait_line(waited, specs)
             interval *= 2
             if waited >= PG_WAIT_TIMEOUT:
-                raise StartupError(f"ValueError: Cannot provide a placement group requiring {len(specs)} GPUs "
-                                   f"(placement_group_specs={specs}) within {PG_WAIT_TIMEOUT} seconds.")
+                raise StartupError(
+                    f"ValueError: Cannot provide a placement group requiring {len(specs)} GPUs "
+                    f"(placement_group_specs={specs}) within {PG_WAIT_TIMEOUT} seconds."
+                )
 
     def _setup_mp_multinode(self, world: int) -> None:
         cfg, log = self.cfg, self.core_log
@@ -224,8 +242,11 @@ class Executor:
         self.embedded_gcs.serve_in_background()
         address = f"{cfg.master_addr}:{cfg.master_port}"
         self.driver = cluster.DriverClient(address, self._on_cluster_event)
-        log.info("multiproc_executor.py:167", f"DP group leader: node_rank=0, node_rank_within_dp=0, master_addr={cfg.master_addr}, "
-                 f"mq_connect_ip={cfg.master_addr} (local), world_size={world}, local_world_size={max(1, world // cfg.nnodes)}")
+        log.info(
+            "multiproc_executor.py:167",
+            f"DP group leader: node_rank=0, node_rank_within_dp=0, master_addr={cfg.master_addr}, "
+            f"mq_connect_ip={cfg.master_addr} (local), world_size={world}, local_world_size={max(1, world // cfg.nnodes)}",
+        )
         waited = 0.0
         while True:
             nodes = [n for n in self.driver.nodes() if n["alive"]]
@@ -234,8 +255,10 @@ class Executor:
             self.sleep(1.0)
             waited += 1.0
             if waited % 10 == 0:
-                log.info("simulator:0", f"[simulator] waiting for {cfg.nnodes - 1 - len(nodes)} headless node(s) "
-                         f"to connect to tcp://{address}")
+                log.info(
+                    "simulator:0",
+                    f"[simulator] waiting for {cfg.nnodes - 1 - len(nodes)} headless node(s) to connect to tcp://{address}",
+                )
         per_node = max(1, world // cfg.nnodes)
         for r in range(world):
             if r < per_node:

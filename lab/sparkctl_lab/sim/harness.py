@@ -44,8 +44,9 @@ class Proc:
 
     def start(self) -> "Proc":
         self._log = open(self.log_path, "ab")
-        self.popen = subprocess.Popen(self.argv, env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, start_new_session=True)
+        self.popen = subprocess.Popen(
+            self.argv, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
         return self
 
     @property
@@ -101,11 +102,13 @@ def module_argv(module: str, *args: str) -> list[str]:
 def sim_env(base_dir: str, **extra: str) -> dict[str, str]:
     """A clean environment: own HOME, cache root and Ray temp dir under base_dir."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "SIM_", "RAY_", "SPLICE_"))}
-    env.update({
-        "HOME": os.path.join(base_dir, "home"),
-        "RAY_TMPDIR": os.path.join(base_dir, "raytmp"),
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "HOME": os.path.join(base_dir, "home"),
+            "RAY_TMPDIR": os.path.join(base_dir, "raytmp"),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds sparkctl_lab
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.update(extra)

@@ -79,8 +79,15 @@ def request_validation_error(errors: list[dict]) -> ApiError:
 
 # Routes and their methods, as FastAPI routes them (a known path with another method is a 405).
 ROUTE_METHODS = {
-    "/health": {"GET"}, "/ping": {"GET", "POST"}, "/version": {"GET"}, "/metrics": {"GET"}, "/load": {"GET"},
-    "/v1/models": {"GET"}, "/v1/completions": {"POST"}, "/v1/chat/completions": {"POST"}, "/tokenize": {"POST"},
+    "/health": {"GET"},
+    "/ping": {"GET", "POST"},
+    "/version": {"GET"},
+    "/metrics": {"GET"},
+    "/load": {"GET"},
+    "/v1/models": {"GET"},
+    "/v1/completions": {"POST"},
+    "/v1/chat/completions": {"POST"},
+    "/tokenize": {"POST"},
     "/sim/state": {"GET"},
 }
 
@@ -119,8 +126,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.rt.cfg.disable_access_log:
             return
         host, port = self.client_address[:2]
-        vlog.plain(f'INFO:     {host}:{port} - "{self.command} {self.path} {self.request_version}" {status} '
-                   f'{HTTPStatus(status).phrase}')
+        vlog.plain(
+            f'INFO:     {host}:{port} - "{self.command} {self.path} {self.request_version}" {status} {HTTPStatus(status).phrase}'
+        )
 
     def _send(self, status: int, body: bytes, ctype: str = "application/json", headers: dict | None = None) -> None:
         self.send_response_only(status)
@@ -149,11 +157,28 @@ class Handler(http.server.BaseHTTPRequestHandler):
             data = json.loads(raw or b"{}")
         except json.JSONDecodeError as e:
             # fastapi/routing.py: a body that is not JSON
-            raise request_validation_error([{"type": "json_invalid", "loc": ("body", e.pos), "msg": "JSON decode error",
-                                             "input": {}, "ctx": {"error": e.msg}}]) from None
+            raise request_validation_error(
+                [
+                    {
+                        "type": "json_invalid",
+                        "loc": ("body", e.pos),
+                        "msg": "JSON decode error",
+                        "input": {},
+                        "ctx": {"error": e.msg},
+                    }
+                ]
+            ) from None
         if not isinstance(data, dict):
-            raise request_validation_error([{"type": "model_attributes_type", "loc": ("body",), "input": data,
-                                             "msg": "Input should be a valid dictionary or object to extract fields from"}])
+            raise request_validation_error(
+                [
+                    {
+                        "type": "model_attributes_type",
+                        "loc": ("body",),
+                        "input": data,
+                        "msg": "Input should be a valid dictionary or object to extract fields from",
+                    }
+                ]
+            )
         return data
 
     def _not_routed(self, path: str) -> None:
@@ -248,14 +273,26 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if body.get("stream_options") and not body.get("stream"):
             # completion/protocol.py validate_stream_options (a model_validator: pydantic wraps the VLLMValidationError)
             msg = "Stream options can only be defined when `stream=True`."
-            raise request_validation_error([{"type": "value_error", "loc": ("body",), "msg": f"Value error, {msg}",
-                                             "input": body, "ctx": {"error": f"{msg} (parameter=stream_options)",
-                                                                    "parameter": "stream_options"}}])
+            raise request_validation_error(
+                [
+                    {
+                        "type": "value_error",
+                        "loc": ("body",),
+                        "msg": f"Value error, {msg}",
+                        "input": body,
+                        "ctx": {"error": f"{msg} (parameter=stream_options)", "parameter": "stream_options"},
+                    }
+                ]
+            )
         model = body.get("model")
         if model is not None and model not in rt.cfg.served_model_names:
             # entrypoints/serve/engine/serving.py _check_model()
-            raise ApiError(404, f"The model `{model}` does not exist. Valid aliases: {', '.join(rt.cfg.served_model_names)}.",
-                           "NotFoundError", "model")
+            raise ApiError(
+                404,
+                f"The model `{model}` does not exist. Valid aliases: {', '.join(rt.cfg.served_model_names)}.",
+                "NotFoundError",
+                "model",
+            )
         model = model or rt.cfg.served_model_name
         n = body.get("n") or 1
         if n != 1:
@@ -263,8 +300,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if chat:
             messages = body.get("messages")
             if messages is None:
-                raise request_validation_error([{"type": "missing", "loc": ("body", "messages"), "msg": "Field required",
-                                                 "input": body}])
+                raise request_validation_error(
+                    [{"type": "missing", "loc": ("body", "messages"), "msg": "Field required", "input": body}]
+                )
             if not isinstance(messages, list) or not messages:
                 raise ApiError(400, "messages must be a non-empty list", "BadRequestError", "messages")
             prompt_text = render_chat(messages, **_template_kwargs(body))
@@ -287,30 +325,61 @@ class Handler(http.server.BaseHTTPRequestHandler):
             max_tokens = body.get("max_tokens", 16)
         L = rt.max_model_len
         if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
-            raise request_validation_error([{"type": "int_parsing", "loc": ("body", limit_param), "input": max_tokens,
-                                             "msg": "Input should be a valid integer, unable to parse string as an integer"}])
+            raise request_validation_error(
+                [
+                    {
+                        "type": "int_parsing",
+                        "loc": ("body", limit_param),
+                        "input": max_tokens,
+                        "msg": "Input should be a valid integer, unable to parse string as an integer",
+                    }
+                ]
+            )
         if max_tokens is not None and max_tokens > L:
             # renderers/params.py TokenizeParams.__post_init__: before the prompt is even tokenized
-            raise vllm_validation_error(f"{limit_param}={max_tokens} cannot be greater than max_model_len={L}. "
-                                        "Please request fewer output tokens.", limit_param, max_tokens)
+            raise vllm_validation_error(
+                f"{limit_param}={max_tokens} cannot be greater than max_model_len={L}. Please request fewer output tokens.",
+                limit_param,
+                max_tokens,
+            )
         ids = token_ids(prompt_text)
         if len(ids) > L:
             # renderers/params.py _token_len_check(): max_input_tokens is the whole max_model_len
-            raise vllm_validation_error(f"This model's maximum context length is {L} tokens. However, your prompt contains "
-                                        f"{len(ids)} input tokens, which exceeds this limit even without any output tokens. "
-                                        "Please reduce the length of the input prompt.", "input_tokens", len(ids))
+            raise vllm_validation_error(
+                f"This model's maximum context length is {L} tokens. However, your prompt contains "
+                f"{len(ids)} input tokens, which exceeds this limit even without any output tokens. "
+                "Please reduce the length of the input prompt.",
+                "input_tokens",
+                len(ids),
+            )
         # entrypoints/serve/utils/api_utils.py get_max_tokens(): what the request asks for, clamped to what fits
         # (prompt + max_tokens beyond max_model_len is not an error; max_tokens alone beyond it was, above).
         max_tokens = min(L - len(ids), max_tokens) if max_tokens is not None else L - len(ids)
         min_tokens = body.get("min_tokens", 0)
         if isinstance(min_tokens, bool) or not isinstance(min_tokens, int):
-            raise request_validation_error([{"type": "int_parsing", "loc": ("body", "min_tokens"), "input": min_tokens,
-                                             "msg": "Input should be a valid integer, unable to parse string as an integer"}])
+            raise request_validation_error(
+                [
+                    {
+                        "type": "int_parsing",
+                        "loc": ("body", "min_tokens"),
+                        "input": min_tokens,
+                        "msg": "Input should be a valid integer, unable to parse string as an integer",
+                    }
+                ]
+            )
         raw_t = body.get("temperature")
         temperature = 1.0 if raw_t is None else raw_t
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-            raise request_validation_error([{"type": "float_parsing", "loc": ("body", "temperature"), "input": temperature,
-                                             "msg": "Input should be a valid number, unable to parse string as a number"}])
+            raise request_validation_error(
+                [
+                    {
+                        "type": "float_parsing",
+                        "loc": ("body", "temperature"),
+                        "input": temperature,
+                        "msg": "Input should be a valid number, unable to parse string as a number",
+                    }
+                ]
+            )
         temperature = float(temperature)
         # sampling_params.py SamplingParams._verify_args()
         if not math.isfinite(temperature):
@@ -360,8 +429,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return
 
     def _usage(self, req: Request) -> dict:
-        return {"prompt_tokens": req.prompt_len, "total_tokens": req.prompt_len + len(req.output),
-                "completion_tokens": len(req.output), "prompt_tokens_details": None}
+        return {
+            "prompt_tokens": req.prompt_len,
+            "total_tokens": req.prompt_len + len(req.output),
+            "completion_tokens": len(req.output),
+            "prompt_tokens_details": None,
+        }
 
     def _client_gone(self) -> bool:
         """The client closed its connection (a readable socket with nothing to read: EOF)."""
@@ -398,18 +471,54 @@ class Handler(http.server.BaseHTTPRequestHandler):
         finally:
             self.rt.finished(req)
         if chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": req.text, "refusal": None, "annotations": None,
-                                              "audio": None, "function_call": None, "tool_calls": [], "reasoning_content": None},
-                      "logprobs": None, "finish_reason": reason, "stop_reason": req.stop_reason}
-            obj = {"id": req.request_id, "object": "chat.completion", "created": created, "model": model,
-                   "choices": [choice], "service_tier": None, "system_fingerprint": None, "usage": self._usage(req),
-                   "prompt_logprobs": None, "kv_transfer_params": None}
+            choice = {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": req.text,
+                    "refusal": None,
+                    "annotations": None,
+                    "audio": None,
+                    "function_call": None,
+                    "tool_calls": [],
+                    "reasoning_content": None,
+                },
+                "logprobs": None,
+                "finish_reason": reason,
+                "stop_reason": req.stop_reason,
+            }
+            obj = {
+                "id": req.request_id,
+                "object": "chat.completion",
+                "created": created,
+                "model": model,
+                "choices": [choice],
+                "service_tier": None,
+                "system_fingerprint": None,
+                "usage": self._usage(req),
+                "prompt_logprobs": None,
+                "kv_transfer_params": None,
+            }
         else:
-            choice = {"index": 0, "text": req.text, "logprobs": None, "finish_reason": reason,
-                      "stop_reason": req.stop_reason, "prompt_logprobs": None}
-            obj = {"id": req.request_id, "object": "text_completion", "created": created, "model": model,
-                   "choices": [choice], "service_tier": None, "system_fingerprint": None, "usage": self._usage(req),
-                   "kv_transfer_params": None}
+            choice = {
+                "index": 0,
+                "text": req.text,
+                "logprobs": None,
+                "finish_reason": reason,
+                "stop_reason": req.stop_reason,
+                "prompt_logprobs": None,
+            }
+            obj = {
+                "id": req.request_id,
+                "object": "text_completion",
+                "created": created,
+                "model": model,
+                "choices": [choice],
+                "service_tier": None,
+                "system_fingerprint": None,
+                "usage": self._usage(req),
+                "kv_transfer_params": None,
+            }
         self._json(200, obj)
 
     def _chunk(self, data: bytes) -> None:
@@ -436,8 +545,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
         try:
             if chat:
-                event([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}],
-                      self._usage(req) if continuous else None)
+                event(
+                    [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}],
+                    self._usage(req) if continuous else None,
+                )
             for kind, text, _n, reason in self._wait_events(req):
                 if kind == "error":
                     self._chunk(b"data: " + json.dumps(error_body(500, text, "InternalServerError")).encode() + b"\n\n")
@@ -449,7 +560,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     if reason:
                         choice["stop_reason"] = req.stop_reason
                 else:
-                    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason, "stop_reason": req.stop_reason if reason else None}
+                    choice = {
+                        "index": 0,
+                        "text": text,
+                        "logprobs": None,
+                        "finish_reason": reason,
+                        "stop_reason": req.stop_reason if reason else None,
+                    }
                 event([choice], self._usage(req) if continuous else None)
             self.rt.finished(req)
             if include_usage and req.finished:

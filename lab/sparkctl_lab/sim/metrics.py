@@ -13,11 +13,54 @@ import bisect
 import threading
 import time
 
-TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
+TTFT_BUCKETS = [
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+]
 ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0]
-REQUEST_LATENCY_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-                           240.0, 480.0, 960.0, 1920.0, 7680.0]
+REQUEST_LATENCY_BUCKETS = [
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+]
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")  # v1/engine FinishReason
 WAITING_REASONS = ("capacity", "deferred")  # loggers.py WAITING_REASON_*
 SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
@@ -129,42 +172,95 @@ class VllmMetrics:
 
         self.running = m("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.")
         self.waiting = m("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.")
-        self.waiting_by_reason = m("vllm:num_requests_waiting_by_reason", "gauge",
-                                   "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling "
-                                   "capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked "
-                                   "status). Sum of all reasons equals vllm:num_requests_waiting.", label="reason",
-                                   values=WAITING_REASONS)
-        self.sleep_state = m("vllm:engine_sleep_state", "gauge",
-                             "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
-                             "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.", label="sleep_state",
-                             values=SLEEP_STATES)
+        self.waiting_by_reason = m(
+            "vllm:num_requests_waiting_by_reason",
+            "gauge",
+            "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling "
+            "capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked "
+            "status). Sum of all reasons equals vllm:num_requests_waiting.",
+            label="reason",
+            values=WAITING_REASONS,
+        )
+        self.sleep_state = m(
+            "vllm:engine_sleep_state",
+            "gauge",
+            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
+            "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
+            label="sleep_state",
+            values=SLEEP_STATES,
+        )
         self.set_gauge(self.sleep_state, 1.0, sleep_state="awake")  # record_sleep_state(): awake by default
         self.kv_usage = m("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.")
-        self.prefix_queries = m("vllm:prefix_cache_queries", "counter", "Prefix cache queries, in terms of number of queried tokens.")
+        self.prefix_queries = m(
+            "vllm:prefix_cache_queries", "counter", "Prefix cache queries, in terms of number of queried tokens."
+        )
         self.prefix_hits = m("vllm:prefix_cache_hits", "counter", "Prefix cache hits, in terms of number of cached tokens.")
         self.preemptions = m("vllm:num_preemptions", "counter", "Cumulative number of preemption from the engine.")
         self.prompt_tokens = m("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.")
-        self.prompt_by_source = m("vllm:prompt_tokens_by_source", "counter", "Number of prompt tokens by source.", label="source",
-                                  values=PROMPT_SOURCES)
+        self.prompt_by_source = m(
+            "vllm:prompt_tokens_by_source", "counter", "Number of prompt tokens by source.", label="source", values=PROMPT_SOURCES
+        )
         self.prompt_cached = m("vllm:prompt_tokens_cached", "counter", "Number of cached prompt tokens (local + external).")
         self.generation_tokens = m("vllm:generation_tokens", "counter", "Number of generation tokens processed.")
-        self.success = m("vllm:request_success", "counter", "Count of successfully processed requests.",
-                         label="finished_reason", values=FINISH_REASONS)
+        self.success = m(
+            "vllm:request_success",
+            "counter",
+            "Count of successfully processed requests.",
+            label="finished_reason",
+            values=FINISH_REASONS,
+        )
         token_buckets = build_1_2_5_buckets(max_model_len)
         self.req_prompt = m("vllm:request_prompt_tokens", "histogram", "Number of prefill tokens processed.", token_buckets)
         self.req_gen = m("vllm:request_generation_tokens", "histogram", "Number of generation tokens processed.", token_buckets)
-        self.iter_tokens = m("vllm:iteration_tokens_total", "histogram", "Histogram of number of tokens per engine_step.",
-                             [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384])
-        self.req_max_tokens = m("vllm:request_params_max_tokens", "histogram", "Histogram of the max_tokens request parameter.", token_buckets)
-        self.ttft = m("vllm:time_to_first_token_seconds", "histogram", "Histogram of time to first token in seconds.", TTFT_BUCKETS)
+        self.iter_tokens = m(
+            "vllm:iteration_tokens_total",
+            "histogram",
+            "Histogram of number of tokens per engine_step.",
+            [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384],
+        )
+        self.req_max_tokens = m(
+            "vllm:request_params_max_tokens", "histogram", "Histogram of the max_tokens request parameter.", token_buckets
+        )
+        self.ttft = m(
+            "vllm:time_to_first_token_seconds", "histogram", "Histogram of time to first token in seconds.", TTFT_BUCKETS
+        )
         self.itl = m("vllm:inter_token_latency_seconds", "histogram", "Histogram of inter-token latency in seconds.", ITL_BUCKETS)
-        self.e2e = m("vllm:e2e_request_latency_seconds", "histogram", "Histogram of e2e request latency in seconds.", REQUEST_LATENCY_BUCKETS)
-        self.queue_time = m("vllm:request_queue_time_seconds", "histogram", "Histogram of time spent in WAITING phase for request.", REQUEST_LATENCY_BUCKETS)
-        self.inference_time = m("vllm:request_inference_time_seconds", "histogram", "Histogram of time spent in RUNNING phase for request.", REQUEST_LATENCY_BUCKETS)
-        self.prefill_time = m("vllm:request_prefill_time_seconds", "histogram", "Histogram of time spent in PREFILL phase for request.", REQUEST_LATENCY_BUCKETS)
-        self.decode_time = m("vllm:request_decode_time_seconds", "histogram", "Histogram of time spent in DECODE phase for request.", REQUEST_LATENCY_BUCKETS)
-        self.prefill_kv_computed = m("vllm:request_prefill_kv_computed_tokens", "histogram",
-                                     "Histogram of new KV tokens computed during prefill (excluding cached tokens).", token_buckets)
+        self.e2e = m(
+            "vllm:e2e_request_latency_seconds",
+            "histogram",
+            "Histogram of e2e request latency in seconds.",
+            REQUEST_LATENCY_BUCKETS,
+        )
+        self.queue_time = m(
+            "vllm:request_queue_time_seconds",
+            "histogram",
+            "Histogram of time spent in WAITING phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        )
+        self.inference_time = m(
+            "vllm:request_inference_time_seconds",
+            "histogram",
+            "Histogram of time spent in RUNNING phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        )
+        self.prefill_time = m(
+            "vllm:request_prefill_time_seconds",
+            "histogram",
+            "Histogram of time spent in PREFILL phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        )
+        self.decode_time = m(
+            "vllm:request_decode_time_seconds",
+            "histogram",
+            "Histogram of time spent in DECODE phase for request.",
+            REQUEST_LATENCY_BUCKETS,
+        )
+        self.prefill_kv_computed = m(
+            "vllm:request_prefill_kv_computed_tokens",
+            "histogram",
+            "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+            token_buckets,
+        )
         self.cache_info = m("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig", values=())
         # its one series: log_metrics_info()'s CacheConfig.metrics_info() with engine set last
         self.cache_info.child({**cache_info, "engine": "0"}).value = 1.0
@@ -173,8 +269,13 @@ class VllmMetrics:
             self.spec_drafts = m("vllm:spec_decode_num_drafts", "counter", "Number of spec decoding drafts.")
             self.spec_draft_tokens = m("vllm:spec_decode_num_draft_tokens", "counter", "Number of draft tokens.")
             self.spec_accepted = m("vllm:spec_decode_num_accepted_tokens", "counter", "Number of accepted tokens.")
-            self.spec_per_pos = m("vllm:spec_decode_num_accepted_tokens_per_pos", "counter", "Accepted tokens per draft position.",
-                                  label="position", values=[str(pos) for pos in range(num_spec_tokens)])
+            self.spec_per_pos = m(
+                "vllm:spec_decode_num_accepted_tokens_per_pos",
+                "counter",
+                "Accepted tokens per draft position.",
+                label="position",
+                values=[str(pos) for pos in range(num_spec_tokens)],
+            )
 
     def set_gauge(self, metric: Metric, value: float, **extra: str) -> None:
         metric.child({**self.base, **extra}).value = float(value)

@@ -45,24 +45,40 @@ def main(argv: list[str]) -> int:
         if stop.is_set():
             return 0
         try:
-            agent = cluster.NodeAgent(address, os.environ.get("VLLM_HOST_IP"), {"GPU": float(k.gpu_count)}, False,
-                                      handlers, k.ray_health_timeout, socket.gethostname(), os.getpid(), lost=woke)
+            agent = cluster.NodeAgent(
+                address,
+                os.environ.get("VLLM_HOST_IP"),
+                {"GPU": float(k.gpu_count)},
+                False,
+                handlers,
+                k.ray_health_timeout,
+                socket.gethostname(),
+                os.getpid(),
+                lost=woke,
+            )
         except (OSError, ConnectionError):
             woke.clear()  # a failed join's agent set it; a signal since has set `stop` too
             if stop.is_set():
                 return 0
             if time.monotonic() > deadline:
-                log.error(SIM, f"[simulator] WorkerProc failed to start: no rendezvous at tcp://{address} "
-                               f"within {max(k.ray_join_timeout, 60):.0f} s")
+                log.error(
+                    SIM,
+                    f"[simulator] WorkerProc failed to start: no rendezvous at tcp://{address} "
+                    f"within {max(k.ray_join_timeout, 60):.0f} s",
+                )
                 return 1
             time.sleep(0.5)
     # distributed/parallel_state.py init_distributed_environment, with --nnodes > 1
-    log.info("parallel_state.py:1929", f"world_size={world} rank={rank} local_rank=0 "
-                                       f"distributed_init_method=tcp://{address} backend=nccl")
+    log.info(
+        "parallel_state.py:1929",
+        f"world_size={world} rank={rank} local_rank=0 distributed_init_method=tcp://{address} backend=nccl",
+    )
     woke.wait()  # blocks until a signal or the head is lost
     if not stop.is_set():
-        log.warning(SIM, f"[simulator] lost the head at tcp://{address}; a headless rank does not exit by itself "
-                         "(vllm#32136): stop this node")
+        log.warning(
+            SIM,
+            f"[simulator] lost the head at tcp://{address}; a headless rank does not exit by itself (vllm#32136): stop this node",
+        )
         stop.wait()
     agent.close()
     return 0

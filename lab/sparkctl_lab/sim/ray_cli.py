@@ -78,9 +78,11 @@ def _node_resources(args) -> dict[str, float]:
 def node_handlers() -> dict:
     """Methods the driver calls on a node: a TP rank's compile cache on *this* node."""
     env = dict(os.environ)
-    return {"init_rank": lambda spec: rank_call("init_rank", spec, env, os.getpid()),
-            "save_rank": lambda spec: rank_call("save_rank", spec, env, os.getpid()),
-            "hello": lambda _args: {"pid": os.getpid(), "hostname": socket.gethostname()}}
+    return {
+        "init_rank": lambda spec: rank_call("init_rank", spec, env, os.getpid()),
+        "save_rank": lambda spec: rank_call("save_rank", spec, env, os.getpid()),
+        "hello": lambda _args: {"pid": os.getpid(), "hostname": socket.gethostname()},
+    }
 
 
 def stop_on_signals(wake: threading.Event | None = None) -> threading.Event:
@@ -99,18 +101,22 @@ def stop_on_signals(wake: threading.Event | None = None) -> threading.Event:
 
 
 STARTED = "--------------------\nRay runtime started.\n--------------------\n"
-BLOCK = ("--block\n  This command will now block forever until terminated by a signal.\n"
-         "  Running subprocesses are monitored and a message will be printed if any of them terminate unexpectedly. "
-         "Subprocesses exit with SIGTERM will be treated as graceful, thus NOT reported.")
+BLOCK = (
+    "--block\n  This command will now block forever until terminated by a signal.\n"
+    "  Running subprocesses are monitored and a message will be printed if any of them terminate unexpectedly. "
+    "Subprocesses exit with SIGTERM will be treated as graceful, thus NOT reported."
+)
 
 
 def _head_banner(ip: str, address: str, foreground: bool) -> None:
     """What `ray start --head` prints once the head is up (the daemonizing parent prints the short form)."""
     connect = f"  To connect to this Ray cluster:\n    import ray\n    ray.init(_node_ip_address='{ip}')\n\n"
     status = "\n\n  To view the status of the cluster, use\n    ray status"
-    _say(f"Usage stats collection is disabled.\n\nLocal node IP: {ip}\n\n{STARTED}\nNext steps\n"
-         f"  To add another node to this Ray cluster, run\n    ray start --address='{address}'\n\n"
-         f"{connect if foreground else ''}  To terminate the Ray runtime, run\n    ray stop{status if foreground else ''}")
+    _say(
+        f"Usage stats collection is disabled.\n\nLocal node IP: {ip}\n\n{STARTED}\nNext steps\n"
+        f"  To add another node to this Ray cluster, run\n    ray start --address='{address}'\n\n"
+        f"{connect if foreground else ''}  To terminate the Ray runtime, run\n    ray stop{status if foreground else ''}"
+    )
 
 
 def _worker_banner() -> None:
@@ -129,8 +135,9 @@ def run_head(args) -> int:
         return 1
     gcs.serve_in_background()
     address = f"{ip}:{gcs.port}"
-    agent = cluster.NodeAgent(address, ip, _node_resources(args), True, node_handlers(), k.ray_health_timeout,
-                              socket.gethostname(), os.getpid())
+    agent = cluster.NodeAgent(
+        address, ip, _node_resources(args), True, node_handlers(), k.ray_health_timeout, socket.gethostname(), os.getpid()
+    )
     os.makedirs(tdir, exist_ok=True)
     with open(current_cluster_file(tdir), "w", encoding="utf-8") as f:
         f.write(address + "\n")
@@ -158,16 +165,27 @@ def run_worker(args) -> int:
         if stop.is_set():
             return 0
         try:
-            agent = cluster.NodeAgent(address, args.node_ip_address, _node_resources(args), False, node_handlers(),
-                                      k.ray_health_timeout, socket.gethostname(), os.getpid(), lost=woke)
+            agent = cluster.NodeAgent(
+                address,
+                args.node_ip_address,
+                _node_resources(args),
+                False,
+                node_handlers(),
+                k.ray_health_timeout,
+                socket.gethostname(),
+                os.getpid(),
+                lost=woke,
+            )
         except (OSError, ConnectionError) as e:
             woke.clear()  # a failed join's agent set it; a signal since has set `stop` too
             if stop.is_set():
                 return 0
             last_error = str(e)
             if time.monotonic() > deadline:
-                _say(f"ConnectionError: Failed to connect to GCS at address {address} within {k.ray_join_timeout:.0f} seconds "
-                     f"({last_error}). Check that the head node is running `ray start --head` and is reachable.")
+                _say(
+                    f"ConnectionError: Failed to connect to GCS at address {address} within {k.ray_join_timeout:.0f} seconds "
+                    f"({last_error}). Check that the head node is running `ray start --head` and is reachable."
+                )
                 return 1
             stop.wait(0.5)
     tdir = temp_dir(args.temp_dir)
@@ -261,8 +279,10 @@ def cmd_status(args) -> int:
     tdir = temp_dir(getattr(args, "temp_dir", None))
     address = find_address(args.address, tdir)
     if not address:
-        _say("ConnectionError: Could not find any running Ray instance. Please specify the one to connect to by setting "
-             "`--address` flag or `RAY_ADDRESS` environment variable.")
+        _say(
+            "ConnectionError: Could not find any running Ray instance. Please specify the one to connect to by setting "
+            "`--address` flag or `RAY_ADDRESS` environment variable."
+        )
         return 1
     try:
         st = cluster.query_status(address)
@@ -276,12 +296,28 @@ def cmd_status(args) -> int:
         total.update(n["resources"])
         used.update(n["used"])
     rule = "-" * 63
-    lines = [f"======== Autoscaler status: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M:%S.%f')} ========",
-             "Node status", rule, "Active:", *(f" 1 node_{n['node_id']}" for n in alive),
-             "Pending:", " (no pending nodes)", "Recent failures:", *failures, "",
-             "Resources", rule, "Total Usage:", *(f" {used[key]:.1f}/{total[key]:.1f} {key}" for key in ("CPU", "GPU")),
-             *(f" 0B/{total[key] / 1024**3:.2f}GiB {key}" for key in ("memory", "object_store_memory")), "",
-             "Total Constraints:", " (no request_resources() constraints)", "Total Demands:", " (no resource demands)"]
+    lines = [
+        f"======== Autoscaler status: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M:%S.%f')} ========",
+        "Node status",
+        rule,
+        "Active:",
+        *(f" 1 node_{n['node_id']}" for n in alive),
+        "Pending:",
+        " (no pending nodes)",
+        "Recent failures:",
+        *failures,
+        "",
+        "Resources",
+        rule,
+        "Total Usage:",
+        *(f" {used[key]:.1f}/{total[key]:.1f} {key}" for key in ("CPU", "GPU")),
+        *(f" 0B/{total[key] / 1024**3:.2f}GiB {key}" for key in ("memory", "object_store_memory")),
+        "",
+        "Total Constraints:",
+        " (no request_resources() constraints)",
+        "Total Demands:",
+        " (no resource demands)",
+    ]
     _say("\n".join(lines))
     return 0
 
@@ -315,8 +351,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--temp-dir", default=None)
     s.add_argument("--disable-usage-stats", action="store_true")
     # accepted for the recipe's command lines, no effect here
-    for name in ("--object-store-memory", "--memory", "--dashboard-port", "--node-manager-port", "--object-manager-port",
-                 "--min-worker-port", "--max-worker-port", "--ray-client-server-port"):
+    for name in (
+        "--object-store-memory",
+        "--memory",
+        "--dashboard-port",
+        "--node-manager-port",
+        "--object-manager-port",
+        "--min-worker-port",
+        "--max-worker-port",
+        "--ray-client-server-port",
+    ):
         s.add_argument(name, type=int, default=None)
     s.add_argument("--dashboard-host", default=None)
     s.add_argument("--include-dashboard", default=None)

@@ -16,19 +16,62 @@ from dataclasses import dataclass, field
 from typing import Any
 
 KV_CACHE_DTYPES = [
-    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
-    "fp8_per_token_head", "int8_per_token_head", "int4_per_token_head", "turboquant_k8v4",
-    "turboquant_4bit_nc", "turboquant_3bit_nc", "nvfp4", "nvfp4_ds_mla",
+    "auto",
+    "float16",
+    "bfloat16",
+    "fp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "fp8_inc",
+    "fp8_ds_mla",
+    "fp8_per_token_head",
+    "int8_per_token_head",
+    "int4_per_token_head",
+    "turboquant_k8v4",
+    "turboquant_4bit_nc",
+    "turboquant_3bit_nc",
+    "nvfp4",
+    "nvfp4_ds_mla",
 ]
 MOE_BACKENDS = [  # vllm/config/kernel.py MoEBackend (0.33.0)
-    "auto", "triton", "batched_triton", "deep_gemm", "deep_gemm_mega_moe", "cutlass", "flashinfer_trtllm",
-    "flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_moe_ep_cutedsl", "flashinfer_b12x", "b12x",
-    "flashinfer_moe_ep_mega_deep_gemm", "marlin", "humming", "triton_unfused", "aiter", "aiter_mega_moe",
-    "aiter_triton_mxfp4_bf16", "aiter_triton_mxfp4_mxfp4", "flydsl", "hpc", "emulation", "rdna3",
+    "auto",
+    "triton",
+    "batched_triton",
+    "deep_gemm",
+    "deep_gemm_mega_moe",
+    "cutlass",
+    "flashinfer_trtllm",
+    "flashinfer_cutlass",
+    "flashinfer_cutedsl",
+    "flashinfer_moe_ep_cutedsl",
+    "flashinfer_b12x",
+    "b12x",
+    "flashinfer_moe_ep_mega_deep_gemm",
+    "marlin",
+    "humming",
+    "triton_unfused",
+    "aiter",
+    "aiter_mega_moe",
+    "aiter_triton_mxfp4_bf16",
+    "aiter_triton_mxfp4_mxfp4",
+    "flydsl",
+    "hpc",
+    "emulation",
+    "rdna3",
 ]
 SPEC_METHODS = [
-    "ngram", "ngram_gpu", "suffix", "medusa", "mlp_speculator", "draft_model", "eagle", "eagle3",
-    "dflash", "mtp", "deepseek_mtp", "dspark",
+    "ngram",
+    "ngram_gpu",
+    "suffix",
+    "medusa",
+    "mlp_speculator",
+    "draft_model",
+    "eagle",
+    "eagle3",
+    "dflash",
+    "mtp",
+    "deepseek_mtp",
+    "dspark",
 ]
 EXECUTOR_BACKENDS = ["ray", "mp", "uni", "external_launcher"]
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
@@ -110,17 +153,36 @@ def build_parser() -> VllmArgumentParser:
     p.add_argument("--chat-template-content-format", default="auto")
     p.add_argument("--trust-request-chat-template", action=bool_opt, default=False)
     p.add_argument("--response-role", default="assistant")
-    for name in ("--ssl-keyfile", "--ssl-certfile", "--ssl-ca-certs", "--root-path", "--log-config-file",
-                 "--tool-parser-plugin", "--tool-server"):
+    for name in (
+        "--ssl-keyfile",
+        "--ssl-certfile",
+        "--ssl-ca-certs",
+        "--root-path",
+        "--log-config-file",
+        "--tool-parser-plugin",
+        "--tool-server",
+    ):
         p.add_argument(name, default=None)
     p.add_argument("--ssl-cert-reqs", type=int, default=0)
     p.add_argument("--enable-ssl-refresh", action=bool_opt, default=False)
     p.add_argument("--middleware", action="append", default=[])
-    for name in ("--return-tokens-as-token-ids", "--disable-frontend-multiprocessing", "--enable-request-id-headers",
-                 "--enable-auto-tool-choice", "--exclude-tools-when-tool-choice-none", "--disable-fastapi-docs",
-                 "--enable-prompt-tokens-details", "--enable-server-load-tracking", "--enable-force-include-usage",
-                 "--enable-tokenizer-info-endpoint", "--enable-log-outputs", "--log-error-stack",
-                 "--disable-log-stats", "--enable-log-requests", "--disable-log-requests"):
+    for name in (
+        "--return-tokens-as-token-ids",
+        "--disable-frontend-multiprocessing",
+        "--enable-request-id-headers",
+        "--enable-auto-tool-choice",
+        "--exclude-tools-when-tool-choice-none",
+        "--disable-fastapi-docs",
+        "--enable-prompt-tokens-details",
+        "--enable-server-load-tracking",
+        "--enable-force-include-usage",
+        "--enable-tokenizer-info-endpoint",
+        "--enable-log-outputs",
+        "--log-error-stack",
+        "--disable-log-stats",
+        "--enable-log-requests",
+        "--disable-log-requests",
+    ):
         p.add_argument(name, action=bool_opt, default=False)
     p.add_argument("--tool-call-parser", default=None)
     p.add_argument("--max-log-len", type=int, default=None)
@@ -129,18 +191,55 @@ def build_parser() -> VllmArgumentParser:
     p.add_argument("--shutdown-timeout", type=int, default=0)
     # Model
     p.add_argument("--model", default=None)
-    for name in ("--runner", "--convert", "--task", "--tokenizer", "--tokenizer-mode", "--revision", "--code-revision",
-                 "--tokenizer-revision", "--hf-config-path", "--allowed-local-media-path", "--config-format",
-                 "--generation-config", "--model-impl", "--override-attention-dtype", "--io-processor-plugin",
-                 "--logits-processor-pattern", "--logprobs-mode", "--quantization", "--download-dir",
-                 "--safetensors-load-strategy", "--pt-load-map-location", "--reasoning-parser",
-                 "--reasoning-parser-plugin", "--guided-decoding-backend", "--prefix-caching-hash-algo",
-                 "--mamba-cache-dtype", "--mamba-ssm-cache-dtype", "--kv-offloading-backend", "--all2all-backend",
-                 "--expert-placement-strategy", "--worker-cls", "--worker-extension-cls", "--scheduler-cls",
-                 "--show-hidden-metrics-for-version", "--otlp-traces-endpoint", "--collect-detailed-traces",
-                 "--attention-backend", "--linear-backend", "--data-parallel-address", "--data-parallel-backend",
-                 "--mm-processor-cache-type", "--mm-encoder-tp-mode", "--lora-dtype", "--kv-cache-memory-bytes",
-                 "--kv-offloading-size", "--default-mm-loras", "--ignore-patterns"):
+    for name in (
+        "--runner",
+        "--convert",
+        "--task",
+        "--tokenizer",
+        "--tokenizer-mode",
+        "--revision",
+        "--code-revision",
+        "--tokenizer-revision",
+        "--hf-config-path",
+        "--allowed-local-media-path",
+        "--config-format",
+        "--generation-config",
+        "--model-impl",
+        "--override-attention-dtype",
+        "--io-processor-plugin",
+        "--logits-processor-pattern",
+        "--logprobs-mode",
+        "--quantization",
+        "--download-dir",
+        "--safetensors-load-strategy",
+        "--pt-load-map-location",
+        "--reasoning-parser",
+        "--reasoning-parser-plugin",
+        "--guided-decoding-backend",
+        "--prefix-caching-hash-algo",
+        "--mamba-cache-dtype",
+        "--mamba-ssm-cache-dtype",
+        "--kv-offloading-backend",
+        "--all2all-backend",
+        "--expert-placement-strategy",
+        "--worker-cls",
+        "--worker-extension-cls",
+        "--scheduler-cls",
+        "--show-hidden-metrics-for-version",
+        "--otlp-traces-endpoint",
+        "--collect-detailed-traces",
+        "--attention-backend",
+        "--linear-backend",
+        "--data-parallel-address",
+        "--data-parallel-backend",
+        "--mm-processor-cache-type",
+        "--mm-encoder-tp-mode",
+        "--lora-dtype",
+        "--kv-cache-memory-bytes",
+        "--kv-offloading-size",
+        "--default-mm-loras",
+        "--ignore-patterns",
+    ):
         if name == "--quantization":
             p.add_argument(name, "-q", default=None)
         else:
@@ -152,21 +251,57 @@ def build_parser() -> VllmArgumentParser:
     p.add_argument("--max-model-len", type=human_readable_int, default=None)
     p.add_argument("--max-logprobs", type=int, default=20)
     p.add_argument("--rope-theta", type=float, default=None)
-    for name in ("--trust-remote-code", "--enforce-eager", "--disable-sliding-window", "--disable-cascade-attn",
-                 "--skip-tokenizer-init", "--enable-prompt-embeds", "--enable-sleep-mode", "--use-tqdm-on-load",
-                 "--calculate-kv-scales", "--kv-sharing-fast-prefill", "--enable-lora", "--fully-sharded-loras",
-                 "--disable-custom-all-reduce", "--enable-expert-parallel", "--enable-eplb", "--ray-workers-use-nsight",
-                 "--enable-multimodal-encoder-data-parallel", "--data-parallel-hybrid-lb", "--enable-dbo",
-                 "--disable-hybrid-kv-cache-manager", "--disable-chunked-mm-input", "--async-scheduling",
-                 "--enable-flashinfer-autotune", "--interleave-mm-strings", "--skip-mm-profiling",
-                 "--disable-mm-preprocessor-cache", "--kv-cache-metrics", "--cudagraph-metrics", "--enable-mfu-metrics"):
+    for name in (
+        "--trust-remote-code",
+        "--enforce-eager",
+        "--disable-sliding-window",
+        "--disable-cascade-attn",
+        "--skip-tokenizer-init",
+        "--enable-prompt-embeds",
+        "--enable-sleep-mode",
+        "--use-tqdm-on-load",
+        "--calculate-kv-scales",
+        "--kv-sharing-fast-prefill",
+        "--enable-lora",
+        "--fully-sharded-loras",
+        "--disable-custom-all-reduce",
+        "--enable-expert-parallel",
+        "--enable-eplb",
+        "--ray-workers-use-nsight",
+        "--enable-multimodal-encoder-data-parallel",
+        "--data-parallel-hybrid-lb",
+        "--enable-dbo",
+        "--disable-hybrid-kv-cache-manager",
+        "--disable-chunked-mm-input",
+        "--async-scheduling",
+        "--enable-flashinfer-autotune",
+        "--interleave-mm-strings",
+        "--skip-mm-profiling",
+        "--disable-mm-preprocessor-cache",
+        "--kv-cache-metrics",
+        "--cudagraph-metrics",
+        "--enable-mfu-metrics",
+    ):
         p.add_argument(name, action=bool_opt, default=None)
     p.add_argument("--enable-prefix-caching", action=bool_opt, default=None)
     p.add_argument("--enable-chunked-prefill", action=bool_opt, default=None)
-    for name in ("--hf-overrides", "--rope-scaling", "--override-generation-config", "--model-loader-extra-config",
-                 "--pooler-config", "--override-pooler-config", "--structured-outputs-config", "--limit-mm-per-prompt",
-                 "--media-io-kwargs", "--mm-processor-kwargs", "--kv-transfer-config", "--kv-events-config",
-                 "--additional-config", "--eplb-config", "--logits-processors"):
+    for name in (
+        "--hf-overrides",
+        "--rope-scaling",
+        "--override-generation-config",
+        "--model-loader-extra-config",
+        "--pooler-config",
+        "--override-pooler-config",
+        "--structured-outputs-config",
+        "--limit-mm-per-prompt",
+        "--media-io-kwargs",
+        "--mm-processor-kwargs",
+        "--kv-transfer-config",
+        "--kv-events-config",
+        "--additional-config",
+        "--eplb-config",
+        "--logits-processors",
+    ):
         p.add_argument(name, type=json_arg, default=None)
     p.add_argument("--load-format", default="auto")
     # Parallel
@@ -205,8 +340,13 @@ def build_parser() -> VllmArgumentParser:
     p.add_argument("--stream-interval", type=int, default=1)
     p.add_argument("--max-num-queued-reqs", type=int, default=None)
     # LoRA / MM
-    for name in ("--max-loras", "--max-lora-rank", "--max-cpu-loras", "--mm-processor-cache-gb",
-                 "--mm-shm-cache-max-object-size-mb"):
+    for name in (
+        "--max-loras",
+        "--max-lora-rank",
+        "--max-cpu-loras",
+        "--mm-processor-cache-gb",
+        "--mm-shm-cache-max-object-size-mb",
+    ):
         p.add_argument(name, type=float, default=None)
     # Speculative decoding, compilation, kernels
     p.add_argument("--speculative-config", type=json_arg, default=None)
@@ -304,11 +444,30 @@ def parse(argv: list[str]) -> ServeConfig:
     # What vLLM's compile hash covers from the command line (model, cache, parallel, scheduler,
     # speculative, compilation and kernel configs). Served name, host, port, keys, timeouts: not.
     cfg.hash_inputs = {
-        "model": model, "block_size": cfg.block_size, "max_num_batched_tokens": batched, "max_num_seqs": max_num_seqs,
-        **{name: getattr(ns, name) for name in (
-            "dtype", "quantization", "revision", "max_model_len", "hf_overrides", "kv_cache_dtype", "tensor_parallel_size",
-            "pipeline_parallel_size", "data_parallel_size", "enable_expert_parallel", "speculative_config",
-            "compilation_config", "enforce_eager", "moe_backend", "cudagraph_capture_sizes")},
+        "model": model,
+        "block_size": cfg.block_size,
+        "max_num_batched_tokens": batched,
+        "max_num_seqs": max_num_seqs,
+        **{
+            name: getattr(ns, name)
+            for name in (
+                "dtype",
+                "quantization",
+                "revision",
+                "max_model_len",
+                "hf_overrides",
+                "kv_cache_dtype",
+                "tensor_parallel_size",
+                "pipeline_parallel_size",
+                "data_parallel_size",
+                "enable_expert_parallel",
+                "speculative_config",
+                "compilation_config",
+                "enforce_eager",
+                "moe_backend",
+                "cudagraph_capture_sizes",
+            )
+        },
     }
     return cfg
 
@@ -328,8 +487,10 @@ def _pydantic(model: str, msg: str, kind: str = "value_error") -> StartupError:
 def check_headless(cfg: ServeConfig) -> None:
     """entrypoints/cli/serve.py ServeSubcommand.cmd: the first check, before any config is built."""
     if cfg.headless and cfg.api_server_count is not None and cfg.api_server_count > 0:
-        raise StartupError(f"ValueError: --api-server-count={cfg.api_server_count} cannot be used with --headless "
-                           "(no API servers are started in headless mode).")
+        raise StartupError(
+            f"ValueError: --api-server-count={cfg.api_server_count} cannot be used with --headless "
+            "(no API servers are started in headless mode)."
+        )
 
 
 def validate_multinode(cfg: ServeConfig) -> None:
@@ -338,15 +499,20 @@ def validate_multinode(cfg: ServeConfig) -> None:
     world = cfg.tensor_parallel_size * cfg.pipeline_parallel_size
     if cfg.nnodes > 1:
         if world % cfg.nnodes != 0:
-            raise StartupError(f"ValueError: Invalid data-parallel launch options: `--nnodes {cfg.nnodes}` must evenly divide "
-                               f"the total world size ({world}). Adjust `--nnodes`, `--data-parallel-size`, "
-                               "`--pipeline-parallel-size`, `--tensor-parallel-size`, or `--prefill-context-parallel-size`.")
+            raise StartupError(
+                f"ValueError: Invalid data-parallel launch options: `--nnodes {cfg.nnodes}` must evenly divide "
+                f"the total world size ({world}). Adjust `--nnodes`, `--data-parallel-size`, "
+                "`--pipeline-parallel-size`, `--tensor-parallel-size`, or `--prefill-context-parallel-size`."
+            )
         if not 0 <= cfg.node_rank < cfg.nnodes:
-            raise StartupError(f"ValueError: Invalid data-parallel launch options: `--node-rank` must be between 0 and "
-                               f"{cfg.nnodes - 1}; got `--node-rank {cfg.node_rank}`. Set it to this node's zero-based index.")
+            raise StartupError(
+                f"ValueError: Invalid data-parallel launch options: `--node-rank` must be between 0 and "
+                f"{cfg.nnodes - 1}; got `--node-rank {cfg.node_rank}`. Set it to this node's zero-based index."
+            )
         if cfg.distributed_executor_backend not in (None, "mp", "uni", "external_launcher"):
-            raise StartupError("ValueError: nnodes > 1 can only be set when distributed executor backend is mp, uni or "
-                               "external_launcher.")
+            raise StartupError(
+                "ValueError: nnodes > 1 can only be set when distributed executor backend is mp, uni or external_launcher."
+            )
 
 
 def validate(cfg: ServeConfig, model_max_len: int, local_gpus: int) -> None:
@@ -361,7 +527,11 @@ def validate(cfg: ServeConfig, model_max_len: int, local_gpus: int) -> None:
             "less_than_equal" if cfg.gpu_memory_utilization > 1 else "greater_than",
         )
     if cfg.max_num_seqs < 1:
-        raise _pydantic("SchedulerConfig", f"max_num_seqs\n  Input should be greater than or equal to 1 [input_value={cfg.max_num_seqs}]", "greater_than_equal")
+        raise _pydantic(
+            "SchedulerConfig",
+            f"max_num_seqs\n  Input should be greater than or equal to 1 [input_value={cfg.max_num_seqs}]",
+            "greater_than_equal",
+        )
     if cfg.max_num_batched_tokens < cfg.max_num_seqs:
         raise _pydantic(
             "SchedulerConfig",
@@ -381,18 +551,39 @@ def validate(cfg: ServeConfig, model_max_len: int, local_gpus: int) -> None:
     if cfg.block_size < 1 or cfg.block_size & (cfg.block_size - 1):
         raise _pydantic("CacheConfig", f"Value error, block_size ({cfg.block_size}) must be a power of two.")
     if cfg.tensor_parallel_size < 1:
-        raise _pydantic("ParallelConfig", "tensor_parallel_size\n  Input should be greater than or equal to 1", "greater_than_equal")
+        raise _pydantic(
+            "ParallelConfig", "tensor_parallel_size\n  Input should be greater than or equal to 1", "greater_than_equal"
+        )
     spec = cfg.speculative
     if spec is not None:
         if not isinstance(spec, dict):
             raise _pydantic("SpeculativeConfig", f"Input should be a valid dictionary [input_value={spec!r}]", "dict_type")
-        allowed = {"method", "model", "num_speculative_tokens", "draft_tensor_parallel_size", "quantization",
-                   "max_model_len", "revision", "code_revision", "disable_padded_drafter_batch",
-                   "prompt_lookup_max", "prompt_lookup_min", "draft_load_config", "speculative_token_tree",
-                   "parallel_drafting", "rejection_sample_method", "disable_by_batch_size", "enforce_eager"}
+        allowed = {
+            "method",
+            "model",
+            "num_speculative_tokens",
+            "draft_tensor_parallel_size",
+            "quantization",
+            "max_model_len",
+            "revision",
+            "code_revision",
+            "disable_padded_drafter_batch",
+            "prompt_lookup_max",
+            "prompt_lookup_min",
+            "draft_load_config",
+            "speculative_token_tree",
+            "parallel_drafting",
+            "rejection_sample_method",
+            "disable_by_batch_size",
+            "enforce_eager",
+        }
         extra = sorted(set(spec) - allowed)
         if extra:
-            raise _pydantic("SpeculativeConfig", f"{extra[0]}\n  Extra inputs are not permitted [input_value={spec[extra[0]]!r}]", "extra_forbidden")
+            raise _pydantic(
+                "SpeculativeConfig",
+                f"{extra[0]}\n  Extra inputs are not permitted [input_value={spec[extra[0]]!r}]",
+                "extra_forbidden",
+            )
         method = spec.get("method")
         if method is None and spec.get("model"):
             method = spec["method"] = "draft_model"
@@ -408,7 +599,7 @@ def validate(cfg: ServeConfig, model_max_len: int, local_gpus: int) -> None:
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise _pydantic("SpeculativeConfig", f"Value error, Expected num_speculative_tokens to be greater than zero ({k}).")
         if method in ("draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "dflash") and not spec.get("model"):
-            raise _pydantic("SpeculativeConfig", f"Value error, method {method!r} needs a draft model: set \"model\".")
+            raise _pydantic("SpeculativeConfig", f'Value error, method {method!r} needs a draft model: set "model".')
     world = cfg.tensor_parallel_size * cfg.pipeline_parallel_size
     backend = effective_backend(cfg, local_gpus)
     if backend in ("mp", "uni") and cfg.nnodes == 1 and world > local_gpus:

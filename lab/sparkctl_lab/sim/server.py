@@ -28,8 +28,16 @@ from .serve_args import ServeConfig, StartupError, effective_backend, validate_m
 from .startup import SIM, Fatal, Interrupted, MoeChoice, StartupPhases, drafter_healthy
 
 SITE = "/usr/local/lib/python3.12/dist-packages/vllm"
-ROUTES = (("/health", "GET"), ("/metrics", "GET"), ("/ping", "GET, POST"), ("/tokenize", "POST"), ("/version", "GET"),
-          ("/v1/models", "GET"), ("/v1/chat/completions", "POST"), ("/v1/completions", "POST"))
+ROUTES = (
+    ("/health", "GET"),
+    ("/metrics", "GET"),
+    ("/ping", "GET, POST"),
+    ("/tokenize", "POST"),
+    ("/version", "GET"),
+    ("/v1/models", "GET"),
+    ("/v1/chat/completions", "POST"),
+    ("/v1/completions", "POST"),
+)
 
 
 class Runtime(StartupPhases, Executor):
@@ -117,13 +125,32 @@ class Runtime(StartupPhases, Executor):
 
     def models_payload(self) -> dict:
         created = int(self.boot_wall)
-        permission = {"object": "model_permission", "created": created, "allow_create_engine": False,
-                      "allow_sampling": True, "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
-                      "allow_fine_tuning": False, "organization": "*", "group": None, "is_blocking": False}
-        data = [{"id": name, "object": "model", "created": created, "owned_by": "vllm", "root": self.cfg.model,
-                 "parent": None, "max_model_len": self.max_model_len,
-                 "permission": [{"id": "modelperm-" + os.urandom(16).hex(), **permission}]}
-                for name in self.cfg.served_model_names]
+        permission = {
+            "object": "model_permission",
+            "created": created,
+            "allow_create_engine": False,
+            "allow_sampling": True,
+            "allow_logprobs": True,
+            "allow_search_indices": False,
+            "allow_view": True,
+            "allow_fine_tuning": False,
+            "organization": "*",
+            "group": None,
+            "is_blocking": False,
+        }
+        data = [
+            {
+                "id": name,
+                "object": "model",
+                "created": created,
+                "owned_by": "vllm",
+                "root": self.cfg.model,
+                "parent": None,
+                "max_model_len": self.max_model_len,
+                "permission": [{"id": "modelperm-" + os.urandom(16).hex(), **permission}],
+            }
+            for name in self.cfg.served_model_names
+        ]
         return {"object": "list", "data": data}
 
     def sim_state(self) -> dict:
@@ -138,7 +165,9 @@ class Runtime(StartupPhases, Executor):
             "acceptance": acc,
             "acceptance_decay": spec.decay,
             "acceptance_decay_tokens": spec.decay_tokens,
-            "expected_mean_acceptance_length": {w: calibration.expected_acceptance_length(p, k) for w, p in acc.items()} if k else {},
+            "expected_mean_acceptance_length": {w: calibration.expected_acceptance_length(p, k) for w, p in acc.items()}
+            if k
+            else {},
             "step_model": self.step_model.__dict__,
             "marlin": self.marlin,
             "decode_step_seconds_1_stream": self.step_model.step_seconds(1, k, marlin=self.marlin),
@@ -152,10 +181,14 @@ class Runtime(StartupPhases, Executor):
     def spec_params(self, k: int) -> SpecParams:
         """The acceptance model: the profile's, with the SIM_ACCEPTANCE* knobs over it."""
         k_ = self.knobs
-        return SpecParams(k=k, acceptance={**self.profile.acceptance, **k_.acceptance},
-                          decay=k_.acceptance_decay if k_.acceptance_decay >= 0 else self.profile.acceptance_decay,
-                          decay_tokens=(k_.acceptance_decay_tokens if k_.acceptance_decay_tokens >= 0
-                                        else self.profile.acceptance_decay_tokens))
+        return SpecParams(
+            k=k,
+            acceptance={**self.profile.acceptance, **k_.acceptance},
+            decay=k_.acceptance_decay if k_.acceptance_decay >= 0 else self.profile.acceptance_decay,
+            decay_tokens=(
+                k_.acceptance_decay_tokens if k_.acceptance_decay_tokens >= 0 else self.profile.acceptance_decay_tokens
+            ),
+        )
 
     def _engine_fatal(self, kind: str) -> None:
         if ":" in kind:  # a simulator bug: keep its traceback in the log
@@ -171,32 +204,46 @@ class Runtime(StartupPhases, Executor):
         behind the prefix (NewLineFormatter), then the API server's output handler (async_llm.py)."""
         log, core = self.api_log, self.core_log
         kind, d = fatal.kind, fatal.detail
-        tb_head = ["Traceback (most recent call last):",
-                   f'  File "{SITE}/v1/engine/core.py", line 1578, in run_engine_core',
-                   "    engine_core.run_busy_loop()",
-                   f'  File "{SITE}/v1/engine/core.py", line 1620, in run_busy_loop',
-                   "    self._process_engine_step()",
-                   f'  File "{SITE}/v1/engine/core.py", line 1655, in _process_engine_step',
-                   "    outputs, model_executed = self.step_fn()",
-                   f'  File "{SITE}/v1/engine/core.py", line 480, in step',
-                   "    model_output = self.model_executor.execute_model(scheduler_output)"]
+        tb_head = [
+            "Traceback (most recent call last):",
+            f'  File "{SITE}/v1/engine/core.py", line 1578, in run_engine_core',
+            "    engine_core.run_busy_loop()",
+            f'  File "{SITE}/v1/engine/core.py", line 1620, in run_busy_loop',
+            "    self._process_engine_step()",
+            f'  File "{SITE}/v1/engine/core.py", line 1655, in _process_engine_step',
+            "    outputs, model_executed = self.step_fn()",
+            f'  File "{SITE}/v1/engine/core.py", line 480, in step',
+            "    model_output = self.model_executor.execute_model(scheduler_output)",
+        ]
         if kind == "rank_lost":  # Ray: the executor watches its actors
             rank = d.get("rank", 1)
             core.error("ray_executor_v2.py:522", f"RayWorkerProc rank={[rank]} died unexpectedly, shutting down executor.")
-            exc = ["ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
-                   "\tclass_name: RayWorkerProc", f"\tpid: {d.get('pid')}", f"\tip: {d.get('ip')}",
-                   f"The actor is dead because its node has died. Node Id: {d.get('node_id', '')}"]
+            exc = [
+                "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
+                "\tclass_name: RayWorkerProc",
+                f"\tpid: {d.get('pid')}",
+                f"\tip: {d.get('ip')}",
+                f"The actor is dead because its node has died. Node Id: {d.get('node_id', '')}",
+            ]
         elif kind == "peer_lost":
             # mp: rank 0's collective with the lost rank fails (pynccl_wrapper.py NCCL_CHECK: "NCCL error: " +
             # ncclGetErrorString(ncclRemoteError)); WorkerProc logs it and answers FAILURE, and the executor's
             # collective_rpc raises "Worker failed with error ..." in EngineCore (multiproc_executor.py).
             nccl = "NCCL error: remote process exited or there was a network error"
-            self.worker_log(0).error("multiproc_executor.py:1189", "\n".join([
-                "WorkerProc hit an exception.", "Traceback (most recent call last):",
-                f'  File "{SITE}/v1/executor/multiproc_executor.py", line 1180, in _execute_worker_rpc',
-                "    output = func(*args, **kwargs)",
-                f'  File "{SITE}/distributed/device_communicators/pynccl_wrapper.py", line 464, in NCCL_CHECK',
-                '    raise RuntimeError(f"NCCL error: {error_str}")', f"RuntimeError: {nccl}"]))
+            self.worker_log(0).error(
+                "multiproc_executor.py:1189",
+                "\n".join(
+                    [
+                        "WorkerProc hit an exception.",
+                        "Traceback (most recent call last):",
+                        f'  File "{SITE}/v1/executor/multiproc_executor.py", line 1180, in _execute_worker_rpc',
+                        "    output = func(*args, **kwargs)",
+                        f'  File "{SITE}/distributed/device_communicators/pynccl_wrapper.py", line 464, in NCCL_CHECK',
+                        '    raise RuntimeError(f"NCCL error: {error_str}")',
+                        f"RuntimeError: {nccl}",
+                    ]
+                ),
+            )
             exc = [f"RuntimeError: Worker failed with error '{nccl}', please check the stack trace above for the root cause"]
         elif kind == "gcs_lost":
             core.error("ray_executor_v2.py:522", "RayWorkerProc rank=[0, 1] died unexpectedly, shutting down executor.")
@@ -205,35 +252,50 @@ class Runtime(StartupPhases, Executor):
             core.error(SIM, f"[simulator] Remote drafter at {self.drafter_url} is unreachable: {d.get('why')}")
             exc = [f"ConnectionError: remote drafter {self.drafter_url} unreachable"]
         elif kind == "oom_start":
-            exc = ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
-                   "119.70 GiB of which 1.12 GiB is free. Process has 117.10 GiB memory in use."]
+            exc = [
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+                "119.70 GiB of which 1.12 GiB is free. Process has 117.10 GiB memory in use."
+            ]
         elif kind == "engine_bug":
             exc = str(d.get("traceback", "RuntimeError: simulator engine error")).splitlines()
         else:  # device-side assert (concurrent long context, or forced): the worker's traceback reaches the log
             wl = self.worker_log(1 if 1 in self.rank_nodes else 0)
-            cuda = ["Traceback (most recent call last):",
-                    f'  File "{SITE}/v1/worker/gpu_model_runner.py", line 2612, in execute_model',
-                    "    model_output = self.model(",
-                    f'  File "{SITE}/models/deepseek_v4/nvidia/model.py", line 1318, in forward',
-                    "    attn_output = self.sparse_mla_attn(q, kv_cache, attn_metadata)",
-                    f'  File "{SITE}/models/deepseek_v4/sparse_mla.py", line 744, in forward',
-                    "    topk_indices = self.indexer(hidden_states, positions)",
-                    "torch.AcceleratorError: CUDA error: device-side assert triggered",
-                    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
-                    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
-                    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."]
+            cuda = [
+                "Traceback (most recent call last):",
+                f'  File "{SITE}/v1/worker/gpu_model_runner.py", line 2612, in execute_model',
+                "    model_output = self.model(",
+                f'  File "{SITE}/models/deepseek_v4/nvidia/model.py", line 1318, in forward',
+                "    attn_output = self.sparse_mla_attn(q, kv_cache, attn_metadata)",
+                f'  File "{SITE}/models/deepseek_v4/sparse_mla.py", line 744, in forward',
+                "    topk_indices = self.indexer(hidden_states, positions)",
+                "torch.AcceleratorError: CUDA error: device-side assert triggered",
+                "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
+                "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+                "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+            ]
             wl.raw("\n".join(cuda))
-            exc = ["ray.exceptions.RayTaskError(AcceleratorError): ray::RayWorkerProc.execute_method()" if self.backend == "ray"
-                   else "RuntimeError: Worker failed with error 'CUDA error: device-side assert triggered'",
-                   "torch.AcceleratorError: CUDA error: device-side assert triggered",
-                   "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."]
+            exc = [
+                "ray.exceptions.RayTaskError(AcceleratorError): ray::RayWorkerProc.execute_method()"
+                if self.backend == "ray"
+                else "RuntimeError: Worker failed with error 'CUDA error: device-side assert triggered'",
+                "torch.AcceleratorError: CUDA error: device-side assert triggered",
+                "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+            ]
         if starting:
             core.error("core.py:1584", "\n".join(["EngineCore failed to start."] + tb_head + exc))
         else:
             core.error("core.py:1586", "\n".join(["EngineCore encountered a fatal error."] + tb_head + exc))
-            log.error("async_llm.py:943", "\n".join(["AsyncLLM output_handler failed.", "Traceback (most recent call last):",
-                      "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for "
-                      "the root cause."]))
+            log.error(
+                "async_llm.py:943",
+                "\n".join(
+                    [
+                        "AsyncLLM output_handler failed.",
+                        "Traceback (most recent call last):",
+                        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for "
+                        "the root cause.",
+                    ]
+                ),
+            )
         vlog.plain("\n".join(["Traceback (most recent call last):", *exc]), sys.stderr)
 
     def die(self) -> None:
@@ -300,8 +362,12 @@ class Runtime(StartupPhases, Executor):
         queries = iv.get("queries", 0)
         hit_rate = 100.0 * iv.get("hits", 0) / queries if queries else 0.0
         # v1/metrics/loggers.py LoggingStatLogger.log(): optional parts only when non-zero / non-empty.
-        parts = [f"Avg prompt throughput: {prompt_tp:.1f} tokens/s", f"Avg generation throughput: {gen_tp:.1f} tokens/s",
-                 f"Running: {running} reqs", f"Waiting: {waiting} reqs"]
+        parts = [
+            f"Avg prompt throughput: {prompt_tp:.1f} tokens/s",
+            f"Avg generation throughput: {gen_tp:.1f} tokens/s",
+            f"Running: {running} reqs",
+            f"Waiting: {waiting} reqs",
+        ]
         if iv.get("preemptions"):
             parts.append(f"Preemptions: {iv['preemptions']}")
         parts.append(f"GPU KV cache usage: {usage * 100:.1f}%")
@@ -312,10 +378,13 @@ class Runtime(StartupPhases, Executor):
         if drafts:
             accepted, drafted = iv.get("accepted", 0), iv.get("draft_tokens", 0)
             rates = ", ".join(f"{c / drafts:.3f}" for c in pos)
-            self.api_log.info("metrics.py:120", f"SpecDecoding metrics: Mean acceptance length: {1 + accepted / drafts:.2f}, "
-                              f"Accepted throughput: {accepted / elapsed:.2f} tokens/s, Drafted throughput: {drafted / elapsed:.2f} "
-                              f"tokens/s, Accepted: {accepted} tokens, Drafted: {drafted} tokens, Per-position acceptance rate: "
-                              f"{rates}, Avg Draft acceptance rate: {100.0 * accepted / drafted if drafted else 0:.1f}%")
+            self.api_log.info(
+                "metrics.py:120",
+                f"SpecDecoding metrics: Mean acceptance length: {1 + accepted / drafts:.2f}, "
+                f"Accepted throughput: {accepted / elapsed:.2f} tokens/s, Drafted throughput: {drafted / elapsed:.2f} "
+                f"tokens/s, Accepted: {accepted} tokens, Drafted: {drafted} tokens, Per-position acceptance rate: "
+                f"{rates}, Avg Draft acceptance rate: {100.0 * accepted / drafted if drafted else 0:.1f}%",
+            )
         return prompt_tp, gen_tp
 
 
@@ -328,13 +397,15 @@ def _env_float(env: dict, name: str, default: float) -> float:
 
 
 def print_startup_error(exc_text: str) -> None:
-    lines = ["Traceback (most recent call last):",
-             '  File "/usr/local/bin/vllm", line 10, in <module>',
-             "    sys.exit(main())",
-             f'  File "{SITE}/entrypoints/cli/main.py", line 73, in main',
-             "    args.dispatch_function(args)",
-             f'  File "{SITE}/entrypoints/cli/serve.py", line 60, in cmd',
-             "    uvloop.run(run_server(args))"]
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "/usr/local/bin/vllm", line 10, in <module>',
+        "    sys.exit(main())",
+        f'  File "{SITE}/entrypoints/cli/main.py", line 73, in main',
+        "    args.dispatch_function(args)",
+        f'  File "{SITE}/entrypoints/cli/serve.py", line 60, in cmd',
+        "    uvloop.run(run_server(args))",
+    ]
     vlog.plain("\n".join([*lines, exc_text]), sys.stderr)
 
 
@@ -371,8 +442,11 @@ def serve(cfg: ServeConfig, knobs: knobs_mod.Knobs, env: dict[str, str]) -> int:
                 rt.sleep(3600)
         took = rt.compile_and_warmup()
         rt.make_engine()
-        rt.core_log.info("core.py:405", f"init engine (profile, create kv cache, warmup model) took {took:.2f} s "
-                         f"(compilation: {rt.compilation_seconds:.2f} s)")
+        rt.core_log.info(
+            "core.py:405",
+            f"init engine (profile, create kv cache, warmup model) took {took:.2f} s "
+            f"(compilation: {rt.compilation_seconds:.2f} s)",
+        )
         rt.sleep(rt.phases.server_start)
     except StartupError as e:
         rt.core_log.error("core.py:1584", "EngineCore failed to start.")
@@ -486,18 +560,25 @@ def run_headless(cfg: ServeConfig, knobs: knobs_mod.Knobs, env: dict[str, str]) 
     stopping = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.set())
-    log.info("serve.py:224", f"Launching vLLM (v{knobs.vllm_version}) headless multiproc executor, with head node address "
-                             f"{cfg.master_addr}:{cfg.master_port} for torch.distributed process group.")
+    log.info(
+        "serve.py:224",
+        f"Launching vLLM (v{knobs.vllm_version}) headless multiproc executor, with head node address "
+        f"{cfg.master_addr}:{cfg.master_port} for torch.distributed process group.",
+    )
     world = cfg.tensor_parallel_size * cfg.pipeline_parallel_size
     local = world // cfg.nnodes
     address = f"{cfg.master_addr}:{cfg.master_port}"
-    procs = {r: subprocess.Popen([sys.executable, "-m", "sparkctl_lab.sim.mp_worker", address, str(r), str(world)], env=env)
-             for r in range(cfg.node_rank * local, (cfg.node_rank + 1) * local)}
+    procs = {
+        r: subprocess.Popen([sys.executable, "-m", "sparkctl_lab.sim.mp_worker", address, str(r), str(world)], env=env)
+        for r in range(cfg.node_rank * local, (cfg.node_rank + 1) * local)
+    }
     while not stopping.wait(0.1):
         died = next((r for r, p in procs.items() if p.poll() is not None), None)
         if died is not None:  # start_worker_monitor(inline=True): proc.name, proc.exitcode (-N for a signal)
-            log.error("multiproc_executor.py:380", f"Worker proc VllmWorker-{died} died unexpectedly (exit code: "
-                                                   f"{procs[died].returncode}), shutting down executor.")
+            log.error(
+                "multiproc_executor.py:380",
+                f"Worker proc VllmWorker-{died} died unexpectedly (exit code: {procs[died].returncode}), shutting down executor.",
+            )
             break
     alive = [p for p in procs.values() if p.poll() is None]
     log.info("multiproc_executor.py:580", f"[shutdown] Executor: waiting for worker exit count={len(alive)}")

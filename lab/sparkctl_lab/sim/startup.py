@@ -25,34 +25,70 @@ SIM = "simulator:0"  # the [file:line] of lines that are the simulator's own (th
 # --moe-backend value -> the enum value(s) vLLM logs, first = the one selected here.
 MOE_BACKENDS = {
     "nvfp4": {
-        "b12x": ["B12X"], "cutlass": ["VLLM_CUTLASS"], "flashinfer_trtllm": ["FLASHINFER_TRTLLM"],
-        "flashinfer_cutlass": ["FLASHINFER_CUTLASS"], "flashinfer_cutedsl": ["FLASHINFER_CUTEDSL"],
-        "flashinfer_moe_ep_cutedsl": ["FLASHINFER_MOE_EP_CUTEDSL"], "flashinfer_b12x": ["FLASHINFER_B12X"],
-        "marlin": ["MARLIN"], "humming": ["HUMMING"], "emulation": ["EMULATION"],
+        "b12x": ["B12X"],
+        "cutlass": ["VLLM_CUTLASS"],
+        "flashinfer_trtllm": ["FLASHINFER_TRTLLM"],
+        "flashinfer_cutlass": ["FLASHINFER_CUTLASS"],
+        "flashinfer_cutedsl": ["FLASHINFER_CUTEDSL"],
+        "flashinfer_moe_ep_cutedsl": ["FLASHINFER_MOE_EP_CUTEDSL"],
+        "flashinfer_b12x": ["FLASHINFER_B12X"],
+        "marlin": ["MARLIN"],
+        "humming": ["HUMMING"],
+        "emulation": ["EMULATION"],
     },
     "mxfp4": {
-        "b12x": ["B12X_MXFP4_MXFP8", "B12X_MXFP4_BF16"], "deep_gemm": ["DEEPGEMM_MXFP4"],
+        "b12x": ["B12X_MXFP4_MXFP8", "B12X_MXFP4_BF16"],
+        "deep_gemm": ["DEEPGEMM_MXFP4"],
         "flashinfer_trtllm": ["FLASHINFER_TRTLLM_MXFP4_BF16", "FLASHINFER_TRTLLM_MXFP4_MXFP8"],
         "flashinfer_trtllm_afp8": ["FLASHINFER_TRTLLM_MXFP4_MXFP8"],
         "flashinfer_cutlass": ["FLASHINFER_CUTLASS_MXFP4_BF16", "FLASHINFER_CUTLASS_MXFP4_MXFP8"],
         "flashinfer_cutlass_afp8": ["FLASHINFER_CUTLASS_MXFP4_MXFP8"],
         "flashinfer_moe_ep_cutedsl": ["FLASHINFER_MOE_EP_CUTEDSL"],
-        "flashinfer_moe_ep_mega_deep_gemm": ["FLASHINFER_MOE_EP_DEEP_GEMM"], "triton": ["TRITON"],
-        "triton_unfused": ["TRITON_UNFUSED"], "humming": ["HUMMING"], "marlin": ["MARLIN"],
-        "aiter": ["AITER_MXFP4_BF16", "AITER_TRITON_MXFP4_BF16", "AITER_MXFP4_FP8", "AITER_MXFP4_MXFP4",
-                  "AITER_TRITON_MXFP4_MXFP4"],
-        "aiter_triton_mxfp4_bf16": ["AITER_TRITON_MXFP4_BF16"], "aiter_mxfp4_fp8": ["AITER_MXFP4_FP8"],
-        "aiter_triton_mxfp4_mxfp4": ["AITER_TRITON_MXFP4_MXFP4"], "aiter_mxfp4_mxfp4": ["AITER_MXFP4_MXFP4"],
-        "xpu": ["XPU"], "cpu": ["CPU"], "emulation": ["EMULATION"],
+        "flashinfer_moe_ep_mega_deep_gemm": ["FLASHINFER_MOE_EP_DEEP_GEMM"],
+        "triton": ["TRITON"],
+        "triton_unfused": ["TRITON_UNFUSED"],
+        "humming": ["HUMMING"],
+        "marlin": ["MARLIN"],
+        "aiter": [
+            "AITER_MXFP4_BF16",
+            "AITER_TRITON_MXFP4_BF16",
+            "AITER_MXFP4_FP8",
+            "AITER_MXFP4_MXFP4",
+            "AITER_TRITON_MXFP4_MXFP4",
+        ],
+        "aiter_triton_mxfp4_bf16": ["AITER_TRITON_MXFP4_BF16"],
+        "aiter_mxfp4_fp8": ["AITER_MXFP4_FP8"],
+        "aiter_triton_mxfp4_mxfp4": ["AITER_TRITON_MXFP4_MXFP4"],
+        "aiter_mxfp4_mxfp4": ["AITER_MXFP4_MXFP4"],
+        "xpu": ["XPU"],
+        "cpu": ["CPU"],
+        "emulation": ["EMULATION"],
     },
 }
 # nvfp4.py select_nvfp4_moe_backend(): AVAILABLE_BACKENDS, the list its line names (not reordered on
 # SM121: prioritize_humming only moves HUMMING on SM90).
-NVFP4_AVAILABLE = ["FLASHINFER_TRTLLM", "FLASHINFER_CUTEDSL", "FLASHINFER_CUTEDSL_BATCHED", "FLASHINFER_CUTLASS",
-                   "VLLM_CUTLASS", "MARLIN", "HUMMING", "EMULATION"]
+NVFP4_AVAILABLE = [
+    "FLASHINFER_TRTLLM",
+    "FLASHINFER_CUTEDSL",
+    "FLASHINFER_CUTEDSL_BATCHED",
+    "FLASHINFER_CUTLASS",
+    "VLLM_CUTLASS",
+    "MARLIN",
+    "HUMMING",
+    "EMULATION",
+]
 # nvfp4.py NVFP4_BACKENDS_WITH_CLAMP: what a checkpoint that sets swiglu_limit may run (and lists)
-NVFP4_WITH_CLAMP = {"B12X", "FLASHINFER_TRTLLM", "FLASHINFER_CUTLASS", "FLASHINFER_CUTEDSL", "FLASHINFER_MOE_EP_CUTEDSL",
-                    "VLLM_CUTLASS", "MARLIN", "EMULATION", "HUMMING"}
+NVFP4_WITH_CLAMP = {
+    "B12X",
+    "FLASHINFER_TRTLLM",
+    "FLASHINFER_CUTLASS",
+    "FLASHINFER_CUTEDSL",
+    "FLASHINFER_MOE_EP_CUTEDSL",
+    "VLLM_CUTLASS",
+    "MARLIN",
+    "EMULATION",
+    "HUMMING",
+}
 
 
 class MoeChoice:
@@ -65,14 +101,17 @@ class MoeChoice:
         auto = requested == "auto" or fallback
         if not auto and requested not in table:
             path = "NvFP4" if quant == "nvfp4" else "MXFP4"
-            self.error = (f"ValueError: moe_backend='{requested}' is not supported for {path} MoE. "
-                          f"Expected one of {list(table.keys())}.")
+            self.error = (
+                f"ValueError: moe_backend='{requested}' is not supported for {path} MoE. Expected one of {list(table.keys())}."
+            )
         elif not auto and quant == "nvfp4" and swiglu_limit is not None and table[requested][0] not in NVFP4_WITH_CLAMP:
             # nvfp4.py select_nvfp4_moe_backend(): an explicit backend without the SwiGLU clamp is refused
-            self.error = (f"ValueError: Model sets swiglu_limit={swiglu_limit}, but the explicitly requested "
-                          f"moe_backend={requested!r} does not apply the SwiGLU clamp. Use 'flashinfer_trtllm', "
-                          "'flashinfer_cutlass', 'flashinfer_cutedsl', 'flashinfer_moe_ep_cutedsl', 'cutlass', 'b12x', "
-                          "'marlin', or 'humming' instead.")
+            self.error = (
+                f"ValueError: Model sets swiglu_limit={swiglu_limit}, but the explicitly requested "
+                f"moe_backend={requested!r} does not apply the SwiGLU clamp. Use 'flashinfer_trtllm', "
+                "'flashinfer_cutlass', 'flashinfer_cutedsl', 'flashinfer_moe_ep_cutedsl', 'cutlass', 'b12x', "
+                "'marlin', or 'humming' instead."
+            )
         potential = NVFP4_AVAILABLE if swiglu_limit is None else [b for b in NVFP4_AVAILABLE if b in NVFP4_WITH_CLAMP]
         # auto on GB10: the FlashInfer TRTLLM/CuteDSL kernels are SM100-only, so the selection ends on
         # Marlin (the seeds' "silent Marlin fallback"); the `marlin` fault forces the same.
@@ -121,24 +160,35 @@ class StartupPhases:
         self.boot_wall = time.time()
         v = self.knobs.vllm_version
         # entrypoints/common/startup.py log_version_and_model(): one multi-line message (the logo).
-        log.info("startup.py:38", "\n"
-                 "       █     █     █▄   ▄█\n"
-                 f" ▄▄ ▄█ █     █     █ ▀▄▀ █  version {v}\n"
-                 f"  █▄█▀ █     █     █     █  model   {cfg.model}\n"
-                 "   ▀▀  ▀▀▀▀▀ ▀▀▀▀▀ ▀     ▀\n")
+        log.info(
+            "startup.py:38",
+            "\n"
+            "       █     █     █▄   ▄█\n"
+            f" ▄▄ ▄█ █     █     █ ▀▄▀ █  version {v}\n"
+            f"  █▄█▀ █     █     █     █  model   {cfg.model}\n"
+            "   ▀▀  ▀▀▀▀▀ ▀▀▀▀▀ ▀     ▀\n",
+        )
         log.info("startup.py:96", f"non-default args: {cfg.non_default}")
         if "model" in cfg.non_default and not cfg.non_default.get("model_tag"):
-            log.warning("argparse_utils.py:330", "With `vllm serve`, you should provide the model as a positional argument or in "
-                        "a config file instead of via the `--model` option. The `--model` option will be removed in a future version.")
+            log.warning(
+                "argparse_utils.py:330",
+                "With `vllm serve`, you should provide the model as a positional argument or in "
+                "a config file instead of via the `--model` option. The `--model` option will be removed in a future version.",
+            )
 
     def check_config(self) -> None:
         validate(self.cfg, self.knobs.model_max_len if self.role == "target" else 131072, self.knobs.gpu_count)
         if self.knobs.check_model_path and not os.path.isdir(self.cfg.model):
-            raise StartupError(f"OSError: {self.cfg.model} is not a local folder and is not a valid model identifier listed on "
-                               "'https://huggingface.co/models'")
+            raise StartupError(
+                f"OSError: {self.cfg.model} is not a local folder and is not a valid model identifier listed on "
+                "'https://huggingface.co/models'"
+            )
         if self.role == "target" and self.moe.error:
             raise StartupError(self.moe.error)
-        self.api_log.info("model.py:744", "Resolved architecture: " + ("DeepseekV4ForCausalLM" if self.role == "target" else "DeepSeekV4MTPModel"))
+        self.api_log.info(
+            "model.py:744",
+            "Resolved architecture: " + ("DeepseekV4ForCausalLM" if self.role == "target" else "DeepSeekV4MTPModel"),
+        )
 
     def load_weights(self) -> None:
         cfg = self.cfg
@@ -159,9 +209,12 @@ class StartupPhases:
         if self.role == "target" and self.marlin and self.moe.quant == "nvfp4":
             # marlin_utils_fp4.py prepare_nvfp4_moe_layer_for_marlin(), when the weights are repacked.
             for r in self.rank_nodes:
-                self.worker_log(r).warning("marlin_utils_fp4.py:340", "Your GPU does not have native support for FP4 computation "
-                                           "but FP4 quantization is being used. Weight-only FP4 compression will be used leveraging "
-                                           "the Marlin kernel. This may degrade performance for compute-heavy workloads.")
+                self.worker_log(r).warning(
+                    "marlin_utils_fp4.py:340",
+                    "Your GPU does not have native support for FP4 computation "
+                    "but FP4 quantization is being used. Weight-only FP4 compression will be used leveraging "
+                    "the Marlin kernel. This may degrade performance for compute-heavy workloads.",
+                )
         spec = cfg.speculative or {}
         if spec and self.role == "target":
             if self.drafter_url:
@@ -204,9 +257,19 @@ class StartupPhases:
         ops = ["sampling_sm121", "sparse_mla_decode_sm120"]
         if self.role == "target" and not self.marlin:
             ops.append("fused_moe_b12x_sm121")
-        return [{"hash": h, "rank": r, "dp_rank": 0, "prefixes": prefixes, "compile_range": [1, cfg.max_num_batched_tokens],
-                 "factors": factors, "flashinfer_ops": ops, "cache_root": self.env.get("VLLM_CACHE_ROOT")}
-                for r in sorted(self.rank_nodes)]
+        return [
+            {
+                "hash": h,
+                "rank": r,
+                "dp_rank": 0,
+                "prefixes": prefixes,
+                "compile_range": [1, cfg.max_num_batched_tokens],
+                "factors": factors,
+                "flashinfer_ops": ops,
+                "cache_root": self.env.get("VLLM_CACHE_ROOT"),
+            }
+            for r in sorted(self.rank_nodes)
+        ]
 
     def compile_and_warmup(self) -> float:
         """Profile, compile (or load), KV cache, warm-up; returns the init-engine wall seconds."""
@@ -222,8 +285,10 @@ class StartupPhases:
         c0 = time.monotonic()
         for _, st, wl in ranks:
             for prefix in prefixes:
-                wl.info("backends.py:1125", f"[{prefix}] Using cache directory: {os.path.join(st['rank_dir'], prefix)} "
-                        "for vLLM's torch.compile")
+                wl.info(
+                    "backends.py:1125",
+                    f"[{prefix}] Using cache directory: {os.path.join(st['rank_dir'], prefix)} for vLLM's torch.compile",
+                )
         dyn = self.sleep(ph.dynamo_warm if compiled_all else ph.dynamo_cold)
         for _, _, wl in ranks:
             for prefix in prefixes:
@@ -240,8 +305,11 @@ class StartupPhases:
                 if not st["compiled_hit"]:
                     wl.info("backends.py:417", f"[{prefix}] Compiling a graph for compile range {range_} takes {took:.2f} s")
                     continue
-                wl.info("backends.py:310", f"[{prefix}] Directly load the compiled graph(s) for compile range {range_} "
-                        f"from the cache, took {load_took:.3f} s")
+                wl.info(
+                    "backends.py:310",
+                    f"[{prefix}] Directly load the compiled graph(s) for compile range {range_} "
+                    f"from the cache, took {load_took:.3f} s",
+                )
                 if compiled_all:
                     wl.info("decorators.py:326", f"[{prefix}] Directly load AOT compilation from path {st['aot_dir']}/model")
             if not st["compiled_hit"]:
@@ -256,7 +324,9 @@ class StartupPhases:
         fi_all = all(st["flashinfer_hit"] for _, st, _ in ranks)
         for s, st, wl in ranks:
             if not st["flashinfer_hit"]:
-                wl.info(SIM, f"[simulator] flashinfer.jit: compiling JIT modules {s['flashinfer_ops']} into {st['flashinfer_dir']}")
+                wl.info(
+                    SIM, f"[simulator] flashinfer.jit: compiling JIT modules {s['flashinfer_ops']} into {st['flashinfer_dir']}"
+                )
         took = self.sleep(ph.flashinfer_jit_warm if fi_all else ph.flashinfer_jit_cold)
         for s, st, wl in ranks:
             if not st["flashinfer_hit"]:
@@ -264,11 +334,16 @@ class StartupPhases:
                 wl.info(SIM, f"[simulator] flashinfer.jit: JIT compilation finished in {took:.2f} s")
         for s, st, wl in ranks:
             if st["autotune_hit"]:
-                wl.info("flashinfer_sparse_mla_warmup.py:224", f"FlashInfer SM120 sparse MLA DSv4 decode autotune cache loaded on "
-                        f"rank {s['rank']} from {st['autotune_file']}.")
+                wl.info(
+                    "flashinfer_sparse_mla_warmup.py:224",
+                    f"FlashInfer SM120 sparse MLA DSv4 decode autotune cache loaded on "
+                    f"rank {s['rank']} from {st['autotune_file']}.",
+                )
             elif s["rank"] == 0:  # is_leader
-                wl.info("flashinfer_sparse_mla_warmup.py:167", f"Autotuning FlashInfer SM120 sparse MLA DSv4 decode with cache: "
-                        f"{st['autotune_file']}")
+                wl.info(
+                    "flashinfer_sparse_mla_warmup.py:167",
+                    f"Autotuning FlashInfer SM120 sparse MLA DSv4 decode with cache: {st['autotune_file']}",
+                )
         self.sleep(ph.autotune_warm if all(st["autotune_hit"] for _, st, _ in ranks) else ph.autotune_cold)
         for s, st, _ in ranks:
             if not st["autotune_hit"]:
@@ -293,8 +368,10 @@ class StartupPhases:
         for r in self.rank_nodes:
             self.worker_log(r).info("gpu_worker.py:772", f"Available KV cache memory: {max(0.0, available):.2f} GiB")
         if pool <= 0:
-            raise StartupError("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
-                               "when initializing the engine.")
+            raise StartupError(
+                "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+                "when initializing the engine."
+            )
         model_max = k.model_max_len if self.role == "target" else 131072
         if cfg.max_model_len is None:
             mml = model_max
@@ -310,15 +387,19 @@ class StartupPhases:
         # one line; the same figure becomes cache_config.kv_cache_size_tokens (vllm:cache_config_info).
         concurrency = pool / mml
         self.max_model_len, self.kv_pool, self.kv_concurrency = mml, pool, concurrency
-        self.core_log.info("kv_cache_utils.py:1147", f"GPU KV cache size: {pool:,} tokens, Maximum concurrency for {mml:,} "
-                           f"tokens per request: {concurrency:.2f}x")
+        self.core_log.info(
+            "kv_cache_utils.py:1147",
+            f"GPU KV cache size: {pool:,} tokens, Maximum concurrency for {mml:,} tokens per request: {concurrency:.2f}x",
+        )
 
     def _kv_too_small(self, mml: int, pool: int, available: float) -> str:
         need = available * mml / pool if pool else 0.0
-        return (f"ValueError: To serve at least one request with the models's max seq len ({mml}), ({need:.2f} GiB KV cache is "
-                f"needed, which is larger than the available KV cache memory ({available:.2f} GiB). Based on the available "
-                f"memory, the estimated maximum model length is {pool}. Try increasing `gpu_memory_utilization` or "
-                "decreasing `max_model_len` when initializing the engine.")
+        return (
+            f"ValueError: To serve at least one request with the models's max seq len ({mml}), ({need:.2f} GiB KV cache is "
+            f"needed, which is larger than the available KV cache memory ({available:.2f} GiB). Based on the available "
+            f"memory, the estimated maximum model length is {pool}. Try increasing `gpu_memory_utilization` or "
+            "decreasing `max_model_len` when initializing the engine."
+        )
 
     # ---- the engine ----
     def make_engine(self) -> None:
@@ -328,8 +409,14 @@ class StartupPhases:
         self.metrics = VllmMetrics(cfg.served_model_name, self.max_model_len, k, self.cache_config_info())
         step = self.step_model
         if self.role == "drafter":
-            step = calibration.StepModel(fixed_ms=6.0, per_token_ms=0.3, draft_fixed_ms=0, draft_per_seq_ms=0,
-                                         prefill_ms_per_token=0.02, prefill_attn_us_per_ktok=0.05)
+            step = calibration.StepModel(
+                fixed_ms=6.0,
+                per_token_ms=0.3,
+                draft_fixed_ms=0,
+                draft_per_seq_ms=0,
+                prefill_ms_per_token=0.02,
+                prefill_attn_us_per_ktok=0.05,
+            )
         self.engine = Engine(
             max_num_seqs=cfg.max_num_seqs,
             max_num_batched_tokens=cfg.max_num_batched_tokens,
@@ -348,29 +435,55 @@ class StartupPhases:
         if "crash_on_request" in self.knobs.faults:
             self.engine.crash_on_work = True
         d1 = step.step_seconds(1, k, marlin=self.marlin)
-        self.core_log.info(SIM, f"[simulator] step model: profile={self.profile.name}, k={k}, "
-                           f"decode step {d1 * 1000:.1f} ms at 1 stream, {step.step_seconds(4, k, marlin=self.marlin) * 1000:.1f} ms "
-                           f"at 4 streams (moe={'marlin x%.1f' % step.marlin_factor if self.marlin else self.moe.name}), "
-                           f"time scale {self.knobs.step_time_scale:g}")
+        self.core_log.info(
+            SIM,
+            f"[simulator] step model: profile={self.profile.name}, k={k}, "
+            f"decode step {d1 * 1000:.1f} ms at 1 stream, {step.step_seconds(4, k, marlin=self.marlin) * 1000:.1f} ms "
+            f"at 4 streams (moe={'marlin x%.1f' % step.marlin_factor if self.marlin else self.moe.name}), "
+            f"time scale {self.knobs.step_time_scale:g}",
+        )
 
     def cache_config_info(self) -> dict[str, str]:
         """vllm:cache_config_info's labels: CacheConfig.metrics_info() = every field of vllm/config/cache.py's
         CacheConfig as str(value), in declaration order (engine is added by the logger)."""
         cfg = self.cfg
         values = {
-            "block_size": cfg.block_size, "user_specified_block_size": True, "kv_cache_layout": None,
-            "prefix_match_unit": None, "gpu_memory_utilization": cfg.gpu_memory_utilization,
-            "cache_dtype": cfg.kv_cache_dtype, "is_attention_free": False, "num_gpu_blocks_override": None,
-            "sliding_window": None, "enable_prefix_caching": cfg.enable_prefix_caching,
-            "prefix_caching_hash_algo": "sha256", "prefix_cache_retention_interval": 0, "kv_cache_dtype_skip_layers": [],
-            "mamba_page_size_padded": None, "skip_page_size_padded": None, "mamba_block_size": None,
-            "mamba_cache_dtype": "auto", "mamba_ssm_cache_dtype": "auto", "mamba_cache_mode": "none",
-            "enable_mamba_shared_prefix_checkpoint": False, "replayssm_buffer_len": 16, "use_replayssm": False,
-            "use_kda_recoverssm": False, "num_gpu_blocks": self.kv_pool // cfg.block_size, "num_cpu_blocks": None,
-            "simple_cpu_offload_num_blocks": None, "effective_attention_block_size": None,
-            "kv_cache_size_tokens": self.kv_pool, "kv_cache_max_concurrency": self.kv_concurrency,
-            "hash_block_size": cfg.block_size, "cache_hit_alignment_tokens": None, "kv_sharing_fast_prefill": False,
-            "swa_bounded_replay": True, "kv_cache_memory_bytes": None, "kv_offloading_size": None,
-            "kv_offloading_backend": "native", "_block_size_resolved": True,
+            "block_size": cfg.block_size,
+            "user_specified_block_size": True,
+            "kv_cache_layout": None,
+            "prefix_match_unit": None,
+            "gpu_memory_utilization": cfg.gpu_memory_utilization,
+            "cache_dtype": cfg.kv_cache_dtype,
+            "is_attention_free": False,
+            "num_gpu_blocks_override": None,
+            "sliding_window": None,
+            "enable_prefix_caching": cfg.enable_prefix_caching,
+            "prefix_caching_hash_algo": "sha256",
+            "prefix_cache_retention_interval": 0,
+            "kv_cache_dtype_skip_layers": [],
+            "mamba_page_size_padded": None,
+            "skip_page_size_padded": None,
+            "mamba_block_size": None,
+            "mamba_cache_dtype": "auto",
+            "mamba_ssm_cache_dtype": "auto",
+            "mamba_cache_mode": "none",
+            "enable_mamba_shared_prefix_checkpoint": False,
+            "replayssm_buffer_len": 16,
+            "use_replayssm": False,
+            "use_kda_recoverssm": False,
+            "num_gpu_blocks": self.kv_pool // cfg.block_size,
+            "num_cpu_blocks": None,
+            "simple_cpu_offload_num_blocks": None,
+            "effective_attention_block_size": None,
+            "kv_cache_size_tokens": self.kv_pool,
+            "kv_cache_max_concurrency": self.kv_concurrency,
+            "hash_block_size": cfg.block_size,
+            "cache_hit_alignment_tokens": None,
+            "kv_sharing_fast_prefill": False,
+            "swa_bounded_replay": True,
+            "kv_cache_memory_bytes": None,
+            "kv_offloading_size": None,
+            "kv_offloading_backend": "native",
+            "_block_size_resolved": True,
         }
         return {k: str(v) for k, v in values.items()}

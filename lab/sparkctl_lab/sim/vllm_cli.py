@@ -25,15 +25,22 @@ def main(argv: list[str] | None = None) -> int:
     k = knobs_mod.load()
     if not argv or argv[0] in ("-h", "--help"):
         print(TOP_USAGE)
-        print("\nvLLM CLI\n\npositional arguments:\n  {" + ",".join(SUBCOMMANDS) + "}\n    serve    Launch a local OpenAI-compatible API server.")
+        print(
+            "\nvLLM CLI\n\npositional arguments:\n  {"
+            + ",".join(SUBCOMMANDS)
+            + "}\n    serve    Launch a local OpenAI-compatible API server."
+        )
         return 0
     if argv[0] in ("-v", "--version"):
         print(k.vllm_version)
         return 0
     if argv[0] != "serve":
         sys.stderr.write(TOP_USAGE + "\n")
-        sys.stderr.write(f"vllm: error: argument subparser: invalid choice: '{argv[0]}' (choose from "
-                         + ", ".join(f"'{c}'" for c in SUBCOMMANDS) + ")\n")
+        sys.stderr.write(
+            f"vllm: error: argument subparser: invalid choice: '{argv[0]}' (choose from "
+            + ", ".join(f"'{c}'" for c in SUBCOMMANDS)
+            + ")\n"
+        )
         return 2
     cfg = serve_args.parse(argv[1:])  # argparse exits 2 with vLLM's usage/error on bad flags
     from . import server

@@ -82,7 +82,7 @@ def seed_for(text: str, seed: int | None, temperature: float) -> int:
 
 _CODE_LINES = [
     "def {name}(items, limit={n}):",
-    "    \"\"\"Return the first {n} items that pass the check.\"\"\"",
+    '    """Return the first {n} items that pass the check."""',
     "    result = []",
     "    for index, item in enumerate(items):",
     "        if index >= limit:",
@@ -150,7 +150,7 @@ class TextStream:
             self._pending += ["\n" + pieces[0], *pieces[1:]]
         else:
             start = self.rng.randrange(len(_PROSE))
-            self._pending += SPACED_TOKEN_RE.findall(" " + " ".join(_PROSE[start:start + self.rng.randint(6, 14)]))
+            self._pending += SPACED_TOKEN_RE.findall(" " + " ".join(_PROSE[start : start + self.rng.randint(6, 14)]))
 
     def next_token(self) -> str | None:
         """The next token's text, or None at end of sequence."""

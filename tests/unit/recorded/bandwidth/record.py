@@ -31,7 +31,9 @@ def snap(inv) -> dict:
             from concurrent.futures import ThreadPoolExecutor
 
             with ThreadPoolExecutor(len(group)) as pool:
-                done = pool.map(lambda r, ports=ports: (r, fleet[r.client].run(bandwidth.client_command(r, ports[r.key]), timeout=40)), group)
+                done = pool.map(
+                    lambda r, ports=ports: (r, fleet[r.client].run(bandwidth.client_command(r, ports[r.key]), timeout=40)), group
+                )
                 for r, res in done:
                     doc = json.loads(res.stdout)
                     doc.pop("intervals", None)

@@ -25,9 +25,25 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 OCI_CONFIG = ("User", "ExposedPorts", "Env", "Entrypoint", "Cmd", "Volumes", "WorkingDir", "Labels", "StopSignal")
-LEGACY_V149 = {"AttachStderr": False, "AttachStdin": False, "AttachStdout": False, "Cmd": None, "Domainname": "",
-               "Entrypoint": None, "Env": None, "Hostname": "", "Image": "", "Labels": None, "OnBuild": None,
-               "OpenStdin": False, "StdinOnce": False, "Tty": False, "User": "", "Volumes": None, "WorkingDir": ""}
+LEGACY_V149 = {
+    "AttachStderr": False,
+    "AttachStdin": False,
+    "AttachStdout": False,
+    "Cmd": None,
+    "Domainname": "",
+    "Entrypoint": None,
+    "Env": None,
+    "Hostname": "",
+    "Image": "",
+    "Labels": None,
+    "OnBuild": None,
+    "OpenStdin": False,
+    "StdinOnce": False,
+    "Tty": False,
+    "User": "",
+    "Volumes": None,
+    "WorkingDir": "",
+}
 
 
 def containerd_doc(classic: dict, manifest_digest: str, manifest_size: int, media_type: str, api_52: bool) -> dict:
@@ -59,14 +75,28 @@ def main() -> None:
     classic = json.loads(json.loads((HERE / "classic-inspect.json").read_text())["out"])[0]
     reg = json.loads((HERE.parent / "image_transport" / "registry-lab.json").read_text())
     got = next(e for e in reg["exchanges"] if e["method"] == "GET" and "/manifests/0.1" in e["url"])
-    digest, size, media = got["headers"]["docker-content-digest"], int(got["headers"]["content-length"]), got["headers"]["content-type"]
-    for name, api_52, engine in (("containerd-inspect-docker29.json", True, "Docker 29 (API 1.52), containerd image store"),
-                                 ("containerd-inspect-docker26.json", False, "Docker 26.1 (API 1.45), containerd snapshotter")):
+    digest, size, media = (
+        got["headers"]["docker-content-digest"],
+        int(got["headers"]["content-length"]),
+        got["headers"]["content-type"],
+    )
+    for name, api_52, engine in (
+        ("containerd-inspect-docker29.json", True, "Docker 29 (API 1.52), containerd image store"),
+        ("containerd-inspect-docker26.json", False, "Docker 26.1 (API 1.45), containerd snapshotter"),
+    ):
         doc = containerd_doc(classic, digest, size, media, api_52)
-        (HERE / name).write_text(json.dumps({
-            "source": f"derived from moby's source (derive.py: which fields and why) for {engine}: the image of "
-                      "classic-inspect.json pulled by tag from the lab registry; not recorded output",
-            "rc": 0, "out": json.dumps([doc], indent=4) + "\n"}, indent=1) + "\n")
+        (HERE / name).write_text(
+            json.dumps(
+                {
+                    "source": f"derived from moby's source (derive.py: which fields and why) for {engine}: the image of "
+                    "classic-inspect.json pulled by tag from the lab registry; not recorded output",
+                    "rc": 0,
+                    "out": json.dumps([doc], indent=4) + "\n",
+                },
+                indent=1,
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

@@ -32,8 +32,14 @@ ENGINE = "Debian docker.io 20.10.24+dfsg1 (API 1.41), storage driver overlay2: t
 def exchange(client: httpx.Client, method: str, path: str) -> dict:
     r = client.request(method, REGISTRY + path, headers={"Accept": ACCEPT})
     keep = ("content-length", "content-type", "docker-content-digest", "docker-distribution-api-version")
-    return {"method": method, "url": REGISTRY + path, "accept": ACCEPT, "status": r.status_code,
-            "headers": {k: v for k, v in r.headers.items() if k in keep}, "body": r.text}
+    return {
+        "method": method,
+        "url": REGISTRY + path,
+        "accept": ACCEPT,
+        "status": r.status_code,
+        "headers": {k: v for k, v in r.headers.items() if k in keep},
+        "body": r.text,
+    }
 
 
 def docker(*args: str) -> str:
@@ -47,17 +53,37 @@ def main() -> None:
         got = [exchange(c, "HEAD", tag), exchange(c, "GET", tag)]
         config = json.loads(got[1]["body"])["config"]["digest"]
         got.append(exchange(c, "GET", f"/v2/sparkctl/vllm-sim/blobs/{config}"))
-        got += [exchange(c, "HEAD", "/v2/sparkctl/vllm-sim/manifests/nope"), exchange(c, "GET", "/v2/sparkctl/vllm-sim/manifests/nope")]
-    (HERE.parent / "image_transport" / "registry-lab.json").write_text(json.dumps(
-        {"source": "lab registry (Debian docker-registry 2.8) at 10.231.0.1:5000, recorded with httpx "
-                   "(tests/unit/recorded/image_store/record.py)", "exchanges": got}, indent=1) + "\n")
+        got += [
+            exchange(c, "HEAD", "/v2/sparkctl/vllm-sim/manifests/nope"),
+            exchange(c, "GET", "/v2/sparkctl/vllm-sim/manifests/nope"),
+        ]
+    (HERE.parent / "image_transport" / "registry-lab.json").write_text(
+        json.dumps(
+            {
+                "source": "lab registry (Debian docker-registry 2.8) at 10.231.0.1:5000, recorded with httpx "
+                "(tests/unit/recorded/image_store/record.py)",
+                "exchanges": got,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     inspect = docker("image", "inspect", IMAGE)
     assert json.loads(inspect)[0]["Id"] == config, "the head's image is not the one the registry serves: pull it first"
-    (HERE / "classic-inspect.json").write_text(json.dumps(
-        {"source": f"recorded: `docker image inspect {IMAGE}` on {ENGINE} (record.py)", "rc": 0, "out": inspect}, indent=1) + "\n")
+    (HERE / "classic-inspect.json").write_text(
+        json.dumps(
+            {"source": f"recorded: `docker image inspect {IMAGE}` on {ENGINE} (record.py)", "rc": 0, "out": inspect}, indent=1
+        )
+        + "\n"
+    )
     info = docker("info", "--format", "{{json .}}")
-    (HERE / "classic-info.json").write_text(json.dumps(
-        {"source": f"recorded: `docker info --format '{{{{json .}}}}'` on {ENGINE} (record.py)", "rc": 0, "out": info}, indent=1) + "\n")
+    (HERE / "classic-info.json").write_text(
+        json.dumps(
+            {"source": f"recorded: `docker info --format '{{{{json .}}}}'` on {ENGINE} (record.py)", "rc": 0, "out": info},
+            indent=1,
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":
