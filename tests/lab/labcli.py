@@ -6,6 +6,9 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+import yaml
 
 ENV = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8,10.231.0.0/16"}
 URL = "http://10.231.0.11:8888"  # the lab head's runtime
@@ -46,3 +49,17 @@ def end_background() -> list[str]:
             if stream:
                 stream.close()
     return killed
+
+
+def variant(inv: Path, tmp_path: Path, name: str, **fields) -> Path:
+    """The inventory with `section__key=value` fields set (runtime__served_model_name=...), as NAME.yaml."""
+    doc = yaml.safe_load(inv.read_text())
+    for k, v in fields.items():
+        *path, last = k.split("__")
+        node = doc
+        for p in path:
+            node = node.setdefault(p, {})
+        node[last] = v
+    out = tmp_path / f"{name}.yaml"
+    out.write_text(yaml.safe_dump(doc))
+    return out

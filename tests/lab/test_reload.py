@@ -20,6 +20,7 @@ import httpx
 import pytest
 import yaml
 from labcli import ENV, URL, end_background, sparkctl, start
+from labcli import variant as inventory_variant
 
 pytestmark = pytest.mark.lab
 
@@ -57,16 +58,8 @@ def serving() -> bool:
 
 
 def variant(inv: Path, tmp_path: Path, name: str, **runtime) -> Path:
-    doc = yaml.safe_load(inv.read_text())
-    for k, v in runtime.items():
-        node = doc["runtime"]
-        *path, last = k.split("__")
-        for p in path:
-            node = node.setdefault(p, {})
-        node[last] = v
-    out = tmp_path / f"{name}.yaml"
-    out.write_text(yaml.safe_dump(doc))
-    return out
+    """The inventory with runtime fields set (`speculative__drafter_image=...` reaches into runtime.speculative)."""
+    return inventory_variant(inv, tmp_path, name, **{f"runtime__{k}": v for k, v in runtime.items()})
 
 
 _fresh = iter(range(1, 10_000))

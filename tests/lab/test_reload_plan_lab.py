@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from labcli import sparkctl
+from labcli import sparkctl, variant
 
 pytestmark = pytest.mark.lab
 
@@ -35,20 +35,6 @@ def restored(lab, inv):
     to it: nothing to do when the test restored it already)."""
     yield
     sparkctl("reload", "-i", str(inv), "--config", str(inv), "--yes", rc=None)
-
-
-def variant(inv: Path, tmp_path: Path, name: str, **fields) -> Path:
-    """The inventory with `section__key=value` fields set."""
-    doc = yaml.safe_load(inv.read_text())
-    for k, v in fields.items():
-        *path, last = k.split("__")
-        node = doc
-        for p in path:
-            node = node.setdefault(p, {})
-        node[last] = v
-    out = tmp_path / f"{name}.yaml"
-    out.write_text(yaml.safe_dump(doc))
-    return out
 
 
 def started(lab) -> dict[str, str]:
