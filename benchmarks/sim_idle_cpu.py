@@ -13,7 +13,6 @@ Prints percent of one core per process and the total; asserts nothing (timings a
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -24,8 +23,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
 from sparkctl_lab.sim import harness  # noqa: E402
 
-MODEL = "/models/DeepSeek-V4.1-Flash-1017"
-SPEC = json.dumps({"method": "draft_model", "model": "/models/drafter", "num_speculative_tokens": 5})
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -104,35 +101,7 @@ def main() -> int:
         assert worker.wait_log("Ray runtime started.", 20), worker.log()
         target = start(
             "target",
-            harness.module_argv(
-                "vllm_cli",
-                "serve",
-                MODEL,
-                "--tensor-parallel-size",
-                "2",
-                "--distributed-executor-backend",
-                "ray",
-                "--kv-cache-dtype",
-                "fp8_ds_mla",
-                "--block-size",
-                "256",
-                "--gpu-memory-utilization",
-                "0.85",
-                "--max-model-len",
-                "327680",
-                "--max-num-seqs",
-                "4",
-                "--max-num-batched-tokens",
-                "8192",
-                "--speculative-config",
-                SPEC,
-                "--moe-backend",
-                "flashinfer_b12x",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(tport),
-            ),
+            harness.target_argv(tport),
             {"SPLICE_DRAFTER_URL": f"http://127.0.0.1:{dport}"},
         )
         assert harness.wait_http(f"http://127.0.0.1:{tport}/health", timeout=120, proc=target), target.log()[-2000:]

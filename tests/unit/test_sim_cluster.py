@@ -19,8 +19,7 @@ from test_conformance import assert_conforms
 
 from sparkctl_lab.sim import harness
 
-MODEL = "/models/DeepSeek-V4.1-Flash-1017"
-SPEC = json.dumps({"method": "draft_model", "model": "/models/drafter", "num_speculative_tokens": 5})
+MODEL, SPEC = harness.LAB_MODEL, harness.DRAFT_SPEC
 
 
 class Cluster:
@@ -61,38 +60,7 @@ class Cluster:
         self, *extra: str, port: int | None = None, name: str = "vllm", env: dict | None = None, tp: int = 2
     ) -> tuple[harness.Proc, int]:
         port = port or harness.free_port()
-        argv = harness.module_argv(
-            "vllm_cli",
-            "serve",
-            MODEL,
-            "--tensor-parallel-size",
-            str(tp),
-            "--distributed-executor-backend",
-            "ray",
-            "--kv-cache-dtype",
-            "fp8_ds_mla",
-            "--block-size",
-            "256",
-            "--gpu-memory-utilization",
-            "0.85",
-            "--max-model-len",
-            "327680",
-            "--max-num-seqs",
-            "4",
-            "--max-num-batched-tokens",
-            "8192",
-            "--speculative-config",
-            SPEC,
-            "--moe-backend",
-            "flashinfer_b12x",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--shutdown-timeout",
-            "5",
-            *extra,
-        )
+        argv = harness.target_argv(port, "--shutdown-timeout", "5", *extra, tp=tp)
         p = harness.Proc(name, argv, {**self.env, **(env or {})}, os.path.join(self.tmp, f"{name}-{port}.log")).start()
         self.procs.append(p)
         return p, port

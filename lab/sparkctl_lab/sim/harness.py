@@ -6,6 +6,7 @@ caller can read. Nothing here is used inside the image.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -97,6 +98,24 @@ class Proc:
 
 def module_argv(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", f"sparkctl_lab.sim.{module}", *args]
+
+
+LAB_MODEL = "/models/DeepSeek-V4.1-Flash-1017"
+DRAFT_SPEC = json.dumps({"method": "draft_model", "model": "/models/drafter", "num_speculative_tokens": 5})
+
+
+def target_argv(port: int, *extra: str, tp: int = 2) -> list[str]:
+    """`vllm serve` of the lab's target model as the lab inventory launches it (TP over Ray, the
+    drafter's speculative config), on loopback at PORT; EXTRA flags follow."""
+    # fmt: off
+    return module_argv(
+        "vllm_cli", "serve", LAB_MODEL, "--tensor-parallel-size", str(tp), "--distributed-executor-backend", "ray",
+        "--kv-cache-dtype", "fp8_ds_mla", "--block-size", "256", "--gpu-memory-utilization", "0.85",
+        "--max-model-len", "327680", "--max-num-seqs", "4", "--max-num-batched-tokens", "8192",
+        "--speculative-config", DRAFT_SPEC, "--moe-backend", "flashinfer_b12x",
+        "--host", "127.0.0.1", "--port", str(port), *extra,
+    )
+    # fmt: on
 
 
 def sim_env(base_dir: str, **extra: str) -> dict[str, str]:
