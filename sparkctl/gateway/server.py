@@ -25,9 +25,9 @@ METRICS_PATH = "/gateway/metrics"  # the public /metrics stays the engine's
 
 async def run(s: Settings) -> None:
     m = Metrics()
-    # no pool limit (the engine's own queue decides); bytes pass through as the engine sent them
+    # no pool limit by default (the engine's own queue decides); bytes pass through as the engine sent them
     session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0, force_close=False),
+        connector=aiohttp.TCPConnector(limit=s.upstream_connections, force_close=False),
         auto_decompress=False,
         skip_auto_headers=("User-Agent", "Accept-Encoding"),
         timeout=aiohttp.ClientTimeout(total=None, connect=s.connect_timeout_s),

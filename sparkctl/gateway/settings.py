@@ -21,6 +21,7 @@ class Settings:
     hold_queue: int  # requests held at once; more are answered 503 at once
     probe_interval_s: float  # while the upstream is down: how often /health is asked
     connect_timeout_s: float
+    upstream_connections: int  # connections to the engine at once (0: no limit); more wait, in order
     long_context_tokens: int  # 0: no long-context admission
     long_context_max_concurrent: int
     long_context_queue: int  # long requests waiting for a slot; one more is answered 429
@@ -49,6 +50,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--hold-queue", type=int, default=int(_env("HOLD_QUEUE", "1024")))
     p.add_argument("--probe-interval-s", type=float, default=float(_env("PROBE_INTERVAL_S", "0.25")))
     p.add_argument("--connect-timeout-s", type=float, default=float(_env("CONNECT_TIMEOUT_S", "5")))
+    p.add_argument(
+        "--upstream-connections",
+        type=int,
+        default=int(_env("UPSTREAM_CONNECTIONS", "0")),
+        help="at most this many connections to the engine at once; more requests wait for one, in the order "
+        "they were sent on (0: no limit, the engine's own queue decides) [$SPARKCTL_GATEWAY_UPSTREAM_CONNECTIONS]",
+    )
     p.add_argument("--long-context-tokens", type=int, default=int(_env("LONG_CONTEXT_TOKENS", "0")))
     p.add_argument("--long-context-max-concurrent", type=int, default=int(_env("LONG_CONTEXT_MAX_CONCURRENT", "1")))
     p.add_argument("--long-context-queue", type=int, default=int(_env("LONG_CONTEXT_QUEUE", "16")))
@@ -70,6 +78,8 @@ def parse(argv: list[str] | None = None) -> Settings:
     for name in ("hold_s", "hold_max_s", "probe_interval_s", "connect_timeout_s", "long_context_wait_s"):
         if getattr(ns, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be above 0")
+    if ns.upstream_connections < 0:
+        p.error("--upstream-connections must be 0 (no limit) or more")
     if ns.hold_max_s < ns.hold_s:
         p.error("--hold-max-s must be at least --hold-s")
     if ns.long_context_tokens < 0 or ns.long_context_max_concurrent < 1 or ns.long_context_queue < 0:
@@ -84,6 +94,7 @@ def parse(argv: list[str] | None = None) -> Settings:
         hold_queue=ns.hold_queue,
         probe_interval_s=ns.probe_interval_s,
         connect_timeout_s=ns.connect_timeout_s,
+        upstream_connections=ns.upstream_connections,
         long_context_tokens=ns.long_context_tokens,
         long_context_max_concurrent=ns.long_context_max_concurrent,
         long_context_queue=ns.long_context_queue,

@@ -323,7 +323,9 @@ class Recorder:
 
 def test_release_sends_the_held_requests_on_in_arrival_order(tmp_path):
     up = Recorder()
-    gw = Gateway(str(tmp_path), up.base, "--hold-s", "30")
+    # one connection to the engine, so the engine sees them in the order the gateway sent them on:
+    # over several connections at once the kernel may finish their handshakes in another order
+    gw = Gateway(str(tmp_path), up.base, "--hold-s", "30", "--upstream-connections", "1")
     answers = {}
     try:
         gw.hold(reason="reload")
