@@ -388,17 +388,17 @@ def run_reload(
     playbook under the cluster lock, taken the way every changing command takes it
     (lock.cluster_lock: SIGTERM/SIGHUP end the run like Ctrl-C, the lock released, the journal
     left for --resume or rollback). The run restarts only the containers the plan named."""
-    from sparkctl.facts.host import gather_host
     from sparkctl.lock import cluster_lock
     from sparkctl.runtime.launch import render
-    from sparkctl.transport.ssh import Fleet
+    from sparkctl.session import ClusterSession
 
     if new is not None:
         same_cluster(current, new)
     head = current.hosts_with_role("head")[0]
-    with Fleet(current) as fleet:
-        session = fleet[head]
-        f = gather_host(session, current, {"applied", "journal", "events", "cache"} | ({"history"} if to else set()))
+    with ClusterSession(current) as cluster:
+        fleet, session = cluster.fleet, cluster[head]
+        # the head's record, journal and events: an unreachable head fails the command as it came
+        f = cluster.read(head, {"applied", "journal", "events", "cache"} | ({"history"} if to else set()))
         recorded, journal = f.applied, f.journal
         if kind in ("restart", "rollback") and recorded is None:
             raise InputError(f"no applied config is recorded on {head}", fix="bring the cluster up first: `sparkctl up`")

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = REPO / "inventories" / "lab.yaml"
@@ -37,7 +39,14 @@ def unreachable(tmp_path_factory) -> Path:
     for i, host in enumerate(data["hosts"].values()):
         host["ssh"] = {"address": f"127.0.0.{i + 2}"}
     data["ssh_defaults"]["port"] = 9
-    path = tmp_path_factory.mktemp("streams") / "unreachable.yaml"
+    folder = tmp_path_factory.mktemp("streams")
+    # a key and known_hosts of its own: the lab's (under /var/lib/sparkctl-lab) exist only while the lab is up
+    key = Ed25519PrivateKey.generate().private_bytes(Encoding.PEM, PrivateFormat.OpenSSH, NoEncryption())
+    (folder / "id_ed25519").write_bytes(key)
+    (folder / "id_ed25519").chmod(0o600)
+    (folder / "known_hosts").write_text("")
+    data["ssh_defaults"].update(key=str(folder / "id_ed25519"), known_hosts=str(folder / "known_hosts"))
+    path = folder / "unreachable.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
