@@ -7,7 +7,6 @@ import asyncio
 import logging
 import sys
 
-from .server import run
 from .settings import parse
 
 
@@ -22,6 +21,15 @@ def _event_loop_run():
 
 def main(argv: list[str] | None = None) -> int:
     settings = parse(argv)
+    try:  # after parse: --help and bad options need none of the server stack
+        from .server import run
+    except ImportError as e:
+        print(
+            f"gateway: {e.name or e} is not installed here; the gateway runs from the engine's image (vLLM ships "
+            "aiohttp and prometheus_client), or install it with `pip install 'sparkctl[gateway]'`",
+            file=sys.stderr,
+        )
+        return 1
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s gateway: %(message)s")
     try:
         _event_loop_run()(run(settings))

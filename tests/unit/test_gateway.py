@@ -648,6 +648,15 @@ def test_bad_settings_exit_2_naming_the_option(args, words):
     assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr
 
 
+def test_without_its_server_stack_the_gateway_says_what_to_install(tmp_path):
+    (tmp_path / "aiohttp.py").write_text("raise ModuleNotFoundError(\"No module named 'aiohttp'\", name='aiohttp')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    r = subprocess.run([sys.executable, "-m", "sparkctl.gateway", "--upstream", "http://127.0.0.1:1"],
+                       capture_output=True, text=True, timeout=30, env=env)  # fmt: skip
+    assert r.returncode == 1 and "aiohttp is not installed" in r.stderr and "sparkctl[gateway]" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
 def test_the_gateway_imports_nothing_the_engines_image_lacks():
     # it runs from vLLM's image, which has aiohttp and prometheus_client but not sparkctl's CLI stack
     code = (
