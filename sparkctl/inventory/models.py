@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from sparkctl.alerts.config import Alerts
+from sparkctl.inventory.gateway import Gateway
 from sparkctl.inventory.ssh_target import HostKeyPolicy, SSHTarget
 from sparkctl.inventory.vllm import parse_token_count
 
@@ -381,6 +382,9 @@ class Inventory(Model):
     caches: Caches = Field(default_factory=Caches, description="Where each node keeps its persistent kernel caches.")
     engram: Optional[Engram] = Field(None, description="Engram tables placed in an offload host's RAM.")
     alerts: Alerts = Field(default_factory=Alerts, description="Thresholds of `sparkctl alerts` (docs/alerts.md).")
+    gateway: Gateway = Field(
+        default_factory=Gateway, description="The front door on the head, holding requests across restarts (docs/gateway.md)."
+    )
     # Where the file came from (set by the loader; not part of the YAML): relative key and
     # known_hosts paths are resolved against its folder.
     _source: Optional[Path] = PrivateAttr(None)

@@ -22,7 +22,7 @@ PER_NODE_ENV = ("VLLM_HOST_IP", "RAY_NODE_IP_ADDRESS", "RAY_OVERRIDE_NODE_IP_ADD
 
 def check_inventory(inv: Inventory) -> list[Problem]:
     """Every cross-field problem (errors and warnings), in file order as far as possible."""
-    rules = (_roles, _tensor_parallel, _executor, _fabric, _addresses, _runtime, _speculative, _engram)
+    rules = (_roles, _tensor_parallel, _executor, _fabric, _addresses, _runtime, _speculative, _engram, _gateway)
     return [p for rule in rules for p in rule(inv)]
 
 
@@ -331,3 +331,30 @@ def _engram(inv: Inventory) -> Iterator[Problem]:
             f"{eg.min_free_gib:g} GiB is less than the tables need (size_gib: {eg.size_gib:g}); the host must have at "
             "least that much free before they are placed",
         )
+
+
+# --- the gateway -------------------------------------------------------------------------------
+
+
+def _gateway(inv: Inventory) -> Iterator[Problem]:
+    """The engine's port behind the gateway must be free of every other port sparkctl opens on the head."""
+    from sparkctl.runtime.launch import RAY_PORT
+
+    gw, rt = inv.gateway, inv.runtime
+    if not gw.enabled:
+        return
+    taken = {rt.port: "runtime.port (the gateway listens there)", RAY_PORT: "Ray's GCS port"}
+    if rt.distributed_executor_backend == "mp":
+        taken[rt.master_port] = "runtime.master_port"
+    spec = rt.speculative
+    heads = inv.hosts_with_role("head")
+    if spec and spec.drafter_host and heads and spec.drafter_host == heads[0]:
+        taken[spec.drafter_port] = "runtime.speculative.drafter_port"
+    if gw.engine_port in taken:
+        yield Problem(
+            ("gateway", "engine_port"),
+            f"{gw.engine_port} is already {taken[gw.engine_port]} on the head; pick a free port for the engine behind "
+            "the gateway (e.g. runtime.port + 1)",
+        )
+    if gw.hold_max_s < gw.hold_s:
+        yield Problem(("gateway", "hold_max_s"), f"{gw.hold_max_s:g} is below hold_s ({gw.hold_s:g}); a hold must last at least as long as a request may wait")
