@@ -138,7 +138,7 @@ def engine(ctx: Context, host: str, f, gw):
     )
 
 
-@gateway_check("gateway.zero_tokens", "no stream ends without a content token (\"HTTP up, zero tokens\")")
+@gateway_check("gateway.zero_tokens", 'no stream ends without a content token ("HTTP up, zero tokens")')
 def zero_tokens(ctx: Context, host: str, f, gw):
     page = _serving(gw)
     if page is None:

@@ -57,7 +57,11 @@ class GatewayPage:
             "holding": {c: h for c, h in self.holding.items() if h},
             "hold": None
             if not self.holding.get("admin")
-            else {"reason": self.hold_reason, "held_for_s": round(self.hold_age_s, 1), "expires_in_s": round(self.hold_expires_in_s, 1)},
+            else {
+                "reason": self.hold_reason,
+                "held_for_s": round(self.hold_age_s, 1),
+                "expires_in_s": round(self.hold_expires_in_s, 1),
+            },
             "upstream": self.upstream,
             "upstream_down_for_s": round(self.upstream_down_s, 1) if self.holding.get("upstream_down") else None,
             "held_requests": int(self.held),

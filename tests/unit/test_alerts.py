@@ -221,22 +221,32 @@ def cases(rs) -> list[dict]:
                 {
                     "eval_time": "21m",
                     "alertname": "SparkctlGatewayHolding",
-                    "exp_alerts": [firing(rs, "SparkctlGatewayHolding", GATEWAY, "lab: the front door has held requests for 21m 0s")],
+                    "exp_alerts": [
+                        firing(rs, "SparkctlGatewayHolding", GATEWAY, "lab: the front door has held requests for 21m 0s")
+                    ],
                 },
                 {  # a cut answer tickets; connect errors (held and sent again) do not
                     "eval_time": "90s",
                     "alertname": "SparkctlGatewayUpstreamErrors",
                     "exp_alerts": [
-                        firing(rs, "SparkctlGatewayUpstreamErrors", {"instance": "10.231.0.11:8888"},
-                               "lab: 2 answers broke off mid-way in 5m")
+                        firing(
+                            rs,
+                            "SparkctlGatewayUpstreamErrors",
+                            {"instance": "10.231.0.11:8888"},
+                            "lab: 2 answers broke off mid-way in 5m",
+                        )
                     ],
                 },
                 {
                     "eval_time": "60s",
                     "alertname": "SparkctlZeroTokenStreams",
                     "exp_alerts": [
-                        firing(rs, "SparkctlZeroTokenStreams", {"instance": "10.231.0.11:8888"},
-                               "lab: 3 streams ended without a token in 5m")
+                        firing(
+                            rs,
+                            "SparkctlZeroTokenStreams",
+                            {"instance": "10.231.0.11:8888"},
+                            "lab: 3 streams ended without a token in 5m",
+                        )
                     ],
                 },
             ],
@@ -250,8 +260,12 @@ def cases(rs) -> list[dict]:
             ],
             "alert_rule_test": [
                 {"eval_time": "4m", "alertname": a, "exp_alerts": []}
-                for a in ("SparkctlGatewayDown", "SparkctlGatewayHolding", "SparkctlGatewayUpstreamErrors",
-                          "SparkctlZeroTokenStreams")
+                for a in (
+                    "SparkctlGatewayDown",
+                    "SparkctlGatewayHolding",
+                    "SparkctlGatewayUpstreamErrors",
+                    "SparkctlZeroTokenStreams",
+                )
             ],
         },
         {  # at the baseline: quiet

@@ -108,7 +108,9 @@ def test_a_hold_nobody_is_changing_the_cluster_for_fails_naming_the_release(reco
     gw.hold(reason="reload", expected_s=5)
     f = fetch("127.0.0.1", gw.port)
     left = by(doctor(f), "gateway.holding", H)  # the lock is free: the reload that held is gone
-    assert left.status == "failed" and "reason reload" in left.message and "no sparkctl run holds the cluster lock" in left.message
+    assert (
+        left.status == "failed" and "reason reload" in left.message and "no sparkctl run holds the cluster lock" in left.message
+    )
     assert "sparkctl gateway release" in left.fix and "python3 -m sparkctl.gateway.ctl release" in left.fix
     assert runbooks.for_result(left) == "docs/runbooks/gateway-holding.md"
     # a live run (heartbeat 4 s ago) holds the lock: the hold is that change's, a warning
@@ -190,3 +192,61 @@ def test_recorded_page_parses_to_the_same_figures():
     doc = page.to_dict()
     assert doc["state"] == "holding" and doc["hold"]["reason"] == "reload" and doc["upstream"].startswith("http://127.0.0.1:")
     assert doc["held_requests"] == 2 and json.loads(json.dumps(doc)) == doc
+
+
+def test_status_shows_the_gateway_passing_or_holding_its_queue_and_upstream(recorder_gw):
+    from rich.console import Console
+
+    from sparkctl.cli.status import gateway_line, gateway_status
+
+    up, gw = recorder_gw
+    doc = INV.model_dump(mode="json", by_alias=True, exclude_none=True)
+    head = next(h for h, v in doc["hosts"].items() if v["role"] == "head")
+    doc["hosts"][head]["ssh"]["address"] = "127.0.0.1"
+    doc["runtime"]["port"] = gw.port
+    inv = Inventory.model_validate(doc)
+
+    def line(g: dict) -> str:
+        c = Console(width=300, no_color=True)
+        with c.capture() as cap:
+            c.print(gateway_line(g))
+        return cap.get().strip()
+
+    passing = gateway_status(inv)
+    assert passing["state"] == "passing" and passing["upstream"] == up.base and passing["held_requests"] == 0
+    assert (
+        line(passing) == f"gateway http://127.0.0.1:{gw.port}/gateway/metrics: passing, 0 held, 0 in flight, upstream {up.base}"
+    )
+    gw.hold(reason="restart")
+    t = threading.Thread(target=lambda: gw.client.post("/v1/completions", json={}), daemon=True)
+    t.start()
+    gw.wait_status(lambda st: st["held_requests"] == 1)
+    holding = gateway_status(inv)
+    assert holding["state"] == "holding" and holding["hold"]["reason"] == "restart" and holding["held_requests"] == 1
+    assert json.loads(json.dumps(holding)) == holding  # --json: one document
+    assert "holding for restart" in line(holding) and "1 held" in line(holding)
+    gw.release()
+    t.join(timeout=30)
+    gw.stop()
+    gone = gateway_status(inv)
+    assert gone["state"] == "not answering" and "not answering (connection refused" in line(gone)
+    doc["gateway"] = {"enabled": False}
+    assert gateway_status(Inventory.model_validate(doc)) is None
+
+
+def test_gateway_commands_without_a_gateway_say_so_and_exit_2(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    doc = INV.model_dump(mode="json", by_alias=True, exclude_none=True)
+    doc["gateway"] = {"enabled": False}
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(yaml.safe_dump(doc))
+    env = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8"}
+    for cmd in ("status", "release"):
+        r = subprocess.run([sys.executable, "-m", "sparkctl", "gateway", cmd, "-i", str(inv)], capture_output=True, text=True,
+                           timeout=60, env=env)  # fmt: skip
+        assert r.returncode == 2 and "gateway.enabled: false" in r.stderr and "Traceback" not in r.stderr, r.stderr
