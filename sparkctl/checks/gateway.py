@@ -18,6 +18,7 @@ READS = frozenset({"containers", "lock"})
 
 DISABLED = "gateway.enabled: false: no front door, the engine serves runtime.port itself"
 NOT_ANSWERING = "the gateway does not answer (see gateway.answers)"
+EXPIRED_RECENTLY_S = 3600  # a hold that ended by itself within this warns
 RELEASE = f"docker exec {CONTAINER} python3 -m sparkctl.gateway.ctl release"
 RELEASE_FIX = (
     f"no change is running: release the hold with `sparkctl gateway release` (on the head: `{RELEASE}`); or rerun "
@@ -96,9 +97,17 @@ def holding(ctx: Context, host: str, f, gw):
     page = _serving(gw)
     if page is None:
         return skipped(NOT_ANSWERING)
-    expired = f"; {page.holds_expired:g} hold(s) ended by themselves since it started" if page.holds_expired else ""
     if not page.holding.get("admin"):
-        return ok(f"no hold: passing requests{expired}", holds_expired=page.holds_expired)
+        ago = page.hold_expired_ago_s
+        if ago is not None and ago < EXPIRED_RECENTLY_S:
+            # nobody released it: the change that held died, and may have left the engine half-changed
+            return warn(
+                f"passing; a hold ended by itself {_duration(ago)} ago, at gateway.hold_max_s: nobody released it "
+                "(a sparkctl change died mid-way?)",
+                "`sparkctl history` shows the change that died, `sparkctl doctor` what it left; finish it or roll it back",
+                holds_expired=page.holds_expired,
+            )
+        return ok("no hold: passing requests", holds_expired=page.holds_expired)
     data = {"reason": page.hold_reason, "held_for_s": round(page.hold_age_s, 1), "expires_in_s": round(page.hold_expires_in_s, 1),
             "held_requests": page.held}  # fmt: skip
     what = (
@@ -108,6 +117,8 @@ def holding(ctx: Context, host: str, f, gw):
     if "lock" not in f.sections:
         return warn(f"{what}; the cluster lock was not read", RELEASE_FIX, **data)
     holder = f.lock
+    if page.hold_overrun_s > 0:
+        what += f"; {_duration(page.hold_overrun_s)} past the end sparkctl expected"
     if holder is not None and holder.gone() is None:
         return warn(f"{what} while {holder.describe()} changes the cluster",
                     "wait: the change releases the hold when the new engine serves (`sparkctl history` when it ends)",

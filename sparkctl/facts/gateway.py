@@ -29,6 +29,8 @@ class GatewayPage:
     hold_reason: Optional[str] = None  # the admin hold's reason (reload, restart, rollback ...)
     hold_age_s: float = 0.0
     hold_expires_in_s: float = 0.0
+    hold_overrun_s: float = 0.0  # past the end sparkctl expected
+    hold_expired_ago_s: Optional[float] = None  # since a hold last ended by itself; None: none since it started
     upstream_down_s: float = 0.0
     held: float = 0.0  # requests held now
     in_flight: float = 0.0
@@ -71,6 +73,7 @@ class GatewayPage:
             "upstream_errors": {k: int(v) for k, v in self.upstream_errors.items() if v},
             "zero_token_streams": {k: int(v) for k, v in self.zero_token_streams.items() if v},
             "holds_expired": int(self.holds_expired),
+            "last_hold_expired_s_ago": None if self.hold_expired_ago_s is None else round(self.hold_expired_ago_s),
             "hold_s": self.hold_s,
         }
 
@@ -95,6 +98,8 @@ def parse_page(text: str) -> GatewayPage:
                 page.holding[s.labels.get("cause", "")] = v > 0
             elif name == "hold_info" and v > 0:
                 page.hold_reason = s.labels.get("reason")
+            elif name == "hold_expired_seconds_ago":
+                page.hold_expired_ago_s = v if v >= 0 else None
             elif name == "rejected_total":
                 page.rejected[s.labels.get("reason", "")] = v
             elif name == "upstream_errors_total":
@@ -103,7 +108,7 @@ def parse_page(text: str) -> GatewayPage:
                 page.zero_token_streams[s.labels.get("finish_reason", "")] = v
             else:
                 attr = {"hold_age_seconds": "hold_age_s", "hold_expires_in_seconds": "hold_expires_in_s",
-                        "upstream_down_seconds": "upstream_down_s", "held_requests": "held", "in_flight": "in_flight",
+                        "upstream_down_seconds": "upstream_down_s", "hold_overrun_seconds": "hold_overrun_s", "held_requests": "held", "in_flight": "in_flight",
                         "requests_total": "requests", "holds_expired_total": "holds_expired",
                         "long_context_running": "long_context_running",
                         "long_context_waiting": "long_context_waiting"}.get(name)  # fmt: skip

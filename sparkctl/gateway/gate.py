@@ -56,6 +56,10 @@ class Gate:
         # read at each scrape: the hold's age and what is left of it, as /status says them
         metrics.hold_age.set_function(lambda: self.clock() - self.hold.since if self.hold else 0.0)
         metrics.hold_expires_in.set_function(lambda: max(0.0, self.hold.expires_at - self.clock()) if self.hold else 0.0)
+        metrics.hold_overrun.set_function(
+            lambda: max(0.0, self.clock() - self.hold.expected_end) if self.hold and self.hold.expected_end is not None else 0.0
+        )
+        metrics.hold_expired_ago.set_function(lambda: self.clock() - self.last_expired if self.last_expired is not None else -1.0)
         metrics.upstream_down_for.set_function(lambda: self.clock() - self.down_since if self.down_since is not None else 0.0)
 
     @property

@@ -58,6 +58,14 @@ class Metrics:
         self.hold_expires_in = Gauge(
             p + "hold_expires_in_seconds", "Seconds until the current admin hold ends by itself (0: no hold)", registry=r
         )
+        self.hold_overrun = Gauge(
+            p + "hold_overrun_seconds",
+            "Seconds the current admin hold has run past the end sparkctl expected (0: within it, or none expected)",
+            registry=r,
+        )
+        self.hold_expired_ago = Gauge(
+            p + "hold_expired_seconds_ago", "Seconds since a hold last ended by itself (-1: none since it started)", registry=r
+        )
         self.hold_info = Gauge(p + "hold_info", "1 for the current admin hold, labelled with its reason", ["reason"], registry=r)
         self.upstream_down_for = Gauge(
             p + "upstream_down_seconds", "Seconds since the engine stopped taking connections (0: it takes them)", registry=r

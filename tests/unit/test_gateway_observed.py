@@ -250,3 +250,18 @@ def test_gateway_commands_without_a_gateway_say_so_and_exit_2(tmp_path):
         r = subprocess.run([sys.executable, "-m", "sparkctl", "gateway", cmd, "-i", str(inv)], capture_output=True, text=True,
                            timeout=60, env=env)  # fmt: skip
         assert r.returncode == 2 and "gateway.enabled: false" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_hold_that_ended_by_itself_or_overran_its_expected_end_is_named(recorder_gw):
+    up, gw = recorder_gw
+    gw.hold(reason="reload", expected_s=0)  # the restart was expected to be done already
+    gw.wait_status(lambda st: st["hold"]["held_for_s"] > 0.5)
+    live = by(doctor(fetch("127.0.0.1", gw.port), lock=lock_text(4, host="other-control-host")), "gateway.holding", H)
+    assert live.status == "warn" and "past the end sparkctl expected" in live.message
+    gw.release()
+    gw.hold(reason="rollback", ttl_s=0.2)  # nobody releases it: it ends by itself
+    gw.wait_status(lambda st: st["last_hold_expired_s_ago"] is not None)
+    f = fetch("127.0.0.1", gw.port)
+    assert f.page.state == "passing" and f.page.holds_expired == 1 and f.page.hold_expired_ago_s is not None
+    expired = by(doctor(f), "gateway.holding", H)
+    assert expired.status == "warn" and "ended by itself" in expired.message and "sparkctl history" in expired.fix
