@@ -72,7 +72,7 @@ class Alerts(BaseModel):
         description="A gateway hold older than this pages (SparkctlGatewayHolding): longer than a cold start on "
         "the seeds' hardware (10-15 min), shorter than gateway.hold_max_s (when a hold ends by itself).",
     )
-    zero_token_streams: float = Field(
+    empty_streams: float = Field(
         0,
         ge=0,
         description="Streams that ended without one content token within rate_window above which to warn "

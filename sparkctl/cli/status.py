@@ -102,8 +102,8 @@ def gateway_line(g: dict) -> str:
         state = "[green]passing[/]"
     parts = [f"gateway {g['url']}: {state}", f"{g['held_requests']} held, {g['in_flight']} in flight",
              f"upstream {g.get('upstream')}"]  # fmt: skip
-    if g.get("zero_token_streams"):
-        parts.append("zero-token streams " + ", ".join(f"{n} {k}" for k, n in g["zero_token_streams"].items()))
+    if g.get("empty_streams"):
+        parts.append("zero-token streams " + ", ".join(f"{n} {k}" for k, n in g["empty_streams"].items()))
     return ", ".join(parts)
 
 

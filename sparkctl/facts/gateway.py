@@ -71,7 +71,7 @@ class GatewayPage:
             "requests": int(self.requests),
             "rejected": {k: int(v) for k, v in self.rejected.items() if v},
             "upstream_errors": {k: int(v) for k, v in self.upstream_errors.items() if v},
-            "zero_token_streams": {k: int(v) for k, v in self.zero_token_streams.items() if v},
+            "empty_streams": {k: int(v) for k, v in self.zero_token_streams.items() if v},
             "holds_expired": int(self.holds_expired),
             "last_hold_expired_s_ago": None if self.hold_expired_ago_s is None else round(self.hold_expired_ago_s),
             "hold_s": self.hold_s,
