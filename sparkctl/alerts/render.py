@@ -23,19 +23,16 @@ NODE_EXPORTER_PORT = 9100
 def scrape_config(rs: RuleSet, inv, rule_files: list[str]) -> dict:
     """A prometheus.yml for this cluster: the runtime job, the node job and the rule files."""
     from sparkctl.gateway.placement import METRICS_PATH
-    from sparkctl.runtime.launch import fabric_ip
+    from sparkctl.runtime.launch import engine_port, fabric_ip
 
     head = inv.hosts_with_role("head")[0]
     address = inv.hosts[head].ssh.address
-    if inv.gateway.enabled:
-        # the engine on its own port (through the gateway a scrape would be held with the requests
-        # during every restart), the gateway's own page on the public port
-        runtime = [
-            {"targets": [f"{address}:{inv.gateway.engine_port}"], "labels": {"role": "head"}},
-            {"targets": [f"{address}:{inv.runtime.port}"], "labels": {"role": "gateway", "__metrics_path__": METRICS_PATH}},
-        ]
-    else:
-        runtime = [{"targets": [f"{address}:{inv.runtime.port}"], "labels": {"role": "head"}}]
+    # the engine's own /metrics, behind the gateway: a holding gateway would hold the scrape too
+    runtime = [{"targets": [f"{address}:{engine_port(inv)}"], "labels": {"role": "head"}}]
+    if inv.gateway.enabled:  # the gateway's own page on the public port (it answers even while holding)
+        runtime.append(
+            {"targets": [f"{address}:{inv.runtime.port}"], "labels": {"role": "gateway", "__metrics_path__": METRICS_PATH}}
+        )
     s = inv.runtime.speculative
     if s and s.drafter_host:
         # the drafter listens where the head reaches it: its fabric address on the link to the head

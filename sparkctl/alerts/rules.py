@@ -227,8 +227,7 @@ def gateway_rules(a, cluster: str, gw: str, w: str) -> list[Rule]:
         ),
         Rule(
             alert="SparkctlZeroTokenStreams",
-            expr=f"sum by (instance) (increase(sparkctl_gateway_zero_token_streams_total{{{gw}}}[{w}])) "
-            f"> {a.empty_streams:g}",
+            expr=f"sum by (instance) (increase(sparkctl_gateway_zero_token_streams_total{{{gw}}}[{w}])) > {a.empty_streams:g}",
             severity="ticket",
             summary=f"{cluster}: {{{{ $value | humanize }}}} streams ended without a token in {w}",
             description='"HTTP up, zero tokens": the engine answers 200 and streams nothing (finish_reason abort: '
