@@ -81,8 +81,10 @@ def rules_for(inv) -> RuleSet:
             for_=a.down_for,
             severity="page",
             summary=f"{cluster}: the inference API on {{{{ $labels.instance }}}} is down",
-            description="Prometheus cannot scrape the head's /metrics: the engine died (crash, lost worker, "
-            "unreachable drafter) or its container stopped. `sparkctl doctor --only runtime` names the cause.",
+            description="Prometheus cannot scrape the engine's /metrics on the head: it died (crash, lost worker, "
+            "unreachable drafter) or its container stopped. Behind the gateway, clients' requests are held up to "
+            "gateway.hold_s, then answered 503 with Retry-After (doctor: gateway.engine). "
+            "`sparkctl doctor --only runtime` names the cause.",
             runbook="runtime-down",
         ),
         Rule(
