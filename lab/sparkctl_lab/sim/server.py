@@ -424,7 +424,7 @@ def serve(cfg: ServeConfig, knobs: knobs_mod.Knobs, env: dict[str, str]) -> int:
         if rt.draining:
             return
         rt.draining = True
-        threading.Thread(target=_drain, args=(rt,), daemon=True).start()
+        threading.Thread(target=_drain, args=(rt, signal.Signals(signum).name), daemon=True).start()
 
     # PID 1 in a container ignores signals without a handler: install ours first.
     signal.signal(signal.SIGTERM, on_signal)
@@ -495,15 +495,18 @@ def serve(cfg: ServeConfig, knobs: knobs_mod.Knobs, env: dict[str, str]) -> int:
     return 1 if rt.dead else 0
 
 
-def _drain(rt: Runtime) -> None:
+def _drain(rt: Runtime, signame: str = "SIGTERM") -> None:
     timeout = rt.cfg.shutdown_timeout
     # v1/engine/core.py: SIGTERM sets shutdown_state REQUESTED; from then on _reject_add_in_shutdown
     # finishes every new request as aborted while the in-flight ones drain.
     rt.engine.begin_shutdown()
     n = rt.engine.num_unfinished()
     mode = "abort" if timeout == 0 else "drain"
-    # vLLM 0.33's shutdown lines (entrypoints/launchers/launcher.py, v1/engine/core.py _handle_shutdown)
+    # vLLM 0.33's shutdown lines (entrypoints/launchers/launcher.py serve_http, v1/engine/core.py
+    # run_engine_core's signal_handler and _handle_shutdown)
+    rt.api_log.info("launcher.py:256", "[shutdown] API server: shutdown triggered")
     rt.api_log.info("launcher.py:272", f"[shutdown] API server: stopping engine client mode={mode} timeout={timeout}s")
+    rt.core_log.info("core.py:1525", f"[shutdown] EngineCore: trigger received signal={signame}")
     rt.core_log.info("core.py:1712", f"[shutdown] EngineCore: start mode={mode} timeout={timeout}s")
     if n and timeout == 0:
         rt.core_log.info("core.py:1721", f"[shutdown] EngineCore: aborting in-flight requests count={n}")
