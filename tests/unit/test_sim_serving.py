@@ -590,7 +590,7 @@ def test_sigterm_drains_in_flight_while_health_stays_200_and_new_requests_end_em
     # (v1/engine/core.py _reject_add_in_shutdown): a 200 with no content, not an error status.
     import openai
 
-    s = Server(str(tmp_path), "--shutdown-timeout", "20", env={"SIM_STEP_TIME_SCALE": "0.1"}, name="drain")
+    s = Server(str(tmp_path), "--shutdown-timeout", "20", env={"SIM_STEP_TIME_SCALE": "0.5"}, name="drain")  # 400 tokens: ~3 s
     out: dict = {}
     t = threading.Thread(target=_stream_until_done, args=(s, out, 400))
     t.start()
