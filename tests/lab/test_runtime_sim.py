@@ -78,9 +78,9 @@ def restore(lab):
 SLOW_STEPS = {"SIM_STEP_TIME_SCALE": "0.5"}  # steps 50x a Spark's: requests stay in flight long enough to watch
 
 
-def complete(model: str, prompt: str, tokens: int, timeout: float = 120) -> httpx.Response:
+def complete(model: str, prompt: str, tokens: int, timeout: float = 120, url: str = URL) -> httpx.Response:
     return httpx.post(
-        f"{URL}/v1/completions",
+        f"{url}/v1/completions",
         json={"model": model, "prompt": prompt, "max_tokens": tokens, "temperature": 0, "ignore_eos": True},
         timeout=timeout,
     )
@@ -186,8 +186,9 @@ def test_sigterm_drains_in_flight_while_health_stays_200_and_new_requests_end_em
     inv = variant(tmp_path, lab_inventory, SLOW_STEPS, shutdown_timeout=30)
     sparkctl("up", "-i", str(inv))
     model = lab_inventory["runtime"]["served_model_name"]
+    engine = f"http://10.231.0.11:{(lab_inventory.get('gateway') or {}).get('engine_port', 8001)}"  # not the gateway
     result: dict = {}
-    t = threading.Thread(target=lambda: result.update(r=complete(model, "Write an essay about the sea.", 600)))
+    t = threading.Thread(target=lambda: result.update(r=complete(model, "Write an essay about the sea.", 600, url=engine)))
     t.start()
     time.sleep(0.5)
     stopper = threading.Thread(target=lambda: lab.host_exec("head", ["docker", "stop", "sparkctl-head"], timeout=60))
@@ -198,8 +199,8 @@ def test_sigterm_drains_in_flight_while_health_stays_200_and_new_requests_end_em
         draining = "[shutdown] EngineCore: draining in-flight requests count=1" in log
         time.sleep(0.1)
     try:
-        health = httpx.get(f"{URL}/health", timeout=2).status_code
-        late = complete(model, "Count from 1 to 10.", 20, timeout=10)
+        health = httpx.get(f"{engine}/health", timeout=2).status_code
+        late = complete(model, "Count from 1 to 10.", 20, timeout=10, url=engine)
     finally:
         t.join(timeout=60)
         stopper.join(timeout=60)
