@@ -3,6 +3,8 @@
 #   ./dev.sh demo   install what is needed, bring the lab up, converge it with `sparkctl up`,
 #                   then status, doctor and a short bench against it
 #   ./dev.sh test   install what is needed, bring the lab up and run the whole test suite
+#                   (tests/unit and tests/lab as two pytest processes side by side; with paths or
+#                   node ids as arguments, one pytest over those)
 #   ./dev.sh install   only install what both need (apt + the venv)
 # Both are idempotent: a second run reuses the venv, the packages and the running lab.
 set -euo pipefail
@@ -52,6 +54,33 @@ install_python() {
   fi
 }
 
+# The whole suite as two pytest processes side by side: tests/lab in the background (the lab fixture
+# brings the lab up once, tests/conftest.py; one owner, in order) and tests/unit in the foreground,
+# whose CPU fills the lab's waits. The unit output first, then the lab's (what it printed so far,
+# then live), each ending in its own summary. Extra pytest options go to both; with
+# SPARKCTL_TEST_REPORTS=DIR each writes its junit XML there (unit.xml, then lab.xml).
+run_suite() {
+  local reports=${SPARKCTL_TEST_REPORTS:-} log lab urc=0 lrc=0
+  log=$(mktemp "${TMPDIR:-/tmp}/sparkctl-lab-tests.XXXXXX.log")
+  "$VENV/bin/python" -m pytest -q tests/lab ${reports:+"--junitxml=$reports/lab.xml"} "$@" >"$log" 2>&1 &
+  lab=$!
+  trap 'kill -INT "$lab" 2>/dev/null || true' INT TERM  # Ctrl-C or CI's end: the lab run stops too
+  say "pytest tests/unit    (tests/lab runs beside it, pid $lab, its output follows: $log)"
+  "$VENV/bin/python" -m pytest -q tests/unit ${reports:+"--junitxml=$reports/unit.xml"} "$@" || urc=$?
+  say "pytest tests/lab     (started beside the unit tests: its output so far, then live)"
+  tail -n +1 --pid="$lab" -f "$log"
+  wait "$lab" || lrc=$?
+  rm -f "$log"
+  # exit 5 is "no test selected": fine for one half of a -k/-m selection, not for both
+  if [ "$urc" = 5 ] && [ "$lrc" = 5 ]; then echo "tests: FAILED: no test selected in tests/unit or tests/lab" >&2; return 5; fi
+  [ "$urc" = 5 ] && urc=0
+  [ "$lrc" = 5 ] && lrc=0
+  [ "$urc" = 0 ] || echo "tests: FAILED: tests/unit (pytest exit $urc): its summary is above the lab's output" >&2
+  [ "$lrc" = 0 ] || echo "tests: FAILED: tests/lab (pytest exit $lrc): its summary is just above" >&2
+  [ "$urc" = 0 ] && [ "$lrc" = 0 ] && say "tests: tests/unit and tests/lab passed"
+  [ "$urc" = 0 ] && [ "$lrc" = 0 ]
+}
+
 cmd=${1:-}
 case "$cmd" in
   demo)
@@ -94,10 +123,14 @@ EOT
     install_system
     install_python
     shift
-    say "pytest (unit + lab)"
-    # The lab fixture brings the lab up once per session (tests/conftest.py).
-    # two workers: the lab tests on one (in order, one owner of the lab), the unit tests on the other
-    exec "$VENV/bin/python" -m pytest -q -n "${SPARKCTL_TEST_WORKERS:-2}" "$@"
+    # arguments naming tests (a path, a node id): one pytest over just those
+    for a in "$@"; do
+      if [ -e "${a%%::*}" ]; then
+        say "pytest $*"
+        exec "$VENV/bin/python" -m pytest -q "$@"
+      fi
+    done
+    run_suite "$@"
     ;;
   *)
     echo "usage: ./dev.sh demo | test [pytest args] | install" >&2

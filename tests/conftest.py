@@ -75,7 +75,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """Under pytest-xdist (`./dev.sh test` runs two workers): every test of tests/lab/ on one worker,
+    """Under pytest-xdist (`pytest -n 2`; `./dev.sh test` runs tests/unit and tests/lab as two plain
+    pytest processes instead): every test of tests/lab/ on one worker,
     in collection order (the lab has one owner; test_lab_updown.py last), the unit tests spread over
     both. (xdist's own loadgroup cannot do it on pytest 9: it renames node ids through a field
     pytest 9 no longer reads.)"""

@@ -158,18 +158,21 @@ def doctor(
             gateway_thread = threading.Thread(target=fetch_gateway, name="sparkctl-gateway", daemon=True)
             gateway_thread.start()
 
+        probe_thread = None
+        if any(c.name == "fabric.bandwidth" for c in checks):
+            # the pings first (they say which rails to probe), then the probe over the fabric while
+            # the other facts come over the management net and the TTFT window below waits: the
+            # probe is a second of traffic per sibling group, so the rest hides behind it
+            progress(f"pinging the rails from {', '.join(selected)}")
+            pinged = cluster.need({"ping"}, timeout=60, wait=120)
+            progress("probing each rail's bandwidth" + (" (--deep)" if deep else ""))
+            probe_thread = threading.Thread(
+                target=_probe_rails, args=(ctx, cluster.fleet, dict(pinged)), name="sparkctl-bandwidth", daemon=True
+            )
+            probe_thread.start()
         progress(f"gathering facts from {', '.join(selected)}")
         ctx.facts = cluster.need(kinds, timeout=3600 if deep else 60, wait=120)
         ctx.unreachable = dict(cluster.unreachable)
-        probe_thread = None
-        if any(c.name == "fabric.bandwidth" for c in checks):
-            # over the fabric, while the TTFT window below waits on the management net: the window
-            # is a wait, the probe a second of traffic per sibling group, so one hides the other
-            progress("probing each rail's bandwidth" + (" (--deep)" if deep else ""))
-            probe_thread = threading.Thread(
-                target=_probe_rails, args=(ctx, cluster.fleet), name="sparkctl-bandwidth", daemon=True
-            )
-            probe_thread.start()
         if endpoint_thread is not None:
             endpoint_thread.join(timeout=15)
             if ctx.endpoint is not None:  # a second page: runtime.ttft judges the seconds doctor took
@@ -194,12 +197,13 @@ def doctor(
     return Report(results, selected, time.monotonic() - start, deep, dict(cluster.seconds))
 
 
-def _probe_rails(ctx: Context, fleet) -> None:
-    """iperf3 over every rail that pinged, sibling groups one after another (PROBE_SECONDS each;
-    DEEP_SECONDS with --deep). The Engram re-hash of --deep is a fact of the round trip."""
+def _probe_rails(ctx: Context, fleet, pinged: dict) -> None:
+    """iperf3 over every rail that pinged (`pinged`: the hosts' facts with their pings), sibling
+    groups one after another (PROBE_SECONDS each; DEEP_SECONDS with --deep). The Engram re-hash of
+    --deep is a fact of the round trip."""
     from sparkctl.facts import bandwidth
 
-    reached = [h for h in ctx.hosts if h in ctx.facts]
-    ready = bandwidth.pinging(ctx.inventory, ctx.facts, bandwidth.rails(ctx.inventory, reached))
+    reached = [h for h in ctx.hosts if h in pinged]
+    ready = bandwidth.pinging(ctx.inventory, pinged, bandwidth.rails(ctx.inventory, reached))
     seconds = bandwidth.DEEP_SECONDS if ctx.deep else bandwidth.PROBE_SECONDS
     ctx.bandwidth.update(bandwidth.measure(fleet, ready, seconds))
