@@ -133,8 +133,8 @@ class Load:
                     max_tokens=self.max_tokens, temperature=0, stream=True,
                 )  # fmt: skip
                 outcome = "ok" if "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) else "empty"
-            except openai.APIStatusError as e:
-                outcome = str(e.status_code)
+            except openai.APIStatusError as e:  # the gateway's own answers carry Retry-After; the engine's drain 503 none
+                outcome = f"{e.status_code}{' Retry-After' if e.response.headers.get('retry-after') else ''}"
             except openai.APIConnectionError as e:
                 outcome = "connection" if "refused" not in repr(e.__cause__).lower() else "connection refused"
             except Exception as e:  # noqa: BLE001 - any other failure is a failed request too

@@ -72,7 +72,12 @@ def samples(url: str) -> dict[tuple[str, tuple], float]:
 
 
 def gateway_metrics() -> dict:
-    return samples(f"{URL}/gateway/metrics")
+    """The gateway's own metrics ({} when nothing answers there as the gateway: then the clients'
+    outcomes below say what is wrong)."""
+    try:
+        return samples(f"{URL}/gateway/metrics")
+    except (httpx.HTTPError, ValueError):
+        return {}
 
 
 def delta(before: dict, after: dict, name: str, **labels) -> float:
@@ -178,9 +183,12 @@ def test_two_long_prompts_sent_together_run_one_after_the_other(lab, gw_inv):
     The order is read off the engine, not off clocks: each client, when its first token arrives,
     reads how many requests the engine has finished. The gateway sends the second long request on
     only after the first one's answer has ended, so the second's first token comes after the engine
-    counted the first as finished: its reading is at least 1, whatever the threads' scheduling (a
-    late reading only counts more). Had both been at the engine at once, both readings would be 0,
-    and the simulator would have crashed on two long prompts in one step (the engine restarted)."""
+    counted the first as finished: its reading is at least 1 whatever the threads' scheduling (a
+    late reading only counts more), so this cannot fail when the gateway admits one at a time. Had
+    both been at the engine at once, the first-token readings would be 0 (each answer runs a few
+    hundred tokens on), and the simulator would have crashed on two long prompts in one step (the
+    engine restarted, both streams failed) as seed 002's recipe does: that is what
+    max_concurrent: 2 shows."""
     engine = started_at(lab, "head", "sparkctl-head")
     base = engine_finished()
     prompt = " ".join(f"w{i % 97}" for i in range(LONG_WORDS))
@@ -193,7 +201,7 @@ def test_two_long_prompts_sent_together_run_one_after_the_other(lab, gw_inv):
         together.wait()
         try:
             chunks = c.chat.completions.create(
-                model=NAME, messages=[{"role": "user", "content": f"({i}) {prompt}"}], max_tokens=16, temperature=0, stream=True
+                model=NAME, messages=[{"role": "user", "content": f"({i}) {prompt}"}], max_tokens=400, temperature=0, stream=True
             )
             first, finish = None, None
             for ch in chunks:
@@ -202,7 +210,7 @@ def test_two_long_prompts_sent_together_run_one_after_the_other(lab, gw_inv):
                     readings.append(first)
                 if ch.choices and ch.choices[0].finish_reason:
                     finish = ch.choices[0].finish_reason
-            outcomes.append(("ok" if first is not None else "empty", finish))
+            outcomes.append(("ok" if first is not None and finish in ("length", "stop") else f"empty ({finish})", "done"))
         except openai.APIError as e:
             outcomes.append((f"failed: {e!r}", None))
 
@@ -211,7 +219,7 @@ def test_two_long_prompts_sent_together_run_one_after_the_other(lab, gw_inv):
         t.start()
     for t in threads:
         t.join(120)
-    assert outcomes == [("ok", "length"), ("ok", "length")], outcomes
+    assert outcomes == [("ok", "done"), ("ok", "done")], outcomes
     assert len(readings) == 2 and max(readings) >= 1, readings  # the second began after the first finished
     assert started_at(lab, "head", "sparkctl-head") == engine  # the engine never crashed on both at once
     lc = gateway_status(lab)["long_context"]
