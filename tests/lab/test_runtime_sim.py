@@ -31,6 +31,7 @@ pytestmark = pytest.mark.lab
 
 ENV = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8,10.231.0.0/16"}
 URL = "http://10.231.0.11:8888"
+ENGINE = "http://10.231.0.11:8001"  # behind the gateway (gateway.engine_port)
 
 
 def sparkctl(*args: str, rc: int = 0) -> dict:
@@ -144,7 +145,7 @@ def test_port_refuses_connections_while_loading(lab, lab_inventory, tmp_path, re
             head = lab.host_exec("head", ["docker", "inspect", "-f", "{{.State.Status}}", "sparkctl-head"])
             if head.stdout.strip() == "running":
                 try:
-                    httpx.get(f"{URL}/health", timeout=1)
+                    httpx.get(f"{ENGINE}/health", timeout=1)  # the engine's own port (the gateway holds instead)
                 except (httpx.ConnectError, httpx.ReadError):  # refused, or reset while the port opens
                     refused += 1
             time.sleep(0.2)
