@@ -6,8 +6,7 @@ request is answered in seconds) and `gateway.long_context: {tokens: 60000, max_c
 Clients are the OpenAI Python client at max_retries=0 on the public port (the gateway); sparkctl's
 view of the engine is its own port (gateway.engine_port). The module ends on the lab's own
 inventory (`sparkctl up`); a test that leaves the engine down is brought back by `up` after it.
-Doctor does not name a crashed engine behind the gateway yet (no "gateway" check group on main),
-so the kill test does not assert it.
+Doctor names a crashed engine behind the gateway (its gateway.engine check).
 """
 
 from __future__ import annotations
@@ -129,7 +128,7 @@ def one_request(c: openai.OpenAI) -> Outcome:
 
 
 def test_an_engine_killed_outside_a_change_is_held_then_503_and_up_brings_it_back(lab, gw_inv):
-    """Cost: ~3 s of hold plus one `up` that restarts the engine (~10 s on the lab)."""
+    """Cost: ~9 s (3 s of hold, one `doctor --only gateway`, one `up` that restarts the engine)."""
     before = gateway_metrics()
     lab.host_exec("head", ["docker", "kill", "sparkctl-head"], check=True)
     outcomes: list[Outcome] = []
@@ -145,6 +144,9 @@ def test_an_engine_killed_outside_a_change_is_held_then_503_and_up_brings_it_bac
     assert delta(before, after, "sparkctl_gateway_rejected_total", reason="held_too_long") == 3
     assert delta(before, after, "sparkctl_gateway_hold_seconds_count", outcome="rejected") == 3  # each was held first
     assert gateway_status(lab)["upstream_down_for_s"] is not None  # still holding on its own, waiting for /health
+    doc = sparkctl("doctor", "-i", str(gw_inv), "--only", "gateway", rc=None)  # and doctor names it
+    (check,) = [c for c in doc["checks"] if c["name"] == "gateway.engine"]
+    assert check["status"] == "failed" and "has refused connections" in check["message"], check
 
     # `up` brings the engine back; clients sending back to back the whole time (staggered by 1 s, so
     # one of them is always within its hold_s when the engine returns) are held and sent on, or 503
