@@ -1,6 +1,18 @@
 """What the front door costs: TTFT and tok/s at 4 streams through the gateway vs straight to the engine.
 
     python benchmarks/gateway.py [--rounds 4] [--requests 6] [--streams 4] [--max-tokens 200] [--step-scale 0.1]
+    sudo SPARKCTL_ONLY_NETWORKS=127.0.0.0/8,10.231.0.0/16 .venv/bin/python benchmarks/gateway.py --lab \
+        [--rounds 2] [--requests 4] [--streams 4] [--max-tokens 200] [--load-streams 3]
+
+--lab: the same TTFT and tok/s on the lab's cluster (its gateway on runtime.port vs its engine on
+gateway.engine_port, from this machine), then a warm and a cold `sparkctl reload` under load:
+--load-streams OpenAI-client threads (max_retries=0, streaming, back to back) through the gateway
+and as many straight at the engine's port (what clients see without a gateway), all through the
+same reload, from 1 s before it to 1 s after. Printed for each side: requests, failed requests (by
+what the client saw) and the longest request, beside the reload's downtime; and whether sparkctl
+held the gateway for the reload (the reload handshake) or the gateway held on its own when the
+engine went away (its upstream-down hold). The lab ends on its own inventory. Holds the lab test
+lock for the whole run (benchmarks/labbench.py).
 
 The engine is the lab's vLLM simulator on loopback (tests/unit/test_sim_serving.Server), the
 gateway `python -m sparkctl.gateway` in front of it (tests/unit/test_gateway.Gateway). Rounds
@@ -89,6 +101,163 @@ def reject_latency(gw, n: int = 50) -> list[float]:
     return out
 
 
+class Load:
+    """OpenAI-client threads (max_retries=0) streaming chat completions at `base` back to back until stopped:
+    every request's outcome ("ok", or what failed: "503", "connection", "empty", ...) and duration."""
+
+    def __init__(self, base: str, name: str, threads: int, max_tokens: int = 12):
+        self.base, self.name, self.max_tokens = base, name, max_tokens
+        self.results: list[tuple[str, float]] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
+
+    def start(self) -> "Load":
+        for t in self._threads:
+            t.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(180)
+
+    def _run(self) -> None:
+        import openai
+
+        client = openai.OpenAI(base_url=f"{self.base}/v1", api_key="bench", max_retries=0, timeout=120)
+        while not self._stop.is_set():
+            t0 = time.perf_counter()
+            try:
+                chunks = client.chat.completions.create(
+                    model=self.name, messages=[{"role": "user", "content": "Count from 1 to 10."}],
+                    max_tokens=self.max_tokens, temperature=0, stream=True,
+                )  # fmt: skip
+                outcome = "ok" if "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) else "empty"
+            except openai.APIStatusError as e:  # the gateway's own answers carry Retry-After; the engine's drain 503 none
+                outcome = f"{e.status_code}{' Retry-After' if e.response.headers.get('retry-after') else ''}"
+            except openai.APIConnectionError as e:
+                outcome = "connection" if "refused" not in repr(e.__cause__).lower() else "connection refused"
+            except Exception as e:  # noqa: BLE001 - any other failure is a failed request too
+                outcome = type(e).__name__
+            self.results.append((outcome, time.perf_counter() - t0))
+
+    def summary(self) -> dict:
+        failed: dict[str, int] = {}
+        for outcome, _ in self.results:
+            if outcome != "ok":
+                failed[outcome] = failed.get(outcome, 0) + 1
+        return {
+            "requests": len(self.results),
+            "failed": sum(failed.values()),
+            "failed_by_kind": failed,
+            "longest_s": round(max((s for _, s in self.results), default=0.0), 2),
+        }
+
+
+def lab_main(args) -> int:
+    """The lab's front door: TTFT and tok/s through it vs direct, then a warm and a cold reload under load."""
+    import random
+
+    import yaml
+
+    from labbench import INVENTORY, log, require_lab, sparkctl
+
+    lock = require_lab()  # noqa: F841 (held until exit)
+    doc = yaml.safe_load(INVENTORY.read_text())
+    gateway = doc.get("gateway") or {}
+    if gateway.get("enabled") is False:
+        sys.exit(f"{INVENTORY} has gateway.enabled: false: there is no front door to measure")
+    head = next(h for h in doc["hosts"].values() if h["role"] == "head")["ssh"]["address"]
+    public = f"http://{head}:{doc['runtime']['port']}"
+    engine = f"http://{head}:{gateway.get('engine_port', 8001)}"
+    name = doc["runtime"]["served_model_name"]
+    log("converging the lab on its own inventory (sparkctl up) ...")
+    rc, up = sparkctl("up", "-i", str(INVENTORY))
+    if rc != 0:
+        sys.exit(f"sparkctl up failed: {json.dumps(up)[-2000:]}")
+
+    figures: dict[str, dict[str, list]] = {"direct": {"ttft": [], "tps": []}, "gateway": {"ttft": [], "tps": []}}
+    one_round(public, name, args.streams, 1, 20)  # warm-up
+    one_round(engine, name, args.streams, 1, 20)
+    for k in range(args.rounds):
+        for label, base in (("direct", engine), ("gateway", public))[:: 1 if k % 2 == 0 else -1]:
+            ttfts, tps = one_round(base, name, args.streams, args.requests, args.max_tokens)
+            figures[label]["ttft"] += ttfts
+            figures[label]["tps"].append(tps)
+            log(f"round {k + 1} {label:7s}: median TTFT {statistics.median(ttfts) * 1000:7.2f} ms, {tps:8.1f} tok/s")
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-gateway-lab-"))
+
+    def variant(label: str, **runtime) -> Path:
+        new = yaml.safe_load(INVENTORY.read_text())
+        new["runtime"].update(runtime)
+        out = workdir / f"{label}.yaml"
+        out.write_text(yaml.safe_dump(new, sort_keys=False))
+        return out
+
+    def fresh_cold(current: Path) -> Path:
+        for _ in range(20):  # a scheduler size this cluster never served: the plan predicts cold
+            path = variant("cold", max_num_batched_tokens=16384 + 8 * random.randrange(1, 50_000))
+            _, plan = sparkctl("reload", "-i", str(current), "--config", str(path), "--check")
+            if plan["plan"]["prediction"] == "cold":
+                return path
+        sys.exit("no fresh max_num_batched_tokens found that the plan predicts cold")
+
+    reloads = []
+    current = INVENTORY
+    try:
+        for kind in ("warm", "cold"):
+            if kind == "warm":  # outside the compile hash: an environment mark
+                new = variant("warm", env={**doc["runtime"].get("env", {}), "SPARKCTL_BENCH_MARK": str(time.time())})
+            else:
+                new = fresh_cold(current)
+            loads = {"gateway": Load(public, name, args.load_streams), "direct": Load(engine, name, args.load_streams)}
+            for load in loads.values():
+                load.start()
+            time.sleep(1)
+            rc, rdoc = sparkctl("reload", "-i", str(current), "--config", str(new), "--yes")
+            time.sleep(1)
+            for load in loads.values():
+                load.stop()
+            if rc != 0 or rdoc.get("outcome") != "ok":
+                sys.exit(f"{kind} reload failed ({rdoc.get('outcome')}): {rdoc.get('reason')}")
+            current = new
+            plan = rdoc.get("plan") or {}
+            held_by = "handshake" if (plan.get("gateway") or {}).get("hold") else "upstream-down hold"
+            reloads.append({"kind": kind, "prediction": plan.get("prediction"), "downtime_s": rdoc.get("downtime_seconds"),
+                            "held_by": held_by, **{side: load.summary() for side, load in loads.items()}})  # fmt: skip
+            log(f"{kind} reload: downtime {rdoc.get('downtime_seconds')} s; "
+                + "; ".join(f"{side}: {load.summary()}" for side, load in loads.items()))  # fmt: skip
+    finally:
+        if current != INVENTORY:
+            log("reloading back to the lab's own inventory ...")
+            rc, back = sparkctl("reload", "-i", str(current), "--config", str(INVENTORY), "--yes")
+            if rc != 0:
+                log(f"reload back to {INVENTORY} failed ({back.get('outcome')}): {back.get('reason')}")
+
+    d, g = figures["direct"], figures["gateway"]
+    ttft_d, ttft_g = statistics.median(d["ttft"]) * 1000, statistics.median(g["ttft"]) * 1000
+    tps_d, tps_g = statistics.median(d["tps"]), statistics.median(g["tps"])
+    print(f"the lab: gateway {public} vs the engine {engine}; {args.streams} streams x {args.requests} requests x "
+          f"{args.rounds} rounds ({len(d['ttft'])} requests each way), {args.max_tokens} tokens each")  # fmt: skip
+    print(f"median TTFT : direct {ttft_d:7.2f} ms   gateway {ttft_g:7.2f} ms   added {ttft_g - ttft_d:+.2f} ms (budget +2 ms)")
+    print(
+        f"tok/s       : direct {tps_d:7.1f}      gateway {tps_g:7.1f}      {100 * (tps_g / tps_d - 1):+.1f}% (budget within 3%)"
+    )
+    print(f"reloads under load: {args.load_streams} OpenAI-client streams (max_retries=0) through the gateway and "
+          f"{args.load_streams} straight at the engine, during the same reload")  # fmt: skip
+    print(f"{'reload':7} {'downtime':>9}  {'side':8} {'requests':>8} {'failed':>7} {'longest':>8}  failed by kind / held by")
+    for r in reloads:
+        for side in ("gateway", "direct"):
+            s = r[side]
+            kinds = ", ".join(f"{k} x{n}" for k, n in sorted(s["failed_by_kind"].items())) or "-"
+            extra = f"{kinds}; held by the {r['held_by']}" if side == "gateway" else kinds
+            print(
+                f"{r['kind']:7} {r['downtime_s']:8.2f}s  {side:8} {s['requests']:8d} {s['failed']:7d} {s['longest_s']:7.2f}s  {extra}"
+            )
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=4, help="rounds of each (direct, gateway), alternating")
@@ -96,7 +265,11 @@ def main() -> int:
     ap.add_argument("--streams", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=200)
     ap.add_argument("--step-scale", type=float, default=0.1, help="the simulator's SIM_STEP_TIME_SCALE")
+    ap.add_argument("--lab", action="store_true", help="measure the lab's cluster, and reloads under load (needs root)")
+    ap.add_argument("--load-streams", type=int, default=3, help="--lab: client threads each side during a reload")
     args = ap.parse_args()
+    if args.lab:
+        return lab_main(args)
 
     from test_gateway import Gateway
     from test_sim_serving import NAME, Server
