@@ -35,7 +35,7 @@ from pathlib import Path
 from sparkctl_lab import paths
 from sparkctl_lab import topology as topo
 
-BUILDER_VERSION = "4"  # bump when the image layout below changes
+BUILDER_VERSION = "5"  # bump when the image layout below changes
 SIM_DIR = Path(__file__).resolve().parent / "sim"
 KEY_LABEL = "org.sparkctl.lab.image-key"
 # what the gateway imports from vLLM's image (docs/gateway.md); their requirements come along
@@ -223,7 +223,9 @@ def build_rootfs(out: Path) -> None:
         # glibc dlopens libgcc_s at thread exit/cancel (ldd cannot see it): without it a dying
         # Python aborts with "libgcc_s.so.1 must be installed for pthread_exit to work" (exit 139)
         libgcc = sorted(Path("/lib").glob("*-linux-gnu/libgcc_s.so.1"))[:1]
-        for so in sorted(ldd_paths([py.resolve(), *dynload]) | {str(p) for p in libgcc}):
+        # the copied libraries' own extension modules need theirs too (uvloop's links librt)
+        extensions = [src for rel, src in library_files() if rel.endswith(".so") or ".so." in rel]
+        for so in sorted(ldd_paths([py.resolve(), *dynload, *extensions]) | {str(p) for p in libgcc}):
             t.copy(os.path.realpath(so), _usr(so))
         for root, dirs, files in os.walk(lib):
             rel = os.path.relpath(root, lib)

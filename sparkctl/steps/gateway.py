@@ -124,6 +124,10 @@ class GatewayStep(Step):
 
         spec = ctx.launch.gateway
         ctx.progress(host, self.name, f"starting {spec.name}")
+        # the admin socket's directory: root only (docker would create a missing bind source 0755)
+        r = ctx.fleet[host].run(f"mkdir -p {placement.ADMIN_DIR} && chmod 0700 {placement.ADMIN_DIR}")
+        if not r.ok:
+            raise HostError(f"{host}: cannot create {placement.ADMIN_DIR}: {r.stderr.strip()}", fix="check /run on the head")
         try:
             containers.start(ctx.fleet[host].docker(), spec, current_image(ctx, host, spec.image))
         except Exception as exc:  # docker's APIError/ImageNotFound: sparkctl's words, with the fix

@@ -179,6 +179,14 @@ def test_an_engine_killed_outside_a_change_is_held_then_503_and_up_brings_it_bac
     assert one_request(client()).kind == "ok"
 
 
+def test_the_gateway_runs_on_uvloop_from_the_runtime_image(lab, gw_inv):
+    # vLLM's image ships uvloop (fastapi[standard] -> uvicorn[standard]); the gateway picks it up there
+    r = lab.host_exec(
+        "head", ["docker", "exec", "sparkctl-gateway", "python3", "-c", "import uvloop, aiohttp, prometheus_client"]
+    )
+    assert r.returncode == 0, r.stderr
+
+
 def test_two_long_prompts_sent_together_run_one_after_the_other(lab, gw_inv):
     """Cost: ~2 s (two 70k-token prefills in the lab's simulator, one after the other).
 
@@ -266,6 +274,8 @@ def test_the_admin_interface_refuses_another_lab_host(lab, gw_inv):
     assert listeners(lab, pid, "-x") == {"/run/sparkctl-gateway/admin.sock"}
     st = lab.host_exec("head", ["stat", "-c", "%F %a %U", "/run/sparkctl-gateway/admin.sock"], check=True).stdout.split()
     assert st == ["socket", "600", "root"], st
+    d = lab.host_exec("head", ["stat", "-c", "%a %U", "/run/sparkctl-gateway"], check=True).stdout.split()
+    assert d == ["700", "root"], d  # its directory too: nobody but root on the head reaches the socket
     # from the worker: every admin route on every port the gateway opens, and on the engine's port
     r = lab.host_exec("worker", ["python3", "-c", PROBE, json.dumps(sorted({int(p) for p in ports} | {8001})), HEAD], timeout=120)
     assert r.returncode == 0, r.stderr
