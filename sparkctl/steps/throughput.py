@@ -6,6 +6,12 @@ recipe loses half its throughput when the MoE backend falls back to Marlin (W4A1
 smoke completion cannot see that; a decode measurement can. The measurement is one streamed
 completion (temperature 0, `ignore_eos`, DECODE_TOKENS tokens; the faster of two tries), its decode
 rate (tokens after the first / time after the first) becomes the next run's baseline.
+
+Only a measurement on an otherwise idle engine is a baseline: with other requests running or
+waiting (users back through the gateway the moment the engine serves, or a reload under load) the
+rate says how busy the engine is, not how fast its kernels are. Then the recorded baseline stands,
+the ratio is not judged (it would roll back a healthy engine), and the result says so; the MoE
+backend check (doctor's runtime.moe_backend) still reads the kernel from the log.
 """
 
 from __future__ import annotations
@@ -19,6 +25,20 @@ from sparkctl.steps.runtime import restarting
 
 DECODE_TOKENS = 256
 PROMPT = "Count from 1 to 200, one number per line."
+
+
+def others_in_flight(url: str) -> Optional[int]:
+    """Requests running + waiting at the engine (its /metrics), None when it does not say."""
+    import httpx
+
+    from sparkctl.runtime.metrics import parse_page
+
+    try:
+        page = parse_page(httpx.get(f"{url}/metrics", timeout=5, trust_env=False).text)
+    except (httpx.HTTPError, ValueError):
+        return None
+    running, waiting = page.total("vllm:num_requests_running"), page.total("vllm:num_requests_waiting")
+    return None if running is None and waiting is None else int((running or 0) + (waiting or 0))
 
 
 def measure_decode(url: str, model: str, tries: int = 2) -> Optional[float]:
@@ -60,13 +80,21 @@ class ThroughputStep(Step):
         from sparkctl.runtime import health
 
         op = plan.changes[0].data
+        url = health.base_url(ctx.inventory)
         ctx.progress(plan.host, self.name, f"measuring decode ({DECODE_TOKENS} tokens)")
-        rate = measure_decode(health.base_url(ctx.inventory), ctx.inventory.runtime.served_model_name)
+        before = others_in_flight(url)
+        rate = measure_decode(url, ctx.inventory.runtime.served_model_name)
         if rate is None:
             raise HostError(f"{plan.host}: the decode measurement failed (no streamed completion)",
                             fix="run `sparkctl doctor --only runtime` and read the head's log")  # fmt: skip
-        ctx.outputs.decode_tokens_per_s = round(rate, 1)
         ratio, baseline = op.get("ratio"), op.get("baseline")
+        busy = max(before or 0, others_in_flight(url) or 0)
+        if busy:
+            kept = f"the recorded {baseline:.1f} tok/s stands" if baseline else "no baseline recorded"
+            return f"decode {rate:.1f} tok/s under load ({busy} other request(s) at the engine): not a baseline, {kept}" + (
+                ", the throughput ratio not judged" if ratio else ""
+            )
+        ctx.outputs.decode_tokens_per_s = round(rate, 1)
         if ratio and baseline and rate < ratio * baseline:
             logs = ctx.refresh(plan.host, {"containers", "logs"}).logs.values()
             backends = sorted({lf.moe_backend for lf in logs if lf.moe_backend})

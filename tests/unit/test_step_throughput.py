@@ -1,0 +1,63 @@
+"""The throughput step against a real simulated engine: a measurement on an idle engine becomes
+the next reload's baseline; one taken while other requests run (users back through the gateway
+the moment the engine serves) does not, and the ratio is not judged on it."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+from hostfacts import inventory
+from test_sim_serving import NAME, Server
+
+from sparkctl.inventory.models import Inventory
+from sparkctl.runtime.metrics import parse_page
+from sparkctl.steps.base import Change, Plan, RunContext
+from sparkctl.steps.throughput import ThroughputStep
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    s = Server(str(tmp_path_factory.mktemp("throughput")))
+    yield s
+    s.stop()
+
+
+def aimed_at(engine) -> Inventory:
+    data = inventory().model_dump(mode="json", exclude_none=True)
+    data["hosts"]["head"]["ssh"]["address"] = "127.0.0.1"
+    data["gateway"]["engine_port"] = engine.port  # sparkctl measures the engine itself
+    data["runtime"]["served_model_name"] = NAME
+    return Inventory.model_validate(data)
+
+
+def measure(engine, baseline=100.0, ratio=0.9):
+    ctx = RunContext(inventory=aimed_at(engine), fleet=None)
+    plan = Plan("throughput", "head", (Change("measure", "measure", {"ratio": ratio, "baseline": baseline}),))
+    return ThroughputStep().apply(ctx, plan), ctx.outputs.decode_tokens_per_s
+
+
+def test_idle_is_a_baseline_and_under_load_is_not(engine, monkeypatch):
+    monkeypatch.setenv("SPARKCTL_ONLY_NETWORKS", "127.0.0.0/8")
+    said, recorded = measure(engine, baseline=1.0)
+    assert recorded and f"decode {recorded:.1f} tok/s" in said and "under load" not in said
+
+    # another user's long request at the engine the whole time
+    def user():
+        body = {"model": NAME, "prompt": "Write an essay.", "max_tokens": 4000, "ignore_eos": True}
+        httpx.post(f"{engine.base}/v1/completions", json=body, timeout=120)
+
+    t = threading.Thread(target=user, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 10
+    while not parse_page(httpx.get(f"{engine.base}/metrics").text).total("vllm:num_requests_running"):
+        assert time.monotonic() < deadline, "the other user's request never ran"
+        time.sleep(0.05)
+    # a rate far below any ratio of this baseline: judged, it would roll a healthy engine back
+    said, recorded = measure(engine, baseline=1e9)
+    assert recorded is None, said
+    assert "under load (1 other request(s) at the engine): not a baseline, the recorded" in said, said
+    assert "the throughput ratio not judged" in said
+    t.join(120)
