@@ -238,8 +238,9 @@ class StopStep(Step):
     (playbook option `always`) whatever runs."""
 
     name = "stop"
-    # journal: an interrupted reload is reported by every run that touches the runtime
-    facts = frozenset({"containers", "health", "image", "journal"})
+    # journal: an interrupted reload is reported by every run that touches the runtime; applied,
+    # events and cache: the engine's expected start, which the gateway's hold is told
+    facts = frozenset({"containers", "health", "image", "journal", "applied", "events", "cache"})
 
     def hosts(self, inv: Inventory) -> list[str]:
         order = runtime_hosts(inv)[::-1]  # head, worker, drafter
@@ -274,6 +275,7 @@ class StopStep(Step):
             first = False
             names = [c.name for c in f.containers if restart_group(c.role) in groups]
             if names:
+                changes += gateway_hold_changes(ctx, h, names, always)
                 how = f"drain up to {drain} s" if drain is not None else "drain up to each container's stop timeout"
                 changes.append(Change("stop", f"stop {', '.join(names)} ({how})", {"names": names}))
             what = "restart " + (" and ".join(sorted(groups)) if groups != ALL_GROUPS else "runtime")
@@ -285,6 +287,10 @@ class StopStep(Step):
         for c in plan.changes:
             if c.action == "barrier":
                 done.append(self._barrier(ctx))
+            elif c.action == "hold":
+                from sparkctl.runtime import gateway_admin
+
+                done.append(gateway_admin.hold(ctx, plan.host, c.data))
             elif c.action == "stop":
                 ctx.progress(plan.host, self.name, f"stopping {', '.join(c.data['names'])} (drain)")
                 client = ctx.fleet[plan.host].docker()
@@ -320,6 +326,14 @@ class StopStep(Step):
                 fix="rerun `sparkctl up` (the images step places it)",
             )
         return f"all {len(hosts)} runtime host(s) answer and hold their image"
+
+
+def gateway_hold_changes(ctx: RunContext, host: str, stopping: list[str], down: bool) -> list[Change]:
+    """The gateway's hold, planned with the stop of the engine's head (runtime/gateway_admin.py)."""
+    from sparkctl.runtime.gateway_admin import planned_hold
+
+    h = planned_hold(ctx, host, stopping, down, float(ctx.options.get("timeout") or DEFAULT_TIMEOUT))
+    return [Change("hold", h.summary(), h.to_data())] if h else []
 
 
 def _unconfirmed(ctx: RunContext, groups: set[str]) -> Optional[str]:
@@ -458,6 +472,22 @@ class RuntimeStep(Step):
                 health.smoke(http, url, inv.runtime.served_model_name)
             except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
                 raise HostError(f"{host}: serving, but the smoke completion failed: {exc}") from None
+            # what a held client waits for is a stream that starts: one real streamed token, then release
+            try:
+                health.first_token(http, url, inv.runtime.served_model_name)
+            except (httpx.HTTPError, ValueError) as exc:
+                raise HostError(f"{host}: serving, but a streamed completion gave no token: {exc}") from None
         cache = "warm (compile cache hit)" if "Directly load the compiled graph" in log else "cold (compiled)"
         ctx.outputs.runtime_start = {"seconds": round(took, 2), "cache": cache}
-        return f"serving at {url} after {took:.1f} s, {cache}; smoke completion ok"
+        done = f"serving at {url} after {took:.1f} s, {cache}; smoke completion ok; first streamed token ok"
+        released = release_gateway(ctx, host)
+        return f"{done}; {released}" if released else done
+
+
+def release_gateway(ctx: RunContext, host: str) -> Optional[str]:
+    """The new engine serves: the gateway's held requests go on (runtime/gateway_admin.py)."""
+    if not ctx.inventory.gateway.enabled:
+        return None
+    from sparkctl.runtime import gateway_admin
+
+    return gateway_admin.release(ctx, host)
