@@ -181,17 +181,21 @@ def release_after_failure(ctx: RunContext) -> Optional[str]:
     return release(ctx, held["host"])
 
 
-def release(ctx: RunContext, host: str) -> str:
-    """Release the gateway on `host` (idempotent: a gateway that holds nothing answers `released: 0`)."""
+def release(ctx: RunContext, host: str) -> Optional[str]:
+    """Release the gateway on `host`. Idempotent: a gateway that holds nothing answers `released: 0`;
+    a hold left by an earlier run (killed mid-change) goes too. Says nothing when this run held
+    nothing and nothing was waiting (every start of the engine asks)."""
+    ours = ctx.outputs.gateway_hold
     try:
         doc = GatewayAdmin(ctx.fleet[host]).release()
     except GatewayAbsent:
-        return "no gateway runs to release"
+        return "no gateway runs to release" if ours else None
     except HostError as exc:  # the engine serves: a hold left behind ends by itself at its ttl
         return f"the gateway was NOT released ({exc.message}); its hold ends by itself at its ttl"
-    if ctx.outputs.gateway_hold is not None:
-        ctx.outputs.gateway_hold["released"] = True
-    return f"gateway released {doc.get('released', 0)} held request(s)"
+    if ours is not None:
+        ours["released"] = True
+    n = doc.get("released", 0)
+    return f"gateway released {n} held request(s)" if ours or n else None
 
 
 def gateway_hold(plans) -> Optional[dict]:

@@ -143,6 +143,8 @@ def test_an_expected_start_beyond_hold_s_is_a_503_with_retry_after_and_a_rollbac
 
 
 def test_a_failed_run_releases_its_hold_once_and_a_gateway_that_is_gone_is_absent(ctx, gw):
+    assert gateway_admin.release(ctx, "head") is None  # an engine start that held nothing says nothing
+    assert gateway_admin.release_after_failure(ctx) is None
     gateway_admin.hold(ctx, "head", Hold("up", 2.0, "warm", 30.0, 600.0).to_data())
     assert gateway_admin.release_after_failure(ctx) == "gateway released 0 held request(s)"
     assert gw.status()["state"] == "passing"
