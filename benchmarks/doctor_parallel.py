@@ -40,6 +40,7 @@ def sequential(inv) -> tuple[float, list]:
     from sparkctl.errors import SparkctlError
     from sparkctl.facts.endpoint import EndpointFacts, fetch, read_again
     from sparkctl.facts.host import gather_host
+    from sparkctl.runtime.launch import engine_port
     from sparkctl.session import Unreachable
     from sparkctl.transport.guard import check_address
     from sparkctl.transport.ssh import HostSession
@@ -51,9 +52,9 @@ def sequential(inv) -> tuple[float, list]:
     address = inv.hosts[inv.hosts_with_role("head")[0]].ssh.address
     try:  # the first /metrics page, which doctor fetches while the hosts answer
         check_address(address, "the runtime's HTTP endpoint")
-        ctx.endpoint = fetch(address, inv.runtime.port)
+        ctx.endpoint = fetch(address, engine_port(inv))  # the engine, behind the gateway (as doctor reads it)
     except SparkctlError as exc:
-        ctx.endpoint = EndpointFacts(url=f"http://{address}:{inv.runtime.port}", health_error=exc.message)
+        ctx.endpoint = EndpointFacts(url=f"http://{address}:{engine_port(inv)}", health_error=exc.message)
     for name in inv.hosts:
         session = HostSession(inv.ssh_target(name))
         try:

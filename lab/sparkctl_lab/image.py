@@ -4,7 +4,11 @@ Its root filesystem is assembled from this machine: Debian's python3.11 (or, whe
 missing, the interpreter running sparkctl), the libraries `ldd` names for it and its
 extension modules, the standard library, a static busybox, and the runtime simulator
 (the directory lab/sparkctl_lab/sim, whatever it holds at build time) under /opt/sparkctl.
-`/usr/local/bin/vllm` and `/usr/local/bin/ray` run `python3 -m sparkctl_lab.sim.vllm_cli` /
+The libraries vLLM's own image ships that sparkctl's gateway runs on (aiohttp, prometheus_client,
+uvloop: vLLM 0.33 requires aiohttp>=3.14.4, prometheus_client and fastapi[standard], which brings
+uvicorn[standard] and uvloop) are copied, with what they require, from the interpreter running
+sparkctl into the image's dist-packages, so the lab's gateway runs from the runtime image as on
+a real Spark. `/usr/local/bin/vllm` and `/usr/local/bin/ray` run `python3 -m sparkctl_lab.sim.vllm_cli` /
 `...ray_cli`. The tarball is imported into the head's dockerd with `docker import`-style
 changes (ENV, CMD), pushed to the lab registry and removed again, so every host starts
 without it, as fresh Sparks would.
@@ -31,9 +35,11 @@ from pathlib import Path
 from sparkctl_lab import paths
 from sparkctl_lab import topology as topo
 
-BUILDER_VERSION = "3"  # bump when the image layout below changes
+BUILDER_VERSION = "4"  # bump when the image layout below changes
 SIM_DIR = Path(__file__).resolve().parent / "sim"
 KEY_LABEL = "org.sparkctl.lab.image-key"
+# what the gateway imports from vLLM's image (docs/gateway.md); their requirements come along
+IMAGE_LIBRARIES = ("aiohttp", "prometheus_client", "uvloop")
 ENTRYPOINTS = {"vllm": "sparkctl_lab.sim.vllm_cli", "ray": "sparkctl_lab.sim.ray_cli"}
 STDLIB_SKIP = {
     "test",
@@ -75,6 +81,42 @@ def sim_files() -> list[Path]:
     )
 
 
+def library_files() -> list[tuple[str, Path]]:
+    """(path inside dist-packages, file here) of IMAGE_LIBRARIES and what they require (markers
+    evaluated here, extras left out), from the interpreter running the lab."""
+    import importlib.metadata as md
+    import re as _re
+
+    from packaging.markers import Marker
+    from packaging.requirements import Requirement
+
+    seen: dict[str, md.Distribution] = {}
+    todo = list(IMAGE_LIBRARIES)
+    while todo:
+        name = todo.pop()
+        key = _re.sub(r"[-_.]+", "-", name).lower()
+        if key in seen:
+            continue
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError:
+            continue  # uvloop is optional for the gateway
+        seen[key] = dist
+        for text in dist.requires or []:
+            req = Requirement(text)
+            if req.marker is None or Marker(str(req.marker)).evaluate({"extra": ""}):
+                todo.append(req.name)
+    out = []
+    for dist in seen.values():
+        for f in dist.files or []:
+            if "__pycache__" in f.parts or f.parts[0].endswith(".dist-info") and f.name == "RECORD" or ".." in f.parts:
+                continue
+            src = Path(dist.locate_file(f))
+            if src.is_file():
+                out.append((str(f), src))
+    return sorted(out)
+
+
 def image_key() -> str:
     h = hashlib.sha256(f"builder {BUILDER_VERSION}\n".encode())
     py, lib = python_source()
@@ -83,6 +125,9 @@ def image_key() -> str:
     for f in sim_files():
         h.update(f"{f.relative_to(SIM_DIR)}\n".encode())
         h.update(f.read_bytes())
+    for rel, src in library_files():
+        st = src.stat()
+        h.update(f"lib {rel} {st.st_size} {st.st_mtime_ns}\n".encode())
     return h.hexdigest()[:16]
 
 
@@ -202,6 +247,11 @@ def build_rootfs(out: Path) -> None:
         t.dir(f"{base}/sim")
         for f in sim_files():
             t.copy(f, f"{base}/sim/{f.relative_to(SIM_DIR)}")
+        # on sys.path without PYTHONPATH: Debian's site.py adds /usr/local/lib/python3.X/dist-packages,
+        # any other build its prefix's site-packages
+        libs = f"usr/local/lib/{ver}/dist-packages" if str(lib).startswith("/usr/lib/") else f"usr/lib/{ver}/site-packages"
+        for rel, src in library_files():
+            t.copy(src, f"{libs}/{rel}")
         for exe, module in ENTRYPOINTS.items():
             t.file(f"usr/local/bin/{exe}", f'#!/bin/sh\nexec python3 -m {module} "$@"\n'.encode(), 0o755)
     tmp.replace(out)

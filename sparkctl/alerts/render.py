@@ -21,10 +21,11 @@ NODE_EXPORTER_PORT = 9100
 
 def scrape_config(rs: RuleSet, inv, rule_files: list[str]) -> dict:
     """A prometheus.yml for this cluster: the runtime job, the node job and the rule files."""
-    from sparkctl.runtime.launch import fabric_ip
+    from sparkctl.runtime.launch import engine_port, fabric_ip
 
     head = inv.hosts_with_role("head")[0]
-    runtime = [{"targets": [f"{inv.hosts[head].ssh.address}:{inv.runtime.port}"], "labels": {"role": "head"}}]
+    # the engine's own /metrics, behind the gateway: a holding gateway would hold the scrape too
+    runtime = [{"targets": [f"{inv.hosts[head].ssh.address}:{engine_port(inv)}"], "labels": {"role": "head"}}]
     s = inv.runtime.speculative
     if s and s.drafter_host:
         # the drafter listens where the head reaches it: its fabric address on the link to the head

@@ -128,14 +128,15 @@ def doctor(
 
             def fetch_endpoint() -> None:
                 from sparkctl.facts.endpoint import EndpointFacts, fetch
+                from sparkctl.runtime.launch import engine_port
                 from sparkctl.transport.guard import check_address
 
-                address = inv.hosts[heads[0]].ssh.address
+                address, port = inv.hosts[heads[0]].ssh.address, engine_port(inv)  # the engine, not the gateway
                 try:
                     check_address(address, "the runtime's HTTP endpoint")
-                    ctx.endpoint = fetch(address, inv.runtime.port)
+                    ctx.endpoint = fetch(address, port)
                 except SparkctlError as exc:
-                    ctx.endpoint = EndpointFacts(url=f"http://{address}:{inv.runtime.port}", health_error=exc.message)
+                    ctx.endpoint = EndpointFacts(url=f"http://{address}:{port}", health_error=exc.message)
 
             endpoint_thread = threading.Thread(target=fetch_endpoint, name="sparkctl-endpoint", daemon=True)
             endpoint_thread.start()

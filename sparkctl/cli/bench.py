@@ -91,14 +91,17 @@ def _option_error(err) -> Exception:
     return InputError(f"{option} {given!r}: {message}", fix=f"see `sparkctl bench --help` for {option}")
 
 
-def _endpoint_from_inventory(path: Path) -> tuple[str, str]:
-    """http://<head ssh address>:<runtime.port>/v1 and runtime.served_model_name."""
+def _endpoint_from_inventory(path: Path, direct: bool = False) -> tuple[str, str]:
+    """http://<head ssh address>:<runtime.port>/v1 (the front door, what clients use; with direct
+    the engine behind it, gateway.engine_port) and runtime.served_model_name."""
     from sparkctl.inventory.loader import load_inventory
+    from sparkctl.runtime.launch import engine_port
 
     inv = load_inventory(path)  # a valid inventory has exactly one head
     address = inv.hosts[inv.hosts_with_role("head")[0]].ssh.address
     host = f"[{address}]" if ":" in address else address
-    return f"http://{host}:{inv.runtime.port}/v1", inv.runtime.served_model_name
+    port = engine_port(inv) if direct else inv.runtime.port
+    return f"http://{host}:{port}/v1", inv.runtime.served_model_name
 
 
 class _RichProgress:
@@ -157,10 +160,18 @@ def bench(
         Optional[str],
         typer.Option(
             "--endpoint",
-            help="OpenAI-compatible base URL, e.g. http://HOST:8888/v1 (default: the inventory's head and runtime.port).",
+            help="OpenAI-compatible base URL, e.g. http://HOST:8888/v1 (default: the inventory's head and runtime.port: "
+            "through the front door, what clients feel).",
             show_default=False,
         ),
     ] = None,
+    direct: Annotated[
+        bool,
+        typer.Option(
+            "--direct",
+            help="With the inventory's endpoint: measure the engine alone, behind the gateway (gateway.engine_port).",
+        ),
+    ] = False,
     model: Annotated[
         Optional[str],
         typer.Option(
@@ -263,13 +274,15 @@ def bench(
         from sparkctl.bench.plots import require
 
         require("--report")  # before the run: a long bench must not end without its report
+    if direct and endpoint is not None:
+        raise InputError("--direct measures the inventory's engine, not --endpoint", fix="drop one of --direct and --endpoint")
     if endpoint is None:
         if inventory is None:
             raise InputError(
                 "no endpoint to measure",
                 fix="pass --endpoint http://HOST:PORT/v1 (and --model), or -i INVENTORY (or set SPARKCTL_INVENTORY)",
             )
-        endpoint, inv_model = _endpoint_from_inventory(inventory)
+        endpoint, inv_model = _endpoint_from_inventory(inventory, direct)
         model = model or inv_model
     try:
         options = BenchOptions(

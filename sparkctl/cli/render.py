@@ -7,7 +7,8 @@ from sparkctl.cli.options import InventoryOpt, JsonOpt, require_inventory
 
 def render(inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
     """Print the launch of every host (image, full ray/vllm command line, env with secrets redacted,
-    mounts, devices, labels, config hash) without touching any host."""
+    mounts, devices, labels, config hash) and of the gateway in front of the engine, without
+    touching any host."""
     from sparkctl.checks.env import moe_clamp_warning
     from sparkctl.cli.output import answer, diagnostics, print_json
     from sparkctl.inventory.loader import load_inventory
@@ -21,6 +22,8 @@ def render(inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
         doc = plan.model_dump(mode="json")
         for c, spec in zip(doc["containers"], plan.containers):
             c["docker_run"] = redact(spec.docker_run())
+        if plan.gateway:
+            doc["gateway"]["docker_run"] = redact(plan.gateway.docker_run())
         print_json({**doc, "warnings": warnings})
         return
     import shlex
@@ -31,7 +34,10 @@ def render(inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
         diagnostics().print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
     c = answer()
     c.print(f"cluster [bold]{plan.cluster}[/]  config hash [bold]{plan.config_hash}[/]  (start order top to bottom)")
-    for spec in plan.containers:
+    if plan.gateway:
+        c.print(f"clients: {inv.hosts[plan.gateway.host].ssh.address}:{inv.runtime.port} (the gateway); "
+                f"the engine behind it on :{inv.gateway.engine_port}")  # fmt: skip
+    for spec in plan.all_containers:
         env = redact_obj(spec.env)
         c.print(f"\n[bold]{spec.host}[/] ({spec.role}): container {spec.name}, image {spec.image}")
         # as a shell reads it (the mp lines carry the speculative config's JSON)

@@ -48,12 +48,13 @@ def host_containers(inv, plan, cluster) -> dict:
 
 
 def head_base(inv) -> tuple[str, int]:
-    """The runtime's HTTP endpoint on the head, fenced like every connection sparkctl makes."""
+    """The engine's HTTP endpoint on the head (behind the gateway), fenced like every connection sparkctl makes."""
+    from sparkctl.runtime.launch import engine_port
     from sparkctl.transport.guard import check_address
 
     address = inv.hosts[inv.hosts_with_role("head")[0]].ssh.address
     check_address(address, "the runtime's HTTP endpoint")
-    return address, inv.runtime.port
+    return address, engine_port(inv)
 
 
 def collect(inv, plan, sample_seconds: float) -> dict:

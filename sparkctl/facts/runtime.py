@@ -18,7 +18,13 @@ def health_probe(port: int) -> str:
     )
 
 
-@fact("health", lambda t: health_probe(t.inventory.runtime.port) if t.host.role == "head" else None,
+def _engine_health_probe(t: Target) -> Optional[str]:
+    from sparkctl.runtime.launch import engine_port
+
+    return health_probe(engine_port(t.inventory)) if t.host.role == "head" else None
+
+
+@fact("health", _engine_health_probe,
       fields={"health": None})  # fmt: skip  # the head's /health status line from the head itself, or "refused"
 def _health(f, r: Reading) -> None:
     f.health = r.out.strip() or "no answer"
@@ -59,3 +65,18 @@ def _master_port_probe(t: Target) -> Optional[str]:
 @fact("master_port", _master_port_probe, background=True, fields={"master_port": None})  # "open" / "closed"
 def _master_port(f, r: Reading) -> None:
     f.master_port = r.out.strip() if r.out.strip() in ("open", "closed") else None
+
+
+def _gateway_code_probe(t: Target) -> Optional[str]:
+    # the gateway's code this sparkctl ships (runtime/gateway_code.py): present and complete on the head?
+    if t.host.role != "head" or not t.inventory.gateway.enabled:
+        return None
+    from sparkctl.runtime import gateway_code
+
+    return f"test -f {shlex.quote(gateway_code.directory())}/{gateway_code.COMPLETE} && echo present || echo absent"
+
+
+@fact("gateway_code", _gateway_code_probe, fields={"gateway_code": None})  # True / False, None: not read
+def _gateway_code(f, r: Reading) -> None:
+    out = r.out.strip()
+    f.gateway_code = True if out == "present" else False if out == "absent" else None

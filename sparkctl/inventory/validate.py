@@ -357,4 +357,7 @@ def _gateway(inv: Inventory) -> Iterator[Problem]:
             "the gateway (e.g. runtime.port + 1)",
         )
     if gw.hold_max_s < gw.hold_s:
-        yield Problem(("gateway", "hold_max_s"), f"{gw.hold_max_s:g} is below hold_s ({gw.hold_s:g}); a hold must last at least as long as a request may wait")
+        yield Problem(
+            ("gateway", "hold_max_s"),
+            f"{gw.hold_max_s:g} is below hold_s ({gw.hold_s:g}); a hold must last at least as long as a request may wait",
+        )

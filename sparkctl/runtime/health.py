@@ -61,11 +61,24 @@ def fatal_line(log: str) -> Optional[str]:
 
 
 def base_url(inv) -> str:
+    """The engine itself (behind the gateway, on gateway.engine_port): what sparkctl's own checks
+    ask, so a holding gateway never hides the engine's state from them."""
+    from sparkctl.runtime.launch import engine_port
+    from sparkctl.transport.guard import check_url
+
+    head = inv.hosts_with_role("head")[0]
+    url = f"http://{inv.hosts[head].ssh.address}:{engine_port(inv)}"
+    check_url(url, "the runtime's HTTP endpoint")
+    return url
+
+
+def public_url(inv) -> str:
+    """What clients use: runtime.port on the head (the gateway, or the engine when it has none)."""
     from sparkctl.transport.guard import check_url
 
     head = inv.hosts_with_role("head")[0]
     url = f"http://{inv.hosts[head].ssh.address}:{inv.runtime.port}"
-    check_url(url, "the runtime's HTTP endpoint")
+    check_url(url, "the cluster's public endpoint")
     return url
 
 

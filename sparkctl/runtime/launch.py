@@ -16,6 +16,9 @@ With `mp` (vLLM's multiprocessing executor, no Ray; engine/arg_utils.py, entrypo
   finish start-up without them). The head stops first (it drains); a headless rank never exits by
   itself when the head goes (vllm#32136), so the worker is always stopped with it (one restart group).
 - drafter: (speculative drafter on the offload host, sPLIce shape) `vllm serve <drafter> ...`
+- gateway: (on the head, `gateway.enabled`) `python3 -m sparkctl.gateway` in the runtime image on
+  runtime.port, the engine behind it on gateway.engine_port; its code comes from sparkctl itself
+  (runtime/gateway_code.py), its own restart group, so an engine change never restarts it.
 Every container: host networking and IPC, all GPUs, /dev/infiniband, memlock unlimited, the
 NCCL/Gloo/UCX/Ray environment pinned to the fabric, the node's persistent cache volume at the
 runtime's cache root, and labels carrying cluster, role and config hash.
@@ -61,7 +64,7 @@ class ContainerSpec(BaseModel):
     env: dict[str, str]
     mounts: list[Mount]
     devices: list[str]
-    gpus: str = "all"
+    gpus: str = Field("all", description="all | none")
     network_mode: str = "host"
     ipc_mode: str = "host"
     ulimits: dict[str, int]
@@ -71,7 +74,7 @@ class ContainerSpec(BaseModel):
     def docker_run(self) -> str:
         """The equivalent `docker run` line, for an operator to read or copy (secrets redacted by the caller)."""
         parts = ["docker", "run", "-d", "--name", self.name, f"--network={self.network_mode}", f"--ipc={self.ipc_mode}"]
-        parts += [f"--gpus={self.gpus}"]
+        parts += [f"--gpus={self.gpus}"] if self.gpus != "none" else []
         parts += [f"--device={d}" for d in self.devices]
         parts += [f"--ulimit={k}={v}:{v}" for k, v in self.ulimits.items()]
         parts += [f"--stop-timeout={self.stop_timeout}"]
@@ -87,19 +90,22 @@ class ContainerSpec(BaseModel):
 
 def restart_group(role: str) -> str:
     """Containers that must restart together: the engine (head and workers: one Ray cluster, vLLM
-    has no partial restart) or the drafter (its own server on the offload host)."""
-    return "drafter" if role == "drafter" else "engine"
+    has no partial restart), the drafter (its own server on the offload host) or the gateway (the
+    front door: restarted only when its own launch changes)."""
+    return role if role in ("drafter", "gateway") else "engine"
 
 
 class LaunchPlan(BaseModel):
-    """Every host's container, in start order (drafter, worker, head), and the config hashes:
-    one for the whole cluster (what `up` records) and one per restart group (each container's
-    label), so a change to the drafter alone restarts the drafter alone."""
+    """Every host's runtime container, in start order (drafter, worker, head), the gateway (its own
+    step starts it before them and stops it after them), and the config hashes: one for the whole
+    cluster (what `up` records) and one per restart group (each container's label), so a change to
+    the drafter alone restarts the drafter alone."""
 
     model_config = ConfigDict(frozen=True)
     cluster: str
     config_hash: str
     containers: list[ContainerSpec]
+    gateway: Optional[ContainerSpec] = None
     group_hashes: dict[str, str] = Field(default_factory=dict)
 
     def for_host(self, host: str) -> list[ContainerSpec]:
@@ -107,8 +113,13 @@ class LaunchPlan(BaseModel):
 
     def expected_hash(self, name: str) -> Optional[str]:
         """The config hash the container `name` must carry (its restart group's), None if not in the plan."""
-        spec = next((c for c in self.containers if c.name == name), None)
+        spec = next((c for c in self.all_containers if c.name == name), None)
         return self.group_hashes.get(restart_group(spec.role)) if spec else None
+
+    @property
+    def all_containers(self) -> list[ContainerSpec]:
+        """The gateway first (it starts first), then the runtime in start order."""
+        return ([self.gateway] if self.gateway else []) + list(self.containers)
 
 
 def fabric_link_to(inv: Inventory, host: str, peer: str) -> Optional[FabricLink]:
@@ -184,7 +195,7 @@ def vllm_serve_args(inv: Inventory) -> list[str]:
         "vllm", "serve", r.model,
         "--served-model-name", r.served_model_name,
         "--host", "0.0.0.0",
-        "--port", str(r.port),
+        "--port", str(engine_port(inv)),
         "--tensor-parallel-size", str(r.tensor_parallel_size),
         "--distributed-executor-backend", r.distributed_executor_backend,
         "--kv-cache-dtype", r.kv_cache_dtype,
@@ -203,6 +214,44 @@ def vllm_serve_args(inv: Inventory) -> list[str]:
         args += ["--speculative-config", json.dumps(spec, separators=(",", ":"), sort_keys=True)]
     args += ["--shutdown-timeout", str(r.shutdown_timeout)]
     return args
+
+
+def engine_port(inv: Inventory) -> int:
+    """Where the engine serves on the head: behind the gateway on gateway.engine_port, else on runtime.port."""
+    return inv.gateway.engine_port if inv.gateway.enabled else inv.runtime.port
+
+
+GATEWAY_STOP_GRACE = 10  # seconds the gateway may finish answering on SIGTERM (the engine is gone by then)
+
+
+def gateway_node(inv: Inventory, code_hash: str) -> dict:
+    """The gateway's launch: sparkctl's gateway code (content-addressed on the head, read-only in
+    the container) run by the runtime image's python3, which ships aiohttp and prometheus_client."""
+    from sparkctl.gateway import placement as gw
+
+    g, r = inv.gateway, inv.runtime
+    head = inv.hosts_with_role("head")[0]
+    cmd = [
+        "python3", "-m", "sparkctl.gateway",
+        "--listen", f"0.0.0.0:{r.port}",
+        "--upstream", f"http://127.0.0.1:{g.engine_port}",
+        "--admin-socket", gw.ADMIN_SOCKET,
+        "--hold-s", f"{g.hold_s:g}",
+        "--hold-max-s", f"{g.hold_max_s:g}",
+        "--hold-queue", str(g.hold_queue),
+        "--upstream-connections", str(g.upstream_connections),
+        "--shutdown-timeout-s", str(GATEWAY_STOP_GRACE),
+    ]  # fmt: skip
+    lc = g.long_context
+    if lc:
+        cmd += ["--long-context-tokens", str(lc.tokens), "--long-context-max-concurrent", str(lc.max_concurrent),
+                "--long-context-queue", str(lc.queue), "--long-context-wait-s", f"{lc.wait_s:g}"]  # fmt: skip
+    return dict(
+        host=head, role=gw.ROLE, image=r.image, command=cmd,
+        env={"PYTHONPATH": gw.CONTAINER_CODE, "PYTHONUNBUFFERED": "1"},
+        mounts=[Mount(source=f"{gw.CODE_ROOT}/{code_hash}", target=gw.CONTAINER_CODE, read_only=True),
+                Mount(source=gw.ADMIN_DIR, target=gw.ADMIN_DIR)],
+    )  # fmt: skip
 
 
 def mp_serve_args(inv: Inventory, master_addr: str, node_rank: int) -> list[str]:
@@ -310,11 +359,18 @@ def _render(inv: Inventory) -> LaunchPlan:
         head_cmd = f"ray start --head --node-ip-address={head_ip} --port={RAY_PORT} && exec " + shlex.join(vllm_serve_args(inv))
         nodes.append(node(head, "head", r.image, ["/bin/sh", "-c", head_cmd], head_env, r.model))
 
-    config_hash = _hash({"cluster": inv.cluster.name, "nodes": nodes, "stop_timeout": stop_timeout})
+    gateway = None
+    if inv.gateway.enabled:
+        from sparkctl.runtime.gateway_code import code_hash
+
+        gateway = gateway_node(inv, code_hash())
+    every = nodes + ([gateway] if gateway else [])
+    config_hash = _hash({"cluster": inv.cluster.name, "nodes": nodes, "stop_timeout": stop_timeout,
+                         **({"gateway": gateway} if gateway else {})})  # fmt: skip
     group_hashes = {
         g: _hash({"cluster": inv.cluster.name, "group": g, "stop_timeout": stop_timeout,
-                  "nodes": [n for n in nodes if restart_group(n["role"]) == g]})
-        for g in dict.fromkeys(restart_group(n["role"]) for n in nodes)
+                  "nodes": [n for n in every if restart_group(n["role"]) == g]})
+        for g in dict.fromkeys(restart_group(n["role"]) for n in every)
     }  # fmt: skip
     containers = [
         ContainerSpec(
@@ -331,4 +387,21 @@ def _render(inv: Inventory) -> LaunchPlan:
         )
         for n in nodes
     ]
-    return LaunchPlan(cluster=inv.cluster.name, config_hash=config_hash, containers=containers, group_hashes=group_hashes)
+    gateway_spec = None
+    if gateway:
+        gateway_spec = ContainerSpec(
+            **gateway,
+            name=f"sparkctl-{gateway['role']}",
+            devices=[],
+            gpus="none",
+            stop_timeout=GATEWAY_STOP_GRACE + 5,
+            ulimits={},
+            labels={
+                f"{LABEL_PREFIX}.cluster": inv.cluster.name,
+                f"{LABEL_PREFIX}.role": gateway["role"],
+                f"{LABEL_PREFIX}.config-hash": group_hashes["gateway"],
+            },
+        )
+    return LaunchPlan(
+        cluster=inv.cluster.name, config_hash=config_hash, containers=containers, gateway=gateway_spec, group_hashes=group_hashes
+    )

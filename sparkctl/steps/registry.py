@@ -9,11 +9,15 @@ def step_classes() -> dict[str, type[Step]]:
     from sparkctl.steps.caches import CachesStep
     from sparkctl.steps.engram import EngramStep
     from sparkctl.steps.fabric import FabricStep
+    from sparkctl.steps.gateway import GatewayStep
     from sparkctl.steps.images import ImagesStep
     from sparkctl.steps.preflight import PreflightStep
     from sparkctl.steps.record import RecordStep
     from sparkctl.steps.runtime import RuntimeStep, StopStep
     from sparkctl.steps.throughput import ThroughputStep
 
-    classes = (PreflightStep, FabricStep, ImagesStep, CachesStep, EngramStep, StopStep, RuntimeStep, ThroughputStep, RecordStep)
+    classes = (
+        PreflightStep, FabricStep, ImagesStep, CachesStep, EngramStep, StopStep, GatewayStep, RuntimeStep, ThroughputStep,
+        RecordStep,
+    )  # fmt: skip
     return {c.name: c for c in classes}

@@ -314,7 +314,7 @@ def test_cli_writes_rules_and_a_matching_prometheus_config(tmp_path):
     prom = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
     assert prom["rule_files"] == [str(tmp_path / "rules.yml")]
     jobs = {j["job_name"]: j for j in prom["scrape_configs"]}
-    assert jobs["sparkctl-lab"]["static_configs"][0] == {"targets": ["10.231.0.11:8888"], "labels": {"role": "head"}}
+    assert jobs["sparkctl-lab"]["static_configs"][0] == {"targets": ["10.231.0.11:8001"], "labels": {"role": "head"}}
     # the drafter where the head reaches it: the offload host's address on its link to the head
     assert jobs["sparkctl-lab"]["static_configs"][1] == {"targets": ["10.231.110.4:8100"], "labels": {"role": "drafter"}}
     r = run("--json")

@@ -61,7 +61,7 @@ def test_render_to_a_file_holds_the_launch(tmp_path):
     assert text.startswith("cluster lab  config hash ")
     for host in ("head", "worker", "offload"):
         assert f"\n{host} (" in text
-    assert text.count("  docker run: docker run ") == 3
+    assert text.count("  docker run: docker run ") == 4  # the gateway, drafter, worker, head
 
 
 def test_inventory_show_and_validate_answer_on_stdout():
@@ -103,7 +103,7 @@ def test_status_table_on_stdout(unreachable):
     r = sparkctl("status", "-i", str(unreachable), "--sample", "0.2")
     assert r.returncode == 1 and r.stderr == ""
     assert "cluster lab: inventory config " in r.stdout
-    assert "runtime http://127.0.0.2:8888: not answering" in r.stdout
+    assert "runtime http://127.0.0.2:8001: not answering" in r.stdout  # the engine, behind the gateway
     assert r.stdout.rstrip().endswith("not healthy: run `sparkctl doctor` (or `sparkctl up`)")
 
 

@@ -139,6 +139,7 @@ def test_the_shipped_playbooks_are_data_the_runner_understands():
         "caches",
         "engram",
         "stop",
+        "gateway",
         "runtime",
         "throughput",
         "record",
@@ -147,7 +148,10 @@ def test_the_shipped_playbooks_are_data_the_runner_understands():
     assert [s.step for s in up.steps if s.gate] == ["preflight"]
     assert {s.step for s in up.steps if s.in_order} == {"stop", "runtime"}
     down = build_stages(load_playbook("down"))
-    assert [(s.name, s.spec.in_order, s.step.options) for s in down] == [("stop", True, {"always": True})]
+    assert [(s.name, s.spec.in_order, s.step.options) for s in down] == [
+        ("stop", True, {"always": True}),
+        ("gateway", False, {"remove": True}),  # last, after the engine it fronts
+    ]
 
 
 def test_an_unknown_playbook_or_step_is_bad_input():

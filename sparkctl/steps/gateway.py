@@ -1,0 +1,157 @@
+"""The gateway step: `sparkctl-gateway` on the head, the front door clients reach on runtime.port
+(docs/gateway.md). Its own restart group: it restarts only when its own launch changes (its
+section of the inventory, runtime.port, or the gateway code of a new sparkctl), never with the
+engine behind it.
+
+In `up` and `reload` it runs after `stop` and before `runtime`: the first time, the old engine held
+runtime.port until `stop`; from then on the gateway is up (holding while the engine is away)
+before the engine starts. In `down` (option `remove`) it goes last, after the engine it fronts.
+Its code is shipped from this sparkctl to a content-addressed directory on the head first.
+"""
+
+from __future__ import annotations
+
+import time
+
+from sparkctl.errors import HostError
+from sparkctl.gateway import placement
+from sparkctl.inventory.models import Inventory
+from sparkctl.steps.base import Change, Plan, RunContext, Step
+
+WAIT_S = 60.0  # a gateway answers within a second or two of its start; past this it will not
+
+
+class GatewayStep(Step):
+    name = "gateway"
+    facts = frozenset({"containers", "gateway_code"})
+
+    def hosts(self, inv: Inventory) -> list[str]:
+        return inv.hosts_with_role("head")[:1]
+
+    def plan_host(self, ctx: RunContext, host: str) -> Plan:
+        f = ctx.facts[host]
+        if f.containers is None:
+            return self.blocked(host, f"cannot list containers: {f.errors.get('containers', 'no answer')}")
+        running = next((c for c in f.containers if c.name == placement.CONTAINER), None)
+        spec = ctx.launch.gateway
+        if self.options.get("remove") or spec is None:
+            if running is None:
+                return self.noop(host, "no gateway here" if spec is None else "the gateway is already gone")
+            why = "sparkctl down: after the engine it fronts" if spec else "gateway.enabled is false"
+            return self.changes(host, [Change("remove", f"stop and remove {placement.CONTAINER} ({why})")])
+        from sparkctl.runtime import gateway_code
+
+        ops = []
+        if f.gateway_code is not True:
+            n = len(gateway_code.files())
+            ops.append(Change("ship-code", f"copy the gateway's code ({n} files) to {gateway_code.directory()}"))
+        want = ctx.launch.expected_hash(spec.name)
+        if running is None:
+            why = f"{spec.name} not on {host}"
+        elif not running.running:
+            why = f"{spec.name} on {host} is {running.status}"
+        elif running.config_hash != want:
+            why = f"{spec.name} on {host} runs config {running.config_hash[:12] or '(none)'}"
+        else:
+            why = None
+        if why:
+            port = ctx.inventory.runtime.port
+            ops += [
+                Change("start", f"start {spec.name} with config {want} on :{port}, engine behind it on "
+                                f":{ctx.inventory.gateway.engine_port}"),
+                Change("wait-gateway", f"wait until it answers on :{port}"),
+            ]  # fmt: skip
+        if not ops:
+            return self.noop(host, f"{spec.name} running config {want} on :{ctx.inventory.runtime.port}")
+        return self.changes(host, ops, reason=why or "")
+
+    def apply(self, ctx: RunContext, plan: Plan) -> str:
+        done = []
+        for c in plan.changes:
+            if c.action == "ship-code":
+                done.append(self._ship(ctx, plan.host))
+            elif c.action == "start":
+                done.append(self._start(ctx, plan.host))
+            elif c.action == "wait-gateway":
+                done.append(self._wait(ctx, plan.host))
+            elif c.action == "remove":
+                from sparkctl.runtime import containers
+
+                ctx.progress(plan.host, self.name, f"stopping {placement.CONTAINER}")
+                gone = containers.stop(ctx.fleet[plan.host].docker(), ctx.inventory.cluster.name, names=[placement.CONTAINER])
+                done.append(f"removed {', '.join(gone)}" if gone else "nothing left to remove")
+        return "; ".join(done)
+
+    def _ship(self, ctx: RunContext, host: str) -> str:
+        """One tarball over SFTP, unpacked beside its final place and renamed into it (a copy cut
+        off half-way is never taken for the code)."""
+        import io
+        import shlex
+        import tarfile
+
+        from sparkctl.runtime import gateway_code
+
+        files = gateway_code.files()
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for rel, data in files.items():
+                info = tarfile.TarInfo(rel)
+                info.size, info.mode, info.mtime = len(data), 0o644, 0
+                tar.addfile(info, io.BytesIO(data))
+        final = gateway_code.directory()
+        session = ctx.fleet[host]
+        r = session.run(["mkdir", "-p", "-m", "0755", placement.CODE_ROOT])
+        if not r.ok:
+            raise HostError(
+                f"{host}: cannot create {placement.CODE_ROOT}: {r.stderr.strip()}", fix="check the disk and permissions"
+            )
+        tar_path = f"{final}.tar"
+        session.put_bytes(buf.getvalue(), tar_path)
+        part, q = f"{final}.partial", shlex.quote
+        r = session.run(
+            f"rm -rf {q(part)} && mkdir -p {q(part)} && tar -xf {q(tar_path)} -C {q(part)} && "
+            f"touch {q(part)}/{gateway_code.COMPLETE} && rm -rf {q(final)} && mv {q(part)} {q(final)}; rc=$?; "
+            f"rm -f {q(tar_path)}; exit $rc"
+        )
+        if not r.ok:
+            raise HostError(f"{host}: cannot unpack the gateway's code in {final}: {r.stderr.strip()}",
+                            fix="check the disk and permissions on the head")  # fmt: skip
+        return f"gateway code {gateway_code.code_hash()} in {final} ({len(files)} files)"
+
+    def _start(self, ctx: RunContext, host: str) -> str:
+        from sparkctl.runtime import containers
+        from sparkctl.steps.runtime import current_image
+
+        spec = ctx.launch.gateway
+        ctx.progress(host, self.name, f"starting {spec.name}")
+        try:
+            containers.start(ctx.fleet[host].docker(), spec, current_image(ctx, host, spec.image))
+        except Exception as exc:  # docker's APIError/ImageNotFound: sparkctl's words, with the fix
+            err = ctx.fleet[host].explain(exc)
+            raise HostError(f"{host}: cannot start {spec.name}: {err.message}", fix=err.fix) from None
+        return f"started {spec.name}"
+
+    def _wait(self, ctx: RunContext, host: str) -> str:
+        """Its own metrics page answers on the public port (it answers even while holding)."""
+        import httpx
+
+        from sparkctl.runtime.health import public_url
+
+        url = public_url(ctx.inventory) + placement.METRICS_PATH
+        t0 = time.monotonic()
+        client = ctx.fleet[host].docker()
+        while True:
+            try:
+                if httpx.get(url, timeout=2, trust_env=False).status_code == 200:
+                    return f"gateway answers on {public_url(ctx.inventory)} after {time.monotonic() - t0:.1f} s"
+            except httpx.HTTPError:
+                pass
+            c = client.containers.get(placement.CONTAINER)
+            if c.status != "running" or time.monotonic() - t0 > WAIT_S:
+                tail = c.logs(tail=5).decode(errors="replace").strip().splitlines()
+                raise HostError(
+                    f"{host}: {placement.CONTAINER} {'is ' + c.status if c.status != 'running' else 'does not answer'}"
+                    f"{': ' + tail[-1] if tail else ''}",
+                    fix=f"read `docker logs {placement.CONTAINER}` on the head; is runtime.port free there?",
+                )
+            time.sleep(0.1)
