@@ -468,16 +468,21 @@ class RuntimeStep(Step):
                 ctx.progress(host, self.name, f"{phase} ({time.monotonic() - t0:.0f} s)")
                 time.sleep(0.25)
             took = time.monotonic() - t0
-            ctx.progress(host, self.name, "smoke test: one completion")
-            try:
-                health.smoke(http, url, inv.runtime.served_model_name)
-            except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
-                raise HostError(f"{host}: serving, but the smoke completion failed: {exc}") from None
-            # what a held client waits for is a stream that starts: one real streamed token, then release
-            try:
-                health.first_token(http, url, inv.runtime.served_model_name)
-            except (httpx.HTTPError, ValueError) as exc:
-                raise HostError(f"{host}: serving, but a streamed completion gave no token: {exc}") from None
+            ctx.progress(host, self.name, "smoke test: one completion, one streamed token")
+            # what a held client waits for is a stream that starts: one real streamed token beside the
+            # smoke completion (at once: requests held at the gateway wait for both), then release
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparkctl-first-token") as pool:
+                streamed = pool.submit(health.first_token, http, url, inv.runtime.served_model_name)
+                try:
+                    health.smoke(http, url, inv.runtime.served_model_name)
+                except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+                    raise HostError(f"{host}: serving, but the smoke completion failed: {exc}") from None
+                try:
+                    streamed.result()
+                except (httpx.HTTPError, ValueError) as exc:
+                    raise HostError(f"{host}: serving, but a streamed completion gave no token: {exc}") from None
         cache = "warm (compile cache hit)" if "Directly load the compiled graph" in log else "cold (compiled)"
         ctx.outputs.runtime_start = {"seconds": round(took, 2), "cache": cache}
         done = f"serving at {url} after {took:.1f} s, {cache}; smoke completion ok; first streamed token ok"
