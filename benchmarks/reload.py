@@ -3,11 +3,12 @@
 
     sudo SPARKCTL_ONLY_NETWORKS=127.0.0.0/8,10.231.0.0/16 .venv/bin/python benchmarks/reload.py [--runs 3] [--json]
 
-A reload's downtime (`downtime_seconds` in `reload --json`: the window in which /v1/models did
-not answer, polled every 0.1 s from this machine) can never be shorter than the runtime's own
-start (`runtime_start.seconds`: the head container started to /health 200); what lies between
-is what sparkctl adds: the drain (docker stop of the head, then the worker), the runtime step
-before the head starts, and the probe's granularity. Target: within 1 s.
+A reload's downtime (`downtime_seconds` in `reload --json`: the window in which the engine served
+no real completion, from the head's stop step on, probed from this machine; docs/reload.md) can never
+be shorter than the runtime's own start (`runtime_start.seconds`: the head container started to
+/health 200); what lies between is what sparkctl adds: the barrier and the drain (docker stop of the
+head, then the worker), the runtime step before the head starts, and the probe's granularity.
+Target: within 1 s.
 
 warm: a change outside vLLM's compile hash (runtime.served_model_name, a new name each run): the
       compiled graphs load from the cache.

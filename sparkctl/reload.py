@@ -20,7 +20,8 @@ journaled on the head as it happens (state.JOURNAL), the whole timeline in --jso
 6. commit     NEW becomes last good; or, on any failure from step 4 on, roll back to the last
               good config (itself health-gated) and exit 1 with the reason. If the rollback fails
               too, the journal stays and each host's state is printed.
-Downtime (the window /v1/models does not answer) is measured from this machine.
+Downtime (the window in which a real completion is not served: refused, an error, or vLLM's drain
+answer, empty and finished `abort`; from the head's stop step on) is measured from this machine.
 
 The phases are the steps of playbooks/reload.yaml run by the same runner as `up`.
 """
@@ -305,37 +306,92 @@ class Journal:
 
 
 class DowntimeProbe:
-    """Polls GET /v1/models from this machine: downtime = the time it did not answer 200."""
+    """What a client of the engine sees, from this machine: downtime = the time no completion is served.
 
-    def __init__(self, url: str, every: float = 0.1):
-        self.url, self.every = url, every
-        self.windows: list[list[float]] = []
+    A real one-token completion (no model named: whichever the engine serves, so it holds across a
+    rename) every `every_up` s while served, every `every_down` s while not. Down: no answer, an error
+    status, or vLLM 0.33's drain answer, a 200 whose choices end `abort` with nothing in them (from
+    SIGTERM on, /health and /v1/models stay 200: docs/conformance.md h_drain_*). `engine_stops()`
+    (the stop step begins on the head) opens the window at once and sends nothing until
+    `engine_stopped()` (its result): the drain begins there, and no probe request is then at the
+    engine to be counted among the drain's in-flight requests."""
+
+    def __init__(self, url: str, every_up: float = 0.5, every_down: float = 0.1, timeout: float = 5.0):
+        self.url, self.every_up, self.every_down, self.timeout = url, every_up, every_down, timeout
+        self.windows: list[list[Optional[float]]] = []
         self._stop = threading.Event()
+        self._paused = threading.Event()
+        self._idle = threading.Event()  # no probe request at the engine
+        self._idle.set()
+        self._lock = threading.Lock()
         self._t = threading.Thread(target=self._run, name="sparkctl-downtime", daemon=True)
 
     def start(self) -> "DowntimeProbe":
         self._t.start()
         return self
 
+    def _down(self, t: float) -> None:
+        with self._lock:
+            if not self.windows or self.windows[-1][1] is not None:
+                self.windows.append([t, None])
+
+    def _up(self, t: float) -> None:
+        with self._lock:
+            if self.windows and self.windows[-1][1] is None:
+                self.windows[-1][1] = t
+
+    def _served(self, client) -> bool:
+        import httpx
+
+        try:
+            r = client.post(f"{self.url}/v1/completions", json={"prompt": "1", "max_tokens": 1, "temperature": 0})
+            choices = r.json().get("choices") if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return False
+        return bool(choices) and all(isinstance(c, dict) and c.get("finish_reason") not in (None, "abort") for c in choices)
+
     def _run(self) -> None:
         import httpx
 
-        with httpx.Client(timeout=1.0, trust_env=False) as client:
+        with httpx.Client(timeout=self.timeout, trust_env=False) as client:
             while not self._stop.is_set():
                 t = time.monotonic()
-                try:
-                    up = client.get(f"{self.url}/v1/models").status_code == 200
-                except httpx.HTTPError:
-                    up = False
-                if not up and (not self.windows or self.windows[-1][1] is not None):
-                    self.windows.append([t, None])
-                elif up and self.windows and self.windows[-1][1] is None:
-                    self.windows[-1][1] = t
-                self._stop.wait(max(0.0, self.every - (time.monotonic() - t)))
+                up = None
+                if not self._paused.is_set():
+                    self._idle.clear()
+                    try:
+                        if not self._paused.is_set():
+                            up = self._served(client)
+                            if self._paused.is_set():
+                                up = None  # sent before the stop began: says nothing about the window opened since
+                    finally:
+                        self._idle.set()
+                if up is True:
+                    self._up(t)
+                elif up is False:
+                    self._down(t)
+                every = self.every_up if up else self.every_down
+                self._stop.wait(max(0.0, every - (time.monotonic() - t)))
+
+    def engine_stops(self) -> None:
+        """sparkctl begins taking the engine down: down from now; wait out a probe request under way."""
+        if not self._paused.is_set():
+            self._paused.set()
+            self._down(time.monotonic())
+            self._idle.wait(self.timeout + 1)
+
+    def engine_stopped(self, stopped: bool = True) -> None:
+        """The stop step ended; probe again. stopped=False: it stopped nothing, the window it opened goes."""
+        if self._paused.is_set():
+            if not stopped:
+                with self._lock:
+                    if self.windows and self.windows[-1][1] is None:
+                        self.windows.pop()
+            self._paused.clear()
 
     def stop(self) -> float:
         self._stop.set()
-        self._t.join(5)
+        self._t.join(self.timeout + 1)
         end = time.monotonic()
         return round(sum((b or end) - a for a, b in self.windows), 2)
 
@@ -493,15 +549,21 @@ def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, r
         "by": state.who(), "lock_token": lock.me.token, "resumed": resume,
     })  # fmt: skip
     probe = DowntimeProbe(health.base_url(new)).start()
+    head = new.hosts_with_role("head")[0]
+    engine_restarts = "engine" in plan.groups
 
     def tracked(host: str, step: str, text: str) -> None:  # a step starts applying: its phase begins
         if step in PHASES:
             journal.phase(PHASES[step])
+        if step == "stop" and host == head and engine_restarts:
+            probe.engine_stops()  # the drain: vLLM answers new requests empty `abort` from SIGTERM on
         progress(host, step, text)
 
     def journaled(r) -> None:  # a step ended (also those that changed nothing): its phase was reached
         if r.step in PHASES and r.status != "skipped" and PHASES[r.step] != "prestage":
             journal.phase(PHASES[r.step])
+        if r.step == "stop" and r.host == head:
+            probe.engine_stopped(stopped=r.status in ("changed", "failed"))
         on_result(r)
 
     def finish(outcome: str, event: Optional[str]) -> ReloadReport:

@@ -27,6 +27,7 @@ import httpx
 import yaml
 
 from sparkctl.errors import InputError, SparkctlError
+from sparkctl.gateway.placement import CONTAINER as GATEWAY
 from sparkctl.state import LOCK
 from sparkctl_lab import paths
 from sparkctl_lab.hostexec import host_exec
@@ -198,6 +199,46 @@ def _engine_crash() -> str:
         t.start()
     _wait_unhealthy(timeout=120)
     return "two concurrent 70K-token chat requests to the head (seed 002's device-side assert)"
+
+
+def _gateway_holding() -> str:
+    """The hold a change left behind: a `sparkctl restart` told the gateway to hold, then died
+    (SIGKILL, a control host that lost its link) and its lock was broken since. The drill holds
+    through the gateway's admin interface on the head, as that restart did; nothing releases it
+    until gateway.hold_max_s."""
+    _sh("head", f"docker exec {GATEWAY} python3 -m sparkctl.gateway.ctl hold --reason restart --expected-s 5 >/dev/null")
+    return f"head: docker exec {GATEWAY} python3 -m sparkctl.gateway.ctl hold --reason restart (a restart that died after it)"
+
+
+def _gateway_down() -> str:
+    _sh("head", f"docker stop -t 5 {GATEWAY} >/dev/null", timeout=60)
+    return f"head: docker stop {GATEWAY} (clients on the public port get connection refused)"
+
+
+def _zero_token_streams() -> str:
+    """An IDE plugin in single-line mode streams with `stop: ["\\n"]` (what single-line code
+    completion sends) to the chat route: the model's code answers begin with a newline, so every
+    stream ends at once, finish_reason stop, with no token. HTTP 200 and /health 200 throughout."""
+    pid = start_load("plugin", "code", clients=2, context=0, max_tokens=64, stream_stop="\n")
+    _wait_zero_tokens(timeout=30)
+    return f'an IDE plugin streaming code answers with stop ["\\n"], 2 clients back to back (load pid {pid})'
+
+
+def _plugin_fixed() -> str:
+    """The plugin's owner drops the stop string (a person asks them): its answers carry tokens again."""
+    return "; ".join(stop_load("plugin")) or "no plugin load ran"
+
+
+def _wait_zero_tokens(timeout: float) -> None:
+    """Until the gateway has counted a stream that ended without a token."""
+    from sparkctl.facts.gateway import fetch
+
+    def seen() -> bool:
+        page = fetch(*_head()).page
+        return page is not None and sum(page.zero_token_streams.values()) > 0
+
+    if not _until(seen, timeout, 0.5):
+        raise SparkctlError(f"drill: the gateway counted no zero-token stream within {timeout:g} s")
 
 
 def _marlin() -> str:
@@ -374,14 +415,17 @@ LOAD_LIFETIME = 900.0  # seconds: a forgotten load ends by itself
 ASK = {"code": "Write a python function that merges two sorted lists.", "prose": "Summarise the story above in a paragraph."}
 
 
-def start_load(name: str, kind: str, clients: int, context: int, max_tokens: int) -> int:
+def start_load(name: str, kind: str, clients: int, context: int, max_tokens: int, stream_stop: str = "") -> int:
     """Clients sending requests to the head until `stop_load()` (or LOAD_LIFETIME): a process of its
     own, so the traffic outlives the `sparkctl lab drill` that started it. Each request is a new
-    (cold) prompt of `context` tokens, then ASK[kind]."""
+    (cold) prompt of `context` tokens, then ASK[kind]. With `stream_stop` each request streams,
+    with that stop string (JSON-escaped on the command line)."""
     stop_load(name)
     LOAD_DIR.mkdir(parents=True, exist_ok=True)
-    p = subprocess.Popen([sys.executable, "-m", "sparkctl_lab.drills", "load", kind, str(clients), str(context), str(max_tokens)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    argv = [sys.executable, "-m", "sparkctl_lab.drills", "load", kind, str(clients), str(context), str(max_tokens)]
+    if stream_stop:
+        argv.append(json.dumps(stream_stop))
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     (LOAD_DIR / f"load-{name}.pid").write_text(str(p.pid))
     return p.pid
 
@@ -424,19 +468,29 @@ def _wait_drained(timeout: float) -> None:
     _until(drained, timeout, 1)
 
 
-def _load(kind: str, clients: int, context: int, max_tokens: int) -> None:
-    """The load process: `clients` threads, back to back."""
+def _load(kind: str, clients: int, context: int, max_tokens: int, stream_stop: str = "") -> None:
+    """The load process: `clients` threads, back to back (streaming with `stream_stop` when set)."""
     import uuid
 
     url, model = _head_url(), _served_model()
     end = time.monotonic() + LOAD_LIFETIME
     words = " ".join(f"ctx{i % 997}" for i in range(context))
 
+    def stream(prompt: str) -> None:
+        body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+                "stream": True, "stop": [stream_stop], "temperature": 0}  # fmt: skip
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=300, trust_env=False) as r:
+            r.raise_for_status()
+            r.read()
+
     def client() -> None:
         while time.monotonic() < end:
             prompt = f"req{uuid.uuid4().hex} {words} {ASK[kind]}" if context else ASK[kind]
             try:
-                _chat(url, model, prompt, max_tokens, timeout=300)
+                if stream_stop:
+                    stream(prompt)
+                else:
+                    _chat(url, model, prompt, max_tokens, timeout=300)
             except httpx.HTTPError:
                 time.sleep(0.5)  # restarting: try again
 
@@ -507,6 +561,15 @@ DRILLS: dict[str, Drill] = {
         Drill("long-ttft", "long-ttft", "runtime.ttft", "head",
               "a batch job's 250K-token cold prompts hold the token budget: chat users wait for their first token",
               _long_ttft, ("SparkctlTTFTHigh",), hands=_long_prompts_moved),
+        Drill("gateway-holding", "gateway-holding", "gateway.holding", "head",
+              "a hold a dead restart left behind: the front door holds every request, then 503", _gateway_holding,
+              ("SparkctlGatewayHolding",)),
+        Drill("gateway-down", "gateway-down", "gateway.answers", "head",
+              "the front door's container stops: clients get connection refused, the engine is fine", _gateway_down,
+              ("SparkctlGatewayDown",)),
+        Drill("zero-token-streams", "gateway-zero-tokens", "gateway.zero_tokens", "head",
+              'an IDE plugin streams with stop ["\\n"]: every code answer ends empty ("HTTP up, zero tokens")',
+              _zero_token_streams, ("SparkctlZeroTokenStreams",), hands=_plugin_fixed),
         Drill("spec-acceptance-low", "spec-acceptance-low", "runtime.spec_acceptance", "head",
               "an agent job with 250K-token contexts: speculative acceptance decays with context", _spec_acceptance_low,
               ("SparkctlSpecAcceptanceLow",), hands=_batch_moved),
@@ -593,4 +656,4 @@ def run(name: str) -> dict:
 
 if __name__ == "__main__":  # the background load: python -m sparkctl_lab.drills load KIND CLIENTS CONTEXT MAX_TOKENS
     if sys.argv[1:2] == ["load"]:
-        _load(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+        _load(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), json.loads(sys.argv[6]) if sys.argv[6:] else "")

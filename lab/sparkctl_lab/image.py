@@ -125,9 +125,8 @@ def image_key() -> str:
     for f in sim_files():
         h.update(f"{f.relative_to(SIM_DIR)}\n".encode())
         h.update(f.read_bytes())
-    for rel, src in library_files():
-        st = src.stat()
-        h.update(f"lib {rel} {st.st_size} {st.st_mtime_ns}\n".encode())
+    for rel, src in library_files():  # by path and size: two virtualenvs with the same wheels build the same image
+        h.update(f"lib {rel} {src.stat().st_size}\n".encode())
     return h.hexdigest()[:16]
 
 

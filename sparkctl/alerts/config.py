@@ -66,6 +66,18 @@ class Alerts(BaseModel):
         description="Window of the rate-based rules (preemptions, TTFT, decode speed); acceptance uses twice this.",
     )
     decode_for: str = Field("5m", pattern=r"^\d+[smh]$", description="How long decode must stay below the floor before it warns.")
+    gateway_hold_s: float = Field(
+        1200,
+        gt=0,
+        description="A gateway hold older than this pages (SparkctlGatewayHolding): longer than a cold start on "
+        "the seeds' hardware (10-15 min), shorter than gateway.hold_max_s (when a hold ends by itself).",
+    )
+    empty_streams: float = Field(
+        0,
+        ge=0,
+        description="Streams that ended without one content token within rate_window above which to warn "
+        "(SparkctlZeroTokenStreams; 0: any).",
+    )
     decode_drop: float = Field(0.35, gt=0, lt=1, description="Fraction below the baseline that warns (0.35: below 65%).")
 
     @field_validator("runbook_base_url")

@@ -10,7 +10,8 @@ from sparkctl.alerts.rules import RuleSet
 def rules_yaml(rs: RuleSet) -> str:
     head = (
         f"# Prometheus alerting rules for cluster {rs.cluster}, written by `sparkctl alerts`.\n"
-        f"# Scrape the head's and the drafter's /metrics in job {rs.job!r} (targets labelled role=head|drafter)\n"
+        f"# Scrape the head's and the drafter's /metrics and the gateway's /gateway/metrics in job {rs.job!r}\n"
+        "# (targets labelled role=head|drafter|gateway)\n"
         f"# and a node exporter per host in job {rs.nodes_job!r} (role=head|worker|offload).\n"
     )
     return head + yaml.safe_dump(rs.to_prometheus(), sort_keys=False, width=120, allow_unicode=True)
@@ -21,11 +22,17 @@ NODE_EXPORTER_PORT = 9100
 
 def scrape_config(rs: RuleSet, inv, rule_files: list[str]) -> dict:
     """A prometheus.yml for this cluster: the runtime job, the node job and the rule files."""
+    from sparkctl.gateway.placement import METRICS_PATH
     from sparkctl.runtime.launch import engine_port, fabric_ip
 
     head = inv.hosts_with_role("head")[0]
+    address = inv.hosts[head].ssh.address
     # the engine's own /metrics, behind the gateway: a holding gateway would hold the scrape too
-    runtime = [{"targets": [f"{inv.hosts[head].ssh.address}:{engine_port(inv)}"], "labels": {"role": "head"}}]
+    runtime = [{"targets": [f"{address}:{engine_port(inv)}"], "labels": {"role": "head"}}]
+    if inv.gateway.enabled:  # the gateway's own page on the public port (it answers even while holding)
+        runtime.append(
+            {"targets": [f"{address}:{inv.runtime.port}"], "labels": {"role": "gateway", "__metrics_path__": METRICS_PATH}}
+        )
     s = inv.runtime.speculative
     if s and s.drafter_host:
         # the drafter listens where the head reaches it: its fabric address on the link to the head

@@ -1,7 +1,8 @@
 """The alerting rules for an inventory's cluster: what pages, on which series, which runbook answers.
 
-Series are vLLM's own (`vllm:*` on the head's /metrics), Prometheus's `up` for the head and the
-drafter (one job, targets labelled `role`), and `up` of a node exporter per host for worker loss.
+Series are vLLM's own (`vllm:*` on the head's /metrics), Prometheus's `up` for the head, the
+drafter and the gateway (one job, targets labelled `role`), the gateway's own (`sparkctl_gateway_*`
+on /gateway/metrics), and `up` of a node exporter per host for worker loss.
 Thresholds come from the inventory's `alerts:` section (sparkctl/alerts/config.py).
 """
 
@@ -80,8 +81,10 @@ def rules_for(inv) -> RuleSet:
             for_=a.down_for,
             severity="page",
             summary=f"{cluster}: the inference API on {{{{ $labels.instance }}}} is down",
-            description="Prometheus cannot scrape the head's /metrics: the engine died (crash, lost worker, "
-            "unreachable drafter) or its container stopped. `sparkctl doctor --only runtime` names the cause.",
+            description="Prometheus cannot scrape the engine's /metrics on the head: it died (crash, lost worker, "
+            "unreachable drafter) or its container stopped. Behind the gateway, clients' requests are held up to "
+            "gateway.hold_s, then answered 503 with Retry-After (doctor: gateway.engine). "
+            "`sparkctl doctor --only runtime` names the cause.",
             runbook="runtime-down",
         ),
         Rule(
@@ -157,6 +160,8 @@ def rules_for(inv) -> RuleSet:
                 runbook="spec-acceptance-low",
             )
         )
+    if inv.gateway.enabled:
+        rules += gateway_rules(a, cluster, f'job="{job}",role="gateway"', w)
     not_written = {}
     if a.decode_tokens_per_s_baseline:
         floor = a.decode_tokens_per_s_baseline * (1 - a.decode_drop)
@@ -189,6 +194,49 @@ def rules_for(inv) -> RuleSet:
         rules=rules,
         not_written=not_written,
     )
+
+
+def gateway_rules(a, cluster: str, gw: str, w: str) -> list[Rule]:
+    """The front door's alerts, on its own metrics (/gateway/metrics, role=gateway: docs/gateway.md)."""
+    return [
+        Rule(
+            alert="SparkctlGatewayDown",
+            expr=f"up{{{gw}}} == 0",
+            for_=a.down_for,
+            severity="page",
+            summary=f"{cluster}: the front door on {{{{ $labels.instance }}}} is down",
+            description="Prometheus cannot scrape sparkctl-gateway's /gateway/metrics on runtime.port: clients get "
+            "connection refused, whatever the engine behind it does. `sparkctl doctor --only gateway` says why.",
+            runbook="gateway-down",
+        ),
+        Rule(
+            alert="SparkctlGatewayHolding",
+            expr=f"sparkctl_gateway_hold_age_seconds{{{gw}}} > {a.gateway_hold_s:g}",
+            severity="page",
+            summary=f"{cluster}: the front door has held requests for {{{{ $value | humanizeDuration }}}}",
+            description="A hold longer than any restart: every request waits hold_s, then gets 503. A sparkctl run "
+            "that died mid-change leaves its hold behind (it ends by itself at gateway.hold_max_s).",
+            runbook="gateway-holding",
+        ),
+        Rule(
+            alert="SparkctlGatewayUpstreamErrors",
+            expr=f'sum by (instance) (increase(sparkctl_gateway_upstream_errors_total{{{gw},kind="cut"}}[{w}])) > 0',
+            severity="ticket",
+            summary=f"{cluster}: {{{{ $value | humanize }}}} answers broke off mid-way in {w}",
+            description="The engine broke off answers the gateway was relaying (it died or was stopped under them, "
+            "outside a sparkctl change): those clients saw a cut connection, which cannot be replayed.",
+            runbook="gateway-upstream-errors",
+        ),
+        Rule(
+            alert="SparkctlZeroTokenStreams",
+            expr=f"sum by (instance) (increase(sparkctl_gateway_zero_token_streams_total{{{gw}}}[{w}])) > {a.empty_streams:g}",
+            severity="ticket",
+            summary=f"{cluster}: {{{{ $value | humanize }}}} streams ended without a token in {w}",
+            description='"HTTP up, zero tokens": the engine answers 200 and streams nothing (finish_reason abort: '
+            "a drain nobody held requests for).",
+            runbook="gateway-zero-tokens",
+        ),
+    ]
 
 
 def _twice(duration: str) -> str:

@@ -40,6 +40,11 @@ BY_CHECK = {
     "runtime.spec_acceptance": "spec-acceptance-low",
     "runtime.queue": "long-ttft",
     "runtime.ttft": "long-ttft",
+    "gateway.answers": "gateway-down",
+    "gateway.upstream": "gateway-down",
+    "gateway.holding": "gateway-holding",
+    "gateway.engine": "runtime-down",
+    "gateway.zero_tokens": "gateway-zero-tokens",
 }
 
 

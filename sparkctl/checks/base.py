@@ -78,6 +78,7 @@ class Context:
     facts: dict[str, Any]  # host -> HostFacts, only for hosts that were reached
     unreachable: dict[str, Unreachable] = field(default_factory=dict)
     endpoint: Any = None  # EndpointFacts of the head's API, None when not fetched
+    gateway: Any = None  # GatewayFacts of the front door on runtime.port (facts/gateway.py), None when not fetched
     bandwidth: dict[str, Any] = field(default_factory=dict)  # rail key "client/device" -> BandwidthResult
     deep: bool = False
     allow_loading: bool = False  # a runtime still loading is a warning, not a failure (doctor --allow-loading)

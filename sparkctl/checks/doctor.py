@@ -140,6 +140,23 @@ def doctor(
 
             endpoint_thread = threading.Thread(target=fetch_endpoint, name="sparkctl-endpoint", daemon=True)
             endpoint_thread.start()
+        gateway_thread = None
+        if "gateway" in groups and heads and inv.gateway.enabled:
+
+            def fetch_gateway() -> None:
+                from sparkctl.facts.gateway import GatewayFacts, fetch
+                from sparkctl.gateway.placement import METRICS_PATH
+                from sparkctl.transport.guard import check_address
+
+                address = inv.hosts[heads[0]].ssh.address
+                try:
+                    check_address(address, "the gateway's HTTP endpoint")
+                    ctx.gateway = fetch(address, inv.runtime.port)  # the public port: it answers even while holding
+                except SparkctlError as exc:
+                    ctx.gateway = GatewayFacts(url=f"http://{address}:{inv.runtime.port}{METRICS_PATH}", error=exc.message)
+
+            gateway_thread = threading.Thread(target=fetch_gateway, name="sparkctl-gateway", daemon=True)
+            gateway_thread.start()
 
         progress(f"gathering facts from {', '.join(selected)}")
         ctx.facts = cluster.need(kinds, timeout=3600 if deep else 60, wait=120)
@@ -161,6 +178,15 @@ def doctor(
                 if ctx.endpoint.metrics_at is not None:  # at least TTFT_WINDOW s: a few first tokens to judge
                     time.sleep(max(0.0, TTFT_WINDOW - (time.monotonic() - ctx.endpoint.metrics_at)))
                 read_again(ctx.endpoint)
+        if gateway_thread is not None:
+            gateway_thread.join(timeout=15)
+            if ctx.gateway is not None and ctx.gateway.at is not None:
+                # a second page: gateway.zero_tokens judges the streams that ended in between (at
+                # least TTFT_WINDOW s; usually the facts round trip and the endpoint's window)
+                from sparkctl.facts.gateway import read_again as gateway_again
+
+                time.sleep(max(0.0, TTFT_WINDOW - (time.monotonic() - ctx.gateway.at)))
+                gateway_again(ctx.gateway)
         if probe_thread is not None:
             probe_thread.join()
 

@@ -63,12 +63,15 @@ def containers(ctx: Context, host: str, f):
         yield fail(f"cannot list containers: {f.errors.get('containers', 'no answer')}", f"check the Docker engine on {host}")
         return
     by_name = {c.name: c for c in f.containers}
-    for spec in ctx.launch_on(host):
+    gateway = ctx.plan.gateway if ctx.plan and ctx.plan.gateway and ctx.plan.gateway.host == host else None
+    for spec in ([gateway] if gateway else []) + ctx.launch_on(host):
         c = by_name.pop(spec.name, None)
         if c is None:
             yield fail(
                 f"{spec.name} is not running on {host}",
-                "`sparkctl up` starts the runtime in order (drafter, worker, head)",
+                "`sparkctl up` starts it"
+                if spec is gateway
+                else "`sparkctl up` starts the runtime in order (drafter, worker, head)",
                 spec.name,
             )
         elif not c.running:
@@ -248,7 +251,7 @@ def moe_backend(ctx: Context, host: str, f):
     # which names the inventory's value stands for depends on the checkpoint's path.
     paths = [quant] if quant else list(MOE_BACKEND_NAMES)
     names = {n for p in paths for n in (expected_moe_names(p, want) or ())}
-    logged_by = [(c, f.logs[c.id]) for c in f.containers or [] if c.role != "drafter" and f.logs.get(c.id) is not None]
+    logged_by = [(c, f.logs[c.id]) for c in f.containers or [] if c.role in ("head", "worker") and f.logs.get(c.id) is not None]
     if not logged_by:
         yield skipped("no runtime container here")
     for c, logs in logged_by:
@@ -308,7 +311,7 @@ _FATAL_FIX = {
     scope=runtime_hosts,
 )
 def engine(ctx: Context, host: str, f):
-    logged_by = [(c, f.logs[c.id]) for c in f.containers or [] if f.logs.get(c.id) is not None]
+    logged_by = [(c, f.logs[c.id]) for c in f.containers or [] if c.role != "gateway" and f.logs.get(c.id) is not None]
     if not logged_by:
         yield skipped("no runtime container here")
     for c, logs in logged_by:

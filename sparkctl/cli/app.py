@@ -30,6 +30,7 @@ COMMANDS = {
     "history": ("reload", "history", "command"),
     "alerts": ("alerts", "alerts", "command"),
     "runbook": ("runbook", "runbook", "command"),
+    "gateway": ("gateway", "app", "group"),
 }
 
 

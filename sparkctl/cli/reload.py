@@ -74,7 +74,7 @@ def _print(c, report, check: bool) -> None:
     style = "green" if not report.failed else "bold red"
     c.print(f"[{style}]{report.outcome}[/]" + (f": {report.reason}" if report.reason else ""), soft_wrap=True)
     if report.downtime is not None:
-        c.print(f"downtime (/v1/models not answering): {report.downtime:.2f} s")
+        c.print(f"downtime (the engine served no completion): {report.downtime:.2f} s")
     if report.drain:
         d = report.drain
         c.print(f"drain: {d['in_flight']} request(s) in flight, {d['finished']} finished, {d['cut']} cut")

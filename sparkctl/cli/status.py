@@ -63,10 +63,49 @@ def collect(inv, plan, sample_seconds: float) -> dict:
         hosts = host_containers(inv, plan, cluster)
     first, second = sample(base, sample_seconds)
     runtime = _runtime(first, second, sample_seconds)
-    healthy = runtime["health"] == 200 and all(
-        c["state"] == "running" and c["config_matches"] for h in hosts.values() for c in h["containers"]
+    gateway = gateway_status(inv)
+    healthy = (
+        runtime["health"] == 200
+        and all(c["state"] == "running" and c["config_matches"] for h in hosts.values() for c in h["containers"])
+        and (gateway is None or gateway.get("state") == "passing")
     )
-    return {"cluster": inv.cluster.name, "config_hash": plan.config_hash, "healthy": healthy, "hosts": hosts, "runtime": runtime}
+    doc = {"cluster": inv.cluster.name, "config_hash": plan.config_hash, "healthy": healthy, "hosts": hosts, "runtime": runtime}
+    if gateway is not None:
+        doc["gateway"] = gateway
+    return doc
+
+
+def gateway_status(inv) -> Optional[dict]:
+    """The front door's own view (facts/gateway.py: its /gateway/metrics on runtime.port), None
+    without one (gateway.enabled: false)."""
+    if not inv.gateway.enabled:
+        return None
+    from sparkctl.facts.gateway import fetch
+
+    address, port = head_base(inv)[0], inv.runtime.port  # the public port: it answers even while holding
+    f = fetch(address, port)
+    if f.page is None:
+        return {"url": f.url, "state": "not answering", "error": f.error}
+    return {"url": f.url, **f.page.to_dict()}
+
+
+def gateway_line(g: dict) -> str:
+    from rich.markup import escape
+
+    if g["state"] == "not answering":
+        return f"gateway {g['url']}: [red]not answering[/] ({escape(g.get('error') or '')})"
+    if g["state"] == "holding":
+        h = g.get("hold")
+        why = (f"holding for {escape(str(h['reason']))} ({h['held_for_s']:.0f} s, ends by itself in {h['expires_in_s']:.0f} s)"
+               if h else f"holding: the engine refuses connections ({g.get('upstream_down_for_s') or 0:.0f} s)")  # fmt: skip
+        state = f"[yellow]{why}[/]"
+    else:
+        state = "[green]passing[/]"
+    parts = [f"gateway {g['url']}: {state}", f"{g['held_requests']} held, {g['in_flight']} in flight",
+             f"upstream {g.get('upstream')}"]  # fmt: skip
+    if g.get("empty_streams"):
+        parts.append("zero-token streams " + ", ".join(f"{n} {k}" for k, n in g["empty_streams"].items()))
+    return ", ".join(parts)
 
 
 def status(
@@ -143,6 +182,8 @@ def print_hosts(doc: dict) -> None:
     con = answer()
     con.print(t)
     con.print(runtime_line(doc["runtime"]), soft_wrap=True)
+    if doc.get("gateway"):
+        con.print(gateway_line(doc["gateway"]), soft_wrap=True)
     con.print("[green]healthy[/]" if doc["healthy"] else "[red]not healthy[/]: run `sparkctl doctor` (or `sparkctl up`)")
 
 

@@ -53,6 +53,14 @@ class Gate:
         self._seq = itertools.count()
         self._expiry: asyncio.TimerHandle | None = None
         self._prober: asyncio.Task | None = None
+        # read at each scrape: the hold's age and what is left of it, as /status says them
+        metrics.hold_age.set_function(lambda: self.clock() - self.hold.since if self.hold else 0.0)
+        metrics.hold_expires_in.set_function(lambda: max(0.0, self.hold.expires_at - self.clock()) if self.hold else 0.0)
+        metrics.hold_overrun.set_function(
+            lambda: max(0.0, self.clock() - self.hold.expected_end) if self.hold and self.hold.expected_end is not None else 0.0
+        )
+        metrics.hold_expired_ago.set_function(lambda: self.clock() - self.last_expired if self.last_expired is not None else -1.0)
+        metrics.upstream_down_for.set_function(lambda: self.clock() - self.down_since if self.down_since is not None else 0.0)
 
     @property
     def closed(self) -> bool:
@@ -140,7 +148,10 @@ class Gate:
         if self.hold is None:
             self.epoch += 1
         since = self.hold.since if self.hold else now  # a hold renewed (rollback) keeps its start
+        if self.hold is not None:
+            self.m.hold_info.remove(self.hold.reason)
         self.hold = Hold(reason or "admin", since, now + expected_s if expected_s is not None else None, now + ttl)
+        self.m.hold_info.labels(self.hold.reason).set(1)
         if self._expiry:
             self._expiry.cancel()
         self._expiry = asyncio.get_running_loop().call_later(ttl, self._expire)
@@ -173,6 +184,8 @@ class Gate:
         self._end_hold()
 
     def _end_hold(self) -> None:
+        if self.hold is not None:
+            self.m.hold_info.remove(self.hold.reason)
         self.hold = None
         if self._expiry:
             self._expiry.cancel()

@@ -5,7 +5,7 @@ A registry of its own: the public /metrics passes through to the engine, as befo
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 # Rejection reasons (the `reason` label): what the client was answered, and why.
@@ -53,6 +53,24 @@ class Metrics:
         self.holds_expired = Counter(
             p + "holds_expired", "Holds that ended by themselves at hold_max_s (nobody released them)", registry=r
         )
+        # what doctor and the alerts judge a hold by (the counters above say what it did to requests)
+        self.hold_age = Gauge(p + "hold_age_seconds", "Seconds since the current admin hold began (0: no hold)", registry=r)
+        self.hold_expires_in = Gauge(
+            p + "hold_expires_in_seconds", "Seconds until the current admin hold ends by itself (0: no hold)", registry=r
+        )
+        self.hold_overrun = Gauge(
+            p + "hold_overrun_seconds",
+            "Seconds the current admin hold has run past the end sparkctl expected (0: within it, or none expected)",
+            registry=r,
+        )
+        self.hold_expired_ago = Gauge(
+            p + "hold_expired_seconds_ago", "Seconds since a hold last ended by itself (-1: none since it started)", registry=r
+        )
+        self.hold_info = Gauge(p + "hold_info", "1 for the current admin hold, labelled with its reason", ["reason"], registry=r)
+        self.upstream_down_for = Gauge(
+            p + "upstream_down_seconds", "Seconds since the engine stopped taking connections (0: it takes them)", registry=r
+        )
+        self.info = Info(p.rstrip("_"), "Where the gateway sends requests (upstream) and its hold bounds", registry=r)
         self.long_running = Gauge(p + "long_context_running", "Long-context requests at the engine now", registry=r)
         self.long_waiting = Gauge(p + "long_context_waiting", "Long-context requests waiting for a slot", registry=r)
         for cause in ("admin", "upstream_down"):

@@ -91,8 +91,9 @@ class Proxy:
                 head = b""
                 if self.gate.epoch != passed:
                     # The gate closed after this request passed it: it may have reached an engine that was
-                    # already going away (vLLM 0.33 answers those 200 with an empty `abort`; the lab's
-                    # simulator, 503). Look before answering; one that was not served goes back to the gate.
+                    # already going away (vLLM 0.33 answers those 200 with an empty `abort`, and so does the
+                    # lab's simulator; a paused engine, 503). Look before answering; one that was not served
+                    # goes back to the gate.
                     head = await self._served(up, watch)
                     if head is None:
                         self.m.upstream_errors.labels("drain").inc()

@@ -25,6 +25,7 @@ METRICS_PATH = "/gateway/metrics"  # the public /metrics stays the engine's
 
 async def run(s: Settings) -> None:
     m = Metrics()
+    m.info.info({"upstream": s.upstream, "hold_s": f"{s.hold_s:g}", "hold_max_s": f"{s.hold_max_s:g}"})
     # no pool limit by default (the engine's own queue decides); bytes pass through as the engine sent them
     session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=s.upstream_connections, force_close=False),

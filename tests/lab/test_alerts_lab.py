@@ -1,6 +1,7 @@
 """The lab's real Prometheus (on the head, as an operator would run it) with the rules
 `sparkctl alerts` writes: every target is scraped, every rule is loaded with its runbook,
-and a healthy serving lab fires nothing. The drills (test_drills.py) show the alerts firing."""
+and a healthy serving lab fires nothing. The drills (test_drills.py) show the alerts firing. The
+engine is scraped on gateway.engine_port, the front door on runtime.port at /gateway/metrics."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def test_every_target_is_scraped(prom):
         if set(targets.values()) == {"up"}:
             break
         time.sleep(1)
-    assert targets == {("sparkctl-lab", "head"): "up", ("sparkctl-lab", "drafter"): "up",
+    assert targets == {("sparkctl-lab", "head"): "up", ("sparkctl-lab", "drafter"): "up", ("sparkctl-lab", "gateway"): "up",
                        ("sparkctl-lab-nodes", "head"): "up", ("sparkctl-lab-nodes", "worker"): "up",
                        ("sparkctl-lab-nodes", "offload"): "up"}  # fmt: skip
 
@@ -44,7 +45,8 @@ def test_rules_loaded_with_runbooks_and_nothing_fires_when_healthy(prom):
     time.sleep(8)  # evaluated a few times (a reloaded rule is `unknown` until then), longer than the paging `for`
     rules = {r["name"]: r for r in prom.rules()}
     assert {"SparkctlEngineDown", "SparkctlWorkerLost", "SparkctlDrafterUnreachable", "SparkctlKVCacheNearFull",
-            "SparkctlTTFTHigh", "SparkctlSpecAcceptanceLow"} <= set(rules)  # fmt: skip
+            "SparkctlTTFTHigh", "SparkctlSpecAcceptanceLow", "SparkctlGatewayDown", "SparkctlGatewayHolding",
+            "SparkctlGatewayUpstreamErrors", "SparkctlZeroTokenStreams"} <= set(rules)  # fmt: skip
     for r in rules.values():
         assert r["health"] == "ok", (r["name"], r.get("lastError"))
         # the lab publishes no runbook_base_url: the rule names the command that prints its runbook

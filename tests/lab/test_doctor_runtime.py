@@ -43,12 +43,30 @@ def stop_all(lab, cluster: str) -> None:
         containers.stop(_client(lab, host), cluster, timeout=2)
 
 
+def place_gateway_code(lab, host: str) -> None:
+    """The gateway's code where its launch mounts it (what `up`'s gateway step ships)."""
+    import json
+
+    from sparkctl.runtime import gateway_code
+
+    write = (
+        "import json, os, sys; d = sys.argv[1]; files = json.load(sys.stdin)\n"
+        "for rel, text in files.items():\n"
+        "    os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True); open(os.path.join(d, rel), 'w').write(text)\n"
+        f"open(os.path.join(d, {gateway_code.COMPLETE!r}), 'w').close()\n"
+    )
+    files = {rel: data.decode() for rel, data in gateway_code.files().items()}
+    r = lab.host_exec(host, ["python3", "-c", write, gateway_code.directory()], input=json.dumps(files))
+    assert r.returncode == 0, r.stderr
+
+
 def start(lab, inv_path, wait_health: bool = True, timeout: float = 120):
     """Start the rendered launch in order; wait until the head serves (or its container exits)."""
     import httpx
 
     from sparkctl.inventory.loader import load_inventory
     from sparkctl.runtime import containers
+    from sparkctl.runtime.health import base_url
     from sparkctl.runtime.launch import render
 
     inv = load_inventory(inv_path)
@@ -56,11 +74,13 @@ def start(lab, inv_path, wait_health: bool = True, timeout: float = 120):
         sh(lab, host, f"mkdir -p {MODELS}/DeepSeek-V4.1-Flash-1017 {MODELS}/drafter")
     stop_all(lab, inv.cluster.name)
     plan = render(inv)
-    for spec in plan.containers:  # drafter, worker, head
+    if plan.gateway:
+        place_gateway_code(lab, plan.gateway.host)
+    for spec in plan.all_containers:  # gateway, drafter, worker, head
         client = _client(lab, spec.host)
         containers.start(client, spec)
     head = inv.hosts_with_role("head")[0]
-    url = f"http://{inv.hosts[head].ssh.address}:{inv.runtime.port}/health"
+    url = f"{base_url(inv)}/health"  # the engine itself, behind the gateway
     deadline = time.monotonic() + timeout
     head_ctr = _client(lab, head).containers.get("sparkctl-head")
     while time.monotonic() < deadline:

@@ -2,7 +2,7 @@
 
 What each test checks is what an operator (or doctor, or bench) sees of a real vLLM cluster: the
 port refusing while loading, the head's engine dying with its worker, max_num_seqs queueing,
-acceptance by workload and by context, and the drain on SIGTERM. HTTP goes from this machine to
+acceptance by workload and by context, and the drain on SIGTERM (health 200, new requests empty `abort`). HTTP goes from this machine to
 the head's management address; metrics are read with prometheus_client's parser.
 
 Each test brings the runtime to the config it needs with `sparkctl up -i` (a no-op when it is
@@ -31,6 +31,7 @@ pytestmark = pytest.mark.lab
 
 ENV = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8,10.231.0.0/16"}
 URL = "http://10.231.0.11:8888"
+ENGINE = "http://10.231.0.11:8001"  # behind the gateway (gateway.engine_port)
 
 
 def sparkctl(*args: str, rc: int = 0) -> dict:
@@ -78,9 +79,9 @@ def restore(lab):
 SLOW_STEPS = {"SIM_STEP_TIME_SCALE": "0.5"}  # steps 50x a Spark's: requests stay in flight long enough to watch
 
 
-def complete(model: str, prompt: str, tokens: int, timeout: float = 120) -> httpx.Response:
+def complete(model: str, prompt: str, tokens: int, timeout: float = 120, url: str = URL) -> httpx.Response:
     return httpx.post(
-        f"{URL}/v1/completions",
+        f"{url}/v1/completions",
         json={"model": model, "prompt": prompt, "max_tokens": tokens, "temperature": 0, "ignore_eos": True},
         timeout=timeout,
     )
@@ -144,7 +145,7 @@ def test_port_refuses_connections_while_loading(lab, lab_inventory, tmp_path, re
             head = lab.host_exec("head", ["docker", "inspect", "-f", "{{.State.Status}}", "sparkctl-head"])
             if head.stdout.strip() == "running":
                 try:
-                    httpx.get(f"{URL}/health", timeout=1)
+                    httpx.get(f"{ENGINE}/health", timeout=1)  # the engine's own port (the gateway holds instead)
                 except (httpx.ConnectError, httpx.ReadError):  # refused, or reset while the port opens
                     refused += 1
             time.sleep(0.2)
@@ -180,24 +181,34 @@ def test_max_num_seqs_runs_four_and_queues_the_rest(lab, lab_inventory, tmp_path
     assert peak == (4.0, 2.0)  # max_num_seqs 4: the other two wait
 
 
-def test_sigterm_drains_in_flight_and_rejects_new_requests(lab, lab_inventory, tmp_path, restore):
+def test_sigterm_drains_in_flight_while_health_stays_200_and_new_requests_end_empty(lab, lab_inventory, tmp_path, restore):
+    # vLLM 0.33 (docs/conformance.md h_drain_*): during the drain /health stays 200 and a new request
+    # is answered 200 with nothing in it, finished `abort`; only what was in flight at SIGTERM runs on
     inv = variant(tmp_path, lab_inventory, SLOW_STEPS, shutdown_timeout=30)
     sparkctl("up", "-i", str(inv))
     model = lab_inventory["runtime"]["served_model_name"]
+    engine = f"http://10.231.0.11:{(lab_inventory.get('gateway') or {}).get('engine_port', 8001)}"  # not the gateway
     result: dict = {}
-    t = threading.Thread(target=lambda: result.update(r=complete(model, "Write an essay about the sea.", 600)))
+    t = threading.Thread(target=lambda: result.update(r=complete(model, "Write an essay about the sea.", 600, url=engine)))
     t.start()
     time.sleep(0.5)
     stopper = threading.Thread(target=lambda: lab.host_exec("head", ["docker", "stop", "sparkctl-head"], timeout=60))
     stopper.start()
-    time.sleep(0.5)
+    deadline, draining = time.monotonic() + 20, False
+    while not draining and time.monotonic() < deadline:
+        log = lab.host_exec("head", ["docker", "logs", "sparkctl-head"]).stdout
+        draining = "[shutdown] EngineCore: draining in-flight requests count=1" in log
+        time.sleep(0.1)
     try:
-        late = httpx.get(f"{URL}/health", timeout=2).status_code
-    except httpx.HTTPError:
-        late = "refused"
-    t.join(timeout=60)
-    stopper.join(timeout=60)
-    assert late in (503, "refused")  # new work is turned away while draining
+        health = httpx.get(f"{engine}/health", timeout=2).status_code
+        late = complete(model, "Count from 1 to 10.", 20, timeout=10, url=engine)
+    finally:
+        t.join(timeout=60)
+        stopper.join(timeout=60)
+    assert draining
+    assert health == 200  # /health does not tell a drain from serving
+    choice = late.json()["choices"][0]
+    assert (late.status_code, choice["finish_reason"], choice["text"]) == (200, "abort", "")
     r = result["r"]
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 600  # in-flight finished
 

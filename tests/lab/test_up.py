@@ -60,7 +60,7 @@ def converged(lab, inventory):
 def test_up_brings_the_splice_shape_to_serving(lab, converged):
     hosts = converged["hosts"]
     assert set(hosts) == {"head", "worker", "offload"}
-    assert "serving at http://10.231.0.11:8888" in hosts["head"]["runtime"]["message"]
+    assert "serving at http://10.231.0.11:8001" in hosts["head"]["runtime"]["message"]  # the engine, behind the gateway
     assert "smoke completion ok" in hosts["head"]["runtime"]["message"]
     for h in ("head", "worker", "offload"):
         assert "jumbo ping ok" in hosts[h]["fabric"]["message"]

@@ -27,6 +27,7 @@ LAB = yaml.safe_load((REPO / "inventories" / "lab.yaml").read_text())
 BASE = "https://runbooks.example/sparkctl/"
 HEAD = {"job": "sparkctl-lab", "role": "head", "instance": "10.231.0.11:8888"}
 VLLM = {**HEAD, "engine": "0", "model_name": "deepseek-v4.1-flash"}
+GATEWAY = {"job": "sparkctl-lab", "role": "gateway", "instance": "10.231.0.11:8888"}
 
 
 def inventory(**alerts) -> Inventory:
@@ -197,6 +198,76 @@ def cases(rs) -> list[dict]:
                 },
             ],
         },
+        {  # the front door stops answering: pages after 30 s
+            "input_series": [series("up", GATEWAY, "1 1 0x8")],
+            "alert_rule_test": [
+                {"eval_time": "40s", "alertname": "SparkctlGatewayDown", "exp_alerts": []},
+                {
+                    "eval_time": "90s",
+                    "alertname": "SparkctlGatewayDown",
+                    "exp_alerts": [firing(rs, "SparkctlGatewayDown", GATEWAY, "lab: the front door on 10.231.0.11:8888 is down")],
+                },
+            ],
+        },
+        {  # a hold left behind: its age grows 15 s a sample, past 1200 s after 81 samples
+            "input_series": [
+                series("sparkctl_gateway_hold_age_seconds", GATEWAY, "0+15x100"),
+                series("sparkctl_gateway_upstream_errors_total", {**GATEWAY, "kind": "cut"}, "0 0 0 2 2 2 2 2 2 2"),
+                series("sparkctl_gateway_upstream_errors_total", {**GATEWAY, "kind": "connect"}, "0+5x40"),
+                series("sparkctl_gateway_zero_token_streams_total", {**GATEWAY, "finish_reason": "abort"}, "0 0 3 3 3 3 3 3"),
+            ],
+            "alert_rule_test": [
+                {"eval_time": "19m", "alertname": "SparkctlGatewayHolding", "exp_alerts": []},
+                {
+                    "eval_time": "21m",
+                    "alertname": "SparkctlGatewayHolding",
+                    "exp_alerts": [
+                        firing(rs, "SparkctlGatewayHolding", GATEWAY, "lab: the front door has held requests for 21m 0s")
+                    ],
+                },
+                {  # a cut answer tickets; connect errors (held and sent again) do not
+                    "eval_time": "90s",
+                    "alertname": "SparkctlGatewayUpstreamErrors",
+                    "exp_alerts": [
+                        firing(
+                            rs,
+                            "SparkctlGatewayUpstreamErrors",
+                            {"instance": "10.231.0.11:8888"},
+                            "lab: 2 answers broke off mid-way in 5m",
+                        )
+                    ],
+                },
+                {
+                    "eval_time": "60s",
+                    "alertname": "SparkctlZeroTokenStreams",
+                    "exp_alerts": [
+                        firing(
+                            rs,
+                            "SparkctlZeroTokenStreams",
+                            {"instance": "10.231.0.11:8888"},
+                            "lab: 3 streams ended without a token in 5m",
+                        )
+                    ],
+                },
+            ],
+        },
+        {  # passing: a held reload under 20 min, connect errors during it, streams with tokens
+            "input_series": [
+                series("up", GATEWAY, "1x20"),
+                series("sparkctl_gateway_hold_age_seconds", GATEWAY, "0 0 15 30 45 0x16"),
+                series("sparkctl_gateway_upstream_errors_total", {**GATEWAY, "kind": "connect"}, "0+5x20"),
+                series("sparkctl_gateway_upstream_errors_total", {**GATEWAY, "kind": "cut"}, "0x20"),
+            ],
+            "alert_rule_test": [
+                {"eval_time": "4m", "alertname": a, "exp_alerts": []}
+                for a in (
+                    "SparkctlGatewayDown",
+                    "SparkctlGatewayHolding",
+                    "SparkctlGatewayUpstreamErrors",
+                    "SparkctlZeroTokenStreams",
+                )
+            ],
+        },
         {  # at the baseline: quiet
             "input_series": [
                 series("vllm:generation_tokens_total", VLLM, "0+1500x60"),
@@ -213,7 +284,7 @@ def test_rule_file_passes_promtool_check(tmp_path):
     rules = tmp_path / "rules.yml"
     rules.write_text(rules_yaml(rules_for(inventory())))
     r = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and "SUCCESS: 9 rules found" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "SUCCESS: 13 rules found" in r.stdout, r.stdout + r.stderr
 
 
 def test_every_alert_fires_on_its_series_and_stays_quiet_otherwise(tmp_path):
@@ -310,15 +381,26 @@ def test_cli_writes_rules_and_a_matching_prometheus_config(tmp_path):
 
     r = run("--out", str(tmp_path / "rules.yml"), "--prometheus-config", str(tmp_path / "prometheus.yml"))
     assert r.returncode == 0, r.stderr
-    assert "9 rules written" in r.stdout  # the answer; warnings (none here) go to stderr
+    assert "13 rules written" in r.stdout  # the answer; warnings (none here) go to stderr
     prom = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
     assert prom["rule_files"] == [str(tmp_path / "rules.yml")]
     jobs = {j["job_name"]: j for j in prom["scrape_configs"]}
+    # the engine on its own port behind the gateway; the gateway's own page on the public port
     assert jobs["sparkctl-lab"]["static_configs"][0] == {"targets": ["10.231.0.11:8001"], "labels": {"role": "head"}}
+    assert jobs["sparkctl-lab"]["static_configs"][1] == {
+        "targets": ["10.231.0.11:8888"], "labels": {"role": "gateway", "__metrics_path__": "/gateway/metrics"}
+    }  # fmt: skip
     # the drafter where the head reaches it: the offload host's address on its link to the head
-    assert jobs["sparkctl-lab"]["static_configs"][1] == {"targets": ["10.231.110.4:8100"], "labels": {"role": "drafter"}}
+    assert jobs["sparkctl-lab"]["static_configs"][2] == {"targets": ["10.231.110.4:8100"], "labels": {"role": "drafter"}}
+    # without the gateway the engine serves runtime.port itself, and nothing scrapes a gateway
+    inv.write_text(yaml.safe_dump({**LAB, "alerts": {"decode_tokens_per_s_baseline": 100}, "gateway": {"enabled": False}}))
+    r = run("--out", str(tmp_path / "rules.yml"), "--prometheus-config", str(tmp_path / "prometheus.yml"))
+    assert r.returncode == 0 and "9 rules written" in r.stdout, r.stderr
+    static = yaml.safe_load((tmp_path / "prometheus.yml").read_text())["scrape_configs"][0]["static_configs"]
+    assert [t["labels"]["role"] for t in static] == ["head", "drafter"] and static[0]["targets"] == ["10.231.0.11:8888"]
+    inv.write_text(yaml.safe_dump({**LAB, "alerts": {"decode_tokens_per_s_baseline": 100}}))
     r = run("--json")
-    assert r.returncode == 0 and len(json.loads(r.stdout)["groups"][0]["rules"]) == 9
+    assert r.returncode == 0 and len(json.loads(r.stdout)["groups"][0]["rules"]) == 13
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({**LAB, "alerts": {"kv_usage": 2}}))
     r = subprocess.run([sys.executable, "-m", "sparkctl", "alerts", "-i", str(bad)], capture_output=True, text=True, env=env)

@@ -45,22 +45,22 @@ def container(spec, status="running", exit_code=0, config_hash=None, image_id=No
             "Image": spec.image,
             "Labels": {**spec.labels, **({"io.sparkctl.config-hash": config_hash} if config_hash else {})},
         },
-        "HostConfig": {"Ulimits": [{"Name": "memlock", "Soft": spec.ulimits["memlock"], "Hard": spec.ulimits["memlock"]}]},
+        "HostConfig": {"Ulimits": [{"Name": k, "Soft": v, "Hard": v} for k, v in spec.ulimits.items()]},
     }
 
 
 def running(secs=None, logs=None, status=None, config_hash=None, drafter_health="200"):
-    """The recorded lab with the runtime up on every host of the launch."""
+    """The recorded lab with the runtime up on every host of the launch (the gateway on the head)."""
     secs = secs or sections()
     for host in (H, W, O):
         items = []
         scan = ""
-        for spec in PLAN.for_host(host):
+        for spec in [c for c in PLAN.all_containers if c.host == host]:
             image_id = secs[host]["image.0"]["out"].strip()
             c = container(spec, status=(status or {}).get(spec.role, "running"), exit_code=1 if (status or {}).get(spec.role) else 0,
                           config_hash=config_hash, image_id=image_id)  # fmt: skip
             items.append(c)
-            lines = (logs or {}).get(spec.role, OK_LOG if spec.role != "drafter" else [])
+            lines = (logs or {}).get(spec.role, OK_LOG if spec.role in ("head", "worker") else [])
             scan += f"@@ctr {c['Id']}\n" + "".join(line + "\n" for line in lines)
         edit(secs, host, "containers", json.dumps(items))
         edit(secs, host, "logs", scan)
@@ -135,7 +135,7 @@ def test_crash_fails_engine_health_and_container():
     }  # fmt: skip
     e = by(r, "runtime.engine", H)
     assert "device-side assert" in e.message and "max_num_seqs" in e.fix
-    assert "exited (exit code 1)" in by(r, "runtime.containers", H).message
+    assert "exited (exit code 1)" in by(r, "runtime.containers", H, "sparkctl-head").message
     # while dead but still up, /health answers 503
     r = run(running(logs={"head": dead}), endpoint=endpoint(health=503))
     assert "503: the engine is dead" in by(r, "runtime.health", H).message
@@ -384,7 +384,7 @@ def mp_running(worker_log=MP_WORKER_LOG, worker_status="running", master_port="o
     secs = sections()
     for host in (H, W, O):
         items, scan = [], ""
-        for spec in MP_PLAN.for_host(host):
+        for spec in [c for c in MP_PLAN.all_containers if c.host == host]:
             st = worker_status if spec.role == "worker" else "running"
             c = container(spec, status=st, exit_code=0, image_id=secs[host]["image.0"]["out"].strip())
             items.append(c)
@@ -434,7 +434,7 @@ def test_mp_the_heads_lost_peer_is_a_fatal_sign_in_the_executors_words():
         "please check the stack trace above for the root cause",
     ]
     secs = mp_running()
-    cid = json.loads(secs[H]["containers"]["out"])[0]["Id"]
+    cid = next(c["Id"] for c in json.loads(secs[H]["containers"]["out"]) if c["Name"] == "/sparkctl-head")
     edit(secs, H, "logs", f"@@ctr {cid}\n" + "".join(x + "\n" for x in dead))
     r = run(secs, inv=MP_INV, endpoint=endpoint(health=503))
     signs = [x.data.get("sign") for x in r if x.name == "runtime.engine" and x.host == H and x.status == "failed"]

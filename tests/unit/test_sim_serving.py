@@ -408,8 +408,12 @@ def test_a_non_streaming_client_that_goes_away_has_its_request_aborted(server):
     finally:
         os.remove(server.faults)
     assert m["vllm:num_requests_running{}"] == 0 and m["vllm:num_requests_waiting{}"] == 0
-    done = 'vllm:request_success_total{"finished_reason": "length"}'
-    assert m.get(done, 0) == before.get(done, 0)  # it was not decoded to max_tokens
+    assert m["vllm:kv_cache_usage_perc{}"] == 0  # its KV blocks are free again
+    for reason in ("length", "abort"):
+        # not decoded to max_tokens; and not counted at all: AsyncLLM.abort drops the request's state in
+        # the output processor (v1/engine/output_processor.py abort_requests), so no finished stats
+        done = f'vllm:request_success_total{{"finished_reason": "{reason}"}}'
+        assert m.get(done, 0) == before.get(done, 0), reason
 
 
 def test_prefix_cache_hits_on_a_repeated_prompt(server):
@@ -579,28 +583,59 @@ def _stream_until_done(s: Server, out: dict, max_tokens: int) -> None:
         out["error"] = repr(e)
 
 
-def test_sigterm_drains_in_flight_and_rejects_new(tmp_path):
-    s = Server(str(tmp_path), "--shutdown-timeout", "20", env={"SIM_STEP_TIME_SCALE": "0.1"}, name="drain")
+def test_sigterm_drains_in_flight_while_health_stays_200_and_new_requests_end_empty_with_abort(tmp_path):
+    # vLLM 0.33 during its drain (entrypoints/launchers/launcher.py keeps the HTTP server up while
+    # engine_client.shutdown(timeout) runs): /health is 200 (instrumentator/health.py, 503 only on a
+    # dead engine) and a new request reaches EngineCore, which finishes it at once as aborted
+    # (v1/engine/core.py _reject_add_in_shutdown): a 200 with no content, not an error status.
+    import openai
+
+    s = Server(str(tmp_path), "--shutdown-timeout", "20", env={"SIM_STEP_TIME_SCALE": "0.5"}, name="drain")  # 400 tokens: ~3 s
     out: dict = {}
     t = threading.Thread(target=_stream_until_done, args=(s, out, 400))
     t.start()
     end = time.monotonic() + 10
     while not out.get("started") and time.monotonic() < end:
         time.sleep(0.01)
+    before = s.metrics()
     s.proc.signal(signal.SIGTERM)
-    time.sleep(0.2)
+    assert s.proc.wait_log("[shutdown] EngineCore: draining in-flight requests count=1 timeout=", timeout=10)
+    oa = openai.OpenAI(base_url=s.base + "/v1", api_key="none", max_retries=0, timeout=10)
     try:
-        rejected = httpx.post(
-            s.base + "/v1/completions", json={"model": NAME, "prompt": "new", "max_tokens": 5}, timeout=5
-        ).status_code
-    except httpx.ConnectError:
-        rejected = "refused"
+        health = s.client.get("/health").status_code
+        chunks = list(
+            oa.chat.completions.create(
+                model=NAME,
+                messages=[{"role": "user", "content": "Count from 1 to 10."}],
+                max_tokens=20,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
+        chat = oa.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "Hello"}], max_tokens=20)
+        text = oa.completions.create(model=NAME, prompt="Count from 1 to 10.", max_tokens=20)
+        during = s.metrics()
+    finally:
+        oa.close()
     t.join(30)
     rc = s.proc.wait(30)
-    assert rejected in (503, "refused")
+    assert health == 200
+    # the stream: the role chunk, then at once an empty delta finished `abort`, then usage with no tokens
+    finished = [c.choices[0] for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert [f.finish_reason for f in finished] == ["abort"]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == ""
+    assert chunks[-1].usage.completion_tokens == 0
+    # non-streaming: a 200 whose one choice is empty and finished `abort`
+    assert (chat.choices[0].finish_reason, chat.choices[0].message.content, chat.usage.completion_tokens) == ("abort", "", 0)
+    assert (text.choices[0].finish_reason, text.choices[0].text) == ("abort", "")
+    # the engine counts them as aborted (output_processor.py: the abort output it was sent), and never ran them
+    aborted = 'vllm:request_success_total{"finished_reason": "abort"}'
+    assert during[aborted] - before.get(aborted, 0) == 3
+    assert during["vllm:num_requests_running{}"] + during["vllm:num_requests_waiting{}"] == 1  # only the drained one
+    # the request in flight at SIGTERM ran to its end
     assert out.get("finish_reason") == "length", out
     assert rc == 0
-    assert "[shutdown] EngineCore: draining in-flight requests count=1 timeout=" in s.proc.log()  # vLLM 0.33 core.py:1732
+    assert "request processing complete; starting resource teardown" in s.proc.log()  # vLLM 0.33 core.py:1743
     s.client.close()
 
 

@@ -107,6 +107,7 @@ class Engine:
         self.cache: collections.OrderedDict[int, None] = collections.OrderedDict()
         self.dead: str | None = None
         self.stopped = False
+        self.shutting_down = False  # SIGTERM: v1/engine/core.py EngineShutdownState != RUNNING
         self.hang = False
         self.slow_factor = 1.0
         self.crash_next_step: str | None = None
@@ -127,8 +128,19 @@ class Engine:
         with self.lock:
             if self.dead:
                 raise EngineDead(self.dead)
+            if self.shutting_down:
+                # v1/engine/core.py _reject_add_in_shutdown: a request that reaches EngineCore after SIGTERM
+                # is finished at once as aborted, with no token (_send_abort_outputs_to_client); the output
+                # processor counts it (vllm:request_success_total{finished_reason="abort"}).
+                self._finish(req, "abort", time.monotonic())
+                return
             self.waiting.append(req)
             self.lock.notify_all()
+
+    def begin_shutdown(self) -> None:
+        """SIGTERM reached EngineCore: in-flight requests go on (drain), new ones are rejected as aborted."""
+        with self.lock:
+            self.shutting_down = True
 
     def set_hang(self, hang: bool) -> None:
         """The `hang` fault: steps stop (requests stay in flight) until it is off again."""
@@ -137,11 +149,15 @@ class Engine:
                 self.hang = hang
                 self.lock.notify_all()
 
-    def abort(self, req: Request, reason: str = "abort") -> None:
+    def abort(self, req: Request) -> None:
+        """The client went away (v1/engine/async_llm.py generate() -> abort()): the request leaves the
+        scheduler, its slot and KV blocks are freed (core.py abort_requests). The output processor has
+        already dropped its state (output_processor.py abort_requests), so vLLM does not count it in
+        vllm:request_success_total nor in the request histograms."""
         with self.lock:
             if req.finished:
                 return
-            self._finish(req, reason, time.monotonic())
+            self._finish(req, "abort", time.monotonic(), counted=False)
             self.lock.notify_all()
 
     def abort_all(self) -> list[str]:
@@ -446,7 +462,7 @@ class Engine:
             self._finish(r, reason, now, notify=False)
         return len(produced)
 
-    def _finish(self, r: Request, reason: str, now: float, notify: bool = True) -> None:
+    def _finish(self, r: Request, reason: str, now: float, notify: bool = True, counted: bool = True) -> None:
         if r.finished:
             return
         r.finished = reason
@@ -456,6 +472,11 @@ class Engine:
             r.blocks = 0
         elif r in self.waiting:
             self.waiting.remove(r)
+        if not counted:
+            if notify:
+                r.events.put(("delta", "", 0, reason))
+            self._publish_gauges()
+            return
         m = self.metrics
         m.inc(m.success, 1, finished_reason=reason)
         m.observe(m.e2e, now - r.arrival)

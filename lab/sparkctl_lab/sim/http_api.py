@@ -268,8 +268,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     # ---- generation ----
     def _generate(self, body: dict, chat: bool) -> None:
         rt = self.rt
-        if rt.draining:
-            raise ApiError(503, "The server is shutting down and is not accepting new requests.", "ServiceUnavailableError")
+        # No check of rt.draining here: vLLM 0.33's API server validates and submits as usual during its
+        # drain and EngineCore finishes the request at once, empty, as aborted (engine.py Engine.add).
         if body.get("stream_options") and not body.get("stream"):
             # completion/protocol.py validate_stream_options (a model_validator: pydantic wraps the VLLMValidationError)
             msg = "Stream options can only be defined when `stream=True`."
@@ -556,7 +556,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 if not text and not reason:
                     continue
                 if chat:
-                    choice = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": reason}
+                    # chat_completion/stream_processor.py step(): a choice that finishes with no output at
+                    # all (an abort before the first token) sends DeltaMessage() unparsed: `"delta": {}`
+                    delta = {"content": text} if text or req.output else {}
+                    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
                     if reason:
                         choice["stop_reason"] = req.stop_reason
                 else:

@@ -6,8 +6,11 @@ http://HOST:PORT`. Serving: the engine (engine.py) steps; the HTTP layer (http_a
 tokens. A lost rank (the worker node leaves the Ray cluster), a lost GCS, a lost remote drafter or
 the seeds' CUDA crash kill the engine: `/health` turns 503, the log shows the lost rank / traceback
 and `EngineCore encountered a fatal error.`, and the process exits 1 after SIM_DEATH_LINGER seconds.
-SIGTERM drains in-flight requests for up to --shutdown-timeout seconds (new ones get 503), then
-aborts the rest and exits 0.
+SIGTERM drains in-flight requests for up to --shutdown-timeout seconds, then aborts the rest and
+exits 0. During the drain the API server answers as vLLM 0.33's does: `/health` stays 200
+(v1/engine/async_llm.py check_health fails only on a dead engine) and a new request is accepted,
+reaches the engine and is finished at once, empty, with `finish_reason: "abort"` (v1/engine/core.py
+_reject_add_in_shutdown): a 200, not an error status.
 """
 
 from __future__ import annotations
@@ -107,7 +110,9 @@ class Runtime(StartupPhases, Executor):
             self.engine.kill(kind)
 
     def healthy(self) -> bool:
-        return not (self.dead or self.draining or (self.engine and self.engine.dead))
+        # Not `draining`: vLLM's /health (entrypoints/serve/instrumentator/health.py health) is 503 only on
+        # EngineDeadError from AsyncLLM.check_health (v1/engine/async_llm.py), so it stays 200 while draining.
+        return not (self.dead or (self.engine and self.engine.dead))
 
     def submit(self, req: Request) -> None:
         with self.inflight_lock:
@@ -419,7 +424,7 @@ def serve(cfg: ServeConfig, knobs: knobs_mod.Knobs, env: dict[str, str]) -> int:
         if rt.draining:
             return
         rt.draining = True
-        threading.Thread(target=_drain, args=(rt,), daemon=True).start()
+        threading.Thread(target=_drain, args=(rt, signal.Signals(signum).name), daemon=True).start()
 
     # PID 1 in a container ignores signals without a handler: install ours first.
     signal.signal(signal.SIGTERM, on_signal)
@@ -490,21 +495,31 @@ def serve(cfg: ServeConfig, knobs: knobs_mod.Knobs, env: dict[str, str]) -> int:
     return 1 if rt.dead else 0
 
 
-def _drain(rt: Runtime) -> None:
+def _drain(rt: Runtime, signame: str = "SIGTERM") -> None:
     timeout = rt.cfg.shutdown_timeout
+    # v1/engine/core.py: SIGTERM sets shutdown_state REQUESTED; from then on _reject_add_in_shutdown
+    # finishes every new request as aborted while the in-flight ones drain.
+    rt.engine.begin_shutdown()
     n = rt.engine.num_unfinished()
     mode = "abort" if timeout == 0 else "drain"
-    # vLLM 0.33's shutdown lines (entrypoints/launchers/launcher.py, v1/engine/core.py _handle_shutdown)
+    # vLLM 0.33's shutdown lines (entrypoints/launchers/launcher.py serve_http, v1/engine/core.py
+    # run_engine_core's signal_handler and _handle_shutdown)
+    rt.api_log.info("launcher.py:256", "[shutdown] API server: shutdown triggered")
     rt.api_log.info("launcher.py:272", f"[shutdown] API server: stopping engine client mode={mode} timeout={timeout}s")
+    rt.core_log.info("core.py:1525", f"[shutdown] EngineCore: trigger received signal={signame}")
     rt.core_log.info("core.py:1712", f"[shutdown] EngineCore: start mode={mode} timeout={timeout}s")
     if n and timeout == 0:
         rt.core_log.info("core.py:1721", f"[shutdown] EngineCore: aborting in-flight requests count={n}")
     elif n:
         rt.core_log.info("core.py:1732", f"[shutdown] EngineCore: draining in-flight requests count={n} timeout={timeout}s")
     deadline = time.monotonic() + max(0, timeout)
+    with rt.inflight_lock:
+        # The drain waits for the work there was at SIGTERM (core.py: until not has_work()); requests
+        # that arrive during it are rejected at once and never become work, however many keep coming.
+        draining = set(rt.inflight)
     if timeout > 0:
         with rt.inflight_lock:
-            while rt.inflight and time.monotonic() < deadline and not rt.dead:
+            while draining & rt.inflight and time.monotonic() < deadline and not rt.dead:
                 rt.inflight_lock.wait(min(0.1, max(0.0, deadline - time.monotonic())))
     left = rt.engine.abort_all()
     if left:
@@ -514,7 +529,7 @@ def _drain(rt: Runtime) -> None:
     # let the aborted responses reach their clients
     end = time.monotonic() + 2.0
     with rt.inflight_lock:
-        while rt.inflight and time.monotonic() < end:
+        while draining & rt.inflight and time.monotonic() < end:
             rt.inflight_lock.wait(0.05)
     rt.stop_event.set()
 
