@@ -28,7 +28,6 @@ The phases are the steps of playbooks/reload.yaml run by the same runner as `up`
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from dataclasses import dataclass, field
@@ -102,6 +101,9 @@ class ReloadPlan:
     operations: list[str] = field(default_factory=list)
     # the steps' plan did not complete (a host unreachable, a plan blocked): the run stops there
     stops: Optional[str] = None
+    # the gateway's hold the stop step plans (runtime/gateway_admin.py Hold's fields), None: no hold
+    gateway: Optional[dict] = None
+    gateway_enabled: bool = True
 
     @property
     def empty(self) -> bool:
@@ -113,7 +115,22 @@ class ReloadPlan:
             "changes": [c.to_dict() for c in self.changes], "restart_groups": self.groups,
             "restart_containers": self.containers, "compile_fields_changed": self.compile_changed,
             "prediction": self.prediction, "expected_start_seconds": self.expected_seconds, "prestage": self.prestage,
+            "gateway": self.gateway_plan(),
         }  # fmt: skip
+
+    def gateway_plan(self) -> Optional[dict]:
+        """What clients see during this change: the hold sent (and whether it answers 503 at once), or why none."""
+        from sparkctl.runtime.gateway_admin import Hold
+
+        if self.gateway:
+            h = Hold(**self.gateway)
+            return {"hold": True, **h.to_data(), "answers_503": h.rejects, "clients": h.clients()}
+        if "engine" not in self.groups:
+            return None
+        why = ("gateway.enabled is false: clients are refused from the head's SIGTERM until the new engine serves"
+               if not self.gateway_enabled else
+               "no gateway runs on the head yet: clients are refused from the head's SIGTERM until the new engine serves")  # fmt: skip
+        return {"hold": False, "clients": why}
 
     def lines(self) -> list[str]:
         out = [f"{self.kind}: config {self.from_hash or '(none recorded)'} -> {self.to_hash}"]
@@ -139,6 +156,9 @@ class ReloadPlan:
                 why = "the cache holds no compiled graphs for this config"
             exp = f", expected ~{self.expected_seconds:.0f} s to serve (this cluster's history)" if self.expected_seconds else ""
             out.append(f"start: {self.prediction} ({why}){exp}")
+        gw = self.gateway_plan()
+        if gw:
+            out.append(f"gateway: {gw['clients']}")
         # repairs the steps plan besides the restart (a node's image, a fabric MTU): the run does them too
         out += [f"also: {op}" for op in self.operations if op.split(" ", 1)[0] in REPAIR_STEPS]
         out += [f"pre-staged while the old config serves: {p}" for p in self.prestage]
@@ -148,14 +168,6 @@ class ReloadPlan:
 
 
 REPAIR_STEPS = ("fabric", "images", "caches", "engram")  # steps whose operations are not the restart itself
-
-
-def expected_seconds(events: list[dict], cluster_prediction: Optional[str]) -> Optional[float]:
-    """The median start time of this cluster's past warm (or cold) starts."""
-    if not cluster_prediction:
-        return None
-    seen = [e["start_seconds"] for e in events if e.get("cache") == cluster_prediction and e.get("start_seconds")]
-    return statistics.median_high(seen) if seen else None
 
 
 def plan_reload(
@@ -169,7 +181,9 @@ def plan_reload(
     """The reload's plan from `recap`, the check-mode run of the reload playbook for NEW (the
     steps' own plans: what restarts is what the runtime step starts), with the field diff from the
     recorded config and warm/cold from the compile inputs this cluster has served."""
+    from sparkctl.runtime.gateway_admin import gateway_hold
     from sparkctl.runtime.launch import render, restart_group
+    from sparkctl.runtime.start_forecast import forecast
     from sparkctl.steps.runtime import planned_starts
 
     launch = render(new)
@@ -180,12 +194,7 @@ def plan_reload(
     groups = sorted({restart_group(c.role) for c in launch.containers if c.name in starting})
     compile_changed = compile_fields(changes)
     key = compile_key(new.model_dump(mode="json"))
-    served = {e.get("compile_key") for e in events if e.get("outcome") in ("applied", "ok")}
-    if recorded:
-        served.add(compile_key(recorded.get("inventory") or {}))
-    prediction = None
-    if "engine" in groups:
-        prediction = "warm" if cache_warm and key in served else "cold"
+    start = forecast(new.model_dump(mode="json"), recorded, events, cache_warm) if "engine" in groups else None
     prestage = []
     if any(c.path.startswith("hosts.") and ".fabric" in c.path for c in changes):
         prestage.append("fabric addresses and MTU (netplan)")
@@ -199,7 +208,8 @@ def plan_reload(
     stops = f"{failed.step} on {failed.host}: {failed.message}" if failed else None
     return ReloadPlan(
         kind, (recorded or {}).get("config_hash"), launch.config_hash, changes, groups, containers, compile_changed,
-        prediction, expected_seconds(events, prediction), prestage, key, operations, stops,
+        start.cache if start else None, start.seconds if start else None, prestage, key, operations, stops,
+        gateway_hold(recap.plans), new.gateway.enabled,
     )  # fmt: skip
 
 
@@ -562,6 +572,8 @@ def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, r
         report.downtime = probe.stop()
         report.outcome = outcome
         report.timeline = journal.doc["timeline"]
+        if outcome in ("failed (nothing stopped)", "rollback failed"):
+            _release_after_failure(ctx, back, report)
         if event is None:
             report.hosts_state = journal.doc["hosts_state"] = _hosts_state(fleet, last_good)
             journal.close(keep=True)
@@ -570,6 +582,7 @@ def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, r
         state.append_event(session, _event(kind, event, plan, report))
         return report
 
+    back = None  # the rollback's run, if it comes to one
     journal.phase("prestage")
     ctx = RunContext(inventory=new, fleet=fleet, force=(kind == "restart"), options=options, progress=tracked, lock=lock)
     recap = run_playbook(ctx, build_stages(load_playbook("reload")), "reload", on_result=journaled)
@@ -593,6 +606,20 @@ def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, r
     recap2 = run_playbook(back, build_stages(load_playbook("up")), "rollback", on_result=on_result)
     report.rollback_results = [r.to_dict() for r in recap2.results]
     return finish("rollback failed", None) if recap2.failed else finish("rolled back", "rolled back")
+
+
+def _release_after_failure(ctx, back, report: ReloadReport) -> None:
+    """No engine will serve at the end of this command: a hold it sent is released (once), so the
+    gateway treats the engine as crashed (held up to hold_s on connection refused, then 503; passing
+    again the moment /health answers) instead of holding on to its ttl."""
+    from sparkctl.runtime.gateway_admin import release_after_failure
+
+    for c in (back, ctx):
+        if c is not None and c.outputs.gateway_hold and not c.outputs.gateway_hold.get("released"):
+            note = release_after_failure(c)
+            if note:
+                report.notes.append(note)
+            return
 
 
 def _event(kind: str, outcome: str, plan: ReloadPlan, report: ReloadReport) -> dict:

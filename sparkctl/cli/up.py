@@ -41,6 +41,14 @@ def run_steps(
             ctx = RunContext(inventory=inv, fleet=fleet, check_mode=check, force=force, options=options,
                              progress=live.progress, lock=lock)  # fmt: skip
             recap = run_playbook(ctx, stages, playbook, on_result=live.result)
+            if recap.failed and not check:  # no engine serves at the end of this run: a hold it sent goes
+                from sparkctl.runtime.gateway_admin import release_after_failure
+
+                released = release_after_failure(ctx)
+                if released:
+                    from sparkctl.cli.output import diagnostics
+
+                    diagnostics().print(f"gateway: {released}", soft_wrap=True, highlight=False, markup=False)
     head = ctx.facts.get(inv.hosts_with_role("head")[0])
     journal = head.journal if head is not None else None
     if json_out:

@@ -92,6 +92,23 @@ def health(client, url: str) -> Optional[int]:
         return None
 
 
+def first_token(client, url: str, model: str) -> str:
+    """One streamed completion, read up to its first content token (then closed: the engine aborts
+    the rest). Raises on anything but a 200 stream that carries a token: what a client waiting
+    behind the gateway is released to is a stream that starts, not only /health."""
+    from sparkctl.gateway.sse import FirstToken
+
+    watch = FirstToken()
+    body = {"model": model, "prompt": "Count from 1 to 5:", "max_tokens": 4, "temperature": 0, "stream": True}
+    with client.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as r:
+        r.raise_for_status()
+        for chunk in r.iter_raw():
+            watch.feed(chunk)
+            if watch.seen:
+                return "token"
+    raise ValueError(f"the stream ended without a content token (finish_reason {watch.finish_reason})")
+
+
 def smoke(client, url: str, model: str) -> str:
     """A real completion; returns the text. Raises on anything but a 200 with a choice."""
     r = client.post(

@@ -89,6 +89,9 @@ class Outputs:
     decode_tokens_per_s: Optional[float] = None
     # stop -> reload: the head's in-flight requests at the drain {"in_flight", "finished", "cut"}
     drain: Optional[dict] = None
+    # stop -> runtime, and the command after a failed run: the gateway hold this run sent
+    # (runtime/gateway_admin.py Hold's fields, the host, and whether it was released)
+    gateway_hold: Optional[dict] = None
 
 
 @dataclass

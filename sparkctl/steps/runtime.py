@@ -239,8 +239,9 @@ class StopStep(Step):
     (playbook option `always`) whatever runs."""
 
     name = "stop"
-    # journal: an interrupted reload is reported by every run that touches the runtime
-    facts = frozenset({"containers", "health", "image", "journal"})
+    # journal: an interrupted reload is reported by every run that touches the runtime; applied,
+    # events and cache: the engine's expected start, which the gateway's hold is told
+    facts = frozenset({"containers", "health", "image", "journal", "applied", "events", "cache"})
 
     def hosts(self, inv: Inventory) -> list[str]:
         order = runtime_hosts(inv)[::-1]  # head, worker, drafter
@@ -275,6 +276,7 @@ class StopStep(Step):
             first = False
             names = [c.name for c in f.containers if restart_group(c.role) in groups]
             if names:
+                changes += gateway_hold_changes(ctx, h, names, always)
                 how = f"drain up to {drain} s" if drain is not None else "drain up to each container's stop timeout"
                 changes.append(Change("stop", f"stop {', '.join(names)} ({how})", {"names": names}))
             what = "restart " + (" and ".join(sorted(groups)) if groups != ALL_GROUPS else "runtime")
@@ -286,6 +288,10 @@ class StopStep(Step):
         for c in plan.changes:
             if c.action == "barrier":
                 done.append(self._barrier(ctx))
+            elif c.action == "hold":
+                from sparkctl.runtime import gateway_admin
+
+                done.append(gateway_admin.hold(ctx, plan.host, c.data))
             elif c.action == "stop":
                 ctx.progress(plan.host, self.name, f"stopping {', '.join(c.data['names'])} (drain)")
                 client = ctx.fleet[plan.host].docker()
@@ -321,6 +327,14 @@ class StopStep(Step):
                 fix="rerun `sparkctl up` (the images step places it)",
             )
         return f"all {len(hosts)} runtime host(s) answer and hold their image"
+
+
+def gateway_hold_changes(ctx: RunContext, host: str, stopping: list[str], down: bool) -> list[Change]:
+    """The gateway's hold, planned with the stop of the engine's head (runtime/gateway_admin.py)."""
+    from sparkctl.runtime.gateway_admin import planned_hold
+
+    h = planned_hold(ctx, host, stopping, down, float(ctx.options.get("timeout") or DEFAULT_TIMEOUT))
+    return [Change("hold", h.summary(), h.to_data())] if h else []
 
 
 def _unconfirmed(ctx: RunContext, groups: set[str]) -> Optional[str]:
@@ -454,11 +468,32 @@ class RuntimeStep(Step):
                 ctx.progress(host, self.name, f"{phase} ({time.monotonic() - t0:.0f} s)")
                 time.sleep(0.25)
             took = time.monotonic() - t0
-            ctx.progress(host, self.name, "smoke test: one completion")
-            try:
-                health.smoke(http, url, inv.runtime.served_model_name)
-            except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
-                raise HostError(f"{host}: serving, but the smoke completion failed: {exc}") from None
+            ctx.progress(host, self.name, "smoke test: one completion, one streamed token")
+            # what a held client waits for is a stream that starts: one real streamed token beside the
+            # smoke completion (at once: requests held at the gateway wait for both), then release
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sparkctl-first-token") as pool:
+                streamed = pool.submit(health.first_token, http, url, inv.runtime.served_model_name)
+                try:
+                    health.smoke(http, url, inv.runtime.served_model_name)
+                except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+                    raise HostError(f"{host}: serving, but the smoke completion failed: {exc}") from None
+                try:
+                    streamed.result()
+                except (httpx.HTTPError, ValueError) as exc:
+                    raise HostError(f"{host}: serving, but a streamed completion gave no token: {exc}") from None
         cache = "warm (compile cache hit)" if "Directly load the compiled graph" in log else "cold (compiled)"
         ctx.outputs.runtime_start = {"seconds": round(took, 2), "cache": cache}
-        return f"serving at {url} after {took:.1f} s, {cache}; smoke completion ok"
+        done = f"serving at {url} after {took:.1f} s, {cache}; smoke completion ok; first streamed token ok"
+        released = release_gateway(ctx, host)
+        return f"{done}; {released}" if released else done
+
+
+def release_gateway(ctx: RunContext, host: str) -> Optional[str]:
+    """The new engine serves: the gateway's held requests go on (runtime/gateway_admin.py)."""
+    if not ctx.inventory.gateway.enabled:
+        return None
+    from sparkctl.runtime import gateway_admin
+
+    return gateway_admin.release(ctx, host)
