@@ -74,6 +74,14 @@ class Gate:
             while self.closed:
                 now = self.clock()
                 left = arrival + self.hold_s - now
+                # its own budget first: a hold that overran expects "0 s" more, which is not "beyond"
+                if left <= 0:
+                    raise Rejected(
+                        503,
+                        HELD_TOO_LONG,
+                        f"The server did not come back within {self.hold_s:g} s; retry after Retry-After seconds.",
+                        self._retry_after(now),
+                    )
                 expected = self._expected_remaining(now)
                 if expected is not None and expected > left:
                     # the hold will outlast this request's budget: say so now, not at its end
@@ -84,13 +92,6 @@ class Gate:
                         f"{expected:.0f} s, beyond the gateway's hold of {self.hold_s:g} s); retry after "
                         "Retry-After seconds.",
                         expected,
-                    )
-                if left <= 0:
-                    raise Rejected(
-                        503,
-                        HELD_TOO_LONG,
-                        f"The server did not come back within {self.hold_s:g} s; retry after Retry-After seconds.",
-                        self._retry_after(now),
                     )
                 if len(self._waiters) >= self.hold_queue:
                     raise Rejected(

@@ -9,6 +9,7 @@ assertion is a timing threshold (benchmarks/gateway.py measures the cost).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
@@ -667,3 +668,23 @@ def test_the_gateway_imports_nothing_the_engines_image_lacks():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert all(m == "sparkctl" or m.startswith("sparkctl.gateway") for m in r.stdout.split()), r.stdout
+
+
+def test_a_hold_that_overruns_answers_held_too_long_not_beyond_the_hold():
+    # the hold expected the engine back in 0.1 s; it is not back when this request's 0.3 s are up
+    from sparkctl.gateway.gate import HELD_TOO_LONG, Gate
+    from sparkctl.gateway.metrics import Metrics
+    from sparkctl.gateway.rejection import Rejected
+
+    async def never() -> bool:
+        return False
+
+    async def run():
+        gate = Gate(0.3, 60, 8, 0.05, never, Metrics())
+        gate.start_hold("reload", expected_s=0.1)
+        with pytest.raises(Rejected) as err:
+            await gate.wait(gate.clock())
+        return err.value
+
+    rejected = asyncio.run(run())
+    assert rejected.reason == HELD_TOO_LONG and "did not come back within 0.3 s" in rejected.message
