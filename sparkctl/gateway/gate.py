@@ -85,11 +85,16 @@ class Gate:
                 expected = self._expected_remaining(now)
                 if expected is not None and expected > left:
                     # the hold will outlast this request's budget: say so now, not at its end
+                    # (a request that has waited may have less than hold_s left: say which bound it is)
+                    bound = (
+                        f"the gateway's hold of {self.hold_s:g} s"
+                        if expected > self.hold_s
+                        else (f"the {max(left, 0):.0f} s this request may still be held (hold_s {self.hold_s:g} s)")
+                    )
                     raise Rejected(
                         503,
                         HOLD_TOO_LONG,
-                        "The server is restarting (expected back in "
-                        f"{expected:.0f} s, beyond the gateway's hold of {self.hold_s:g} s); retry after "
+                        f"The server is restarting (expected back in {expected:.0f} s, beyond {bound}); retry after "
                         "Retry-After seconds.",
                         expected,
                     )

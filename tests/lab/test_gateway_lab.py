@@ -170,7 +170,11 @@ def test_an_engine_killed_outside_a_change_is_held_then_503_and_up_brings_it_bac
         stop.set()
         for t in threads:
             t.join(60)
-    bad = [o for o in during if not (o.kind == "ok" or (o.kind, o.status, o.retry_after) == ("status", 503, str(HOLD_S)))]
+    # `up` holds the gateway before it restarts the engine (with the forecast start): a request that
+    # would outwait its hold_s on that forecast gets 503 at once, Retry-After = the forecast
+    bad = [
+        o for o in during if not (o.kind == "ok" or (o.kind == "status" and o.status == 503 and (o.retry_after or "").isdigit()))
+    ]
     assert bad == [], bad
     assert any(o.kind == "ok" for o in during)
     after = gateway_metrics()
