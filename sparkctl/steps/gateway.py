@@ -119,8 +119,7 @@ class GatewayStep(Step):
         return f"gateway code {gateway_code.code_hash()} in {final} ({len(files)} files)"
 
     def _start(self, ctx: RunContext, host: str) -> str:
-        from sparkctl.runtime import containers
-        from sparkctl.steps.runtime import current_image
+        from sparkctl.steps.runtime import start_container
 
         spec = ctx.launch.gateway
         ctx.progress(host, self.name, f"starting {spec.name}")
@@ -128,12 +127,7 @@ class GatewayStep(Step):
         r = ctx.fleet[host].run(f"mkdir -p {placement.ADMIN_DIR} && chmod 0700 {placement.ADMIN_DIR}")
         if not r.ok:
             raise HostError(f"{host}: cannot create {placement.ADMIN_DIR}: {r.stderr.strip()}", fix="check /run on the head")
-        try:
-            containers.start(ctx.fleet[host].docker(), spec, current_image(ctx, host, spec.image))
-        except Exception as exc:  # docker's APIError/ImageNotFound: sparkctl's words, with the fix
-            err = ctx.fleet[host].explain(exc)
-            raise HostError(f"{host}: cannot start {spec.name}: {err.message}", fix=err.fix) from None
-        return f"started {spec.name}"
+        return start_container(ctx, host, spec)
 
     def _wait(self, ctx: RunContext, host: str) -> str:
         """Its own metrics page answers on the public port (it answers even while holding)."""

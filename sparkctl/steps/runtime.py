@@ -92,6 +92,17 @@ def restarting(ctx: RunContext) -> tuple[set[str], str]:
     return (set(ALL_GROUPS), "--force") if ctx.force else (d.groups, d.why)
 
 
+def start_container(ctx: RunContext, host: str, spec, client=None) -> str:
+    """Start one spec of the launch on `host` from the image the node now holds; docker's errors
+    (APIError, ImageNotFound) in sparkctl's words, with the fix. Shared by the runtime and gateway steps."""
+    try:
+        containers.start(client or ctx.fleet[host].docker(), spec, current_image(ctx, host, spec.image))
+    except Exception as exc:
+        err = ctx.fleet[host].explain(exc)
+        raise HostError(f"{host}: cannot start {spec.name}: {err.message}", fix=err.fix) from None
+    return f"started {spec.name}"
+
+
 def planned_starts(plans) -> set[str]:
     """The containers the runtime step's plans start (of a run's plans, e.g. a --check run's):
     what a run restarts, read from the one place that decides it."""
@@ -391,12 +402,7 @@ class RuntimeStep(Step):
             if c.action == "start":
                 spec = next(s for s in ctx.launch.for_host(plan.host) if s.name == c.data["name"])
                 ctx.progress(plan.host, self.name, f"starting {spec.name}")
-                try:
-                    containers.start(client, spec, current_image(ctx, plan.host, spec.image))
-                except Exception as exc:  # docker's APIError/ImageNotFound: sparkctl's words, with the fix
-                    err = ctx.fleet[plan.host].explain(exc)
-                    raise HostError(f"{plan.host}: cannot start {spec.name}: {err.message}", fix=err.fix) from None
-                done.append(f"started {spec.name}")
+                done.append(start_container(ctx, plan.host, spec, client))
             elif c.action == "wait-serving":
                 head = next(s for s in ctx.launch.for_host(plan.host) if s.role == "head")
                 done.append(self._wait_serving(ctx, plan.host, head.name))
