@@ -87,7 +87,6 @@ def library_files() -> list[tuple[str, Path]]:
     import importlib.metadata as md
     import re as _re
 
-    from packaging.markers import Marker
     from packaging.requirements import Requirement
 
     seen: dict[str, md.Distribution] = {}
@@ -104,7 +103,7 @@ def library_files() -> list[tuple[str, Path]]:
         seen[key] = dist
         for text in dist.requires or []:
             req = Requirement(text)
-            if req.marker is None or Marker(str(req.marker)).evaluate({"extra": ""}):
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
                 todo.append(req.name)
     out = []
     for dist in seen.values():
