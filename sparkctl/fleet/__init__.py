@@ -1,0 +1,1 @@
+"""Fleets: several clusters behind one front door, changed one member at a time (docs/fleets.md)."""

@@ -1,0 +1,238 @@
+"""The fleet file: several clusters (each one of today's inventories) behind one front door.
+
+    fleet: {name: lab-fleet}
+    members:                       # listed order = rollout order
+      - inventory: inventory.yaml  # relative to the fleet file's folder
+      - inventory: inventory-2.yaml
+    front_door:
+      member: lab                  # on this member's head (or host: {address, ...} + image:)
+      port: 8890
+    rollout: {max_unavailable: 1, stop_on_failure: true}
+
+`load_fleet` validates the whole file, every member's inventory and the rules between them before
+anything touches a host: every problem is named with its file, line and field (exit 2), as for an
+inventory. A member's name is its inventory's `cluster.name`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from sparkctl.errors import InputError
+from sparkctl.inventory.models import SSH, Cluster, ImageRef, Inventory
+from sparkctl.inventory.problems import InventoryError, Problem, from_validation_error
+
+FLEET_ENV = "SPARKCTL_FLEET"
+DEFAULT_DOOR_PORT = 8890
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class FleetName(_Section):
+    name: str = Field(..., pattern=Cluster.model_fields["name"].metadata[0].pattern, description="Short name of the fleet.")
+
+
+class MemberRef(_Section):
+    inventory: Path = Field(..., description="The member cluster's inventory (relative: to the fleet file's folder).")
+
+
+class FrontDoor(_Section):
+    """Where the fleet's front door runs: on one member's head, or on a host of its own."""
+
+    member: Optional[str] = Field(None, description="Run it on this member's head (its cluster.name).")
+    host: Optional[SSH] = Field(None, description="Or on a host of its own: how sparkctl reaches it over SSH.")
+    image: Optional[ImageRef] = Field(
+        None, description="Image to run it in (default: the member's runtime.image; required with host)."
+    )
+    port: int = Field(DEFAULT_DOOR_PORT, ge=1, le=65535, description="The port clients use: the fleet's one URL.")
+
+
+class Rollout(_Section):
+    max_unavailable: int = Field(1, ge=1, description="Members changed at once during a rolling reload or restart.")
+    stop_on_failure: bool = Field(
+        True, description="Stop the rollout at the first member that fails (it is rolled back; the rest stay as they are)."
+    )
+
+
+class FleetFile(_Section):
+    fleet: FleetName
+    members: list[MemberRef] = Field(..., min_length=1, description="The member clusters, in rollout order.")
+    front_door: FrontDoor = Field(..., description="The fleet's front door.")
+    rollout: Rollout = Field(default_factory=Rollout, description="How `fleet reload` and `fleet restart` roll.")
+
+
+class Member:
+    """One member cluster: its name (cluster.name), inventory file and validated inventory."""
+
+    def __init__(self, inventory_path: Path, inventory: Inventory):
+        self.inventory_path = inventory_path
+        self.inventory = inventory
+
+    @property
+    def name(self) -> str:
+        return self.inventory.cluster.name
+
+    @property
+    def head(self) -> str:
+        return self.inventory.hosts_with_role("head")[0]
+
+    @property
+    def head_address(self) -> str:
+        return self.inventory.hosts[self.head].ssh.address
+
+    def __repr__(self) -> str:
+        return f"Member({self.name!r}, {str(self.inventory_path)!r})"
+
+
+class Fleet(BaseModel):
+    """A validated fleet file with its members' inventories loaded."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+    name: str
+    path: Path
+    members: list[Member]
+    front_door: FrontDoor
+    rollout: Rollout
+    _by_name: dict = PrivateAttr(default_factory=dict)
+
+    def model_post_init(self, _context) -> None:
+        self._by_name.update({m.name: m for m in self.members})
+
+    def member(self, name: str) -> Member:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise InputError(f"fleet {self.name} has no member {name!r}", fix=f"members: {', '.join(self._by_name)}") from None
+
+    @property
+    def door_member(self) -> Optional[Member]:
+        return self.member(self.front_door.member) if self.front_door.member else None
+
+    @property
+    def front_door_address(self) -> str:
+        door = self.door_member
+        return door.head_address if door else self.front_door.host.address
+
+    @property
+    def front_door_url(self) -> str:
+        return f"http://{self.front_door_address}:{self.front_door.port}"
+
+
+class FleetError(InventoryError):
+    """A fleet file that cannot be used: every problem, one line each (exit 2)."""
+
+    def __init__(self, file, problems: list[Problem], fix: Optional[str] = None):
+        super().__init__(file, problems, fix=fix or "correct the fields named above (docs/fleets.md describes the fleet file)")
+        if not (len(problems) == 1 and not problems[0].path):
+            count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
+            self.message = f"fleet file {file} is invalid ({count}):\n" + "\n".join("  " + p.render(file) for p in problems)
+            self.args = (self.message,)
+
+
+def fleet_path(option: Optional[Path]) -> Path:
+    """-f/--fleet, else $SPARKCTL_FLEET; neither is a usage error that says both."""
+    if option is not None:
+        return option
+    env = os.environ.get(FLEET_ENV, "").strip()
+    if env:
+        return Path(env)
+    raise InputError(
+        "no fleet file: pass -f/--fleet FILE or set $SPARKCTL_FLEET",
+        fix="e.g. `sparkctl fleet status -f fleet.yaml` (the lab writes /var/lib/sparkctl-lab/fleet.yaml: "
+        "`sparkctl lab up --clusters 2`)",
+    )
+
+
+def load_fleet(path: Path | str) -> Fleet:
+    """The validated fleet, its members' inventories loaded; every problem raises FleetError (exit 2)."""
+    from pydantic import ValidationError
+
+    from sparkctl.inventory.loader import _fail, read_text
+    from sparkctl.inventory.safe_yaml import YamlProblem, parse
+
+    path = Path(path)
+    text = read_text(path)
+    try:
+        data, locations = parse(text)
+    except YamlProblem as err:
+        raise FleetError(path, [Problem((), err.message, line=err.line, column=err.column)]) from None
+    if not isinstance(data, dict):
+        _fail(path, "the top level must be a mapping (fleet:, members:, front_door:, rollout:)", line=1)
+    try:
+        doc = FleetFile.model_validate(data)
+    except ValidationError as err:
+        raise FleetError(path, [p.located(locations) for p in from_validation_error(err, FleetFile)]) from None
+
+    problems: list[Problem] = []
+    members: list[Member] = []
+    for i, ref in enumerate(doc.members):
+        inv_path = path.parent / ref.inventory.expanduser()
+        try:
+            from sparkctl.inventory.loader import load_inventory
+
+            members.append(Member(inv_path, load_inventory(inv_path)))
+        except InventoryError as err:  # the member's own problems, each naming its file, line and field
+            problems += [
+                Problem(("members", i, "inventory"), f"not a valid inventory: {p.render(err.file)}") for p in err.problems
+            ]
+        except InputError as err:  # missing, unreadable, not a file
+            problems.append(Problem(("members", i, "inventory"), err.message))
+    if not problems:
+        problems += list(_rules(doc, members))
+    if problems:
+        raise FleetError(path, [p.located(locations) for p in problems])
+    return Fleet(name=doc.fleet.name, path=path, members=members, front_door=doc.front_door, rollout=doc.rollout)
+
+
+def _rules(doc: FleetFile, members: list[Member]) -> Iterator[Problem]:
+    """Between the members: names and hosts are one member's own; the door has one place."""
+    seen_name: dict[str, int] = {}
+    seen_address: dict[str, tuple[int, str]] = {}
+    for i, m in enumerate(members):
+        where = ("members", i, "inventory")
+        if m.name in seen_name:
+            yield Problem(
+                where,
+                f"cluster name {m.name!r} is also member {seen_name[m.name]}'s; each member needs its own cluster.name "
+                "(its history, lock and metrics are kept under it)",
+            )
+        seen_name.setdefault(m.name, i)
+        # management addresses: a host (or an address) in two members would be changed twice by
+        # one rollout. Fabric rails are each pair's own direct cables, so their subnets may repeat.
+        for host, h in m.inventory.hosts.items():
+            a = h.ssh.address
+            if a in seen_address and seen_address[a][0] != i:
+                j, other = seen_address[a]
+                yield Problem(
+                    where,
+                    f"host {host} ({a}) is also host {other} of member {members[j].name}; a host belongs to one member",
+                )
+            seen_address.setdefault(a, (i, host))
+    fd = doc.front_door
+    if (fd.member is None) == (fd.host is None):
+        yield Problem(("front_door",), "name exactly one of member (run it on that member's head) or host (a host of its own)")
+    elif fd.member is not None:
+        by_name = {m.name: m for m in members}
+        if fd.member not in by_name:
+            yield Problem(("front_door", "member"), f"{fd.member!r} is not a member; members: {', '.join(by_name)}")
+        else:
+            rt, gw = by_name[fd.member].inventory.runtime, by_name[fd.member].inventory.gateway
+            from sparkctl.runtime.launch import RAY_PORT
+
+            taken = {rt.port: "its runtime.port", RAY_PORT: "Ray's GCS port"}
+            if gw.enabled:
+                taken[gw.engine_port] = "its gateway.engine_port"
+            if fd.port in taken:
+                yield Problem(
+                    ("front_door", "port"),
+                    f"{fd.port} is {taken[fd.port]} on member {fd.member}'s head; pick a free port (e.g. 8890)",
+                )
+    elif fd.image is None:
+        yield Problem(("front_door", "image"), "a front door on a host of its own needs the image it runs in")
