@@ -3,8 +3,9 @@
 Tests marked `lab` need root and the lab. Without root they are skipped with the reason, except
 when the environment variable CI is set: CI runs everything, so there they fail instead.
 
-    lab         (session) brings the lab up once (idempotent), clears leftover faults, and
-                returns `sparkctl_lab.api` (host_exec, status, fault, LAB_DIR, ...)
+    lab         (session) brings the lab up once with one Spark pair (idempotent; a second pair
+                a killed fleet test left goes), clears leftover faults, and returns
+                `sparkctl_lab.api` (host_exec, status, fault, LAB_DIR, ...)
     lab_faults  (function) the same api; clears every fault when the test ends
     request.node.reports["call"]  a test's report, for its fixtures' teardown (did it pass?)
 
@@ -116,7 +117,7 @@ def lab():
     from sparkctl_lab import api
 
     global _lab_up
-    api.up()
+    api.up(clusters=1)  # the suite's lab has one pair (a fleet test adds the second and takes it away)
     _lab_up = True
     api.clear_faults()
     # this session holds the lab alone (LAB_SESSION_LOCK): a cluster lock or reload journal left on

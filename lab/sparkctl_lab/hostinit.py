@@ -22,7 +22,8 @@ What the host sees (its mount namespace only; the real machine is untouched):
   /dev                overlay adding /dev/infiniband (inert nodes, so `--device /dev/infiniband`
                       works); own /dev/shm
 
-Stdlib only, and it never imports anything heavy: three of these run for the lab's lifetime.
+Stdlib only, and it never imports anything heavy: three of these (five with a second pair) run for
+the lab's lifetime.
 """
 
 from __future__ import annotations
