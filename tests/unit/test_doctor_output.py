@@ -6,6 +6,7 @@ runbook); `-v` prints every row. The recorded facts are real tool output (tests/
 
 from __future__ import annotations
 
+import io
 import re
 
 from rich.console import Console
@@ -19,7 +20,7 @@ HOSTS = ["head", "worker", "offload"]
 
 
 def render(results, printer=print_summary, width: int = 80, **kw) -> list[str]:
-    c = Console(width=width, record=True, file=open("/dev/null", "w"), color_system=None)
+    c = Console(width=width, record=True, file=io.StringIO(), color_system=None)
     printer(Report(results, HOSTS, 0.61), c, **kw)
     return [line.rstrip() for line in c.export_text().splitlines()]
 
