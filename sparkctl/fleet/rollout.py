@@ -519,33 +519,44 @@ def _change(fleet, member, mp, plan, result, door_admin, deadline, min_ratio, dr
     raise _Stop()
 
 
+def drain_refusal(names: list[str], name: str, states: dict[str, str], max_unavailable: int) -> Optional[str]:
+    """Why `name` may not be drained now (None: it may): it is the last member that serves at the
+    door, or draining it puts more than max_unavailable members out of the door."""
+    others = {n: states.get(n, "unknown") for n in names if n != name}
+    serving = [n for n, s in others.items() if s == SERVING]
+    out = [f"{n} ({s})" for n, s in others.items() if s != SERVING]
+    if not serving:
+        why = "it is the last member that serves at the front door" if others else "it is the fleet's only member"
+    elif len(out) + 1 > max_unavailable:
+        why = (f"{', '.join(out)} {'is' if len(out) == 1 else 'are'} already out of the front door "
+               f"(rollout.max_unavailable {max_unavailable})")  # fmt: skip
+    else:
+        return None
+    return f"not drained: {why}" + (f"; the others: {', '.join(f'{n} {s}' for n, s in others.items())}" if others else "")
+
+
 def _others_serve(fleet, name, max_unavailable, serve_wait, result, door_admin, say) -> None:
-    """Refuse to drain `name` unless another member serves at the door and no more than
-    max_unavailable members would be out of it; a member just put back gets serve_wait to pass."""
+    """Wait (up to serve_wait: a member just put back takes a health check to pass) until `name`
+    may be drained; refuse and stop the rollout otherwise."""
     t_end = time.monotonic() + serve_wait
     said = False
+    names = [m.name for m in fleet.members]
     while True:
         try:
             st = {n: s.get("state", "?") for n, s in (door_admin.status(fleet).get("members") or {}).items()}
         except SparkctlError as err:
             result.outcome, result.reason = "refused", f"the front door's state could not be read: {err.message}"
             raise _Stop() from None
-        others = {m.name: st.get(m.name, "unknown") for m in fleet.members if m.name != name}
-        serving = [n for n, s in others.items() if s == SERVING]
-        out = [f"{n} ({s})" for n, s in others.items() if s != SERVING]
-        if serving and len(out) + 1 <= max_unavailable:
+        why = drain_refusal(names, name, st, max_unavailable)
+        if why is None:
             return
         if time.monotonic() >= t_end:
-            why = ("it is the last member that serves at the front door" if not serving else
-                   f"{', '.join(out)} {'is' if len(out) == 1 else 'are'} already out of the front door "
-                   f"(rollout.max_unavailable {max_unavailable})")  # fmt: skip
-            result.outcome = "refused"
-            result.reason = f"not drained: {why}; others: {', '.join(f'{n} {s}' for n, s in others.items())}"
-            say(name, result.reason + "; fix: `sparkctl fleet status`, bring the others back (e.g. `sparkctl fleet restart "
+            result.outcome, result.reason = "refused", why
+            say(name, why + "; fix: `sparkctl fleet status`, bring the others back (e.g. `sparkctl fleet restart "
                 "--member NAME`), then run the rollout again")
             raise _Stop()
         if not said:
-            say(name, f"waiting up to {serve_wait:.0f} s for the others to serve at the front door ({', '.join(out)})")
+            say(name, f"waiting up to {serve_wait:.0f} s for the others to serve at the front door ({why})")
             said = True
         time.sleep(1.0)
 

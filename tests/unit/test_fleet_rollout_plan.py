@@ -19,7 +19,7 @@ from test_reload_plan import checked, recorded
 
 from sparkctl.errors import InputError
 from sparkctl.fleet.model import load_fleet
-from sparkctl.fleet.rollout import RolloutRefused, plan_rollout, read_config_dir, run_rollout
+from sparkctl.fleet.rollout import RolloutRefused, drain_refusal, plan_rollout, read_config_dir, run_rollout
 from sparkctl.inventory.models import Inventory
 from sparkctl.reload import ReloadReport, plan_reload, restore_secrets
 from sparkctl.runtime.compile_cache import compile_key
@@ -224,3 +224,15 @@ def test_a_member_left_drained_with_nothing_to_change_is_put_back(fleet):
     p = plan_rollout(fleet, "rollback", door=lab2_drained, check=recorded_check())
     assert [(m.member, m.action) for m in p.members] == [("lab", "unchanged"), ("lab-2", "undrain")]
     assert "lab-2: nothing to change; drained at the front door: put back" in "\n".join(p.lines())
+
+
+def test_the_last_member_that_serves_is_never_drained_nor_more_than_max_unavailable():
+    three = ["a", "b", "c"]
+    assert drain_refusal(three, "a", {"a": "passing", "b": "passing", "c": "passing"}, 1) is None
+    assert drain_refusal(three, "a", {"a": "failing", "b": "passing", "c": "passing"}, 1) is None  # it is out already
+    one_out = drain_refusal(three, "a", {"a": "passing", "b": "passing", "c": "failing"}, 1)
+    assert one_out.startswith("not drained: c (failing) is already out of the front door (rollout.max_unavailable 1)")
+    assert drain_refusal(three, "a", {"a": "passing", "b": "passing", "c": "failing"}, 2) is None
+    last = drain_refusal(["a", "b"], "a", {"a": "passing", "b": "drained"}, 2)
+    assert last == "not drained: it is the last member that serves at the front door; the others: b drained"
+    assert "unknown" in drain_refusal(["a", "b"], "a", {"a": "passing"}, 1)  # a member the door does not know
