@@ -315,8 +315,10 @@ def _read_safely(read, m):
 
 def door_states(fleet) -> tuple[dict[str, str], Optional[str]]:
     """Each member's state at the front door, or ({}, why not) when the door does not answer."""
-    from sparkctl.fleet import door_admin
-
+    try:
+        from sparkctl.fleet import door_admin
+    except ImportError:  # a sparkctl without the front door's admin API
+        return {}, "this sparkctl has no front door admin (sparkctl.fleet.door_admin); the run refuses to drain a member"
     try:
         st = door_admin.status(fleet)
     except SparkctlError as err:
