@@ -21,8 +21,9 @@ def check(n: int) -> int:
     return n
 
 
-def count() -> int:
-    """The lab's number of pairs (1 when nothing says otherwise)."""
+def saved() -> int | None:
+    """The saved number of pairs: 1 when nothing is saved, None when the file holds something else
+    (an explicit `lab up --clusters N` still repairs that lab)."""
     try:
         text = paths.CLUSTERS_FILE.read_text().strip()
     except FileNotFoundError:
@@ -30,10 +31,19 @@ def count() -> int:
     try:
         return check(int(text))
     except (ValueError, InputError):
+        return None
+
+
+def count() -> int:
+    """The lab's number of pairs (1 when nothing says otherwise)."""
+    n = saved()
+    if n is None:
+        text = paths.CLUSTERS_FILE.read_text().strip()
         raise SparkctlError(
             f"{paths.CLUSTERS_FILE} holds {text!r}, not a number of Spark pairs (1..{topo.MAX_CLUSTERS})",
             fix="sparkctl lab up --clusters 1 (or 2) writes it again",
-        ) from None
+        )
+    return n
 
 
 def save(n: int) -> None:

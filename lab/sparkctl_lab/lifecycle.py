@@ -82,13 +82,13 @@ def up(progress: Progress = _quiet, clusters: int | None = None) -> dict:
 def _up(progress: Progress, clusters: int | None) -> dict:
     t0 = time.monotonic()
     changes: list[str] = []
-    was = lab_clusters.count()
+    was = lab_clusters.count() if clusters is None else lab_clusters.saved()
     n = was if clusters is None else clusters
     host_set = topo.hosts(n)
     if n == 1:  # the second pair goes (also whatever a removal cut short left of it)
         changes += remove_second_pair(progress)
     if n != was:
-        changes.append(f"clusters {was} -> {n}")
+        changes.append(f"clusters {'(unreadable)' if was is None else was} -> {n}")
     lab_clusters.save(n)
     key = image.image_key()
     key_file = paths.REGISTRY_DIR / "image-key"  # the key of the image the registry holds

@@ -10,14 +10,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from sparkctl.cli.options import CheckOpt, JsonOpt
+from sparkctl.cli.options import CheckOpt, FleetOpt, JsonOpt
 from sparkctl.cli.reload import DeadlineOpt, RatioOpt, YesOpt
 
-FleetOpt = Annotated[
-    Optional[Path],
-    typer.Option("-f", "--fleet", envvar="SPARKCTL_FLEET", help="The fleet file (default: $SPARKCTL_FLEET).",
-                 show_default=False),  # fmt: skip
-]
 MemberOpt = Annotated[
     Optional[str], typer.Option("--member", help="Only this member (its cluster.name); the others are left as they are.")
 ]

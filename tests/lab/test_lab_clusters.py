@@ -3,8 +3,9 @@ lab's status shows all five hosts, and `--clusters 1` takes every trace of it aw
 
 Ordered after every other lab test but before test_lab_updown.py (tests/conftest.py RUN_LAST): the
 rest of the suite sees the one-pair lab, and whatever happens here, the module's teardown returns
-the lab to one pair. Cost on the shared 2-core machine: see the report of the run that added it
-(~the pair's start, one `sparkctl up` of a pair with its image pull, and the removal).
+the lab to one pair. Cost on the shared 2-core machine: ~22 s of lab time after the other tests
+(adding the pair ~1.5 s, `sparkctl up` of the pair with its image pull ~16 s, the removal ~4 s);
+~42 s run alone, the session's lab fixture included.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -105,6 +107,24 @@ def test_the_lab_status_lists_all_five_hosts(two_pairs):
     assert all(ln["present"] and ln["state"] == "up" for ln in doc["hosts"]["worker2"]["links"])
     known = lab.KNOWN_HOSTS.read_text()
     assert "head2,10.231.0.21," in known and "worker2,10.231.0.22," in known
+
+
+def test_the_second_pair_takes_faults_like_the_first(two_pairs):
+    lab, _ = two_pairs
+    assert lab.host_exec("head2", ["hostname"]).stdout.strip() == "head2"
+    try:
+        lab.fault("worker2", "link-down", "enp1s0f0np0")
+        assert "worker2: link-down enp1s0f0np0" in lab.status()["faults"]
+        # the simulated tools of a second-pair host read its own links
+        assert "rocep1s0f0 port 1 ==> enp1s0f0np0 (Down)" in lab.host_exec("worker2", ["ibdev2netdev"]).stdout
+    finally:
+        lab.clear_faults()
+    assert lab.status()["faults"] == []
+    up = "rocep1s0f0 port 1 ==> enp1s0f0np0 (Up)"  # the veth's carrier comes back a moment after the link
+    deadline = time.monotonic() + 10
+    while up not in (seen := lab.host_exec("worker2", ["ibdev2netdev"]).stdout) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert up in seen
 
 
 def test_one_cluster_again_leaves_nothing_of_the_second_pair(two_pairs):

@@ -5,12 +5,15 @@ refusal of a count the lab cannot have. No lab needed (tests/lab/test_lab_cluste
 from __future__ import annotations
 
 import ipaddress
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from climain import run
 
+from sparkctl.errors import SparkctlError
 from sparkctl.fleet.model import load_fleet
 from sparkctl.inventory.loader import load_inventory
 from sparkctl_lab import clusters, hostfiles, paths
@@ -107,10 +110,17 @@ def test_a_host_knows_only_its_own_pair_so_its_files_never_change_with_the_other
 
 
 @pytest.mark.parametrize("bad", [0, 3, -1])
-def test_a_count_the_lab_cannot_have_is_refused_before_anything_is_touched(bad, capsys):
-    code, out, err = run(["lab", "up", "--clusters", str(bad)], capsys)
-    assert code == 2 and out == ""
-    assert f"--clusters {bad}" in err and "1 or 2" in err and "fix:" in err
+def test_a_count_the_lab_cannot_have_is_refused_before_anything_is_touched(bad, tmp_path):
+    # Not root (a user namespace without a mapping) and a LAB_DIR of its own: were the count let
+    # through, the lab's preflight refuses (needs root) and this machine's lab is never touched.
+    cmd = [sys.executable, "-m", "sparkctl", "lab", "up", "--clusters", str(bad)]
+    env = {**os.environ, "SPARKCTL_LAB_DIR": str(tmp_path / "lab"), "SPARKCTL_LAB_CACHE": str(tmp_path / "cache")}
+    p = subprocess.run(
+        ["unshare", "--user", *cmd] if os.geteuid() == 0 else cmd, capture_output=True, text=True, env=env, timeout=60
+    )
+    assert p.returncode == 2 and p.stdout == "" and "Traceback" not in p.stderr
+    assert f"--clusters {bad}" in p.stderr and "1 or 2" in p.stderr and "fix:" in p.stderr
+    assert not (tmp_path / "lab").exists()
 
 
 def test_the_count_is_one_on_a_fresh_lab_and_what_was_saved_after(tmp_path, monkeypatch):
@@ -119,5 +129,7 @@ def test_the_count_is_one_on_a_fresh_lab_and_what_was_saved_after(tmp_path, monk
     clusters.save(2)
     assert clusters.count() == 2 and list(clusters.hosts()) == list(topo.ALL_HOSTS)
     (tmp_path / "clusters").write_text("many\n")
-    with pytest.raises(Exception, match="not a number of Spark pairs"):
+    with pytest.raises(SparkctlError, match="not a number of Spark pairs") as err:
         clusters.count()
+    assert "--clusters 1" in err.value.fix
+    assert clusters.saved() is None  # what `lab up --clusters N` reads: it writes the count again
