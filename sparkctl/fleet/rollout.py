@@ -640,3 +640,44 @@ def _interrupt_on_termination() -> dict:
         raise KeyboardInterrupt(f"signal {signum}")
 
     return {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
+
+# --- a member a killed run left drained ---------------------------------------------------------
+
+
+def put_back_drained(fleet, say: Callable[[str, str], None] = lambda member, msg: None) -> dict[str, str]:
+    """Each member drained at the front door that serves and that no run is changing (no cluster
+    lock, no reload journal on its head) is put back: what a rollout killed outright (SIGKILL, the
+    control machine lost) leaves behind. For `fleet up`, after the door. Returns {member: what was
+    done or why not}; a door that does not answer is said, nothing else done."""
+    from sparkctl.fleet import door_admin
+    from sparkctl.lock import read_holder
+    from sparkctl.session import ClusterSession
+
+    try:
+        states = {n: s.get("state") for n, s in (door_admin.status(fleet).get("members") or {}).items()}
+    except SparkctlError as err:
+        return {"front door": f"not read ({err.message}): a member left drained there stays so"}
+    done: dict[str, str] = {}
+    for name, state in states.items():
+        if state != "drained" or name not in {m.name for m in fleet.members}:
+            continue
+        member = fleet.member(name)
+        try:
+            with ClusterSession(member.inventory, [member.head]) as cluster:
+                busy = read_holder(cluster[member.head]) is not None
+                journal = cluster.read(member.head, {"journal"}).journal
+        except SparkctlError as err:
+            done[name] = f"left drained: its head does not answer ({err.message})"
+            continue
+        if busy or journal:
+            done[name] = ("left drained: a run holds its cluster lock" if busy else
+                          "left drained: an interrupted reload on its head (`sparkctl fleet rollback --member "
+                          f"{name}` finishes it and puts it back)")  # fmt: skip
+        elif not _serves(member.inventory):
+            done[name] = "left drained: its engine does not serve"
+        else:
+            state_now = _undrain_quietly(fleet, name, door_admin)
+            done[name] = f"put back at the front door ({state_now}): a killed rollout had left it drained"
+        say(name, done[name])
+    return done
