@@ -89,9 +89,11 @@ def running(sims: dict[str, Server]) -> dict[str, int]:
     return {n: int(sum(v for k, v in s.metrics().items() if k.startswith("vllm:num_requests_running"))) for n, s in sims.items()}
 
 
-def ask(door: FleetDoor, text: str, history: list | None = None, max_tokens: int = 4) -> list:
+def ask(door: FleetDoor, text: str, history: list | None = None, max_tokens: int = 4, timeout: float = 60) -> list:
     messages = [*(history or []), {"role": "user", "content": text}]
-    r = door.openai.chat.completions.create(model=NAME, messages=messages, max_tokens=max_tokens, temperature=0)
+    r = door.openai.chat.completions.create(
+        model=NAME, messages=messages, max_tokens=max_tokens, temperature=0, timeout=timeout
+    )
     return [*messages, {"role": "assistant", "content": r.choices[0].message.content}]
 
 
@@ -251,7 +253,9 @@ def test_no_member_eligible_is_held_briefly_then_503(fleet):
 
 def test_a_dead_engine_is_absorbed_by_the_other_member(fleet):
     """SIGKILL one engine under load from 4 client threads: new requests go to the other member;
-    none sent after the door saw it fail fails (in-flight ones may fail once)."""
+    none sent after the door saw it fail fails. Those that were waiting at its gateway (which
+    holds them up to its hold_s, 30 s) are taken back and sent to the other member: no client
+    times out at 20 s (a stream cut midway would fail once; these answers are not streamed)."""
     door, sims, gws = fleet
     wait_idle(door)
     stop = threading.Event()
@@ -263,7 +267,7 @@ def test_a_dead_engine_is_absorbed_by_the_other_member(fleet):
             n += 1
             t0 = time.monotonic()
             try:
-                ask(door, f"load {i}.{n}", max_tokens=16)
+                ask(door, f"load {i}.{n}", max_tokens=16, timeout=20)
                 log.append((t0, time.monotonic(), "ok"))
             except openai.APIError as e:
                 log.append((t0, time.monotonic(), repr(e)))
@@ -286,6 +290,47 @@ def test_a_dead_engine_is_absorbed_by_the_other_member(fleet):
     after = [x for x in log if x[0] > seen]
     failed = [x for x in after if x[2] != "ok"]
     assert len(after) >= 8 and not failed, (len(after), failed[:3], st)
+    assert not [x for x in log if "Timeout" in x[2]], [x for x in log if x[2] != "ok"]
     assert served(sims["b"]) - before_b >= len(after)  # the other member's engine served them
     restart(sims["a"])
+    door.wait_state("a", "passing")
+
+
+def test_a_member_that_refuses_connections_is_absorbed(fleet):
+    """SIGKILL one member's gateway (its public URL refuses connections) under load: requests that
+    never reached it go to the other member, and no request fails."""
+    door, sims, gws = fleet
+    wait_idle(door)
+    stop = threading.Event()
+    log: list[str] = []
+
+    def client(i: int) -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            try:
+                ask(door, f"load {i}.{n}", max_tokens=2)
+                log.append("ok")
+            except openai.APIError as e:
+                log.append(repr(e))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(1.0)
+        g = gws["a"]
+        g.proc.signal(signal.SIGKILL)
+        g.proc.wait(10)
+        st = door.wait_state("a", "failing")
+        time.sleep(2)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    assert "ok" in log and not [x for x in log if x != "ok"], [x for x in log if x != "ok"][:3]
+    m = door.metrics()
+    assert m["sparkctl_fleetdoor_member_errors_total{kind=connect,member=a}"] >= 1, (m, st)
+    g.proc = harness.Proc(g.proc.name, g.proc.argv, g.proc.env, g.proc.log_path).start()
+    assert harness.wait_http(g.base + "/gateway/metrics", timeout=30, proc=g.proc)
     door.wait_state("a", "passing")
