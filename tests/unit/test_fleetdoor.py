@@ -100,7 +100,8 @@ def ask(door: FleetDoor, text: str, history: list | None = None, max_tokens: int
 def open_stream(door: FleetDoor, text: str, max_tokens: int = 30000):
     """A streaming chat request, read up to its first chunk: it is in flight at the door until closed."""
     s = door.openai.chat.completions.create(
-        model=NAME, messages=[{"role": "user", "content": text}], max_tokens=max_tokens, stream=True
+        model=NAME, messages=[{"role": "user", "content": text}], max_tokens=max_tokens, stream=True,
+        extra_body={"ignore_eos": True},  # vLLM's sampling parameter: no natural end (the simulator's ends at 900-2200)
     )
     next(iter(s))
     return s
@@ -334,3 +335,73 @@ def test_a_member_that_refuses_connections_is_absorbed(fleet):
     g.proc = harness.Proc(g.proc.name, g.proc.argv, g.proc.env, g.proc.log_path).start()
     assert harness.wait_http(g.base + "/gateway/metrics", timeout=30, proc=g.proc)
     door.wait_state("a", "passing")
+
+
+# ---- the admin API over SSH (sparkctl/fleet/door_admin.py) ----
+
+DOCKER = """#!/bin/sh
+# docker exec NAME python3 ARGS... -> python ARGS... on this machine, for the door whose socket is {socket}
+if [ "$1" != exec ] || [ "$2" != {container} ] || [ ! -S "{socket}" ]; then
+  echo "Error response from daemon: No such container: $2" >&2; exit 1
+fi
+shift 3
+SPARKCTL_FLEETDOOR_ADMIN_SOCKET="{socket}" PYTHONPATH="{repo}" exec "{python}" "$@"
+"""
+
+
+@pytest.fixture
+def door_fleet(fleet, tmp_path, monkeypatch):
+    """The fleet model (members a and b) whose door member's head is a real SSH server on loopback,
+    where `docker exec sparkctl-fleet-door ...` reaches the door of `fleet`."""
+    from loopback_sshd import REPO, LoopbackSSHD
+
+    from sparkctl.fleet.model import Fleet, FrontDoor, Member, Rollout
+    from sparkctl.fleetdoor.placement import CONTAINER
+    from sparkctl.inventory.models import Inventory
+
+    door = fleet[0]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(DOCKER.format(container=CONTAINER, socket=door.socket, repo=REPO, python=sys.executable))
+    (bin_dir / "docker").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")  # the SSH server's commands inherit it
+    with LoopbackSSHD(tmp_path / "sshd") as sshd:
+        inv = sshd.inventory(tmp_path)
+
+        def named(name: str) -> Member:
+            data = inv.model_dump(mode="json", exclude_none=True)
+            data["cluster"]["name"] = name
+            return Member(tmp_path / "inventory.yaml", Inventory.model_validate(data))
+
+        yield door, Fleet(name="t", path=tmp_path / "fleet.yaml", members=[named("a"), named("b")],
+                          front_door=FrontDoor(member="a", port=door.port), rollout=Rollout())  # fmt: skip
+
+
+def test_the_admin_api_drains_over_ssh_and_says_what_is_still_in_flight(door_fleet):
+    from sparkctl.errors import InputError
+    from sparkctl.fleet import door_admin
+
+    door, f = door_fleet
+    wait_idle(door)
+    stream = open_stream(door, "in flight while drained")
+    member = next(n for n, k in outstanding(door).items() if k == 1)
+    try:
+        with pytest.raises(door_admin.DrainTimeout) as e:
+            door_admin.drain(f, member, wait_s=0.3)
+        assert e.value.in_flight == 1 and f"{member} is drained at the fleet door but 1 request(s)" in e.value.message
+        st = door_admin.status(f)
+        assert st["members"][member]["state"] == "drained" and st["members"][member]["outstanding"] == 1
+        done: dict = {}
+        t = threading.Thread(target=lambda: done.update(doc=door_admin.drain(f, member, wait_s=60)))
+        t.start()
+        time.sleep(0.3)
+        assert t.is_alive()  # waits for the stream
+        stream.close()
+        t.join(30)
+        assert done["doc"]["drained"] == member and done["doc"]["members"][member]["outstanding"] == 0
+    finally:
+        stream.close()
+        doc = door_admin.undrain(f, member)
+    assert doc["members"][member]["state"] == "passing"
+    with pytest.raises(InputError, match="no member 'c'"):
+        door_admin.drain(f, "c")
