@@ -394,6 +394,7 @@ def run_rollout(
     if plan.blocked:
         raise RolloutRefused("the rollout would not start: " + "; ".join(plan.blocked), fix="nothing was changed")
     from sparkctl.fleet import door_admin
+
     results = {m.member: _untouched(m) for m in plan.members}
     report.members = [results[m.member] for m in plan.members]
     previous = _interrupt_on_termination()
@@ -425,7 +426,9 @@ def run_rollout(
                 report.reason = "; ".join(f"{r.member}: {r.outcome}: {r.reason}" for r in failed)
     except KeyboardInterrupt as ki:
         report.outcome = "interrupted"
-        report.reason = f"interrupted ({ki.args[0] if ki.args else 'Ctrl-C'})" + (f" during {current.member}'s change" if current else " between members")
+        report.reason = f"interrupted ({ki.args[0] if ki.args else 'Ctrl-C'})" + (
+            f" during {current.member}'s change" if current else " between members"
+        )
         if current is not None and current.outcome in ("draining", "changing"):
             _interrupted(fleet, current, door_admin)
     finally:
@@ -554,8 +557,11 @@ def _others_serve(fleet, name, max_unavailable, serve_wait, result, door_admin, 
             return
         if time.monotonic() >= t_end:
             result.outcome, result.reason = "refused", why
-            say(name, why + "; fix: `sparkctl fleet status`, bring the others back (e.g. `sparkctl fleet restart "
-                "--member NAME`), then run the rollout again")
+            say(
+                name,
+                why + "; fix: `sparkctl fleet status`, bring the others back (e.g. `sparkctl fleet restart "
+                "--member NAME`), then run the rollout again",
+            )
             raise _Stop()
         if not said:
             say(name, f"waiting up to {serve_wait:.0f} s for the others to serve at the front door ({why})")
@@ -594,8 +600,11 @@ def _undrain_if_serving(fleet, inv, name: str, door_admin, say) -> str:
         state = _undrain_quietly(fleet, name, door_admin)
         say(name, f"serves its last good config again: back at the front door ({state})")
         return state
-    say(name, "does not serve: left drained at the front door (see its `sparkctl history`; `sparkctl fleet rollback "
-        f"--member {name}` or `sparkctl up -i {fleet.member(name).inventory_path}` brings it back)")
+    say(
+        name,
+        "does not serve: left drained at the front door (see its `sparkctl history`; `sparkctl fleet rollback "
+        f"--member {name}` or `sparkctl up -i {fleet.member(name).inventory_path}` brings it back)",
+    )
     return "drained"
 
 
@@ -605,8 +614,13 @@ def _interrupted(fleet, result: MemberResult, door_admin) -> None:
     journal: `fleet rollback --member` finishes it)."""
     if result.outcome == "draining":
         result.door = _undrain_quietly(fleet, result.member, door_admin)
-        result.reason = "interrupted while draining it at the front door: put back" if result.door != "drained?" else (
-            "interrupted while draining it: it may be drained at the front door (the next `sparkctl fleet up` puts it back)")
+        result.reason = (
+            "interrupted while draining it at the front door: put back"
+            if result.door != "drained?"
+            else (
+                "interrupted while draining it: it may be drained at the front door (the next `sparkctl fleet up` puts it back)"
+            )
+        )
     elif result.outcome == "changing":
         result.door = "drained"
         result.now = None

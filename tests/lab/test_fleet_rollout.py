@@ -11,8 +11,8 @@ member's restart takes the lab's ~2 s warm start.
 The module brings the lab's second pair up (`sparkctl lab up --clusters 2`) and the fleet
 (`sparkctl fleet up`), and takes them away again in its teardown (`lab up --clusters 1`, the
 door's container removed), so the rest of the suite never pays for them. Cost on the lab (2 cores,
-shared): the second pair and `fleet up` ~(measured in the report), the rolling reload ~30 s, the
-failed rollout ~30 s, the killed engine ~25 s, the teardown's reloads ~20 s.
+shared; three runs): the second pair and `fleet up` 19-23 s, the rolling reload 33-47 s, the failed
+rollout 44-60 s, the killed engine 21-26 s, the teardown 16-20 s: about 2.5 minutes in all.
 """
 
 from __future__ import annotations
@@ -220,8 +220,10 @@ def test_a_rollout_whose_second_member_fails_at_start_up_rolls_it_back_and_stops
         doc = sparkctl("fleet", "reload", "-f", str(fleet), "--config-dir", str(d), "--yes", rc=1)
     print(f"\nfailed rollout: {len(load.results)} requests, {len(load.failed())} failed")
     for m in doc["members"]:
-        print(f"  {m['member']:<6} {m['outcome']:<12} now {m['config_now']} old {m['old_config']} new {m['new_config']} "
-              f"door {m['door']} {(m['reason'] or '')[:160]}")
+        print(
+            f"  {m['member']:<6} {m['outcome']:<12} now {m['config_now']} old {m['old_config']} new {m['new_config']} "
+            f"door {m['door']} {(m['reason'] or '')[:160]}"
+        )
     assert doc["outcome"] == "failed" and doc["reason"].startswith("lab-2: rolled back")
     lab_r, lab2_r = doc["members"]
     assert lab_r["outcome"] == "ok" and lab_r["config_now"] == applied(lab, "lab") != before["lab"]

@@ -124,7 +124,10 @@ def test_the_order_is_the_fleet_files_not_the_config_dirs(fleet, tmp_path):
     (tmp_path / "fleet.yaml").write_text(yaml.safe_dump({**FLEET, "members": FLEET["members"][::-1]}, sort_keys=False))
     reversed_fleet = load_fleet(tmp_path / "fleet.yaml")
     d = config_dir(tmp_path, lab=with_runtime(LAB, max_num_seqs=2), **{"lab-2": with_runtime(second_pair(LAB), max_num_seqs=2)})
-    assert [m.member for m in plan_rollout(reversed_fleet, "reload", d, door=PASSING, check=recorded_check()).changing] == ["lab-2", "lab"]
+    assert [m.member for m in plan_rollout(reversed_fleet, "reload", d, door=PASSING, check=recorded_check()).changing] == [
+        "lab-2",
+        "lab",
+    ]
 
 
 def test_a_member_without_a_file_or_whose_file_renders_what_it_runs_is_left_as_it_is(fleet, tmp_path):
@@ -136,7 +139,9 @@ def test_a_member_without_a_file_or_whose_file_renders_what_it_runs_is_left_as_i
     assert p.members[1].config == recorded(fleet.member("lab-2").inventory)["config_hash"]  # what it runs, named
     assert f"-  lab-2: unchanged (no lab-2.yaml in {d}); runs config " in "\n".join(p.lines())
     # lab-2 runs another config than its inventory file (an earlier rollout): the plan says so
-    p = plan_rollout(fleet, "reload", d, door=PASSING, check=recorded_check({"lab-2": with_runtime(second_pair(LAB), max_num_seqs=2)}))
+    p = plan_rollout(
+        fleet, "reload", d, door=PASSING, check=recorded_check({"lab-2": with_runtime(second_pair(LAB), max_num_seqs=2)})
+    )
     assert "(its inventory file inventory-2.yaml differs from the config it runs)" in p.members[1].reason
 
 
