@@ -618,15 +618,15 @@ def _interrupted(fleet, result: MemberResult, door_admin) -> None:
             "interrupted while draining it at the front door: put back"
             if result.door != "drained?"
             else (
-                "interrupted while draining it: it may be drained at the front door (the next `sparkctl fleet up` puts it back)"
+                "interrupted while draining it: it may be drained at the front door (`sparkctl fleet rollback --member "
+                f"{result.member}` puts it back)"
             )
         )
     elif result.outcome == "changing":
         result.door = "drained"
         result.now = None
         result.reason = ("interrupted during its change: left drained at the front door; `sparkctl fleet rollback "
-                         f"--member {result.member}` finishes it and puts it back (so does the next `sparkctl fleet up` "
-                         "once it serves)")  # fmt: skip
+                         f"--member {result.member}` finishes it and puts it back")  # fmt: skip
     result.outcome = "interrupted"
 
 
