@@ -31,6 +31,7 @@ COMMANDS = {
     "alerts": ("alerts", "alerts", "command"),
     "runbook": ("runbook", "runbook", "command"),
     "gateway": ("gateway", "app", "group"),
+    "fleet": ("fleet", "app", "group"),
 }
 
 

@@ -56,3 +56,14 @@ def check_seconds(option: str, value: Optional[float], *, low: float, high: Opti
         return
     bound = f"from {low:g} to {high:g}" if high is not None else f"at least {low:g}"
     raise InputError(f"{option} {value:g}: must be a number of seconds {bound}", fix=f"e.g. {option} {example}")
+
+FleetOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "-f",
+        "--fleet",
+        envvar="SPARKCTL_FLEET",
+        help="Fleet file naming the member clusters and the front door (default: $SPARKCTL_FLEET).",
+        show_default=False,
+    ),
+]

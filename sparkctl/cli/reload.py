@@ -148,21 +148,10 @@ def history(
     from sparkctl.cli.output import answer, print_json
     from sparkctl.inventory.loader import load_inventory
     from sparkctl.reload import interrupted_message
-    from sparkctl.session import ClusterSession
 
     inv = load_inventory(require_inventory(inventory))
-    head = inv.hosts_with_role("head")[0]
-    with ClusterSession(inv, [head]) as cluster:
-        f = cluster.read(head, {"events", "journal", "history", "applied"})  # the head's error fails the command
-    records = [{"n": len(f.history) - i, "file": h.get("file"), "config_hash": h.get("config_hash"),
-                "applied_at": h.get("applied_at")} for i, h in enumerate(f.history)]  # fmt: skip
-    events = f.events[-last:] if last else f.events
-    doc = {
-        "events": events,
-        "last_good": (f.applied or {}).get("config_hash"),
-        "rollback_targets": records,
-        "interrupted": f.journal,
-    }
+    doc = history_doc(inv, last)
+    events, records = doc["events"], doc["rollback_targets"]
     if json_out:
         print_json(doc)
         return
@@ -180,5 +169,24 @@ def history(
         c.print(
             "rollback targets: " + ", ".join(f"--to {r['n']}: {r['config_hash']} ({r['applied_at']})" for r in reversed(records))
         )
-    if f.journal:
-        c.print(f"[bold red]{interrupted_message(f.journal)}[/]: `sparkctl reload --resume --config NEW` or `sparkctl rollback`")
+    if doc["interrupted"]:
+        c.print(f"[bold red]{interrupted_message(doc['interrupted'])}[/]: `sparkctl reload --resume --config NEW` or `sparkctl rollback`")
+
+
+def history_doc(inv, last: int = 20) -> dict:
+    """What `sparkctl history --json` prints: the head's events (newest `last`; 0: all it keeps),
+    last good config, rollback targets and interrupted reload, in one read of the head (its error
+    is raised as it came)."""
+    from sparkctl.session import ClusterSession
+
+    head = inv.hosts_with_role("head")[0]
+    with ClusterSession(inv, [head]) as cluster:
+        f = cluster.read(head, {"events", "journal", "history", "applied"})
+    records = [{"n": len(f.history) - i, "file": h.get("file"), "config_hash": h.get("config_hash"),
+                "applied_at": h.get("applied_at")} for i, h in enumerate(f.history)]  # fmt: skip
+    return {
+        "events": f.events[-last:] if last else f.events,
+        "last_good": (f.applied or {}).get("config_hash"),
+        "rollback_targets": records,
+        "interrupted": f.journal,
+    }

@@ -22,12 +22,14 @@ def runtime_session(inv, plan):
     return ClusterSession(inv, hosts=sorted({c.host for c in plan.containers}, key=list(inv.hosts).index))
 
 
-def host_containers(inv, plan, cluster) -> dict:
+def host_containers(inv, plan, cluster, head_kinds: frozenset = frozenset()) -> dict:
     """host -> its error and the launch's containers there (state, config hash against the plan),
-    from the `containers` fact read again over `cluster`'s sessions: --watch keeps them open."""
+    from the `containers` fact read again over `cluster`'s sessions: --watch keeps them open.
+    `head_kinds`: more facts to read on the head in the same round trip."""
     from sparkctl.transport.redact import redact
 
-    cluster.refresh({"containers"})
+    head = inv.hosts_with_role("head")[0]
+    cluster.refresh({h: {"containers"} | (set(head_kinds) if h == head else set()) for h in cluster.hosts})
     hosts = {}
     for h in cluster.hosts:
         u, f = cluster.unreachable.get(h), cluster.facts.get(h)
@@ -59,8 +61,11 @@ def head_base(inv) -> tuple[str, int]:
 
 def collect(inv, plan, sample_seconds: float) -> dict:
     base = head_base(inv)
+    head = inv.hosts_with_role("head")[0]
     with runtime_session(inv, plan) as cluster:
-        hosts = host_containers(inv, plan, cluster)
+        hosts = host_containers(inv, plan, cluster, head_kinds=frozenset({"applied"}))
+        # the last good config the head records (what `up`/`reload` applied and saw serving)
+        applied = cluster.facts[head].applied if head in cluster.reached() else None
     first, second = sample(base, sample_seconds)
     runtime = _runtime(first, second, sample_seconds)
     gateway = gateway_status(inv)
@@ -69,7 +74,9 @@ def collect(inv, plan, sample_seconds: float) -> dict:
         and all(c["state"] == "running" and c["config_matches"] for h in hosts.values() for c in h["containers"])
         and (gateway is None or gateway.get("state") == "passing")
     )
-    doc = {"cluster": inv.cluster.name, "config_hash": plan.config_hash, "healthy": healthy, "hosts": hosts, "runtime": runtime}
+    doc = {"cluster": inv.cluster.name, "config_hash": plan.config_hash,
+           "applied_config_hash": (applied or {}).get("config_hash"), "healthy": healthy, "hosts": hosts,
+           "runtime": runtime}  # fmt: skip
     if gateway is not None:
         doc["gateway"] = gateway
     return doc

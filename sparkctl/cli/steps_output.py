@@ -91,6 +91,11 @@ class LiveReport:
         target = self._live.console if self._live is not None and self.on_terminal else self.console
         target.print(*objects, **kwargs)
 
+    def note(self, text: str) -> None:
+        """A diagnostic while the run goes on (stderr, above the live block)."""
+        target = self._live.console if self._live is not None else self.live_console
+        target.print(text, soft_wrap=True, highlight=False, markup=False)
+
     def __enter__(self) -> "LiveReport":
         if self.interactive:
             from rich.live import Live

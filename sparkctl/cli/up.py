@@ -10,6 +10,31 @@ from sparkctl.cli.options import CheckOpt, InventoryOpt, JsonOpt, VerboseOpt, ch
 from sparkctl.cli.unlock import LockWaitOpt
 
 
+def converge(inv, fleet, playbook: str, check: bool, *, live, force: bool = False, wait: float = 0, **options):
+    """The playbook's steps on one cluster over its open SSH `fleet`, as `sparkctl up` runs them:
+    the cluster lock (a changing run holds it, --check takes none), the runner, and the gateway's
+    hold released when the run failed. `live` takes the runner's progress and results (a LiveReport,
+    or `sparkctl fleet up`'s per-member lines). Returns (recap, ctx)."""
+    from sparkctl.lock import cluster_lock
+    from sparkctl.runner import build_stages, load_playbook, run_playbook
+    from sparkctl.steps.base import RunContext
+
+    stages = build_stages(load_playbook(playbook))
+    # the lock is taken by the runner before the first change: a run with nothing to change
+    # only reads it (in the facts round trip) and never writes it
+    with cluster_lock(fleet, wait=wait, hold=not check) as lock:
+        ctx = RunContext(inventory=inv, fleet=fleet, check_mode=check, force=force, options=options,
+                         progress=live.progress, lock=lock)  # fmt: skip
+        recap = run_playbook(ctx, stages, playbook, on_result=live.result)
+        if recap.failed and not check:  # no engine serves at the end of this run: a hold it sent goes
+            from sparkctl.runtime.gateway_admin import release_after_failure
+
+            released = release_after_failure(ctx)
+            if released:
+                live.note(f"gateway: {released}")
+    return recap, ctx
+
+
 def run_steps(
     inventory_path,
     playbook: str,
@@ -29,26 +54,9 @@ def run_steps(
     with Fleet(inv).connect_early() as fleet:  # SSH handshakes run while the rest is imported and validated
         from sparkctl.cli.output import print_json
         from sparkctl.cli.steps_output import LiveReport, print_recap
-        from sparkctl.lock import cluster_lock
-        from sparkctl.runner import build_stages, load_playbook, run_playbook
-        from sparkctl.steps.base import RunContext
-
-        stages = build_stages(load_playbook(playbook))
         live = LiveReport(quiet=json_out, hosts=list(inv.hosts), verbose=verbose)
-        # the lock is taken by the runner before the first change: a run with nothing to change
-        # only reads it (in the facts round trip) and never writes it
-        with cluster_lock(fleet, wait=wait, hold=not check) as lock, live:
-            ctx = RunContext(inventory=inv, fleet=fleet, check_mode=check, force=force, options=options,
-                             progress=live.progress, lock=lock)  # fmt: skip
-            recap = run_playbook(ctx, stages, playbook, on_result=live.result)
-            if recap.failed and not check:  # no engine serves at the end of this run: a hold it sent goes
-                from sparkctl.runtime.gateway_admin import release_after_failure
-
-                released = release_after_failure(ctx)
-                if released:
-                    from sparkctl.cli.output import diagnostics
-
-                    diagnostics().print(f"gateway: {released}", soft_wrap=True, highlight=False, markup=False)
+        with live:
+            recap, ctx = converge(inv, fleet, playbook, check, live=live, force=force, wait=wait, **options)
     head = ctx.facts.get(inv.hosts_with_role("head")[0])
     journal = head.journal if head is not None else None
     if json_out:

@@ -1,0 +1,120 @@
+"""`sparkctl fleet status`: every member's `sparkctl status` at once (sparkctl/cli/status.py
+`collect`), one row each, and the fleet's front door as its clients and its members see it."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+DOOR_METRICS_PATH = "/fleetdoor/metrics"  # the door's own page (sparkctl/fleetdoor/placement.py): it answers even with every member down
+DOOR_DEADLINE_S = 3.0
+
+
+def member_health(doc: dict) -> str:
+    """One word for a member: serving (/health 200 with the inventory's config running), holding
+    (its gateway holds requests: a change under way), stale (serving another config than its
+    inventory's), down (the engine does not answer /health 200)."""
+    gateway = doc.get("gateway") or {}
+    if gateway.get("state") == "holding":
+        return "holding"
+    if doc["runtime"].get("health") != 200:
+        return "down"
+    return "serving" if doc["healthy"] else "stale"
+
+
+def member_row(name: str, doc: Optional[dict], error=None) -> dict:
+    """The fleet table's row of one member, from its status document (or the error that stopped it)."""
+    if doc is None:
+        return {"member": name, "health": "unreachable", "healthy": False, "error": error.message if error else None,
+                "fix": error.fix if error else None, "applied_config_hash": None, "config_hash": None,
+                "inventory_applied": False, "output_tokens_per_s": None, "running": None, "waiting": None,
+                "url": None, "status": None}  # fmt: skip
+    r = doc["runtime"]
+    return {
+        "member": name,
+        "health": member_health(doc),
+        "healthy": doc["healthy"],
+        "error": r.get("error"),
+        "applied_config_hash": doc.get("applied_config_hash"),
+        "config_hash": doc["config_hash"],
+        # the member's inventory file is the config its head records as applied (and saw serving)
+        "inventory_applied": doc.get("applied_config_hash") == doc["config_hash"],
+        "output_tokens_per_s": r.get("output_tokens_per_s"),
+        "running": r.get("running"),
+        "waiting": r.get("waiting"),
+        "url": r.get("url"),
+        "status": doc,
+    }
+
+
+def member_status(member, sample_seconds: float) -> dict:
+    from sparkctl.cli.status import collect
+    from sparkctl.runtime.launch import render
+
+    return collect(member.inventory, render(member.inventory), sample_seconds)
+
+
+def door_view(fleet) -> dict:
+    """The front door: its URL, whether it answers, and each member's state there (passing,
+    drained, holding, failing) from its admin API when this sparkctl has it."""
+    view: dict = {"url": fleet.front_door_url, **door_answers(fleet)}
+    try:
+        from sparkctl.fleet import door_admin
+    except ImportError:
+        view["members"] = None  # this sparkctl cannot ask the door for its members' states
+        return view
+    try:
+        st = door_admin.status(fleet)
+        view["members"] = {name: m.get("state") for name, m in (st.get("members") or {}).items()}
+        view["outstanding"] = {name: m.get("outstanding") for name, m in (st.get("members") or {}).items()}
+    except Exception as err:  # noqa: BLE001 - the members' rows still print
+        view["members"] = None
+        view["admin_error"] = getattr(err, "message", None) or f"{type(err).__name__}: {err}"
+    return view
+
+
+def door_answers(fleet) -> dict:
+    """GET the door's own metrics page from here (a client's side), with a deadline."""
+    import httpx
+
+    from sparkctl.transport.guard import check_address
+
+    check_address(fleet.front_door_address, "the fleet's front door")
+    url = fleet.front_door_url + DOOR_METRICS_PATH
+    try:
+        r = httpx.get(url, timeout=DOOR_DEADLINE_S)
+    except httpx.HTTPError as err:
+        return {"answering": False, "error": f"{type(err).__name__}: {err}" if str(err) else type(err).__name__}
+    return {"answering": r.status_code == 200, "error": None if r.status_code == 200 else f"HTTP {r.status_code}"}
+
+
+def fleet_status(fleet, sample_seconds: float = 1.0) -> dict:
+    """The fleet's status document (`fleet status --json`): front_door_url, the door's view and a
+    row per member, every member read at once and the door beside them."""
+    import threading
+
+    from sparkctl.fleet.each import each_member
+
+    door: dict = {}
+
+    def read_door() -> None:
+        try:
+            door.update(door_view(fleet))
+        except Exception as err:  # noqa: BLE001 - e.g. a fenced address: said, not raised
+            door.update(url=fleet.front_door_url, answering=False, members=None,
+                        error=getattr(err, "message", None) or f"{type(err).__name__}: {err}")  # fmt: skip
+
+    t = threading.Thread(target=read_door, name="sparkctl-fleet-door", daemon=True)
+    t.start()
+    outcomes = each_member(fleet.members, lambda m: member_status(m, sample_seconds))
+    t.join(DOOR_DEADLINE_S * 4 + 10)
+    rows = [member_row(name, o.value, o.error) for name, o in outcomes.items()]
+    door_states = door.get("members") or {}
+    for row in rows:
+        row["front_door"] = door_states.get(row["member"])
+    return {
+        "fleet": fleet.name,
+        "front_door_url": fleet.front_door_url,
+        "front_door": door,
+        "healthy": all(r["healthy"] for r in rows) and bool(door.get("answering")),
+        "members": rows,
+    }

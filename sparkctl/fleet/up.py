@@ -1,0 +1,186 @@
+"""`sparkctl fleet up`: every member converged at once, then the fleet's front door.
+
+Each member runs exactly the steps `sparkctl up -i MEMBER.yaml` runs (sparkctl/cli/up.py
+`converge`: the same playbook, lock and options) in a thread of its own; its progress is one line
+per phase and per finished step on stderr, prefixed with the member's name (interleaved lines of
+several members stay readable: a live block per member would not). A member's failure never stops
+the others; the front door comes after every member's run (it routes around a member that fails).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+Say = Callable[[str], None]
+
+
+class MemberLines:
+    """The runner's callbacks (progress, result, note) for one member: plain prefixed lines."""
+
+    def __init__(self, member: str, say: Say):
+        self.member, self.say = member, say
+        self._last: dict[tuple[str, str], str] = {}
+
+    def progress(self, host: str, step: str, text: str) -> None:
+        if self._last.get((host, step)) != text:  # a phase repeated (a wait's tick) is said once
+            self._last[(host, step)] = text
+            self.say(f"{self.member}: {host} {step}: {text}")
+
+    def result(self, r) -> None:
+        line = f"{self.member}: {r.status:>7} {r.host} {r.step} {r.message}"
+        if r.fix:
+            line += f" (fix: {r.fix})"
+        self.say(line)
+
+    def note(self, text: str) -> None:
+        self.say(f"{self.member}: {text}")
+
+
+def locked_say(write: Callable[[str], None]) -> Say:
+    """`write` for several threads: one whole line at a time."""
+    lock = threading.Lock()
+
+    def say(line: str) -> None:
+        with lock:
+            write(line)
+
+    return say
+
+
+@dataclass
+class MemberUp:
+    member: str
+    recap: Any = None  # the runner's Recap (None when the run could not start)
+    error: Any = None  # SparkctlError that stopped it before or outside the steps
+    runtime_start: Optional[dict] = None
+    interrupted_reload: Optional[dict] = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None or (self.recap is not None and self.recap.failed)
+
+    @property
+    def changed(self) -> int:
+        return self.recap.count("changed") if self.recap is not None else 0
+
+    def to_dict(self) -> dict:
+        return {
+            "member": self.member,
+            "failed": self.failed,
+            "changed": self.changed,
+            "error": self.error.to_dict() if self.error is not None else None,
+            "recap": self.recap.to_dict() if self.recap is not None else None,
+            "runtime_start": self.runtime_start,
+            "interrupted_reload": self.interrupted_reload,
+        }
+
+
+@dataclass
+class FleetUp:
+    fleet: str
+    check: bool
+    members: list[MemberUp] = field(default_factory=list)
+    front_door: dict = field(default_factory=dict)  # {"status": ok|changed|failed|skipped, "message": ..., ...}
+
+    @property
+    def failed_members(self) -> list[str]:
+        return [m.member for m in self.members if m.failed]
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.failed_members) or self.front_door.get("status") == "failed"
+
+    @property
+    def changed(self) -> bool:
+        return any(m.changed for m in self.members) or self.front_door.get("status") == "changed"
+
+    def verdict(self) -> str:
+        if self.failed:
+            parts = [f"member {', '.join(self.failed_members)} failed"] if self.failed_members else []
+            if self.front_door.get("status") == "failed":
+                parts.append("the front door failed")
+            return "FAILED: " + "; ".join(parts)
+        if not self.changed:
+            return "nothing to change"
+        return "changes planned (nothing applied: --check)" if self.check else "converged"
+
+    def to_dict(self) -> dict:
+        return {
+            "fleet": self.fleet,
+            "check": self.check,
+            "outcome": self.verdict(),
+            "failed": self.failed,
+            "changed": self.changed,
+            "failed_members": self.failed_members,
+            "members": [m.to_dict() for m in self.members],
+            "front_door": self.front_door,
+        }
+
+
+def up_member(member, check: bool, say: Say, force: bool = False, wait: float = 0, **options) -> MemberUp:
+    """One member's `sparkctl up`, its progress through `say`."""
+    from sparkctl.cli.up import converge
+    from sparkctl.transport.ssh import Fleet as HostFleet
+
+    inv = member.inventory
+    with HostFleet(inv).connect_early() as hosts:
+        recap, ctx = converge(inv, hosts, "up", check, live=MemberLines(member.name, say), force=force, wait=wait, **options)
+    head = ctx.facts.get(inv.hosts_with_role("head")[0])
+    return MemberUp(member.name, recap=recap, runtime_start=ctx.outputs.runtime_start or None,
+                    interrupted_reload=head.journal if head is not None else None)  # fmt: skip
+
+
+def front_door_step(fleet, check: bool, say: Say) -> dict:
+    """The fleet's front door (container sparkctl-fleet-door), by its deploy step
+    (sparkctl/fleet/door_step.py `ensure_front_door`); as a dict with at least status and message."""
+    try:
+        from sparkctl.fleet.door_step import ensure_front_door
+    except ModuleNotFoundError as err:
+        if err.name != "sparkctl.fleet.door_step":
+            raise
+        return {"status": "skipped", "message": "this sparkctl has no front-door step (sparkctl/fleet/door_step.py)"}
+    result = ensure_front_door(fleet, check=check, progress=lambda *parts: say("front door: " + " ".join(map(str, parts))))
+    return door_result(result)
+
+
+def door_result(result: Any) -> dict:
+    """The door step's result (a StepResult, a dict, or anything with to_dict) as a dict with
+    status and message."""
+    from dataclasses import asdict, is_dataclass
+
+    if hasattr(result, "to_dict"):
+        doc = result.to_dict()
+    elif is_dataclass(result):
+        doc = asdict(result)
+    else:
+        doc = dict(result)
+    doc.setdefault("status", "failed" if doc.get("failed") else ("changed" if doc.get("changed") else "ok"))
+    doc.setdefault("message", "")
+    return doc
+
+
+def fleet_up(fleet, check: bool, say: Say, **options) -> FleetUp:
+    """Every member's up at once, then the front door (when its member's run did not fail)."""
+    from sparkctl.fleet.each import each_member
+
+    outcomes = each_member(fleet.members, lambda m: up_member(m, check, say, **options))
+    report = FleetUp(fleet.name, check)
+    for name, o in outcomes.items():
+        report.members.append(o.value if o.ok else MemberUp(name, error=o.error))
+        if not o.ok:
+            say(f"{name}: failed: {o.error.message}" + (f" (fix: {o.error.fix})" if o.error.fix else ""))
+    door_member = fleet.front_door.member
+    if door_member and door_member in report.failed_members:
+        report.front_door = {"status": "skipped", "message": f"not deployed: its member {door_member} failed"}
+    else:
+        try:
+            report.front_door = front_door_step(fleet, check, say)
+        except Exception as err:  # noqa: BLE001 - one document still says what every member did
+            from sparkctl.errors import SparkctlError
+
+            message = err.message if isinstance(err, SparkctlError) else f"{type(err).__name__}: {err}"
+            report.front_door = {"status": "failed", "message": message, "fix": getattr(err, "fix", None)}
+    say(f"front door: {report.front_door['status']} {report.front_door.get('message', '')}".rstrip())
+    return report

@@ -1,0 +1,254 @@
+"""Fleets (issue 22) on the lab's two pairs: a rolling `fleet reload` under load through the
+fleet's front door fails no request and ends with both members on the new config; a rollout whose
+second member fails at start-up rolls that member back, keeps the first on the new config, serves
+throughout and exits 1 with the per-member state; a member's engine killed under load: the fleet
+keeps answering from the other member.
+
+Clients are the OpenAI Python client at max_retries=0, several streams through the front door
+(every error reaches the test). Changes are warm (an env mark outside the compile inputs), so each
+member's restart takes the lab's ~2 s warm start.
+
+The module brings the lab's second pair up (`sparkctl lab up --clusters 2`) and the fleet
+(`sparkctl fleet up`), and takes them away again in its teardown (`lab up --clusters 1`, the
+door's container removed), so the rest of the suite never pays for them. Cost on the lab (2 cores,
+shared; three runs): the second pair and `fleet up` 19-23 s, the rolling reload 33-47 s, the failed
+rollout 44-60 s, the killed engine 21-26 s, the teardown 16-20 s: about 2.5 minutes in all.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import openai
+import pytest
+import yaml
+from labcli import sparkctl
+
+pytestmark = pytest.mark.lab
+
+FLEET = Path("/var/lib/sparkctl-lab/fleet.yaml")
+DOOR = "http://10.231.0.11:8890"  # the front door on member lab's head (the fleet file's front_door)
+MEMBERS = {"lab": ("head", "inventory.yaml"), "lab-2": ("head2", "inventory-2.yaml")}  # name: (lab host of its head, file)
+NAME = "deepseek-v4.1-flash"
+_fresh = iter(range(1, 10_000))
+
+
+@dataclass
+class Result:
+    start: float
+    seconds: float
+    outcome: str  # ok | status N | connection: ... | empty | error: ...
+
+
+class Load:
+    """Streamed chat completions through the front door from `threads` threads, back to back, until stopped."""
+
+    def __init__(self, threads: int = 4, max_tokens: int = 12):
+        self.threads, self.max_tokens = threads, max_tokens
+        self.results: list[Result] = []
+        self._stop = threading.Event()
+        self._t = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
+
+    def __enter__(self) -> "Load":
+        for t in self._t:
+            t.start()
+        time.sleep(0.5)  # streams in flight before the change begins
+        return self
+
+    def __exit__(self, *exc) -> None:
+        time.sleep(0.5)
+        self._stop.set()
+        for t in self._t:
+            t.join(120)
+
+    def _run(self) -> None:
+        client = openai.OpenAI(base_url=f"{DOOR}/v1", api_key="lab", max_retries=0, timeout=120)
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            try:
+                chunks = client.chat.completions.create(
+                    model=NAME, messages=[{"role": "user", "content": "Count from 1 to 10."}],
+                    max_tokens=self.max_tokens, temperature=0, stream=True,
+                )  # fmt: skip
+                outcome = "ok" if "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) else "empty"
+            except openai.APIStatusError as e:
+                outcome = f"status {e.status_code}: {e.message}"
+            except openai.APIConnectionError as e:
+                outcome = f"connection: {e.__cause__!r}"
+            except Exception as e:  # noqa: BLE001 - any other failure is a failed request too
+                outcome = f"error: {e!r}"
+            self.results.append(Result(t0, time.monotonic() - t0, outcome))
+
+    def failed(self, after: float = 0.0) -> list[Result]:
+        return [r for r in self.results if r.outcome != "ok" and r.start >= after]
+
+
+def inventory(lab, member: str) -> Path:
+    return Path(lab.LAB_DIR) / MEMBERS[member][1]
+
+
+def applied(lab, member: str) -> str:
+    out = lab.host_exec(MEMBERS[member][0], ["cat", "/var/lib/sparkctl/state/applied.json"], check=True).stdout
+    return json.loads(out)["config_hash"]
+
+
+def journal(lab, member: str) -> bool:
+    return lab.host_exec(MEMBERS[member][0], ["test", "-e", "/var/lib/sparkctl/state/journal.json"]).returncode == 0
+
+
+def door_states(lab) -> dict[str, str]:
+    r = lab.host_exec("head", ["docker", "exec", "sparkctl-fleet-door", "python3", "-m", "sparkctl.fleetdoor.ctl", "status"],
+                      check=True)  # fmt: skip
+    return {n: m["state"] for n, m in json.loads(r.stdout)["members"].items()}
+
+
+def wait_passing(lab, timeout: float = 60) -> dict[str, str]:
+    t_end = time.monotonic() + timeout
+    while True:
+        st = door_states(lab)
+        if set(st.values()) == {"passing"} or time.monotonic() > t_end:
+            return st
+        time.sleep(1)
+
+
+class DoorWatch:
+    """The front door's member states, sampled about once a second while a rollout runs."""
+
+    def __init__(self, lab):
+        self.lab, self.samples = lab, []
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "DoorWatch":
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._t.join(30)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.7):
+            try:
+                self.samples.append(door_states(self.lab))
+            except Exception:  # noqa: BLE001 - a sample lost to the busy machine is not a finding
+                pass
+
+    def drained(self) -> list[set[str]]:
+        return [{n for n, s in st.items() if s == "drained"} for st in self.samples]
+
+
+def config_dir(lab, tmp_path: Path, name: str, **extra: dict) -> Path:
+    """DIR with <member>.yaml for both members: each member's inventory with a new env mark (warm:
+    outside the compile inputs), plus `extra[member]`'s runtime fields."""
+    d = tmp_path / name
+    d.mkdir()
+    mark = f"{name}-{next(_fresh)}-{int(time.time())}"
+    for member in MEMBERS:
+        doc = yaml.safe_load(inventory(lab, member).read_text())
+        doc["runtime"]["env"] = {**doc["runtime"].get("env", {}), "SPARKCTL_TEST_MARK": mark}
+        doc["runtime"].update(extra.get(member.replace("-", "_"), {}))
+        (d / f"{member}.yaml").write_text(yaml.safe_dump(doc))
+    return d
+
+
+def lab_cli(*args: str) -> None:
+    import subprocess
+    import sys
+
+    from labcli import ENV
+
+    p = subprocess.run([sys.executable, "-m", "sparkctl", "lab", *args], capture_output=True, text=True, env=ENV, timeout=900)
+    assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-3000:])
+
+
+@pytest.fixture(scope="module")
+def fleet(lab):
+    """The lab with its second pair and the fleet up (every member serving at the front door);
+    the teardown puts each member back on its inventory file and takes the second pair away."""
+    t0 = time.monotonic()
+    lab_cli("up", "--clusters", "2")
+    sparkctl("fleet", "up", "-f", str(FLEET))
+    print(f"\nsecond pair and fleet up: {time.monotonic() - t0:.1f} s")
+    assert wait_passing(lab) == {"lab": "passing", "lab-2": "passing"}
+    yield FLEET
+    for member in MEMBERS:
+        inv = str(inventory(lab, member))
+        if journal(lab, member):
+            sparkctl("rollback", "-i", inv, "--yes", rc=None)
+        if applied(lab, member) != sparkctl("render", "-i", inv)["config_hash"]:
+            sparkctl("reload", "-i", inv, "--config", inv, "--yes", rc=None)
+    sparkctl("up", "-i", str(inventory(lab, "lab")), rc=None)
+    lab.host_exec("head", ["docker", "rm", "-f", "sparkctl-fleet-door"])
+    lab_cli("up", "--clusters", "1")
+
+
+def test_a_rolling_reload_across_both_pairs_fails_no_request_and_both_end_on_the_new_config(lab, fleet, tmp_path):
+    d = config_dir(lab, tmp_path, "roll")
+    plan = sparkctl("fleet", "reload", "-f", str(fleet), "--config-dir", str(d), "--check")
+    assert plan["order"] == ["lab", "lab-2"]
+    assert [m["prediction"] for m in plan["members"]] == ["warm", "warm"]
+    new = {m["member"]: m["to_config"] for m in plan["members"]}
+    with Load() as load, DoorWatch(lab) as door:
+        doc = sparkctl("fleet", "reload", "-f", str(fleet), "--config-dir", str(d), "--yes")
+    print(f"\nrolling reload: {len(load.results)} requests, {len(load.failed())} failed, door samples {door.drained()}")
+    assert doc["outcome"] == "ok", json.dumps(doc, indent=1)[-3000:]
+    # each member was out of the door for its change, one at a time, lab first
+    drained = [d for d in door.drained() if d]
+    assert {"lab"} in drained and {"lab-2"} in drained and all(len(d) == 1 for d in drained)
+    assert drained.index({"lab"}) < drained.index({"lab-2"})
+    assert load.failed() == [], [(r.outcome, round(r.seconds, 2)) for r in load.failed()][:20]
+    assert len(load.results) > 8  # requests ran the whole time
+    for m in doc["members"]:
+        assert (m["outcome"], m["config_now"], m["door"]) == ("ok", new[m["member"]], "passing"), m
+        assert m["replace"] == {"file": str(inventory(lab, m["member"])), "with": str(d / f"{m['member']}.yaml")}
+        assert applied(lab, m["member"]) == new[m["member"]]
+        last = sparkctl("history", "-i", str(inventory(lab, m["member"])))["events"][-1]
+        assert (last["command"], last["outcome"], last["config_hash"]) == ("reload", "ok", new[m["member"]])
+    assert yaml.safe_load(inventory(lab, "lab").read_text())["runtime"]["env"].get("SPARKCTL_TEST_MARK") is None  # not rewritten
+
+
+def test_a_rollout_whose_second_member_fails_at_start_up_rolls_it_back_and_stops(lab, fleet, tmp_path):
+    before = {m: applied(lab, m) for m in MEMBERS}
+    # vLLM's argparse refuses the backend: lab-2's new engine exits at start-up
+    d = config_dir(lab, tmp_path, "fail", lab_2={"moe_backend": "b12x_experimental", "custom_values": ["moe_backend"]})
+    with Load() as load:
+        doc = sparkctl("fleet", "reload", "-f", str(fleet), "--config-dir", str(d), "--yes", rc=1)
+    print(f"\nfailed rollout: {len(load.results)} requests, {len(load.failed())} failed")
+    for m in doc["members"]:
+        print(
+            f"  {m['member']:<6} {m['outcome']:<12} now {m['config_now']} old {m['old_config']} new {m['new_config']} "
+            f"door {m['door']} {(m['reason'] or '')[:160]}"
+        )
+    assert doc["outcome"] == "failed" and doc["reason"].startswith("lab-2: rolled back")
+    lab_r, lab2_r = doc["members"]
+    assert lab_r["outcome"] == "ok" and lab_r["config_now"] == applied(lab, "lab") != before["lab"]
+    # its runtime refused to start (vLLM's argparse on the head, or the worker's exit: whichever the step sees first)
+    assert lab2_r["outcome"] == "rolled back" and lab2_r["reason"].startswith("runtime on head2:")
+    assert lab2_r["config_now"] == lab2_r["old_config"] == applied(lab, "lab-2") == before["lab-2"]
+    assert lab2_r["new_config"] != before["lab-2"] and lab2_r["door"] == "passing"  # serves again: put back
+    assert not journal(lab, "lab-2")
+    assert load.failed() == [], [(r.outcome, round(r.seconds, 2)) for r in load.failed()][:20]
+    assert any("fleet rollback --to 1 --member NAME" in n for n in doc["notes"])
+
+
+def test_a_killed_member_engine_leaves_the_fleet_answering_from_the_other(lab, fleet):
+    assert wait_passing(lab) == {"lab": "passing", "lab-2": "passing"}
+    with Load() as load:
+        time.sleep(1)
+        killed_at = time.monotonic()
+        lab.host_exec("head2", ["docker", "kill", "sparkctl-head"], check=True)
+        time.sleep(12)  # the door's health checks take lab-2 out; new requests go to lab
+        states = door_states(lab)
+    late = load.failed(after=killed_at + 6)
+    print(f"\nkilled engine: {len(load.results)} requests, {len(load.failed())} failed, door {states}")
+    assert states["lab"] == "passing" and states["lab-2"] != "passing"
+    assert late == [], [(r.outcome, round(r.start - killed_at, 2)) for r in late][:20]
+    assert len(load.failed()) <= load.threads  # only requests in flight on lab-2 may fail, once
+    assert [r for r in load.results if r.start >= killed_at + 6 and r.outcome == "ok"]  # answered after it
+    sparkctl("up", "-i", str(inventory(lab, "lab-2")))  # the member comes back; the door takes it again
+    assert wait_passing(lab)["lab-2"] == "passing"
