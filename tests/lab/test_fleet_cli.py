@@ -96,7 +96,7 @@ def test_fleet_doctor_runs_the_members_at_once_and_names_each_planted_fault_unde
     assert [c["status"] for c in same] == ["ok", "ok"]
 
     lab.fault("worker2", "link-down", "enp1s0f0np0")  # in member lab-2
-    lab.fault("head", "driver", value="580.82.09")  # in member lab
+    lab.fault("worker", "driver", value="580.82.09")  # in member lab (the head is the reference)
     try:
         faulty = sparkctl("fleet", "doctor", "-f", str(FLEET), "--only", "gpu,fabric", rc=1)
     finally:
@@ -106,6 +106,6 @@ def test_fleet_doctor_runs_the_members_at_once_and_names_each_planted_fault_unde
         return {(c["name"], c["host"]) for c in faulty["members"][member]["checks"] if c["status"] == "failed"}
 
     assert ("fabric.link", "worker2") in failed("lab-2") and not any(n == "fabric.link" for n, _ in failed("lab"))
-    assert ("gpu.driver", "head") in failed("lab") and not any(n == "gpu.driver" for n, _ in failed("lab-2"))
+    assert ("gpu.driver", "worker") in failed("lab") and not any(n == "gpu.driver" for n, _ in failed("lab-2"))
     assert "lab-2: fabric.link" in faulty["summary"]["failed_checks"]
     assert "lab: gpu.driver" in faulty["summary"]["failed_checks"]
