@@ -83,39 +83,11 @@ class GatewayStep(Step):
         return "; ".join(done)
 
     def _ship(self, ctx: RunContext, host: str) -> str:
-        """One tarball over SFTP, unpacked beside its final place and renamed into it (a copy cut
-        off half-way is never taken for the code)."""
-        import io
-        import shlex
-        import tarfile
-
         from sparkctl.runtime import gateway_code
+        from sparkctl.runtime.code_ship import ship
 
-        files = gateway_code.files()
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            for rel, data in files.items():
-                info = tarfile.TarInfo(rel)
-                info.size, info.mode, info.mtime = len(data), 0o644, 0
-                tar.addfile(info, io.BytesIO(data))
-        final = gateway_code.directory()
-        session = ctx.fleet[host]
-        r = session.run(["mkdir", "-p", "-m", "0755", placement.CODE_ROOT])
-        if not r.ok:
-            raise HostError(
-                f"{host}: cannot create {placement.CODE_ROOT}: {r.stderr.strip()}", fix="check the disk and permissions"
-            )
-        tar_path = f"{final}.tar"
-        session.put_bytes(buf.getvalue(), tar_path)
-        part, q = f"{final}.partial", shlex.quote
-        r = session.run(
-            f"rm -rf {q(part)} && mkdir -p {q(part)} && tar -xf {q(tar_path)} -C {q(part)} && "
-            f"touch {q(part)}/{gateway_code.COMPLETE} && rm -rf {q(final)} && mv {q(part)} {q(final)}; rc=$?; "
-            f"rm -f {q(tar_path)}; exit $rc"
-        )
-        if not r.ok:
-            raise HostError(f"{host}: cannot unpack the gateway's code in {final}: {r.stderr.strip()}",
-                            fix="check the disk and permissions on the head")  # fmt: skip
+        files, final = gateway_code.files(), gateway_code.directory()
+        ship(ctx.fleet[host], host, files, final, placement.CODE_ROOT, gateway_code.COMPLETE, "the gateway's code")
         return f"gateway code {gateway_code.code_hash()} in {final} ({len(files)} files)"
 
     def _start(self, ctx: RunContext, host: str) -> str:

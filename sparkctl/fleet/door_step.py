@@ -1,0 +1,249 @@
+"""The fleet's front door on its host: container `sparkctl-fleet-door` (`python -m sparkctl.fleetdoor`),
+host network, in the door member's runtime.image (or front_door.image), listening on
+front_door.port, every member of the fleet behind it (its public URL: its gateway; its engine's
+URL: /health there says whether the engine itself is up).
+
+`FrontDoorStep` is facts -> plan -> apply like the gateway step (steps/gateway.py): its code is
+shipped from this sparkctl to a content-addressed directory on the host, and the container
+restarts only when its launch changes (the members, the port, the image, the code). A run with
+nothing to change plans nothing and says why. `ensure_front_door(fleet, check, progress)` runs it
+over a session of its own to the door member's head: what `fleet up` calls after every member is up.
+
+The door's container carries its own labels (io.sparkctl.fleet, role fleet-door), never the
+member's io.sparkctl.cluster: the member's own `up`/`down` neither see it nor restart it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from typing import TYPE_CHECKING, Callable, Optional
+
+from sparkctl.errors import HostError, InputError
+from sparkctl.facts.base import Reading, fact
+from sparkctl.fleetdoor import placement
+from sparkctl.inventory.models import Inventory
+from sparkctl.steps.base import Change, Plan, RunContext, Step
+
+if TYPE_CHECKING:
+    from sparkctl.fleet.model import Fleet, Member
+    from sparkctl.runner import Recap
+    from sparkctl.runtime.launch import ContainerSpec
+
+WAIT_S = 60.0  # the door answers within a second or two of its start (it probes each member once first)
+STOP_GRACE = 10  # seconds in-flight requests may still run on SIGTERM
+FLEET_LABEL = "io.sparkctl.fleet"
+
+
+# --- facts: the door's container and code on the door member's head ------------------------------
+
+
+def _container_probe(t) -> Optional[str]:
+    if t.host.role != "head":
+        return None
+    name = shlex.quote(placement.CONTAINER)
+    # docker inspect of a missing container exits 1 with "[]" on stdout: an answer, not a failure
+    return f"out=$(docker inspect {name} 2>/dev/null); rc=$?; if [ $rc -ne 0 ] && docker version >/dev/null 2>&1; then echo '[]'; exit 0; fi; echo \"$out\"; exit $rc"
+
+
+@fact("fleet_door", _container_probe, background=True, fields={"fleet_door": None})  # its ContainerFact, False: none, None: not read
+def _fleet_door(f, r: Reading) -> None:
+    from sparkctl.facts.docker import parse_containers
+
+    found, err = parse_containers(r.rc, r.out)
+    if err:
+        f.errors[r.key] = err
+    else:
+        f.fleet_door = found[0] if found else False
+
+
+def _code_probe(t) -> Optional[str]:
+    if t.host.role != "head":
+        return None
+    from sparkctl.fleet import door_code
+
+    return f"test -f {shlex.quote(door_code.directory())}/{door_code.COMPLETE} && echo present || echo absent"
+
+
+@fact("fleet_door_code", _code_probe, fields={"fleet_door_code": None})  # True / False, None: not read
+def _fleet_door_code(f, r: Reading) -> None:
+    out = r.out.strip()
+    f.fleet_door_code = True if out == "present" else False if out == "absent" else None
+
+
+# --- the launch ----------------------------------------------------------------------------------
+
+
+def door_member(fleet: "Fleet") -> "Member":
+    """The member whose head runs the door; a host of its own is not supported yet (InputError)."""
+    if fleet.door_member is None:
+        raise InputError(
+            f"fleet {fleet.name}: front_door.host (a host of its own) is not supported yet",
+            fix="run the front door on a member's head: `front_door: {member: NAME, port: 8890}`",
+        )
+    return fleet.door_member
+
+
+def launch(fleet: "Fleet") -> "ContainerSpec":
+    """The door's container: pure (the fleet alone), so the same fleet always renders the same config hash."""
+    from sparkctl.fleet import door_code
+    from sparkctl.runtime.health import base_url, public_url
+    from sparkctl.runtime.launch import LABEL_PREFIX, ContainerSpec, Mount, _hash
+
+    m = door_member(fleet)
+    cmd = ["python3", "-m", "sparkctl.fleetdoor", "--listen", f"0.0.0.0:{fleet.front_door.port}",
+           "--admin-socket", placement.ADMIN_SOCKET, "--shutdown-timeout-s", str(STOP_GRACE)]  # fmt: skip
+    for member in fleet.members:
+        cmd += ["--member", f"{member.name}={public_url(member.inventory)},{base_url(member.inventory)}"]
+    node = dict(
+        host=m.head, role=placement.ROLE, image=fleet.front_door.image or m.inventory.runtime.image, command=cmd,
+        env={"PYTHONPATH": placement.CONTAINER_CODE, "PYTHONUNBUFFERED": "1"},
+        mounts=[Mount(source=door_code.directory(), target=placement.CONTAINER_CODE, read_only=True),
+                Mount(source=placement.ADMIN_DIR, target=placement.ADMIN_DIR)],
+    )  # fmt: skip
+    return ContainerSpec(
+        **node,
+        name=placement.CONTAINER,
+        devices=[],
+        gpus="none",
+        stop_timeout=STOP_GRACE + 5,
+        ulimits={},
+        labels={
+            FLEET_LABEL: fleet.name,
+            f"{LABEL_PREFIX}.role": placement.ROLE,
+            f"{LABEL_PREFIX}.config-hash": _hash({"fleet": fleet.name, "door": node}),
+        },
+    )
+
+
+# --- the step ------------------------------------------------------------------------------------
+
+
+class FrontDoorStep(Step):
+    """Runs with RunContext.options["fleet"] (the Fleet) on the door member's inventory."""
+
+    name = "front_door"
+    facts = frozenset({"fleet_door", "fleet_door_code", "image"})
+
+    def hosts(self, inv: Inventory) -> list[str]:
+        return inv.hosts_with_role("head")[:1]
+
+    def plan_host(self, ctx: RunContext, host: str) -> Plan:
+        from sparkctl.fleet import door_code
+
+        f = ctx.facts[host]
+        if f.fleet_door is None:
+            return self.blocked(host, f"cannot inspect {placement.CONTAINER}: {f.errors.get('fleet_door', 'no answer')}")
+        spec = launch(ctx.options["fleet"])
+        want = spec.labels["io.sparkctl.config-hash"]
+        running = f.fleet_door or None
+        ops = []
+        if f.fleet_door_code is not True:
+            ops.append(Change("ship-code", f"copy the fleet door's code ({len(door_code.files())} files) to {door_code.directory()}"))
+        if running is None:
+            why = f"{spec.name} not on {host}"
+        elif not running.running:
+            why = f"{spec.name} on {host} is {running.status}"
+        elif running.config_hash != want:
+            why = f"{spec.name} on {host} runs config {running.config_hash[:12] or '(none)'}"
+        else:
+            why = None
+        port = ctx.options["fleet"].front_door.port
+        members = ", ".join(m.name for m in ctx.options["fleet"].members)
+        if why:
+            ops += [Change("start", f"start {spec.name} with config {want} on :{port} in {spec.image}, members {members}"),
+                    Change("wait-door", f"wait until it answers on :{port}")]  # fmt: skip
+        if not ops:
+            return self.noop(host, f"{spec.name} running config {want} on :{port} (members {members})")
+        return self.changes(host, ops, reason=why or "")
+
+    def apply(self, ctx: RunContext, plan: Plan) -> str:
+        done = []
+        for c in plan.changes:
+            if c.action == "ship-code":
+                done.append(self._ship(ctx, plan.host))
+            elif c.action == "start":
+                done.append(self._start(ctx, plan.host))
+            elif c.action == "wait-door":
+                done.append(self._wait(ctx, plan.host))
+        return "; ".join(done)
+
+    def _ship(self, ctx: RunContext, host: str) -> str:
+        from sparkctl.fleet import door_code
+        from sparkctl.runtime.code_ship import ship
+
+        files, final = door_code.files(), door_code.directory()
+        ship(ctx.fleet[host], host, files, final, placement.CODE_ROOT, door_code.COMPLETE, "the fleet door's code")
+        return f"fleet door code {door_code.code_hash()} in {final} ({len(files)} files)"
+
+    def _start(self, ctx: RunContext, host: str) -> str:
+        from sparkctl.steps.runtime import start_container
+
+        spec = launch(ctx.options["fleet"])
+        ctx.progress(host, self.name, f"starting {spec.name}")
+        # the admin socket's directory: root only (docker would create a missing bind source 0755)
+        r = ctx.fleet[host].run(f"mkdir -p {placement.ADMIN_DIR} && chmod 0700 {placement.ADMIN_DIR}")
+        if not r.ok:
+            raise HostError(f"{host}: cannot create {placement.ADMIN_DIR}: {r.stderr.strip()}", fix=f"check /run on {host}")
+        return start_container(ctx, host, spec)
+
+    def _wait(self, ctx: RunContext, host: str) -> str:
+        """Its own metrics page answers on the public port (it always answers, members up or not)."""
+        import httpx
+
+        from sparkctl.transport.guard import check_url
+
+        fleet = ctx.options["fleet"]
+        check_url(fleet.front_door_url, "the fleet's front door")
+        url = fleet.front_door_url + placement.METRICS_PATH
+        t0 = time.monotonic()
+        client = ctx.fleet[host].docker()
+        while True:
+            try:
+                if httpx.get(url, timeout=2, trust_env=False).status_code == 200:
+                    return f"fleet door answers on {fleet.front_door_url} after {time.monotonic() - t0:.1f} s"
+            except httpx.HTTPError:
+                pass
+            c = client.containers.get(placement.CONTAINER)
+            if c.status != "running" or time.monotonic() - t0 > WAIT_S:
+                tail = c.logs(tail=5).decode(errors="replace").strip().splitlines()
+                raise HostError(
+                    f"{host}: {placement.CONTAINER} {'is ' + c.status if c.status != 'running' else 'does not answer'}"
+                    f"{': ' + tail[-1] if tail else ''}",
+                    fix=f"read `docker logs {placement.CONTAINER}` on {host}; is front_door.port {fleet.front_door.port} free there?",
+                )
+            time.sleep(0.1)
+
+
+def ensure_front_door(
+    fleet: "Fleet", check: bool = False, progress: Callable[[str, str, str], None] = lambda host, step, text: None
+) -> "Recap":
+    """Plan (and unless `check`, apply) the door on the door member's head, over an SSH session of
+    its own. The recap's `plans` are what `--check` prints; `recap.failed` says whether it worked."""
+    from sparkctl.runner import PlaybookStep, Stage, run_playbook
+    from sparkctl.transport.ssh import Fleet as Sessions
+
+    m = door_member(fleet)
+    with Sessions(m.inventory, [m.head]).connect_early() as sessions:
+        ctx = RunContext(inventory=m.inventory, fleet=sessions, check_mode=check, options={"fleet": fleet}, progress=progress)
+        return run_playbook(ctx, [Stage(PlaybookStep(step=FrontDoorStep.name), FrontDoorStep())], "fleet-door")
+
+
+def plan_lines(recap: "Recap") -> list[str]:
+    """The door's plan as an operator reads it (for `fleet up --check`)."""
+    out = []
+    for p in recap.plans:
+        if p.blocked:
+            out.append(f"front door on {p.host}: blocked: {p.blocked}")
+        elif p.empty:
+            out.append(f"front door on {p.host}: nothing to do ({p.reason})")
+        else:
+            out += [f"front door on {p.host}: {c.summary}" for c in p.changes]
+    return out
+
+
+def describe(fleet: "Fleet") -> str:
+    """The door's launch as `docker run` (for `render`-like output)."""
+    return launch(fleet).docker_run()
+
+

@@ -1,0 +1,103 @@
+"""The fleet door's deploy step: its launch (rendered from the fleet alone) and its plans from
+recorded `docker inspect` output, no host needed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hostfacts import host_facts, sec
+from test_fleet_model import FLEET, LAB, _second_pair, _write
+
+from sparkctl.errors import InputError
+from sparkctl.fleet import door_code
+from sparkctl.fleet.door_step import FrontDoorStep, door_member, launch, plan_lines
+from sparkctl.fleet.model import load_fleet
+from sparkctl.runner import Recap
+from sparkctl.steps.base import RunContext
+
+
+def fleet_of(tmp_path, second=None, **front_door):
+    doc = {**FLEET, "front_door": {**FLEET["front_door"], **front_door}}
+    inventories = {"inventory.yaml": LAB, "inventory-2.yaml": second or _second_pair(LAB)}
+    return load_fleet(_write(tmp_path, doc, inventories))
+
+
+def container(config_hash: str, state: str = "running") -> dict:
+    # `docker inspect sparkctl-fleet-door`, the fields the fact reads (facts/docker.py parse_containers)
+    return {
+        "Id": "door-ctr", "Name": "/sparkctl-fleet-door", "Image": "sha256:" + "1" * 64,
+        "State": {"Status": state, "ExitCode": 0, "StartedAt": "2026-12-01T00:00:00.000000000Z"},
+        "Config": {"Image": LAB["runtime"]["image"],
+                   "Labels": {"io.sparkctl.fleet": "lab-fleet", "io.sparkctl.role": "fleet-door",
+                              "io.sparkctl.config-hash": config_hash}},
+        "HostConfig": {},
+    }  # fmt: skip
+
+
+def plan(fleet, inspect: str, rc: int = 0, code: str = "present\n"):
+    inv = door_member(fleet).inventory
+    # a missing container: the probe prints docker's `[]` (docker inspect exits 1 for it) and exits 0
+    f = {"head": host_facts(inv, "head", fleet_door=sec(inspect, rc), fleet_door_code=sec(code))}
+    return FrontDoorStep().plan(RunContext(inventory=inv, fleet=None, facts=f, options={"fleet": fleet}))["head"]
+
+
+def test_the_door_runs_on_the_members_head_in_its_image_with_every_member_behind_it(tmp_path):
+    f = fleet_of(tmp_path)
+    spec = launch(f)
+    assert (spec.host, spec.name, spec.image, spec.network_mode, spec.gpus) == (
+        "head", "sparkctl-fleet-door", LAB["runtime"]["image"], "host", "none")  # fmt: skip
+    cmd = spec.command
+    assert cmd[:3] == ["python3", "-m", "sparkctl.fleetdoor"] and cmd[cmd.index("--listen") + 1] == "0.0.0.0:8890"
+    members = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--member"]
+    port, engine = LAB["runtime"]["port"], LAB.get("gateway", {}).get("engine_port", 8001)
+    assert members == [f"lab=http://10.231.0.11:{port},http://10.231.0.11:{engine}",
+                       f"lab-2=http://10.231.0.21:{port},http://10.231.0.21:{engine}"]  # fmt: skip
+    code = next(m for m in spec.mounts if m.target == "/opt/sparkctl-fleet-door")
+    assert code.read_only and code.source.endswith("/" + door_code.code_hash())
+    assert "sparkctl/fleetdoor/proxy.py" in door_code.files() and "sparkctl/gateway/proxy.py" in door_code.files()
+    # never the member's cluster label: the member's own up/down would take it for theirs
+    assert "io.sparkctl.cluster" not in spec.labels and spec.labels["io.sparkctl.fleet"] == "lab-fleet"
+
+
+def test_it_restarts_only_when_its_own_launch_changes(tmp_path):
+    base = launch(fleet_of(tmp_path)).labels["io.sparkctl.config-hash"]
+
+    def hash_of(name, **kw):
+        d = tmp_path / name
+        d.mkdir()
+        return launch(fleet_of(d, **kw)).labels["io.sparkctl.config-hash"]
+
+    engine_change = _second_pair(LAB)
+    engine_change["runtime"]["max_num_seqs"] = 7
+    assert hash_of("engine", second=engine_change) == base  # a member's engine change: the door stays
+    assert hash_of("port", port=8891) != base
+    moved = _second_pair(LAB)
+    moved["runtime"]["port"] = 8100
+    assert hash_of("member-port", second=moved) != base
+
+
+def test_the_step_ships_the_code_starts_and_waits_then_is_a_noop(tmp_path):
+    f = fleet_of(tmp_path)
+    want = launch(f).labels["io.sparkctl.config-hash"]
+    first = plan(f, "[]\n", code="absent\n")
+    assert [c.action for c in first.changes] == ["ship-code", "start", "wait-door"]
+    assert "sparkctl-fleet-door not on head" in first.reason and "members lab, lab-2" in first.changes[1].summary
+    again = plan(f, json.dumps([container(want)]))
+    assert again.empty and f"sparkctl-fleet-door running config {want} on :8890" in again.reason
+    stale = plan(f, json.dumps([container("0ld")]))
+    assert [c.action for c in stale.changes] == ["start", "wait-door"] and "runs config 0ld" in stale.reason
+    dead = plan(f, json.dumps([container(want, "exited")]))
+    assert [c.action for c in dead.changes] == ["start", "wait-door"] and "is exited" in dead.reason
+    blocked = plan(f, "Cannot connect to the Docker daemon at unix:///var/run/docker.sock\n", rc=1)
+    assert blocked.blocked and "Cannot connect to the Docker daemon" in blocked.blocked
+    lines = plan_lines(Recap("fleet-door", True, plans=[first, again]))
+    assert lines[0].startswith("front door on head: copy the fleet door's code") and "nothing to do" in lines[-1]
+
+
+def test_a_door_on_a_host_of_its_own_is_refused_clearly(tmp_path):
+    doc = {**FLEET, "front_door": {"host": {"address": "10.231.0.40", "user": "root"}, "image": "x/y:1", "port": 8890}}
+    f = load_fleet(_write(tmp_path, doc, {"inventory.yaml": LAB, "inventory-2.yaml": _second_pair(LAB)}))
+    with pytest.raises(InputError, match="front_door.host .* is not supported yet") as e:
+        launch(f)
+    assert "front_door: {member: NAME" in e.value.fix
