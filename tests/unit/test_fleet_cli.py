@@ -185,11 +185,12 @@ def test_the_status_table_from_a_recorded_two_pair_fleet():
     c = _console()
     print_status(doc, c)
     text = c.file.getvalue()
-    assert doc["front_door_url"] in text.splitlines()[0]
+    assert doc["front_door_url"] in text.splitlines()[0] and "answering" in text.splitlines()[0]
     rows = {line.split("│")[1].strip(): line for line in text.splitlines() if line.startswith("│")}
     for m in doc["members"]:
         assert m["member"] in rows
         assert m["health"] in rows[m["member"]] and m["applied_config_hash"][:12] in rows[m["member"]]
+        assert m["front_door"] == "passing" and "passing" in rows[m["member"]]
         assert f"{m['running']}/{m['waiting']}" in rows[m["member"]]
 
 
