@@ -113,7 +113,9 @@ def report(result: dict, n: int, args, where: str) -> None:
         f"{where}: {n} members, {args.streams} streams x {args.requests} requests x {args.rounds} rounds, "
         f"{args.max_tokens} tokens each"
     )
-    print(f"aggregate tok/s : fleet {fleet:8.1f}   one member {one:8.1f}   ratio {fleet / one:.2f} x (ideal {n} x; median over rounds)")
+    print(
+        f"aggregate tok/s : fleet {fleet:8.1f}   one member {one:8.1f}   ratio {fleet / one:.2f} x (ideal {n} x; median over rounds)"
+    )
     print(f"failed requests : {result['failed']}")
 
 
