@@ -3,13 +3,15 @@
 Tests marked `lab` need root and the lab. Without root they are skipped with the reason, except
 when the environment variable CI is set: CI runs everything, so there they fail instead.
 
-    lab         (session) brings the lab up once (idempotent), clears leftover faults, and
-                returns `sparkctl_lab.api` (host_exec, status, fault, LAB_DIR, ...)
+    lab         (session) brings the lab up once with one Spark pair (idempotent; a second pair
+                a killed fleet test left goes), clears leftover faults, and returns
+                `sparkctl_lab.api` (host_exec, status, fault, LAB_DIR, ...)
     lab_faults  (function) the same api; clears every fault when the test ends
     request.node.reports["call"]  a test's report, for its fixtures' teardown (did it pass?)
 
-tests/lab/test_lab_updown.py takes the lab down and up again, so it is ordered after every
-other test of the session (the rest see one undisturbed lab).
+RUN_LAST lists the test files ordered after every other test of the session, in that order (the
+rest see one undisturbed, one-pair lab): tests/lab/test_lab_clusters.py brings the lab's second
+pair up and takes it away again, tests/lab/test_lab_updown.py takes the whole lab down and up.
 
 There is one lab per machine: a session that runs lab tests holds an exclusive lock on
 LAB_SESSION_LOCK from its first lab test to its end, so two pytest runs on one machine (two
@@ -29,7 +31,7 @@ import pytest
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-RUN_LAST = "test_lab_updown.py"
+RUN_LAST = ["test_lab_clusters.py", "test_lab_updown.py"]  # file names, in the order they run last
 LAB_SESSION_LOCK = "/run/lock/sparkctl-lab-tests.lock"
 _lab_lock = None  # the open lock file while this session holds the lab
 _lab_up = False  # the lab fixture has brought the lab up in this session
@@ -68,7 +70,8 @@ LAB_TESTS = "tests/lab/"  # every lab test lives here: pytest-xdist sends this f
 
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: item.path.name == RUN_LAST)  # stable: everything else keeps its order
+    # stable: everything else keeps its order, before the RUN_LAST files in theirs
+    items.sort(key=lambda item: RUN_LAST.index(item.path.name) + 1 if item.path.name in RUN_LAST else 0)
     strays = [i.nodeid for i in items if i.get_closest_marker("lab") is not None and not i.nodeid.startswith(LAB_TESTS)]
     if strays:  # it would run beside the lab's owner, on the other worker
         raise pytest.UsageError(f"lab tests outside {LAB_TESTS}: {', '.join(strays)}; move them there")
@@ -77,7 +80,7 @@ def pytest_collection_modifyitems(config, items):
 def pytest_xdist_make_scheduler(config, log):
     """Under pytest-xdist (`pytest -n 2`; `./dev.sh test` runs tests/unit and tests/lab as two plain
     pytest processes instead): every test of tests/lab/ on one worker,
-    in collection order (the lab has one owner; test_lab_updown.py last), the unit tests spread over
+    in collection order (the lab has one owner; the RUN_LAST files last), the unit tests spread over
     both. (xdist's own loadgroup cannot do it on pytest 9: it renames node ids through a field
     pytest 9 no longer reads.)"""
     from xdist.scheduler import LoadScopeScheduling
@@ -114,7 +117,7 @@ def lab():
     from sparkctl_lab import api
 
     global _lab_up
-    api.up()
+    api.up(clusters=1)  # the suite's lab has one pair (a fleet test adds the second and takes it away)
     _lab_up = True
     api.clear_faults()
     # this session holds the lab alone (LAB_SESSION_LOCK): a cluster lock or reload journal left on

@@ -2,10 +2,15 @@
 
     from sparkctl_lab import api
 
-    api.up(progress=print) -> dict        bring the lab up; idempotent (a second run changes nothing
-                                          and says so: {"changed": False, "changes": [], ...})
-    api.down(progress=print) -> dict      stop everything; leaves no namespace, process, mount, veth,
-                                          route or LAB_DIR behind (caches under CACHE_DIR stay)
+    api.up(progress=print, clusters=None) -> dict
+                                          bring the lab up; idempotent (a second run changes nothing
+                                          and says so: {"changed": False, "changes": [], ...});
+                                          clusters=2 adds the second pair (head2, worker2) and writes
+                                          INVENTORY_2_PATH and FLEET_PATH, clusters=1 removes it all,
+                                          None keeps the lab's count (1 on a fresh lab)
+    api.clusters() -> int                 the lab's number of pairs; api.hosts(): its hosts by name
+    api.down(progress=print) -> dict      stop everything (every pair); leaves no namespace, process,
+                                          mount, veth, route or LAB_DIR behind (caches under CACHE_DIR stay)
     api.status() -> dict                  hosts (netns, init pid, sshd/dockerd health, links, faults),
                                           runner link and route, registry, image; "up": all healthy
     api.fault(host, kind, target=None, value=None, clear=False) -> dict
@@ -30,6 +35,8 @@
                                           rules `sparkctl alerts` writes (+ a node exporter per host);
                                           prometheus.alerts(), wait_firing(NAME); `lab down` stops it
     LAB_DIR, INVENTORY_PATH, SSH_KEY, KNOWN_HOSTS, SSH_CONFIG, CACHE_DIR, HOSTS, IMAGE, REGISTRY
+    INVENTORY_2_PATH, FLEET_PATH          the second pair's inventory and the fleet file (two pairs only)
+    HOSTS (the first pair: head, worker, offload), SECOND_PAIR (head2, worker2), ALL_HOSTS
 
 Link down and wrong MTU are real link states, so a hand-made `ip -n lab-worker link set
 enp1s0f0np0 down` is seen exactly like the API's (ibdev2netdev, RDMA port state, ethtool).
@@ -45,12 +52,16 @@ ethtool, sysfs), topology.py (the shape, shared by all of these).
 from __future__ import annotations
 
 from sparkctl_lab import drills, prometheus  # noqa: F401  (drills.run(NAME); prometheus.up() / alerts())
+from sparkctl_lab.clusters import count as clusters  # noqa: F401
+from sparkctl_lab.clusters import hosts  # noqa: F401
 from sparkctl_lab.faults import clear_faults, fault  # noqa: F401
 from sparkctl_lab.health import ssh_banner  # noqa: F401
 from sparkctl_lab.hostexec import host_exec  # noqa: F401
 from sparkctl_lab.lifecycle import down, up  # noqa: F401
 from sparkctl_lab.paths import (  # noqa: F401
     CACHE_DIR,
+    FLEET_PATH,
+    INVENTORY_2_PATH,
     INVENTORY_PATH,
     KNOWN_HOSTS,
     LAB_DIR,
@@ -59,11 +70,13 @@ from sparkctl_lab.paths import (  # noqa: F401
     docker_socket,
 )
 from sparkctl_lab.status import status  # noqa: F401
-from sparkctl_lab.topology import HOSTS, IMAGE, REGISTRY  # noqa: F401
+from sparkctl_lab.topology import ALL_HOSTS, HOSTS, IMAGE, REGISTRY, SECOND_PAIR  # noqa: F401
 
 __all__ = [
     "up",
     "down",
+    "clusters",
+    "hosts",
     "status",
     "drills",
     "prometheus",
@@ -75,10 +88,14 @@ __all__ = [
     "LAB_DIR",
     "CACHE_DIR",
     "INVENTORY_PATH",
+    "INVENTORY_2_PATH",
+    "FLEET_PATH",
     "SSH_KEY",
     "KNOWN_HOSTS",
     "SSH_CONFIG",
     "HOSTS",
+    "SECOND_PAIR",
+    "ALL_HOSTS",
     "IMAGE",
     "REGISTRY",
 ]

@@ -18,7 +18,7 @@ from sparkctl_lab.hostexec import host_exec, init_pid, lab_host
 from sparkctl_lab.hw import state
 from sparkctl_lab.lifecycle import sync_all
 from sparkctl_lab.status import link_view
-from sparkctl_lab.topology import HOSTS
+from sparkctl_lab.topology import ALL_HOSTS
 
 # other names people use for the same faults
 ALIASES = {
@@ -130,7 +130,7 @@ def _rail_ends(h: topo.LabHost, dev: str) -> list[tuple[str, str]]:
     for c in topo.cables():
         ends = [(c.a, c.a_nic.device), (c.b, c.b_nic.device)]
         if (h.name, dev) in ends:
-            return [(HOSTS[name].netns, d) for name, d in ends]
+            return [(ALL_HOSTS[name].netns, d) for name, d in ends]
     return [(h.netns, dev)]
 
 
@@ -155,7 +155,7 @@ def _shape(h: topo.LabHost, dev: str, rate_mbps: int | None) -> None:
 def _unshape_all() -> list[str]:
     """Remove any root qdisc from every fabric veth (a degraded-rail fault, or a test's shaping)."""
     changes = []
-    for h in HOSTS.values():
+    for h in ALL_HOSTS.values():
         if h.netns not in netns.existing_netns():
             continue
         for n in h.fabric:
@@ -178,7 +178,7 @@ def clear_faults() -> list[str]:
 
     changes += stop_load()
     changes += _unshape_all()
-    for name in HOSTS:
+    for name in ALL_HOSTS:  # a host of a pair the lab does not have has no fault file: {}
         f = state.load_faults(name)
         if not f:
             continue

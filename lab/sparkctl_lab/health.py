@@ -7,7 +7,7 @@ import socket
 import httpx
 
 from sparkctl_lab.paths import docker_socket
-from sparkctl_lab.topology import HOSTS
+from sparkctl_lab.topology import ALL_HOSTS
 
 
 def _docker(name: str, path: str, timeout: float) -> httpx.Response | None:
@@ -35,7 +35,7 @@ def docker_get(name: str, path: str, timeout: float = 2.0) -> dict | None:
 
 def ssh_banner(name: str, timeout: float = 1.0) -> str | None:
     try:
-        with socket.create_connection((HOSTS[name].mgmt_ip, 22), timeout=timeout) as s:
+        with socket.create_connection((ALL_HOSTS[name].mgmt_ip, 22), timeout=timeout) as s:
             s.settimeout(timeout)
             data = s.recv(256).decode(errors="replace").strip()
             return data if data.startswith("SSH-2.0") else None

@@ -10,22 +10,26 @@ import subprocess
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl_lab import preflight, procs
 from sparkctl_lab import topology as topo
-from sparkctl_lab.topology import HOSTS
+from sparkctl_lab.topology import ALL_HOSTS, SECOND_PAIR
 
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def lab_host(name: str) -> topo.LabHost:
     """The lab host `name`, or an error naming the hosts there are."""
-    if name not in HOSTS:
-        raise InputError(f"unknown lab host {name!r}", fix=f"use one of: {', '.join(HOSTS)}")
-    return HOSTS[name]
+    if name not in ALL_HOSTS:
+        raise InputError(f"unknown lab host {name!r}", fix=f"use one of: {', '.join(ALL_HOSTS)}")
+    return ALL_HOSTS[name]
 
 
 def init_pid(name: str) -> int:
     """The host init's PID (its namespaces are the host), or an error: the lab is not up."""
     pid = procs.host_init(name)
     if pid is None:
+        if name in SECOND_PAIR:
+            raise SparkctlError(
+                f"lab host {name} is not running (it is in the lab's second pair)", fix="run `sparkctl lab up --clusters 2`"
+            )
         raise SparkctlError(f"lab host {name} is not running", fix="run `sparkctl lab up`")
     return pid
 

@@ -1,5 +1,9 @@
 """Files the lab writes: keys, each host's /etc overlay and /root, the runner's SSH config,
-known_hosts and the lab inventory.
+known_hosts and the lab inventory (with two pairs, also the second pair's inventory and the fleet file).
+
+A host's own files (its /etc/hosts, its root's known_hosts) name the hosts of its own pair only, so
+they never change when the other pair comes or goes; the runner's known_hosts and SSH config name
+every host the lab has.
 
 Keys are generated once and kept under CACHE_DIR/keys, so host identities survive
 `lab down`/`lab up` (as a real machine's do across reboots) and a warm `up` skips ssh-keygen.
@@ -22,6 +26,15 @@ from sparkctl_lab.hw import tools
 HEADER = """\
 # The lab cluster: three simulated hosts in network namespaces on this machine
 # (written by `sparkctl lab up`; the same content as inventories/lab.yaml).
+"""
+HEADER_2 = """\
+# The lab's second cluster: head2 and worker2, simulated hosts in network namespaces on this
+# machine (written by `sparkctl lab up --clusters 2`; inventories/lab.yaml's runtime, caches and
+# alerts on a pair with no offload host: no drafter, no Engram).
+"""
+HEADER_FLEET = """\
+# The lab's fleet: both pairs behind one front door on the first pair's head
+# (written by `sparkctl lab up --clusters 2`, removed with the second pair).
 """
 
 
@@ -102,9 +115,14 @@ def daemon_json(name: str) -> str:
     )
 
 
-def etc_hosts() -> str:
+def own_pair(name: str) -> dict[str, topo.LabHost]:
+    """The hosts of the pair (cluster) host `name` belongs to."""
+    return topo.SECOND_PAIR if name in topo.SECOND_PAIR else topo.HOSTS
+
+
+def etc_hosts(name: str) -> str:
     lines = ["127.0.0.1\tlocalhost", f"{topo.RUNNER_ADDRESS}\tlab-runner"]
-    lines += [f"{h.mgmt_ip}\t{h.name}" for h in topo.HOSTS.values()]
+    lines += [f"{h.mgmt_ip}\t{h.name}" for h in own_pair(name).values()]
     return "\n".join(lines) + "\n"
 
 
@@ -113,18 +131,18 @@ def shadow_without_locked_root() -> str:
     return re.sub(r"^root:[^:\n]*", "root:*", Path("/etc/shadow").read_text(), flags=re.M)
 
 
-def known_hosts() -> str:
+def known_hosts(host_set: dict[str, topo.LabHost]) -> str:
     lines = []
-    for h in topo.HOSTS.values():
+    for h in host_set.values():
         kind, blob = host_public_key(h.name)
         names = ",".join([h.name] + h.addresses)
         lines.append(f"{names} {kind} {blob}")
     return "\n".join(lines) + "\n"
 
 
-def ssh_config() -> str:
+def ssh_config(host_set: dict[str, topo.LabHost]) -> str:
     out = ["# sparkctl lab: `ssh -F /var/lib/sparkctl-lab/ssh/config head` (or put LAB_DIR/bin first on PATH)"]
-    for h in topo.HOSTS.values():
+    for h in host_set.values():
         out += [
             f"Host {h.name} {h.netns} {h.mgmt_ip}",
             f"  HostName {h.mgmt_ip}",
@@ -152,6 +170,23 @@ def inventory_yaml() -> str:
     return HEADER + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
 
 
+def inventory_2_yaml() -> str:
+    import yaml
+
+    doc = topo.second_inventory_doc(str(paths.SSH_KEY), str(paths.KNOWN_HOSTS))
+    return HEADER_2 + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+
+
+def fleet_yaml() -> str:
+    import yaml
+
+    doc = topo.fleet_doc((paths.INVENTORY_PATH.name, paths.INVENTORY_2_PATH.name))
+    return HEADER_FLEET + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+
+
+FLEET_FILES = (paths.INVENTORY_2_PATH, paths.FLEET_PATH)  # what only a two-pair lab has beside inventory.yaml
+
+
 def engram_tables() -> bool:
     """The simulated Engram tables (inventory engram.size_gib, in 64 MiB files + SHA256SUMS), made once."""
     d = paths.ENGRAM_CACHE
@@ -174,27 +209,34 @@ def engram_tables() -> bool:
     return True
 
 
-def prepare(changes: list[str]) -> None:
-    """Everything on disk the hosts and the runner need before the hosts start (idempotent)."""
+def prepare(changes: list[str], clusters: int = 1) -> None:
+    """Everything on disk the hosts and the runner need before the hosts start (idempotent), for a
+    lab of `clusters` pairs."""
+    host_set = topo.hosts(clusters)
     if engram_tables():
         changes.append(f"Engram tables ({topo.ENGRAM_TABLE_BYTES >> 20} MiB) for {topo.ENGRAM_HOST}")
     client = _keypair("client", "sparkctl-lab")
     key, pub = client.read_text(), client.with_suffix(".pub").read_text()
-    for h in topo.HOSTS.values():
+    for h in host_set.values():
         _keypair(f"host-{h.name}", f"root@{h.name}")
     changed = [
         write_if_changed(paths.SSH_KEY, key, 0o600),
         write_if_changed(paths.SSH_KEY.with_name(paths.SSH_KEY.name + ".pub"), pub),
-        write_if_changed(paths.KNOWN_HOSTS, known_hosts()),
-        write_if_changed(paths.SSH_CONFIG, ssh_config()),
+        write_if_changed(paths.KNOWN_HOSTS, known_hosts(host_set)),
+        write_if_changed(paths.SSH_CONFIG, ssh_config(host_set)),
         write_if_changed(paths.INVENTORY_PATH, inventory_yaml()),
         write_if_changed(paths.BIN_DIR / "ssh", f'#!/bin/sh\nexec /usr/bin/ssh -F {paths.SSH_CONFIG} "$@"\n', 0o755),
         write_if_changed(paths.BIN_DIR / "scp", f'#!/bin/sh\nexec /usr/bin/scp -F {paths.SSH_CONFIG} "$@"\n', 0o755),
     ]
+    if clusters == 2:
+        changed += [
+            write_if_changed(paths.INVENTORY_2_PATH, inventory_2_yaml()),
+            write_if_changed(paths.FLEET_PATH, fleet_yaml()),
+        ]
     paths.FAULTS_DIR.mkdir(parents=True, exist_ok=True)
 
     shadow = shadow_without_locked_root()
-    for h in topo.HOSTS.values():
+    for h in host_set.values():
         d = paths.host_dir(h.name)
         etc = d / "etc" / "upper"
         (d / "etc" / "work").mkdir(parents=True, exist_ok=True)
@@ -206,7 +248,7 @@ def prepare(changes: list[str]) -> None:
         (root / ".ssh").mkdir(mode=0o700, exist_ok=True)
         changed += [
             write_if_changed(etc / "hostname", h.name + "\n"),
-            write_if_changed(etc / "hosts", etc_hosts()),
+            write_if_changed(etc / "hosts", etc_hosts(h.name)),
             write_if_changed(etc / "ssh" / "sshd_config", SSHD_CONFIG),
             write_if_changed(etc / "ssh" / "ssh_host_ed25519_key", hk.read_text(), 0o600),
             write_if_changed(etc / "ssh" / "ssh_host_ed25519_key.pub", hk.with_suffix(".pub").read_text()),
@@ -215,10 +257,12 @@ def prepare(changes: list[str]) -> None:
             write_if_changed(root / ".ssh" / "authorized_keys", pub, 0o600),
             write_if_changed(root / ".ssh" / "id_ed25519", key, 0o600),
             write_if_changed(root / ".ssh" / "id_ed25519.pub", pub),
-            write_if_changed(root / ".ssh" / "known_hosts", known_hosts()),
+            write_if_changed(root / ".ssh" / "known_hosts", known_hosts(own_pair(h.name))),
         ]
         changed += [write_if_changed(d / "bin" / name, text, 0o755) for name, text in tools.scripts(h.name).items()]
         if not paths.faults_file(h.name).exists():
             paths.faults_file(h.name).write_text("{}")
     if any(changed):
-        changes.append("lab files (keys, host configs, ssh config, inventory)")
+        changes.append(
+            "lab files (keys, host configs, ssh config, inventory" + (", inventory-2, fleet)" if clusters == 2 else ")")
+        )

@@ -22,7 +22,8 @@ What the host sees (its mount namespace only; the real machine is untouched):
   /dev                overlay adding /dev/infiniband (inert nodes, so `--device /dev/infiniband`
                       works); own /dev/shm
 
-Stdlib only, and it never imports anything heavy: three of these run for the lab's lifetime.
+Stdlib only, and it never imports anything heavy: three of these (five with a second pair) run for
+the lab's lifetime.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import time
 
 from sparkctl_lab import paths
 from sparkctl_lab.hw import state
-from sparkctl_lab.topology import ENGRAM_HOST, ENGRAM_SOURCE, HOSTS
+from sparkctl_lab.topology import ALL_HOSTS, ENGRAM_HOST, ENGRAM_SOURCE
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
@@ -86,7 +87,7 @@ def _paths_under_root() -> list[str]:
 
 def setup_mounts(name: str) -> None:
     h = paths.host_dir(name)
-    host = HOSTS[name]
+    host = ALL_HOSTS[name]
 
     mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=256m")
     for d in ("/run/sshd", "/run/lock", PRIVATE):
@@ -280,7 +281,7 @@ class Init:
 
 def main() -> int:
     name = sys.argv[1]
-    if name not in HOSTS:
+    if name not in ALL_HOSTS:
         sys.stderr.write(f"hostinit: unknown lab host {name!r}\n")
         return 2
     return Init(name).run()

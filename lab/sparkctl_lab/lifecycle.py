@@ -4,8 +4,12 @@ up: preflight (root, cgroup v1, packages, address range) -> keys and host files 
 simulated sysfs -> registry (a cached storage snapshot on a fresh lab) -> host inits -> wait for
 every sshd, dockerd and the registry -> runtime image (built and pushed only when the sim
 sources changed). Each step creates only what is missing and reports it.
+`up(clusters=N)` sets the lab's number of Spark pairs (clusters.py; plain `up` keeps it): with 2 it
+builds the second pair (head2, worker2) beside the first and writes its inventory and the fleet
+file; with 1 it removes the second pair first (remove_second_pair), so the first is as it always was.
 down: host inits (containers, dockerd, sshd go with them) -> stray processes -> registry ->
-namespaces, runner veth, route -> /run/netns, cgroups, mounts -> LAB_DIR.
+namespaces, runner veth, route -> /run/netns, cgroups, mounts -> LAB_DIR; every pair, whatever
+the count.
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ from pathlib import Path
 from typing import Callable
 
 from sparkctl.errors import SparkctlError
+from sparkctl_lab import clusters as lab_clusters
 from sparkctl_lab import hostfiles, image, netns, paths, preflight, procs, registry
 from sparkctl_lab import topology as topo
 from sparkctl_lab.health import docker_ping, ssh_banner
 from sparkctl_lab.hw import state
 from sparkctl_lab.paths import CACHE_DIR, docker_socket
-from sparkctl_lab.topology import HOSTS, IMAGE, REGISTRY
+from sparkctl_lab.topology import ALL_HOSTS, IMAGE, REGISTRY, SECOND_PAIR
 
 Progress = Callable[[str], None]
 READY_TIMEOUT = 60.0
@@ -54,26 +59,37 @@ def _preflight() -> None:
     netns.check_range_free()
 
 
-def sync_all() -> None:
+def sync_all(host_set: dict[str, topo.LabHost] | None = None) -> None:
     """Rewrite every host's simulated sysfs now, then have each init resync too (SIGUSR1), so a
     pass it was making from the old faults cannot leave stale files behind."""
-    for name, h in HOSTS.items():
+    for name, h in (lab_clusters.hosts() if host_set is None else host_set).items():
         state.sync_sys(name, {dev: v["operstate"] for dev, v in netns.links(h.netns).items()})
         init = procs.host_init(name)
         if init:
             procs.kill([init], signal.SIGUSR1)
 
 
-def up(progress: Progress = _quiet) -> dict:
-    """Bring the lab up (or complete it); idempotent."""
+def up(progress: Progress = _quiet, clusters: int | None = None) -> dict:
+    """Bring the lab up (or complete it) with `clusters` Spark pairs (None: as many as it has; 1
+    on a fresh lab); idempotent."""
+    if clusters is not None:
+        lab_clusters.check(clusters)  # bad input: refused before anything is touched
     _preflight()
     with _locked():
-        return _up(progress)
+        return _up(progress, clusters)
 
 
-def _up(progress: Progress) -> dict:
+def _up(progress: Progress, clusters: int | None) -> dict:
     t0 = time.monotonic()
     changes: list[str] = []
+    was = lab_clusters.count() if clusters is None else lab_clusters.saved()
+    n = was if clusters is None else clusters
+    host_set = topo.hosts(n)
+    if n == 1:  # the second pair goes (also whatever a removal cut short left of it)
+        changes += remove_second_pair(progress)
+    if n != was:
+        changes.append(f"clusters {'(unreadable)' if was is None else was} -> {n}")
+    lab_clusters.save(n)
     key = image.image_key()
     key_file = paths.REGISTRY_DIR / "image-key"  # the key of the image the registry holds
 
@@ -83,12 +99,12 @@ def _up(progress: Progress) -> dict:
         builder = threading.Thread(target=image.tarball, args=(key,), daemon=True)
         builder.start()
 
-    hostfiles.prepare(changes)
-    net = netns.ensure()
+    hostfiles.prepare(changes, n)
+    net = netns.ensure(host_set)
     if net:
         progress("network: " + "; ".join(net))
     changes += net
-    sync_all()
+    sync_all(host_set)
 
     # registry (restoring a cached storage snapshot on a fresh lab)
     paths.REGISTRY_DIR.mkdir(parents=True, exist_ok=True)
@@ -104,7 +120,7 @@ def _up(progress: Progress) -> dict:
         changes.append(f"registry on {REGISTRY}")
 
     started = []
-    for name in HOSTS:
+    for name in host_set:
         init = procs.host_init(name)
         orphans = [p for p in procs.all_inits(name) if p != init]
         if orphans:  # its namespace was deleted under it: it still holds the host's dockerd data
@@ -121,7 +137,7 @@ def _up(progress: Progress) -> dict:
     if started:
         changes.append("hosts started: " + ", ".join(started))
         progress(f"starting hosts {', '.join(started)} (init, sshd, dockerd)")
-    _wait_ready()
+    _wait_ready(host_set)
 
     if (key_file.read_text().strip() if key_file.exists() else "") != key or registry.manifest() is None:
         progress(f"building {IMAGE} (sim sources changed or image absent)")
@@ -134,10 +150,10 @@ def _up(progress: Progress) -> dict:
     return {"changed": bool(changes), "changes": changes, "seconds": round(time.monotonic() - t0, 2)}
 
 
-def _wait_ready() -> None:
+def _wait_ready(host_set: dict[str, topo.LabHost]) -> None:
     # what must answer -> (its probe, the logs that say why it does not)
     waits = {"registry": (registry.healthy, [paths.REGISTRY_DIR / "registry.log"])}
-    for n in HOSTS:
+    for n in host_set:
         log = paths.host_dir(n) / "log"
         waits[f"{n}/dockerd"] = (partial(docker_ping, n), [log / "dockerd.log", log / "init.log"])
         waits[f"{n}/sshd"] = (partial(ssh_banner, n), [log / "sshd.log", log / "init.log"])
@@ -171,13 +187,13 @@ def _down(progress: Progress) -> dict:
     t0 = time.monotonic()
     changes: list[str] = []
 
-    inits = {n: procs.all_inits(n) for n in HOSTS}
+    inits = {n: procs.all_inits(n) for n in ALL_HOSTS}
     live = [p for pids in inits.values() for p in pids]
     if live:
         progress("stopping hosts (containers, dockerd, sshd)")
         procs.stop(live, 20)
         changes.append("hosts stopped: " + ", ".join(n for n, pids in inits.items() if pids))
-    for ns in topo.NETNS:  # anything else still living in a lab namespace
+    for ns in topo.ALL_NETNS:  # anything else still living in a lab namespace
         stray = procs.pids_in_netns(ns)
         if stray:
             procs.kill(stray)
@@ -199,7 +215,7 @@ def _down(progress: Progress) -> dict:
         with contextlib.suppress(OSError):
             os.rmdir(netns.NETNS_DIR)
         changes.append(f"unmounted {netns.NETNS_DIR}")
-    changes += _remove_cgroups()
+    changes += _remove_cgroups(list(ALL_HOSTS))
     with contextlib.suppress(OSError):  # the mount point the hosts needed for their own /var/lib/sparkctl (empty here)
         os.rmdir("/var/lib/sparkctl")
     for m in _lab_mounts():
@@ -217,24 +233,72 @@ def _mountpoints() -> list[str]:
         return [line.split()[4] for line in f]
 
 
-def _lab_mounts() -> list[str]:
-    lab = str(paths.LAB_DIR)
+def _lab_mounts(under: Path = paths.LAB_DIR) -> list[str]:
+    lab = str(under)
     return sorted((m for m in _mountpoints() if m == lab or m.startswith(lab + "/")), reverse=True)
 
 
-def _cgroup_dirs() -> list[Path]:
+def _cgroup_dirs(names: list[str]) -> list[Path]:
     """The cgroups the hosts' dockerd made (cgroup-parent sparkctl-lab-<host>), looked for at most 3
     levels below each hierarchy's root (walking a busy machine's whole cgroup tree is slow)."""
+    want = {f"sparkctl-lab-{n}" for n in names}  # one walk for all of them
     return [
-        d for depth in range(4) for n in HOSTS for d in Path("/sys/fs/cgroup").glob("*/" + "*/" * depth + f"sparkctl-lab-{n}")
+        d for depth in range(4) for d in Path("/sys/fs/cgroup").glob("*/" + "*/" * depth + "sparkctl-lab-*") if d.name in want
     ]
 
 
-def _remove_cgroups() -> list[str]:
+def _remove_cgroups(names: list[str]) -> list[str]:
     removed = 0
-    for d in _cgroup_dirs():
+    for d in _cgroup_dirs(names):
         for sub, _, _ in os.walk(d, topdown=False):  # children before their parent
             with contextlib.suppress(OSError):
                 os.rmdir(sub)
                 removed += 1
     return [f"removed {removed} lab cgroups"] if removed else []
+
+
+def _second_pair_present() -> bool:
+    """Is anything of the second pair on this machine? Its host folders go last in a removal, so
+    while one exists something else may be left too (a removal cut short)."""
+    have = netns.existing_netns()
+    return any(h.netns in have or paths.host_dir(n).exists() for n, h in SECOND_PAIR.items())
+
+
+def remove_second_pair(progress: Progress = _quiet) -> list[str]:
+    """Take the second pair away completely: its hosts (containers, dockerd, sshd), whatever else
+    runs in its namespaces, the namespaces (and so its cables and switch ports), its dockerd's
+    cgroups, mounts under its folders, its folders (dockerd data, node dirs, logs), fault files,
+    inventory and the fleet file; and the runner's known_hosts and SSH config lose its hosts.
+    The first pair, the registry and the runner's link are not touched. Nothing there: []."""
+    if not _second_pair_present():
+        stale = [f for f in hostfiles.FLEET_FILES if f.exists()]
+        for f in stale:
+            f.unlink()
+        return [f"removed {f.name}" for f in stale]
+    names = list(SECOND_PAIR)
+    progress(f"removing the second pair ({', '.join(names)})")
+    removed: list[str] = []
+    inits = [p for n in names for p in procs.all_inits(n)]
+    if inits:
+        procs.stop(inits, 20)
+        removed.append("hosts stopped")
+    stray = [p for h in SECOND_PAIR.values() for p in procs.pids_in_netns(h.netns)]
+    if stray:
+        procs.kill(stray)
+        procs.wait_gone(stray, 5)
+        removed.append(f"{len(stray)} stray processes killed")
+    removed += netns.remove_netns([h.netns for h in SECOND_PAIR.values()])
+    removed += _remove_cgroups(names)
+    for n in names:
+        for m in _lab_mounts(paths.host_dir(n)):
+            subprocess.run(["umount", "-l", m], check=False)
+            removed.append(f"unmounted {m}")
+    for f in [*hostfiles.FLEET_FILES, *(paths.faults_file(n) for n in names)]:
+        if f.exists():
+            f.unlink()
+            removed.append(f"{f.name}")
+    for n in names:  # last: while a host folder exists, `up` knows something may be left
+        if paths.host_dir(n).exists():
+            shutil.rmtree(paths.host_dir(n))
+            removed.append(f"host folder {paths.host_dir(n)} (dockerd data, node dirs, logs)")
+    return [f"second pair removed ({', '.join(names)}): " + "; ".join(removed)]

@@ -5,6 +5,9 @@
     lab-head         enP7s7 10.231.0.11 · enp1s0f0np0 .100.2 · enP2p1s0f0np0 .101.2 · enp1s0f1np1 .110.2
     lab-worker       enP7s7 10.231.0.12 · enp1s0f0np0 .100.3 · enP2p1s0f0np0 .101.3 · enp1s0f1np1 .111.3
     lab-offload      eno1   10.231.0.13 · enp65s0f0np0 .110.4 · enp65s0f1np1 .111.4   (fabric MTU 9000)
+  with a second pair (`lab up --clusters 2`), on the same switch:
+    lab-head2        enP7s7 10.231.0.21 · enp1s0f0np0 .102.2 · enP2p1s0f0np0 .103.2
+    lab-worker2      enP7s7 10.231.0.22 · enp1s0f0np0 .102.3 · enP2p1s0f0np0 .103.3
 
 `ensure()` creates only what is missing (a half-present cable is recreated) and never undoes
 a fault: a link someone set down or to a wrong MTU stays as it is until `lab fault --clear-all`.
@@ -95,16 +98,17 @@ def _mgmt_peer(host: str) -> str:
     return f"sw-{host}"
 
 
-def ensure() -> list[str]:
-    """Create what is missing; return a line per change."""
+def ensure(host_set: dict[str, topo.LabHost] = topo.HOSTS) -> list[str]:
+    """Create what is missing for the hosts `host_set` (the lab's pairs); return a line per change."""
     changes: list[str] = []
     have = existing_netns()
-    missing = [n for n in topo.NETNS if n not in have]
+    names = topo.netns_names(host_set)
+    missing = [n for n in names if n not in have]
     if missing:
         batch([f"netns add {n}" for n in missing])
         changes.append("namespaces " + ", ".join(missing))
 
-    state = {ns: links(ns) for ns in [None, *topo.NETNS]}
+    state = {ns: links(ns) for ns in [None, *names]}
     dels: dict[str | None, list[str]] = {}
     adds: list[str] = []
     created: set[tuple[str | None, str]] = set()  # (netns, device) made now: bring them up
@@ -125,12 +129,12 @@ def ensure() -> list[str]:
     new_mgmt = []
     if cable(None, topo.RUNNER_DEVICE, sw, "sw-runner", topo.MGMT_MTU):
         new_mgmt.append("runner")
-    for h in topo.HOSTS.values():
+    for h in host_set.values():
         if cable(h.netns, h.mgmt_device, sw, _mgmt_peer(h.name), topo.MGMT_MTU):
             new_mgmt.append(h.name)
     new_fabric = []
-    for c in topo.cables():
-        ha, hb = topo.HOSTS[c.a], topo.HOSTS[c.b]
+    for c in topo.cables(host_set):
+        ha, hb = host_set[c.a], host_set[c.b]
         if cable(ha.netns, c.a_nic.device, hb.netns, c.b_nic.device, c.a_nic.mtu):
             new_fabric.append(f"{c.a}/{c.a_nic.device}<->{c.b}/{c.b_nic.device}")
     for ns, cmds in dels.items():
@@ -147,7 +151,7 @@ def ensure() -> list[str]:
     if topo.SWITCH_BRIDGE not in sw_links:
         cmds += [f"link add {topo.SWITCH_BRIDGE} type bridge", f"link set {topo.SWITCH_BRIDGE} up"]
         changes.append("management bridge")
-    for port in ["sw-runner"] + [_mgmt_peer(h) for h in topo.HOSTS]:
+    for port in ["sw-runner"] + [_mgmt_peer(h) for h in host_set]:
         if sw_links.get(port, {}).get("master") != topo.SWITCH_BRIDGE:
             cmds.append(f"link set {port} master {topo.SWITCH_BRIDGE}")
         if (sw, port) in created:
@@ -170,9 +174,9 @@ def ensure() -> list[str]:
         # a re-laid cable has new MACs: forget the old ones now rather than in ~30 s
         if (None, topo.RUNNER_DEVICE) not in created:
             ip("neigh", "flush", "dev", topo.RUNNER_DEVICE, check=False)
-        for h in topo.HOSTS.values():
+        for h in host_set.values():
             ip("-n", h.netns, "neigh", "flush", "all", check=False)
-    for h in topo.HOSTS.values():
+    for h in host_set.values():
         have_links = links(h.netns)
         hc = []
         if not have_links.get("lo", {}).get("up"):
@@ -194,7 +198,10 @@ def _has_unreachable() -> bool:
 def restore_links() -> list[str]:
     """Undo link faults: every lab link up at its nominal MTU. Returns what changed."""
     changes = []
-    for h in topo.HOSTS.values():
+    present = existing_netns()
+    for h in topo.ALL_HOSTS.values():
+        if h.netns not in present:  # a pair the lab does not have
+            continue
         have = links(h.netns)
         cmds = []
         for n in h.nics:
@@ -211,14 +218,20 @@ def restore_links() -> list[str]:
     return changes
 
 
-def teardown() -> list[str]:
-    """Remove every lab namespace (their veths go with them), the runner's veth and the route."""
-    changes = []
+def remove_netns(names: list[str]) -> list[str]:
+    """Delete those of the namespaces that exist (their veths go with them, and so the far ends:
+    a host's switch port, its fabric cables)."""
     have = existing_netns()
-    gone = [n for n in topo.NETNS if n in have]
+    gone = [n for n in names if n in have]
     if gone:
         batch([f"netns del {n}" for n in gone])
-        changes.append("namespaces " + ", ".join(gone))
+        return ["namespaces " + ", ".join(gone)]
+    return []
+
+
+def teardown() -> list[str]:
+    """Remove every lab namespace (their veths go with them), the runner's veth and the route."""
+    changes = remove_netns(topo.ALL_NETNS)
     if topo.RUNNER_DEVICE in links(None):
         ip("link", "del", topo.RUNNER_DEVICE, check=False)
         changes.append(f"link {topo.RUNNER_DEVICE}")

@@ -18,6 +18,10 @@ SSH_KEY = SSH_DIR / "id_ed25519"
 KNOWN_HOSTS = SSH_DIR / "known_hosts"
 SSH_CONFIG = SSH_DIR / "config"
 INVENTORY_PATH = LAB_DIR / "inventory.yaml"
+# a fleet lab (`lab up --clusters 2`): the second pair's inventory and the fleet file, beside the first
+INVENTORY_2_PATH = LAB_DIR / "inventory-2.yaml"
+FLEET_PATH = LAB_DIR / "fleet.yaml"
+CLUSTERS_FILE = LAB_DIR / "clusters"  # how many pairs the lab has (absent: 1)
 FAULTS_DIR = LAB_DIR / "faults"
 REGISTRY_DIR = LAB_DIR / "registry"
 ENGRAM_CACHE = CACHE_DIR / "engram" / "tables"  # the offload host's /srv/engram/tables

@@ -113,7 +113,7 @@ def start_host(name: str) -> None:
     _detach(
         [
             "nsenter",
-            f"--net=/run/netns/{topo.HOSTS[name].netns}",
+            f"--net=/run/netns/{topo.ALL_HOSTS[name].netns}",
             "unshare",
             "--pid",
             "--fork",

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from sparkctl_lab import clusters as lab_clusters
 from sparkctl_lab import image, netns, paths, preflight, procs, registry
 from sparkctl_lab import topology as topo
 from sparkctl_lab.health import docker_get, ssh_banner
 from sparkctl_lab.hw import state
-from sparkctl_lab.paths import INVENTORY_PATH, LAB_DIR, SSH_CONFIG, docker_socket
-from sparkctl_lab.topology import HOSTS, IMAGE, REGISTRY
+from sparkctl_lab.paths import FLEET_PATH, INVENTORY_2_PATH, INVENTORY_PATH, LAB_DIR, SSH_CONFIG, docker_socket
+from sparkctl_lab.topology import ALL_HOSTS, IMAGE, REGISTRY
 
 
 def link_view(name: str) -> list[dict]:
-    h = HOSTS[name]
+    h = ALL_HOSTS[name]
     have = netns.links(h.netns)
     f = state.load_faults(name)
     rows = []
@@ -65,10 +66,15 @@ def _fault_lines(name: str, links: list[dict]) -> list[str]:
 def status() -> dict:
     preflight.require_root("`sparkctl lab status`")
     existing = netns.existing_netns()
+    count = lab_clusters.count()
+    active = lab_clusters.hosts()
+    # the lab's hosts, and any host of a pair it no longer has whose namespace is still here (a
+    # removal cut short): shown, and the lab is not up until `lab up` takes it away
+    shown = {n: h for n, h in ALL_HOSTS.items() if n in active or h.netns in existing}
     hosts = {}
     all_faults: list[str] = []
     healthy = True
-    for name, h in HOSTS.items():
+    for name, h in shown.items():
         init = procs.host_init(name)
         kids = procs.host_children(init) if init else {}
         dv = docker_get(name, "/version") if init else None
@@ -76,10 +82,12 @@ def status() -> dict:
         links = link_view(name) if h.netns in existing else []
         fl = _fault_lines(name, links) if links else []
         all_faults += fl
-        ok = bool(init and dv and banner)
+        ok = bool(init and dv and banner) and name in active
         healthy &= ok
         hosts[name] = {
             "role": h.role,
+            "cluster": topo.CLUSTER_NAMES[0 if name in topo.HOSTS else 1],
+            "expected": name in active,
             "netns": h.netns,
             "netns_exists": h.netns in existing,
             "init_pid": init,
@@ -108,9 +116,12 @@ def status() -> dict:
     return {
         "up": bool(healthy),
         "lab_dir": str(LAB_DIR),
+        "clusters": count,
         "inventory": str(INVENTORY_PATH) if INVENTORY_PATH.exists() else None,
+        "inventory_2": str(INVENTORY_2_PATH) if INVENTORY_2_PATH.exists() else None,
+        "fleet": str(FLEET_PATH) if FLEET_PATH.exists() else None,
         "ssh_config": str(SSH_CONFIG) if SSH_CONFIG.exists() else None,
-        "namespaces": sorted(n for n in topo.NETNS if n in existing),
+        "namespaces": sorted(n for n in topo.ALL_NETNS if n in existing),
         "runner": {
             "device": topo.RUNNER_DEVICE,
             "address": f"{topo.RUNNER_ADDRESS}/24",

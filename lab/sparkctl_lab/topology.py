@@ -6,6 +6,11 @@ tests/lab/test_lab_inventory.py holds the two together). The shape is the sPLIce
 (seed 000): two DGX Sparks joined by both twins of a ConnectX-7 port, and an x86 offload
 host with its own link to each Spark.
 
+A fleet lab (`lab up --clusters 2`) adds a second pair, head2 and worker2 (SECOND_PAIR): the
+same Sparks and rails on subnets of their own (10.231.102/103), no offload host. HOSTS stays the
+first cluster; ALL_HOSTS is every host the lab can have (what a name is looked up in), and
+hosts(N) the hosts of an N-cluster lab (clusters.py knows N).
+
 Stdlib only (the host init imports it).
 """
 
@@ -98,28 +103,36 @@ CUDA = "13.0"
 _GB10 = Gpu("NVIDIA GB10", "0000000F:01:00.0", None)
 
 
-def _spark(name: str, role: str, last: int, peer: str, offload_subnet: int) -> LabHost:
+def _spark(
+    name: str, role: str, last: int, peer: str, offload_subnet: int | None, mgmt_last: int, rails: tuple[int, int]
+) -> LabHost:
+    """A DGX Spark: the two twins of port 0 as rails to its peer on subnets `rails`, and (in the
+    first pair) port 1 to the offload host on `offload_subnet`."""
+    fabric = [
+        Nic("enp1s0f0np0", f"10.231.{rails[0]}.{last}/24", ("rocep1s0f0",), 9000, 200000, peer, "0000:01:00.0"),
+        Nic("enP2p1s0f0np0", f"10.231.{rails[1]}.{last}/24", ("roceP2p1s0f0",), 9000, 200000, peer, "0002:01:00.0"),
+    ]
+    if offload_subnet is not None:
+        fabric.append(
+            Nic("enp1s0f1np1", f"10.231.{offload_subnet}.{last}/24", ("rocep1s0f1",), 9000, 40000, "offload", "0000:01:00.1")
+        )
     return LabHost(
         name=name,
         role=role,
         mgmt_device="enP7s7",  # the Spark's on-board 10GbE
-        mgmt_ip=f"10.231.0.{10 + last - 1}",
+        mgmt_ip=f"10.231.0.{mgmt_last}",
         mgmt_speed_mbps=10000,
         mgmt_bus_id="0007:01:00.0",
         gpus=(_GB10,),
         driver=DRIVER,
         cuda=CUDA,
-        fabric=(
-            Nic("enp1s0f0np0", f"10.231.100.{last}/24", ("rocep1s0f0",), 9000, 200000, peer, "0000:01:00.0"),
-            Nic("enP2p1s0f0np0", f"10.231.101.{last}/24", ("roceP2p1s0f0",), 9000, 200000, peer, "0002:01:00.0"),
-            Nic("enp1s0f1np1", f"10.231.{offload_subnet}.{last}/24", ("rocep1s0f1",), 9000, 40000, "offload", "0000:01:00.1"),
-        ),
+        fabric=tuple(fabric),
     )
 
 
 HOSTS: dict[str, LabHost] = {
-    "head": _spark("head", "head", 2, "worker", 110),
-    "worker": _spark("worker", "worker", 3, "head", 111),
+    "head": _spark("head", "head", 2, "worker", 110, 11, (100, 101)),
+    "worker": _spark("worker", "worker", 3, "head", 111, 12, (100, 101)),
     "offload": LabHost(
         name="offload",
         role="offload",
@@ -141,7 +154,27 @@ HOSTS: dict[str, LabHost] = {
     ),
 }
 
-NETNS = [SWITCH_NETNS] + [h.netns for h in HOSTS.values()]
+# The second pair of a fleet lab: its own management addresses and rails, no offload link.
+SECOND_PAIR: dict[str, LabHost] = {
+    "head2": _spark("head2", "head", 2, "worker2", None, 21, (102, 103)),
+    "worker2": _spark("worker2", "worker", 3, "head2", None, 22, (102, 103)),
+}
+ALL_HOSTS: dict[str, LabHost] = {**HOSTS, **SECOND_PAIR}
+MAX_CLUSTERS = 2
+CLUSTER_NAMES = ("lab", "lab-2")  # cluster.name of each pair's inventory
+
+
+def hosts(clusters: int = 1) -> dict[str, LabHost]:
+    """The hosts of a lab of `clusters` pairs (1: HOSTS; 2: ALL_HOSTS)."""
+    return HOSTS if clusters == 1 else ALL_HOSTS
+
+
+def netns_names(host_set: dict[str, LabHost]) -> list[str]:
+    return [SWITCH_NETNS] + [h.netns for h in host_set.values()]
+
+
+NETNS = netns_names(HOSTS)
+ALL_NETNS = netns_names(ALL_HOSTS)
 
 
 @dataclass(frozen=True)
@@ -154,14 +187,16 @@ class Cable:
     b_nic: Nic
 
 
-def cables() -> list[Cable]:
-    """Pair each host's fabric NICs with the peer NIC in the same subnet (each cable once)."""
+def cables(host_set: dict[str, LabHost] | None = None) -> list[Cable]:
+    """Pair each host's fabric NICs with the peer NIC in the same subnet (each cable once), over
+    `host_set` (default: every host the lab can have)."""
+    host_set = ALL_HOSTS if host_set is None else host_set
     out: list[Cable] = []
     laid: set[tuple[str, str]] = set()  # (host, device) of the far ends of the cables in `out`
-    for h in HOSTS.values():
+    for h in host_set.values():
         for n in h.fabric:
             subnet = n.address.rsplit(".", 1)[0]
-            peer = HOSTS[n.peer]
+            peer = host_set[n.peer]
             match = [p for p in peer.fabric if p.peer == h.name and p.address.rsplit(".", 1)[0] == subnet]
             if len(match) != 1:
                 raise ValueError(f"lab topology: {h.name}/{n.device} has no unique peer NIC on {peer.name}")
@@ -195,10 +230,8 @@ def shipped_sections() -> dict:
     return doc
 
 
-def inventory_doc(ssh_key: str, known_hosts: str) -> dict:
-    """The lab's inventory as a plain document (what LAB_DIR/inventory.yaml holds)."""
-    shipped = shipped_sections()
-    hosts = {
+def _hosts_doc(host_set: dict[str, LabHost]) -> dict:
+    return {
         h.name: {
             "role": h.role,
             "ssh": {"address": h.mgmt_ip},
@@ -216,22 +249,61 @@ def inventory_doc(ssh_key: str, known_hosts: str) -> dict:
                 for n in h.fabric
             ],
         }
-        for h in HOSTS.values()
+        for h in host_set.values()
     }
+
+
+def _ssh_defaults(shipped: dict, ssh_key: str, known_hosts: str) -> dict:
     return {
-        "cluster": {"name": "lab"},
-        "ssh_defaults": {
-            "user": "root",
-            "port": 22,
-            "key": ssh_key,
-            "known_hosts": known_hosts,
-            "host_key_policy": "strict",
-            # the shipped file's deadline (the lab's hosts answer in milliseconds)
-            **{k: v for k, v in shipped.get("ssh_defaults", {}).items() if k == "connect_timeout"},
-        },
-        "hosts": hosts,
+        "user": "root",
+        "port": 22,
+        "key": ssh_key,
+        "known_hosts": known_hosts,
+        "host_key_policy": "strict",
+        # the shipped file's deadline (the lab's hosts answer in milliseconds)
+        **{k: v for k, v in shipped.get("ssh_defaults", {}).items() if k == "connect_timeout"},
+    }
+
+
+def inventory_doc(ssh_key: str, known_hosts: str) -> dict:
+    """The lab's inventory as a plain document (what LAB_DIR/inventory.yaml holds)."""
+    shipped = shipped_sections()
+    return {
+        "cluster": {"name": CLUSTER_NAMES[0]},
+        "ssh_defaults": _ssh_defaults(shipped, ssh_key, known_hosts),
+        "hosts": _hosts_doc(HOSTS),
         "runtime": shipped["runtime"],
         "caches": shipped["caches"],
         "engram": shipped["engram"],
-        **({"alerts": shipped["alerts"]} if "alerts" in shipped else {}),
+        **{k: shipped[k] for k in ("gateway", "alerts") if k in shipped},
+    }
+
+
+def second_inventory_doc(ssh_key: str, known_hosts: str) -> dict:
+    """The second pair's inventory (LAB_DIR/inventory-2.yaml): the shipped runtime, caches, gateway
+    and alerts on head2 + worker2; no offload host, so no drafter (runtime.speculative) and no Engram."""
+    shipped = shipped_sections()
+    runtime = {k: v for k, v in shipped["runtime"].items() if k != "speculative"}
+    return {
+        "cluster": {"name": CLUSTER_NAMES[1]},
+        "ssh_defaults": _ssh_defaults(shipped, ssh_key, known_hosts),
+        "hosts": _hosts_doc(SECOND_PAIR),
+        "runtime": runtime,
+        "caches": shipped["caches"],
+        **{k: shipped[k] for k in ("gateway", "alerts") if k in shipped},
+    }
+
+
+FLEET_NAME = "lab-fleet"
+FRONT_DOOR_PORT = 8890
+
+
+def fleet_doc(inventory_files: tuple[str, ...]) -> dict:
+    """The lab's fleet file (LAB_DIR/fleet.yaml): both pairs, in rollout order, by paths relative to
+    the fleet file's folder; the front door on the first pair's head."""
+    return {
+        "fleet": {"name": FLEET_NAME},
+        "members": [{"inventory": f} for f in inventory_files],
+        "front_door": {"member": CLUSTER_NAMES[0], "port": FRONT_DOOR_PORT},
+        "rollout": {"max_unavailable": 1, "stop_on_failure": True},
     }

@@ -48,16 +48,27 @@ def _report(result: dict, verb: str, json_out: bool) -> None:
 
 
 @app.command()
-def up(json_out: JsonOpt = False) -> None:
+def up(
+    clusters: Optional[int] = typer.Option(
+        None,
+        "--clusters",
+        metavar="N",
+        help="Spark pairs: 1 (head, worker, offload) or 2 (and head2, worker2, with inventory-2.yaml and fleet.yaml "
+        "for a fleet); 1 removes the second pair. Default: as many as the lab has (1 on a fresh lab).",
+    ),
+    json_out: JsonOpt = False,
+) -> None:
     """Bring the lab up: namespaces, links, hosts (sshd + dockerd), registry, runtime image. Idempotent."""
     api = lab_api()
 
-    result = api.up(progress=_progress)
+    result = api.up(progress=_progress, clusters=clusters)
     _report(result, "up", json_out)
     if not json_out:
         from sparkctl.cli.output import answer
 
         answer().print(f"inventory: {api.INVENTORY_PATH}   ssh: ssh -F {api.SSH_CONFIG} head", soft_wrap=True)
+        if api.clusters() == 2:
+            answer().print(f"inventory-2: {api.INVENTORY_2_PATH}   fleet: {api.FLEET_PATH}", soft_wrap=True)
 
 
 @app.command()
@@ -92,7 +103,7 @@ def _render_status(doc: dict, c) -> None:
 
     ok = lambda b: "[green]ok[/]" if b else "[red]down[/]"  # noqa: E731
     c.print(
-        f"lab: {'[green]up[/]' if doc['up'] else '[red]not up[/]'}   dir {doc['lab_dir']}   "
+        f"lab: {'[green]up[/]' if doc['up'] else '[red]not up[/]'}   clusters {doc['clusters']}   dir {doc['lab_dir']}   "
         f"namespaces {', '.join(doc['namespaces']) or '-'}",
         soft_wrap=True,
     )
@@ -101,7 +112,7 @@ def _render_status(doc: dict, c) -> None:
         t.add_column(col)
     for name, h in doc["hosts"].items():
         t.add_row(
-            name,
+            name if h["expected"] else f"{name} [red](left over: lab up removes it)[/]",
             h["role"],
             h["netns"] if h["netns_exists"] else "[red]-[/]",
             str(h["init_pid"] or "-"),
@@ -153,7 +164,7 @@ def _render_status(doc: dict, c) -> None:
 
 @app.command()
 def fault(
-    host: Optional[str] = typer.Argument(None, help="Lab host: head, worker or offload."),
+    host: Optional[str] = typer.Argument(None, help="Lab host: head, worker or offload (head2, worker2 with two pairs)."),
     kind: Optional[str] = typer.Argument(None, help="link-down | mtu | speed | rdma-down | gpu-missing | driver | gpu-process."),
     target: Optional[str] = typer.Argument(None, help="Device (netdev or RDMA device) or GPU index the fault hits."),
     value: Optional[str] = typer.Option(

@@ -88,9 +88,10 @@ def test_down_leaves_nothing_behind_and_up_brings_it_all_back(lab):
     # a running container on a host must not slow the teardown down (it is killed first)
     r = lab.host_exec("head", ["docker", "run", "-d", "--network", "host", lab.IMAGE, "sleep", "600"], timeout=120)
     assert r.returncode == 0, r.stderr
+    lab.up(clusters=2)  # down takes every pair, whatever the lab's count (the fresh lab after has one)
     r = subprocess.run([*CLI, "down", "--json"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["changed"] is True
+    assert "hosts stopped: head, worker, offload, head2, worker2" in json.loads(r.stdout)["changes"]
     assert _leftovers(lab_dir) == {
         "netns": [],
         "processes": [],
@@ -111,6 +112,7 @@ def test_down_leaves_nothing_behind_and_up_brings_it_all_back(lab):
     assert json.loads(r.stdout)["changed"] is True
     status = lab.status()
     assert status["up"], status
+    assert status["clusters"] == 1 and list(status["hosts"]) == ["head", "worker", "offload"]
     # host identities survive a down/up (keys are kept with the caches)
     assert lab.KNOWN_HOSTS.exists() and lab.host_exec("worker", ["hostname"]).stdout.strip() == "worker"
 

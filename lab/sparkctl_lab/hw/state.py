@@ -22,14 +22,14 @@ from pathlib import Path
 
 from sparkctl_lab import paths
 from sparkctl_lab.procs import alive
-from sparkctl_lab.topology import HOSTS, LabHost
+from sparkctl_lab.topology import ALL_HOSTS, LabHost
 
 FAULT_KINDS = ("link-down", "mtu", "speed", "rdma-down", "gpu-missing", "driver", "gpu-process")
 
 
 def current_host() -> LabHost:
     """The host a simulated tool runs on (its wrapper sets SPARKCTL_LAB_HOST)."""
-    return HOSTS[os.environ["SPARKCTL_LAB_HOST"]]
+    return ALL_HOSTS[os.environ["SPARKCTL_LAB_HOST"]]
 
 
 def load_faults(name: str) -> dict:
@@ -134,7 +134,7 @@ def speed_file(name: str, device: str) -> Path:
 
 def sync_sys(name: str, operstates: dict[str, str]) -> None:
     """Bring the host's simulated sysfs files in line with its faults and real link states."""
-    host = HOSTS[name]
+    host = ALL_HOSTS[name]
     faults = load_faults(name)
     for n in host.nics:
         _put(speed_file(name, n.device), f"{speed(host, n.device, faults, operstates.get(n.device, 'absent'))}\n")
