@@ -9,8 +9,10 @@ through the same door (the others drained at the door).
 Loopback (the default): N members, each the lab's vLLM simulator (tests/unit/test_sim_serving.Server)
 behind its own gateway (tests/unit/test_gateway.Gateway), and `python -m sparkctl.fleetdoor` in
 front of them. --lab: the lab's fleet (its fleet file; the door deployed by `sparkctl fleet up`),
-measured from this machine, draining and undraining over SSH (sparkctl/fleet/door_admin.py);
-it holds the lab test lock for the whole run (benchmarks/labbench.py).
+measured from this machine, draining and undraining over SSH (sparkctl/fleet/door_admin.py).
+It holds the lab test lock for the whole run (benchmarks/labbench.py): it brings the second pair
+up (`sparkctl lab up --clusters 2`), converges both members (`sparkctl up`), deploys the door
+(fleet/door_step.py ensure_front_door), and at the end removes the door and the second pair.
 
 Rounds alternate "fleet" (every member takes requests) and "one" (every member but the first
 drained at the door), so drift hits both. Each round runs --streams client threads, and each thread
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -113,7 +116,9 @@ def report(result: dict, n: int, args, where: str) -> None:
         f"{where}: {n} members, {args.streams} streams x {args.requests} requests x {args.rounds} rounds, "
         f"{args.max_tokens} tokens each"
     )
-    print(f"aggregate tok/s : fleet {fleet:8.1f}   one member {one:8.1f}   ratio {fleet / one:.2f} x (ideal {n} x; median over rounds)")
+    print(
+        f"aggregate tok/s : fleet {fleet:8.1f}   one member {one:8.1f}   ratio {fleet / one:.2f} x (ideal {n} x; median over rounds)"
+    )
     print(f"failed requests : {result['failed']}")
 
 
@@ -164,31 +169,49 @@ def loopback_main(args) -> int:
 
 
 def lab_main(args) -> int:
+    """Under the lab's test lock: the second pair up, both members converged, the door deployed;
+    the rounds; then the door removed and the lab back to one pair (whatever happened)."""
     import httpx
 
-    from labbench import require_lab
+    from labbench import ENV, SPARKCTL, require_lab
 
     lock = require_lab()  # noqa: F841 (held until exit)
     from sparkctl.fleet import door_admin
+    from sparkctl.fleet.door_step import ensure_front_door, plan_lines
     from sparkctl.fleet.model import load_fleet
 
-    fleet = load_fleet(args.fleet)
-    base = fleet.front_door_url
+    def cli(*a: str) -> None:
+        log(f"sparkctl {' '.join(a)} ...")
+        p = subprocess.run([*SPARKCTL, *a], capture_output=True, text=True, env=ENV, timeout=1800)
+        if p.returncode != 0:
+            sys.exit(f"sparkctl {' '.join(a)} failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+
     try:
-        httpx.get(base + "/fleetdoor/metrics", timeout=5, trust_env=False).raise_for_status()
-    except httpx.HTTPError as e:
-        sys.exit(f"the fleet's front door does not answer at {base} ({e}): `sparkctl fleet up -f {args.fleet}` first")
-    names = [m.name for m in fleet.members]
-    model = fleet.members[0].inventory.runtime.served_model_name
+        cli("lab", "up", "--clusters", "2")
+        fleet = load_fleet(args.fleet)
+        for m in fleet.members:
+            cli("up", "-i", str(m.inventory_path))
+        recap = ensure_front_door(fleet)
+        if recap.failed:
+            sys.exit("the fleet door did not start: " + "; ".join(plan_lines(recap)))
+        base = fleet.front_door_url
+        names = [m.name for m in fleet.members]
+        model = fleet.members[0].inventory.runtime.served_model_name
 
-    def set_one(one: bool) -> None:
-        for n in names[1:]:
-            door_admin.drain(fleet, n, wait_s=120) if one else door_admin.undrain(fleet, n)
+        def set_one(one: bool) -> None:
+            for n in names[1:]:
+                door_admin.drain(fleet, n, wait_s=120) if one else door_admin.undrain(fleet, n)
 
-    result = measure(base, model, names, set_one, args)
+        result = measure(base, model, names, set_one, args)
+        counts = door_counts(httpx.get(base + "/fleetdoor/metrics", timeout=5, trust_env=False).text)
+    finally:
+        import sparkctl_lab.api as lab
+
+        lab.host_exec("head", ["docker", "rm", "-f", "sparkctl-fleet-door"])
+        cli("lab", "up", "--clusters", "1")
     report(result, len(names), args, f"lab fleet {fleet.name} ({args.fleet})")
-    print(door_counts(httpx.get(base + "/fleetdoor/metrics", timeout=5, trust_env=False).text))
-    print("note: the lab's pairs, the door, the gateways and this client share the machine's 2 cores")
+    print(counts)
+    print("note: the lab's two pairs, the door, the gateways and this client share the machine's 2 cores")
     return 0
 
 
@@ -201,7 +224,7 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=200)
     ap.add_argument("--max-num-seqs", type=int, default=4, help="loopback: each simulated engine's batch bound")
     ap.add_argument("--step-scale", type=float, default=0.1, help="loopback: the simulator's SIM_STEP_TIME_SCALE")
-    ap.add_argument("--lab", action="store_true", help="measure the lab's fleet (needs root and `sparkctl fleet up`)")
+    ap.add_argument("--lab", action="store_true", help="measure the lab's two-pair fleet (needs root)")
     ap.add_argument("--fleet", default="/var/lib/sparkctl-lab/fleet.yaml", help="--lab: the fleet file")
     args = ap.parse_args()
     if args.members < 1 or args.streams < 1 or args.rounds < 1:

@@ -97,6 +97,11 @@ def print_up(report, c=None) -> None:
     d = report.front_door
     style = {"ok": "green", "changed": "yellow", "failed": "bold red"}.get(d.get("status"), "dim")
     c.print(f"front door: [{style}]{escape(str(d.get('status')))}[/] {escape(str(d.get('message') or ''))}", soft_wrap=True)
+    if report.check or d.get("status") != "ok":  # the plan --check shows is what the run does
+        for line in d.get("plan") or []:
+            c.print(f"  {escape(line)}", soft_wrap=True)
+    if d.get("status") == "failed" and d.get("fix"):
+        c.print(f"  [bold]fix:[/] {escape(d['fix'])}", soft_wrap=True)
     verdict = report.verdict()
     style = "bold red" if report.failed else ("green" if verdict == "nothing to change" else "yellow")
     c.print(f"fleet {escape(report.fleet)}: [{style}]{escape(verdict)}[/]", soft_wrap=True)

@@ -62,13 +62,14 @@ def fleet_check(name: str, doc: str) -> Callable:
 @fleet_check("fleet.front_door", "The fleet's front door answers its clients' URL (its own metrics page).")
 def _front_door(ctx: FleetContext):
     d, where = ctx.door, door_place(ctx.fleet)
+    url = d.get("url") or ctx.fleet.front_door_url
     if d.get("answering"):
-        yield FLEET_HOST, ok(f"{d['url']} answers", target=d["url"])
+        yield FLEET_HOST, ok(f"{url} answers", target=url)
     else:
         yield FLEET_HOST, fail(
-            f"{d.get('url', ctx.fleet.front_door_url)} does not answer: {d.get('error') or 'no answer'}",
+            f"{url} does not answer: {d.get('error') or 'no answer'}",
             f"`sparkctl fleet up` deploys it; if it runs, `docker logs sparkctl-fleet-door` on {where}",
-            target=d.get("url"),
+            target=url,
         )
 
 
@@ -235,13 +236,13 @@ def fleet_doctor(fleet, only=None, ignore=None, deep: bool = False, allow_loadin
     member_groups, with_fleet = split_only(only)
     ignored = [p.strip() for v in ignore or [] for p in v.split(",") if p.strip()]
     fleet_ignored = {n for n in ignored if n.startswith(GROUP + ".")}
-    if member_groups is not None or ignored:
-        select(member_groups or None, [n for n in ignored if n not in FLEET_CHECKS], deep)  # an unknown name: exit 2 now
+    member_ignored = [n for n in ignored if n not in fleet_ignored]
     unknown = [n for n in fleet_ignored if n not in FLEET_CHECKS]
     if unknown:
         from sparkctl.checks.doctor import _unknown
 
         raise _unknown("check name", unknown, FLEET_CHECKS)
+    select(member_groups or None, member_ignored, deep)  # an unknown group or name: exit 2 before any host
     ctx = FleetContext(fleet)
 
     def fleet_view() -> None:
@@ -266,8 +267,7 @@ def fleet_doctor(fleet, only=None, ignore=None, deep: bool = False, allow_loadin
         def one(m):
             t0 = time.monotonic()
             try:
-                return doctor(m.inventory, only=member_groups, ignore=[n for n in ignored if n not in FLEET_CHECKS],
-                              deep=deep, allow_loading=allow_loading)  # fmt: skip
+                return doctor(m.inventory, only=member_groups, ignore=member_ignored, deep=deep, allow_loading=allow_loading)
             finally:
                 seconds[m.name] = time.monotonic() - t0
 

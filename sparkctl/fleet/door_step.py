@@ -15,12 +15,10 @@ member's io.sparkctl.cluster: the member's own `up`/`down` neither see it nor re
 
 from __future__ import annotations
 
-import shlex
 import time
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable
 
 from sparkctl.errors import HostError, InputError
-from sparkctl.facts.base import Reading, fact
 from sparkctl.fleetdoor import placement
 from sparkctl.inventory.models import Inventory
 from sparkctl.steps.base import Change, Plan, RunContext, Step
@@ -33,42 +31,6 @@ if TYPE_CHECKING:
 WAIT_S = 60.0  # the door answers within a second or two of its start (it probes each member once first)
 STOP_GRACE = 10  # seconds in-flight requests may still run on SIGTERM
 FLEET_LABEL = "io.sparkctl.fleet"
-
-
-# --- facts: the door's container and code on the door member's head ------------------------------
-
-
-def _container_probe(t) -> Optional[str]:
-    if t.host.role != "head":
-        return None
-    name = shlex.quote(placement.CONTAINER)
-    # docker inspect of a missing container exits 1 with "[]" on stdout: an answer, not a failure
-    return f"out=$(docker inspect {name} 2>/dev/null); rc=$?; if [ $rc -ne 0 ] && docker version >/dev/null 2>&1; then echo '[]'; exit 0; fi; echo \"$out\"; exit $rc"
-
-
-@fact("fleet_door", _container_probe, background=True, fields={"fleet_door": None})  # its ContainerFact, False: none, None: not read
-def _fleet_door(f, r: Reading) -> None:
-    from sparkctl.facts.docker import parse_containers
-
-    found, err = parse_containers(r.rc, r.out)
-    if err:
-        f.errors[r.key] = err
-    else:
-        f.fleet_door = found[0] if found else False
-
-
-def _code_probe(t) -> Optional[str]:
-    if t.host.role != "head":
-        return None
-    from sparkctl.fleet import door_code
-
-    return f"test -f {shlex.quote(door_code.directory())}/{door_code.COMPLETE} && echo present || echo absent"
-
-
-@fact("fleet_door_code", _code_probe, fields={"fleet_door_code": None})  # True / False, None: not read
-def _fleet_door_code(f, r: Reading) -> None:
-    out = r.out.strip()
-    f.fleet_door_code = True if out == "present" else False if out == "absent" else None
 
 
 # --- the launch ----------------------------------------------------------------------------------
@@ -123,7 +85,7 @@ class FrontDoorStep(Step):
     """Runs with RunContext.options["fleet"] (the Fleet) on the door member's inventory."""
 
     name = "front_door"
-    facts = frozenset({"fleet_door", "fleet_door_code", "image"})
+    facts = frozenset({"fleet_door", "fleet_door_code", "image"})  # facts/fleet_door.py, facts/docker.py
 
     def hosts(self, inv: Inventory) -> list[str]:
         return inv.hosts_with_role("head")[:1]
@@ -139,7 +101,9 @@ class FrontDoorStep(Step):
         running = f.fleet_door or None
         ops = []
         if f.fleet_door_code is not True:
-            ops.append(Change("ship-code", f"copy the fleet door's code ({len(door_code.files())} files) to {door_code.directory()}"))
+            ops.append(
+                Change("ship-code", f"copy the fleet door's code ({len(door_code.files())} files) to {door_code.directory()}")
+            )
         if running is None:
             why = f"{spec.name} not on {host}"
         elif not running.running:
@@ -245,5 +209,3 @@ def plan_lines(recap: "Recap") -> list[str]:
 def describe(fleet: "Fleet") -> str:
     """The door's launch as `docker run` (for `render`-like output)."""
     return launch(fleet).docker_run()
-
-

@@ -133,32 +133,21 @@ def up_member(member, check: bool, say: Say, force: bool = False, wait: float = 
 
 
 def front_door_step(fleet, check: bool, say: Say) -> dict:
-    """The fleet's front door (container sparkctl-fleet-door), by its deploy step
-    (sparkctl/fleet/door_step.py `ensure_front_door`); as a dict with at least status and message."""
-    try:
-        from sparkctl.fleet.door_step import ensure_front_door
-    except ModuleNotFoundError as err:
-        if err.name != "sparkctl.fleet.door_step":
-            raise
-        return {"status": "skipped", "message": "this sparkctl has no front-door step (sparkctl/fleet/door_step.py)"}
-    result = ensure_front_door(fleet, check=check, progress=lambda *parts: say("front door: " + " ".join(map(str, parts))))
-    return door_result(result)
+    """The fleet's front door (container sparkctl-fleet-door on the door member's head), by its
+    deploy step (sparkctl/fleet/door_step.py): {status: ok|changed|failed|skipped, message, plan, recap}."""
+    from sparkctl.fleet.door_step import ensure_front_door, plan_lines
+
+    recap = ensure_front_door(fleet, check=check, progress=lambda host, step, text: say(f"front door: {host} {step}: {text}"))
+    return door_result(recap, plan_lines(recap))
 
 
-def door_result(result: Any) -> dict:
-    """The door step's result (a StepResult, a dict, or anything with to_dict) as a dict with
-    status and message."""
-    from dataclasses import asdict, is_dataclass
-
-    if hasattr(result, "to_dict"):
-        doc = result.to_dict()
-    elif is_dataclass(result):
-        doc = asdict(result)
-    else:
-        doc = dict(result)
-    doc.setdefault("status", "failed" if doc.get("failed") else ("changed" if doc.get("changed") else "ok"))
-    doc.setdefault("message", "")
-    return doc
+def door_result(recap, plan: list[str]) -> dict:
+    """The door step's recap as fleet up reports it: one status, the results' messages, its plan."""
+    status = "failed" if recap.failed else ("changed" if recap.count("changed") else "ok")
+    shown = [r for r in recap.results if r.status != "skipped"] or recap.results
+    message = "; ".join(f"{r.host}: {r.message}" for r in shown)
+    fix = next((r.fix for r in recap.results if r.fix), None)
+    return {"status": status, "message": message, "fix": fix, "plan": plan, "recap": recap.to_dict()}
 
 
 def fleet_up(fleet, check: bool, say: Say, **options) -> FleetUp:

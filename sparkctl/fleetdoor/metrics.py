@@ -18,9 +18,7 @@ class Metrics:
         r = self.registry = CollectorRegistry(auto_describe=True)
         p = "sparkctl_fleetdoor_"
         self.state = Gauge(p + "member_state", "1 for each member's current state", ["member", "state"], registry=r)
-        self.outstanding = Gauge(
-            p + "member_outstanding", "Requests sent to the member and not finished", ["member"], registry=r
-        )
+        self.outstanding = Gauge(p + "member_outstanding", "Requests sent to the member and not finished", ["member"], registry=r)
         self.requests = Counter(p + "member_requests", "Requests sent to the member", ["member"], registry=r)
         self.errors = Counter(
             p + "member_errors",

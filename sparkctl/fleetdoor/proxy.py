@@ -101,9 +101,7 @@ class Proxy:
         """The member's response (its status and headers), or None when it did not take the request."""
         url = URL(member.public_url + request.raw_path, encoded=True)
         gone = member.gone
-        send = asyncio.ensure_future(
-            self.session.request(request.method, url, headers=headers, data=body, allow_redirects=False)
-        )
+        send = asyncio.ensure_future(self.session.request(request.method, url, headers=headers, data=body, allow_redirects=False))
         watch = asyncio.ensure_future(gone.wait())
         try:
             await asyncio.wait({send, watch}, return_when=asyncio.FIRST_COMPLETED)

@@ -93,7 +93,9 @@ def _url(p: argparse.ArgumentParser, what: str, text: str) -> str:
 def member(p: argparse.ArgumentParser, text: str) -> MemberSpec:
     name, sep, urls = text.partition("=")
     if not sep or not name.strip():
-        p.error(f"--member {text!r}: expected NAME=PUBLIC_URL[,HEALTH_URL], e.g. lab=http://10.231.0.11:8000,http://10.231.0.11:8001")
+        p.error(
+            f"--member {text!r}: expected NAME=PUBLIC_URL[,HEALTH_URL], e.g. lab=http://10.231.0.11:8000,http://10.231.0.11:8001"
+        )
     public, _, health = urls.partition(",")
     pub = _url(p, name, public)
     return MemberSpec(name.strip(), pub, _url(p, name, health) if health.strip() else pub)

@@ -91,16 +91,17 @@ def running(sims: dict[str, Server]) -> dict[str, int]:
 
 def ask(door: FleetDoor, text: str, history: list | None = None, max_tokens: int = 4, timeout: float = 60) -> list:
     messages = [*(history or []), {"role": "user", "content": text}]
-    r = door.openai.chat.completions.create(
-        model=NAME, messages=messages, max_tokens=max_tokens, temperature=0, timeout=timeout
-    )
+    r = door.openai.chat.completions.create(model=NAME, messages=messages, max_tokens=max_tokens, temperature=0, timeout=timeout)
     return [*messages, {"role": "assistant", "content": r.choices[0].message.content}]
 
 
 def open_stream(door: FleetDoor, text: str, max_tokens: int = 30000):
     """A streaming chat request, read up to its first chunk: it is in flight at the door until closed."""
     s = door.openai.chat.completions.create(
-        model=NAME, messages=[{"role": "user", "content": text}], max_tokens=max_tokens, stream=True,
+        model=NAME,
+        messages=[{"role": "user", "content": text}],
+        max_tokens=max_tokens,
+        stream=True,
         extra_body={"ignore_eos": True},  # vLLM's sampling parameter: no natural end (the simulator's ends at 900-2200)
     )
     next(iter(s))
@@ -173,6 +174,7 @@ def test_a_conversation_stays_on_one_member(fleet):
     for c in range(6):
         history: list = [{"role": "system", "content": "You are terse."}]
         for turn in range(3):
+
             def send(history=history, turn=turn, c=c):
                 history[:] = ask(door, f"conversation {c}, question {turn}", history)
 
@@ -200,7 +202,10 @@ def test_drain_moves_new_requests_off_and_waits_for_in_flight(fleet):
     time.sleep(0.3)
     assert drain.is_alive(), result  # it waits for the stream
     for c in range(6):  # conversations of both members before: all on the other one now
-        assert which(door, lambda c=c: ask(door, f"conversation {c}, question 0", [{"role": "system", "content": "You are terse."}])) == other
+        assert (
+            which(door, lambda c=c: ask(door, f"conversation {c}, question 0", [{"role": "system", "content": "You are terse."}]))
+            == other
+        )
     stream.close()
     drain.join(30)
     assert result["r"].returncode == 0, result["r"].stderr
@@ -209,7 +214,10 @@ def test_drain_moves_new_requests_off_and_waits_for_in_flight(fleet):
     assert door.status()["eligible"] == [other]
     r = door.ctl("undrain", member)
     assert r.returncode == 0 and json.loads(r.stdout)["members"][member]["state"] == "passing", r.stderr
-    homes = {which(door, lambda c=c: ask(door, f"conversation {c}, question 0", [{"role": "system", "content": "You are terse."}])) for c in range(6)}
+    homes = {
+        which(door, lambda c=c: ask(door, f"conversation {c}, question 0", [{"role": "system", "content": "You are terse."}]))
+        for c in range(6)
+    }
     assert homes == {"a", "b"}  # its conversations come back to it
 
 
@@ -221,7 +229,13 @@ def test_a_member_whose_gateway_holds_is_skipped(fleet):
         st = door.wait_state("a", "holding")
         assert "its gateway holds (admin)" in st["members"]["a"]["reason"]
         for c in range(6):
-            assert which(door, lambda c=c: ask(door, f"conversation {c}, question 0", [{"role": "system", "content": "You are terse."}])) == "b"
+            assert (
+                which(
+                    door,
+                    lambda c=c: ask(door, f"conversation {c}, question 0", [{"role": "system", "content": "You are terse."}]),
+                )
+                == "b"
+            )
     finally:
         gws["a"].release()
     door.wait_state("a", "passing")

@@ -1,0 +1,111 @@
+"""`sparkctl fleet up | status | doctor` on the lab's two pairs (issue 22): the fleet's doctor runs
+both members at once and names a fault planted in either member under that member; a second
+`fleet up` changes nothing and says so; `fleet status --json` names the front door's URL and both
+members serving.
+
+The module brings the lab's second pair up (`sparkctl lab up --clusters 2`) and takes it away again
+in its teardown (`lab up --clusters 1`, the door's container removed), so the rest of the suite
+never pays for it. Timings are printed, never asserted. Cost on the shared 2-core lab: the second
+pair and its first `fleet up` ~25 s (the pair's image pull and cold start), the no-op `fleet up`
+~3 s, status ~3 s, the two doctors ~10 s, the teardown ~5 s.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from importlib.util import find_spec
+from pathlib import Path
+
+import pytest
+from labcli import ENV, sparkctl
+
+pytestmark = pytest.mark.lab
+
+FLEET = Path("/var/lib/sparkctl-lab/fleet.yaml")
+DOOR_URL = "http://10.231.0.11:8890"  # the fleet file's front door: member lab's head, port 8890
+MEMBERS = ["lab", "lab-2"]
+HAS_DOOR_STEP = find_spec("sparkctl.fleet.door_step") is not None  # fleetdoor's deploy step (merged by the lead)
+
+
+def lab_cli(*args: str) -> dict:
+    p = subprocess.run([sys.executable, "-m", "sparkctl", "lab", *args, "--json"], capture_output=True, text=True,
+                       env=ENV, timeout=600)  # fmt: skip
+    assert p.returncode == 0 and "Traceback" not in p.stderr, (p.returncode, p.stdout[-3000:], p.stderr[-3000:])
+    return json.loads(p.stdout)
+
+
+@pytest.fixture(scope="module")
+def fleet(lab):
+    """The lab with its second pair, every member up (`fleet up`); taken away again in teardown."""
+    t0 = time.monotonic()
+    lab_cli("up", "--clusters", "2")
+    first = sparkctl("fleet", "up", "-f", str(FLEET))
+    print(f"\nsecond pair and first fleet up: {time.monotonic() - t0:.1f} s ({first['outcome']})")
+    yield first
+    lab.clear_faults()
+    lab.host_exec("head", ["docker", "rm", "-f", "sparkctl-fleet-door"])
+    lab_cli("up", "--clusters", "1")
+
+
+def test_a_second_fleet_up_changes_nothing_and_says_so(fleet):
+    assert [m["member"] for m in fleet["members"]] == MEMBERS
+    assert fleet["failed"] is False, json.dumps(fleet, indent=1)[-3000:]
+    p = subprocess.run([sys.executable, "-m", "sparkctl", "fleet", "up", "-f", str(FLEET)], capture_output=True,
+                       text=True, env=ENV, timeout=600)  # fmt: skip
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    assert "fleet lab-fleet: nothing to change" in p.stdout
+    # progress is on stderr, each line naming its member
+    assert any(line.startswith("lab-2: ") for line in p.stderr.splitlines()), p.stderr[-2000:]
+    again = sparkctl("fleet", "up", "-f", str(FLEET), "--check")
+    assert (again["outcome"], again["changed"]) == ("nothing to change", False)
+    assert [m["changed"] for m in again["members"]] == [0, 0]
+
+
+def test_fleet_status_json_names_the_front_door_url_and_both_members_serving(fleet, tmp_path):
+    doc = sparkctl("fleet", "status", "-f", str(FLEET), rc=None)
+    (tmp_path / "fleet_status.json").write_text(json.dumps(doc, indent=1))  # a recording for the unit tests
+    print(f"\nrecorded: {tmp_path / 'fleet_status.json'}")
+    assert doc["front_door_url"] == DOOR_URL
+    rows = {m["member"]: m for m in doc["members"]}
+    assert list(rows) == MEMBERS
+    for name, m in rows.items():
+        assert (m["health"], m["inventory_applied"]) == ("serving", True), (name, m["error"])
+        assert m["applied_config_hash"] == m["config_hash"]
+    if HAS_DOOR_STEP:  # the door is deployed by `fleet up` once fleetdoor's step is in this sparkctl
+        assert doc["front_door"]["answering"], doc["front_door"]
+        assert {n: m["front_door"] for n, m in rows.items()} == {"lab": "passing", "lab-2": "passing"}
+
+
+def test_fleet_doctor_runs_the_members_at_once_and_names_each_planted_fault_under_its_member(fleet, lab):
+    t0 = time.monotonic()
+    one = sparkctl("doctor", "-i", str(FLEET.parent / "inventory.yaml"))
+    t_one = time.monotonic() - t0
+    t0 = time.monotonic()
+    healthy = sparkctl("fleet", "doctor", "-f", str(FLEET), rc=None)
+    t_fleet = time.monotonic() - t0
+    print(f"\none cluster's doctor: {t_one:.1f} s; the 2-pair fleet's doctor: {t_fleet:.1f} s "
+          f"(members at once: {healthy['member_seconds']})")  # fmt: skip
+    assert one["summary"]["failed"] == 0
+    assert list(healthy["members"]) == MEMBERS
+    for name in MEMBERS:
+        assert healthy["members"][name]["summary"]["failed"] == 0, (name, healthy["members"][name]["summary"])
+    same = [c for c in healthy["fleet_checks"] if c["name"] == "fleet.same_model"]
+    assert [c["status"] for c in same] == ["ok", "ok"]
+
+    lab.fault("worker2", "link-down", "enp1s0f0np0")  # in member lab-2
+    lab.fault("worker", "driver", value="580.82.09")  # in member lab (the head is the reference)
+    try:
+        faulty = sparkctl("fleet", "doctor", "-f", str(FLEET), "--only", "gpu,fabric", rc=1)
+    finally:
+        lab.clear_faults()
+
+    def failed(member: str) -> set[tuple[str, str]]:
+        return {(c["name"], c["host"]) for c in faulty["members"][member]["checks"] if c["status"] == "failed"}
+
+    assert ("fabric.link", "worker2") in failed("lab-2") and not any(n == "fabric.link" for n, _ in failed("lab"))
+    assert ("gpu.driver", "worker") in failed("lab") and not any(n == "gpu.driver" for n, _ in failed("lab-2"))
+    assert "lab-2: fabric.link" in faulty["summary"]["failed_checks"]
+    assert "lab: gpu.driver" in faulty["summary"]["failed_checks"]
