@@ -51,8 +51,12 @@ def up(
     fleet_file: FleetOpt = None,
     check: CheckOpt = False,
     json_out: JsonOpt = False,
-    force: Annotated[bool, typer.Option("--force", help="Restart each member's runtime even if its config hash matches.")] = False,
-    side_load: Annotated[bool, typer.Option("--side-load", help="Copy images from each head over SSH instead of pulling.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Restart each member's runtime even if its config hash matches.")
+    ] = False,
+    side_load: Annotated[
+        bool, typer.Option("--side-load", help="Copy images from each head over SSH instead of pulling.")
+    ] = False,
     pull: Annotated[bool, typer.Option("--pull", help="Pull the images on every node even if they agree.")] = False,
     timeout: Annotated[
         Optional[float], typer.Option("--timeout", help="Seconds each member's runtime has to serve (default 1800).")
@@ -143,7 +147,9 @@ def print_status(doc: dict, c=None) -> None:
 
     c = c or answer()
     d = doc["front_door"]
-    answering = "[green]answering[/]" if d.get("answering") else f"[bold red]not answering[/] ({escape(str(d.get('error') or ''))})"
+    answering = (
+        "[green]answering[/]" if d.get("answering") else f"[bold red]not answering[/] ({escape(str(d.get('error') or ''))})"
+    )
     t = Table(title=f"fleet {escape(doc['fleet'])}: front door {escape(doc['front_door_url'])} {answering}", title_justify="left")
     for col, justify in (("member", "left"), ("health", "left"), ("config", "left"), ("tok/s", "right"),
                          ("queue", "right"), ("front door", "left")):  # fmt: skip
@@ -152,7 +158,9 @@ def print_status(doc: dict, c=None) -> None:
         if r["applied_config_hash"] is None:
             config = "[dim]none applied[/]" if r["health"] != "unreachable" else "-"
         else:
-            mark = "[green]= inventory[/]" if r["inventory_applied"] else f"[yellow]inventory is {(r['config_hash'] or '?')[:12]}[/]"
+            mark = (
+                "[green]= inventory[/]" if r["inventory_applied"] else f"[yellow]inventory is {(r['config_hash'] or '?')[:12]}[/]"
+            )
             config = f"{r['applied_config_hash'][:12]} {mark}"
         tps = "-" if r["output_tokens_per_s"] is None else f"{r['output_tokens_per_s']:g}"
         queue = "-" if r["running"] is None else f"{r['running']}/{r['waiting']}"
@@ -167,7 +175,9 @@ def print_status(doc: dict, c=None) -> None:
         if r["health"] != "serving" and r.get("error"):
             c.print(f"{escape(r['member'])}: [red]{escape(r['error'])}[/]" + (f" (fix: {escape(r['fix'])})" if r.get("fix") else ""),
                     soft_wrap=True)  # fmt: skip
-    c.print("[green]healthy[/]" if doc["healthy"] else "[red]not healthy[/]: run `sparkctl fleet doctor` (or `sparkctl fleet up`)")
+    c.print(
+        "[green]healthy[/]" if doc["healthy"] else "[red]not healthy[/]: run `sparkctl fleet doctor` (or `sparkctl fleet up`)"
+    )
 
 
 @app.command("doctor")
@@ -176,8 +186,11 @@ def doctor(
     json_out: JsonOpt = False,
     only: Annotated[
         Optional[list[str]],
-        typer.Option("--only", help="Run only these check groups (comma-separated or repeated): the members' "
-                     "(ssh, host, gpu, fabric, env, images, caches, engram, runtime, gateway) and fleet."),  # fmt: skip
+        typer.Option(
+            "--only",
+            help="Run only these check groups (comma-separated or repeated): the members' "
+            "(ssh, host, gpu, fabric, env, images, caches, engram, runtime, gateway) and fleet.",
+        ),
     ] = None,
     ignore: Annotated[
         Optional[list[str]], typer.Option("--ignore", help="Skip these checks by name (comma-separated or repeated).")
@@ -249,7 +262,9 @@ def print_doctor(report, c=None) -> None:
 def history(
     fleet_file: FleetOpt = None,
     json_out: JsonOpt = False,
-    last: Annotated[int, typer.Option("--last", "-n", help="Show the newest N events of the fleet (0: all the heads keep).", min=0)] = 20,
+    last: Annotated[
+        int, typer.Option("--last", "-n", help="Show the newest N events of the fleet (0: all the heads keep).", min=0)
+    ] = 20,
 ) -> None:
     """Every member's applied configs, reloads, restarts and rollbacks, merged in time order, each naming its member.
 

@@ -57,6 +57,7 @@ def check_seconds(option: str, value: Optional[float], *, low: float, high: Opti
     bound = f"from {low:g} to {high:g}" if high is not None else f"at least {low:g}"
     raise InputError(f"{option} {value:g}: must be a number of seconds {bound}", fix=f"e.g. {option} {example}")
 
+
 FleetOpt = Annotated[
     Optional[Path],
     typer.Option(

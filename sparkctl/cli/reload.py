@@ -170,7 +170,9 @@ def history(
             "rollback targets: " + ", ".join(f"--to {r['n']}: {r['config_hash']} ({r['applied_at']})" for r in reversed(records))
         )
     if doc["interrupted"]:
-        c.print(f"[bold red]{interrupted_message(doc['interrupted'])}[/]: `sparkctl reload --resume --config NEW` or `sparkctl rollback`")
+        c.print(
+            f"[bold red]{interrupted_message(doc['interrupted'])}[/]: `sparkctl reload --resume --config NEW` or `sparkctl rollback`"
+        )
 
 
 def history_doc(inv, last: int = 20) -> dict:

@@ -54,6 +54,7 @@ def run_steps(
     with Fleet(inv).connect_early() as fleet:  # SSH handshakes run while the rest is imported and validated
         from sparkctl.cli.output import print_json
         from sparkctl.cli.steps_output import LiveReport, print_recap
+
         live = LiveReport(quiet=json_out, hosts=list(inv.hosts), verbose=verbose)
         with live:
             recap, ctx = converge(inv, fleet, playbook, check, live=live, force=force, wait=wait, **options)

@@ -66,10 +66,13 @@ def _front_door(ctx: FleetContext):
     if d.get("answering"):
         yield FLEET_HOST, ok(f"{url} answers", target=url)
     else:
-        yield FLEET_HOST, fail(
-            f"{url} does not answer: {d.get('error') or 'no answer'}",
-            f"`sparkctl fleet up` deploys it; if it runs, `docker logs sparkctl-fleet-door` on {where}",
-            target=url,
+        yield (
+            FLEET_HOST,
+            fail(
+                f"{url} does not answer: {d.get('error') or 'no answer'}",
+                f"`sparkctl fleet up` deploys it; if it runs, `docker logs sparkctl-fleet-door` on {where}",
+                target=url,
+            ),
         )
 
 
@@ -94,11 +97,14 @@ def _members_reachable(ctx: FleetContext):
                                target=m.name)  # fmt: skip
         else:
             answer = "no answer" if code in (None, "", "000") else f"HTTP {code}"
-            yield m.name, fail(
-                f"{url} from {where}: {answer}{seen}: the front door cannot send it requests",
-                f"`sparkctl doctor -i {m.inventory_path}` (is its engine serving?), and the management network "
-                f"between {where} and {m.head_address}",
-                target=m.name,
+            yield (
+                m.name,
+                fail(
+                    f"{url} from {where}: {answer}{seen}: the front door cannot send it requests",
+                    f"`sparkctl doctor -i {m.inventory_path}` (is its engine serving?), and the management network "
+                    f"between {where} and {m.head_address}",
+                    target=m.name,
+                ),
             )
 
 
@@ -110,16 +116,21 @@ def _same_model(ctx: FleetContext):
         if served == names[first]:
             yield member, ok(f"serves {served!r}", target=member)
         else:
-            yield member, fail(
-                f"serves {served!r}, member {first} serves {names[first]!r}: requests for one would fail on the other",
-                f"set runtime.served_model_name to {names[first]!r} in {ctx.fleet.member(member).inventory_path} "
-                "and roll it out: `sparkctl fleet reload --config-dir DIR`",
-                target=member,
+            yield (
+                member,
+                fail(
+                    f"serves {served!r}, member {first} serves {names[first]!r}: requests for one would fail on the other",
+                    f"set runtime.served_model_name to {names[first]!r} in {ctx.fleet.member(member).inventory_path} "
+                    "and roll it out: `sparkctl fleet reload --config-dir DIR`",
+                    target=member,
+                ),
             )
 
 
 def door_place(fleet) -> str:
-    return f"{fleet.front_door.member}'s head ({fleet.front_door_address})" if fleet.front_door.member else fleet.front_door_address
+    return (
+        f"{fleet.front_door.member}'s head ({fleet.front_door_address})" if fleet.front_door.member else fleet.front_door_address
+    )
 
 
 def public_health_url(member) -> str:
@@ -149,7 +160,9 @@ def probe_from_door(fleet) -> dict[str, Optional[str]]:
     if door is None:
         from sparkctl.errors import InputError
 
-        raise InputError("a front door on a host of its own is not probed yet", fix="`sparkctl fleet status` shows its members' states")
+        raise InputError(
+            "a front door on a host of its own is not probed yet", fix="`sparkctl fleet status` shows its members' states"
+        )
     with ClusterSession(door.inventory, [door.head]) as cluster:
         r = cluster[door.head].run(probe_command(fleet), timeout=PROBE_DEADLINE_S + 10)
     codes: dict[str, Optional[str]] = {m.name: None for m in fleet.members}

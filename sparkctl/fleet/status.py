@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-DOOR_METRICS_PATH = "/fleetdoor/metrics"  # the door's own page (sparkctl/fleetdoor/placement.py): it answers even with every member down
+DOOR_METRICS_PATH = (
+    "/fleetdoor/metrics"  # the door's own page (sparkctl/fleetdoor/placement.py): it answers even with every member down
+)
 DOOR_DEADLINE_S = 3.0
 
 
