@@ -11,7 +11,9 @@ Only a measurement on an otherwise idle engine is a baseline: with other request
 waiting (users back through the gateway the moment the engine serves, or a reload under load) the
 rate says how busy the engine is, not how fast its kernels are. Then the recorded baseline stands,
 the ratio is not judged (it would roll back a healthy engine), and the result says so; the MoE
-backend check (doctor's runtime.moe_backend) still reads the kernel from the log.
+backend check (doctor's runtime.moe_backend) still reads the kernel from the log. Requests already
+at the engine when the step starts: it does not measure at all (its request would queue behind
+theirs for nothing).
 """
 
 from __future__ import annotations
@@ -82,18 +84,22 @@ class ThroughputStep(Step):
         op = plan.changes[0].data
         url = health.base_url(ctx.inventory)
         ctx.progress(plan.host, self.name, f"measuring decode ({DECODE_TOKENS} tokens)")
+        ratio, baseline = op.get("ratio"), op.get("baseline")
+        kept = (f"the recorded {baseline:.1f} tok/s stands" if baseline else "no baseline recorded") + (
+            ", the throughput ratio not judged" if ratio else ""
+        )
         before = others_in_flight(url)
+        if before:
+            # users already at the engine: the rate could not be a baseline nor judged, and the
+            # measurement's request would wait its turn behind theirs (a minute behind 48 long ones)
+            return f"decode not measured under load ({before} other request(s) at the engine): not a baseline, {kept}"
         rate = measure_decode(url, ctx.inventory.runtime.served_model_name)
         if rate is None:
             raise HostError(f"{plan.host}: the decode measurement failed (no streamed completion)",
                             fix="run `sparkctl doctor --only runtime` and read the head's log")  # fmt: skip
-        ratio, baseline = op.get("ratio"), op.get("baseline")
-        busy = max(before or 0, others_in_flight(url) or 0)
-        if busy:
-            kept = f"the recorded {baseline:.1f} tok/s stands" if baseline else "no baseline recorded"
-            return f"decode {rate:.1f} tok/s under load ({busy} other request(s) at the engine): not a baseline, {kept}" + (
-                ", the throughput ratio not judged" if ratio else ""
-            )
+        busy = others_in_flight(url) or 0
+        if busy:  # users came while it ran
+            return f"decode {rate:.1f} tok/s under load ({busy} other request(s) at the engine): not a baseline, {kept}"
         ctx.outputs.decode_tokens_per_s = round(rate, 1)
         if ratio and baseline and rate < ratio * baseline:
             logs = ctx.refresh(plan.host, {"containers", "logs"}).logs.values()

@@ -1,6 +1,7 @@
 """The throughput step against a real simulated engine: a measurement on an idle engine becomes
 the next reload's baseline; one taken while other requests run (users back through the gateway
-the moment the engine serves) does not, and the ratio is not judged on it."""
+the moment the engine serves) does not, and the ratio is not judged on it; with users already at
+the engine it does not measure at all."""
 
 from __future__ import annotations
 
@@ -33,6 +34,13 @@ def aimed_at(engine) -> Inventory:
     return Inventory.model_validate(data)
 
 
+def prompts_seen(engine) -> float:
+    """Requests the engine has taken in (vLLM counts every prompt's tokens as it arrives)."""
+    seen = parse_page(httpx.get(f"{engine.base}/metrics").text).total("vllm:prompt_tokens_total")
+    assert seen, "the engine's /metrics has no vllm:prompt_tokens_total"
+    return seen
+
+
 def measure(engine, baseline=100.0, ratio=0.9):
     ctx = RunContext(inventory=aimed_at(engine), fleet=None)
     plan = Plan("throughput", "head", (Change("measure", "measure", {"ratio": ratio, "baseline": baseline}),))
@@ -55,9 +63,12 @@ def test_idle_is_a_baseline_and_under_load_is_not(engine, monkeypatch):
     while not parse_page(httpx.get(f"{engine.base}/metrics").text).total("vllm:num_requests_running"):
         assert time.monotonic() < deadline, "the other user's request never ran"
         time.sleep(0.05)
-    # a rate far below any ratio of this baseline: judged, it would roll a healthy engine back
+    # a rate far below any ratio of this baseline: judged, it would roll a healthy engine back; and
+    # with the user already there it is not even measured (its request would queue behind theirs)
+    sent = prompts_seen(engine)
     said, recorded = measure(engine, baseline=1e9)
     assert recorded is None, said
-    assert "under load (1 other request(s) at the engine): not a baseline, the recorded" in said, said
+    assert "decode not measured under load (1 other request(s) at the engine): not a baseline, the recorded" in said, said
     assert "the throughput ratio not judged" in said
+    assert prompts_seen(engine) == sent, "a measurement request reached the busy engine"
     t.join(120)
