@@ -10,8 +10,9 @@ when the environment variable CI is set: CI runs everything, so there they fail 
     request.node.reports["call"]  a test's report, for its fixtures' teardown (did it pass?)
 
 RUN_LAST lists the test files ordered after every other test of the session, in that order (the
-rest see one undisturbed, one-pair lab): tests/lab/test_lab_clusters.py brings the lab's second
-pair up and takes it away again, tests/lab/test_lab_updown.py takes the whole lab down and up.
+rest see one undisturbed, one-pair lab): the files that share the lab's second pair (from
+tests/lab/test_lab_clusters.py, which brings it up, to test_lab_pair_removal.py, which takes it
+away: tests/lab/conftest.py), then tests/lab/test_lab_updown.py, which takes the whole lab down and up.
 
 There is one lab per machine: a session that runs lab tests holds an exclusive lock on
 LAB_SESSION_LOCK from its first lab test to its end, so two pytest runs on one machine (two
@@ -31,7 +32,14 @@ import pytest
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-RUN_LAST = ["test_lab_clusters.py", "test_lab_updown.py"]  # file names, in the order they run last
+RUN_LAST = [  # file names, in the order they run last
+    "test_lab_clusters.py",  # brings the lab's second pair up (tests/lab/conftest.py second_pair) ...
+    "test_fleet_door_lab.py",  # ... the fleet's files share it and the fleet on it ...
+    "test_fleet_cli.py",
+    "test_fleet_rollout.py",
+    "test_lab_pair_removal.py",  # ... and this one takes it away
+    "test_lab_updown.py",
+]
 LAB_SESSION_LOCK = "/run/lock/sparkctl-lab-tests.lock"
 _lab_lock = None  # the open lock file while this session holds the lab
 _lab_up = False  # the lab fixture has brought the lab up in this session

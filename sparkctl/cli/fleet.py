@@ -106,6 +106,8 @@ def print_up(report, c=None) -> None:
             c.print(f"  {escape(line)}", soft_wrap=True)
     if d.get("status") == "failed" and d.get("fix"):
         c.print(f"  [bold]fix:[/] {escape(d['fix'])}", soft_wrap=True)
+    for member, what in report.put_back.items():
+        c.print(f"  {escape(member)}: {escape(what)}", soft_wrap=True)
     verdict = report.verdict()
     style = "bold red" if report.failed else ("green" if verdict == "nothing to change" else "yellow")
     c.print(f"fleet {escape(report.fleet)}: [{style}]{escape(verdict)}[/]", soft_wrap=True)

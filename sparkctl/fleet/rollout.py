@@ -659,11 +659,12 @@ def _interrupt_on_termination() -> dict:
 # --- a member a killed run left drained ---------------------------------------------------------
 
 
-def put_back_drained(fleet, say: Callable[[str, str], None] = lambda member, msg: None) -> dict[str, str]:
+def put_back_drained(fleet, say: Callable[[str, str], None] = lambda member, msg: None, check: bool = False) -> dict[str, str]:
     """Each member drained at the front door that serves and that no run is changing (no cluster
     lock, no reload journal on its head) is put back: what a rollout killed outright (SIGKILL, the
-    control machine lost) leaves behind. For `fleet up`, after the door. Returns {member: what was
-    done or why not}; a door that does not answer is said, nothing else done."""
+    control machine lost) leaves behind. For `fleet up`, after the door (with check: what it would
+    do). Returns {member: what was done or why not}; a door that does not answer is said, nothing
+    else done."""
     from sparkctl.fleet import door_admin
     from sparkctl.lock import read_holder
     from sparkctl.session import ClusterSession
@@ -690,6 +691,8 @@ def put_back_drained(fleet, say: Callable[[str, str], None] = lambda member, msg
                           f"{name}` finishes it and puts it back)")  # fmt: skip
         elif not _serves(member.inventory):
             done[name] = "left drained: its engine does not serve"
+        elif check:
+            done[name] = "would put it back at the front door: a killed rollout left it drained"
         else:
             state_now = _undrain_quietly(fleet, name, door_admin)
             done[name] = f"put back at the front door ({state_now}): a killed rollout had left it drained"

@@ -83,6 +83,7 @@ class FleetUp:
     check: bool
     members: list[MemberUp] = field(default_factory=list)
     front_door: dict = field(default_factory=dict)  # {"status": ok|changed|failed|skipped, "message": ..., ...}
+    put_back: dict = field(default_factory=dict)  # {member: put back | would put back | why left drained}
 
     @property
     def failed_members(self) -> list[str]:
@@ -94,7 +95,8 @@ class FleetUp:
 
     @property
     def changed(self) -> bool:
-        return any(m.changed for m in self.members) or self.front_door.get("status") == "changed"
+        return (any(m.changed for m in self.members) or self.front_door.get("status") == "changed"
+                or any(v.startswith(("put back", "would put")) for v in self.put_back.values()))  # fmt: skip
 
     def verdict(self) -> str:
         if self.failed:
@@ -116,6 +118,7 @@ class FleetUp:
             "failed_members": self.failed_members,
             "members": [m.to_dict() for m in self.members],
             "front_door": self.front_door,
+            "put_back": self.put_back,
         }
 
 
@@ -172,4 +175,9 @@ def fleet_up(fleet, check: bool, say: Say, **options) -> FleetUp:
             message = err.message if isinstance(err, SparkctlError) else f"{type(err).__name__}: {err}"
             report.front_door = {"status": "failed", "message": message, "fix": getattr(err, "fix", None)}
     say(f"front door: {report.front_door['status']} {report.front_door.get('message', '')}".rstrip())
+    if report.front_door.get("status") in ("ok", "changed"):
+        # a member a killed rollout left drained at the door: back in, once it serves and nothing changes it
+        from sparkctl.fleet.rollout import put_back_drained
+
+        report.put_back = put_back_drained(fleet, say=lambda member, msg: say(f"{member}: {msg}"), check=check)
     return report

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -63,3 +64,27 @@ def variant(inv: Path, tmp_path: Path, name: str, **fields) -> Path:
     out = tmp_path / f"{name}.yaml"
     out.write_text(yaml.safe_dump(doc))
     return out
+
+
+def lab_cli(*args: str) -> dict:
+    """`sparkctl lab ARGS --json`'s document; asserts exit 0 and no traceback."""
+    p = subprocess.run([sys.executable, "-m", "sparkctl", "lab", *args, "--json"], capture_output=True, text=True,
+                       env=ENV, timeout=600)  # fmt: skip
+    assert p.returncode == 0 and "Traceback" not in p.stderr, (p.returncode, p.stdout[-3000:], p.stderr[-3000:])
+    return json.loads(p.stdout)
+
+
+def door_states(lab) -> dict[str, str]:
+    """Each member's state at the fleet's front door (its admin, on member lab's head)."""
+    r = lab.host_exec("head", ["docker", "exec", "sparkctl-fleet-door", "python3", "-m", "sparkctl.fleetdoor.ctl", "status"],
+                      check=True)  # fmt: skip
+    return {n: m["state"] for n, m in json.loads(r.stdout)["members"].items()}
+
+
+def wait_passing(lab, timeout: float = 60) -> dict[str, str]:
+    t_end = time.monotonic() + timeout
+    while True:
+        st = door_states(lab)
+        if set(st.values()) == {"passing"} or time.monotonic() > t_end:
+            return st
+        time.sleep(0.5)

@@ -3,11 +3,9 @@ both members at once and names a fault planted in either member under that membe
 `fleet up` changes nothing and says so; `fleet status --json` names the front door's URL and both
 members serving.
 
-The module brings the lab's second pair up (`sparkctl lab up --clusters 2`) and takes it away again
-in its teardown (`lab up --clusters 1`, the door's container removed), so the rest of the suite
-never pays for it. Timings are printed, never asserted. Cost on the shared 2-core lab: the second
-pair and its first `fleet up` ~25 s (the pair's image pull and cold start), the no-op `fleet up`
-~3 s, status ~3 s, the two doctors ~10 s, the teardown ~5 s.
+The lab's second pair and the first `fleet up` are shared with the other fleet files
+(tests/lab/conftest.py). Timings are printed, never asserted. Cost on the shared 2-core lab: the
+no-op `fleet up` ~3 s, status ~3 s, the two doctors ~10 s.
 """
 
 from __future__ import annotations
@@ -30,24 +28,10 @@ MEMBERS = ["lab", "lab-2"]
 HAS_DOOR_STEP = find_spec("sparkctl.fleet.door_step") is not None  # fleetdoor's deploy step (merged by the lead)
 
 
-def lab_cli(*args: str) -> dict:
-    p = subprocess.run([sys.executable, "-m", "sparkctl", "lab", *args, "--json"], capture_output=True, text=True,
-                       env=ENV, timeout=600)  # fmt: skip
-    assert p.returncode == 0 and "Traceback" not in p.stderr, (p.returncode, p.stdout[-3000:], p.stderr[-3000:])
-    return json.loads(p.stdout)
-
-
-@pytest.fixture(scope="module")
-def fleet(lab):
-    """The lab with its second pair, every member up (`fleet up`); taken away again in teardown."""
-    t0 = time.monotonic()
-    lab_cli("up", "--clusters", "2")
-    first = sparkctl("fleet", "up", "-f", str(FLEET))
-    print(f"\nsecond pair and first fleet up: {time.monotonic() - t0:.1f} s ({first['outcome']})")
-    yield first
-    lab.clear_faults()
-    lab.host_exec("head", ["docker", "rm", "-f", "sparkctl-fleet-door"])
-    lab_cli("up", "--clusters", "1")
+@pytest.fixture
+def fleet(fleet_lab):
+    """The lab's two pairs, every member up: the first `fleet up`'s document (tests/lab/conftest.py)."""
+    return fleet_lab
 
 
 def test_a_second_fleet_up_changes_nothing_and_says_so(fleet):

@@ -8,11 +8,10 @@ Clients are the OpenAI Python client at max_retries=0, several streams through t
 (every error reaches the test). Changes are warm (an env mark outside the compile inputs), so each
 member's restart takes the lab's ~2 s warm start.
 
-The module brings the lab's second pair up (`sparkctl lab up --clusters 2`) and the fleet
-(`sparkctl fleet up`), and takes them away again in its teardown (`lab up --clusters 1`, the
-door's container removed), so the rest of the suite never pays for them. Cost on the lab (2 cores,
-shared; three runs): the second pair and `fleet up` 19-23 s, the rolling reload 33-47 s, the failed
-rollout 44-60 s, the killed engine 21-26 s, the teardown 16-20 s: about 2.5 minutes in all.
+The lab's second pair and the fleet on it are shared with the other fleet files
+(tests/lab/conftest.py); this module's teardown puts each member back on its inventory file. Cost
+on the lab (2 cores, shared; three runs): the rolling reload 33-47 s, the failed rollout 44-60 s,
+the killed engine 21-26 s, the teardown ~15 s.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from pathlib import Path
 import openai
 import pytest
 import yaml
-from labcli import sparkctl
+from labcli import door_states, sparkctl, wait_passing
 
 pytestmark = pytest.mark.lab
 
@@ -100,21 +99,6 @@ def journal(lab, member: str) -> bool:
     return lab.host_exec(MEMBERS[member][0], ["test", "-e", "/var/lib/sparkctl/state/journal.json"]).returncode == 0
 
 
-def door_states(lab) -> dict[str, str]:
-    r = lab.host_exec("head", ["docker", "exec", "sparkctl-fleet-door", "python3", "-m", "sparkctl.fleetdoor.ctl", "status"],
-                      check=True)  # fmt: skip
-    return {n: m["state"] for n, m in json.loads(r.stdout)["members"].items()}
-
-
-def wait_passing(lab, timeout: float = 60) -> dict[str, str]:
-    t_end = time.monotonic() + timeout
-    while True:
-        st = door_states(lab)
-        if set(st.values()) == {"passing"} or time.monotonic() > t_end:
-            return st
-        time.sleep(1)
-
-
 class DoorWatch:
     """The front door's member states, sampled about once a second while a rollout runs."""
 
@@ -156,25 +140,10 @@ def config_dir(lab, tmp_path: Path, name: str, **extra: dict) -> Path:
     return d
 
 
-def lab_cli(*args: str) -> None:
-    import subprocess
-    import sys
-
-    from labcli import ENV
-
-    p = subprocess.run([sys.executable, "-m", "sparkctl", "lab", *args], capture_output=True, text=True, env=ENV, timeout=900)
-    assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-3000:])
-
-
 @pytest.fixture(scope="module")
-def fleet(lab):
-    """The lab with its second pair and the fleet up (every member serving at the front door);
-    the teardown puts each member back on its inventory file and takes the second pair away."""
-    t0 = time.monotonic()
-    lab_cli("up", "--clusters", "2")
-    sparkctl("fleet", "up", "-f", str(FLEET))
-    print(f"\nsecond pair and fleet up: {time.monotonic() - t0:.1f} s")
-    assert wait_passing(lab) == {"lab": "passing", "lab-2": "passing"}
+def fleet(lab, fleet_lab):
+    """The fleet on the lab's two pairs (tests/lab/conftest.py); at the end each member is back on its
+    inventory file (these tests change their configs) and the door's member `lab` on its own."""
     yield FLEET
     for member in MEMBERS:
         inv = str(inventory(lab, member))
@@ -183,8 +152,6 @@ def fleet(lab):
         if applied(lab, member) != sparkctl("render", "-i", inv)["config_hash"]:
             sparkctl("reload", "-i", inv, "--config", inv, "--yes", rc=None)
     sparkctl("up", "-i", str(inventory(lab, "lab")), rc=None)
-    lab.host_exec("head", ["docker", "rm", "-f", "sparkctl-fleet-door"])
-    lab_cli("up", "--clusters", "1")
 
 
 def test_a_rolling_reload_across_both_pairs_fails_no_request_and_both_end_on_the_new_config(lab, fleet, tmp_path):

@@ -1,16 +1,14 @@
 """The lab's second Spark pair (`sparkctl lab up --clusters 2`): it serves from its own inventory, the
-lab's status shows all five hosts, and `--clusters 1` takes every trace of it away again.
+lab's status shows all five hosts, and it takes faults like the first pair.
 
-Ordered after every other lab test but before test_lab_updown.py (tests/conftest.py RUN_LAST): the
-rest of the suite sees the one-pair lab, and whatever happens here, the module's teardown returns
-the lab to one pair. Cost on the shared 2-core machine: ~22 s of lab time after the other tests
-(adding the pair ~1.5 s, `sparkctl up` of the pair with its image pull ~16 s, the removal ~4 s);
-~42 s run alone, the session's lab fixture included.
+The first of the files that share the pair (tests/lab/conftest.py second_pair; tests/conftest.py
+RUN_LAST orders them after every other lab test): the fleet files come after it, and
+test_lab_pair_removal.py takes the pair away. Cost on the shared 2-core machine: ~18 s (adding the
+pair ~1.5 s, `sparkctl up` of the pair with its image pull ~16 s).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -19,19 +17,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from labcli import ENV, sparkctl
+from labcli import ENV, lab_cli, sparkctl
 
 pytestmark = pytest.mark.lab
 
 PAIR = ("head2", "worker2")
-LAB = [sys.executable, "-m", "sparkctl", "lab"]
-
-
-def lab_cli(*args: str, rc: int = 0) -> dict:
-    p = subprocess.run([*LAB, *args, "--json"], capture_output=True, text=True, env=ENV, timeout=600)
-    assert "Traceback" not in p.stderr, p.stderr
-    assert p.returncode == rc, (p.returncode, p.stdout[-3000:], p.stderr[-3000:])
-    return json.loads(p.stdout)
 
 
 def _netns_inode(name: str) -> int | None:
@@ -59,15 +49,11 @@ def _cgroups(name: str) -> list[str]:
     return [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/**/sparkctl-lab-{name}")]
 
 
-@pytest.fixture(scope="module")
-def two_pairs(lab):
-    """The lab with its second pair; back to one pair at the end, whatever happened."""
-    try:
-        doc = lab_cli("up", "--clusters", "2")
-        yield lab, doc
-    finally:
-        lab.up(clusters=1)
-        assert lab.clusters() == 1 and lab.status()["up"]
+@pytest.fixture
+def two_pairs(lab, second_pair):
+    """The lab with its second pair (tests/lab/conftest.py: shared with the fleet files after this one;
+    test_lab_pair_removal.py takes it away)."""
+    return lab, second_pair
 
 
 def test_the_second_pair_serves_from_its_own_inventory(two_pairs):
@@ -125,29 +111,3 @@ def test_the_second_pair_takes_faults_like_the_first(two_pairs):
     while up not in (seen := lab.host_exec("worker2", ["ibdev2netdev"]).stdout) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert up in seen
-
-
-def test_one_cluster_again_leaves_nothing_of_the_second_pair(two_pairs):
-    lab, _ = two_pairs
-    inodes = {i for i in map(_netns_inode, ("lab-head2", "lab-worker2")) if i}
-    assert len(inodes) == 2 and _pids_in(inodes)  # its hosts run (and the runtime sparkctl started)
-    assert any(_cgroups(h) for h in PAIR)  # its dockerd made cgroups for the containers
-    dirs = [lab.LAB_DIR / "hosts" / h for h in PAIR]
-
-    doc = lab_cli("up", "--clusters", "1")
-    said = " ".join(doc["changes"])
-    assert "second pair removed (head2, worker2)" in said and "clusters 2 -> 1" in said
-    assert _pids_in(inodes) == []
-    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert "lab-head2" not in netns and "lab-worker2" not in netns
-    ports = subprocess.run(["ip", "-n", "lab-switch", "-br", "link"], capture_output=True, text=True).stdout
-    assert "sw-head2" not in ports and "sw-worker2" not in ports
-    assert [c for h in PAIR for c in _cgroups(h)] == []
-    assert [ln for ln in open("/proc/self/mountinfo") if any(str(d) in ln for d in dirs)] == []
-    gone = [*dirs, lab.INVENTORY_2_PATH, lab.FLEET_PATH, *(lab.LAB_DIR / "faults" / f"{h}.json" for h in PAIR)]
-    assert [str(p) for p in gone if p.exists()] == []
-    assert "head2" not in lab.KNOWN_HOSTS.read_text() and "head2" not in lab.SSH_CONFIG.read_text()
-
-    status = lab_cli("status")
-    assert status["up"] and status["clusters"] == 1 and list(status["hosts"]) == ["head", "worker", "offload"]
-    assert lab.up()["changed"] is False  # and a plain `lab up` now keeps one pair
