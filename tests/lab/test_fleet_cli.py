@@ -18,7 +18,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
-from labcli import ENV, sparkctl
+from labcli import ENV, sparkctl, wait_passing
 
 pytestmark = pytest.mark.lab
 
@@ -84,7 +84,11 @@ def test_fleet_doctor_runs_the_members_at_once_and_names_each_planted_fault_unde
     try:
         faulty = sparkctl("fleet", "doctor", "-f", str(FLEET), "--only", "gpu,fabric", rc=1)
     finally:
+        # the fleet is shared with the files after this one (tests/lab/conftest.py): the rail that
+        # went down took lab-2's engine with it, and `fleet up` brings it back
         lab.clear_faults()
+        sparkctl("fleet", "up", "-f", str(FLEET), rc=None)
+        assert wait_passing(lab) == {"lab": "passing", "lab-2": "passing"}
 
     def failed(member: str) -> set[tuple[str, str]]:
         return {(c["name"], c["host"]) for c in faulty["members"][member]["checks"] if c["status"] == "failed"}

@@ -37,7 +37,7 @@ def _pids_in(inodes: set[int]) -> list[int]:
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             ino = os.stat(f"/proc/{pid}/ns/net").st_ino
-            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
         if ino in inodes and state not in ("Z", "X"):

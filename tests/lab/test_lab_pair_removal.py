@@ -16,8 +16,7 @@ from test_lab_clusters import PAIR, _cgroups, _netns_inode, _pids_in
 pytestmark = pytest.mark.lab
 
 
-def test_one_cluster_again_leaves_nothing_of_the_second_pair(two_pairs):
-    lab, _ = two_pairs
+def test_one_cluster_again_leaves_nothing_of_the_second_pair(lab, second_pair):
     inodes = {i for i in map(_netns_inode, ("lab-head2", "lab-worker2")) if i}
     assert len(inodes) == 2 and _pids_in(inodes)  # its hosts run (and the runtime sparkctl started)
     assert any(_cgroups(h) for h in PAIR)  # its dockerd made cgroups for the containers
