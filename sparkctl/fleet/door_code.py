@@ -6,37 +6,22 @@ names the exact code it runs and a sparkctl whose door code changed restarts it.
 
 from __future__ import annotations
 
-import functools
-import hashlib
-
 from sparkctl.fleetdoor.placement import CODE_ROOT
+from sparkctl.runtime.code_ship import COMPLETE, files_hash, package_files
+
+__all__ = ["COMPLETE", "files", "code_hash", "directory"]
 
 TOP_INIT = b'"""sparkctl\'s fleet door, shipped by sparkctl (only sparkctl.fleetdoor and sparkctl.gateway are here)."""\n'
-COMPLETE = ".complete"  # written last: a directory without it is a copy that was cut off
 PACKAGES = ("fleetdoor", "gateway")
 
 
-@functools.lru_cache(maxsize=1)
 def files() -> dict[str, bytes]:
     """Relative path -> content of every file the door needs, in a stable order."""
-    from importlib import resources
-
-    out = {"sparkctl/__init__.py": TOP_INIT}
-    for pkg_name in PACKAGES:
-        pkg = resources.files(f"sparkctl.{pkg_name}")
-        for entry in sorted(pkg.iterdir(), key=lambda e: e.name):
-            if entry.is_file() and entry.name.endswith(".py"):
-                out[f"sparkctl/{pkg_name}/{entry.name}"] = entry.read_bytes()
-    return out
+    return package_files(PACKAGES, TOP_INIT)
 
 
-@functools.lru_cache(maxsize=1)
 def code_hash() -> str:
-    h = hashlib.sha256()
-    for rel, data in files().items():
-        h.update(f"{rel}\n{len(data)}\n".encode())
-        h.update(data)
-    return h.hexdigest()[:16]
+    return files_hash(PACKAGES, TOP_INIT)
 
 
 def directory() -> str:

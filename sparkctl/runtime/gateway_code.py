@@ -6,35 +6,23 @@ its own version still there."""
 
 from __future__ import annotations
 
-import functools
-import hashlib
+from sparkctl.runtime.code_ship import COMPLETE, files_hash, package_files
+
+__all__ = ["COMPLETE", "files", "code_hash", "directory"]
 
 # the package's top level: the gateway imports `sparkctl.gateway.*` only (relative imports), so
 # an empty `sparkctl` package above it is all it needs
 TOP_INIT = b'"""sparkctl\'s gateway, shipped to the head by sparkctl (only sparkctl.gateway is here)."""\n'
-COMPLETE = ".complete"  # written last: a directory without it is a copy that was cut off
+PACKAGES = ("gateway",)
 
 
-@functools.lru_cache(maxsize=1)
 def files() -> dict[str, bytes]:
     """Relative path -> content of every file the gateway needs, in a stable order."""
-    from importlib import resources
-
-    pkg = resources.files("sparkctl.gateway")
-    out = {"sparkctl/__init__.py": TOP_INIT}
-    for entry in sorted(pkg.iterdir(), key=lambda e: e.name):
-        if entry.is_file() and entry.name.endswith(".py"):
-            out[f"sparkctl/gateway/{entry.name}"] = entry.read_bytes()
-    return out
+    return package_files(PACKAGES, TOP_INIT)
 
 
-@functools.lru_cache(maxsize=1)
 def code_hash() -> str:
-    h = hashlib.sha256()
-    for rel, data in files().items():
-        h.update(f"{rel}\n{len(data)}\n".encode())
-        h.update(data)
-    return h.hexdigest()[:16]
+    return files_hash(PACKAGES, TOP_INIT)
 
 
 def directory() -> str:
