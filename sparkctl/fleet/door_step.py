@@ -15,7 +15,6 @@ member's io.sparkctl.cluster: the member's own `up`/`down` neither see it nor re
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Callable
 
 from sparkctl.errors import HostError, InputError
@@ -153,30 +152,15 @@ class FrontDoorStep(Step):
 
     def _wait(self, ctx: RunContext, host: str) -> str:
         """Its own metrics page answers on the public port (it always answers, members up or not)."""
-        import httpx
-
+        from sparkctl.runtime.containers import wait_answering
         from sparkctl.transport.guard import check_url
 
         fleet = ctx.options["fleet"]
         check_url(fleet.front_door_url, "the fleet's front door")
+        fix = f"read `docker logs {placement.CONTAINER}` on {host}; is front_door.port {fleet.front_door.port} free there?"
         url = fleet.front_door_url + placement.METRICS_PATH
-        t0 = time.monotonic()
-        client = ctx.fleet[host].docker()
-        while True:
-            try:
-                if httpx.get(url, timeout=2, trust_env=False).status_code == 200:
-                    return f"fleet door answers on {fleet.front_door_url} after {time.monotonic() - t0:.1f} s"
-            except httpx.HTTPError:
-                pass
-            c = client.containers.get(placement.CONTAINER)
-            if c.status != "running" or time.monotonic() - t0 > WAIT_S:
-                tail = c.logs(tail=5).decode(errors="replace").strip().splitlines()
-                raise HostError(
-                    f"{host}: {placement.CONTAINER} {'is ' + c.status if c.status != 'running' else 'does not answer'}"
-                    f"{': ' + tail[-1] if tail else ''}",
-                    fix=f"read `docker logs {placement.CONTAINER}` on {host}; is front_door.port {fleet.front_door.port} free there?",
-                )
-            time.sleep(0.1)
+        took = wait_answering(ctx.fleet[host].docker(), host, placement.CONTAINER, url, WAIT_S, fix)
+        return f"fleet door answers on {fleet.front_door_url} after {took:.1f} s"
 
 
 def ensure_front_door(

@@ -70,3 +70,27 @@ def stop(
         c.remove(force=True)
         stopped.append(c.name)
     return stopped
+
+
+def wait_answering(client, host: str, container: str, url: str, deadline_s: float, fix: str) -> float:
+    """Seconds until `url` answers 200 (a front container's own page), or a HostError naming the
+    container's state and its last log line: it exited, or it runs and does not answer by the deadline."""
+    import time
+
+    import httpx
+
+    from sparkctl.errors import HostError
+
+    t0 = time.monotonic()
+    while True:
+        try:
+            if httpx.get(url, timeout=2, trust_env=False).status_code == 200:
+                return time.monotonic() - t0
+        except httpx.HTTPError:
+            pass
+        c = client.containers.get(container)
+        if c.status != "running" or time.monotonic() - t0 > deadline_s:
+            tail = c.logs(tail=5).decode(errors="replace").strip().splitlines()
+            state = "is " + c.status if c.status != "running" else "does not answer"
+            raise HostError(f"{host}: {container} {state}{': ' + tail[-1] if tail else ''}", fix=fix)
+        time.sleep(0.1)

@@ -11,8 +11,6 @@ Its code is shipped from this sparkctl to a content-addressed directory on the h
 
 from __future__ import annotations
 
-import time
-
 from sparkctl.errors import HostError
 from sparkctl.gateway import placement
 from sparkctl.inventory.models import Inventory
@@ -103,25 +101,10 @@ class GatewayStep(Step):
 
     def _wait(self, ctx: RunContext, host: str) -> str:
         """Its own metrics page answers on the public port (it answers even while holding)."""
-        import httpx
-
+        from sparkctl.runtime.containers import wait_answering
         from sparkctl.runtime.health import public_url
 
-        url = public_url(ctx.inventory) + placement.METRICS_PATH
-        t0 = time.monotonic()
-        client = ctx.fleet[host].docker()
-        while True:
-            try:
-                if httpx.get(url, timeout=2, trust_env=False).status_code == 200:
-                    return f"gateway answers on {public_url(ctx.inventory)} after {time.monotonic() - t0:.1f} s"
-            except httpx.HTTPError:
-                pass
-            c = client.containers.get(placement.CONTAINER)
-            if c.status != "running" or time.monotonic() - t0 > WAIT_S:
-                tail = c.logs(tail=5).decode(errors="replace").strip().splitlines()
-                raise HostError(
-                    f"{host}: {placement.CONTAINER} {'is ' + c.status if c.status != 'running' else 'does not answer'}"
-                    f"{': ' + tail[-1] if tail else ''}",
-                    fix=f"read `docker logs {placement.CONTAINER}` on the head; is runtime.port free there?",
-                )
-            time.sleep(0.1)
+        url = public_url(ctx.inventory)
+        fix = f"read `docker logs {placement.CONTAINER}` on the head; is runtime.port free there?"
+        took = wait_answering(ctx.fleet[host].docker(), host, placement.CONTAINER, url + placement.METRICS_PATH, WAIT_S, fix)
+        return f"gateway answers on {url} after {took:.1f} s"
