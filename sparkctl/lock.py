@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Callable, Iterator, Optional
 
 from pydantic import BaseModel, ConfigDict
@@ -238,7 +238,13 @@ class ClusterLock:
         deadline = time.monotonic() + max(0.0, wait)
         told = False
         while True:
-            holder = self.try_acquire()
+            try:
+                holder = self.try_acquire()
+            except BaseException:
+                # Ctrl-C or SIGTERM (raised as KeyboardInterrupt) after the head's `ln` made the lock
+                # ours but before its answer came back: released as the run never knew it held it
+                self._remove_mine()
+                raise
             if holder is None:
                 break
             remaining = deadline - time.monotonic()
@@ -262,6 +268,10 @@ class ClusterLock:
             if not r.ok and self.lost is None:
                 self.lost = "the cluster lock was broken (sparkctl unlock?) while this run held it"
                 self.notify(f"warning: {self.lost}")
+
+    def _remove_mine(self) -> None:
+        with suppress(Exception):  # best effort: a lock left behind is reported as gone and `unlock` clears it
+            self.session.run(_remove_if_held_by(self.me.token), timeout=10)
 
     def release(self) -> None:
         if not self.held:
