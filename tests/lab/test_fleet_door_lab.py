@@ -6,7 +6,7 @@ drained and undrained over SSH. The door's routing itself is tests/unit/test_fle
 Cost: the door's own step planned and run again (no-ops), a few requests, a 5 s hold before the 503.
 The door on a host of its own (the lab's offload host, which holds the lab image): two `fleet up`
 runs whose members are no-ops (the first deploys the door there), one `fleet status`, one probe
-from that host, a few requests, a drain and an undrain.
+from that host, a few requests, a drain and an undrain, and one failed pull of a missing image.
 """
 
 from __future__ import annotations
@@ -87,6 +87,7 @@ def _passing(fleet, member: str, timeout: float = 20) -> str:
 def test_a_door_on_a_host_of_its_own_is_deployed_serves_drains_and_a_second_up_changes_nothing(lab, fleet_lab, tmp_path):
     from sparkctl.fleet import door_admin
     from sparkctl.fleet.doctor import probe_from_door
+    from sparkctl.fleet.door_step import ensure_front_door
     from sparkctl.fleet.model import load_fleet
     from sparkctl.inventory.loader import load_inventory
 
@@ -100,10 +101,18 @@ def test_a_door_on_a_host_of_its_own_is_deployed_serves_drains_and_a_second_up_c
             "port": OWN_PORT,
         },
     }
-    path = tmp_path / "fleet.yaml"
+    path, missing = tmp_path / "fleet.yaml", tmp_path / "fleet-missing-image.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    doc["front_door"]["image"] = no_such = lab.REGISTRY + "/sparkctl/no-such-door:0"
+    missing.write_text(yaml.safe_dump(doc, sort_keys=False))
     fleet = load_fleet(path)
     try:
+        # an image the host lacks and cannot pull: the door's step fails naming it and the fix
+        recap = ensure_front_door(load_fleet(missing))
+        failed = [r for r in recap.results if r.status == "failed"]
+        assert recap.failed and f"the front door's image {no_such} is not there and cannot be pulled" in failed[0].message
+        assert f"push {no_such} to a registry {address} pulls from" in failed[0].fix
+
         first = sparkctl("fleet", "up", "-f", str(path))
         assert not first["failed"] and first["front_door"]["status"] == "changed", first["front_door"]
         assert "answers on " + url in first["front_door"]["message"], first["front_door"]
