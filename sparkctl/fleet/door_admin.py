@@ -1,5 +1,6 @@
 """sparkctl's side of the fleet door's admin interface: drain, undrain and status over SSH to the
-door's host (the door member's head or a host of its own: fleet/door_host.py), as `docker exec sparkctl-fleet-door python3 -m sparkctl.fleetdoor.ctl ...`
+door's host (the door member's head or a host of its own: fleet/door_host.py), as
+`docker exec sparkctl-fleet-door python3 -m sparkctl.fleetdoor.ctl ...`
 (sparkctl/fleetdoor/ctl.py: one JSON document on stdout), each call with a deadline. The socket
 is 0600 root in a 0700 directory on that host: nobody on the network reaches it.
 

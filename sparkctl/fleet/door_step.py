@@ -1,7 +1,8 @@
 """The fleet's front door on its host: container `sparkctl-fleet-door` (`python -m sparkctl.fleetdoor`),
 host network, on the door member's head in its runtime.image (or front_door.image), or on a host
-of its own (front_door.host) in front_door.image, listening on front_door.port, every member of the fleet behind it (its public URL: its gateway; its engine's
-URL: /health there says whether the engine itself is up).
+of its own (front_door.host) in front_door.image, listening on front_door.port, every member of
+the fleet behind it (its public URL: its gateway; its engine's URL: /health there says whether
+the engine itself is up).
 
 `FrontDoorStep` is facts -> plan -> apply like the gateway step (steps/gateway.py): its code is
 shipped from this sparkctl to a content-addressed directory on the host, and the container
