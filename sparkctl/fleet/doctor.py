@@ -150,21 +150,14 @@ def probe_command(fleet) -> str:
 
 def probe_from_door(fleet) -> dict[str, Optional[str]]:
     """member -> the HTTP code its /health gives from the door's host (over SSH, with a deadline).
-    A door on a host of its own is asked through its own SSH settings."""
-    from sparkctl.session import ClusterSession
+    A door on a host of its own is asked through its own SSH settings (fleet/door_host.py)."""
+    from sparkctl.fleet.door_host import door_session
     from sparkctl.transport.guard import check_address
 
     for m in fleet.members:
         check_address(m.head_address, f"member {m.name}'s front door")
-    door = fleet.door_member
-    if door is None:
-        from sparkctl.errors import InputError
-
-        raise InputError(
-            "a front door on a host of its own is not probed yet", fix="`sparkctl fleet status` shows its members' states"
-        )
-    with ClusterSession(door.inventory, [door.head]) as cluster:
-        r = cluster[door.head].run(probe_command(fleet), timeout=PROBE_DEADLINE_S + 10)
+    with door_session(fleet) as (sessions, host):
+        r = sessions[host].run(probe_command(fleet), timeout=PROBE_DEADLINE_S + 10)
     codes: dict[str, Optional[str]] = {m.name: None for m in fleet.members}
     for line in r.stdout.splitlines():
         name, _, code = line.strip().partition(" ")

@@ -1,5 +1,6 @@
 """sparkctl's side of the fleet door's admin interface: drain, undrain and status over SSH to the
-door's host, as `docker exec sparkctl-fleet-door python3 -m sparkctl.fleetdoor.ctl ...`
+door's host (the door member's head or a host of its own: fleet/door_host.py), as
+`docker exec sparkctl-fleet-door python3 -m sparkctl.fleetdoor.ctl ...`
 (sparkctl/fleetdoor/ctl.py: one JSON document on stdout), each call with a deadline. The socket
 is 0600 root in a 0700 directory on that host: nobody on the network reaches it.
 
@@ -45,17 +46,6 @@ class DrainTimeout(HostError):
     def __init__(self, message: str, in_flight: int, doc: dict, fix: Optional[str] = None):
         super().__init__(message, fix=fix)
         self.in_flight, self.doc = in_flight, doc
-
-
-@contextmanager
-def door_session(fleet: "Fleet") -> Iterator["HostSession"]:
-    """An SSH session to the door's host (the door member's head), closed after the call."""
-    from sparkctl.fleet.door_step import door_member
-    from sparkctl.transport.ssh import Fleet as Sessions
-
-    m = door_member(fleet)
-    with Sessions(m.inventory, [m.head]) as sessions:
-        yield sessions[m.head]
 
 
 def call(session: "HostSession", *args: str, timeout: float = ADMIN_TIMEOUT, command: tuple[str, ...] = CTL) -> tuple[bool, dict]:
@@ -120,5 +110,7 @@ def _maybe(fleet: "Fleet", session: Optional["HostSession"]) -> Iterator["HostSe
     if session is not None:
         yield session
     else:
-        with door_session(fleet) as s:
-            yield s
+        from sparkctl.fleet.door_host import door_session
+
+        with door_session(fleet) as (sessions, host):
+            yield sessions[host]

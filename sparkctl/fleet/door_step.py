@@ -1,13 +1,15 @@
 """The fleet's front door on its host: container `sparkctl-fleet-door` (`python -m sparkctl.fleetdoor`),
-host network, in the door member's runtime.image (or front_door.image), listening on
-front_door.port, every member of the fleet behind it (its public URL: its gateway; its engine's
-URL: /health there says whether the engine itself is up).
+host network, on the door member's head in its runtime.image (or front_door.image), or on a host
+of its own (front_door.host) in front_door.image, listening on front_door.port, every member of
+the fleet behind it (its public URL: its gateway; its engine's URL: /health there says whether
+the engine itself is up).
 
 `FrontDoorStep` is facts -> plan -> apply like the gateway step (steps/gateway.py): its code is
 shipped from this sparkctl to a content-addressed directory on the host, and the container
 restarts only when its launch changes (the members, the port, the image, the code). A run with
 nothing to change plans nothing and says why. `ensure_front_door(fleet, check, progress)` runs it
-over a session of its own to the door member's head: what `fleet up` calls after every member is up.
+over a session of its own to the door's host (fleet/door_host.py): what `fleet up` calls after
+every member is up. Its image is pulled there when the host lacks it.
 
 The door's container carries its own labels (io.sparkctl.fleet, role fleet-door), never the
 member's io.sparkctl.cluster: the member's own `up`/`down` neither see it nor restart it.
@@ -17,13 +19,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from sparkctl.errors import HostError, InputError
+from sparkctl.errors import HostError
+from sparkctl.fleet.door_host import door_inventory, door_session
 from sparkctl.fleetdoor import placement
 from sparkctl.inventory.models import Inventory
 from sparkctl.steps.base import Change, Plan, RunContext, Step
 
 if TYPE_CHECKING:
-    from sparkctl.fleet.model import Fleet, Member
+    from sparkctl.fleet.model import Fleet
     from sparkctl.runner import Recap
     from sparkctl.runtime.launch import ContainerSpec
 
@@ -35,29 +38,19 @@ FLEET_LABEL = "io.sparkctl.fleet"
 # --- the launch ----------------------------------------------------------------------------------
 
 
-def door_member(fleet: "Fleet") -> "Member":
-    """The member whose head runs the door; a host of its own is not supported yet (InputError)."""
-    if fleet.door_member is None:
-        raise InputError(
-            f"fleet {fleet.name}: front_door.host (a host of its own) is not supported yet",
-            fix="run the front door on a member's head: `front_door: {member: NAME, port: 8890}`",
-        )
-    return fleet.door_member
-
-
 def launch(fleet: "Fleet") -> "ContainerSpec":
     """The door's container: pure (the fleet alone), so the same fleet always renders the same config hash."""
     from sparkctl.fleet import door_code
     from sparkctl.runtime.health import base_url, public_url
     from sparkctl.runtime.launch import LABEL_PREFIX, ContainerSpec, Mount, _hash
 
-    m = door_member(fleet)
+    _, host = door_inventory(fleet)
     cmd = ["python3", "-m", "sparkctl.fleetdoor", "--listen", f"0.0.0.0:{fleet.front_door.port}",
            "--admin-socket", placement.ADMIN_SOCKET, "--shutdown-timeout-s", str(STOP_GRACE)]  # fmt: skip
     for member in fleet.members:
         cmd += ["--member", f"{member.name}={public_url(member.inventory)},{base_url(member.inventory)}"]
     node = dict(
-        host=m.head, role=placement.ROLE, image=fleet.front_door.image or m.inventory.runtime.image, command=cmd,
+        host=host, role=placement.ROLE, image=fleet.front_door_image, command=cmd,
         env={"PYTHONPATH": placement.CONTAINER_CODE, "PYTHONUNBUFFERED": "1"},
         mounts=[Mount(source=door_code.directory(), target=placement.CONTAINER_CODE, read_only=True),
                 Mount(source=placement.ADMIN_DIR, target=placement.ADMIN_DIR)],
@@ -81,7 +74,7 @@ def launch(fleet: "Fleet") -> "ContainerSpec":
 
 
 class FrontDoorStep(Step):
-    """Runs with RunContext.options["fleet"] (the Fleet) on the door member's inventory."""
+    """Runs with RunContext.options["fleet"] (the Fleet) on the door's inventory (fleet/door_host.py)."""
 
     name = "front_door"
     facts = frozenset({"fleet_door", "fleet_door_code", "image"})  # facts/fleet_door.py, facts/docker.py
@@ -143,12 +136,33 @@ class FrontDoorStep(Step):
         from sparkctl.steps.runtime import start_container
 
         spec = launch(ctx.options["fleet"])
+        self._image(ctx, host, spec.image)
         ctx.progress(host, self.name, f"starting {spec.name}")
         # the admin socket's directory: root only (docker would create a missing bind source 0755)
         r = ctx.fleet[host].run(f"mkdir -p {placement.ADMIN_DIR} && chmod 0700 {placement.ADMIN_DIR}")
         if not r.ok:
             raise HostError(f"{host}: cannot create {placement.ADMIN_DIR}: {r.stderr.strip()}", fix=f"check /run on {host}")
         return start_container(ctx, host, spec)
+
+    def _image(self, ctx: RunContext, host: str, ref: str) -> None:
+        """The door's image on its host: there already (a member's head holds its runtime.image), else
+        pulled as the images step pulls; one that cannot be is named with the fix."""
+        from sparkctl.steps.images import ImagesStep
+        from sparkctl.transport.images import stored_image
+
+        session = ctx.fleet[host]
+        if stored_image(session, ref) is not None:
+            return
+        ctx.progress(host, self.name, f"{ref} is not on {host}: pulling it")
+        try:
+            ImagesStep()._pull(ctx, host, ref, ref)
+        except HostError as err:
+            raise HostError(
+                f"{host} ({session.target.address}): the front door's image {ref} is not there and cannot be pulled: "
+                f"{err.message}",
+                fix=f"push {ref} to a registry {session.target.address} pulls from (or `docker load` it there), "
+                "or set front_door.image to an image it holds",
+            ) from None
 
     def _wait(self, ctx: RunContext, host: str) -> str:
         """Its own metrics page answers on the public port (it always answers, members up or not)."""
@@ -166,14 +180,14 @@ class FrontDoorStep(Step):
 def ensure_front_door(
     fleet: "Fleet", check: bool = False, progress: Callable[[str, str, str], None] = lambda host, step, text: None
 ) -> "Recap":
-    """Plan (and unless `check`, apply) the door on the door member's head, over an SSH session of
-    its own. The recap's `plans` are what `--check` prints; `recap.failed` says whether it worked."""
+    """Plan (and unless `check`, apply) the door on its host (the door member's head, or a host of
+    its own), over an SSH session of its own. The recap's `plans` are what `--check` prints; `recap.failed` says whether it worked."""
     from sparkctl.runner import PlaybookStep, Stage, run_playbook
-    from sparkctl.transport.ssh import Fleet as Sessions
 
-    m = door_member(fleet)
-    with Sessions(m.inventory, [m.head]).connect_early() as sessions:
-        ctx = RunContext(inventory=m.inventory, fleet=sessions, check_mode=check, options={"fleet": fleet}, progress=progress)
+    with door_session(fleet, early=True) as (sessions, host):
+        ctx = RunContext(
+            inventory=sessions.inventory, fleet=sessions, check_mode=check, options={"fleet": fleet}, progress=progress
+        )
         return run_playbook(ctx, [Stage(PlaybookStep(step=FrontDoorStep.name), FrontDoorStep())], "fleet-door")
 
 

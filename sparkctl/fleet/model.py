@@ -121,6 +121,11 @@ class Fleet(BaseModel):
         return door.head_address if door else self.front_door.host.address
 
     @property
+    def front_door_image(self) -> str:
+        """The image the door runs in: front_door.image, else the door member's runtime.image."""
+        return self.front_door.image or self.door_member.inventory.runtime.image
+
+    @property
     def front_door_url(self) -> str:
         return f"http://{self.front_door_address}:{self.front_door.port}"
 
@@ -223,12 +228,8 @@ def _rules(doc: FleetFile, members: list[Member]) -> Iterator[Problem]:
         if fd.member not in by_name:
             yield Problem(("front_door", "member"), f"{fd.member!r} is not a member; members: {', '.join(by_name)}")
         else:
-            rt, gw = by_name[fd.member].inventory.runtime, by_name[fd.member].inventory.gateway
-            from sparkctl.runtime.launch import RAY_PORT
-
-            taken = {rt.port: "its runtime.port", RAY_PORT: "Ray's GCS port"}
-            if gw.enabled:
-                taken[gw.engine_port] = "its gateway.engine_port"
+            m = by_name[fd.member]
+            taken = _ports_on(m, m.head)
             if fd.port in taken:
                 yield Problem(
                     ("front_door", "port"),
@@ -236,3 +237,30 @@ def _rules(doc: FleetFile, members: list[Member]) -> Iterator[Problem]:
                 )
     elif fd.image is None:
         yield Problem(("front_door", "image"), "a front door on a host of its own needs the image it runs in")
+    else:
+        # a host of its own may still be a member's host (e.g. an offload host): its ports there are taken
+        for m in members:
+            for host, h in m.inventory.hosts.items():
+                taken = _ports_on(m, host) if h.ssh.address == fd.host.address else {}
+                if fd.port in taken:
+                    yield Problem(
+                        ("front_door", "port"),
+                        f"{fd.port} is {taken[fd.port]} on {fd.host.address} (host {host} of member {m.name}); "
+                        "pick a free port (e.g. 8890)",
+                    )
+
+
+def _ports_on(member: Member, host: str) -> dict[int, str]:
+    """The ports a member's containers listen on, on one of its hosts (host network): what the door's port must avoid."""
+    from sparkctl.runtime.launch import RAY_PORT
+
+    inv = member.inventory
+    taken: dict[int, str] = {}
+    if inv.hosts[host].role == "head":
+        taken = {inv.runtime.port: "its runtime.port", RAY_PORT: "Ray's GCS port"}
+        if inv.gateway.enabled:
+            taken[inv.gateway.engine_port] = "its gateway.engine_port"
+    spec = inv.runtime.speculative
+    if spec is not None and spec.drafter_host == host:
+        taken[spec.drafter_port] = "its runtime.speculative.drafter_port"
+    return taken

@@ -136,7 +136,7 @@ def up_member(member, check: bool, say: Say, force: bool = False, wait: float = 
 
 
 def front_door_step(fleet, check: bool, say: Say) -> dict:
-    """The fleet's front door (container sparkctl-fleet-door on the door member's head), by its
+    """The fleet's front door (container sparkctl-fleet-door on its host: fleet/door_host.py), by its
     deploy step (sparkctl/fleet/door_step.py): {status: ok|changed|failed|skipped, message, plan, recap}."""
     from sparkctl.fleet.door_step import ensure_front_door, plan_lines
 

@@ -53,6 +53,16 @@ def test_a_bad_fleet_file_with_json_is_one_error_document(tmp_path, capsys):
     assert error["exit_code"] == 2 and "front_door.port" in error["error"] and "runtime.port" in error["error"]
 
 
+def test_a_door_host_on_a_members_port_stops_fleet_up_before_any_host(tmp_path, capsys):
+    doc = copy.deepcopy(FLEET)
+    doc["front_door"] = {"host": {"address": "10.231.0.13", "user": "root"}, "image": "x/y:1", "port": 8100}
+    path = _write(tmp_path, doc, {"inventory.yaml": LAB, "inventory-2.yaml": _second_pair(LAB)})
+    code, out, err = run(["fleet", "up", "-f", str(path)], capsys)
+    assert code == 2 and out == ""
+    assert "front_door.port" in err and "drafter_port on 10.231.0.13 (host offload of member lab)" in err
+    assert "lab:" not in err and "front door:" not in err  # nothing ran
+
+
 def test_no_fleet_file_names_both_ways_to_give_one(capsys, monkeypatch):
     monkeypatch.delenv("SPARKCTL_FLEET", raising=False)
     code, _, err = run(["fleet", "doctor"], capsys)

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from hostfacts import host_facts, sec
 from test_fleet_model import FLEET, LAB, _second_pair, _write
 
-from sparkctl.errors import InputError
 from sparkctl.fleet import door_code
-from sparkctl.fleet.door_step import FrontDoorStep, door_member, launch, plan_lines
+from sparkctl.fleet.door_host import DOOR_HOST, door_inventory, door_session
+from sparkctl.fleet.door_step import FrontDoorStep, launch, plan_lines
 from sparkctl.fleet.model import load_fleet
 from sparkctl.runner import Recap
 from sparkctl.steps.base import RunContext
@@ -36,10 +35,10 @@ def container(config_hash: str, state: str = "running") -> dict:
 
 
 def plan(fleet, inspect: str, rc: int = 0, code: str = "present\n"):
-    inv = door_member(fleet).inventory
+    inv, host = door_inventory(fleet)
     # a missing container: the probe prints docker's `[]` (docker inspect exits 1 for it) and exits 0
-    f = {"head": host_facts(inv, "head", fleet_door=sec(inspect, rc), fleet_door_code=sec(code))}
-    return FrontDoorStep().plan(RunContext(inventory=inv, fleet=None, facts=f, options={"fleet": fleet}))["head"]
+    f = {host: host_facts(inv, host, fleet_door=sec(inspect, rc), fleet_door_code=sec(code))}
+    return FrontDoorStep().plan(RunContext(inventory=inv, fleet=None, facts=f, options={"fleet": fleet}))[host]
 
 
 def test_the_door_runs_on_the_members_head_in_its_image_with_every_member_behind_it(tmp_path):
@@ -95,9 +94,51 @@ def test_the_step_ships_the_code_starts_and_waits_then_is_a_noop(tmp_path):
     assert lines[0].startswith("front door on head: copy the fleet door's code") and "nothing to do" in lines[-1]
 
 
-def test_a_door_on_a_host_of_its_own_is_refused_clearly(tmp_path):
-    doc = {**FLEET, "front_door": {"host": {"address": "10.231.0.40", "user": "root"}, "image": "x/y:1", "port": 8890}}
-    f = load_fleet(_write(tmp_path, doc, {"inventory.yaml": LAB, "inventory-2.yaml": _second_pair(LAB)}))
-    with pytest.raises(InputError, match="front_door.host .* is not supported yet") as e:
-        launch(f)
-    assert "front_door: {member: NAME" in e.value.fix
+OWN_HOST = {"address": "10.231.0.40", "user": "door", "port": 2222, "key": "keys/door",
+            "known_hosts": "keys/known_hosts", "host_key_policy": "accept-new"}  # fmt: skip
+
+
+def subdir(tmp_path, name):
+    (tmp_path / name).mkdir()
+    return tmp_path / name
+
+
+def own_host_fleet(tmp_path, **front_door):
+    # the members' inventories in a folder of their own: the door's paths are the fleet file's, not theirs
+    doc = {**FLEET, "members": [{"inventory": "members/inventory.yaml"}, {"inventory": "members/inventory-2.yaml"}],
+           "front_door": {"host": OWN_HOST, "image": "registry.example:5000/door:1", "port": 8890, **front_door}}  # fmt: skip
+    for d in ("keys", "members"):
+        (tmp_path / d).mkdir(exist_ok=True)
+    (tmp_path / "keys" / "door").write_text("a private key\n")  # a key sparkctl must find: resolve() checks it exists
+    return load_fleet(_write(tmp_path, doc, {"members/inventory.yaml": LAB, "members/inventory-2.yaml": _second_pair(LAB)}))
+
+
+def test_a_door_on_a_host_of_its_own_runs_there_in_its_image(tmp_path):
+    f = own_host_fleet(tmp_path)
+    spec = launch(f)
+    assert (spec.host, spec.image, f.front_door_url) == (DOOR_HOST, "registry.example:5000/door:1", "http://10.231.0.40:8890")
+    members = [spec.command[i + 1] for i, a in enumerate(spec.command) if a == "--member"]
+    assert [m.split("=")[0] for m in members] == ["lab", "lab-2"]
+    # the same members elsewhere: another launch, so moving the door restarts it there
+    on_head = launch(fleet_of(subdir(tmp_path, "on-head")))
+    assert spec.labels["io.sparkctl.config-hash"] != on_head.labels["io.sparkctl.config-hash"]
+    # its plan reads the same facts on that host as on a member's head
+    first = plan(f, "[]\n", code="absent\n")
+    assert first.host == DOOR_HOST and [c.action for c in first.changes] == ["ship-code", "start", "wait-door"]
+    assert "in registry.example:5000/door:1" in first.changes[1].summary
+    again = plan(f, json.dumps([container(spec.labels["io.sparkctl.config-hash"])]))
+    assert again.empty
+
+
+def test_the_door_session_is_the_fleet_files_ssh_block_with_paths_from_its_folder(tmp_path):
+    f = own_host_fleet(tmp_path)
+    inv, host = door_inventory(f)
+    assert (host, list(inv.hosts), inv.cluster.name) == (DOOR_HOST, [DOOR_HOST], "lab-fleet")
+    with door_session(f) as (sessions, name):  # built, never connected: no host here
+        t = sessions[name].target
+    assert (name, t.address, t.user, t.port, t.host_key_policy) == (DOOR_HOST, "10.231.0.40", "door", 2222, "accept-new")
+    assert (t.key, t.known_hosts) == (tmp_path / "keys" / "door", tmp_path / "keys" / "known_hosts")
+    # a door on a member's head goes through the same function: that member's own inventory and head
+    m = fleet_of(subdir(tmp_path, "on-head"))
+    with door_session(m) as (sessions, name):
+        assert (name, sessions.inventory, sessions[name].target.address) == ("head", m.member("lab").inventory, "10.231.0.11")

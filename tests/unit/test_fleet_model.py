@@ -91,6 +91,32 @@ def test_the_door_must_name_a_member_and_a_free_port(tmp_path):
     assert "front_door.image: a front door on a host of its own needs the image" in _problems(tmp_path, fleet)
 
 
+def test_a_door_on_a_host_of_its_own_must_not_take_a_port_a_member_uses_on_that_address(tmp_path):
+    fleet = copy.deepcopy(FLEET)
+    door = {"image": "x/y:1"}
+    # the lab's offload host (10.231.0.13) runs member lab's drafter on 8100
+    fleet["front_door"] = {**door, "host": {"address": "10.231.0.13"}, "port": 8100}
+    assert ("front_door.port: 8100 is its runtime.speculative.drafter_port on 10.231.0.13 (host offload of member lab)"
+            in _problems(tmp_path, fleet))  # fmt: skip
+    fleet["front_door"] = {**door, "host": {"address": "10.231.0.21"}, "port": 8888}
+    assert "front_door.port: 8888 is its runtime.port on 10.231.0.21 (host head of member lab-2)" in _problems(tmp_path, fleet)
+    # another port on that host, or that port on an address no member uses: the door may run there
+    for address, port in (("10.231.0.13", 8891), ("10.231.0.40", 8100)):
+        fleet["front_door"] = {**door, "host": {"address": address}, "port": port}
+        f = load_fleet(_write(tmp_path, fleet, {"inventory.yaml": LAB, "inventory-2.yaml": _second_pair(LAB)}))
+        assert (f.front_door_url, f.front_door_image, f.door_member) == (f"http://{address}:{port}", "x/y:1", None)
+
+
+def test_the_door_hosts_ssh_block_is_the_inventorys_ssh_model(tmp_path):
+    fleet = copy.deepcopy(FLEET)
+    fleet["front_door"] = {"host": {"address": "10.231.0.40", "host_key_policy": "trust-all"}, "image": "x/y:1"}
+    msg = _problems(tmp_path, fleet)
+    assert "front_door.host.host_key_policy" in msg and "strict" in msg and "accept-new" in msg
+    fleet["front_door"] = {"host": {"address": "10.231.0.40", "password": "hunter2"}, "image": "x/y:1"}
+    msg = _problems(tmp_path, fleet)
+    assert "front_door.host.password" in msg and "hunter2" not in msg
+
+
 def test_unknown_keys_and_bad_values_are_located(tmp_path):
     fleet = copy.deepcopy(FLEET)
     fleet["rollout"] = {"max_unavailble": 2}
