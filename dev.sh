@@ -56,7 +56,8 @@ install_python() {
 
 # The whole suite as two pytest processes side by side: tests/lab in the background (the lab fixture
 # brings the lab up once, tests/conftest.py; one owner, in order) and tests/unit in the foreground,
-# whose CPU fills the lab's waits. The unit output first, then the lab's (what it printed so far,
+# whose CPU fills the lab's waits: at nice 5, so the lab's run (the critical path) has the cores
+# first whenever it wants them, and the unit tests take what it leaves. The unit output first, then the lab's (what it printed so far,
 # then live), each ending in its own summary. Extra pytest options go to both; with
 # SPARKCTL_TEST_REPORTS=DIR each writes its junit XML there (unit.xml, then lab.xml).
 run_suite() {
@@ -66,7 +67,7 @@ run_suite() {
   lab=$!
   trap 'kill -INT "$lab" 2>/dev/null || true' INT TERM  # Ctrl-C or CI's end: the lab run stops too
   say "pytest tests/unit    (tests/lab runs beside it, pid $lab, its output follows: $log)"
-  "$VENV/bin/python" -m pytest -q tests/unit ${reports:+"--junitxml=$reports/unit.xml"} "$@" || urc=$?
+  nice -n 5 "$VENV/bin/python" -m pytest -q tests/unit ${reports:+"--junitxml=$reports/unit.xml"} "$@" || urc=$?
   say "pytest tests/lab     (started beside the unit tests: its output so far, then live)"
   tail -n +1 --pid="$lab" -f "$log"
   wait "$lab" || lrc=$?
