@@ -35,7 +35,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 RUN_LAST = [  # file names, in the order they run last
     "test_lab_clusters.py",  # brings the lab's second pair up (tests/lab/conftest.py second_pair) ...
     "test_fleet_door_lab.py",  # ... the fleet's files share it and the fleet on it ...
-    "test_fleet_cli.py",
+    "test_fleet_cli_lab.py",
     "test_fleet_rollout.py",
     "test_lab_pair_removal.py",  # ... and this one takes it away
     "test_lab_updown.py",
