@@ -163,7 +163,20 @@ def load_fleet(path: Path | str) -> Fleet:
     from sparkctl.inventory.safe_yaml import YamlProblem, parse
 
     path = Path(path)
-    text = read_text(path)
+    try:
+        text = read_text(path)
+    except InventoryError:
+        raise
+    except InputError as err:  # missing, unreadable, not a regular file: said of the fleet file, not an inventory
+        if not path.exists():
+            raise InputError(
+                f"fleet file {path} does not exist",
+                fix="check the path (docs/fleets.md describes the file; `sparkctl lab up --clusters 2` writes the "
+                "lab's /var/lib/sparkctl-lab/fleet.yaml)",
+            ) from None
+        raise err.reworded(
+            err.message.replace("an inventory file", "a fleet file").replace("inventory file", "fleet file")
+        ) from None
     try:
         data, locations = parse(text)
     except YamlProblem as err:

@@ -140,3 +140,13 @@ def test_a_missing_member_inventory_is_named_at_its_line(tmp_path):
     fleet["members"].append({"inventory": "gone.yaml"})
     msg = _problems(tmp_path, fleet)
     assert "members[2].inventory" in msg and "gone.yaml does not exist" in msg
+
+
+def test_a_missing_or_special_fleet_file_is_named_as_the_fleet_file(tmp_path):
+    with pytest.raises(InputError) as err:
+        load_fleet(tmp_path / "nope.yaml")
+    assert err.value.exit_code == 2 and err.value.message == f"fleet file {tmp_path / 'nope.yaml'} does not exist"
+    assert "docs/fleets.md" in err.value.fix
+    with pytest.raises(InputError) as err:
+        load_fleet(tmp_path)  # a directory
+    assert "not a fleet file" in err.value.message and "inventory" not in err.value.message
