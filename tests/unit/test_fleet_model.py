@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 LAB = yaml.safe_load((REPO / "inventories" / "lab.yaml").read_text())
 
 
-def _second_pair(doc: dict) -> dict:
+def second_pair(doc: dict) -> dict:
     """The lab's inventory as a second pair: its own name and addresses, no offload host."""
     d = copy.deepcopy(doc)
     d["cluster"]["name"] = "lab-2"
@@ -46,7 +46,7 @@ FLEET = {
 
 
 def test_a_two_pair_fleet_loads_in_rollout_order_with_its_door_on_the_first_head(tmp_path):
-    p = _write(tmp_path, FLEET, {"inventory.yaml": LAB, "inventory-2.yaml": _second_pair(LAB)})
+    p = _write(tmp_path, FLEET, {"inventory.yaml": LAB, "inventory-2.yaml": second_pair(LAB)})
     f = load_fleet(p)
     assert [m.name for m in f.members] == ["lab", "lab-2"]
     assert f.members[1].inventory_path == tmp_path / "inventory-2.yaml"
@@ -58,7 +58,7 @@ def test_a_two_pair_fleet_loads_in_rollout_order_with_its_door_on_the_first_head
 
 
 def _problems(tmp_path, fleet: dict, second: dict | None = None) -> str:
-    p = _write(tmp_path, fleet, {"inventory.yaml": LAB, "inventory-2.yaml": second or _second_pair(LAB)})
+    p = _write(tmp_path, fleet, {"inventory.yaml": LAB, "inventory-2.yaml": second or second_pair(LAB)})
     with pytest.raises(FleetError) as err:
         load_fleet(p)
     assert err.value.exit_code == 2
@@ -66,7 +66,7 @@ def _problems(tmp_path, fleet: dict, second: dict | None = None) -> str:
 
 
 def test_a_member_that_is_not_a_valid_inventory_is_named_with_its_own_problem(tmp_path):
-    bad = _second_pair(LAB)
+    bad = second_pair(LAB)
     bad["runtime"]["max_num_seqs"] = 0
     msg = _problems(tmp_path, FLEET, bad)
     assert "members[1].inventory" in msg and "inventory-2.yaml" in msg and "max_num_seqs" in msg
@@ -103,7 +103,7 @@ def test_a_door_on_a_host_of_its_own_must_not_take_a_port_a_member_uses_on_that_
     # another port on that host, or that port on an address no member uses: the door may run there
     for address, port in (("10.231.0.13", 8891), ("10.231.0.40", 8100)):
         fleet["front_door"] = {**door, "host": {"address": address}, "port": port}
-        f = load_fleet(_write(tmp_path, fleet, {"inventory.yaml": LAB, "inventory-2.yaml": _second_pair(LAB)}))
+        f = load_fleet(_write(tmp_path, fleet, {"inventory.yaml": LAB, "inventory-2.yaml": second_pair(LAB)}))
         assert (f.front_door_url, f.front_door_image, f.door_member) == (f"http://{address}:{port}", "x/y:1", None)
 
 

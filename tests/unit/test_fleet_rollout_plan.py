@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from climain import run
+from test_fleet_model import LAB, second_pair
 from test_reload_plan import checked, recorded
 
 from sparkctl.errors import InputError
@@ -25,21 +26,6 @@ from sparkctl.reload import ReloadReport, plan_reload, restore_secrets
 from sparkctl.runtime.compile_cache import compile_key
 
 REPO = Path(__file__).resolve().parents[2]
-LAB = yaml.safe_load((REPO / "inventories" / "lab.yaml").read_text())
-
-
-def second_pair(doc: dict) -> dict:
-    """The lab's inventory as its second pair (lab-2: head2/worker2's addresses, no offload host)."""
-    d = copy.deepcopy(doc)
-    d["cluster"]["name"] = "lab-2"
-    d["hosts"].pop("offload")
-    d.pop("engram")
-    d["runtime"].pop("speculative")
-    for name, last in (("head", 21), ("worker", 22)):
-        h = d["hosts"][name]
-        h["ssh"]["address"] = f"10.231.0.{last}"
-        h["fabric"] = [link for link in h["fabric"] if link["peer"] != "offload"]
-    return d
 
 
 def with_runtime(doc: dict, **fields) -> dict:
