@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from climain import run
 from rich.console import Console
-from test_fleet_model import FLEET, LAB, _second_pair, _write
+from test_fleet_model import FLEET, LAB, _write, second_pair
 
 from sparkctl.cli.fleet import print_history, print_status
 from sparkctl.fleet.doctor import FLEET_CHECKS, FleetContext, probe_command
@@ -28,12 +28,12 @@ COMMANDS = ["up", "status", "doctor", "history"]
 
 
 def _fleet(tmp_path, second: dict | None = None, first: dict | None = None) -> Path:
-    return _write(tmp_path, FLEET, {"inventory.yaml": first or LAB, "inventory-2.yaml": second or _second_pair(LAB)})
+    return _write(tmp_path, FLEET, {"inventory.yaml": first or LAB, "inventory-2.yaml": second or second_pair(LAB)})
 
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_a_bad_member_stops_every_command_before_any_host_with_the_field_named(tmp_path, capsys, command):
-    bad = _second_pair(LAB)
+    bad = second_pair(LAB)
     bad["runtime"]["max_num_seqs"] = 0
     path = _fleet(tmp_path, bad)
     code, out, err = run(["fleet", command, "-f", str(path)], capsys)
@@ -46,7 +46,7 @@ def test_a_bad_member_stops_every_command_before_any_host_with_the_field_named(t
 def test_a_bad_fleet_file_with_json_is_one_error_document(tmp_path, capsys):
     doc = copy.deepcopy(FLEET)
     doc["front_door"]["port"] = 8888  # the door member's runtime.port
-    path = _write(tmp_path, doc, {"inventory.yaml": LAB, "inventory-2.yaml": _second_pair(LAB)})
+    path = _write(tmp_path, doc, {"inventory.yaml": LAB, "inventory-2.yaml": second_pair(LAB)})
     code, out, err = run(["fleet", "status", "-f", str(path), "--json"], capsys)
     assert code == 2
     error = json.loads(out)
@@ -56,7 +56,7 @@ def test_a_bad_fleet_file_with_json_is_one_error_document(tmp_path, capsys):
 def test_a_door_host_on_a_members_port_stops_fleet_up_before_any_host(tmp_path, capsys):
     doc = copy.deepcopy(FLEET)
     doc["front_door"] = {"host": {"address": "10.231.0.13", "user": "root"}, "image": "x/y:1", "port": 8100}
-    path = _write(tmp_path, doc, {"inventory.yaml": LAB, "inventory-2.yaml": _second_pair(LAB)})
+    path = _write(tmp_path, doc, {"inventory.yaml": LAB, "inventory-2.yaml": second_pair(LAB)})
     code, out, err = run(["fleet", "up", "-f", str(path)], capsys)
     assert code == 2 and out == ""
     assert "front_door.port" in err and "drafter_port on 10.231.0.13 (host offload of member lab)" in err
@@ -70,7 +70,7 @@ def test_no_fleet_file_names_both_ways_to_give_one(capsys, monkeypatch):
 
 
 def test_the_fleet_file_comes_from_the_environment_too(tmp_path, capsys, monkeypatch):
-    bad = _second_pair(LAB)
+    bad = second_pair(LAB)
     bad["cluster"]["name"] = "lab"
     monkeypatch.setenv("SPARKCTL_FLEET", str(_fleet(tmp_path, bad)))
     code, _, err = run(["fleet", "history"], capsys)
@@ -133,7 +133,7 @@ def test_a_door_that_does_not_answer_fails_and_a_drained_member_warns(tmp_path):
 
 
 def test_members_serving_different_model_names_fail_same_model_under_the_odd_one(tmp_path):
-    other = _second_pair(LAB)
+    other = second_pair(LAB)
     other["runtime"]["served_model_name"] = "something-else"
     fleet = load_fleet(_fleet(tmp_path, other))
     r = _results(FleetContext(fleet, door={"answering": True}, reach={}))["fleet.same_model"]
@@ -159,7 +159,7 @@ def test_the_door_hosts_probe_reports_each_members_health_code(tmp_path):
     closed = http.server.HTTPServer(("127.0.0.1", 0), _Health)
     closed_port = closed.server_address[1]
     closed.server_close()
-    first, second = copy.deepcopy(LAB), _second_pair(LAB)
+    first, second = copy.deepcopy(LAB), second_pair(LAB)
     for doc, addresses, port in ((first, ("127.0.0.1", "127.0.0.3", "127.0.0.5"), server.server_address[1]),
                                  (second, ("127.0.0.2", "127.0.0.4"), closed_port)):  # fmt: skip
         for host, address in zip(doc["hosts"].values(), addresses):

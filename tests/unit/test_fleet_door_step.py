@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from hostfacts import host_facts, sec
-from test_fleet_model import FLEET, LAB, _second_pair, _write
+from test_fleet_model import FLEET, LAB, _write, second_pair
 
 from sparkctl.fleet import door_code
 from sparkctl.fleet.door_host import DOOR_HOST, door_inventory, door_session
@@ -18,7 +18,7 @@ from sparkctl.steps.base import RunContext
 
 def fleet_of(tmp_path, second=None, **front_door):
     doc = {**FLEET, "front_door": {**FLEET["front_door"], **front_door}}
-    inventories = {"inventory.yaml": LAB, "inventory-2.yaml": second or _second_pair(LAB)}
+    inventories = {"inventory.yaml": LAB, "inventory-2.yaml": second or second_pair(LAB)}
     return load_fleet(_write(tmp_path, doc, inventories))
 
 
@@ -67,11 +67,11 @@ def test_it_restarts_only_when_its_own_launch_changes(tmp_path):
         d.mkdir()
         return launch(fleet_of(d, **kw)).labels["io.sparkctl.config-hash"]
 
-    engine_change = _second_pair(LAB)
+    engine_change = second_pair(LAB)
     engine_change["runtime"]["max_num_seqs"] = 7
     assert hash_of("engine", second=engine_change) == base  # a member's engine change: the door stays
     assert hash_of("port", port=8891) != base
-    moved = _second_pair(LAB)
+    moved = second_pair(LAB)
     moved["runtime"]["port"] = 8100
     assert hash_of("member-port", second=moved) != base
 
@@ -110,7 +110,7 @@ def own_host_fleet(tmp_path, **front_door):
     for d in ("keys", "members"):
         (tmp_path / d).mkdir(exist_ok=True)
     (tmp_path / "keys" / "door").write_text("a private key\n")  # a key sparkctl must find: resolve() checks it exists
-    return load_fleet(_write(tmp_path, doc, {"members/inventory.yaml": LAB, "members/inventory-2.yaml": _second_pair(LAB)}))
+    return load_fleet(_write(tmp_path, doc, {"members/inventory.yaml": LAB, "members/inventory-2.yaml": second_pair(LAB)}))
 
 
 def test_a_door_on_a_host_of_its_own_runs_there_in_its_image(tmp_path):
