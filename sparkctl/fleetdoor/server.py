@@ -8,10 +8,11 @@ import asyncio
 import logging
 import os
 import signal
-import stat
 
 import aiohttp
 from aiohttp import web
+
+from sparkctl.gateway.admin import listen_on_socket
 
 from . import admin
 from .members import Member, probe, probe_forever
@@ -50,14 +51,7 @@ async def run(s: Settings) -> None:
     adm_runner = web.AppRunner(admin.app(door, m), access_log=None)
     await pub_runner.setup()
     await adm_runner.setup()
-    os.makedirs(os.path.dirname(s.admin_socket) or ".", mode=0o700, exist_ok=True)
-    if os.path.exists(s.admin_socket) and stat.S_ISSOCK(os.stat(s.admin_socket).st_mode):
-        os.unlink(s.admin_socket)  # left by a front door that was killed
-    old = os.umask(0o177)  # the socket is created 0600: only its owner (root) may drain
-    try:
-        await web.UnixSite(adm_runner, s.admin_socket).start()
-    finally:
-        os.umask(old)
+    await listen_on_socket(adm_runner, s.admin_socket)  # 0600: only root may drain
     await web.TCPSite(pub_runner, s.host, s.port, backlog=1024, reuse_address=True).start()
     log.info(
         "fleet door on %s:%d -> %s; admin on %s",

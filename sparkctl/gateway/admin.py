@@ -10,6 +10,8 @@ session to the head (`python -m sparkctl.gateway.ctl` inside the gateway's conta
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 from aiohttp import web
 
@@ -63,3 +65,16 @@ def app(gate: Gate, long_context: LongContext, metrics: Metrics, upstream: str, 
     a.router.add_get("/status", get_status)
     a.router.add_get("/metrics", get_metrics)
     return a
+
+
+async def listen_on_socket(runner: web.AppRunner, path: str) -> None:
+    """Serve `runner` on the unix socket `path`: its directory 0700, the socket 0600 (only its owner,
+    root, may act), replacing a socket a killed process left behind."""
+    os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+    if os.path.exists(path) and stat.S_ISSOCK(os.stat(path).st_mode):
+        os.unlink(path)
+    old = os.umask(0o177)
+    try:
+        await web.UnixSite(runner, path).start()
+    finally:
+        os.umask(old)

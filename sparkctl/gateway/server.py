@@ -7,7 +7,6 @@ import asyncio
 import logging
 import os
 import signal
-import stat
 
 import aiohttp
 from aiohttp import web
@@ -69,14 +68,7 @@ async def run(s: Settings) -> None:
     adm_runner = web.AppRunner(admin.app(gate, lc, m, s.upstream, lambda: proxy.in_flight), access_log=None)
     await pub_runner.setup()
     await adm_runner.setup()
-    os.makedirs(os.path.dirname(s.admin_socket) or ".", mode=0o700, exist_ok=True)
-    if os.path.exists(s.admin_socket) and stat.S_ISSOCK(os.stat(s.admin_socket).st_mode):
-        os.unlink(s.admin_socket)  # left by a gateway that was killed
-    old = os.umask(0o177)  # the socket is created 0600: only its owner (root) may hold or release
-    try:
-        await web.UnixSite(adm_runner, s.admin_socket).start()
-    finally:
-        os.umask(old)
+    await admin.listen_on_socket(adm_runner, s.admin_socket)  # 0600: only root may hold or release
     await web.TCPSite(pub_runner, s.host, s.port, backlog=1024, reuse_address=True).start()
     log.info(
         "gateway on %s:%d -> %s, admin on %s, hold_s %g, long_context %s",
