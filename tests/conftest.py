@@ -40,7 +40,9 @@ RUN_LAST = [  # file names, in the order they run last
     "test_lab_pair_removal.py",  # ... and this one takes it away
     "test_lab_updown.py",
 ]
-LAB_SESSION_LOCK = "/run/lock/sparkctl-lab-tests.lock"
+from sparkctl_lab.paths import PREFIX  # noqa: E402  (stdlib only: which lab, SPARKCTL_LAB_INSTANCE)
+
+LAB_SESSION_LOCK = f"/run/lock/sparkctl-{PREFIX}-tests.lock"  # one per lab: a second lab has its own
 _lab_lock = None  # the open lock file while this session holds the lab
 _lab_up = False  # the lab fixture has brought the lab up in this session
 

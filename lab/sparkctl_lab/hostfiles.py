@@ -104,7 +104,7 @@ def daemon_json(name: str) -> str:
                 "ip-masq": False,
                 "userland-proxy": False,
                 "insecure-registries": [topo.REGISTRY],
-                "cgroup-parent": f"sparkctl-lab-{name}",
+                "cgroup-parent": f"sparkctl-{paths.PREFIX}-{name}",
                 "deprecated-key-path": str(h / "docker-key.json"),
                 "storage-driver": "overlay2",
                 "log-level": "warn",
@@ -141,7 +141,7 @@ def known_hosts(host_set: dict[str, topo.LabHost]) -> str:
 
 
 def ssh_config(host_set: dict[str, topo.LabHost]) -> str:
-    out = ["# sparkctl lab: `ssh -F /var/lib/sparkctl-lab/ssh/config head` (or put LAB_DIR/bin first on PATH)"]
+    out = [f"# sparkctl lab: `ssh -F {paths.SSH_CONFIG} head` (or put LAB_DIR/bin first on PATH)"]
     for h in host_set.values():
         out += [
             f"Host {h.name} {h.netns} {h.mgmt_ip}",

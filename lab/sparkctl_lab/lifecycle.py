@@ -241,9 +241,12 @@ def _lab_mounts(under: Path = paths.LAB_DIR) -> list[str]:
 def _cgroup_dirs(names: list[str]) -> list[Path]:
     """The cgroups the hosts' dockerd made (cgroup-parent sparkctl-lab-<host>), looked for at most 3
     levels below each hierarchy's root (walking a busy machine's whole cgroup tree is slow)."""
-    want = {f"sparkctl-lab-{n}" for n in names}  # one walk for all of them
+    want = {f"sparkctl-{paths.PREFIX}-{n}" for n in names}  # one walk for all of them
     return [
-        d for depth in range(4) for d in Path("/sys/fs/cgroup").glob("*/" + "*/" * depth + "sparkctl-lab-*") if d.name in want
+        d
+        for depth in range(4)
+        for d in Path("/sys/fs/cgroup").glob("*/" + "*/" * depth + f"sparkctl-{paths.PREFIX}-*")
+        if d.name in want
     ]
 
 

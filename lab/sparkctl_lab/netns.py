@@ -64,8 +64,10 @@ def links(netns: str | None) -> dict[str, dict]:
 
 
 def foreign_routes() -> list[str]:
-    """Routes in the root namespace into 10.231.0.0/16 that the lab did not make."""
+    """Routes in the root namespace into this lab's range that no lab made (a second lab beside it,
+    paths.INSTANCE, routes its own range: topo.SUBNETS, topo.RUNNER_DEVICES)."""
     lab = ipaddress.ip_network(topo.SUBNET)
+    labs = {ipaddress.ip_network(s) for s in topo.SUBNETS}
     r = ip("-j", "route", "show", "table", "all", check=False)
     found = []
     for route in json.loads(r.stdout or "[]"):
@@ -76,9 +78,9 @@ def foreign_routes() -> list[str]:
             continue
         if net.version != 4 or not net.overlaps(lab):
             continue
-        if route.get("dev") == topo.RUNNER_DEVICE:
+        if route.get("dev") in topo.RUNNER_DEVICES:
             continue
-        if route.get("type") == "unreachable" and net == lab:
+        if route.get("type") == "unreachable" and net in labs:
             continue
         found.append(f"{route.get('type', 'unicast')} {dst}" + (f" dev {route['dev']}" if route.get("dev") else ""))
     return found

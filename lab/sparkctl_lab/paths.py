@@ -8,9 +8,24 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+
+def _instance() -> int:
+    raw = os.environ.get("SPARKCTL_LAB_INSTANCE", "0") or "0"
+    if raw not in {str(i) for i in range(INSTANCES)}:
+        raise SystemExit(f"SPARKCTL_LAB_INSTANCE={raw!r}: expected one of 0..{INSTANCES - 1} (unset: 0, the lab)")
+    return int(raw)
+
+
+# Which of the machine's labs this process works on. Instance 0 is the lab (what a newcomer runs and
+# inventories/lab.yaml describes); instance 1 is a second lab beside it, so the test suite can run
+# two lab workers at once (dev.sh): its own namespaces (lab1-*), addresses (10.231.128.0/17), LAB_DIR,
+# sshd, dockerds and registry. Nothing is shared but the image cache (CACHE_DIR, under its lock).
+INSTANCES = 2
+INSTANCE = _instance()
+PREFIX = "lab" if INSTANCE == 0 else f"lab{INSTANCE}"  # of its namespaces, runner device, cgroups
 # Overridable for experiments; everything else in sparkctl assumes the defaults
 # (inventories/lab.yaml names the key and known_hosts under /var/lib/sparkctl-lab).
-LAB_DIR = Path(os.environ.get("SPARKCTL_LAB_DIR", "/var/lib/sparkctl-lab"))
+LAB_DIR = Path(os.environ.get("SPARKCTL_LAB_DIR", f"/var/lib/sparkctl-{PREFIX}"))
 CACHE_DIR = Path(os.environ.get("SPARKCTL_LAB_CACHE", "/var/cache/sparkctl-lab"))
 
 SSH_DIR = LAB_DIR / "ssh"

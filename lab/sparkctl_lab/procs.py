@@ -61,13 +61,16 @@ def _is_init(pid: int, name: str) -> bool:
     args = cmdline(pid)
     if "sparkctl_lab.hostinit" not in args or args[-1] != name or not alive(pid):
         return False
+    # of this lab: a second lab beside it (paths.INSTANCE) has a host of the same name
+    if f"SPARKCTL_LAB_DIR={paths.LAB_DIR}" not in _read(f"/proc/{pid}/environ").split("\0"):
+        return False
     nspid = [ln for ln in _read(f"/proc/{pid}/status").splitlines() if ln.startswith("NSpid:")]
     return bool(nspid) and nspid[0].split()[-1] == "1"
 
 
 def host_init(name: str) -> int | None:
     """Root-namespace pid of the host's PID-1 init, if it runs."""
-    return next((pid for pid in pids_in_netns(f"lab-{name}") if _is_init(pid, name)), None)
+    return next((pid for pid in pids_in_netns(topo.ALL_HOSTS[name].netns) if _is_init(pid, name)), None)
 
 
 def all_inits(name: str) -> list[int]:
@@ -107,6 +110,7 @@ def start_host(name: str) -> None:
         "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "PYTHONPATH": str(tools.package_root()),
         "SPARKCTL_LAB_DIR": str(paths.LAB_DIR),
+        "SPARKCTL_LAB_INSTANCE": str(paths.INSTANCE),
         "SPARKCTL_LAB_CACHE": str(paths.CACHE_DIR),
         "LANG": "C.UTF-8",
     }

@@ -19,10 +19,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-SUBNET = "10.231.0.0/16"  # everything the lab owns; routed `unreachable` in the root namespace
-RUNNER_ADDRESS = "10.231.0.1"
-RUNNER_DEVICE = "lab-mgmt"  # the runner's veth into the management bridge (root namespace)
-SWITCH_NETNS = "lab-switch"
+from sparkctl_lab.paths import INSTANCE, INSTANCES, PREFIX
+
+# A second lab (paths.INSTANCE 1) is the same shape moved up by 128 in the third octet: its
+# addresses stay inside 10.231.0.0/16 (what SPARKCTL_ONLY_NETWORKS fences) and clear of the first's.
+OFFSET = 128 * INSTANCE
+# what each lab owns, routed `unreachable` in the root namespace by that lab (the first lab's is the
+# whole /16: what a newcomer's lab has always claimed)
+SUBNETS = ("10.231.0.0/16", *(f"10.231.{128 * i}.0/17" for i in range(1, INSTANCES)))
+SUBNET = SUBNETS[INSTANCE]
+RUNNER_DEVICES = tuple("lab-mgmt" if i == 0 else f"lab{i}-mgmt" for i in range(INSTANCES))
+
+
+def net(third: int, last: int) -> str:
+    """10.231.THIRD.LAST in this lab (the first lab's numbering, moved by OFFSET)."""
+    return f"10.231.{third + OFFSET}.{last}"
+
+
+RUNNER_ADDRESS = net(0, 1)
+RUNNER_DEVICE = RUNNER_DEVICES[INSTANCE]  # the runner's veth into the management bridge (root namespace)
+SWITCH_NETNS = f"{PREFIX}-switch"
 SWITCH_BRIDGE = "br-mgmt"
 REGISTRY_PORT = 5000
 REGISTRY = f"{RUNNER_ADDRESS}:{REGISTRY_PORT}"
@@ -72,7 +88,7 @@ class LabHost:
 
     @property
     def netns(self) -> str:
-        return f"lab-{self.name}"
+        return f"{PREFIX}-{self.name}"
 
     @property
     def mgmt_address(self) -> str:
@@ -109,18 +125,18 @@ def _spark(
     """A DGX Spark: the two twins of port 0 as rails to its peer on subnets `rails`, and (in the
     first pair) port 1 to the offload host on `offload_subnet`."""
     fabric = [
-        Nic("enp1s0f0np0", f"10.231.{rails[0]}.{last}/24", ("rocep1s0f0",), 9000, 200000, peer, "0000:01:00.0"),
-        Nic("enP2p1s0f0np0", f"10.231.{rails[1]}.{last}/24", ("roceP2p1s0f0",), 9000, 200000, peer, "0002:01:00.0"),
+        Nic("enp1s0f0np0", f"{net(rails[0], last)}/24", ("rocep1s0f0",), 9000, 200000, peer, "0000:01:00.0"),
+        Nic("enP2p1s0f0np0", f"{net(rails[1], last)}/24", ("roceP2p1s0f0",), 9000, 200000, peer, "0002:01:00.0"),
     ]
     if offload_subnet is not None:
         fabric.append(
-            Nic("enp1s0f1np1", f"10.231.{offload_subnet}.{last}/24", ("rocep1s0f1",), 9000, 40000, "offload", "0000:01:00.1")
+            Nic("enp1s0f1np1", f"{net(offload_subnet, last)}/24", ("rocep1s0f1",), 9000, 40000, "offload", "0000:01:00.1")
         )
     return LabHost(
         name=name,
         role=role,
         mgmt_device="enP7s7",  # the Spark's on-board 10GbE
-        mgmt_ip=f"10.231.0.{mgmt_last}",
+        mgmt_ip=net(0, mgmt_last),
         mgmt_speed_mbps=10000,
         mgmt_bus_id="0007:01:00.0",
         gpus=(_GB10,),
@@ -137,7 +153,7 @@ HOSTS: dict[str, LabHost] = {
         name="offload",
         role="offload",
         mgmt_device="eno1",
-        mgmt_ip="10.231.0.13",
+        mgmt_ip=net(0, 13),
         mgmt_speed_mbps=1000,
         mgmt_bus_id="0000:c1:00.0",
         gpus=(
@@ -148,8 +164,8 @@ HOSTS: dict[str, LabHost] = {
         cuda=CUDA,
         memory_gib=503,
         fabric=(
-            Nic("enp65s0f0np0", "10.231.110.4/24", ("mlx5_0",), 9000, 40000, "head", "0000:41:00.0"),
-            Nic("enp65s0f1np1", "10.231.111.4/24", ("mlx5_1",), 9000, 40000, "worker", "0000:41:00.1"),
+            Nic("enp65s0f0np0", f"{net(110, 4)}/24", ("mlx5_0",), 9000, 40000, "head", "0000:41:00.0"),
+            Nic("enp65s0f1np1", f"{net(111, 4)}/24", ("mlx5_1",), 9000, 40000, "worker", "0000:41:00.1"),
         ),
     ),
 }
@@ -218,10 +234,17 @@ ENGRAM_SOURCE = "/srv/engram/tables"
 ENGRAM_TABLE_BYTES = 256 << 20
 
 
+FIRST_REGISTRY = "10.231.0.1:5000"  # the first lab's, which the shipped file's runtime.image names
+
+
 def shipped_sections() -> dict:
+    """The shipped inventories/lab.yaml, its image moved to this lab's registry (a second lab's)."""
     import yaml
 
     doc = yaml.safe_load(SHIPPED_INVENTORY.read_text())
+    runtime = doc["runtime"]
+    if runtime["image"].startswith(FIRST_REGISTRY + "/"):
+        runtime["image"] = REGISTRY + runtime["image"][len(FIRST_REGISTRY) :]
     engram = doc["engram"]
     if (engram["host"], engram["source"]) != (ENGRAM_HOST, ENGRAM_SOURCE):
         raise ValueError(

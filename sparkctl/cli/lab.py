@@ -146,7 +146,7 @@ def _render_status(doc: dict, c) -> None:
     r, i = doc["registry"], doc["image"]
     c.print(
         f"runner: {doc['runner']['device']} {doc['runner']['address']} ({doc['runner']['state'] or 'absent'}), "
-        f"route unreachable 10.231.0.0/16: {'yes' if doc['runner']['route_unreachable'] else 'no'}",
+        f"route unreachable {doc['runner']['subnet']}: {'yes' if doc['runner']['route_unreachable'] else 'no'}",
         soft_wrap=True,
     )
     c.print(f"registry: {r['address']} {ok(r['healthy'])} pid {r['pid'] or '-'}", soft_wrap=True)

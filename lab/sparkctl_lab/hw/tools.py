@@ -38,7 +38,7 @@ def scripts(host: str) -> dict[str, str]:
     out = {
         name: "#!/bin/sh\n"
         f"# sparkctl lab: simulated {name} for lab host {host}\n"
-        f"SPARKCTL_LAB_HOST={host} SPARKCTL_LAB_DIR={paths.LAB_DIR} PYTHONPATH={package_root()} "
+        f"SPARKCTL_LAB_HOST={host} SPARKCTL_LAB_DIR={paths.LAB_DIR} SPARKCTL_LAB_INSTANCE={paths.INSTANCE} PYTHONPATH={package_root()} "
         f'exec {sys.executable} -S -m {module} "$@"\n'
         for name, module in TOOLS.items()
     }
