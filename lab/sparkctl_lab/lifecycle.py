@@ -216,8 +216,11 @@ def _down(progress: Progress) -> dict:
             os.rmdir(netns.NETNS_DIR)
         changes.append(f"unmounted {netns.NETNS_DIR}")
     changes += _remove_cgroups(list(ALL_HOSTS))
-    with contextlib.suppress(OSError):  # the mount point the hosts needed for their own /var/lib/sparkctl (empty here)
-        os.rmdir("/var/lib/sparkctl")
+    # the mount point the hosts needed for their own /var/lib/sparkctl (empty here); not while another
+    # lab is up: removing a mount point detaches it in every mount namespace, that lab's hosts' too
+    if not paths.other_labs():
+        with contextlib.suppress(OSError):
+            os.rmdir("/var/lib/sparkctl")
     for m in _lab_mounts():
         subprocess.run(["umount", "-l", m], check=False)
         changes.append(f"unmounted {m}")

@@ -26,6 +26,14 @@ PREFIX = "lab" if INSTANCE == 0 else f"lab{INSTANCE}"  # of its namespaces, runn
 # Overridable for experiments; everything else in sparkctl assumes the defaults
 # (inventories/lab.yaml names the key and known_hosts under /var/lib/sparkctl-lab).
 LAB_DIR = Path(os.environ.get("SPARKCTL_LAB_DIR", f"/var/lib/sparkctl-{PREFIX}"))
+
+
+def other_labs() -> list[Path]:
+    """The LAB_DIRs of the machine's other labs that are up (what this lab's `down` must not touch)."""
+    dirs = [Path("/var/lib/sparkctl-lab" if i == 0 else f"/var/lib/sparkctl-lab{i}") for i in range(INSTANCES) if i != INSTANCE]
+    return [d for d in dirs if d.exists()]
+
+
 CACHE_DIR = Path(os.environ.get("SPARKCTL_LAB_CACHE", "/var/cache/sparkctl-lab"))
 
 SSH_DIR = LAB_DIR / "ssh"

@@ -8,7 +8,12 @@ import typer
 
 from sparkctl.cli.options import JsonOpt
 
-app = typer.Typer(help="The lab: a simulated three-host cluster on this machine (needs root).", no_args_is_help=True)
+app = typer.Typer(
+    help="The lab: a simulated three-host cluster on this machine (needs root). "
+    "SPARKCTL_LAB_INSTANCE=1 works on a second lab beside it (namespaces lab1-*, 10.231.128.0/17, "
+    "/var/lib/sparkctl-lab1/inventory.yaml): the test suite runs half its lab tests there.",
+    no_args_is_help=True,
+)
 
 
 def lab_api():

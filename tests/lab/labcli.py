@@ -11,8 +11,11 @@ from pathlib import Path
 
 import yaml
 
+from sparkctl_lab.topology import HOSTS  # this lab's (SPARKCTL_LAB_INSTANCE: a second lab's addresses differ)
+
 ENV = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8,10.231.0.0/16"}
-URL = "http://10.231.0.11:8888"  # the lab head's runtime
+HEAD_IP = HOSTS["head"].mgmt_ip
+URL = f"http://{HEAD_IP}:8888"  # the lab head's runtime
 
 
 def sparkctl(*args: str, rc: int | None = 0) -> dict:

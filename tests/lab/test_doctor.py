@@ -18,11 +18,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparkctl_lab.paths import INVENTORY_PATH
+
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
-LAB_INVENTORY = REPO / "inventories" / "lab.yaml"
-LAB = yaml.safe_load(LAB_INVENTORY.read_text())
+# the inventory `lab up` wrote: inventories/lab.yaml on the lab (test_lab_topology holds the two
+# together), with its addresses moved on a second lab (SPARKCTL_LAB_INSTANCE)
+LAB_INVENTORY = INVENTORY_PATH
+LAB = yaml.safe_load((REPO / "inventories" / "lab.yaml").read_text())  # its caches and Engram: the same on both
 CACHE = LAB["caches"]["host_path"]
 ENGRAM = LAB["engram"]
 RUNTIME_HOSTS = ("head", "worker", "offload")

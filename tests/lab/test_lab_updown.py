@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from sparkctl_lab.paths import PREFIX, other_labs
+from sparkctl_lab.topology import RUNNER_DEVICE, RUNNER_DEVICES, SUBNET, SUBNETS, net
 
 pytestmark = pytest.mark.lab
 
@@ -29,15 +33,17 @@ def test_refuses_clearly_when_not_root(lab):
 def test_refuses_when_the_range_is_routed_by_someone_else(lab):
     from sparkctl.errors import InputError
 
-    subprocess.run(["ip", "route", "add", "blackhole", "10.231.250.0/24"], check=True)
+    # a range inside this lab's and clear of any other lab's on the machine
+    foreign = f"{net(90, 0)}/24"
+    subprocess.run(["ip", "route", "add", "blackhole", foreign], check=True)
     try:
         with pytest.raises(InputError) as err:
             lab.up()
-        assert "10.231.250.0/24" in err.value.message and err.value.fix
+        assert foreign in err.value.message and err.value.fix
         r = subprocess.run([*CLI, "up"], capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and "already routed" in r.stderr
     finally:
-        subprocess.run(["ip", "route", "del", "blackhole", "10.231.250.0/24"], check=True)
+        subprocess.run(["ip", "route", "del", "blackhole", foreign], check=True)
     assert lab.status()["up"]  # refusing touched nothing
 
 
@@ -52,6 +58,20 @@ def test_cgroup_v2_only_is_recognised():
         assert cgroup_mode(f.read()) == "v1"  # what this machine (and CI's) has
 
 
+def _of_this_lab(pid: str, lab_dir: Path) -> bool:
+    try:
+        return f"SPARKCTL_LAB_DIR={lab_dir}" in open(f"/proc/{pid}/environ", "rb").read().decode(errors="replace").split("\0")
+    except OSError:
+        return False
+
+
+def _other_labs_route(line: str) -> bool:
+    """A route another lab on this machine made (SPARKCTL_LAB_INSTANCE): its runner device or range."""
+    return any(d in line.split() for d in RUNNER_DEVICES if d != RUNNER_DEVICE) or any(
+        line.split()[1:2] == [s] for s in SUBNETS if s != SUBNET
+    )
+
+
 def _leftovers(lab_dir: Path) -> dict:
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     procs = []
@@ -60,26 +80,31 @@ def _leftovers(lab_dir: Path) -> dict:
             cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if "sparkctl_lab.hostinit" in cmd or str(lab_dir) in cmd:
+        if re.search(re.escape(str(lab_dir)) + r"(/|\s|$)", cmd) or (
+            "sparkctl_lab.hostinit" in cmd and _of_this_lab(pid, lab_dir)
+        ):
             procs.append(cmd)
     others = os.listdir("/run/netns") if os.path.isdir("/run/netns") else []
     mounts = [
         ln
         for ln in open("/proc/self/mountinfo")
-        if str(lab_dir) in ln or "/run/netns/lab-" in ln or (not others and ln.split()[4] == "/run/netns")
+        if re.search(re.escape(str(lab_dir)) + r"(/|\s|$)", ln)
+        or f"/run/netns/{PREFIX}-" in ln
+        or (not others and ln.split()[4] == "/run/netns")
     ]  # iproute2's own mount goes when empty
     routes = subprocess.run(["ip", "route", "show", "table", "all"], capture_output=True, text=True).stdout
     links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
     cgroups = [str(p) for p in Path("/sys/fs/cgroup").glob("*/**/sparkctl-lab-*")]
     return {
-        "netns": [ln for ln in netns.splitlines() if ln.startswith("lab-")],
+        "netns": [ln for ln in netns.splitlines() if ln.startswith(f"{PREFIX}-")],
         "processes": procs,
         "mounts": mounts,
-        "routes": [ln for ln in routes.splitlines() if "10.231." in ln],
-        "links": [ln for ln in links.splitlines() if ln.startswith("lab-mgmt")],
+        "routes": [ln for ln in routes.splitlines() if "10.231." in ln and not _other_labs_route(ln)],
+        "links": [ln for ln in links.splitlines() if ln.startswith(RUNNER_DEVICE)],
         "cgroups": cgroups,
         "lab_dir": lab_dir.exists(),
-        "node_dirs": os.path.exists("/var/lib/sparkctl"),
+        # (kept while another lab is up: its hosts mount their own over it)
+        "node_dirs": os.path.exists("/var/lib/sparkctl") and not other_labs(),
     }
 
 

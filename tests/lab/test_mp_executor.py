@@ -17,6 +17,8 @@ import pytest
 import yaml
 from labcli import ENV, URL, sparkctl
 
+from sparkctl_lab.topology import HOSTS
+
 pytestmark = pytest.mark.lab
 
 
@@ -66,7 +68,10 @@ def test_up_with_mp_serves_and_a_second_up_changes_nothing(lab, invs):
     first = sparkctl("up", "-i", str(mp))
     assert first["failed"] == 0 and serving()
     log = lab.host_exec("worker", ["docker", "logs", "sparkctl-worker"], check=True)
-    assert "headless multiproc executor, with head node address 10.231.100.2:29501" in log.stdout + log.stderr
+    assert (
+        f"headless multiproc executor, with head node address {HOSTS['head'].nic('enp1s0f0np0').ip}:29501"
+        in log.stdout + log.stderr
+    )
     again = sparkctl("up", "-i", str(mp))
     assert again["changed"] == 0 and again["failed"] == 0
 

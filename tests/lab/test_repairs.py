@@ -23,6 +23,8 @@ import pytest
 import yaml
 from labcli import ENV, URL, sparkctl
 
+from sparkctl_lab.topology import HOSTS, net
+
 pytestmark = pytest.mark.lab
 
 
@@ -46,16 +48,25 @@ def container_id(lab, host: str, name: str) -> str:
     return lab.host_exec(host, ["docker", "inspect", "-f", "{{.Id}}", name], check=True).stdout.strip()
 
 
+# this lab's rail addresses (a second lab's, SPARKCTL_LAB_INSTANCE, are moved): worker's and head's
+# on rail 0, worker's on rail 1, and a stray one on rail 0's subnet
+W0 = HOSTS["worker"].nic("enp1s0f0np0").address
+W1 = HOSTS["worker"].nic("enP2p1s0f0np0").address
+H0 = HOSTS["head"].nic("enp1s0f0np0").address
+STRAY = f"{net(100, 9)}/24"
+
+
 @pytest.mark.parametrize(
     "case, commands, named",
     [
-        ("wrong", ["ip addr del 10.231.100.3/24 dev enp1s0f0np0", "ip addr add 10.231.100.9/24 dev enp1s0f0np0"],
-         "has 10.231.100.9/24, not 10.231.100.3/24"),
-        ("moved", ["ip addr del 10.231.100.3/24 dev enp1s0f0np0", "ip addr add 10.231.100.3/24 dev enP2p1s0f0np0"],
-         "10.231.100.3 is on enP2p1s0f0np0, not on enp1s0f0np0"),
-        ("duplicate", ["ip addr add 10.231.100.2/24 dev enp1s0f0np0"],
-         "10.231.100.2/24 (head's address: a duplicate on the fabric)"),
+        ("wrong", [f"ip addr del {W0} dev enp1s0f0np0", f"ip addr add {STRAY} dev enp1s0f0np0"],
+         f"has {STRAY}, not {W0}"),
+        ("moved", [f"ip addr del {W0} dev enp1s0f0np0", f"ip addr add {W0} dev enP2p1s0f0np0"],
+         f"{W0.split('/')[0]} is on enP2p1s0f0np0, not on enp1s0f0np0"),
+        ("duplicate", [f"ip addr add {H0} dev enp1s0f0np0"],
+         f"{H0} (head's address: a duplicate on the fabric)"),
     ],
+    ids=["wrong", "moved", "duplicate"],
 )  # fmt: skip
 def test_a_wrong_moved_or_duplicate_rail_address_is_named_and_repaired_exactly(lab, inv, case, commands, named):
     for cmd in commands:
@@ -76,12 +87,12 @@ def test_a_wrong_moved_or_duplicate_rail_address_is_named_and_repaired_exactly(l
             "record",
         }
         # exactly the inventory's address on each rail: nothing stray, nothing secondary
-        assert addresses(lab, "worker", "enp1s0f0np0") == ["10.231.100.3/24"]
-        assert addresses(lab, "worker", "enP2p1s0f0np0") == ["10.231.101.3/24"]
+        assert addresses(lab, "worker", "enp1s0f0np0") == [W0]
+        assert addresses(lab, "worker", "enP2p1s0f0np0") == [W1]
         assert sparkctl("doctor", "-i", str(inv), "--only", "fabric")["summary"]["failed"] == 0
     finally:  # whatever up did not get to: the lab's own addresses back
-        lab.host_exec("worker", ["sh", "-c", "ip addr flush dev enp1s0f0np0; ip addr add 10.231.100.3/24 dev enp1s0f0np0; "
-                                 "ip addr flush dev enP2p1s0f0np0; ip addr add 10.231.101.3/24 dev enP2p1s0f0np0"])  # fmt: skip
+        lab.host_exec("worker", ["sh", "-c", f"ip addr flush dev enp1s0f0np0; ip addr add {W0} dev enp1s0f0np0; "
+                                 f"ip addr flush dev enP2p1s0f0np0; ip addr add {W1} dev enP2p1s0f0np0"])  # fmt: skip
 
 
 def test_up_during_a_slow_start_waits_instead_of_restarting_and_doctor_names_the_phase(lab, inv, tmp_path):

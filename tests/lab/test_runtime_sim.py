@@ -25,13 +25,14 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from labcli import HEAD_IP
 from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.lab
 
 ENV = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8,10.231.0.0/16"}
-URL = "http://10.231.0.11:8888"
-ENGINE = "http://10.231.0.11:8001"  # behind the gateway (gateway.engine_port)
+URL = f"http://{HEAD_IP}:8888"
+ENGINE = f"http://{HEAD_IP}:8001"  # behind the gateway (gateway.engine_port)
 
 
 def sparkctl(*args: str, rc: int = 0) -> dict:
@@ -187,7 +188,7 @@ def test_sigterm_drains_in_flight_while_health_stays_200_and_new_requests_end_em
     inv = variant(tmp_path, lab_inventory, SLOW_STEPS, shutdown_timeout=30)
     sparkctl("up", "-i", str(inv))
     model = lab_inventory["runtime"]["served_model_name"]
-    engine = f"http://10.231.0.11:{(lab_inventory.get('gateway') or {}).get('engine_port', 8001)}"  # not the gateway
+    engine = f"http://{HEAD_IP}:{(lab_inventory.get('gateway') or {}).get('engine_port', 8001)}"  # not the gateway
     result: dict = {}
     t = threading.Thread(target=lambda: result.update(r=complete(model, "Write an essay about the sea.", 600, url=engine)))
     t.start()

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from labcli import HEAD_IP
 
 pytestmark = pytest.mark.lab
 
@@ -60,12 +61,12 @@ def converged(lab, inventory):
 def test_up_brings_the_splice_shape_to_serving(lab, converged):
     hosts = converged["hosts"]
     assert set(hosts) == {"head", "worker", "offload"}
-    assert "serving at http://10.231.0.11:8001" in hosts["head"]["runtime"]["message"]  # the engine, behind the gateway
+    assert f"serving at http://{HEAD_IP}:8001" in hosts["head"]["runtime"]["message"]  # the engine, behind the gateway
     assert "smoke completion ok" in hosts["head"]["runtime"]["message"]
     for h in ("head", "worker", "offload"):
         assert "jumbo ping ok" in hosts[h]["fabric"]["message"]
     assert hosts["offload"]["engram"]["status"] in ("ok", "changed")
-    models = httpx.get("http://10.231.0.11:8888/v1/models", timeout=10).json()
+    models = httpx.get(f"http://{HEAD_IP}:8888/v1/models", timeout=10).json()
     assert [m["id"] for m in models["data"]] == ["deepseek-v4.1-flash"]
     assert models["data"][0]["max_model_len"] == 327680
 
@@ -221,7 +222,7 @@ def test_dspark_shape_two_sparks_serves(lab, inventory, converged, tmp_path):
         doc = sparkctl("up", "-i", str(inv))
         assert set(doc["hosts"]) == {"head", "worker"}
         assert "serving at" in doc["hosts"]["head"]["runtime"]["message"]
-        models = httpx.get("http://10.231.0.11:8888/v1/models", timeout=10).json()["data"]
+        models = httpx.get(f"http://{HEAD_IP}:8888/v1/models", timeout=10).json()["data"]
         assert [(m["id"], m["max_model_len"]) for m in models] == [("deepseek-v4-flash-dspark", 262144)]
         again = sparkctl("up", "-i", str(inv))
         assert again["changed"] == 0
@@ -275,7 +276,7 @@ def test_status_shows_where_it_runs_and_live_figures(lab, inventory, converged):
 
     def load():  # one long generation while status samples /metrics
         httpx.post(
-            "http://10.231.0.11:8888/v1/completions",
+            f"http://{HEAD_IP}:8888/v1/completions",
             json={"model": model, "prompt": "Count from 1 to 200:", "max_tokens": 60000, "temperature": 0, "ignore_eos": True},
             timeout=120,
         )
