@@ -250,7 +250,7 @@ def test_requests_in_flight_at_the_drain_finish(lab, inv, tmp_path):
     engine = URL.rsplit(":", 1)[0] + f":{(yaml.safe_load(inv.read_text()).get('gateway') or {}).get('engine_port', 8001)}"
 
     def streams() -> None:  # back to back (~2 s of decode each), until the engine stops taking them:
-        # two are in flight whenever the drain begins, however long the reload takes to get there
+        # in flight whenever the drain begins, however long the reload takes to get there
         body = {"model": "deepseek-v4.1-flash", "prompt": "Count from 1 to 200:", "max_tokens": 20000,
                 "temperature": 0, "ignore_eos": True, "stream": True}  # fmt: skip
         while True:
@@ -282,6 +282,9 @@ def test_requests_in_flight_at_the_drain_finish(lab, inv, tmp_path):
     try:
         ran = [r for r in results if not str(r).startswith("refused")]
         assert len(results) - len(ran) == 2 and ran and set(ran) == {"length"}, results  # none cut: the drain let them finish
-        assert doc["drain"]["in_flight"] == 2 and doc["drain"]["finished"] == 2 and doc["drain"]["cut"] == 0
+        # every request in flight when the drain began finished, none cut: both streams' as a rule; one,
+        # when the drain began in the gap between one stream's request and its next (a busy machine)
+        drain = doc["drain"]
+        assert drain["in_flight"] in (1, 2) and drain["finished"] == drain["in_flight"] and drain["cut"] == 0, drain
     finally:
         sparkctl("reload", "-i", str(tmp_path / "renamed.yaml"), "--config", str(inv), "--yes", rc=None)
