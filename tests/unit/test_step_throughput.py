@@ -21,7 +21,9 @@ from sparkctl.steps.throughput import ThroughputStep
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    s = Server(str(tmp_path_factory.mktemp("throughput")))
+    # decode 10x slower than the simulator tests' default: the other user's 4000 tokens take seconds,
+    # not the ~0.4 s a busy machine can spend between seeing their request run and the step's look
+    s = Server(str(tmp_path_factory.mktemp("throughput")), env={"SIM_STEP_TIME_SCALE": "0.05"})
     yield s
     s.stop()
 
