@@ -1,18 +1,17 @@
 """Faults for tests and drills.
 
 Link down and wrong MTU are real link changes (`ip -n lab-HOST link set ...`). A degraded rail
-(`speed`) is real too: a token bucket (`tc ... tbf`, in this kernel; netem is not) on both ends of
-the rail's veth caps what it carries both ways, while its speed file and ethtool keep the nominal
-speed, as a ConnectX-7 capped near 13 Gb/s does (NVIDIA/dgx-spark-playbooks PR #108). The
+(`speed`) is real too: a lower cap on the token bucket (`tc ... tbf`, in this kernel; netem is not)
+that holds every rail at the lab's line rate (shaping.py), on both ends of the rail's veth, while its
+speed file and ethtool keep the nominal speed, as a ConnectX-7 capped near 13 Gb/s does
+(NVIDIA/dgx-spark-playbooks PR #108). The
 others live in LAB_DIR/faults/HOST.json, which the simulated tools and sysfs read (hw/state.py).
 """
 
 from __future__ import annotations
 
-import subprocess
-
-from sparkctl.errors import InputError, SparkctlError
-from sparkctl_lab import netns, paths, preflight, procs
+from sparkctl.errors import InputError
+from sparkctl_lab import netns, paths, preflight, procs, shaping
 from sparkctl_lab import topology as topo
 from sparkctl_lab.hostexec import host_exec, init_pid, lab_host
 from sparkctl_lab.hw import state
@@ -29,8 +28,8 @@ ALIASES = {
     "foreign-gpu-process": "gpu-process",
     "no-gpu": "gpu-missing",
 }
-# speed: Mb/s a degraded rail carries. A lab veth carries ~4-17 Gb/s on a loaded 2-core machine, so
-# 1000 Mb/s is ~7% of the rail beside it, as 13 Gb/s is of a CX-7 twin's 200 (~14% of its ~95 real)
+# speed: Mb/s a degraded rail carries: a quarter of the 4000 every lab rail carries (shaping.RAIL_MBPS),
+# as 13 Gb/s is ~14% of a CX-7 twin's ~95 real
 DEFAULTS = {"mtu": 1500, "speed": 1000, "driver": "580.82.09", "gpu-process": 16384}
 
 
@@ -73,13 +72,13 @@ def fault(host: str, kind: str, target: str | None = None, value: str | int | No
         sp = f.setdefault("speed", {})
         if clear:
             sp.pop(dev, None)
-            _shape(h, dev, None)
+            shaping.shape(h, dev)  # back at the lab's line rate
         else:
             rate = _int(value, DEFAULTS["speed"], "the rail's throughput (Mb/s)")
             if rate <= 0:
                 raise InputError(f"the rail's throughput must be above 0 Mb/s, not {rate}", fix="e.g. --value 1000")
             sp[dev] = rate
-            _shape(h, dev, rate)
+            shaping.shape(h, dev, rate)
     elif kind == "rdma-down":
         dev = _netdev(h, target, kind)
         names = [target] if target != dev else list(h.nic(dev).rdma)
@@ -125,43 +124,9 @@ def fault(host: str, kind: str, target: str | None = None, value: str | int | No
     }
 
 
-def _rail_ends(h: topo.LabHost, dev: str) -> list[tuple[str, str]]:
-    """(netns, device) of both ends of the veth behind `dev` (the management NIC: this end only)."""
-    for c in topo.cables():
-        ends = [(c.a, c.a_nic.device), (c.b, c.b_nic.device)]
-        if (h.name, dev) in ends:
-            return [(ALL_HOSTS[name].netns, d) for name, d in ends]
-    return [(h.netns, dev)]
-
-
-def _tc(netns_name: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["tc", "-n", netns_name, *args], capture_output=True, text=True, timeout=10)
-
-
-def _shape(h: topo.LabHost, dev: str, rate_mbps: int | None) -> None:
-    """Cap what the rail carries both ways (egress of each veth end) at rate_mbps; None: uncapped."""
-    for ns, d in _rail_ends(h, dev):
-        if rate_mbps is None:
-            _tc(ns, "qdisc", "del", "dev", d, "root")  # fails harmlessly when nothing is there
-            continue
-        burst = max(64 * 1024, rate_mbps * 1_000_000 // 8 // 100)  # 10 ms at the rate, at least a few jumbo frames
-        r = _tc(ns, "qdisc", "replace", "dev", d, "root", "tbf", "rate", f"{rate_mbps}mbit", "burst", str(burst),
-                "latency", "50ms")  # fmt: skip
-        if r.returncode != 0:
-            raise SparkctlError(f"cannot shape {d} in {ns}: `tc` said {r.stderr.strip()}",
-                                fix="the kernel needs the tbf qdisc (CONFIG_NET_SCH_TBF)")  # fmt: skip
-
-
 def _unshape_all() -> list[str]:
-    """Remove any root qdisc from every fabric veth (a degraded-rail fault, or a test's shaping)."""
-    changes = []
-    for h in ALL_HOSTS.values():
-        if h.netns not in netns.existing_netns():
-            continue
-        for n in h.fabric:
-            if _tc(h.netns, "qdisc", "del", "dev", n.device, "root").returncode == 0:
-                changes.append(f"{h.name}/{n.device} unshaped")
-    return changes
+    """Every rail back at the lab's line rate (a degraded-rail fault, or a test's own shaping)."""
+    return shaping.restore(ALL_HOSTS, set(netns.existing_netns()))
 
 
 def _kill_gpu_processes(host: str, f: dict) -> None:

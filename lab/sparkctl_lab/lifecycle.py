@@ -28,7 +28,7 @@ from typing import Callable
 
 from sparkctl.errors import SparkctlError
 from sparkctl_lab import clusters as lab_clusters
-from sparkctl_lab import hostfiles, image, netns, paths, preflight, procs, registry
+from sparkctl_lab import hostfiles, image, netns, paths, preflight, procs, registry, shaping
 from sparkctl_lab import topology as topo
 from sparkctl_lab.health import docker_ping, ssh_banner
 from sparkctl_lab.hw import state
@@ -101,6 +101,7 @@ def _up(progress: Progress, clusters: int | None) -> dict:
 
     hostfiles.prepare(changes, n)
     net = netns.ensure(host_set)
+    net += shaping.ensure(host_set)  # every rail at the lab's line rate
     if net:
         progress("network: " + "; ".join(net))
     changes += net

@@ -13,6 +13,7 @@ from sparkctl.errors import HostError
 from sparkctl.inventory.loader import load_inventory
 from sparkctl.transport.images import copy_image, stored_image
 from sparkctl.transport.ssh import Fleet
+from sparkctl_lab import shaping
 
 pytestmark = pytest.mark.lab
 
@@ -107,8 +108,8 @@ def slow_rail(session, device: str, rate: str = "80mbit"):
     session.run(f"tc qdisc replace dev {device} root tbf rate {rate} burst 256kb latency 200ms").check("shape the rail")
     try:
         yield
-    finally:
-        session.run(f"tc qdisc del dev {device} root")
+    finally:  # back at the lab's line rate
+        session.run(f"tc qdisc replace dev {device} root {' '.join(shaping.tbf())}")
 
 
 def test_an_interrupted_copy_leaves_the_tag_on_the_image_it_had(head, worker):

@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from sparkctl_lab.topology import ALL_HOSTS
+
 pytestmark = pytest.mark.lab
 
 
@@ -80,7 +82,20 @@ def test_mtu_changed_by_hand_is_reported(lab_faults):
 
 
 def qdisc(host: str, dev: str) -> str:
-    return subprocess.run(["tc", "-n", f"lab-{host}", "qdisc", "show", "dev", dev], capture_output=True, text=True).stdout
+    return subprocess.run(["tc", "-n", ALL_HOSTS[host].netns, "qdisc", "show", "dev", dev], capture_output=True,
+                          text=True).stdout  # fmt: skip
+
+
+LINE_RATE = "rate 4Gbit"  # what every healthy lab rail carries (sparkctl_lab/shaping.py RAIL_MBPS)
+
+
+def test_every_rail_carries_the_labs_line_rate_at_both_ends(lab):
+    from sparkctl_lab import shaping
+    from sparkctl_lab.topology import cables
+
+    assert shaping.RAIL_MBPS == 4000
+    for c in cables(lab.HOSTS):
+        assert LINE_RATE in qdisc(c.a, c.a_nic.device) and LINE_RATE in qdisc(c.b, c.b_nic.device), (c.a, c.a_nic.device)
 
 
 def test_degraded_rail_is_shaped_and_reports_its_nominal_speed(lab_faults):
@@ -89,12 +104,12 @@ def test_degraded_rail_is_shaped_and_reports_its_nominal_speed(lab_faults):
     # what a real capped CX-7 shows: the nominal speed, everywhere a tool looks
     assert "Speed: 200000Mb/s" in out(lab, "head", "ethtool enp1s0f0np0")
     assert out(lab, "head", "cat /sys/class/net/enp1s0f0np0/speed").strip() == "200000"
-    # and its traffic capped both ways: a token bucket on each end of the veth, none on the twin
-    assert "tbf" in qdisc("head", "enp1s0f0np0") and "rate 1Gbit" in qdisc("worker", "enp1s0f0np0")
-    assert "tbf" not in qdisc("head", "enP2p1s0f0np0")
+    # and its traffic capped both ways: a lower cap on each end of the veth, the twin's unchanged
+    assert "rate 1Gbit" in qdisc("head", "enp1s0f0np0") and "rate 1Gbit" in qdisc("worker", "enp1s0f0np0")
+    assert LINE_RATE in qdisc("head", "enP2p1s0f0np0")
     assert any("degraded enp1s0f0np0 (carries 1000 Mb/s" in f for f in lab.status()["faults"])
     lab.fault("head", "speed", "enp1s0f0np0", clear=True)
-    assert "tbf" not in qdisc("head", "enp1s0f0np0") and "tbf" not in qdisc("worker", "enp1s0f0np0")
+    assert LINE_RATE in qdisc("head", "enp1s0f0np0") and LINE_RATE in qdisc("worker", "enp1s0f0np0")
 
 
 def test_rdma_port_down_keeps_the_netdev_up(lab_faults):
@@ -153,7 +168,7 @@ def test_fault_cli(lab_faults):
     assert r.returncode == 0, r.stderr
     assert "rate 400Mbit" in qdisc("head", "enp1s0f0np0")
     r = subprocess.run(cli + ["head", "speed", "enp1s0f0np0", "--clear"], capture_output=True, text=True)
-    assert r.returncode == 0 and "tbf" not in qdisc("head", "enp1s0f0np0")
+    assert r.returncode == 0 and LINE_RATE in qdisc("head", "enp1s0f0np0")
     r = subprocess.run(cli + ["nosuchhost", "speed", "x"], capture_output=True, text=True)
     assert r.returncode == 2 and "unknown lab host" in r.stderr and "Traceback" not in r.stderr
     r = subprocess.run(cli + ["head", "melt"], capture_output=True, text=True)
