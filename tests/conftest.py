@@ -98,10 +98,12 @@ def _this_labs_share(config, items) -> None:
     def mine(item) -> bool:
         return (item.path.name in SECOND_LAB_FILES) == (INSTANCE == 1)
 
-    gone = [i for i in items if i.nodeid.startswith(LAB_TESTS) and not mine(i)]
+    keep, gone = [], []
+    for i in items:
+        (gone if i.nodeid.startswith(LAB_TESTS) and not mine(i) else keep).append(i)
     if gone:
         config.hook.pytest_deselected(items=gone)
-        items[:] = [i for i in items if not (i.nodeid.startswith(LAB_TESTS) and not mine(i))]
+        items[:] = keep
 
 
 def pytest_collection_modifyitems(config, items):

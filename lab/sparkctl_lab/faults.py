@@ -4,8 +4,8 @@ Link down and wrong MTU are real link changes (`ip -n lab-HOST link set ...`). A
 (`speed`) is real too: a lower cap on the token bucket (`tc ... tbf`, in this kernel; netem is not)
 that holds every rail at the lab's line rate (shaping.py), on both ends of the rail's veth, while its
 speed file and ethtool keep the nominal speed, as a ConnectX-7 capped near 13 Gb/s does
-(NVIDIA/dgx-spark-playbooks PR #108). The
-others live in LAB_DIR/faults/HOST.json, which the simulated tools and sysfs read (hw/state.py).
+(NVIDIA/dgx-spark-playbooks PR #108). The others live in LAB_DIR/faults/HOST.json, which the
+simulated tools and sysfs read (hw/state.py).
 """
 
 from __future__ import annotations

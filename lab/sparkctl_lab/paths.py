@@ -16,22 +16,30 @@ def _instance() -> int:
     return int(raw)
 
 
+def prefix(instance: int) -> str:
+    """Lab `instance`'s name in its namespaces, runner device, cgroups and default LAB_DIR."""
+    return "lab" if instance == 0 else f"lab{instance}"
+
+
+def default_lab_dir(instance: int) -> Path:
+    return Path(f"/var/lib/sparkctl-{prefix(instance)}")
+
+
 # Which of the machine's labs this process works on. Instance 0 is the lab (what a newcomer runs and
 # inventories/lab.yaml describes); instance 1 is a second lab beside it, so the test suite can run
 # two lab workers at once (dev.sh): its own namespaces (lab1-*), addresses (10.231.128.0/17), LAB_DIR,
 # sshd, dockerds and registry. Nothing is shared but the image cache (CACHE_DIR, under its lock).
 INSTANCES = 2
 INSTANCE = _instance()
-PREFIX = "lab" if INSTANCE == 0 else f"lab{INSTANCE}"  # of its namespaces, runner device, cgroups
+PREFIX = prefix(INSTANCE)
 # Overridable for experiments; everything else in sparkctl assumes the defaults
 # (inventories/lab.yaml names the key and known_hosts under /var/lib/sparkctl-lab).
-LAB_DIR = Path(os.environ.get("SPARKCTL_LAB_DIR", f"/var/lib/sparkctl-{PREFIX}"))
+LAB_DIR = Path(os.environ.get("SPARKCTL_LAB_DIR", str(default_lab_dir(INSTANCE))))
 
 
 def other_labs() -> list[Path]:
     """The LAB_DIRs of the machine's other labs that are up (what this lab's `down` must not touch)."""
-    dirs = [Path("/var/lib/sparkctl-lab" if i == 0 else f"/var/lib/sparkctl-lab{i}") for i in range(INSTANCES) if i != INSTANCE]
-    return [d for d in dirs if d.exists()]
+    return [d for i in range(INSTANCES) if i != INSTANCE and (d := default_lab_dir(i)).exists()]
 
 
 CACHE_DIR = Path(os.environ.get("SPARKCTL_LAB_CACHE", "/var/cache/sparkctl-lab"))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from typing import Callable
 
 from sparkctl.errors import SparkctlError
 from sparkctl_lab import topology as topo
@@ -54,36 +55,41 @@ def tbf(rate_mbps: int = RAIL_MBPS) -> list[str]:
     return ["tbf", "rate", f"{rate_mbps}mbit", "burst", str(burst), "latency", "50ms"]
 
 
-def shape(h: topo.LabHost, dev: str, rate_mbps: int = RAIL_MBPS) -> None:
-    """Cap what the rail behind `dev` carries both ways (egress of each veth end) at rate_mbps."""
-    for ns, d in rail_ends(h, dev):
+def _cap(ends: list[tuple[str, str]], rate_mbps: int) -> None:
+    for ns, d in ends:
         r = _tc(ns, "qdisc", "replace", "dev", d, "root", *tbf(rate_mbps))
         if r.returncode != 0:
             raise SparkctlError(f"cannot shape {d} in {ns}: `tc` said {r.stderr.strip()}",
                                 fix="the kernel needs the tbf qdisc (CONFIG_NET_SCH_TBF)")  # fmt: skip
 
 
-def ensure(host_set: dict[str, topo.LabHost]) -> list[str]:
-    """`lab up`: every rail end with no cap gets RAIL_MBPS (a new cable, or one a test unshaped);
-    a cap already there (RAIL_MBPS, or a `speed` fault's) stays. One line per rail capped."""
+def shape(h: topo.LabHost, dev: str, rate_mbps: int = RAIL_MBPS) -> None:
+    """Cap what the rail behind `dev` carries both ways (egress of each veth end) at rate_mbps."""
+    _cap(rail_ends(h, dev), rate_mbps)
+
+
+def _to_line_rate(host_set: dict[str, topo.LabHost], present: set[str] | None, off: Callable[[int | None], bool],
+                  said: str) -> list[str]:  # fmt: skip
+    """Every rail of `host_set` (whose namespaces are all in `present`, None: any) with an end whose
+    cap is `off` put at RAIL_MBPS; a line per rail, `said` formatted with a, dev, b, bdev."""
     changes = []
     for c in topo.cables(host_set):
         ends = [(host_set[c.a].netns, c.a_nic.device), (host_set[c.b].netns, c.b_nic.device)]
-        if any(cap_mbps(ns, d) is None for ns, d in ends):
-            shape(host_set[c.a], c.a_nic.device)
-            changes.append(f"{c.a}/{c.a_nic.device}<->{c.b}/{c.b_nic.device} at {RAIL_MBPS} Mb/s")
+        if present is not None and not all(ns in present for ns, _ in ends):
+            continue
+        if any(off(cap_mbps(ns, d)) for ns, d in ends):
+            _cap(ends, RAIL_MBPS)
+            changes.append(said.format(a=c.a, dev=c.a_nic.device, b=c.b, bdev=c.b_nic.device))
     return changes
+
+
+def ensure(host_set: dict[str, topo.LabHost]) -> list[str]:
+    """`lab up`: every rail end with no cap gets RAIL_MBPS (a new cable, or one a test unshaped);
+    a cap already there (RAIL_MBPS, or a `speed` fault's) stays. One line per rail capped."""
+    return _to_line_rate(host_set, None, lambda cap: cap is None, "{a}/{dev}<->{b}/{bdev} at " + f"{RAIL_MBPS} Mb/s")
 
 
 def restore(host_set: dict[str, topo.LabHost], present: set[str]) -> list[str]:
     """Every rail in a namespace in `present` back at RAIL_MBPS (a degraded-rail fault, or a test's
     own shaping, undone). One line per rail that was not."""
-    changes = []
-    for c in topo.cables(host_set):
-        ends = [(host_set[c.a].netns, c.a_nic.device), (host_set[c.b].netns, c.b_nic.device)]
-        if not all(ns in present for ns, _ in ends):
-            continue
-        if any(cap_mbps(ns, d) != RAIL_MBPS for ns, d in ends):
-            shape(host_set[c.a], c.a_nic.device)
-            changes.append(f"{c.a}/{c.a_nic.device} back at {RAIL_MBPS} Mb/s")
-    return changes
+    return _to_line_rate(host_set, present, lambda cap: cap != RAIL_MBPS, "{a}/{dev} back at " + f"{RAIL_MBPS} Mb/s")

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkctl_lab.paths import INSTANCE, INSTANCES, PREFIX
+from sparkctl_lab.paths import INSTANCE, INSTANCES, PREFIX, prefix
 
 # A second lab (paths.INSTANCE 1) is the same shape moved up by 128 in the third octet: its
 # addresses stay inside 10.231.0.0/16 (what SPARKCTL_ONLY_NETWORKS fences) and clear of the first's.
@@ -28,7 +28,7 @@ OFFSET = 128 * INSTANCE
 # whole /16: what a newcomer's lab has always claimed)
 SUBNETS = ("10.231.0.0/16", *(f"10.231.{128 * i}.0/17" for i in range(1, INSTANCES)))
 SUBNET = SUBNETS[INSTANCE]
-RUNNER_DEVICES = tuple("lab-mgmt" if i == 0 else f"lab{i}-mgmt" for i in range(INSTANCES))
+RUNNER_DEVICES = tuple(f"{prefix(i)}-mgmt" for i in range(INSTANCES))
 
 
 def net(third: int, last: int) -> str:
