@@ -89,13 +89,21 @@ def qdisc(host: str, dev: str) -> str:
 LINE_RATE = "rate 4Gbit"  # what every healthy lab rail carries (sparkctl_lab/shaping.py RAIL_MBPS)
 
 
-def test_every_rail_carries_the_labs_line_rate_at_both_ends(lab):
+def test_every_rail_carries_the_labs_line_rate_and_lab_up_caps_a_bare_one(lab_faults):
     from sparkctl_lab import shaping
     from sparkctl_lab.topology import cables
 
+    lab = lab_faults
     assert shaping.RAIL_MBPS == 4000
     for c in cables(lab.HOSTS):
         assert LINE_RATE in qdisc(c.a, c.a_nic.device) and LINE_RATE in qdisc(c.b, c.b_nic.device), (c.a, c.a_nic.device)
+    # one end left bare (what a test's own `tc qdisc del` leaves): `lab up` caps that rail again, once
+    subprocess.run(["tc", "-n", ALL_HOSTS["worker"].netns, "qdisc", "del", "dev", "enP2p1s0f0np0", "root"], check=True)
+    assert "tbf" not in qdisc("worker", "enP2p1s0f0np0")
+    doc = lab.up()
+    assert "head/enP2p1s0f0np0<->worker/enP2p1s0f0np0 at 4000 Mb/s" in doc["changes"], doc["changes"]
+    assert LINE_RATE in qdisc("worker", "enP2p1s0f0np0") and LINE_RATE in qdisc("head", "enP2p1s0f0np0")
+    assert lab.up()["changed"] is False
 
 
 def test_degraded_rail_is_shaped_and_reports_its_nominal_speed(lab_faults):
