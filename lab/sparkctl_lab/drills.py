@@ -176,7 +176,7 @@ def _worker_back() -> str:
 def _drafter_unreachable() -> str:
     _sh("offload", "docker kill sparkctl-drafter >/dev/null")
     _wait_unhealthy()
-    return "offload: docker kill sparkctl-drafter (the head stops after 3 failed drafter health checks)"
+    return "offload: docker kill sparkctl-drafter (the head stops after 5 failed drafter health checks)"
 
 
 def _engram_missing() -> str:

@@ -105,7 +105,7 @@ def rules_for(inv) -> RuleSet:
                 for_=a.down_for,
                 severity="page",
                 summary=f"{cluster}: the drafter on {{{{ $labels.instance }}}} is unreachable",
-                description="The head's engine stops after 3 failed drafter health checks in a row.",
+                description="The head's engine stops after a few failed drafter health checks in a row (5 in the lab, 1 s apart).",
                 runbook="runtime.drafter",
             )
         )

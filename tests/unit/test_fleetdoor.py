@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_gateway import Gateway, restart
 from test_sim_serving import NAME, Server
 
+from sparkctl.fleetdoor.ctl import call
 from sparkctl_lab.sim import harness
 
 PROBE_S = "0.1"
@@ -255,10 +256,15 @@ def test_no_member_eligible_is_held_briefly_then_503(fleet):
         assert err["type"] == "ServiceUnavailableError" and "a drained, b drained" in err["message"], err
         # a member that comes back within the hold takes the held request
         result: dict = {}
+        received = door.metrics()["sparkctl_fleetdoor_requests_total{}"]
         t = threading.Thread(target=lambda: result.update(h=ask(door, "held, then served")))
         t.start()
-        time.sleep(0.5)
-        assert door.ctl("undrain", "b").returncode == 0
+        end = time.monotonic() + 10
+        while door.metrics()["sparkctl_fleetdoor_requests_total{}"] == received and time.monotonic() < end:
+            time.sleep(0.02)  # the request has reached the door, which holds it
+        # straight on the admin socket (what `ctl undrain` sends): a ctl subprocess's start-up on a loaded
+        # machine can outlast the 2 s hold
+        assert call(door.socket, "POST", "/undrain", {"member": "b"}, 10)[0] == 200
         t.join(30)
         assert result["h"][-1]["role"] == "assistant"
     finally:

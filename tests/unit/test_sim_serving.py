@@ -477,7 +477,18 @@ def test_acceptance_decays_with_context(server):
     assert abs(long - expected) / expected < 0.05
 
 
-def test_head_of_line_a_short_request_waits_behind_a_long_cold_prompt(server):
+def test_head_of_line_a_short_request_waits_behind_a_long_cold_prompt(tmp_path):
+    # A server of its own whose steps run 20x slower than the module's: the 60K-token prefill lasts ~2 s
+    # instead of ~0.1 s, so the short request is sent while it is still in prefill even on a loaded machine
+    # (at 0.005 a CI run saw the prefill end before the metrics poll did).
+    server = Server(str(tmp_path), env={"SIM_CRASH_CONTEXT_TOKENS": "0", "SIM_STEP_TIME_SCALE": "0.1"}, name="hol")
+    try:
+        head_of_line(server)
+    finally:
+        server.stop()
+
+
+def head_of_line(server: Server) -> None:
     def ttft(prompt: str, results: dict, key: str) -> None:
         t0 = time.monotonic()
         with server.client.stream(
