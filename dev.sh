@@ -52,6 +52,10 @@ install_python() {
     "$VENV/bin/pip" install -q --disable-pip-version-check -e '.[test,report]' -e ./lab
     touch "$VENV/.installed"
   fi
+  # bytecode for sparkctl's and the lab's own modules (an editable install compiles none): every
+  # sparkctl run, simulated tool and simulator start (the lab's containers mount this tree read-only)
+  # otherwise compiles them again where PYTHONDONTWRITEBYTECODE is set or the tree is read-only
+  "$VENV/bin/python" -m compileall -q sparkctl lab/sparkctl_lab >/dev/null
 }
 
 # The whole suite as three pytest processes side by side: the lab tests on two labs at once, each

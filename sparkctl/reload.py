@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from sparkctl import state
+from sparkctl import httpclient, state
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl.inventory.models import Inventory
 from sparkctl.inventory.paths import flatten
@@ -351,9 +351,7 @@ class DowntimeProbe:
         return bool(choices) and all(isinstance(c, dict) and c.get("finish_reason") not in (None, "abort") for c in choices)
 
     def _run(self) -> None:
-        import httpx
-
-        with httpx.Client(timeout=self.timeout, trust_env=False) as client:
+        with httpclient.client(timeout=self.timeout, trust_env=False) as client:
             while not self._stop.is_set():
                 t = time.monotonic()
                 up = None

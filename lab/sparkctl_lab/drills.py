@@ -26,6 +26,7 @@ from typing import Callable
 import httpx
 import yaml
 
+from sparkctl import httpclient
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl.gateway.placement import CONTAINER as GATEWAY
 from sparkctl.state import LOCK
@@ -75,13 +76,14 @@ def _head_url() -> str:
 def _serving(timeout: float) -> bool:
     """Does the head's /health answer 200?"""
     try:
-        return httpx.get(f"{_head_url()}/health", timeout=timeout, trust_env=False).status_code == 200
+        return httpclient.get(f"{_head_url()}/health", timeout=timeout, trust_env=False).status_code == 200
     except httpx.HTTPError:
         return False
 
 
-def _chat(url: str, model: str, prompt: str, max_tokens: int, timeout: float, **extra) -> None:
-    """One chat request, as a client sends it (httpx.HTTPError when it is not answered)."""
+def _chat(url: str, model: str, prompt: str, max_tokens: int, timeout: float, http: httpx.Client | None = None, **extra) -> None:
+    """One chat request, as a client sends it (httpx.HTTPError when it is not answered), on `http`
+    when given (a load thread's own client: one TLS context per process, not per request)."""
     body = {
         "model": model,
         "messages": [{"role": "user", "content": prompt}],
@@ -89,7 +91,10 @@ def _chat(url: str, model: str, prompt: str, max_tokens: int, timeout: float, **
         "ignore_eos": True,
         **extra,
     }
-    httpx.post(f"{url}/v1/chat/completions", json=body, timeout=timeout, trust_env=False).raise_for_status()
+    if http is None:
+        httpclient.post(f"{url}/v1/chat/completions", json=body, timeout=timeout, trust_env=False).raise_for_status()
+    else:
+        http.post(f"{url}/v1/chat/completions", json=body, timeout=timeout).raise_for_status()
 
 
 def _until(done: Callable[[], bool], timeout: float, interval: float) -> bool:
@@ -476,23 +481,26 @@ def _load(kind: str, clients: int, context: int, max_tokens: int, stream_stop: s
     end = time.monotonic() + LOAD_LIFETIME
     words = " ".join(f"ctx{i % 997}" for i in range(context))
 
-    def stream(prompt: str) -> None:
+    def stream(http: httpx.Client, prompt: str) -> None:
         body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
                 "stream": True, "stop": [stream_stop], "temperature": 0}  # fmt: skip
-        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=300, trust_env=False) as r:
+        with http.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
             r.raise_for_status()
             r.read()
 
     def client() -> None:
-        while time.monotonic() < end:
-            prompt = f"req{uuid.uuid4().hex} {words} {ASK[kind]}" if context else ASK[kind]
-            try:
-                if stream_stop:
-                    stream(prompt)
-                else:
-                    _chat(url, model, prompt, max_tokens, timeout=300)
-            except httpx.HTTPError:
-                time.sleep(0.5)  # restarting: try again
+        # a new connection per request (as before: each user's requests are its own), one client per user
+        limits = httpx.Limits(max_keepalive_connections=0)
+        with httpclient.client(timeout=300, trust_env=False, limits=limits) as http:
+            while time.monotonic() < end:
+                prompt = f"req{uuid.uuid4().hex} {words} {ASK[kind]}" if context else ASK[kind]
+                try:
+                    if stream_stop:
+                        stream(http, prompt)
+                    else:
+                        _chat(url, model, prompt, max_tokens, timeout=300, http=http)
+                except httpx.HTTPError:
+                    time.sleep(0.5)  # restarting: try again
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
     for t in threads:

@@ -25,6 +25,7 @@ import time
 import httpx
 import yaml
 
+from sparkctl import httpclient
 from sparkctl.errors import SparkctlError
 from sparkctl_lab import paths, procs
 from sparkctl_lab.hostexec import host_exec
@@ -55,14 +56,14 @@ def _pid() -> int | None:
 
 
 def _get(path: str, params: dict | None = None) -> dict:
-    r = httpx.get(f"{URL}{path}", params=params, timeout=3.0, trust_env=False)
+    r = httpclient.get(f"{URL}{path}", params=params, timeout=3.0, trust_env=False)
     r.raise_for_status()
     return r.json()
 
 
 def _answers(url: str) -> bool:
     try:
-        return httpx.get(url, timeout=2, trust_env=False).status_code == 200
+        return httpclient.get(url, timeout=2, trust_env=False).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -104,7 +105,7 @@ def up(alerts: dict | None = None) -> dict:
     CONFIG.write_text(yaml.safe_dump(doc, sort_keys=False))
     pid = _pid()
     if pid and _answers(f"{URL}/-/ready"):
-        httpx.post(f"{URL}/-/reload", timeout=10, trust_env=False).raise_for_status()
+        httpclient.post(f"{URL}/-/reload", timeout=10, trust_env=False).raise_for_status()
         changes.append("prometheus reloaded")
     else:
         if pid:

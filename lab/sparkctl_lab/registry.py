@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import httpx
 
+from sparkctl import httpclient
 from sparkctl_lab import paths
 from sparkctl_lab import topology as topo
 
@@ -45,7 +46,7 @@ http:
 
 
 def _get(path: str, headers: dict | None = None, timeout: float = 3) -> httpx.Response:
-    return httpx.get(f"http://{topo.REGISTRY}{path}", headers=headers, timeout=timeout, trust_env=False)
+    return httpclient.get(f"http://{topo.REGISTRY}{path}", headers=headers, timeout=timeout, trust_env=False)
 
 
 def healthy() -> bool:

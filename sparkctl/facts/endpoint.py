@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
+from sparkctl import httpclient
 from sparkctl.runtime.metrics import MetricsPage, parse_page
 
 
@@ -54,7 +55,7 @@ def fetch(host: str, port: int, timeout: float = 3.0, model: Optional[str] = Non
     base = f"http://{host}:{port}"
     facts = EndpointFacts(url=base)
     # trust_env=False: never route this through a proxy from the environment
-    with httpx.Client(base_url=base, timeout=timeout, trust_env=False) as client:
+    with httpclient.client(base_url=base, timeout=timeout, trust_env=False) as client:
         try:
             facts.health = client.get("/health").status_code
         except httpx.HTTPError as exc:
@@ -84,7 +85,7 @@ def read_again(facts: EndpointFacts, timeout: float = 3.0, model: Optional[str] 
     if facts.metrics_at is None:
         return facts
     try:
-        with httpx.Client(base_url=facts.url, timeout=timeout, trust_env=False) as client:
+        with httpclient.client(base_url=facts.url, timeout=timeout, trust_env=False) as client:
             page = _metrics(client, model)
     except (httpx.HTTPError, ValueError):
         return facts

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 from urllib.parse import urlsplit
 
+from sparkctl import httpclient
 from sparkctl.gateway.placement import METRICS_PATH
 
 P = "sparkctl_gateway_"
@@ -162,10 +163,8 @@ def _why(exc: Exception) -> str:
 
 
 def _get(url: str, timeout: float) -> GatewayPage:
-    import httpx
-
     # trust_env=False: never through a proxy from the environment
-    r = httpx.get(url, timeout=timeout, trust_env=False)
+    r = httpclient.get(url, timeout=timeout, trust_env=False)
     r.raise_for_status()
     return parse_page(r.text)
 

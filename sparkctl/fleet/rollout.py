@@ -587,11 +587,10 @@ def _undrain_quietly(fleet, name: str, door_admin) -> str:
 
 
 def _serves(inv) -> bool:
-    import httpx
-
+    from sparkctl import httpclient
     from sparkctl.runtime.health import base_url, health
 
-    with httpx.Client(trust_env=False) as client:
+    with httpclient.client(trust_env=False) as client:
         return health(client, base_url(inv)) == 200
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from sparkctl import httpclient
+
 DOOR_METRICS_PATH = (
     "/fleetdoor/metrics"  # the door's own page (sparkctl/fleetdoor/placement.py): it answers even with every member down
 )
@@ -83,7 +85,7 @@ def door_answers(fleet) -> dict:
     check_address(fleet.front_door_address, "the fleet's front door")
     url = fleet.front_door_url + DOOR_METRICS_PATH
     try:
-        r = httpx.get(url, timeout=DOOR_DEADLINE_S)
+        r = httpclient.get(url, timeout=DOOR_DEADLINE_S)
     except httpx.HTTPError as err:
         return {"answering": False, "error": f"{type(err).__name__}: {err}" if str(err) else type(err).__name__}
     return {"answering": r.status_code == 200, "error": None if r.status_code == 200 else f"HTTP {r.status_code}"}

@@ -79,18 +79,21 @@ def wait_answering(client, host: str, container: str, url: str, deadline_s: floa
 
     import httpx
 
+    from sparkctl import httpclient
     from sparkctl.errors import HostError
 
     t0 = time.monotonic()
-    while True:
-        try:
-            if httpx.get(url, timeout=2, trust_env=False).status_code == 200:
-                return time.monotonic() - t0
-        except httpx.HTTPError:
-            pass
-        c = client.containers.get(container)
-        if c.status != "running" or time.monotonic() - t0 > deadline_s:
-            tail = c.logs(tail=5).decode(errors="replace").strip().splitlines()
-            state = "is " + c.status if c.status != "running" else "does not answer"
-            raise HostError(f"{host}: {container} {state}{': ' + tail[-1] if tail else ''}", fix=fix)
+    with httpclient.client(timeout=2, trust_env=False) as http:
+        while True:
+            try:
+                if http.get(url).status_code == 200:
+                    return time.monotonic() - t0
+            except httpx.HTTPError:
+                pass
+            c = client.containers.get(container)
+            if c.status != "running" or time.monotonic() - t0 > deadline_s:
+                tail = c.logs(tail=5).decode(errors="replace").strip().splitlines()
+                state = "is " + c.status if c.status != "running" else "does not answer"
+                raise HostError(f"{host}: {container} {state}{': ' + tail[-1] if tail else ''}", fix=fix)
+            time.sleep(0.1)  # each look is an HTTP GET and a docker call over SSH
         time.sleep(0.1)

@@ -18,6 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Optional
 
+from sparkctl import httpclient
 from sparkctl.errors import HostError
 from sparkctl.facts import docker
 from sparkctl.inventory.models import Inventory
@@ -184,6 +185,9 @@ class DrainWatch:
         self.url, self.every = f"{url}/metrics", every
         self.last = None
         self._stop = threading.Event()
+        # one client for every scrape (first here, then only the watch's thread): a client per scrape
+        # made a TLS context per scrape, ~30 ms of CPU at 5 Hz
+        self._http = httpclient.client(timeout=1, trust_env=False)
         self.first = self._scrape()
         self._t = threading.Thread(target=self._run, name="sparkctl-drain-watch", daemon=True)
         self._t.start()
@@ -194,7 +198,7 @@ class DrainWatch:
         from sparkctl.runtime.metrics import parse_page
 
         try:
-            return parse_page(httpx.get(self.url, timeout=1, trust_env=False).text)
+            return parse_page(self._http.get(self.url).text)
         except (httpx.HTTPError, ValueError):
             return None
 
@@ -207,6 +211,8 @@ class DrainWatch:
     def counts(self, log: str) -> dict:
         self._stop.set()
         self._t.join(5)
+        if not self._t.is_alive():
+            self._http.close()
         told, logged = drain_from_log(log)
         return told or drain_counts(self.first, self.last, logged)
 
@@ -449,7 +455,7 @@ class RuntimeStep(Step):
         client = ctx.fleet[host].docker()
         t0 = time.monotonic()
         phase = "starting"
-        with httpx.Client() as http:
+        with httpclient.client() as http:
             while True:
                 try:
                     c = client.containers.get(name)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from sparkctl import httpclient
 from sparkctl.errors import HostError
 from sparkctl.inventory.models import Inventory
 from sparkctl.steps.base import Change, Plan, RunContext, Step
@@ -36,7 +37,7 @@ def others_in_flight(url: str) -> Optional[int]:
     from sparkctl.runtime.metrics import parse_page
 
     try:
-        page = parse_page(httpx.get(f"{url}/metrics", timeout=5, trust_env=False).text)
+        page = parse_page(httpclient.get(f"{url}/metrics", timeout=5, trust_env=False).text)
     except (httpx.HTTPError, ValueError):
         return None
     running, waiting = page.total("vllm:num_requests_running"), page.total("vllm:num_requests_waiting")

@@ -1,0 +1,54 @@
+"""httpx clients for sparkctl's own HTTP calls (a cluster's engine, gateway and metrics ports,
+the fleet's front door, the lab's Prometheus), all on one TLS context per process.
+
+httpx builds a new SSLContext for every Client, loading certifi's CA bundle: ~30 ms of CPU, twenty
+times the request itself on a local port. `httpx.get()` makes a Client per call, so a poll at 5 Hz
+spent a sixth of a core on CA bundles, and every doctor, status or up run paid it per endpoint.
+Verification is what httpx does by default (certifi's bundle), built once; the Docker registry
+client (transport/registry.py) keeps its own, from the inventory's registry settings.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import ssl
+
+    import httpx
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """httpx's default verification (certifi's CA bundle), made once."""
+    import ssl
+
+    import certifi
+
+    return ssl.create_default_context(cafile=certifi.where())
+
+
+def client(**kwargs: Any) -> httpx.Client:
+    """`httpx.Client(**kwargs)` on the shared TLS context (unless `verify` is given)."""
+    import httpx
+
+    kwargs.setdefault("verify", tls_context())
+    return httpx.Client(**kwargs)
+
+
+def request(method: str, url: str, *, timeout: float = 5.0, trust_env: bool = True, **kwargs: Any) -> httpx.Response:
+    """`httpx.request(...)`: one request on a client of its own (same defaults: 5 s timeout,
+    trust_env), without a TLS context of its own. `kwargs` are the request's (params, headers, json...)."""
+    with client(timeout=timeout, trust_env=trust_env) as c:
+        return c.request(method, url, **kwargs)
+
+
+def get(url: str, **kwargs: Any) -> httpx.Response:
+    """`httpx.get(url, ...)`, as `request`."""
+    return request("GET", url, **kwargs)
+
+
+def post(url: str, **kwargs: Any) -> httpx.Response:
+    """`httpx.post(url, ...)`, as `request`."""
+    return request("POST", url, **kwargs)
