@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -101,6 +100,8 @@ def registry_pid() -> int | None:
 def _detach(argv: list[str], log: Path, env: dict | None = None) -> None:
     """Start argv in a session of its own (setsid -f: it is nobody's child here, so it never
     lingers as our zombie), its output appended to `log`."""
+    import subprocess  # here: every simulated tool call imports this module (hw/state.py), ~20 ms each
+
     with open(log, "ab") as out:
         subprocess.run(["setsid", "-f", *argv], stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, check=True, cwd="/")
 

@@ -11,12 +11,15 @@ same Sparks and rails on subnets of their own (10.231.102/103), no offload host.
 first cluster; ALL_HOSTS is every host the lab can have (what a name is looked up in), and
 hosts(N) the hosts of an N-cluster lab (clusters.py knows N).
 
-Stdlib only (the host init imports it).
+Stdlib only (the host init imports it), and light: every simulated tool call (nvidia-smi,
+ibdev2netdev, ethtool: a Python process each, thousands per test run) imports it, so its records
+are named tuples (collections is already loaded) rather than dataclasses (whose `inspect` import
+was a third of such a call's CPU).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import namedtuple
 from pathlib import Path
 
 from sparkctl_lab.paths import INSTANCE, INSTANCES, PREFIX, prefix
@@ -48,43 +51,36 @@ IMAGE = f"{REGISTRY}/{IMAGE_REPO}:{IMAGE_TAG}"
 MGMT_MTU = 1500
 
 
-@dataclass(frozen=True)
-class Nic:
-    """One end of a fabric cable, as the host sees it."""
+class Nic(namedtuple("Nic", "device address rdma mtu speed_mbps peer bus_id")):
+    """One end of a fabric cable, as the host sees it: net device, address with prefix (e.g.
+    10.231.100.2/24), RDMA devices (tuple of str), MTU, speed in Mb/s, peer host, PCI bus id."""
 
-    device: str
-    address: str  # with prefix, e.g. 10.231.100.2/24
-    rdma: tuple[str, ...]
-    mtu: int
-    speed_mbps: int
-    peer: str
-    bus_id: str
+    __slots__ = ()
 
     @property
     def ip(self) -> str:
         return self.address.split("/")[0]
 
 
-@dataclass(frozen=True)
-class Gpu:
-    name: str
-    bus_id: str
-    memory_mib: int | None  # None: unified memory (GB10), nvidia-smi says "Not Supported"
+class Gpu(namedtuple("Gpu", "name bus_id memory_mib")):
+    """A GPU: model name, PCI bus id, memory in MiB (None: unified memory (GB10), nvidia-smi says
+    "Not Supported")."""
+
+    __slots__ = ()
 
 
-@dataclass(frozen=True)
-class LabHost:
-    name: str
-    role: str
-    mgmt_device: str
-    mgmt_ip: str
-    mgmt_speed_mbps: int
-    mgmt_bus_id: str
-    gpus: tuple[Gpu, ...]
-    driver: str
-    cuda: str
-    fabric: tuple[Nic, ...]
-    memory_gib: int | None = None
+class LabHost(
+    namedtuple(
+        "LabHost",
+        "name role mgmt_device mgmt_ip mgmt_speed_mbps mgmt_bus_id gpus driver cuda fabric memory_gib",
+        defaults=(None,),
+    )
+):
+    """A lab host: name, role (head/worker/offload), management NIC (device, IP, Mb/s, bus id),
+    GPUs (tuple of Gpu), driver and CUDA versions, fabric (tuple of Nic), memory in GiB (None:
+    not stated)."""
+
+    __slots__ = ()
 
     @property
     def netns(self) -> str:
@@ -193,14 +189,10 @@ NETNS = netns_names(HOSTS)
 ALL_NETNS = netns_names(ALL_HOSTS)
 
 
-@dataclass(frozen=True)
-class Cable:
-    """A fabric veth pair: a end in host a, b end in host b."""
+class Cable(namedtuple("Cable", "a a_nic b b_nic")):
+    """A fabric veth pair: a end (a Nic) in host a, b end in host b."""
 
-    a: str
-    a_nic: Nic
-    b: str
-    b_nic: Nic
+    __slots__ = ()
 
 
 def cables(host_set: dict[str, LabHost] | None = None) -> list[Cable]:

@@ -15,8 +15,6 @@ Link down and wrong MTU are not in the file: they are real (`ip -n lab-X link se
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from pathlib import Path
 
@@ -34,12 +32,17 @@ def current_host() -> LabHost:
 
 def load_faults(name: str) -> dict:
     try:
-        return json.loads(paths.faults_file(name).read_text() or "{}")
+        text = paths.faults_file(name).read_text()
     except FileNotFoundError:
         return {}
+    import json  # only with a fault file: a tool call on a healthy host saves its ~20 ms import
+
+    return json.loads(text or "{}")
 
 
 def save_faults(name: str, faults: dict) -> None:
+    import json
+
     f = paths.faults_file(name)
     f.parent.mkdir(parents=True, exist_ok=True)
     tmp = f.with_suffix(".tmp")
@@ -56,6 +59,8 @@ def sysfs_operstate(device: str) -> str:
 
 
 def gpu_uuid(host: str, index: int) -> str:
+    import hashlib
+
     h = hashlib.sha256(f"sparkctl-lab/{host}/gpu{index}".encode()).hexdigest()
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
@@ -158,6 +163,8 @@ def sync_sys(name: str, operstates: dict[str, str]) -> None:
 
 
 def _fe80_gid(rdma: str) -> str:
+    import hashlib
+
     h = hashlib.sha256(f"sparkctl-lab/{rdma}".encode()).hexdigest()
     return f"fe80:0000:0000:0000:{h[0:4]}:{h[4:6]}ff:fe{h[6:8]}:{h[8:12]}"
 
