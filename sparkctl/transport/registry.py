@@ -24,6 +24,7 @@ from typing import Optional
 
 import httpx
 
+from sparkctl import httpclient
 from sparkctl.errors import SparkctlError
 from sparkctl.transport.guard import check_url
 
@@ -96,8 +97,9 @@ class RegistryClient:
         self.schemes = ["https", "http"] if insecure else ["https"]
         # every request is fenced, redirects included (a registry sends blob GETs on to its storage)
         fence = {"request": [lambda req: check_url(str(req.url), f"the registry {registry} (or where it redirects)")]}
-        self.http = httpx.Client(timeout=timeout, trust_env=False, transport=transport, follow_redirects=True,
-                                 event_hooks=fence)  # fmt: skip
+        # httpx's default verification, on the process's one TLS context (sparkctl/httpclient.py)
+        self.http = httpclient.client(timeout=timeout, trust_env=False, transport=transport, follow_redirects=True,
+                                      event_hooks=fence)  # fmt: skip
         self.base: Optional[str] = None
         self.token: Optional[str] = None
 
