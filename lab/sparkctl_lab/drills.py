@@ -81,9 +81,8 @@ def _serving(timeout: float) -> bool:
         return False
 
 
-def _chat(url: str, model: str, prompt: str, max_tokens: int, timeout: float, http: httpx.Client | None = None, **extra) -> None:
-    """One chat request, as a client sends it (httpx.HTTPError when it is not answered), on `http`
-    when given (a load thread's own client: one TLS context per process, not per request)."""
+def _chat(url: str, model: str, prompt: str, max_tokens: int, timeout: float, **extra) -> None:
+    """One chat request, as a client sends it (httpx.HTTPError when it is not answered)."""
     body = {
         "model": model,
         "messages": [{"role": "user", "content": prompt}],
@@ -91,10 +90,9 @@ def _chat(url: str, model: str, prompt: str, max_tokens: int, timeout: float, ht
         "ignore_eos": True,
         **extra,
     }
-    if http is None:
-        httpclient.post(f"{url}/v1/chat/completions", json=body, timeout=timeout, trust_env=False).raise_for_status()
-    else:
-        http.post(f"{url}/v1/chat/completions", json=body, timeout=timeout).raise_for_status()
+    # a client of its own per request, TLS context included (httpx.post): the drills' loads were
+    # calibrated at this pace; with one client per user the kv-cache-full drill took 120-136 s, not ~66
+    httpx.post(f"{url}/v1/chat/completions", json=body, timeout=timeout, trust_env=False).raise_for_status()
 
 
 def _until(done: Callable[[], bool], timeout: float, interval: float) -> bool:
@@ -481,26 +479,23 @@ def _load(kind: str, clients: int, context: int, max_tokens: int, stream_stop: s
     end = time.monotonic() + LOAD_LIFETIME
     words = " ".join(f"ctx{i % 997}" for i in range(context))
 
-    def stream(http: httpx.Client, prompt: str) -> None:
+    def stream(prompt: str) -> None:
         body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
                 "stream": True, "stop": [stream_stop], "temperature": 0}  # fmt: skip
-        with http.stream("POST", f"{url}/v1/chat/completions", json=body) as r:
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=300, trust_env=False) as r:
             r.raise_for_status()
             r.read()
 
     def client() -> None:
-        # a new connection per request (as before: each user's requests are its own), one client per user
-        limits = httpx.Limits(max_keepalive_connections=0)
-        with httpclient.client(timeout=300, trust_env=False, limits=limits) as http:
-            while time.monotonic() < end:
-                prompt = f"req{uuid.uuid4().hex} {words} {ASK[kind]}" if context else ASK[kind]
-                try:
-                    if stream_stop:
-                        stream(http, prompt)
-                    else:
-                        _chat(url, model, prompt, max_tokens, timeout=300, http=http)
-                except httpx.HTTPError:
-                    time.sleep(0.5)  # restarting: try again
+        while time.monotonic() < end:
+            prompt = f"req{uuid.uuid4().hex} {words} {ASK[kind]}" if context else ASK[kind]
+            try:
+                if stream_stop:
+                    stream(prompt)
+                else:
+                    _chat(url, model, prompt, max_tokens, timeout=300)
+            except httpx.HTTPError:
+                time.sleep(0.5)  # restarting: try again
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
     for t in threads:

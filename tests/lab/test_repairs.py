@@ -97,7 +97,9 @@ def test_a_wrong_moved_or_duplicate_rail_address_is_named_and_repaired_exactly(l
 
 def test_up_during_a_slow_start_waits_instead_of_restarting_and_doctor_names_the_phase(lab, inv, tmp_path):
     doc = yaml.safe_load(inv.read_text())
-    doc["runtime"]["env"]["SIM_FAULTS"] = "slow_start=12"  # a start-up that takes a while, like a Spark's
+    # a start-up that takes a while, like a Spark's: longer than the kill, unlock and two doctors below
+    # take on a loaded machine (12 s was over before the `up` on a CI run beside the other lab)
+    doc["runtime"]["env"]["SIM_FAULTS"] = "slow_start=25"
     slow = tmp_path / "slow.yaml"
     slow.write_text(yaml.safe_dump(doc))
     old_head = container_id(lab, "head", "sparkctl-head")
