@@ -182,10 +182,10 @@ def test_prefill_overhead_is_subtracted_and_the_short_request_waits(sim, tmp_pat
     long, short = m["requests"]
     long_first, short_first = long["start_ms"] + long["ttft_ms"], short["start_ms"] + short["ttft_ms"]
     assert short_first > 0.8 * long_first
+    # the order of events above shows that it waited, and behind what; its wait is the difference of two
+    # separately measured TTFTs, which a loaded machine can make negative (-5.9 ms in a CI run): the
+    # figure is reported, not asserted
     assert m["short_wait_ms"] == pytest.approx(m["short_ttft_ms"] - m["short_ttft_alone_ms"])
-    # it waited (the order of events above shows behind what; a ratio of wall times, once asserted
-    # here, is what a loaded machine skews)
-    assert m["short_wait_ms"] > 0
     assert "Mixed traffic" in doc["_stdout"] and "waited" in doc["_stdout"]
 
 
