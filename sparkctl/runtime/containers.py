@@ -95,5 +95,4 @@ def wait_answering(client, host: str, container: str, url: str, deadline_s: floa
                 tail = c.logs(tail=5).decode(errors="replace").strip().splitlines()
                 state = "is " + c.status if c.status != "running" else "does not answer"
                 raise HostError(f"{host}: {container} {state}{': ' + tail[-1] if tail else ''}", fix=fix)
-            time.sleep(0.1)  # each look is an HTTP GET and a docker call over SSH
-        time.sleep(0.1)
+            time.sleep(0.1)
