@@ -18,7 +18,7 @@
                                           host's fault view. Kinds (state.FAULT_KINDS):
         link-down   TARGET=netdev          real: `ip -n lab-HOST link set DEV down`
         mtu         TARGET=netdev [VALUE=1500]   real: `ip -n lab-HOST link set DEV mtu VALUE`
-        speed       TARGET=netdev [VALUE=1000]   a degraded rail: real, `tc` caps what it carries (Mb/s)
+        speed       TARGET=netdev [VALUE=250]    a degraded rail: real, `tc` caps what it carries (Mb/s)
                                           both ways; ethtool and sysfs keep the nominal speed
         rdma-down   TARGET=rdma dev or netdev    /sys/class/infiniband/DEV/ports/1/state "1: DOWN"
         gpu-missing [TARGET=gpu index]     nvidia-smi loses that GPU (all: "No devices were found")

@@ -28,9 +28,9 @@ ALIASES = {
     "foreign-gpu-process": "gpu-process",
     "no-gpu": "gpu-missing",
 }
-# speed: Mb/s a degraded rail carries: a quarter of the 4000 every lab rail carries (shaping.RAIL_MBPS),
+# speed: Mb/s a degraded rail carries: a quarter of the 1000 every lab rail carries (shaping.RAIL_MBPS),
 # as 13 Gb/s is ~14% of a CX-7 twin's ~95 real
-DEFAULTS = {"mtu": 1500, "speed": 1000, "driver": "580.82.09", "gpu-process": 16384}
+DEFAULTS = {"mtu": 1500, "speed": 250, "driver": "580.82.09", "gpu-process": 16384}
 
 
 def _netdev(h: topo.LabHost, target: str | None, kind: str) -> str:
@@ -76,7 +76,7 @@ def fault(host: str, kind: str, target: str | None = None, value: str | int | No
         else:
             rate = _int(value, DEFAULTS["speed"], "the rail's throughput (Mb/s)")
             if rate <= 0:
-                raise InputError(f"the rail's throughput must be above 0 Mb/s, not {rate}", fix="e.g. --value 1000")
+                raise InputError(f"the rail's throughput must be above 0 Mb/s, not {rate}", fix="e.g. --value 250")
             sp[dev] = rate
             shaping.shape(h, dev, rate)
     elif kind == "rdma-down":

@@ -29,6 +29,7 @@ from sparkctl.steps.base import Change, Plan, RunContext, Step
 DEFAULT_TIMEOUT = 1800.0  # a real cold boot takes 10-15 min (seed 002)
 BARRIER_TIMEOUT = 10.0  # every runtime host must answer within this before anything is stopped
 ROLE_ORDER = {"drafter": 0, "worker": 1, "head": 2}  # start order; stop is the reverse
+PEER_LOOK_S = 1.0  # while the head starts, how often its peers' containers are read (a dead worker ends the wait)
 ALL_GROUPS = frozenset({"engine", "drafter"})
 
 
@@ -455,6 +456,7 @@ class RuntimeStep(Step):
         client = ctx.fleet[host].docker()
         t0 = time.monotonic()
         phase = "starting"
+        next_peer_look = t0
         with httpclient.client() as http:
             while True:
                 try:
@@ -471,7 +473,12 @@ class RuntimeStep(Step):
                     )
                 if health.health(http, url) == 200:
                     break
-                dead = self._dead_peer(ctx, host)
+                # the peers' containers over SSH (a docker CLI pair per host) once a second, not at
+                # every look: a worker that died is still named within a second
+                dead = None
+                if time.monotonic() >= next_peer_look:
+                    next_peer_look = time.monotonic() + PEER_LOOK_S
+                    dead = self._dead_peer(ctx, host)
                 if dead:
                     raise HostError(f"{host}: runtime cannot start while {phase}: {dead}",
                                     fix="read `docker logs` of that container on its host and run `sparkctl doctor`")  # fmt: skip

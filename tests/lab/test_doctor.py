@@ -185,7 +185,7 @@ FAULTS = {
         },
     ),
     "wrong-mtu": ((W, "mtu", RAIL, 1500), {("fabric.mtu", W, RAIL), ("fabric.ping", W, RAIL), ("fabric.ping", H, RAIL)}),
-    # the rail shaped to 1000 Mb/s both ways, its speed file nominal: only traffic shows it, on both ends
+    # the rail shaped to 250 Mb/s both ways, its speed file nominal: only traffic shows it, on both ends
     "degraded-speed": ((W, "speed", RAIL, None), {("fabric.bandwidth", W, RAIL), ("fabric.bandwidth", H, RAIL)}),
     "rdma-down": ((W, "rdma-down", "rocep1s0f0", None), {("fabric.rdma", W, "rocep1s0f0")}),
     "gpu-missing": ((W, "gpu-missing", None, None), {("gpu.model", W, "")}),

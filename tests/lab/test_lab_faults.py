@@ -86,7 +86,7 @@ def qdisc(host: str, dev: str) -> str:
                           text=True).stdout  # fmt: skip
 
 
-LINE_RATE = "rate 4Gbit"  # what every healthy lab rail carries (sparkctl_lab/shaping.py RAIL_MBPS)
+LINE_RATE = "rate 1Gbit"  # what every healthy lab rail carries (sparkctl_lab/shaping.py RAIL_MBPS)
 
 
 def test_every_rail_carries_the_labs_line_rate_and_lab_up_caps_a_bare_one(lab_faults):
@@ -94,14 +94,14 @@ def test_every_rail_carries_the_labs_line_rate_and_lab_up_caps_a_bare_one(lab_fa
     from sparkctl_lab.topology import cables
 
     lab = lab_faults
-    assert shaping.RAIL_MBPS == 4000
+    assert shaping.RAIL_MBPS == 1000
     for c in cables(lab.HOSTS):
         assert LINE_RATE in qdisc(c.a, c.a_nic.device) and LINE_RATE in qdisc(c.b, c.b_nic.device), (c.a, c.a_nic.device)
     # one end left bare (what a test's own `tc qdisc del` leaves): `lab up` caps that rail again, once
     subprocess.run(["tc", "-n", ALL_HOSTS["worker"].netns, "qdisc", "del", "dev", "enP2p1s0f0np0", "root"], check=True)
     assert "tbf" not in qdisc("worker", "enP2p1s0f0np0")
     doc = lab.up()
-    assert "head/enP2p1s0f0np0<->worker/enP2p1s0f0np0 at 4000 Mb/s" in doc["changes"], doc["changes"]
+    assert "head/enP2p1s0f0np0<->worker/enP2p1s0f0np0 at 1000 Mb/s" in doc["changes"], doc["changes"]
     assert LINE_RATE in qdisc("worker", "enP2p1s0f0np0") and LINE_RATE in qdisc("head", "enP2p1s0f0np0")
     assert lab.up()["changed"] is False
 
@@ -113,9 +113,9 @@ def test_degraded_rail_is_shaped_and_reports_its_nominal_speed(lab_faults):
     assert "Speed: 200000Mb/s" in out(lab, "head", "ethtool enp1s0f0np0")
     assert out(lab, "head", "cat /sys/class/net/enp1s0f0np0/speed").strip() == "200000"
     # and its traffic capped both ways: a lower cap on each end of the veth, the twin's unchanged
-    assert "rate 1Gbit" in qdisc("head", "enp1s0f0np0") and "rate 1Gbit" in qdisc("worker", "enp1s0f0np0")
+    assert "rate 250Mbit" in qdisc("head", "enp1s0f0np0") and "rate 250Mbit" in qdisc("worker", "enp1s0f0np0")
     assert LINE_RATE in qdisc("head", "enP2p1s0f0np0")
-    assert any("degraded enp1s0f0np0 (carries 1000 Mb/s" in f for f in lab.status()["faults"])
+    assert any("degraded enp1s0f0np0 (carries 250 Mb/s" in f for f in lab.status()["faults"])
     lab.fault("head", "speed", "enp1s0f0np0", clear=True)
     assert LINE_RATE in qdisc("head", "enp1s0f0np0") and LINE_RATE in qdisc("worker", "enp1s0f0np0")
 
