@@ -16,10 +16,12 @@ def _container_probe(t) -> Optional[str]:
     from sparkctl.fleetdoor.placement import CONTAINER
 
     name = shlex.quote(CONTAINER)
-    # `docker inspect` of a missing container exits 1 (stdout "[]", stderr "Error: No such object"):
-    # with the daemon answering, that is "no door here"; otherwise docker's own words, as they came
+    # `docker inspect` of a missing container exits 1 (stdout "[]", stderr "Error: No such object:
+    # NAME", docker 20.10 and 28 alike): the daemon answered, no door here. Any other failure is "no
+    # door" only if `docker version` answers (a second CLI run, only then); else docker's own words
     return (
         f"out=$(docker inspect {name} 2>&1); rc=$?; "
+        "case \"$out\" in *'No such object: '*) echo '[]'; exit 0;; esac; "
         "if [ $rc -ne 0 ] && docker version >/dev/null 2>&1; then echo '[]'; exit 0; fi; "
         'printf "%s\\n" "$out"; exit $rc'
     )

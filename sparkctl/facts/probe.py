@@ -30,10 +30,13 @@ def build_script(probes: Mapping[str, str], marker: str, background: Collection[
     lines = ["exec 2>&1", "export LC_ALL=C"]
     bg = [k for k in probes if k in background]
     if bg:
-        # each background probe writes its output and exit code to files of its own
+        # each background probe writes its whole section (markers, output, exit code) to a file of
+        # its own, and one `cat` prints them all at the end: per probe two forks and no exec (its
+        # own output and its exit code in two files, each read by a `cat`, cost five processes)
         lines.append("__t=$(mktemp -d) || exit 97")
         for i, key in enumerate(bg):
-            lines.append(f'( ( {probes[key]}\n) >"$__t/{i}" 2>&1 </dev/null; echo $? >"$__t/{i}.rc" ) &')
+            lines.append(f"{{ echo '{marker} {key}'; ( {probes[key]}\n) </dev/null; rc=$?; echo; echo \"{marker}rc $rc\"; }} "
+                         f'>"$__t/{i}" 2>&1 &')  # fmt: skip
     for key, snippet in probes.items():
         if key in background:
             continue
@@ -45,9 +48,7 @@ def build_script(probes: Mapping[str, str], marker: str, background: Collection[
         lines.append(f'rc=$?; echo; echo "{marker}rc $rc"')
     if bg:
         lines.append("wait")
-        for i, key in enumerate(bg):
-            lines.append(f"echo '{marker} {key}'")
-            lines.append(f'cat "$__t/{i}"; echo; echo "{marker}rc $(cat "$__t/{i}.rc" 2>/dev/null || echo 255)"')
+        lines.append('cat "$__t"/*')
         lines.append('rm -rf "$__t"')
     return "\n".join(lines) + "\n"
 

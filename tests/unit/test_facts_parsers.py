@@ -107,9 +107,13 @@ def test_probe_script_round_trip_keeps_sections_and_exit_codes():
     import subprocess
 
     marker = "@@m"
-    script = build_script({"a": "echo one; echo two", "b": "echo err >&2; exit 3", "c": "printf 'x'"}, marker)
-    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True).stdout
-    sec = parse_output(out, marker)
-    assert sec["a"].out == "one\ntwo\n" and sec["a"].rc == 0
-    assert sec["b"].rc == 3 and sec["b"].out == "err\n"
-    assert sec["c"].rc == 0
+    probes = {"a": "echo one; echo two", "b": "echo err >&2; exit 3", "c": "printf 'x'", "d": "sleep 0.2; echo late"}
+    # in the foreground, and run side by side in the background (each section in a file of its own)
+    for background in ((), ("b", "c", "d"), tuple(probes)):
+        script = build_script(probes, marker, background)
+        out = subprocess.run(["sh", "-c", script], capture_output=True, text=True).stdout
+        sec = parse_output(out, marker)
+        assert sec["a"].out == "one\ntwo\n" and sec["a"].rc == 0, background
+        assert sec["b"].rc == 3 and sec["b"].out == "err\n", background
+        assert sec["c"].rc == 0 and sec["c"].out == "x", background
+        assert sec["d"].rc == 0 and sec["d"].out == "late\n", background
