@@ -517,9 +517,12 @@ def head_of_line(server: Server) -> None:
     t_long.join(30)
     print(f"short TTFT alone {solo['short'] * 1000:.1f} ms, behind a 60K-token cold prompt {results['short'] * 1000:.1f} ms")
     # Order, not a ratio of wall times (a loaded machine stretches both): sent while the long prompt was
-    # still in prefill, it got its first token only once that prefill was done.
+    # still in prefill, it got its first token only once that prefill was done. Both first tokens come
+    # out of the step that ends the prefill, and which client thread reads its own first is the
+    # machine's choice (a CI run: the short one 38 ms first); a short request that did not wait would
+    # have had its token most of the prefill (~2 s here) before the long one.
     assert sent_during_prefill
-    assert results["short_at"] >= results["long_at"] - 0.01
+    assert results["short_at"] >= results["long_at"] - 0.25 * results["long"], (results, solo)
 
 
 # ---- Marlin fallback ----
