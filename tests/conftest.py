@@ -80,12 +80,13 @@ LAB_TESTS = "tests/lab/"  # every lab test lives here: pytest-xdist sends this f
 
 # `./dev.sh test` runs the lab tests on two labs at once (SPARKCTL_LAB_SPLIT=1): these files on the
 # second lab (SPARKCTL_LAB_INSTANCE=1), every other lab file on the first. Chosen by their CI times
-# (docs/testing.md "Where the suite's time goes": ~740 s here, ~800 s on the first lab with the drills and
-# the fleet) from files that touch only their own lab through its inventory, topology and api.
+# from files that touch only their own lab through its inventory, topology and api. With
+# test_doctor_runtime.py (~25 s) here, this lab ended 22-62 s after the first in three runs
+# (docs/testing.md "Processes and probes"); it now runs on the first.
 SECOND_LAB_FILES = [
     "test_reload.py", "test_up.py", "test_repairs.py", "test_gateway_changes.py", "test_check_exact.py",
     "test_runtime_sim.py", "test_reload_plan_lab.py", "test_doctor.py", "test_lock_lab.py", "test_deadlines.py",
-    "test_mp_executor.py", "test_doctor_runtime.py",
+    "test_mp_executor.py",
 ]  # fmt: skip
 
 

@@ -23,6 +23,8 @@ from sparkctl.errors import HostError
 
 # Lowest version docker-py knows; only used until the real one is negotiated.
 _BOOTSTRAP_VERSION = "1.24"
+# The key of the adapter's one connection pool (any URL of the engine: only the key is used)
+_ENGINE = "http+docker://ssh"
 
 
 class _SharedSSHAdapter(SSHHTTPAdapter):
@@ -31,6 +33,12 @@ class _SharedSSHAdapter(SSHHTTPAdapter):
     def __init__(self, ssh_client, host_label: str, timeout: float = 60):
         super().__init__(host_label, timeout, shell_out=True)  # shell_out: it opens no SSH connection itself
         self.ssh_client = ssh_client
+
+    def get_connection(self, url, proxies=None):
+        # docker-py keys its pools by the whole request URL, so every new path (a container's ID,
+        # a query) opened a channel and a `docker system dial-stdio` on the host of its own: 29 in
+        # one lab restart. Every request to one engine can share the same keep-alive connections.
+        return super().get_connection(_ENGINE, proxies)
 
     def _connect(self):  # docker-py calls it to reconnect a client whose transport is gone
         raise HostError(f"{self.ssh_host}: the SSH connection to this host was closed")

@@ -56,6 +56,26 @@ def test_docker_sdk_over_ssh_negotiates_and_reaches_each_hosts_own_engine(fleet)
     assert len(engine_ids) == 3  # three separate engines, not one shared daemon
 
 
+def test_one_engine_connection_serves_requests_to_every_path(inv):
+    """Every SDK request to a host's engine (the version, the info, a list, a container by ID, its
+    logs) goes over one `docker system dial-stdio` on that host, not one per URL path."""
+    with Fleet(inv) as f:
+        session = f["head"]
+        client = session.docker()
+        client.info()
+        ids = [c.id for c in client.containers.list(all=True)]
+        for cid in ids[:3]:
+            client.containers.get(cid).logs(tail=5)
+        client.images.list()
+        # this host's (its network namespace: the lab's hosts share one process table)
+        out = session.run(
+            "n=0; for p in $(pgrep -f 'docker[^ ]* system dial-stdio'); do "
+            '[ "$(readlink /proc/$p/ns/net)" = "$(readlink /proc/self/ns/net)" ] && n=$((n+1)); done; echo $n'
+        ).stdout.strip()
+    assert ids, "the lab's head should hold containers after earlier tests; converge it with `sparkctl up`"
+    assert out == "1", f"{out} dial-stdio processes for one client's requests"
+
+
 def test_nonzero_exit_is_data_and_check_redacts_secrets(fleet):
     r = fleet["worker"].run("echo HF_TOKEN=hf_abcdefghijklmnopqrstu >&2; exit 3")
     assert r.exit_code == 3
