@@ -208,6 +208,27 @@ def parse_containers(rc: int, text: str) -> tuple[list[ContainerFact], Optional[
     return out, None
 
 
+def read_containers(client, cluster: str) -> Optional[list[ContainerFact]]:
+    """The `containers` fact through a Docker SDK client a run already holds (transport/docker.py):
+    the same list, inspected and parsed as the probe's, in a few HTTP requests on its open
+    connection instead of an SSH command running the docker CLI twice. For polls (a start-up
+    wait's looks at its peers). None when the engine did not answer, as the fact's None."""
+    import docker as docker_sdk
+
+    try:
+        listed = client.api.containers(all=True, quiet=True, filters={"label": f"{LABEL_PREFIX}.cluster={cluster}"})
+        docs = []
+        for c in listed:
+            try:
+                docs.append(client.api.inspect_container(c["Id"]))
+            except docker_sdk.errors.NotFound:  # removed since it was listed: gone, as a new list would say
+                continue
+    except docker_sdk.errors.DockerException:
+        return None
+    found, _ = parse_containers(0, json.dumps(docs))
+    return found
+
+
 def runs_image(container: ContainerFact, tagged: Optional[ImageFact], image: str) -> bool:
     """Whether `container` runs `image` (an identity). Its `Image` is a docker ID of its own node's
     store (the config digest, or containerd's target digest: moby daemon/create.go), so it runs

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from sparkctl import httpclient
-from sparkctl.errors import HostError
+from sparkctl.errors import HostError, SparkctlError
 from sparkctl.facts import docker
 from sparkctl.inventory.models import Inventory
 from sparkctl.runtime import containers, health
@@ -69,6 +69,19 @@ def _not_running(ctx: RunContext, host: str, listed) -> Optional[str]:
         if not c.running:
             return f"{spec.name} on {host} {c.status} (code {c.exit_code}{', ' + c.error if c.error else ''})"
     return None
+
+
+def _containers_now(ctx: RunContext, host: str):
+    """The cluster's containers on `host` now, for a start-up wait's looks: through the host's
+    Docker SDK connection (opened once per run), not an SSH command with two docker CLI runs per
+    look (a restart's looks were most of its docker CLI runs)."""
+    session = ctx.fleet[host]
+    try:
+        return docker.read_containers(session.docker(), ctx.inventory.cluster.name)
+    except SparkctlError:
+        raise
+    except Exception as exc:  # the SSH connection broke under the request: the host named, sparkctl's words
+        raise session.explain(exc) from None
 
 
 def current_image(ctx: RunContext, host: str, image: str) -> Optional[str]:
@@ -418,15 +431,15 @@ class RuntimeStep(Step):
         return "; ".join(done)
 
     def _wait_drafter(self, ctx: RunContext, host: str) -> str:
-        """The drafter's /health, asked on its own host (it binds its fabric address); its container
-        is read in the same round trip, so a drafter that exits at start-up ends the wait at once."""
+        """The drafter's /health, asked on its own host (it binds its fabric address); at each look
+        its container is read too, so a drafter that exits at start-up ends the wait at once."""
         t0 = time.monotonic()
         deadline = t0 + float(ctx.options.get("timeout") or DEFAULT_TIMEOUT)
         while True:
-            f = ctx.refresh(host, {"drafter_health", "containers"})
+            f = ctx.refresh(host, {"drafter_health"})
             if f.drafter_health == 200:
                 return f"drafter answers /health after {time.monotonic() - t0:.1f} s"
-            dead = _not_running(ctx, host, f.containers)
+            dead = _not_running(ctx, host, _containers_now(ctx, host))
             if dead:
                 raise HostError(f"{host}: the drafter died while starting: {dead}",
                                 fix="read `docker logs sparkctl-drafter` on the offload host")  # fmt: skip
@@ -441,7 +454,7 @@ class RuntimeStep(Step):
         starts: the head would wait for a worker that is gone until the deadline."""
         for h in runtime_hosts(ctx.inventory):
             if h != head:
-                dead = _not_running(ctx, h, ctx.refresh(h, {"containers"}).containers)
+                dead = _not_running(ctx, h, _containers_now(ctx, h))
                 if dead:
                     return dead
         return None
@@ -473,8 +486,8 @@ class RuntimeStep(Step):
                     )
                 if health.health(http, url) == 200:
                     break
-                # the peers' containers over SSH (a docker CLI pair per host) once a second, not at
-                # every look: a worker that died is still named within a second
+                # the peers' containers (through their SDK connections) once a second, not at every
+                # look: a worker that died is still named within a second
                 dead = None
                 if time.monotonic() >= next_peer_look:
                     next_peer_look = time.monotonic() + PEER_LOOK_S
