@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from sparkctl_lab.paths import LAB_DIR
 from sparkctl_lab.topology import HOSTS  # this lab's (SPARKCTL_LAB_INSTANCE: a second lab's addresses differ)
 
 ENV = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8,10.231.0.0/16"}
@@ -67,6 +68,23 @@ def variant(inv: Path, tmp_path: Path, name: str, **fields) -> Path:
     out = tmp_path / f"{name}.yaml"
     out.write_text(yaml.safe_dump(doc))
     return out
+
+
+def fresh_batched_tokens() -> int:
+    """A scheduler size (runtime.max_num_batched_tokens) this lab's cluster has never served, so a
+    variant with it starts cold. One counter per lab in LAB_DIR, shared by every module that asks:
+    it lives and ends with the hosts' state (reload history, compile cache) under the same folder.
+    (Each module deriving its own from the clock collided: CI saw a 'cold' reload planned warm.)"""
+    import fcntl
+
+    with open(LAB_DIR / "test-fresh-batched-tokens", "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        n = int(f.read().strip() or 0) + 1
+        f.seek(0)
+        f.truncate()
+        f.write(str(n))
+    return 16384 + 8 * n
 
 
 def lab_cli(*args: str) -> dict:

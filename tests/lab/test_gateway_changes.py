@@ -23,7 +23,7 @@ import httpx
 import openai
 import pytest
 import yaml
-from labcli import URL, sparkctl, variant
+from labcli import URL, fresh_batched_tokens, sparkctl, variant
 
 pytestmark = pytest.mark.lab
 
@@ -114,7 +114,7 @@ def new_inventory(chain, name: str, cold: bool = False, **fields) -> Path:
     runtime = doc["runtime"]
     extra = {"runtime__env": {**runtime.get("env", {}), "SPARKCTL_TEST_MARK": f"{name}-{next(_fresh)}"}}
     if cold:
-        extra["runtime__max_num_batched_tokens"] = 16384 + 8 * ((int(time.time()) * 7 + next(_fresh)) % 4000)
+        extra["runtime__max_num_batched_tokens"] = fresh_batched_tokens()
     return variant(chain["current"], chain["dir"], name, **{**extra, **fields})
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from labcli import ENV, URL, end_background, sparkctl, start
+from labcli import ENV, URL, end_background, fresh_batched_tokens, sparkctl, start
 from labcli import variant as inventory_variant
 
 pytestmark = pytest.mark.lab
@@ -62,14 +62,10 @@ def variant(inv: Path, tmp_path: Path, name: str, **runtime) -> Path:
     return inventory_variant(inv, tmp_path, name, **{f"runtime__{k}": v for k, v in runtime.items()})
 
 
-_fresh = iter(range(1, 10_000))
-
-
 def cold(inv: Path, tmp_path: Path, name: str = "cold", **runtime) -> Path:
     """A variant whose compile inputs this cluster has never served (a scheduler size no run used
     before): its start compiles, so the restart phase lasts seconds."""
-    tokens = 16384 + 8 * ((int(time.time()) * 7 + next(_fresh)) % 4000)
-    return variant(inv, tmp_path, name, max_num_batched_tokens=tokens, **runtime)
+    return variant(inv, tmp_path, name, max_num_batched_tokens=fresh_batched_tokens(), **runtime)
 
 
 def served_name() -> str:
