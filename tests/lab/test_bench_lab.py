@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import jsonschema
 import pytest
+from labcli import URL
 
 pytestmark = pytest.mark.lab
 
@@ -77,7 +78,7 @@ def test_lab_table_and_acceptance(serving, tmp_path):
     inventory, root = serving
     state = httpx.get(f"{root}/sim/state", timeout=10).json()
     doc = bench(inventory, tmp_path / "lab.json", "--parts", "throughput", "--repeats", "1")
-    assert doc["endpoint"] == "http://10.231.0.11:8888/v1" and doc["model"] == "deepseek-v4.1-flash"
+    assert doc["endpoint"] == f"{URL}/v1" and doc["model"] == "deepseek-v4.1-flash"
 
     def cell(w: str, s: int) -> dict:
         return next(c for c in doc["throughput"] if c["workload"] == w and c["streams"] == s)

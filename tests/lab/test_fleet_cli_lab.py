@@ -15,15 +15,16 @@ import subprocess
 import sys
 import time
 from importlib.util import find_spec
-from pathlib import Path
 
 import pytest
-from labcli import ENV, sparkctl, wait_passing
+from labcli import ENV, HEAD_IP, sparkctl, wait_passing
+
+from sparkctl_lab.paths import FLEET_PATH
 
 pytestmark = pytest.mark.lab
 
-FLEET = Path("/var/lib/sparkctl-lab/fleet.yaml")
-DOOR_URL = "http://10.231.0.11:8890"  # the fleet file's front door: member lab's head, port 8890
+FLEET = FLEET_PATH
+DOOR_URL = f"http://{HEAD_IP}:8890"  # the fleet file's front door: member lab's head, port 8890
 MEMBERS = ["lab", "lab-2"]
 HAS_DOOR_STEP = find_spec("sparkctl.fleet.door_step") is not None  # fleetdoor's deploy step (merged by the lead)
 

@@ -19,6 +19,8 @@ import pytest
 import yaml
 from labcli import sparkctl
 
+from sparkctl_lab.topology import HOSTS
+
 pytestmark = pytest.mark.lab
 
 NAME = "deepseek-v4.1-flash"
@@ -91,7 +93,8 @@ def test_a_door_on_a_host_of_its_own_is_deployed_serves_drains_and_a_second_up_c
     from sparkctl.fleet.model import load_fleet
     from sparkctl.inventory.loader import load_inventory
 
-    address, url = "10.231.0.13", f"http://10.231.0.13:{OWN_PORT}"  # the lab's offload host
+    address = HOSTS["offload"].mgmt_ip  # the lab's offload host
+    url = f"http://{address}:{OWN_PORT}"
     doc = {
         "fleet": {"name": "lab-fleet-own-door"},
         "members": [{"inventory": str(lab.INVENTORY_PATH)}, {"inventory": str(lab.INVENTORY_2_PATH)}],

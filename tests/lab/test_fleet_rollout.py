@@ -25,12 +25,14 @@ from pathlib import Path
 import openai
 import pytest
 import yaml
-from labcli import door_states, sparkctl, wait_passing
+from labcli import HEAD_IP, door_states, sparkctl, wait_passing
+
+from sparkctl_lab.paths import FLEET_PATH
 
 pytestmark = pytest.mark.lab
 
-FLEET = Path("/var/lib/sparkctl-lab/fleet.yaml")
-DOOR = "http://10.231.0.11:8890"  # the front door on member lab's head (the fleet file's front_door)
+FLEET = FLEET_PATH
+DOOR = f"http://{HEAD_IP}:8890"  # the front door on member lab's head (the fleet file's front_door)
 MEMBERS = {"lab": ("head", "inventory.yaml"), "lab-2": ("head2", "inventory-2.yaml")}  # name: (lab host of its head, file)
 NAME = "deepseek-v4.1-flash"
 _fresh = iter(range(1, 10_000))

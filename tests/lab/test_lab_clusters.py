@@ -19,6 +19,9 @@ import httpx
 import pytest
 from labcli import ENV, lab_cli, sparkctl
 
+from sparkctl_lab.paths import PREFIX
+from sparkctl_lab.topology import net
+
 pytestmark = pytest.mark.lab
 
 PAIR = ("head2", "worker2")
@@ -46,7 +49,7 @@ def _pids_in(inodes: set[int]) -> list[int]:
 
 
 def _cgroups(name: str) -> list[str]:
-    return [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/**/sparkctl-lab-{name}")]
+    return [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/**/sparkctl-{PREFIX}-{name}")]
 
 
 @pytest.fixture
@@ -68,9 +71,9 @@ def test_the_second_pair_serves_from_its_own_inventory(two_pairs):
 
     up = sparkctl("up", "-i", inv2)
     assert up["failed"] == 0 and set(up["hosts"]) == set(PAIR)
-    assert "serving at http://10.231.0.21:8001" in up["hosts"]["head2"]["runtime"]["message"]
+    assert f"serving at http://{net(0, 21)}:8001" in up["hosts"]["head2"]["runtime"]["message"]
     r = httpx.post(
-        "http://10.231.0.21:8888/v1/completions",
+        f"http://{net(0, 21)}:8888/v1/completions",
         json={"model": "deepseek-v4.1-flash", "prompt": "The second pair says", "max_tokens": 8},
         timeout=60,
         trust_env=False,
@@ -87,12 +90,16 @@ def test_the_lab_status_lists_all_five_hosts(two_pairs):
     assert doc["up"] is True and doc["clusters"] == 2
     assert list(doc["hosts"]) == ["head", "worker", "offload", "head2", "worker2"]
     assert all(h["healthy"] for h in doc["hosts"].values())
-    assert {"lab-head2", "lab-worker2"} <= set(doc["namespaces"])
+    assert {f"{PREFIX}-head2", f"{PREFIX}-worker2"} <= set(doc["namespaces"])
     assert (doc["inventory_2"], doc["fleet"]) == (str(lab.INVENTORY_2_PATH), str(lab.FLEET_PATH))
-    assert [ln["address"] for ln in doc["hosts"]["worker2"]["links"]] == ["10.231.0.22/24", "10.231.102.3/24", "10.231.103.3/24"]
+    assert [ln["address"] for ln in doc["hosts"]["worker2"]["links"]] == [
+        f"{net(0, 22)}/24",
+        f"{net(102, 3)}/24",
+        f"{net(103, 3)}/24",
+    ]
     assert all(ln["present"] and ln["state"] == "up" for ln in doc["hosts"]["worker2"]["links"])
     known = lab.KNOWN_HOSTS.read_text()
-    assert "head2,10.231.0.21," in known and "worker2,10.231.0.22," in known
+    assert f"head2,{net(0, 21)}," in known and f"worker2,{net(0, 22)}," in known
 
 
 def test_the_second_pair_takes_faults_like_the_first(two_pairs):

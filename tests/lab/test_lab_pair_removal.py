@@ -13,11 +13,13 @@ import pytest
 from labcli import lab_cli
 from test_lab_clusters import PAIR, _cgroups, _netns_inode, _pids_in
 
+from sparkctl_lab.paths import PREFIX
+
 pytestmark = pytest.mark.lab
 
 
 def test_one_cluster_again_leaves_nothing_of_the_second_pair(lab, second_pair):
-    inodes = {i for i in map(_netns_inode, ("lab-head2", "lab-worker2")) if i}
+    inodes = {i for i in map(_netns_inode, (f"{PREFIX}-head2", f"{PREFIX}-worker2")) if i}
     assert len(inodes) == 2 and _pids_in(inodes)  # its hosts run (and the runtime sparkctl started)
     assert any(_cgroups(h) for h in PAIR)  # its dockerd made cgroups for the containers
     dirs = [lab.LAB_DIR / "hosts" / h for h in PAIR]
@@ -27,8 +29,8 @@ def test_one_cluster_again_leaves_nothing_of_the_second_pair(lab, second_pair):
     assert "second pair removed (head2, worker2)" in said and "clusters 2 -> 1" in said
     assert _pids_in(inodes) == []
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert "lab-head2" not in netns and "lab-worker2" not in netns
-    ports = subprocess.run(["ip", "-n", "lab-switch", "-br", "link"], capture_output=True, text=True).stdout
+    assert f"{PREFIX}-head2" not in netns and f"{PREFIX}-worker2" not in netns
+    ports = subprocess.run(["ip", "-n", f"{PREFIX}-switch", "-br", "link"], capture_output=True, text=True).stdout
     assert "sw-head2" not in ports and "sw-worker2" not in ports
     assert [c for h in PAIR for c in _cgroups(h)] == []
     assert [ln for ln in open("/proc/self/mountinfo") if any(str(d) in ln for d in dirs)] == []
