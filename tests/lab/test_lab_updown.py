@@ -94,7 +94,7 @@ def _leftovers(lab_dir: Path) -> dict:
     ]  # iproute2's own mount goes when empty
     routes = subprocess.run(["ip", "route", "show", "table", "all"], capture_output=True, text=True).stdout
     links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
-    cgroups = [str(p) for p in Path("/sys/fs/cgroup").glob("*/**/sparkctl-lab-*")]
+    cgroups = [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/**/sparkctl-{PREFIX}-*")]  # this lab's (hostfiles.daemon_json)
     return {
         "netns": [ln for ln in netns.splitlines() if ln.startswith(f"{PREFIX}-")],
         "processes": procs,
@@ -115,24 +115,25 @@ def test_down_leaves_nothing_behind_and_up_brings_it_all_back(lab):
     assert r.returncode == 0, r.stderr
     lab.up(clusters=2)  # down takes every pair, whatever the lab's count (the fresh lab after has one)
     r = subprocess.run([*CLI, "down", "--json"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "hosts stopped: head, worker, offload, head2, worker2" in json.loads(r.stdout)["changes"]
-    assert _leftovers(lab_dir) == {
-        "netns": [],
-        "processes": [],
-        "mounts": [],
-        "routes": [],
-        "links": [],
-        "cgroups": [],
-        "lab_dir": False,
-        "node_dirs": False,
-    }
-    again = subprocess.run([*CLI, "down", "--json"], capture_output=True, text=True, timeout=60)
-    assert json.loads(again.stdout)["changed"] is False
-    st = subprocess.run([*CLI, "status", "--json"], capture_output=True, text=True, timeout=60)
-    assert st.returncode == 1 and json.loads(st.stdout)["up"] is False
-
-    r = subprocess.run([*CLI, "up", "--json"], capture_output=True, text=True, timeout=300)
+    try:
+        assert r.returncode == 0, r.stderr
+        assert "hosts stopped: head, worker, offload, head2, worker2" in json.loads(r.stdout)["changes"]
+        assert _leftovers(lab_dir) == {
+            "netns": [],
+            "processes": [],
+            "mounts": [],
+            "routes": [],
+            "links": [],
+            "cgroups": [],
+            "lab_dir": False,
+            "node_dirs": False,
+        }
+        again = subprocess.run([*CLI, "down", "--json"], capture_output=True, text=True, timeout=60)
+        assert json.loads(again.stdout)["changed"] is False
+        st = subprocess.run([*CLI, "status", "--json"], capture_output=True, text=True, timeout=60)
+        assert st.returncode == 1 and json.loads(st.stdout)["up"] is False
+    finally:  # whatever failed above, the lab comes back up: the tests after this one need it
+        r = subprocess.run([*CLI, "up", "--json"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["changed"] is True
     status = lab.status()
