@@ -19,11 +19,10 @@ from importlib.util import find_spec
 import pytest
 from labcli import ENV, HEAD_IP, sparkctl, wait_passing
 
-from sparkctl_lab.paths import FLEET_PATH
+from sparkctl_lab.paths import FLEET_PATH as FLEET  # this lab's fleet file (a second lab's LAB_DIR differs)
 
 pytestmark = pytest.mark.lab
 
-FLEET = FLEET_PATH
 DOOR_URL = f"http://{HEAD_IP}:8890"  # the fleet file's front door: member lab's head, port 8890
 MEMBERS = ["lab", "lab-2"]
 HAS_DOOR_STEP = find_spec("sparkctl.fleet.door_step") is not None  # fleetdoor's deploy step (merged by the lead)

@@ -27,11 +27,10 @@ import pytest
 import yaml
 from labcli import HEAD_IP, door_states, sparkctl, wait_passing
 
-from sparkctl_lab.paths import FLEET_PATH
+from sparkctl_lab.paths import FLEET_PATH as FLEET  # this lab's fleet file (a second lab's LAB_DIR differs)
 
 pytestmark = pytest.mark.lab
 
-FLEET = FLEET_PATH
 DOOR = f"http://{HEAD_IP}:8890"  # the front door on member lab's head (the fleet file's front_door)
 MEMBERS = {"lab": ("head", "inventory.yaml"), "lab-2": ("head2", "inventory-2.yaml")}  # name: (lab host of its head, file)
 NAME = "deepseek-v4.1-flash"
