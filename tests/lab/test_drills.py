@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import preload
 import pytest
 
 pytestmark = pytest.mark.lab
@@ -41,8 +42,10 @@ NOT_DRILLED: dict[str, str] = {}
 
 
 def env(inventory: Path) -> dict:
+    """The runbooks' shell: `sparkctl` is this venv's (forked from tests/preload.py's server when it runs)."""
+    bins = [d for d in (preload.bin_dir(), str(Path(sys.executable).parent)) if d]
     return {**os.environ, "SPARKCTL_INVENTORY": str(inventory), "SPARKCTL_ONLY_NETWORKS": FENCE,
-            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "COLUMNS": "80"}  # fmt: skip
+            "PATH": ":".join([*bins, os.environ["PATH"]]), "COLUMNS": "80", **preload.socket_env()}  # fmt: skip
 
 
 def blocks(runbook: str) -> dict[str, list[str]]:

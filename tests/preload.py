@@ -1,0 +1,393 @@
+"""The tests' sparkctl runs, without importing sparkctl's libraries afresh for each one.
+
+The suite makes about a thousand `python -m sparkctl ...` runs. On CI's 2-core machine each one
+spent 0.5-0.6 CPU-s importing the same third-party libraries (pydantic, typer, rich, paramiko,
+httpx, jinja2, docker, ...) before sparkctl did anything: about a quarter of the suite's CPU, on a
+suite bound by its CPU. Here one server process per test session imports those libraries once, and
+every run is a fork of it (the way multiprocessing's forkserver starts its workers).
+
+A forked run keeps what a plain run has:
+- a process of its own: its own pid (os.kill, Popen.kill, a lock naming it), exit status and
+  signals (an uncaught KeyboardInterrupt ends it by SIGINT, as Python does);
+- the argv, environment, working directory and stdin/stdout/stderr its caller gave it;
+- every sparkctl module imported in it, fresh. The server imports `sparkctl` and
+  `sparkctl.transport` (their __init__ only import paramiko the way sparkctl does) and no other
+  sparkctl module.
+
+It differs in two ways. The libraries are already imported, so a test cannot see what a command
+imports: benchmarks/ measures that, and the tests that look at sys.modules run `python -c`, which is
+never forked. And all runs share one hash seed.
+
+A run is forked only when a plain run would start the same way. Otherwise it is a plain process:
+- a command other than `[sys.executable, "-m", "sparkctl", ...]`;
+- preexec_fn, a new session or process group, pass_fds, or a user or group change;
+- an environment whose PYTHON* or locale variables differ from the server's (they shape start-up).
+
+- conftest.py installs `Popen` as subprocess.Popen, so subprocess.run and friends use it.
+- `bin_dir()` holds a `sparkctl` for shell scripts (the drills run runbook blocks as written).
+- SPARKCTL_TEST_PRELOAD=0 makes every run a plain process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+
+# What the server imports: the libraries every sparkctl command pays for, and the ones its
+# commands import lazily (docker-py for the engine, ssl and certifi for HTTPS).
+LIBRARIES = (
+    "sparkctl.transport",  # paramiko, imported the way sparkctl imports it (invoke hidden)
+    "pydantic", "typer", "rich.console", "rich.table", "rich.progress", "rich.live", "yaml", "jinja2",
+    "httpx", "httpx_sse", "tenacity", "prometheus_client", "prometheus_client.parser", "docker", "ssl",
+    "certifi", "concurrent.futures", "shlex", "ipaddress", "hashlib", "tarfile",
+)  # fmt: skip
+STARTUP_ENV = ("LANG", "LC_ALL", "LC_CTYPE")  # and every PYTHON* variable: they shape interpreter start-up
+SOCKET_ENV = "SPARKCTL_TEST_PRELOAD_SOCKET"  # where bin_dir()'s sparkctl finds the server
+HERE = os.path.abspath(__file__)
+
+
+# ---------------------------------------------------------------- the server (its own process)
+
+
+def serve(path: str) -> None:
+    """Import LIBRARIES, listen on `path`, and for each request fork a monitor that forks the run.
+    Ends when its stdin closes (the test session that started it has ended)."""
+    import importlib
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for name in LIBRARIES:
+            importlib.import_module(name)
+    if caught:  # a plain run would print it on its own stderr: forked runs would not, so no forking
+        print(f"no: importing the libraries warned: {caught[0].message}", flush=True)
+        return
+    loaded = [m for m in sys.modules if m.startswith("sparkctl.") and m != "sparkctl.transport"]
+    if threading.active_count() != 1 or loaded:  # a fork copies one thread; sparkctl must start fresh
+        print(f"no: threads {threading.active_count()}, sparkctl modules {loaded}", flush=True)
+        return
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    srv.bind(path)
+    srv.listen(64)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # monitors are reaped by the kernel
+    stop = os.fdopen(0, "rb", buffering=0)
+    print("ready", flush=True)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # no run or monitor holds the starter's pipe
+    os.close(devnull)
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    sel.register(srv, selectors.EVENT_READ)
+    sel.register(stop, selectors.EVENT_READ)
+    with sel, srv, stop:
+        while True:
+            for key, _ in sel.select():
+                if key.fileobj is stop:
+                    return
+                conn, _ = srv.accept()
+                if os.fork() == 0:
+                    sel.close()
+                    srv.close()
+                    _monitor(conn)  # never returns
+                conn.close()
+
+
+def _monitor(conn: socket.socket) -> None:
+    """One request: fork the run, send its pid, wait for it, send its wait status."""
+    code = 0
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # to wait for the run (and the run's own children)
+        msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+        req = json.loads(msg)
+        if not same_startup(req["env"], dict(os.environ)):  # bin_dir()'s sparkctl then runs plainly
+            conn.send(json.dumps({"pid": None}).encode())
+            os._exit(0)
+        pid = os.fork()
+        if pid == 0:
+            conn.close()
+            _become(req, fds)  # never returns
+        for fd in fds:
+            os.close(fd)  # the run holds its ends alone: its reader sees EOF when it ends
+        conn.send(json.dumps({"pid": pid}).encode())
+        _, status, usage = os.wait4(pid, 0)
+        try:
+            conn.send(json.dumps({"status": status, "cpu": usage.ru_utime + usage.ru_stime}).encode())
+        except OSError:
+            pass  # nobody waits (a fire-and-forget run)
+    except BaseException:  # noqa: BLE001 - a monitor must never return into the server's loop
+        code = 1
+    os._exit(code)
+
+
+def _become(req: dict, fds: list[int]) -> None:
+    """In the forked run: take the caller's stdio, argv, env and cwd, run sparkctl, exit as Python does."""
+    import io
+    import runpy
+
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    for fd in set(fds) - {0, 1, 2}:
+        os.close(fd)
+    os.chdir(req["cwd"])
+    os.environ.clear()
+    os.environ.update(req["env"])
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    enc, _, errors = os.environ.get("PYTHONIOENCODING", "").partition(":")
+    enc = enc or sys.stdout.encoding
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+
+    def stream(fd: int, mode: str, errs: str, line: bool) -> io.TextIOWrapper:
+        raw = io.FileIO(fd, mode, closefd=False)
+        buf = raw if unbuffered and mode == "w" else (io.BufferedWriter(raw) if mode == "w" else io.BufferedReader(raw))
+        return io.TextIOWrapper(buf, encoding=enc, errors=errs, line_buffering=line, write_through=unbuffered)
+
+    sys.stdin = sys.__stdin__ = stream(0, "r", errors or "strict", False)
+    sys.stdout = sys.__stdout__ = stream(1, "w", errors or "strict", unbuffered or os.isatty(1))
+    sys.stderr = sys.__stderr__ = stream(2, "w", "backslashreplace", True)
+    code = 0
+    try:
+        if req["mode"] == "module":  # python -m sparkctl ARGS: sys.path[0] is the working directory
+            sys.argv = ["-m", *req["argv"][3:]]  # [python, -m, sparkctl, ARGS...]
+            sys.path[0] = req["cwd"]
+            runpy.run_module("sparkctl", run_name="__main__", alter_sys=True)
+        else:  # the console script: sys.path[0] is its directory
+            sys.argv = list(req["argv"])
+            sys.path[0] = os.path.dirname(req["argv"][0])
+            runpy.run_path(req["argv"][0], run_name="__main__")
+    except SystemExit as e:
+        code = _exit_code(e.code)
+    except KeyboardInterrupt:
+        sys.excepthook(*sys.exc_info())
+        code = -signal.SIGINT
+    except BaseException:  # noqa: BLE001 - printed as Python prints an uncaught exception
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    threading._shutdown()  # what interpreter exit does: wait for non-daemon threads, then atexit
+    atexit._run_exitfuncs()
+    for s in (sys.stdout, sys.stderr):
+        try:
+            s.flush()
+        except Exception:  # noqa: BLE001 - Python exits 120 when it cannot flush stdout
+            code = code or 120
+    if code == -signal.SIGINT:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code & 0xFF)
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+# ---------------------------------------------------------------- the client (the test session)
+
+
+class _Server:
+    """This session's server, started at the first forked run; it ends with the session."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="sparkctl-preload-")
+        self.path = os.path.join(self.dir, "socket")
+        self.env = dict(os.environ)
+        self.proc = subprocess.Popen([sys.executable, HERE, "--serve", self.path], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=self.env, cwd=self.dir)  # fmt: skip
+        line = self.proc.stdout.readline().strip()  # blocks while it imports (~1 s)
+        self.ok = line == "ready"
+        if not self.ok:
+            print(f"[tests/preload.py: every sparkctl run is a plain process ({line or 'the server died'})]",
+                  file=sys.stderr)  # fmt: skip
+        atexit.register(self.stop)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(10)
+        for name in os.listdir(self.dir):
+            os.unlink(os.path.join(self.dir, name))
+        os.rmdir(self.dir)
+
+
+def same_startup(env: dict, other: dict) -> bool:
+    """Would a process started with `env` start like one started with `other`?"""
+    keys = {k for k in (*env, *other) if k.startswith("PYTHON") or k in STARTUP_ENV}
+    return all(env.get(k) == other.get(k) for k in keys)
+
+
+_server: _Server | None = None
+_server_lock = threading.Lock()
+
+
+def enabled() -> bool:
+    return os.environ.get("SPARKCTL_TEST_PRELOAD", "1") != "0" and sys.platform == "linux"
+
+
+def server() -> _Server | None:
+    global _server
+    if not enabled():
+        return None
+    with _server_lock:
+        if _server is None:
+            _server = _Server()
+    return _server if _server.ok else None  # (ok goes False if the server dies)
+
+
+def launch(srv: _Server, mode: str, argv: list[str], env: dict, cwd: str, fds: list[int]) -> tuple[socket.socket, int]:
+    """Ask the server for a run; returns the connection its wait status will come on, and its pid."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        conn.connect(srv.path)
+        req = {"mode": mode, "argv": argv, "env": env, "cwd": cwd}
+        socket.send_fds(conn, [json.dumps(req).encode()], fds)
+        reply = conn.recv(1 << 16)
+        pid = json.loads(reply)["pid"] if reply else None
+        if pid is None:
+            raise OSError("the preload server did not start the run")
+        return conn, pid
+    except BaseException:
+        conn.close()
+        raise
+
+
+class Popen(subprocess.Popen):
+    """subprocess.Popen; a `python -m sparkctl` run is forked from the server (the module docstring)."""
+
+    _preload_conn: socket.socket | None = None
+
+    def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo, creationflags,
+                       shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, *rest):  # fmt: skip
+        restore_signals, gid, gids, uid, umask, start_new_session, *group = rest
+        srv = None
+        plain_start = (executable is None and preexec_fn is None and not shell and not pass_fds and gid is None
+                       and gids is None and uid is None and umask < 0 and not start_new_session
+                       and (not group or group[0] in (None, -1)))  # fmt: skip
+        if (
+            plain_start
+            and isinstance(args, (list, tuple))
+            and [os.fspath(a) for a in args[:3]] == [sys.executable, "-m", "sparkctl"]
+        ):
+            env = dict(os.environ if env is None else {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()})
+            srv = server()
+            if srv is not None and not same_startup(env, srv.env):
+                srv = None
+        if srv is not None:
+            fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1, errwrite if errwrite != -1 else 2]
+            where = os.path.abspath(os.fspath(cwd)) if cwd is not None else os.getcwd()
+            try:
+                self._preload_conn, self.pid = launch(srv, "module", [os.fspath(a) for a in args], env, where, fds)
+            except OSError as e:  # the server is gone: this run (and the rest) start plainly
+                print(f"[tests/preload.py: {e}; a plain process]", file=sys.stderr)
+                srv.ok = False
+            else:
+                self._child_created = True
+                self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+                return
+        return super()._execute_child(args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,
+                                      creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread,
+                                      errwrite, *rest)  # fmt: skip
+
+    def _preload_status(self, block: bool) -> int | None:
+        """The run's wait status from its monitor; None while it runs (when not blocking)."""
+        conn = self._preload_conn
+        conn.setblocking(block)
+        try:
+            msg = conn.recv(1 << 16)
+        except BlockingIOError:
+            return None
+        conn.close()
+        self._preload_conn = None
+        if not msg:  # the monitor died without a word: there is no status to give
+            return 255 << 8
+        reply = json.loads(msg)
+        self.cpu_seconds = reply["cpu"]  # the run's own (benchmarks/ and docs/testing.md read it)
+        return reply["status"]
+
+    def _try_wait(self, wait_flags):
+        if self._preload_conn is None:
+            return super()._try_wait(wait_flags)
+        status = self._preload_status(block=not wait_flags & os.WNOHANG)
+        return (0, 0) if status is None else (self.pid, status)
+
+    def _internal_poll(self, _deadstate=None, **kwargs):
+        if self._preload_conn is None:
+            return super()._internal_poll(_deadstate=_deadstate, **kwargs)
+        if not self._waitpid_lock.acquire(False):
+            return None  # another thread is waiting for it
+        try:
+            if self.returncode is None and self._preload_conn is not None:
+                status = self._preload_status(block=False)
+                if status is not None:
+                    self._handle_exitstatus(status)
+        finally:
+            self._waitpid_lock.release()
+        return self.returncode
+
+
+def bin_dir() -> str | None:
+    """A folder whose `sparkctl` runs like the console script next to sys.executable, forked: put it
+    first on a shell's PATH. Its runs need SOCKET_ENV (socket_env()) in their environment."""
+    srv = server()
+    if srv is None:
+        return None
+    script = os.path.join(os.path.dirname(sys.executable), "sparkctl")
+    shim = os.path.join(srv.dir, "sparkctl")
+    if not os.path.exists(shim):
+        with open(shim + ".tmp", "w") as f:  # python -S -E: the client needs the standard library only
+            f.write(f'#!/bin/sh\nexec "{sys.executable}" -S -E "{HERE}" --run "{script}" "$@"\n')
+        os.chmod(shim + ".tmp", 0o755)
+        os.replace(shim + ".tmp", shim)
+    return srv.dir
+
+
+def socket_env() -> dict[str, str]:
+    srv = server()
+    return {SOCKET_ENV: srv.path} if srv is not None else {}
+
+
+def _run_from_shell(script: str, args: list[str]) -> None:
+    """bin_dir()'s sparkctl: the console script's run, forked; this process relays signals and its
+    exit. Without a server (or with a different start-up environment) it becomes the script itself."""
+    path = os.environ.get(SOCKET_ENV)
+    argv = [script, *args]
+    if path:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            conn.connect(path)
+            socket.send_fds(conn, [json.dumps({"mode": "script", "argv": argv, "env": dict(os.environ),
+                                               "cwd": os.getcwd()}).encode()], [0, 1, 2])  # fmt: skip
+            pid = json.loads(conn.recv(1 << 16))["pid"]
+        except (OSError, ValueError, KeyError):
+            pid = None
+        if pid is None:
+            conn.close()
+            path = None
+    if not path:
+        os.execv(script, argv)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda s, _f: os.kill(pid, s))
+    msg = conn.recv(1 << 16)
+    code = os.waitstatus_to_exitcode(json.loads(msg)["status"]) if msg else 255
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--serve":
+        sys.path[0] = os.getcwd()  # as for any process started in the server's folder (nothing there)
+        serve(sys.argv[2])
+    elif sys.argv[1] == "--run":
+        _run_from_shell(sys.argv[2], sys.argv[3:])
