@@ -117,7 +117,8 @@ def _acquire_script(doc: str) -> str:
         f"mkdir -p {state} && chmod 700 {state} && tmp=$(mktemp {state}/.lock.XXXXXX) && "
         f"printf '%s\\n' {shlex.quote(doc)} > \"$tmp\" && "
         f'if ln "$tmp" {_LOCK} 2>/dev/null; then rm -f "$tmp"; echo ACQUIRED; '
-        f'else rm -f "$tmp"; echo HELD; {_READ}; fi'
+        # `|| :`: a lock released between the ln and the cat is no failure: try_acquire looks again
+        f'else rm -f "$tmp"; echo HELD; {_READ} || :; fi'
     )
 
 
@@ -229,8 +230,8 @@ class ClusterLock:
         holder = parse_holder(rest)
         if holder is not None:
             return holder
-        if rest.strip() and attempts <= 1:  # there, but not a holder record
-            raise unreadable(self.session.name, rest)
+        if attempts <= 1:  # there, but not a holder record (or gone at every look, which no release does)
+            raise unreadable(self.session.name, rest.strip() or "(nothing readable)")
         time.sleep(0.1)  # released between our ln and our cat, or being written: look again
         return self.try_acquire(attempts - 1)
 

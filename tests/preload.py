@@ -25,7 +25,8 @@ A run is forked only when a plain run would start the same way. Otherwise it is 
 
 - conftest.py installs `Popen` as subprocess.Popen, so subprocess.run and friends use it.
 - `bin_dir()` holds a `sparkctl` for shell scripts (the drills run runbook blocks as written).
-- SPARKCTL_TEST_PRELOAD=0 makes every run a plain process.
+- SPARKCTL_TEST_PRELOAD=0 makes every run a plain process; SPARKCTL_TEST_PRELOAD_LOG=FILE has the
+  server append one JSON line per run (its command, CPU seconds and wall seconds).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 # What the server imports: the libraries every sparkctl command pays for, and the ones its
 # commands import lazily (docker-py for the engine, ssl and certifi for HTTPS).
@@ -50,6 +52,7 @@ LIBRARIES = (
 )  # fmt: skip
 STARTUP_ENV = ("LANG", "LC_ALL", "LC_CTYPE")  # and every PYTHON* variable: they shape interpreter start-up
 SOCKET_ENV = "SPARKCTL_TEST_PRELOAD_SOCKET"  # where bin_dir()'s sparkctl finds the server
+LOG_ENV = "SPARKCTL_TEST_PRELOAD_LOG"  # a file: the server appends each run's command, CPU and wall
 HERE = os.path.abspath(__file__)
 
 
@@ -117,9 +120,16 @@ def _monitor(conn: socket.socket) -> None:
         for fd in fds:
             os.close(fd)  # the run holds its ends alone: its reader sees EOF when it ends
         conn.send(json.dumps({"pid": pid}).encode())
+        began = time.monotonic()
         _, status, usage = os.wait4(pid, 0)
+        cpu = usage.ru_utime + usage.ru_stime
+        if os.environ.get(LOG_ENV):  # one line per run: what the suite's runs cost (docs/testing.md)
+            line = {"argv": req["argv"][3 if req["mode"] == "module" else 1 :][:3], "cpu": round(cpu, 3),
+                    "wall": round(time.monotonic() - began, 3)}  # fmt: skip
+            with open(os.environ[LOG_ENV], "a") as f:
+                f.write(json.dumps(line) + "\n")
         try:
-            conn.send(json.dumps({"status": status, "cpu": usage.ru_utime + usage.ru_stime}).encode())
+            conn.send(json.dumps({"status": status, "cpu": cpu}).encode())
         except OSError:
             pass  # nobody waits (a fire-and-forget run)
     except BaseException:  # noqa: BLE001 - a monitor must never return into the server's loop

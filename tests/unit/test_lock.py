@@ -74,3 +74,28 @@ def test_holder_on_another_machine_is_judged_by_its_heartbeat():
 def test_record_never_shows_the_token():
     h = Holder(**{**_record(), "heartbeat_age": 1.0})
     assert "token" not in h.to_dict() and "4c1d" not in json.dumps(h.to_dict())
+
+
+def _acquire_here(tmp_path, doc: str) -> subprocess.CompletedProcess:
+    """The head's acquire script, run by bash here with the state folder moved into tmp_path."""
+    from sparkctl.lock import LOCK_PATH, _acquire_script
+    from sparkctl.state import STATE_DIR
+
+    script = _acquire_script(doc).replace(LOCK_PATH, str(tmp_path / "lock")).replace(STATE_DIR, str(tmp_path))
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=10)
+
+
+def test_acquire_script_takes_a_free_lock_and_reads_a_held_one(tmp_path):
+    mine = json.dumps(_record())
+    assert _acquire_here(tmp_path, mine).stdout == "ACQUIRED\n"
+    r = _acquire_here(tmp_path, json.dumps(_record(pid=1)))
+    first, _, rest = r.stdout.partition("\n")
+    assert r.returncode == 0 and first == "HELD" and parse_holder(rest).pid == os.getpid()
+
+
+def test_a_lock_gone_between_the_link_and_the_read_is_no_failure(tmp_path):
+    # the holder released it after our `ln` failed and before our `cat`: what the head then says
+    # is HELD and nothing to read. A dangling link is that moment, held still (ln fails, cat fails).
+    (tmp_path / "lock").symlink_to(tmp_path / "released")
+    r = _acquire_here(tmp_path, json.dumps(_record()))
+    assert (r.returncode, r.stdout) == (0, "HELD\n"), r.stderr  # try_acquire looks again
