@@ -208,4 +208,4 @@ def test_a_cold_start_beyond_hold_s_answers_503_with_retry_after_at_once_and_nev
           f"(min / median / max), Retry-After {sorted({r.retry_after for r in at_once}, key=int)}")  # fmt: skip
     ok_after = [r for r in load.results if r.outcome == "ok" and r.start > max(x.start for x in at_once)]
     assert ok_after  # and served again once the new engine serves
-    assert httpx.get(f"{URL}/health", timeout=5).status_code == 200
+    assert httpx.get(f"{URL}/health", timeout=30).status_code == 200

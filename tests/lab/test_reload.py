@@ -128,7 +128,7 @@ def test_a_drafter_only_change_restarts_the_drafter_only(lab, inv, tmp_path):
         assert doc["outcome"] == "ok" and doc["plan"]["restart_containers"] == ["sparkctl-drafter"]
         assert {h: started(lab, h, f"sparkctl-{h}") for h in ("head", "worker")} == engine
         assert started(lab, "offload", "sparkctl-drafter") != drafter
-        assert httpx.get(f"{URL}/health", timeout=5).status_code == 200
+        assert httpx.get(f"{URL}/health", timeout=30).status_code == 200
     finally:
         sparkctl("reload", "-i", str(new), "--config", str(inv), "--yes", rc=None)
 
@@ -137,7 +137,7 @@ def assert_rolled_back(lab, doc: dict, before_hash: str) -> None:
     assert doc["outcome"] == "rolled back", json.dumps(doc, indent=1)[-3000:]
     assert applied_hash(lab) == before_hash and served_name() == "deepseek-v4.1-flash"
     assert journal(lab) is None
-    assert httpx.get(f"{URL}/health", timeout=5).status_code == 200
+    assert httpx.get(f"{URL}/health", timeout=30).status_code == 200
 
 
 def test_a_flag_the_runtime_refuses_is_rolled_back(lab, inv, tmp_path):
@@ -241,7 +241,7 @@ def test_sigkill_mid_reload_is_reported_and_resume_or_rollback_restores_service(
     else:
         doc = sparkctl("rollback", "-i", str(inv), "--yes")
         assert doc["outcome"] == "ok"
-    assert journal(lab) is None and httpx.get(f"{URL}/health", timeout=5).status_code == 200
+    assert journal(lab) is None and httpx.get(f"{URL}/health", timeout=30).status_code == 200
     assert served_name() == "deepseek-v4.1-flash"
 
 

@@ -130,7 +130,7 @@ def test_up_during_a_slow_start_waits_instead_of_restarting_and_doctor_names_the
             or "serving at" in up["hosts"]["head"]["runtime"]["message"]
         )
         assert container_id(lab, "head", "sparkctl-head") == loading_head  # waited for, never restarted
-        assert httpx.get(f"{URL}/health", timeout=5).status_code == 200
+        assert httpx.get(f"{URL}/health", timeout=30).status_code == 200
     finally:
         if p.poll() is None:
             p.kill()
@@ -159,6 +159,6 @@ def test_the_worker_link_dropped_during_up_is_named_within_the_deadline_and_noth
     assert failed and all(r["host"] == "worker" or "worker" in r["message"] for r in failed), failed
     # nothing was stopped before the link was lost: the head serves from the very same container
     assert container_id(lab, "head", "sparkctl-head") == head_before
-    assert httpx.get(f"{URL}/health", timeout=5).status_code == 200
+    assert httpx.get(f"{URL}/health", timeout=30).status_code == 200
     time.sleep(1)
     sparkctl("up", "-i", str(inv), rc=None)
