@@ -129,7 +129,7 @@ def _monitor(conn: socket.socket) -> None:
             with open(os.environ[LOG_ENV], "a") as f:
                 f.write(json.dumps(line) + "\n")
         try:
-            conn.send(json.dumps({"status": status, "cpu": cpu}).encode())
+            conn.send(json.dumps({"status": status}).encode())
         except OSError:
             pass  # nobody waits (a fire-and-forget run)
     except BaseException:  # noqa: BLE001 - a monitor must never return into the server's loop
@@ -254,11 +254,12 @@ def server() -> _Server | None:
     return _server if _server.ok else None  # (ok goes False if the server dies)
 
 
-def launch(srv: _Server, mode: str, argv: list[str], env: dict, cwd: str, fds: list[int]) -> tuple[socket.socket, int]:
-    """Ask the server for a run; returns the connection its wait status will come on, and its pid."""
+def launch(path: str, mode: str, argv: list[str], env: dict, cwd: str, fds: list[int]) -> tuple[socket.socket, int]:
+    """Ask the server at `path` for a run; returns the connection its wait status will come on, and
+    its pid. OSError when the server is gone or declines (a different start-up environment)."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
-        conn.connect(srv.path)
+        conn.connect(path)
         req = {"mode": mode, "argv": argv, "env": env, "cwd": cwd}
         socket.send_fds(conn, [json.dumps(req).encode()], fds)
         reply = conn.recv(1 << 16)
@@ -296,7 +297,7 @@ class Popen(subprocess.Popen):
             fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1, errwrite if errwrite != -1 else 2]
             where = os.path.abspath(os.fspath(cwd)) if cwd is not None else os.getcwd()
             try:
-                self._preload_conn, self.pid = launch(srv, "module", [os.fspath(a) for a in args], env, where, fds)
+                self._preload_conn, self.pid = launch(srv.path, "module", [os.fspath(a) for a in args], env, where, fds)
             except OSError as e:  # the server is gone: this run (and the rest) start plainly
                 print(f"[tests/preload.py: {e}; a plain process]", file=sys.stderr)
                 srv.ok = False
@@ -320,9 +321,7 @@ class Popen(subprocess.Popen):
         self._preload_conn = None
         if not msg:  # the monitor died without a word: there is no status to give
             return 255 << 8
-        reply = json.loads(msg)
-        self.cpu_seconds = reply["cpu"]  # the run's own (benchmarks/ and docs/testing.md read it)
-        return reply["status"]
+        return json.loads(msg)["status"]
 
     def _try_wait(self, wait_flags):
         if self._preload_conn is None:
@@ -369,21 +368,10 @@ def socket_env() -> dict[str, str]:
 def _run_from_shell(script: str, args: list[str]) -> None:
     """bin_dir()'s sparkctl: the console script's run, forked; this process relays signals and its
     exit. Without a server (or with a different start-up environment) it becomes the script itself."""
-    path = os.environ.get(SOCKET_ENV)
     argv = [script, *args]
-    if path:
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            conn.connect(path)
-            socket.send_fds(conn, [json.dumps({"mode": "script", "argv": argv, "env": dict(os.environ),
-                                               "cwd": os.getcwd()}).encode()], [0, 1, 2])  # fmt: skip
-            pid = json.loads(conn.recv(1 << 16))["pid"]
-        except (OSError, ValueError, KeyError):
-            pid = None
-        if pid is None:
-            conn.close()
-            path = None
-    if not path:
+    try:
+        conn, pid = launch(os.environ[SOCKET_ENV], "script", argv, dict(os.environ), os.getcwd(), [0, 1, 2])
+    except (KeyError, OSError, ValueError):
         os.execv(script, argv)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda s, _f: os.kill(pid, s))
