@@ -356,10 +356,11 @@ def test_a_member_that_refuses_connections_is_absorbed(fleet):
     assert [x for _, x in log].count("ok") > 0 and len(failed) <= len(threads), failed
     assert [f for f in failed if f[0] > 0] == [], failed  # every failure was on its way before the kill
     m = door.metrics()
-    # the door met a's death: a refused connection, or (the machine busy, the kill landing mid-request)
-    # a request of a's cut or taken back and sent to b; which comes first is the kill's timing
+    # the door met a's death: a refused connection, a request of a's cut or taken back and sent to b
+    # (the kill landing mid-request), or its own probe of a's public URL (every 0.1 s) before any
+    # request was sent there; which comes first is the kill's timing and the machine's load
     met = sum(m[f"sparkctl_fleetdoor_member_errors_total{{kind={k},member=a}}"] for k in ("connect", "rescued", "cut"))
-    assert met >= 1, (m, st)
+    assert met >= 1 or st["members"]["a"]["reason"].startswith("its public URL"), (m, st)
     g.proc = harness.Proc(g.proc.name, g.proc.argv, g.proc.env, g.proc.log_path).start()
     assert harness.wait_http(g.base + "/gateway/metrics", timeout=30, proc=g.proc)
     door.wait_state("a", "passing")
