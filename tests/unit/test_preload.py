@@ -4,6 +4,7 @@ its output, exit status, pid and signals, and the shell's `sparkctl` in bin_dir(
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -64,41 +65,71 @@ def test_the_working_directory_stdin_and_environment_are_the_callers(tmp_path):
     assert (a.stdout, a.stderr) == (b.stdout, b.stderr)
 
 
-@pytest.fixture
-def waiting_inventory(tmp_path):
+class Silent:
     """The lab's inventory with every host at a loopback port that accepts and never answers: a
     `sparkctl status` on it waits for the SSH banner (its connect_timeout: 4 s)."""
-    doc = yaml.safe_load((REPO / "inventories" / "lab.yaml").read_text())
-    key = tmp_path / "id_ed25519"
-    key.write_text("not read: nothing answers\n")
-    doc["ssh_defaults"].update(connect_timeout=4, key=str(key), known_hosts=str(tmp_path / "known_hosts"))
-    silent = []
-    for n, host in enumerate(doc["hosts"].values(), start=1):
-        silent.append(socket.create_server((f"127.0.0.{n}", 0)))
-        host["ssh"].update(address=f"127.0.0.{n}", port=silent[-1].getsockname()[1])
-    (tmp_path / "inv.yaml").write_text(yaml.safe_dump(doc))
-    yield tmp_path / "inv.yaml"
-    for s in silent:
-        s.close()
+
+    def __init__(self, tmp_path: Path):
+        doc = yaml.safe_load((REPO / "inventories" / "lab.yaml").read_text())
+        key = tmp_path / "id_ed25519"
+        key.write_text("not read: nothing answers\n")
+        doc["ssh_defaults"].update(connect_timeout=4, key=str(key), known_hosts=str(tmp_path / "known_hosts"))
+        self.listeners: list[socket.socket] = []
+        self.held: list[socket.socket] = []  # accepted and kept open: the client keeps waiting for a banner
+        for n, host in enumerate(doc["hosts"].values(), start=1):
+            self.listeners.append(socket.create_server((f"127.0.0.{n}", 0)))
+            self.listeners[-1].setblocking(False)
+            host["ssh"].update(address=f"127.0.0.{n}", port=self.listeners[-1].getsockname()[1])
+        self.path = tmp_path / "inv.yaml"
+        self.path.write_text(yaml.safe_dump(doc))
+
+    def _accept(self, ready) -> int:
+        n = 0
+        for s in ready:
+            while True:
+                try:
+                    self.held.append(s.accept()[0])
+                    n += 1
+                except BlockingIOError:
+                    break
+        return n
+
+    def start(self, env: dict, *args: str) -> subprocess.Popen:
+        """`sparkctl status` on these hosts, returned once it is waiting for a banner: its imports and
+        its signal handling are in place (a sleep instead would race a busy machine's imports)."""
+        self._accept(self.listeners)  # an earlier run's late connections
+        p = subprocess.Popen([*SPARKCTL, "status", "-i", str(self.path), *args], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env={**env, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8"})  # fmt: skip
+        end = time.monotonic() + 60
+        while not self._accept(select.select(self.listeners, [], [], 1)[0]):
+            assert p.poll() is None and time.monotonic() < end, p.communicate()
+        return p
+
+    def close(self) -> None:
+        for s in self.held + self.listeners:
+            s.close()
+
+
+@pytest.fixture
+def silent(tmp_path):
+    s = Silent(tmp_path)
+    yield s
+    s.close()
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGTERM, -signal.SIGTERM)])
-def test_a_signal_ends_the_run_itself(waiting_inventory, sig, code):
-    p = subprocess.Popen([*SPARKCTL, "status", "-i", str(waiting_inventory), "--json"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, env={**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8"})  # fmt: skip
-    time.sleep(1.0)
-    assert p.poll() is None and forked(p), p.communicate()
+def test_a_signal_ends_the_run_itself(silent, sig, code):
+    p = silent.start(os.environ, "--json")
+    assert forked(p)
     os.kill(p.pid, sig)  # its own pid, as a test's kill or a lock holder's pid is
     p.communicate(timeout=30)
     assert p.returncode == code
 
 
-def test_ctrl_c_ends_it_as_sparkctl_ends_on_ctrl_c(waiting_inventory):
+def test_ctrl_c_ends_it_as_sparkctl_ends_on_ctrl_c(silent):
     runs = []
     for env in (os.environ, PLAIN):
-        p = subprocess.Popen([*SPARKCTL, "status", "-i", str(waiting_inventory)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env={**env, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8"})  # fmt: skip
-        time.sleep(1.0)
+        p = silent.start(env)
         p.send_signal(signal.SIGINT)  # (sparkctl ends when the connection attempt does)
         out, err = p.communicate(timeout=30)
         runs.append((p.returncode, out, err))
