@@ -25,7 +25,7 @@ from pathlib import Path
 import openai
 import pytest
 import yaml
-from labcli import HEAD_IP, door_states, sparkctl, wait_passing
+from labcli import HEAD_IP, LOAD_PERIOD_S, door_states, sparkctl, wait_passing
 
 from sparkctl_lab.paths import FLEET_PATH as FLEET  # this lab's fleet file (a second lab's LAB_DIR differs)
 
@@ -45,7 +45,8 @@ class Result:
 
 
 class Load:
-    """Streamed chat completions through the front door from `threads` threads, back to back, until stopped."""
+    """Streamed chat completions through the front door from `threads` threads, each starting one at
+    most every LOAD_PERIOD_S, until stopped."""
 
     def __init__(self, threads: int = 4, max_tokens: int = 12):
         self.threads, self.max_tokens = threads, max_tokens
@@ -82,6 +83,7 @@ class Load:
             except Exception as e:  # noqa: BLE001 - any other failure is a failed request too
                 outcome = f"error: {e!r}"
             self.results.append(Result(t0, time.monotonic() - t0, outcome))
+            self._stop.wait(t0 + LOAD_PERIOD_S - time.monotonic())  # paced (labcli.LOAD_PERIOD_S)
 
     def failed(self, after: float = 0.0) -> list[Result]:
         return [r for r in self.results if r.outcome != "ok" and r.start >= after]

@@ -23,7 +23,7 @@ import httpx
 import openai
 import pytest
 import yaml
-from labcli import URL, fresh_batched_tokens, sparkctl, variant
+from labcli import LOAD_PERIOD_S, URL, fresh_batched_tokens, sparkctl, variant
 
 pytestmark = pytest.mark.lab
 
@@ -41,8 +41,8 @@ class Result:
 
 
 class Load:
-    """Streamed chat completions through the gateway from `threads` threads, back to back, with the
-    OpenAI client at max_retries=0 (every error reaches us), until stopped."""
+    """Streamed chat completions through the gateway from `threads` threads, each starting one at most
+    every LOAD_PERIOD_S, with the OpenAI client at max_retries=0 (every error reaches us), until stopped."""
 
     def __init__(self, threads: int = 4, max_tokens: int = 12):
         self.threads, self.max_tokens = threads, max_tokens
@@ -81,6 +81,7 @@ class Load:
             except Exception as e:  # noqa: BLE001 - any other failure is a failed request too
                 outcome = f"error: {e!r}"
             self.results.append(Result(t0, time.monotonic() - t0, outcome, retry_after, message))
+            self._stop.wait(t0 + LOAD_PERIOD_S - time.monotonic())  # paced (labcli.LOAD_PERIOD_S)
 
     def failed(self) -> list[Result]:
         return [r for r in self.results if r.outcome != "ok"]
