@@ -40,7 +40,7 @@ class _Server(paramiko.ServerInterface):
                 channel.sendall_stderr(p.stderr)
                 channel.send_exit_status(p.returncode)
                 channel.close()
-            except OSError:  # the client went away first
+            except (OSError, EOFError):  # the client went away first (paramiko raises EOFError on a closed transport)
                 pass
 
         # after paramiko's reply to the request (an answer sent before it reaches the client as "Channel closed.")
