@@ -17,12 +17,6 @@ from sparkctl_lab.topology import HOSTS  # this lab's (SPARKCTL_LAB_INSTANCE: a 
 ENV = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8,10.231.0.0/16"}
 HEAD_IP = HOSTS["head"].mgmt_ip
 URL = f"http://{HEAD_IP}:8888"  # the lab head's runtime
-# A client load's thread starts a request at most this often. Back to back, the lab's 100x decode
-# made four threads a CPU loop (137 requests/s, 1.4 cores of two on the idle lab, measured): every
-# other test of the run waited for it. Paced, four threads send ~40/s (one every ~25 ms) at ~0.55
-# core; a request that takes longer (held through a restart) is followed at once, so a change's
-# transitions still meet requests sent and held throughout.
-LOAD_PERIOD_S = 0.1
 
 
 def sparkctl(*args: str, rc: int | None = 0) -> dict:

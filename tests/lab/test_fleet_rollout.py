@@ -19,13 +19,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-import openai
 import pytest
 import yaml
-from labcli import HEAD_IP, LOAD_PERIOD_S, door_states, sparkctl, wait_passing
+from client_load import Load
+from labcli import HEAD_IP, door_states, sparkctl, wait_passing
 
 from sparkctl_lab.paths import FLEET_PATH as FLEET  # this lab's fleet file (a second lab's LAB_DIR differs)
 
@@ -33,60 +32,7 @@ pytestmark = pytest.mark.lab
 
 DOOR = f"http://{HEAD_IP}:8890"  # the front door on member lab's head (the fleet file's front_door)
 MEMBERS = {"lab": ("head", "inventory.yaml"), "lab-2": ("head2", "inventory-2.yaml")}  # name: (lab host of its head, file)
-NAME = "deepseek-v4.1-flash"
 _fresh = iter(range(1, 10_000))
-
-
-@dataclass
-class Result:
-    start: float
-    seconds: float
-    outcome: str  # ok | status N | connection: ... | empty | error: ...
-
-
-class Load:
-    """Streamed chat completions through the front door from `threads` threads, each starting one at
-    most every LOAD_PERIOD_S, until stopped."""
-
-    def __init__(self, threads: int = 4, max_tokens: int = 12):
-        self.threads, self.max_tokens = threads, max_tokens
-        self.results: list[Result] = []
-        self._stop = threading.Event()
-        self._t = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
-
-    def __enter__(self) -> "Load":
-        for t in self._t:
-            t.start()
-        time.sleep(0.5)  # streams in flight before the change begins
-        return self
-
-    def __exit__(self, *exc) -> None:
-        time.sleep(0.5)
-        self._stop.set()
-        for t in self._t:
-            t.join(120)
-
-    def _run(self) -> None:
-        client = openai.OpenAI(base_url=f"{DOOR}/v1", api_key="lab", max_retries=0, timeout=120)
-        while not self._stop.is_set():
-            t0 = time.monotonic()
-            try:
-                chunks = client.chat.completions.create(
-                    model=NAME, messages=[{"role": "user", "content": "Count from 1 to 10."}],
-                    max_tokens=self.max_tokens, temperature=0, stream=True,
-                )  # fmt: skip
-                outcome = "ok" if "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) else "empty"
-            except openai.APIStatusError as e:
-                outcome = f"status {e.status_code}: {e.message}"
-            except openai.APIConnectionError as e:
-                outcome = f"connection: {e.__cause__!r}"
-            except Exception as e:  # noqa: BLE001 - any other failure is a failed request too
-                outcome = f"error: {e!r}"
-            self.results.append(Result(t0, time.monotonic() - t0, outcome))
-            self._stop.wait(t0 + LOAD_PERIOD_S - time.monotonic())  # paced (labcli.LOAD_PERIOD_S)
-
-    def failed(self, after: float = 0.0) -> list[Result]:
-        return [r for r in self.results if r.outcome != "ok" and r.start >= after]
 
 
 def inventory(lab, member: str) -> Path:
@@ -163,7 +109,7 @@ def test_a_rolling_reload_across_both_pairs_fails_no_request_and_both_end_on_the
     assert plan["order"] == ["lab", "lab-2"]
     assert [m["prediction"] for m in plan["members"]] == ["warm", "warm"]
     new = {m["member"]: m["to_config"] for m in plan["members"]}
-    with Load() as load, DoorWatch(lab) as door:
+    with Load(DOOR) as load, DoorWatch(lab) as door:
         doc = sparkctl("fleet", "reload", "-f", str(fleet), "--config-dir", str(d), "--yes")
     print(f"\nrolling reload: {len(load.results)} requests, {len(load.failed())} failed, door samples {door.drained()}")
     assert doc["outcome"] == "ok", json.dumps(doc, indent=1)[-3000:]
@@ -171,7 +117,7 @@ def test_a_rolling_reload_across_both_pairs_fails_no_request_and_both_end_on_the
     drained = [d for d in door.drained() if d]
     assert {"lab"} in drained and {"lab-2"} in drained and all(len(d) == 1 for d in drained)
     assert drained.index({"lab"}) < drained.index({"lab-2"})
-    assert load.failed() == [], [(r.outcome, round(r.seconds, 2)) for r in load.failed()][:20]
+    assert load.failed() == [], [(r.outcome, r.message, round(r.seconds, 2)) for r in load.failed()][:20]
     assert len(load.results) > 8  # requests ran the whole time
     for m in doc["members"]:
         assert (m["outcome"], m["config_now"], m["door"]) == ("ok", new[m["member"]], "passing"), m
@@ -186,7 +132,7 @@ def test_a_rollout_whose_second_member_fails_at_start_up_rolls_it_back_and_stops
     before = {m: applied(lab, m) for m in MEMBERS}
     # vLLM's argparse refuses the backend: lab-2's new engine exits at start-up
     d = config_dir(lab, tmp_path, "fail", lab_2={"moe_backend": "b12x_experimental", "custom_values": ["moe_backend"]})
-    with Load() as load:
+    with Load(DOOR) as load:
         doc = sparkctl("fleet", "reload", "-f", str(fleet), "--config-dir", str(d), "--yes", rc=1)
     print(f"\nfailed rollout: {len(load.results)} requests, {len(load.failed())} failed")
     for m in doc["members"]:
@@ -202,13 +148,13 @@ def test_a_rollout_whose_second_member_fails_at_start_up_rolls_it_back_and_stops
     assert lab2_r["config_now"] == lab2_r["old_config"] == applied(lab, "lab-2") == before["lab-2"]
     assert lab2_r["new_config"] != before["lab-2"] and lab2_r["door"] == "passing"  # serves again: put back
     assert not journal(lab, "lab-2")
-    assert load.failed() == [], [(r.outcome, round(r.seconds, 2)) for r in load.failed()][:20]
+    assert load.failed() == [], [(r.outcome, r.message, round(r.seconds, 2)) for r in load.failed()][:20]
     assert any("fleet rollback --to 1 --member NAME" in n for n in doc["notes"])
 
 
 def test_a_killed_member_engine_leaves_the_fleet_answering_from_the_other(lab, fleet):
     assert wait_passing(lab) == {"lab": "passing", "lab-2": "passing"}
-    with Load() as load:
+    with Load(DOOR) as load:
         time.sleep(1)
         killed_at = time.monotonic()
         lab.host_exec("head2", ["docker", "kill", "sparkctl-head"], check=True)
@@ -217,7 +163,7 @@ def test_a_killed_member_engine_leaves_the_fleet_answering_from_the_other(lab, f
     late = load.failed(after=killed_at + 6)
     print(f"\nkilled engine: {len(load.results)} requests, {len(load.failed())} failed, door {states}")
     assert states["lab"] == "passing" and states["lab-2"] != "passing"
-    assert late == [], [(r.outcome, round(r.start - killed_at, 2)) for r in late][:20]
+    assert late == [], [(r.outcome, r.message, round(r.start - killed_at, 2)) for r in late][:20]
     assert len(load.failed()) <= load.threads  # only requests in flight on lab-2 may fail, once
     assert [r for r in load.results if r.start >= killed_at + 6 and r.outcome == "ok"]  # answered after it
     sparkctl("up", "-i", str(inventory(lab, "lab-2")))  # the member comes back; the door takes it again

@@ -13,81 +13,17 @@ printed, not asserted (benchmarks/gateway.py measures them).
 from __future__ import annotations
 
 import json
-import threading
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import httpx
-import openai
 import pytest
 import yaml
-from labcli import LOAD_PERIOD_S, URL, fresh_batched_tokens, sparkctl, variant
+from client_load import Load
+from labcli import URL, fresh_batched_tokens, sparkctl, variant
 
 pytestmark = pytest.mark.lab
 
-NAME = "deepseek-v4.1-flash"
 _fresh = iter(range(1, 10_000))
-
-
-@dataclass
-class Result:
-    start: float
-    seconds: float
-    outcome: str  # ok | status 503 | connection: ... | empty | error: ...
-    retry_after: Optional[str] = None
-    message: str = ""
-
-
-class Load:
-    """Streamed chat completions through the gateway from `threads` threads, each starting one at most
-    every LOAD_PERIOD_S, with the OpenAI client at max_retries=0 (every error reaches us), until stopped."""
-
-    def __init__(self, threads: int = 4, max_tokens: int = 12):
-        self.threads, self.max_tokens = threads, max_tokens
-        self.results: list[Result] = []
-        self._stop = threading.Event()
-        self._t = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
-
-    def __enter__(self) -> "Load":
-        for t in self._t:
-            t.start()
-        time.sleep(0.5)  # streams in flight before the change begins
-        return self
-
-    def __exit__(self, *exc) -> None:
-        time.sleep(0.5)  # and after it ends
-        self._stop.set()
-        for t in self._t:
-            t.join(120)
-
-    def _run(self) -> None:
-        client = openai.OpenAI(base_url=f"{URL}/v1", api_key="lab", max_retries=0, timeout=120)
-        while not self._stop.is_set():
-            t0 = time.monotonic()
-            retry_after, message = None, ""
-            try:
-                chunks = client.chat.completions.create(
-                    model=NAME, messages=[{"role": "user", "content": "Count from 1 to 10."}],
-                    max_tokens=self.max_tokens, temperature=0, stream=True,
-                )  # fmt: skip
-                text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-                outcome = "ok" if text else "empty"
-            except openai.APIStatusError as e:
-                outcome, retry_after, message = f"status {e.status_code}", e.response.headers.get("retry-after"), e.message
-            except openai.APIConnectionError as e:
-                outcome = f"connection: {e.__cause__!r}"
-            except Exception as e:  # noqa: BLE001 - any other failure is a failed request too
-                outcome = f"error: {e!r}"
-            self.results.append(Result(t0, time.monotonic() - t0, outcome, retry_after, message))
-            self._stop.wait(t0 + LOAD_PERIOD_S - time.monotonic())  # paced (labcli.LOAD_PERIOD_S)
-
-    def failed(self) -> list[Result]:
-        return [r for r in self.results if r.outcome != "ok"]
-
-    def longest(self) -> float:
-        return max(r.seconds for r in self.results)
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +76,7 @@ def gateway_status(lab) -> dict:
 
 def test_a_warm_reload_fails_no_request(lab, chain):
     new = new_inventory(chain, "warm")
-    with Load() as load:
+    with Load(URL) as load:
         doc = sparkctl("reload", "-i", str(chain["current"]), "--config", str(new), "--yes")
     chain["current"] = new
     report("warm reload", load, doc)
@@ -151,7 +87,7 @@ def test_a_warm_reload_fails_no_request(lab, chain):
 
 def test_a_cold_reload_under_hold_s_fails_no_request(lab, chain):
     new = new_inventory(chain, "cold", cold=True)
-    with Load() as load:
+    with Load(URL) as load:
         doc = sparkctl("reload", "-i", str(chain["current"]), "--config", str(new), "--yes")
     chain["current"] = new
     report("cold reload", load, doc)
@@ -162,7 +98,7 @@ def test_a_cold_reload_under_hold_s_fails_no_request(lab, chain):
 
 def test_restart_fails_no_request(lab, chain):
     gateway = lab.host_exec("head", ["docker", "inspect", "-f", "{{.Id}}", "sparkctl-gateway"], check=True).stdout
-    with Load() as load:
+    with Load(URL) as load:
         doc = sparkctl("restart", "-i", str(chain["current"]), "--yes")
     report("restart", load, doc)
     assert doc["outcome"] == "ok"
@@ -173,7 +109,7 @@ def test_restart_fails_no_request(lab, chain):
 
 def test_a_reload_that_fails_at_start_up_is_rolled_back_and_fails_no_request(lab, chain):
     bad = new_inventory(chain, "refused", runtime__moe_backend="b12x_experimental", runtime__custom_values=["moe_backend"])
-    with Load() as load:
+    with Load(URL) as load:
         doc = sparkctl("reload", "-i", str(chain["current"]), "--config", str(bad), "--yes", rc=1)
     report("rolled back", load, doc)
     assert doc["outcome"] == "rolled back" and "invalid choice" in doc["reason"]
@@ -190,7 +126,7 @@ def test_a_cold_start_beyond_hold_s_answers_503_with_retry_after_at_once_and_nev
     check = sparkctl("reload", "-i", str(short), "--config", str(new), "--check")
     gw = check["plan"]["gateway"]
     assert gw["answers_503"] and gw["clients"].startswith("clients get 503 with Retry-After ~")
-    with Load() as load:
+    with Load(URL) as load:
         doc = sparkctl("reload", "-i", str(short), "--config", str(new), "--yes")
     chain["current"] = new
     report("cold reload beyond hold_s", load, doc)
