@@ -250,10 +250,13 @@ def test_requests_in_flight_at_the_drain_finish(lab, inv, tmp_path):
 
     engine = URL.rsplit(":", 1)[0] + f":{(yaml.safe_load(inv.read_text()).get('gateway') or {}).get('engine_port', 8001)}"
 
-    def streams() -> None:  # back to back (~2 s of decode each), until the engine stops taking them:
+    halfway = threading.Event()  # the first stream's first request is half done
+
+    def streams(first: bool) -> None:  # back to back (~2 s of decode each), until the engine stops taking them:
         # in flight whenever the drain begins, however long the reload takes to get there
         body = {"model": "deepseek-v4.1-flash", "prompt": "Count from 1 to 200:", "max_tokens": 20000,
-                "temperature": 0, "ignore_eos": True, "stream": True}  # fmt: skip
+                "temperature": 0, "ignore_eos": True, "stream": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}  # fmt: skip
         while True:
             reason, answered, text = None, False, ""
             try:  # the engine itself (not the gateway, which would hold them): its drain is under test
@@ -263,17 +266,24 @@ def test_requests_in_flight_at_the_drain_finish(lab, inv, tmp_path):
                     for line in r.iter_lines():
                         answered = True
                         if line.startswith("data: {"):
-                            choice = json.loads(line[6:])["choices"][0]
-                            reason, text = choice.get("finish_reason") or reason, text + (choice.get("text") or "")
+                            event = json.loads(line[6:])
+                            for choice in event["choices"]:  # none in the closing usage event
+                                reason, text = choice.get("finish_reason") or reason, text + (choice.get("text") or "")
+                            if first and (event.get("usage") or {}).get("completion_tokens", 0) >= body["max_tokens"] // 2:
+                                halfway.set()
             except httpx.TransportError as e:  # refused or reset before a byte came back: not let in
                 return results.append("refused" if not answered else f"cut: {e!r}")
             if reason == "abort" and not text:  # vLLM 0.33 draining: a new request ends at once, empty
                 return results.append("refused: empty abort")
             results.append(reason)
 
-    threads = [threading.Thread(target=streams) for _ in range(2)]
-    for t in threads:
-        t.start()
+    # the second stream starts halfway through the first's request: the two decode in one batch at
+    # one pace, so started together their requests would end, and leave a gap, together (CI met a
+    # drain that began with both between requests); half a request apart, one is always in flight
+    threads = [threading.Thread(target=streams, args=(i == 0,)) for i in range(2)]
+    threads[0].start()
+    assert halfway.wait(60), results
+    threads[1].start()
     time.sleep(0.3)
     doc = sparkctl(
         "reload", "-i", str(inv), "--config", str(variant(inv, tmp_path, "renamed", served_model_name="lab-renamed")), "--yes"
@@ -284,7 +294,7 @@ def test_requests_in_flight_at_the_drain_finish(lab, inv, tmp_path):
         ran = [r for r in results if not str(r).startswith("refused")]
         assert len(results) - len(ran) == 2 and ran and set(ran) == {"length"}, results  # none cut: the drain let them finish
         # every request in flight when the drain began finished, none cut: both streams' as a rule; one,
-        # when the drain began in the gap between one stream's request and its next (a busy machine)
+        # when the drain began in the gap between one stream's request and its next
         drain = doc["drain"]
         assert drain["in_flight"] in (1, 2) and drain["finished"] == drain["in_flight"] and drain["cut"] == 0, drain
     finally:
