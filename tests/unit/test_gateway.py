@@ -488,24 +488,30 @@ def test_long_prompts_run_one_at_a_time_and_the_queue_is_bounded(tmp_path):
     )
     long_prompt = "Tell me about the river. " + "The river runs to the sea and " * 60  # ~420 tokens, > 200
     events: list[tuple[str, str]] = []  # (request, first|done) in the order the client saw them
-    lock = threading.Lock()
+    a_done = threading.Event()
 
-    def run(name: str, prompt: str) -> None:
+    def run(name: str, prompt: str, max_tokens: int) -> None:
         client = httpx.Client(base_url=gw.base, timeout=120)
         first = False
         with client.stream(
             "POST",
             "/v1/completions",
-            json={"model": NAME, "prompt": prompt, "max_tokens": 80, "ignore_eos": True, "stream": True},
+            json={"model": NAME, "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "stream": True},
         ) as r:
             assert r.status_code == 200
             for line in r.iter_lines():
                 if line.startswith("data: {") and json.loads(line[6:])["choices"][0]["text"] and not first:
                     first = True
-                    with lock:
-                        events.append((name, "first"))
-        with lock:
-            events.append((name, "done"))
+                    if name == "b":
+                        # the gateway sent a's last bytes before b's first; a's thread may not have read
+                        # them yet on a busy machine (CI's floors run met that). a decodes ~2 s, so b let
+                        # in beside it would still be seen first
+                        a_done.wait(0.5)
+                    events.append((name, "first"))
+                if line == "data: [DONE]":
+                    events.append((name, "done"))
+                    if name == "a":
+                        a_done.set()
         client.close()
 
     try:
@@ -513,10 +519,10 @@ def test_long_prompts_run_one_at_a_time_and_the_queue_is_bounded(tmp_path):
         with open(sim.faults, "w") as f:
             f.write("hang\n")
         time.sleep(0.6)  # the simulator reads its fault file every 0.25 s
-        a = threading.Thread(target=run, args=("a", long_prompt), daemon=True)
+        a = threading.Thread(target=run, args=("a", long_prompt, 3000), daemon=True)
         a.start()
         gw.wait_status(lambda st: st["long_context"]["running"] == 1 and st["in_flight"] == 1)
-        b = threading.Thread(target=run, args=("b", long_prompt.replace("river", "valley")), daemon=True)
+        b = threading.Thread(target=run, args=("b", long_prompt.replace("river", "valley"), 80), daemon=True)
         b.start()
         gw.wait_status(lambda st: st["long_context"]["waiting"] == 1)
         # a third long prompt: the queue (1) is full -> 429 at once, with Retry-After
