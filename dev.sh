@@ -3,7 +3,7 @@
 #   ./dev.sh demo   install what is needed, bring the lab up, converge it with `sparkctl up`,
 #                   then status, doctor and a short bench against it
 #   ./dev.sh test   install what is needed, bring the labs up and run the whole test suite
-#                   (tests/unit, and tests/lab split over two labs, as three pytest processes side
+#                   (tests/unit, and tests/lab split over three labs, as four pytest processes side
 #                   by side; with paths or node ids as arguments, one pytest over those, on the lab)
 #   ./dev.sh install   only install what both need (apt + the venv)
 # Both are idempotent: a second run reuses the venv, the packages and the running lab.
@@ -58,26 +58,27 @@ install_python() {
   "$VENV/bin/python" -m compileall -q sparkctl lab/sparkctl_lab >/dev/null
 }
 
-# The whole suite as three pytest processes side by side: the lab tests on two labs at once, each
-# its own pytest in the background (SPARKCTL_LAB_SPLIT: tests/conftest.py SECOND_LAB_FILES run on the
-# second lab, SPARKCTL_LAB_INSTANCE=1, every other lab file on the first; each session brings its
-# lab up once, one owner per lab, in order), and tests/unit in the foreground, whose CPU fills the
+# The whole suite as four pytest processes side by side: the lab tests on three labs at once, each
+# its own pytest in the background (SPARKCTL_LAB_SPLIT: tests/conftest.py OTHER_LAB_FILES run on the
+# lab they name, SPARKCTL_LAB_INSTANCE=1 or 2, every other lab file on the first; each session brings
+# its lab up once, one owner per lab, in order), and tests/unit in the foreground, whose CPU fills the
 # labs' waits: at nice 5, so the labs' runs (the critical path) have the cores first whenever they
 # want them. The unit output first, then each lab's (what it printed so far, then live), each ending
 # in its own summary. Extra pytest options go to all three; with SPARKCTL_TEST_REPORTS=DIR each
-# writes its junit XML there (unit.xml, lab.xml, lab1.xml).
+# writes its junit XML there (unit.xml, lab.xml, lab1.xml, lab2.xml).
+LABS="0 1 2"  # sparkctl_lab.paths.INSTANCES
 run_suite() {
   local reports=${SPARKCTL_TEST_REPORTS:-} logs=() pids=() rcs=() urc=0 i
-  for i in 0 1; do
+  for i in $LABS; do
     logs[i]=$(mktemp "${TMPDIR:-/tmp}/sparkctl-lab$i-tests.XXXXXX.log")
     SPARKCTL_LAB_SPLIT=1 SPARKCTL_LAB_INSTANCE=$i "$VENV/bin/python" -m pytest -q tests/lab \
       ${reports:+"--junitxml=$reports/lab${i#0}.xml"} "$@" >"${logs[i]}" 2>&1 &
     pids[i]=$!
   done
   trap 'kill -INT "${pids[@]}" 2>/dev/null || true' INT TERM  # Ctrl-C or CI's end: the lab runs stop too
-  say "pytest tests/unit    (tests/lab runs beside it on two labs, pids ${pids[*]}; their output follows)"
+  say "pytest tests/unit    (tests/lab runs beside it on three labs, pids ${pids[*]}; their output follows)"
   nice -n 5 "$VENV/bin/python" -m pytest -q tests/unit ${reports:+"--junitxml=$reports/unit.xml"} "$@" || urc=$?
-  for i in 0 1; do
+  for i in $LABS; do
     say "pytest tests/lab on lab $i    (started beside the unit tests: its output so far, then live)"
     tail -n +1 --pid="${pids[i]}" -f "${logs[i]}"
     rcs[i]=0
@@ -85,18 +86,18 @@ run_suite() {
     rm -f "${logs[i]}"
   done
   # exit 5 is "no test selected": fine for part of a -k/-m selection, not for all of it
-  if [ "$urc" = 5 ] && [ "${rcs[0]}" = 5 ] && [ "${rcs[1]}" = 5 ]; then
+  if [ "$urc" = 5 ] && [ "${rcs[0]}" = 5 ] && [ "${rcs[1]}" = 5 ] && [ "${rcs[2]}" = 5 ]; then
     echo "tests: FAILED: no test selected in tests/unit or tests/lab" >&2
     return 5
   fi
   [ "$urc" = 5 ] && urc=0
   local ok=1
   [ "$urc" = 0 ] || { echo "tests: FAILED: tests/unit (pytest exit $urc): its summary is above the labs' output" >&2; ok=0; }
-  for i in 0 1; do
+  for i in $LABS; do
     [ "${rcs[i]}" = 5 ] && rcs[i]=0
     [ "${rcs[i]}" = 0 ] || { echo "tests: FAILED: tests/lab on lab $i (pytest exit ${rcs[i]}): its summary is above" >&2; ok=0; }
   done
-  [ "$ok" = 1 ] && say "tests: tests/unit and tests/lab (on both labs) passed"
+  [ "$ok" = 1 ] && say "tests: tests/unit and tests/lab (on all three labs) passed"
   [ "$ok" = 1 ]
 }
 

@@ -8,7 +8,8 @@ it only with a note saying which tests were merged or removed and what covers th
 import sys
 import xml.etree.ElementTree as ET
 
-*junits, recorded = sys.argv[1:]  # count_tests.py JUNIT.xml... COUNT_FILE (./dev.sh test writes unit.xml, lab.xml and lab1.xml)
+# count_tests.py JUNIT.xml... COUNT_FILE (./dev.sh test writes unit.xml, lab.xml, lab1.xml and lab2.xml)
+*junits, recorded = sys.argv[1:]
 ran = 0
 for junit in junits:
     try:

@@ -85,16 +85,24 @@ def _skip_or_fail(reason: str) -> None:
 
 LAB_TESTS = "tests/lab/"  # every lab test lives here: pytest-xdist sends this folder to one worker
 
-# `./dev.sh test` runs the lab tests on two labs at once (SPARKCTL_LAB_SPLIT=1): these files on the
-# second lab (SPARKCTL_LAB_INSTANCE=1), every other lab file on the first. Chosen by their CI times
-# from files that touch only their own lab through its inventory, topology and api. With
-# test_doctor_runtime.py (~25 s) here, this lab ended 22-62 s after the first in three runs
-# (docs/testing.md "Processes and probes"); it now runs on the first.
-SECOND_LAB_FILES = [
-    "test_reload.py", "test_up.py", "test_repairs.py", "test_gateway_changes.py", "test_check_exact.py",
-    "test_runtime_sim.py", "test_reload_plan_lab.py", "test_doctor.py", "test_lock_lab.py", "test_deadlines.py",
-    "test_mp_executor.py",
-]  # fmt: skip
+# `./dev.sh test` runs the lab tests on three labs at once (SPARKCTL_LAB_SPLIT=1): the files listed
+# here on the lab they name (SPARKCTL_LAB_INSTANCE), every other lab file on the first. Chosen by
+# their CI times (junit, docs/testing.md "Three labs again") from files that touch only their own lab
+# through its inventory, topology and api, so the three end close together: the first keeps the
+# drills (~460 s of ~1660 in CI run F) and the lab's own tests of its literal addresses, the third
+# the RUN_LAST files (which must share one lab: the second pair, then the lab taken down and up).
+OTHER_LAB_FILES = {
+    1: [
+        "test_reload.py", "test_repairs.py", "test_reload_plan_lab.py", "test_runtime_sim.py", "test_doctor.py",
+        "test_lock_lab.py", "test_mp_executor.py", "test_deadlines.py",
+    ],
+    2: [
+        "test_up.py", "test_gateway_changes.py", "test_check_exact.py", "test_alerts_lab.py", "test_doctor_runtime.py",
+        "test_wheel_install.py", "test_secrets.py", "test_images_provenance.py", "test_progress_tty.py",
+        "test_status_watch.py", "test_bench_lab.py", *RUN_LAST,
+    ],
+}  # fmt: skip
+LAB_OF = {f: i for i, files in OTHER_LAB_FILES.items() for f in files}
 
 
 def _this_labs_share(config, items) -> None:
@@ -103,12 +111,9 @@ def _this_labs_share(config, items) -> None:
         return
     from sparkctl_lab.paths import INSTANCE
 
-    def mine(item) -> bool:
-        return (item.path.name in SECOND_LAB_FILES) == (INSTANCE == 1)
-
     keep, gone = [], []
     for i in items:
-        (gone if i.nodeid.startswith(LAB_TESTS) and not mine(i) else keep).append(i)
+        (gone if i.nodeid.startswith(LAB_TESTS) and LAB_OF.get(i.path.name, 0) != INSTANCE else keep).append(i)
     if gone:
         config.hook.pytest_deselected(items=gone)
         items[:] = keep
@@ -116,9 +121,15 @@ def _this_labs_share(config, items) -> None:
 
 def pytest_collection_modifyitems(config, items):
     lab_dir = os.path.join(os.path.dirname(__file__), "lab")
-    lost = [f for f in SECOND_LAB_FILES if not os.path.exists(os.path.join(lab_dir, f))]
-    if lost:  # a renamed file would quietly move to the first lab and unbalance the two
-        raise pytest.UsageError(f"SECOND_LAB_FILES names files not in tests/lab: {', '.join(lost)}")
+    listed = [f for files in OTHER_LAB_FILES.values() for f in files]
+    lost = [f for f in listed if not os.path.exists(os.path.join(lab_dir, f))]
+    if lost:  # a renamed file would quietly move to the first lab and unbalance the three
+        raise pytest.UsageError(f"OTHER_LAB_FILES names files not in tests/lab: {', '.join(lost)}")
+    twice = sorted({f for f in listed if listed.count(f) > 1})
+    if twice:
+        raise pytest.UsageError(f"OTHER_LAB_FILES names files twice: {', '.join(twice)}")
+    if len({LAB_OF.get(f, 0) for f in RUN_LAST}) != 1:  # they share one lab's second pair, then take it down
+        raise pytest.UsageError("OTHER_LAB_FILES splits the RUN_LAST files over labs: they must share one")
     _this_labs_share(config, items)
     # stable: everything else keeps its order, before the RUN_LAST files in theirs
     items.sort(key=lambda item: RUN_LAST.index(item.path.name) + 1 if item.path.name in RUN_LAST else 0)

@@ -64,10 +64,10 @@ def links(netns: str | None) -> dict[str, dict]:
 
 
 def foreign_routes() -> list[str]:
-    """Routes in the root namespace into this lab's range that no lab made (a second lab beside it,
-    paths.INSTANCE, routes its own range: topo.SUBNETS, topo.RUNNER_DEVICES)."""
-    lab = ipaddress.ip_network(topo.SUBNET)
-    labs = {ipaddress.ip_network(s) for s in topo.SUBNETS}
+    """Routes in the root namespace into this lab's range that no lab made (the other labs beside
+    it, paths.INSTANCE, route their own ranges: topo.ALL_SUBNETS, topo.RUNNER_DEVICES)."""
+    own = [ipaddress.ip_network(s) for s in topo.SUBNETS]
+    labs = {ipaddress.ip_network(s) for s in topo.ALL_SUBNETS}
     r = ip("-j", "route", "show", "table", "all", check=False)
     found = []
     for route in json.loads(r.stdout or "[]"):
@@ -76,7 +76,7 @@ def foreign_routes() -> list[str]:
             net = ipaddress.ip_network(dst, strict=False)
         except ValueError:  # "default"
             continue
-        if net.version != 4 or not net.overlaps(lab):
+        if net.version != 4 or not any(net.overlaps(o) for o in own):
             continue
         if route.get("dev") in topo.RUNNER_DEVICES:
             continue
@@ -90,8 +90,8 @@ def check_range_free() -> None:
     found = foreign_routes()
     if found:
         raise InputError(
-            f"the lab's address range {topo.SUBNET} is already routed on this machine: " + "; ".join(found),
-            fix=f"free {topo.SUBNET} (remove those routes/addresses) or run the lab on another machine; "
+            f"the lab's address range {' '.join(topo.SUBNETS)} is already routed on this machine: " + "; ".join(found),
+            fix=f"free {' '.join(topo.SUBNETS)} (remove those routes/addresses) or run the lab on another machine; "
             "the lab never shares its range",
         )
 
@@ -167,9 +167,9 @@ def ensure(host_set: dict[str, topo.LabHost] = topo.HOSTS) -> list[str]:
         rc.append(f"addr add {runner_addr} dev {topo.RUNNER_DEVICE}")
     if (None, topo.RUNNER_DEVICE) in created:
         rc.append(f"link set {topo.RUNNER_DEVICE} up")
-    if not _has_unreachable():
-        rc.append(f"route add unreachable {topo.SUBNET}")
-        changes.append(f"route unreachable {topo.SUBNET}")
+    for subnet in sorted(set(topo.SUBNETS) - _unreachable()):
+        rc.append(f"route add unreachable {subnet}")
+        changes.append(f"route unreachable {subnet}")
     batch(rc)
 
     if new_mgmt or new_fabric:
@@ -192,9 +192,14 @@ def ensure(host_set: dict[str, topo.LabHost] = topo.HOSTS) -> list[str]:
     return changes
 
 
-def _has_unreachable() -> bool:
+def _unreachable() -> set[str]:
+    """Which of this lab's prefixes the root namespace routes `unreachable`."""
     r = ip("-j", "route", "show", "type", "unreachable", check=False)
-    return any(x.get("dst") == topo.SUBNET for x in json.loads(r.stdout or "[]"))
+    return {x.get("dst") for x in json.loads(r.stdout or "[]")} & set(topo.SUBNETS)
+
+
+def _has_unreachable() -> bool:
+    return _unreachable() == set(topo.SUBNETS)
 
 
 def restore_links() -> list[str]:
@@ -237,7 +242,7 @@ def teardown() -> list[str]:
     if topo.RUNNER_DEVICE in links(None):
         ip("link", "del", topo.RUNNER_DEVICE, check=False)
         changes.append(f"link {topo.RUNNER_DEVICE}")
-    if _has_unreachable():
-        ip("route", "del", "unreachable", topo.SUBNET, check=False)
-        changes.append(f"route unreachable {topo.SUBNET}")
+    for subnet in sorted(_unreachable()):
+        ip("route", "del", "unreachable", subnet, check=False)
+        changes.append(f"route unreachable {subnet}")
     return changes

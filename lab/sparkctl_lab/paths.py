@@ -26,10 +26,11 @@ def default_lab_dir(instance: int) -> Path:
 
 
 # Which of the machine's labs this process works on. Instance 0 is the lab (what a newcomer runs and
-# inventories/lab.yaml describes); instance 1 is a second lab beside it, so the test suite can run
-# two lab workers at once (dev.sh): its own namespaces (lab1-*), addresses (10.231.128.0/17), LAB_DIR,
-# sshd, dockerds and registry. Nothing is shared but the image cache (CACHE_DIR, under its lock).
-INSTANCES = 2
+# inventories/lab.yaml describes); instances 1 and 2 are labs beside it, so the test suite can run
+# three lab workers at once (dev.sh): each its own namespaces (lab1-*, lab2-*), addresses
+# (topology.SUBNETS_OF), LAB_DIR, sshd, dockerds and registry. Nothing is shared but the image cache
+# (CACHE_DIR, under its lock).
+INSTANCES = 3
 INSTANCE = _instance()
 PREFIX = prefix(INSTANCE)
 # Overridable for experiments; everything else in sparkctl assumes the defaults

@@ -127,7 +127,7 @@ def status() -> dict:
             "address": f"{topo.RUNNER_ADDRESS}/24",
             "present": root is not None,
             "state": (root or {}).get("operstate"),
-            "subnet": topo.SUBNET,
+            "subnet": " ".join(topo.SUBNETS),
             "route_unreachable": netns._has_unreachable(),
         },
         "hosts": hosts,

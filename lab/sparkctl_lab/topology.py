@@ -24,13 +24,18 @@ from pathlib import Path
 
 from sparkctl_lab.paths import INSTANCE, INSTANCES, PREFIX, prefix
 
-# A second lab (paths.INSTANCE 1) is the same shape moved up by 128 in the third octet: its
-# addresses stay inside 10.231.0.0/16 (what SPARKCTL_ONLY_NETWORKS fences) and clear of the first's.
-OFFSET = 128 * INSTANCE
-# what each lab owns, routed `unreachable` in the root namespace by that lab (the first lab's is the
-# whole /16: what a newcomer's lab has always claimed)
-SUBNETS = ("10.231.0.0/16", *(f"10.231.{128 * i}.0/17" for i in range(1, INSTANCES)))
-SUBNET = SUBNETS[INSTANCE]
+# Lab instance i (paths.INSTANCE) is the first lab's shape moved up OFFSETS[i] in the third octet:
+# the first lab uses 0 (management), 1 (a test's stray subnet) and 100-111 (rails), so the second
+# uses 128, 129, 228-239 and the third 16, 17, 116-127, all inside 10.231.0.0/16 (what
+# SPARKCTL_ONLY_NETWORKS fences) and clear of each other.
+OFFSETS = (0, 128, 16)
+OFFSET = OFFSETS[INSTANCE]
+# what each lab owns, routed `unreachable` in the root namespace by that lab, so nothing for a
+# lab address leaves the machine while that lab is up (the first lab's is the whole /16: what a
+# newcomer's lab has always claimed; the others' are more specific, so theirs win where both hold)
+SUBNETS_OF = (("10.231.0.0/16",), ("10.231.128.0/17",), ("10.231.16.0/20", "10.231.112.0/20"))
+SUBNETS = SUBNETS_OF[INSTANCE]  # this lab's
+ALL_SUBNETS = tuple(s for own in SUBNETS_OF[:INSTANCES] for s in own)
 RUNNER_DEVICES = tuple(f"{prefix(i)}-mgmt" for i in range(INSTANCES))
 
 

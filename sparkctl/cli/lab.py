@@ -10,8 +10,9 @@ from sparkctl.cli.options import JsonOpt
 
 app = typer.Typer(
     help="The lab: a simulated three-host cluster on this machine (needs root). "
-    "SPARKCTL_LAB_INSTANCE=1 works on a second lab beside it (namespaces lab1-*, 10.231.128.0/17, "
-    "/var/lib/sparkctl-lab1/inventory.yaml): the test suite runs half its lab tests there.",
+    "SPARKCTL_LAB_INSTANCE=1 or 2 works on another lab beside it (namespaces lab1-*, 10.231.128.0/17, "
+    "/var/lib/sparkctl-lab1/inventory.yaml; lab2-*, 10.231.16.0/20 and 10.231.112.0/20, "
+    "/var/lib/sparkctl-lab2/...): the test suite runs two thirds of its lab tests there.",
     no_args_is_help=True,
 )
 

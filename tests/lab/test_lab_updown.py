@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sparkctl_lab.paths import PREFIX, other_labs
-from sparkctl_lab.topology import RUNNER_DEVICE, RUNNER_DEVICES, SUBNET, SUBNETS, net
+from sparkctl_lab.topology import ALL_SUBNETS, RUNNER_DEVICE, RUNNER_DEVICES, SUBNETS, net
 
 pytestmark = pytest.mark.lab
 
@@ -34,7 +34,7 @@ def test_refuses_when_the_range_is_routed_by_someone_else(lab):
     from sparkctl.errors import InputError
 
     # a range inside this lab's and clear of any other lab's on the machine
-    foreign = f"{net(90, 0)}/24"
+    foreign = f"{net(1, 0)}/24"
     subprocess.run(["ip", "route", "add", "blackhole", foreign], check=True)
     try:
         with pytest.raises(InputError) as err:
@@ -68,7 +68,7 @@ def _of_this_lab(pid: str, lab_dir: Path) -> bool:
 def _other_labs_route(line: str) -> bool:
     """A route another lab on this machine made (SPARKCTL_LAB_INSTANCE): its runner device or range."""
     return any(d in line.split() for d in RUNNER_DEVICES if d != RUNNER_DEVICE) or any(
-        line.split()[1:2] == [s] for s in SUBNETS if s != SUBNET
+        line.split()[1:2] == [s] for s in ALL_SUBNETS if s not in SUBNETS
     )
 
 

@@ -1,7 +1,8 @@
-"""Two labs on one machine, on paper: the second lab (SPARKCTL_LAB_INSTANCE=1, what `./dev.sh test`
-runs half the lab tests on) is the first one's shape with nothing of its own in common with it:
-namespaces, addresses, runner device, registry, LAB_DIR, cgroups, test lock. Each lab is read in a
-process of its own (the instance is fixed when sparkctl_lab.paths is imported). No lab needed."""
+"""Three labs on one machine, on paper: the second and third (SPARKCTL_LAB_INSTANCE=1 and 2, what
+`./dev.sh test` runs two thirds of the lab tests on) are the first one's shape with nothing of their
+own in common with it or each other: namespaces, addresses, runner device, registry, LAB_DIR,
+cgroups, test lock. Each lab is read in a process of its own (the instance is fixed when
+sparkctl_lab.paths is imported). No lab needed."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ inv = load_inventory(f.name)  # the inventory that lab writes is a valid one
 sys.path.insert(0, "tests")
 import conftest
 print(json.dumps({
-    "lab_dir": str(paths.LAB_DIR), "subnet": topo.SUBNET, "runner": [topo.RUNNER_DEVICE, topo.RUNNER_ADDRESS],
+    "lab_dir": str(paths.LAB_DIR), "subnets": topo.SUBNETS, "stray": topo.net(1, 0), "runner": [topo.RUNNER_DEVICE, topo.RUNNER_ADDRESS],
     "registry": topo.REGISTRY, "image": inv.runtime.image, "netns": topo.ALL_NETNS,
     "addresses": sorted(a for h in topo.ALL_HOSTS.values() for a in h.addresses),
     "ssh": {n: h.ssh.address for n, h in inv.hosts.items()},
@@ -45,15 +46,15 @@ def lab_of(instance: str | None) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def labs() -> tuple[dict, dict]:
-    first, second = lab_of(None), lab_of("1")
-    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
-    return json.loads(first.stdout), json.loads(second.stdout)
+def labs() -> list[dict]:
+    runs = [lab_of(None), lab_of("1"), lab_of("2")]
+    assert all(r.returncode == 0 for r in runs), "".join(r.stderr for r in runs)
+    return [json.loads(r.stdout) for r in runs]
 
 
 def test_the_first_lab_is_the_lab_a_newcomer_has_always_had(labs):
-    first, _ = labs
-    assert first["lab_dir"] == "/var/lib/sparkctl-lab" and first["subnet"] == "10.231.0.0/16"
+    first = labs[0]
+    assert first["lab_dir"] == "/var/lib/sparkctl-lab" and first["subnets"] == ["10.231.0.0/16"]
     assert first["runner"] == ["lab-mgmt", "10.231.0.1"] and first["registry"] == "10.231.0.1:5000"
     assert first["image"] == "10.231.0.1:5000/sparkctl/vllm-sim:0.1"
     assert first["ssh"] == {"head": "10.231.0.11", "worker": "10.231.0.12", "offload": "10.231.0.13"}
@@ -61,28 +62,39 @@ def test_the_first_lab_is_the_lab_a_newcomer_has_always_had(labs):
     assert first["cgroup"] == "sparkctl-lab-head" and first["lock"] == "/run/lock/sparkctl-lab-tests.lock"
 
 
-def test_the_second_lab_shares_nothing_with_the_first(labs):
-    first, second = labs
-    for key in ("lab_dir", "runner", "registry", "image", "cgroup", "lock"):
-        assert first[key] != second[key], key
-    assert not set(first["netns"]) & set(second["netns"]) and all(n.startswith("lab1-") for n in second["netns"])
-    assert not set(first["addresses"]) & set(second["addresses"])
+@pytest.mark.parametrize("other", [1, 2])
+def test_the_other_labs_share_nothing_with_the_first_or_each_other(labs, other):
+    lab = labs[other]
+    for i, them in enumerate(labs):
+        if i == other:
+            continue
+        for key in ("lab_dir", "runner", "registry", "image", "cgroup", "lock"):
+            assert them[key] != lab[key], (i, key)
+        assert not set(them["netns"]) & set(lab["netns"]), i
+        assert not set(them["addresses"]) & set(lab["addresses"]), i
+    assert all(n.startswith(f"lab{other}-") for n in lab["netns"])
     # its image is the same one, from its own registry; its hosts keep their names
-    assert second["image"] == f"{second['registry']}/sparkctl/vllm-sim:0.1"
-    assert set(second["ssh"]) == set(first["ssh"])
+    assert lab["image"] == f"{lab['registry']}/sparkctl/vllm-sim:0.1"
+    assert set(lab["ssh"]) == set(labs[0]["ssh"])
+
+
+def _inside(address: str, subnets: list[str]) -> bool:
+    return any(ipaddress.ip_address(address) in ipaddress.ip_network(s) for s in subnets)
 
 
 def test_each_lab_stays_in_its_own_range_inside_what_the_fence_allows(labs):
-    first, second = labs
     fence = ipaddress.ip_network("10.231.0.0/16")
-    own = ipaddress.ip_network(second["subnet"])
-    assert own == ipaddress.ip_network("10.231.128.0/17") and own.subnet_of(fence)
-    for a in second["addresses"] + list(second["ssh"].values()) + [second["runner"][1]]:
-        assert ipaddress.ip_address(a) in own, a
-    for a in first["addresses"] + [first["runner"][1]]:
-        assert ipaddress.ip_address(a) in fence and ipaddress.ip_address(a) not in own, a
+    assert labs[1]["subnets"] == ["10.231.128.0/17"]
+    assert labs[2]["subnets"] == ["10.231.16.0/20", "10.231.112.0/20"]
+    for i, lab in enumerate(labs):
+        assert all(ipaddress.ip_network(s).subnet_of(fence) for s in lab["subnets"])
+        mine = lab["addresses"] + list(lab["ssh"].values()) + [lab["runner"][1], lab["stray"]]
+        for a in mine:
+            assert _inside(a, lab["subnets"]), (i, a)
+            # and outside the others' own (more specific) prefixes: the first lab's /16 holds them all
+            assert not any(_inside(a, o["subnets"]) for o in labs[1:] if o is not lab), (i, a)
 
 
 def test_an_instance_the_machine_cannot_have_is_refused_naming_the_variable():
-    r = lab_of("2")
-    assert r.returncode != 0 and "SPARKCTL_LAB_INSTANCE='2'" in r.stderr and "Traceback" not in r.stderr
+    r = lab_of("3")
+    assert r.returncode != 0 and "SPARKCTL_LAB_INSTANCE='3'" in r.stderr and "Traceback" not in r.stderr
