@@ -557,14 +557,25 @@ def test_concurrent_long_context_requests_crash_the_engine(tmp_path):
 
     def long_request(i: int) -> None:
         try:
-            r = s.client.post("/v1/completions", json={"model": NAME, "prompt": f"doc {i} " + "word " * 3500, "max_tokens": 200})
+            r = s.client.post(
+                "/v1/completions",
+                json={"model": NAME, "prompt": f"doc {i} " + "word " * 3500, "max_tokens": 20000, "ignore_eos": True},
+            )
             statuses.append(r.status_code)
         except httpx.HTTPError:
             statuses.append(-1)
 
+    # the engine holds its steps until both have arrived, so they meet in one, and each would decode
+    # for seconds: on a busy machine the second came after the first's ~20 ms of simulated work with
+    # 200 tokens had ended (CI's floors run met it)
+    with open(s.faults, "w") as f:
+        f.write("hang\n")
+    time.sleep(0.6)  # the simulator reads its fault file every 0.25 s
     threads = [threading.Thread(target=long_request, args=(i,)) for i in range(2)]
     for t in threads:
         t.start()
+    time.sleep(1.0)  # both sent (a held engine publishes no gauge to wait on, as vLLM's would not)
+    os.unlink(s.faults)
     for t in threads:
         t.join(30)
     assert statuses and all(code != 200 for code in statuses), statuses
