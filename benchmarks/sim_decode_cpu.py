@@ -4,8 +4,8 @@ a decode step models ~30 ms, ~0.3 ms here). No lab needed.
 
     python benchmarks/sim_decode_cpu.py [--seconds 8]
 
-Starts one `vllm serve` of the lab's target model on loopback (single node, MTP speculative
-decoding, max_num_seqs 8), then for each load (1 client, 4 clients, 1 streaming client; back to
+Starts one `vllm serve` of the lab's target model on loopback (the unit tests' runner,
+tests/unit/test_sim_serving.py Server: single node, MTP speculative decoding; max_num_seqs 8), then for each load (1 client, 4 clients, 1 streaming client; back to
 back, 300 tokens each, ignore_eos) reads the server's CPU (/proc/PID/stat utime+stime) over
 --seconds. Prints tokens/s, CPU seconds per 1000 tokens and cores; asserts nothing (timings are
 not tests). The lab's tests spend most of the simulator's CPU in these decode steps.
@@ -14,8 +14,6 @@ not tests). The lab's tests spend most of the simulator's CPU in these decode st
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import tempfile
 import threading
@@ -24,16 +22,10 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
-from sparkctl_lab.sim import harness  # noqa: E402
-
-TICK = os.sysconf("SC_CLK_TCK")
-NAME = "deepseek-v4.1-flash"
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "unit"))  # the tests' simulator runner: one copy of it
+from sim_idle_cpu import cpu_seconds  # noqa: E402  (benchmarks/ is on the path: the script's folder)
+from test_sim_serving import NAME, Server  # noqa: E402
 
 
 def load(base: str, clients: int, stream: bool, seconds: float) -> int:
@@ -67,32 +59,22 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=8.0)
     a = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="sim-decode-")
-    port = harness.free_port()
-    env = harness.sim_env(tmp, SIM_TIME_SCALE="0.01", SIM_CRASH_CONTEXT_TOKENS="0", VLLM_CACHE_ROOT=os.path.join(tmp, "cache"))
-    # fmt: off
-    argv = harness.module_argv(
-        "vllm_cli", "serve", harness.LAB_MODEL, "--served-model-name", NAME, "--host", "127.0.0.1", "--port", str(port),
-        "--max-model-len", "65536", "--max-num-seqs", "8", "--max-num-batched-tokens", "8192", "--block-size", "256",
-        "--kv-cache-dtype", "fp8_ds_mla", "--moe-backend", "flashinfer_b12x",
-        "--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": 5}),
-    )
-    # fmt: on
-    server = harness.Proc("vllm", argv, env, os.path.join(tmp, "vllm.log")).start()
+    # the tests' `vllm serve` (single node, MTP k=5) at the lab's pace, 8 at once
+    server = Server(tempfile.mkdtemp(prefix="sim-decode-"), "--max-num-seqs", "8",
+                    env={"SIM_TIME_SCALE": "0.01", "SIM_STEP_TIME_SCALE": "0.01", "SIM_CRASH_CONTEXT_TOKENS": "0"})  # fmt: skip
     try:
-        base = f"http://127.0.0.1:{port}"
-        assert harness.wait_http(f"{base}/health", timeout=120, proc=server), server.log()[-2000:]
+        base = server.base
         load(base, 1, False, 1.0)  # warm: first requests compile nothing, but import and allocate
         print(f"the simulator's decode CPU at SIM_TIME_SCALE 0.01, {a.seconds:g} s per load:")
         for clients, stream in ((1, False), (4, False), (1, True)):
-            c0, t0 = cpu_seconds(server.pid), time.monotonic()
+            c0, t0 = cpu_seconds(server.proc.pid), time.monotonic()
             tokens = load(base, clients, stream, a.seconds)
-            used, wall = cpu_seconds(server.pid) - c0, time.monotonic() - t0
+            used, wall = cpu_seconds(server.proc.pid) - c0, time.monotonic() - t0
             what = f"{clients} client{'s' if clients > 1 else ''}{', streaming' if stream else ''}"
             print(f"  {what:<22} {tokens / wall:7.0f} tokens/s   {1000 * used / max(tokens, 1):6.3f} CPU-s per 1000 tokens"
                   f"   {used / wall:4.2f} cores")  # fmt: skip
     finally:
-        server.stop(5)
+        server.stop()
     return 0
 
 
