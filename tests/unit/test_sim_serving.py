@@ -591,13 +591,12 @@ def test_concurrent_long_context_requests_crash_the_engine(tmp_path):
 # ---- SIGTERM ----
 
 
-def _stream_until_done(s: Server, out: dict, max_tokens: int) -> None:
+def _stream_until_done(s: Server, out: dict, max_tokens: int, ignore_eos: bool = False) -> None:
+    body = {"model": NAME, "prompt": "Tell me a long story.", "max_tokens": max_tokens, "stream": True}
+    if ignore_eos:  # all max_tokens for sure: the simulator, as a model, may end at an EOS before
+        body["ignore_eos"] = True
     try:
-        with s.client.stream(
-            "POST",
-            "/v1/completions",
-            json={"model": NAME, "prompt": "Tell me a long story.", "max_tokens": max_tokens, "stream": True},
-        ) as r:
+        with s.client.stream("POST", "/v1/completions", json=body) as r:
             for line in r.iter_lines():
                 if line.startswith("data: {"):
                     out["started"] = True
