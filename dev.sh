@@ -40,6 +40,17 @@ install_system() {
   fi
 }
 
+# apt's packages and the venv side by side: neither needs the other (python3 -m venv is the
+# machine's own python), and on a fresh machine both download
+install_both() {
+  install_python &
+  local py=$!
+  trap "kill $py 2>/dev/null" EXIT  # apt failed (set -e ends the script): the venv's install ends too
+  install_system
+  trap - EXIT
+  wait "$py"
+}
+
 install_python() {
   if [ ! -x "$VENV/bin/python" ]; then
     say "python3 -m venv $VENV"
@@ -48,8 +59,11 @@ install_python() {
   # sparkctl itself, and the lab (its own package in lab/: a development tool operators never install)
   if ! "$VENV/bin/python" -c "import sparkctl, sparkctl_lab, pytest, jsonschema, matplotlib" 2>/dev/null \
      || [ pyproject.toml -nt "$VENV/.installed" ] || [ lab/pyproject.toml -nt "$VENV/.installed" ]; then
-    say "pip install -e .[test,report] -e ./lab"
-    "$VENV/bin/pip" install -q --disable-pip-version-check -e '.[test,report]' -e ./lab
+    # uv, not pip: it fetches and installs in parallel (a fresh venv: ~20 s against pip's ~47 s on
+    # two cores, bytecode included, as pip compiles it too); it is the first thing .ci/run waits for
+    [ -x "$VENV/bin/uv" ] || "$VENV/bin/pip" install -q --disable-pip-version-check uv
+    say "uv pip install -e .[test,report] -e ./lab"
+    "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" --compile-bytecode -e '.[test,report]' -e ./lab
     touch "$VENV/.installed"
   fi
   # bytecode for sparkctl's and the lab's own modules (an editable install compiles none): every
@@ -105,8 +119,7 @@ cmd=${1:-}
 case "$cmd" in
   demo)
     need_root demo
-    install_system
-    install_python
+    install_both
     INV=/var/lib/sparkctl-lab/inventory.yaml
     say "sparkctl lab up                      (three namespaced hosts, real sshd + dockerd, registry)"
     "$VENV/bin/sparkctl" lab up
@@ -135,13 +148,11 @@ EOT
     ;;
   install)  # what both commands install, alone (.ci/run: before the floors suite starts beside the tests)
     need_root install
-    install_system
-    install_python
+    install_both
     ;;
   test)
     need_root test
-    install_system
-    install_python
+    install_both
     shift
     # arguments naming tests (a path, a node id): one pytest over just those
     for a in "$@"; do
