@@ -20,12 +20,12 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from labcli import URL, sparkctl, variant
+from labcli import HEAD_IP, URL, sparkctl, variant
 from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.lab
 
-HEAD = "10.231.0.11"
+HEAD = HEAD_IP  # this lab's head (the file runs on the third lab: tests/conftest.py)
 ENGINE = f"http://{HEAD}:8001"  # gateway.engine_port: the engine itself (the lab inventory's default)
 NAME = "deepseek-v4.1-flash"
 HOLD_S = 3
