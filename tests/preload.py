@@ -49,6 +49,11 @@ LIBRARIES = (
     "pydantic", "typer", "rich.console", "rich.table", "rich.progress", "rich.live", "yaml", "jinja2",
     "httpx", "httpx_sse", "tenacity", "prometheus_client", "prometheus_client.parser", "docker", "ssl",
     "certifi", "concurrent.futures", "shlex", "ipaddress", "hashlib", "tarfile",
+    # what those import only on first use, which every command reaches: pydantic's BaseModel (its
+    # __init__ is lazy), typer's pydantic adapters (parsing the options), httpx's httpcore (the first
+    # client), ~90 CPU-ms of each forked run: ~110 CPU-s of a CI run's ~1200 forked runs
+    "pydantic.main", "pydantic.json_schema", "pydantic.type_adapter", "typer._adapters", "httpcore", "h11",
+    "anyio", "rich.status", "statistics", "zoneinfo", "glob", "secrets",
 )  # fmt: skip
 STARTUP_ENV = ("LANG", "LC_ALL", "LC_CTYPE")  # and every PYTHON* variable: they shape interpreter start-up
 SOCKET_ENV = "SPARKCTL_TEST_PRELOAD_SOCKET"  # where bin_dir()'s sparkctl finds the server
