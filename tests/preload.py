@@ -49,9 +49,12 @@ LIBRARIES = (
     "pydantic", "typer", "rich.console", "rich.table", "rich.progress", "rich.live", "yaml", "jinja2",
     "httpx", "httpx_sse", "tenacity", "prometheus_client", "prometheus_client.parser", "docker", "ssl",
     "certifi", "concurrent.futures", "shlex", "ipaddress", "hashlib", "tarfile",
-    # what those import only on first use, which every command reaches: pydantic's BaseModel (its
-    # __init__ is lazy), typer's pydantic adapters (parsing the options), httpx's httpcore (the first
-    # client), ~90 CPU-ms of each forked run: ~110 CPU-s of a CI run's ~1200 forked runs
+)  # fmt: skip
+# What those import only on first use, which every command reaches: pydantic's BaseModel (its
+# __init__ is lazy), typer's pydantic adapters (parsing the options), httpx's httpcore (the first
+# client); ~90 CPU-ms of each forked run. Internals: imported where the installed release has them
+# (the floors' typer has no _adapters).
+FIRST_USE = (
     "pydantic.main", "pydantic.json_schema", "pydantic.type_adapter", "typer._adapters", "httpcore", "h11",
     "anyio", "rich.status", "statistics", "zoneinfo", "glob", "secrets",
 )  # fmt: skip
@@ -68,12 +71,16 @@ def serve(path: str) -> None:
     """Import LIBRARIES, listen on `path`, and for each request fork a monitor that forks the run.
     Ends when its stdin closes (the test session that started it has ended)."""
     import importlib
+    import importlib.util
     import warnings
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for name in LIBRARIES:
             importlib.import_module(name)
+        for name in FIRST_USE:
+            if importlib.util.find_spec(name) is not None:
+                importlib.import_module(name)
     if caught:  # a plain run would print it on its own stderr: forked runs would not, so no forking
         print(f"no: importing the libraries warned: {caught[0].message}", flush=True)
         return
