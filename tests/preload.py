@@ -10,18 +10,22 @@ A forked run keeps what a plain run has:
 - a process of its own: its own pid (os.kill, Popen.kill, a lock naming it), exit status and
   signals (an uncaught KeyboardInterrupt ends it by SIGINT, as Python does);
 - the argv, environment, working directory and stdin/stdout/stderr its caller gave it;
-- every sparkctl module imported in it, fresh. The server imports `sparkctl` and
-  `sparkctl.transport` (their __init__ only import paramiko the way sparkctl does) and no other
-  sparkctl module.
+- every module as it would be after its own import. The server imports the libraries and every
+  sparkctl module (but `__main__`), and does nothing else: no command has run in it, no module's
+  state has moved. What an import reads of the environment is what the server's environment said,
+  so the server notes every variable read while it imports (os.environ watched) and a run is forked
+  only when its environment agrees with the server's on each of them. None of sparkctl's own are
+  among them (test_preload forks runs with another SPARKCTL_*, HOME, PATH).
 
-It differs in two ways. The libraries are already imported, so a test cannot see what a command
+It differs in two ways. The modules are already imported, so a test cannot see what a command
 imports: benchmarks/ measures that, and the tests that look at sys.modules run `python -c`, which is
 never forked. And all runs share one hash seed.
 
 A run is forked only when a plain run would start the same way. Otherwise it is a plain process:
 - a command other than `[sys.executable, "-m", "sparkctl", ...]`;
 - preexec_fn, a new session or process group, pass_fds, or a user or group change;
-- an environment whose PYTHON* or locale variables differ from the server's (they shape start-up).
+- an environment whose PYTHON* or locale variables differ from the server's (they shape start-up),
+  or any variable an import read (above).
 
 - conftest.py installs `Popen` as subprocess.Popen, so subprocess.run and friends use it.
 - `bin_dir()` holds a `sparkctl` for shell scripts (the drills run runbook blocks as written).
@@ -32,8 +36,10 @@ A run is forked only when a plain run would start the same way. Otherwise it is 
 from __future__ import annotations
 
 import atexit
+import collections.abc
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -62,38 +68,99 @@ STARTUP_ENV = ("LANG", "LC_ALL", "LC_CTYPE")  # and every PYTHON* variable: they
 SOCKET_ENV = "SPARKCTL_TEST_PRELOAD_SOCKET"  # where bin_dir()'s sparkctl finds the server
 LOG_ENV = "SPARKCTL_TEST_PRELOAD_LOG"  # a file: the server appends each run's command, CPU and wall
 HERE = os.path.abspath(__file__)
+_READ_AT_IMPORT: set[str] = set()  # in the server: the variables its imports read (_import_all)
 
 
 # ---------------------------------------------------------------- the server (its own process)
 
 
-def serve(path: str) -> None:
-    """Import LIBRARIES, listen on `path`, and for each request fork a monitor that forks the run.
-    Ends when its stdin closes (the test session that started it has ended)."""
+class _Watched(collections.abc.MutableMapping):
+    """os.environ while the server imports: each variable read goes into `read` ("*" when something
+    reads them all)."""
+
+    def __init__(self, environ) -> None:
+        self.environ, self.read, self.watching = environ, set(), True
+
+    def _note(self, key: str) -> None:
+        if self.watching:
+            self.read.add(key)
+
+    def __getitem__(self, key):
+        self._note(key)
+        return self.environ[key]
+
+    def __contains__(self, key):
+        self._note(key)
+        return key in self.environ
+
+    def __iter__(self):
+        self._note("*")
+        return iter(self.environ)
+
+    def __setitem__(self, key, value):
+        self.environ[key] = value
+
+    def __delitem__(self, key):
+        del self.environ[key]
+
+    def __len__(self):
+        return len(self.environ)
+
+    def copy(self):
+        self._note("*")
+        return self.environ.copy()
+
+
+def _import_all() -> set[str]:
+    """Import LIBRARIES, FIRST_USE and every sparkctl module but __main__; the environment
+    variables those imports read."""
     import importlib
     import importlib.util
-    import warnings
+    import pkgutil
+    import wsgiref.handlers  # noqa: F401 - copies the whole environment for the WSGI apps it serves; no
+    # sparkctl command serves one (prometheus_client imports it), so its copy is not a variable read
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    watched = os.environ = _Watched(os.environ)
+    try:
         for name in LIBRARIES:
             importlib.import_module(name)
         for name in FIRST_USE:
             if importlib.util.find_spec(name) is not None:
                 importlib.import_module(name)
+        import sparkctl
+
+        for mod in pkgutil.walk_packages(sparkctl.__path__, "sparkctl."):
+            if not mod.name.endswith(".__main__"):  # runpy runs it as __main__
+                importlib.import_module(mod.name)
+    finally:
+        os.environ, watched.watching = watched.environ, False  # (a module holding it still reads through)
+    return watched.read
+
+
+def serve(path: str) -> None:
+    """Import the modules, listen on `path`, and for each request fork a monitor that forks the run.
+    Ends when its stdin closes (the test session that started it has ended)."""
+    import warnings
+
+    global _READ_AT_IMPORT
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _READ_AT_IMPORT = _import_all()
     if caught:  # a plain run would print it on its own stderr: forked runs would not, so no forking
-        print(f"no: importing the libraries warned: {caught[0].message}", flush=True)
+        print(f"no: importing the modules warned: {caught[0].message}", flush=True)
         return
-    loaded = [m for m in sys.modules if m.startswith("sparkctl.") and m != "sparkctl.transport"]
-    if threading.active_count() != 1 or loaded:  # a fork copies one thread; sparkctl must start fresh
-        print(f"no: threads {threading.active_count()}, sparkctl modules {loaded}", flush=True)
+    if "*" in _READ_AT_IMPORT:  # every variable would have to agree: no run would be forked
+        print("no: an import reads the whole environment", flush=True)
+        return
+    if threading.active_count() != 1:  # a fork copies one thread
+        print(f"no: importing started threads ({threading.active_count() - 1})", flush=True)
         return
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     srv.bind(path)
     srv.listen(64)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # monitors are reaped by the kernel
     stop = os.fdopen(0, "rb", buffering=0)
-    print("ready", flush=True)
+    print("ready " + json.dumps(sorted(_READ_AT_IMPORT)), flush=True)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # no run or monitor holds the starter's pipe
     os.close(devnull)
@@ -122,7 +189,7 @@ def _monitor(conn: socket.socket) -> None:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # to wait for the run (and the run's own children)
         msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
         req = json.loads(msg)
-        if not same_startup(req["env"], dict(os.environ)):  # bin_dir()'s sparkctl then runs plainly
+        if not same_startup(req["env"], dict(os.environ), _READ_AT_IMPORT):  # bin_dir()'s sparkctl: plain
             conn.send(json.dumps({"pid": None}).encode())
             os._exit(0)
         pid = os.fork()
@@ -227,7 +294,8 @@ class _Server:
         self.proc = subprocess.Popen([sys.executable, HERE, "--serve", self.path], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=self.env, cwd=self.dir)  # fmt: skip
         line = self.proc.stdout.readline().strip()  # blocks while it imports (~1 s)
-        self.ok = line == "ready"
+        self.ok = line.startswith("ready ")
+        self.read_at_import = set(json.loads(line.removeprefix("ready "))) if self.ok else set()
         if not self.ok:
             print(f"[tests/preload.py: every sparkctl run is a plain process ({line or 'the server died'})]",
                   file=sys.stderr)  # fmt: skip
@@ -237,14 +305,12 @@ class _Server:
         if self.proc.poll() is None:
             self.proc.stdin.close()
             self.proc.wait(10)
-        for name in os.listdir(self.dir):
-            os.unlink(os.path.join(self.dir, name))
-        os.rmdir(self.dir)
+        shutil.rmtree(self.dir, ignore_errors=True)  # (a second stop, atexit's after the caller's: nothing left)
 
 
-def same_startup(env: dict, other: dict) -> bool:
-    """Would a process started with `env` start like one started with `other`?"""
-    keys = {k for k in (*env, *other) if k.startswith("PYTHON") or k in STARTUP_ENV}
+def same_startup(env: dict, other: dict, read_at_import: set[str] = frozenset()) -> bool:
+    """Would a process started with `env` start (and import) like one started with `other`?"""
+    keys = {k for k in (*env, *other) if k.startswith("PYTHON") or k in STARTUP_ENV} | read_at_import
     return all(env.get(k) == other.get(k) for k in keys)
 
 
@@ -303,7 +369,7 @@ class Popen(subprocess.Popen):
         ):
             env = dict(os.environ if env is None else {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()})
             srv = server()
-            if srv is not None and not same_startup(env, srv.env):
+            if srv is not None and not same_startup(env, srv.env, srv.read_at_import):
                 srv = None
         if srv is not None:
             fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1, errwrite if errwrite != -1 else 2]

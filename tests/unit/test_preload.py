@@ -55,6 +55,23 @@ def test_which_runs_are_forked():
     r.communicate()
 
 
+def test_a_run_is_forked_only_where_its_imports_would_read_the_same_environment():
+    """The server has imported every module: a variable an import reads (typer reads TYPER_USE_RICH
+    when it is imported) must agree with the server's, or the run is a plain process. sparkctl's own
+    variables and the ones tests change are read at run time, so those runs stay forked."""
+    run_time = {**os.environ, "SPARKCTL_LAB_INSTANCE": "2", "SPARKCTL_INVENTORY": "x.yaml", "HOME_NOT": "1",
+                "PATH": "/usr/bin:/bin", "COLUMNS": "100"}  # fmt: skip
+    p = subprocess.Popen([*SPARKCTL, "--help"], stdout=subprocess.PIPE, env=run_time)
+    assert forked(p)
+    p.communicate()
+    no_rich = {**os.environ, "TYPER_USE_RICH": "0", "COLUMNS": "100"}
+    q = subprocess.Popen([*SPARKCTL, "--help"], stdout=subprocess.PIPE, text=True, env=no_rich)
+    assert not forked(q)
+    plain = subprocess.run([*SPARKCTL, "--help"], capture_output=True, text=True, env={**no_rich, **PLAIN}, timeout=60)
+    assert q.communicate(timeout=60)[0] == plain.stdout
+    assert "╭" not in plain.stdout  # typer's help without rich: what the variable changes
+
+
 def test_the_working_directory_stdin_and_environment_are_the_callers(tmp_path):
     (tmp_path / "inventory.yaml").write_text("not: [an inventory\n")
     env = {**os.environ, "SPARKCTL_INVENTORY": "inventory.yaml", "COLUMNS": "200"}
