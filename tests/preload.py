@@ -30,7 +30,7 @@ A run is forked only when a plain run would start the same way. Otherwise it is 
 - conftest.py installs `Popen` as subprocess.Popen, so subprocess.run and friends use it.
 - `bin_dir()` holds a `sparkctl` for shell scripts (the drills run runbook blocks as written).
 - SPARKCTL_TEST_PRELOAD=0 makes every run a plain process; SPARKCTL_TEST_PRELOAD_LOG=FILE has the
-  server append one JSON line per run (its command, CPU seconds and wall seconds).
+  server append one JSON line per run (its command, CPU seconds, wall seconds and the test that ran it).
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ def _monitor(conn: socket.socket) -> None:
         cpu = usage.ru_utime + usage.ru_stime
         if os.environ.get(LOG_ENV):  # one line per run: what the suite's runs cost (docs/testing.md)
             line = {"argv": req["argv"][3 if req["mode"] == "module" else 1 :][:3], "cpu": round(cpu, 3),
-                    "wall": round(time.monotonic() - began, 3)}  # fmt: skip
+                    "wall": round(time.monotonic() - began, 3), "test": req["env"].get("PYTEST_CURRENT_TEST")}  # fmt: skip
             with open(os.environ[LOG_ENV], "a") as f:
                 f.write(json.dumps(line) + "\n")
         try:
