@@ -21,8 +21,9 @@ NOT_ANSWERING = "the gateway does not answer (see gateway.answers)"
 EXPIRED_RECENTLY_S = 3600  # a hold that ended by itself within this warns
 RELEASE = f"docker exec {CONTAINER} python3 -m sparkctl.gateway.ctl release"
 RELEASE_FIX = (
-    f"no change is running: release the hold with `sparkctl gateway release` (on the head: `{RELEASE}`); or rerun "
-    "the change (`sparkctl reload --config NEW`), which releases it once the new engine serves"
+    f"no change is running: release the hold with `sparkctl gateway release` (on the head: `{RELEASE}`) or "
+    "`sparkctl up` (it releases a hold no change owns); or rerun the change (`sparkctl reload --config NEW`), "
+    "which releases it once the new engine serves"
 )
 
 

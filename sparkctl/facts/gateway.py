@@ -120,6 +120,23 @@ def parse_page(text: str) -> GatewayPage:
     return page
 
 
+def admin_hold(text: str) -> Optional[dict]:
+    """The admin hold the gateway's metrics lines show: {"reason", "held_for_s"}; None when it holds
+    none for sparkctl (an outage hold is not one), or nothing answered."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    holding, reason, age = False, None, 0.0
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == P + "holding" and s.labels.get("cause") == "admin":
+                holding = s.value > 0
+            elif s.name == P + "hold_info" and s.value > 0:
+                reason = s.labels.get("reason")
+            elif s.name == P + "hold_age_seconds":
+                age = s.value
+    return {"reason": reason or "admin", "held_for_s": round(age, 1)} if holding else None
+
+
 def _number(text: Optional[str]) -> Optional[float]:
     try:
         return float(text) if text is not None else None

@@ -80,3 +80,24 @@ def _gateway_code_probe(t: Target) -> Optional[str]:
 def _gateway_code(f, r: Reading) -> None:
     out = r.out.strip()
     f.gateway_code = True if out == "present" else False if out == "absent" else None
+
+
+# of the gateway's metrics page, the lines that say whether it holds, for whom and since when
+HOLD_LINES = "grep -E '^sparkctl_gateway_(holding|hold_info|hold_age_seconds)[{ ]' || true"
+
+
+def _gateway_hold_probe(t: Target) -> Optional[str]:
+    # the gateway's admin hold, from its own metrics on the head (it answers them while it holds)
+    if t.host.role != "head" or not t.inventory.gateway.enabled:
+        return None
+    from sparkctl.gateway.placement import METRICS_PATH
+
+    get = f'printf "GET {METRICS_PATH} HTTP/1.0\\r\\n\\r\\n" >&3 && timeout 2 cat <&3'
+    return f"bash -c 'exec 3<>/dev/tcp/127.0.0.1/{t.inventory.runtime.port} && {get}' 2>/dev/null | {HOLD_LINES}"
+
+
+@fact("gateway_hold", _gateway_hold_probe, fields={"gateway_hold": None})  # {"reason", "held_for_s"}, None: no hold
+def _gateway_hold(f, r: Reading) -> None:
+    from sparkctl.facts.gateway import admin_hold
+
+    f.gateway_hold = admin_hold(r.out)

@@ -384,7 +384,7 @@ def _unconfirmed(ctx: RunContext, groups: set[str]) -> Optional[str]:
 
 class RuntimeStep(Step):
     name = "runtime"
-    facts = frozenset({"containers", "health", "image"})
+    facts = frozenset({"containers", "health", "image", "gateway_hold", "lock"})
 
     def hosts(self, inv: Inventory) -> list[str]:
         return runtime_hosts(inv)
@@ -409,8 +409,12 @@ class RuntimeStep(Step):
                 ops.append(Change("wait-drafter", "wait until the drafter answers /health"))
             elif d.loading and any(s.role == "head" for s in specs):
                 ops.append(Change("wait-serving", f"wait for the loading runtime, not restarting it: {d.loading}"))
+            left = _hold_left_behind(ctx, h) if not any(c.action == "wait-serving" for c in ops) else None
+            if left:  # (a head that starts releases the gateway once it serves)
+                ops.append(Change("release", left))
             if ops:
-                plans[h] = self.changes(h, ops, reason=f"restart {' and '.join(sorted(groups))}: {why}" if starting else "")
+                reason = f"restart {' and '.join(sorted(groups))}: {why}" if starting else ("" if not left else left)
+                plans[h] = self.changes(h, ops, reason=reason)
             else:
                 plans[h] = self.noop(h, ", ".join(f"{s.name} running config {launch.expected_hash(s.name)}" for s in specs))
         return plans
@@ -428,6 +432,8 @@ class RuntimeStep(Step):
                 done.append(self._wait_serving(ctx, plan.host, head.name))
             elif c.action == "wait-drafter":
                 done.append(self._wait_drafter(ctx, plan.host))
+            elif c.action == "release":
+                done.append(release_gateway(ctx, plan.host) or "gateway released (no request was held)")
         return "; ".join(done)
 
     def _wait_drafter(self, ctx: RunContext, host: str) -> str:
@@ -520,6 +526,23 @@ class RuntimeStep(Step):
         done = f"serving at {url} after {took:.1f} s, {cache}; smoke completion ok; first streamed token ok"
         released = release_gateway(ctx, host)
         return f"{done}; {released}" if released else done
+
+
+def _hold_left_behind(ctx: RunContext, host: str) -> Optional[str]:
+    """A gateway hold on `host` that no running change owns: a change killed between its hold and
+    its engine's stop (the engine still serves, so nothing here restarts it and no start releases
+    it). Without a release the gateway would hold every request, then answer 503, until the hold's
+    ttl. None when there is none, or when another run holds the cluster lock (the hold is its own)."""
+    f = ctx.facts[host]
+    if not ctx.inventory.gateway.enabled or not f.gateway_hold:
+        return None
+    holder = f.lock
+    mine = holder is not None and ctx.lock is not None and holder.token == ctx.lock.me.token
+    if holder is not None and not mine and holder.gone() is None:
+        return None
+    h = f.gateway_hold
+    return (f"release the gateway's {h['reason']} hold ({h['held_for_s']:g} s old), left by a change that did not "
+            "finish: the engine serves, nothing here restarts it")  # fmt: skip
 
 
 def release_gateway(ctx: RunContext, host: str) -> Optional[str]:

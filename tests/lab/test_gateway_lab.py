@@ -183,6 +183,26 @@ def test_an_engine_killed_outside_a_change_is_held_then_503_and_up_brings_it_bac
     assert one_request(client()).kind == "ok"
 
 
+def test_a_hold_left_by_a_change_killed_before_its_stop_is_released_by_the_next_up(lab, gw_inv):
+    """A reload SIGKILLed after it told the gateway to hold and before the engine's stop leaves a
+    serving engine behind a gateway that holds every request, then answers 503, until the hold's
+    ttl. The next `up` has nothing to restart: it releases that hold, and its --check says so."""
+    ctl = ["docker", "exec", "sparkctl-gateway", "python3", "-m", "sparkctl.gateway.ctl"]
+    lab.host_exec("head", [*ctl, "hold", "--reason", "reload", "--expected-s", "2", "--ttl-s", "600"], check=True)
+    try:
+        held = one_request(client())
+        assert held.kind == "status" and held.status == 503, held  # held hold_s (3 s), then 503
+        plan = sparkctl("up", "-i", str(gw_inv), "--check")
+        ops = {(r["host"], r["step"]): r.get("operations", []) for r in plan["results"]}
+        assert ops[("head", "runtime")] == ["release"] and ops[("head", "stop")] == [], ops
+        assert sparkctl("up", "-i", str(gw_inv))["changed"] == 1
+        assert gateway_status(lab)["state"] == "passing"
+        assert one_request(client()).kind == "ok"
+        assert sparkctl("up", "-i", str(gw_inv))["changed"] == 0  # and a second run has nothing to do
+    finally:
+        lab.host_exec("head", [*ctl, "release"])
+
+
 def test_the_gateway_runs_on_uvloop_from_the_runtime_image(lab, gw_inv):
     # vLLM's image ships uvloop (fastapi[standard] -> uvicorn[standard]); the gateway picks it up there
     r = lab.host_exec(

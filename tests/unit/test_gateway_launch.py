@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hostfacts import host_facts, inventory, sec
@@ -165,3 +166,63 @@ def test_the_shipped_code_runs_with_nothing_else_of_sparkctl(tmp_path):
         [sys.executable, "-m", "sparkctl.gateway", "--help"], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert r.returncode == 0 and "--upstream" in r.stdout
+
+
+# a hold left behind: a change killed between the gateway's hold and the engine's stop
+
+
+RECORDED = Path(__file__).parent / "recorded" / "gateway"
+
+
+def hold_lines(page: str) -> str:
+    """What the `gateway_hold` probe keeps of a metrics page (its own filter, run by sh)."""
+    from sparkctl.facts.runtime import HOLD_LINES
+
+    text = (RECORDED / page).read_text() if page else ""
+    return subprocess.run(["sh", "-c", HOLD_LINES], input=text, capture_output=True, text=True, check=True).stdout
+
+
+def lock_section(host: str, heartbeat_age: int) -> str:
+    """`lock.probe()`'s output on the head: the holder's record, the lock's mtime, the head's clock."""
+    record = {"user": "root", "pid": 4242, "host": host, "command": "sparkctl reload --config new.yaml",
+              "started_at": 1764806400.0, "token": "t0k3n"}  # fmt: skip
+    return f"{json.dumps(record)}\n1764806400\n{1764806400 + heartbeat_age}\n"
+
+
+def runtime_plans(gateway_hold: str, hashes=None, lock: str | None = None):
+    from test_step_plans import WANT, facts
+
+    from sparkctl.steps.runtime import RuntimeStep
+
+    head = {"gateway_hold": sec(gateway_hold), **({"lock": sec(lock)} if lock is not None else {})}
+    f = facts(hashes=hashes or WANT, head=head)
+    return RuntimeStep().plan(RunContext(inventory=INV, fleet=None, facts=f))
+
+
+def test_the_gateways_hold_is_read_from_its_own_metrics_lines():
+    from sparkctl.facts.gateway import admin_hold
+
+    held = hold_lines("holding.txt")
+    assert len(held.splitlines()) == 4  # holding (admin, upstream_down), hold_age_seconds, hold_info
+    assert admin_hold(held) == {"reason": "reload", "held_for_s": 0.0}
+    assert admin_hold(hold_lines("passing.txt")) is None
+    assert admin_hold(hold_lines("")) is None  # nothing listens on runtime.port: no hold known
+
+
+def test_a_hold_no_change_owns_is_released_when_nothing_restarts_the_engine():
+    held = hold_lines("holding.txt")
+    plans = runtime_plans(held)
+    assert [c.action for c in plans["head"].changes] == ["release"]
+    assert "release the gateway's reload hold" in plans["head"].reason and "did not finish" in plans["head"].reason
+    assert plans["worker"].empty and plans["offload"].empty
+    # the lock of a run that is gone (no heartbeat for a minute) owns nothing
+    gone = runtime_plans(held, lock=lock_section("control-host", heartbeat_age=60))
+    assert [c.action for c in gone["head"].changes] == ["release"]
+    # nothing to release: a passing gateway, or the hold of a change still running (its lock is live)
+    assert runtime_plans(hold_lines("passing.txt"))["head"].empty
+    assert runtime_plans(held, lock=lock_section("control-host", heartbeat_age=2))["head"].empty
+    # a head that restarts releases the gateway once it serves (wait-serving), no second release
+    from test_step_plans import WANT
+
+    stale = runtime_plans(held, hashes={**WANT, "head": "0ld"})
+    assert [c.action for c in stale["head"].changes] == ["start", "wait-serving"]
