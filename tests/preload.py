@@ -15,7 +15,8 @@ A forked run keeps what a plain run has:
   state has moved. What an import reads of the environment is what the server's environment said,
   so the server notes every variable read while it imports (os.environ watched) and a run is forked
   only when its environment agrees with the server's on each of them. None of sparkctl's own are
-  among them (test_preload forks runs with another SPARKCTL_*, HOME, PATH).
+  among them (test_preload forks runs with other SPARKCTL_* variables, PATH and COLUMNS); HOME is
+  (Python's sysconfig reads it at import), so a run with another HOME is a plain process.
 
 It differs in two ways. The modules are already imported, so a test cannot see what a command
 imports: benchmarks/ measures that, and the tests that look at sys.modules run `python -c`, which is

@@ -59,7 +59,7 @@ def test_a_run_is_forked_only_where_its_imports_would_read_the_same_environment(
     """The server has imported every module: a variable an import reads (typer reads TYPER_USE_RICH
     when it is imported) must agree with the server's, or the run is a plain process. sparkctl's own
     variables and the ones tests change are read at run time, so those runs stay forked."""
-    run_time = {**os.environ, "SPARKCTL_LAB_INSTANCE": "2", "SPARKCTL_INVENTORY": "x.yaml", "HOME_NOT": "1",
+    run_time = {**os.environ, "SPARKCTL_LAB_INSTANCE": "2", "SPARKCTL_INVENTORY": "x.yaml",
                 "PATH": "/usr/bin:/bin", "COLUMNS": "100"}  # fmt: skip
     p = subprocess.Popen([*SPARKCTL, "--help"], stdout=subprocess.PIPE, env=run_time)
     assert forked(p)
