@@ -96,7 +96,8 @@ def _gateway_hold_probe(t: Target) -> Optional[str]:
     return f"bash -c 'exec 3<>/dev/tcp/127.0.0.1/{t.inventory.runtime.port} && {get}' 2>/dev/null | {HOLD_LINES}"
 
 
-@fact("gateway_hold", _gateway_hold_probe, fields={"gateway_hold": None})  # {"reason", "held_for_s"}, None: no hold
+@fact("gateway_hold", _gateway_hold_probe, background=True,
+      fields={"gateway_hold": None})  # fmt: skip  # {"reason", "held_for_s"}, None: no hold
 def _gateway_hold(f, r: Reading) -> None:
     from sparkctl.facts.gateway import admin_hold
 
