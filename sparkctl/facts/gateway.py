@@ -122,19 +122,13 @@ def parse_page(text: str) -> GatewayPage:
 
 def admin_hold(text: str) -> Optional[dict]:
     """The admin hold the gateway's metrics lines show: {"reason", "held_for_s"}; None when it holds
-    none for sparkctl (an outage hold is not one), or nothing answered."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    holding, reason, age = False, None, 0.0
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name == P + "holding" and s.labels.get("cause") == "admin":
-                holding = s.value > 0
-            elif s.name == P + "hold_info" and s.value > 0:
-                reason = s.labels.get("reason")
-            elif s.name == P + "hold_age_seconds":
-                age = s.value
-    return {"reason": reason or "admin", "held_for_s": round(age, 1)} if holding else None
+    none for sparkctl (an outage hold is not one), or nothing answered (no lines)."""
+    if not text.strip():
+        return None
+    page = parse_page(text)
+    if not page.holding.get("admin"):
+        return None
+    return {"reason": page.hold_reason or "admin", "held_for_s": round(page.hold_age_s, 1)}
 
 
 def _number(text: Optional[str]) -> Optional[float]:

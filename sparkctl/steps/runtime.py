@@ -413,7 +413,7 @@ class RuntimeStep(Step):
             if left:  # (a head that starts releases the gateway once it serves)
                 ops.append(Change("release", left))
             if ops:
-                reason = f"restart {' and '.join(sorted(groups))}: {why}" if starting else ("" if not left else left)
+                reason = f"restart {' and '.join(sorted(groups))}: {why}" if starting else (left or "")
                 plans[h] = self.changes(h, ops, reason=reason)
             else:
                 plans[h] = self.noop(h, ", ".join(f"{s.name} running config {launch.expected_hash(s.name)}" for s in specs))

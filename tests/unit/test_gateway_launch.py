@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from hostfacts import host_facts, inventory, sec
+from test_checks_state import lock_text
 
 from sparkctl.inventory.models import Inventory
 from sparkctl.inventory.validate import check_inventory
@@ -182,13 +183,6 @@ def hold_lines(page: str) -> str:
     return subprocess.run(["sh", "-c", HOLD_LINES], input=text, capture_output=True, text=True, check=True).stdout
 
 
-def lock_section(host: str, heartbeat_age: int) -> str:
-    """`lock.probe()`'s output on the head: the holder's record, the lock's mtime, the head's clock."""
-    record = {"user": "root", "pid": 4242, "host": host, "command": "sparkctl reload --config new.yaml",
-              "started_at": 1764806400.0, "token": "t0k3n"}  # fmt: skip
-    return f"{json.dumps(record)}\n1764806400\n{1764806400 + heartbeat_age}\n"
-
-
 def runtime_plans(gateway_hold: str, hashes=None, lock: str | None = None):
     from test_step_plans import WANT, facts
 
@@ -216,11 +210,11 @@ def test_a_hold_no_change_owns_is_released_when_nothing_restarts_the_engine():
     assert "release the gateway's reload hold" in plans["head"].reason and "did not finish" in plans["head"].reason
     assert plans["worker"].empty and plans["offload"].empty
     # the lock of a run that is gone (no heartbeat for a minute) owns nothing
-    gone = runtime_plans(held, lock=lock_section("control-host", heartbeat_age=60))
+    gone = runtime_plans(held, lock=lock_text(60, host="control-host"))
     assert [c.action for c in gone["head"].changes] == ["release"]
     # nothing to release: a passing gateway, or the hold of a change still running (its lock is live)
     assert runtime_plans(hold_lines("passing.txt"))["head"].empty
-    assert runtime_plans(held, lock=lock_section("control-host", heartbeat_age=2))["head"].empty
+    assert runtime_plans(held, lock=lock_text(2, host="control-host"))["head"].empty
     # a head that restarts releases the gateway once it serves (wait-serving), no second release
     from test_step_plans import WANT
 
