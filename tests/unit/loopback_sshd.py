@@ -129,6 +129,7 @@ def _key(directory: Path, name: str) -> Path:
 
 
 def closed_port(address: str = "127.0.0.1") -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.create_server((address, 0)) as s:
-        return s.getsockname()[1]
+    """A loopback port nothing listens on, and no other test process is handed (harness.free_port)."""
+    from sparkctl_lab.sim.harness import free_port
+
+    return free_port(address)

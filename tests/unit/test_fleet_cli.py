@@ -22,6 +22,7 @@ from sparkctl.cli.fleet import print_history, print_status
 from sparkctl.fleet.doctor import FLEET_CHECKS, FleetContext, probe_command
 from sparkctl.fleet.history import merge_events
 from sparkctl.fleet.model import load_fleet
+from sparkctl_lab.sim import harness
 
 RECORDED = Path(__file__).resolve().parent / "recorded" / "fleet"
 COMMANDS = ["up", "status", "doctor", "history"]
@@ -156,9 +157,7 @@ def test_the_door_hosts_probe_reports_each_members_health_code(tmp_path):
     answers /health (member lab) and a port nobody listens on (member lab-2)."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    closed = http.server.HTTPServer(("127.0.0.1", 0), _Health)
-    closed_port = closed.server_address[1]
-    closed.server_close()
+    closed_port = harness.free_port()  # nothing listens there (nor will another test's server)
     first, second = copy.deepcopy(LAB), second_pair(LAB)
     for doc, addresses, port in ((first, ("127.0.0.1", "127.0.0.3", "127.0.0.5"), server.server_address[1]),
                                  (second, ("127.0.0.2", "127.0.0.4"), closed_port)):  # fmt: skip

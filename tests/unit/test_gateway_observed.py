@@ -10,7 +10,6 @@ down because nothing listens on its port, a stream is empty because the upstream
 from __future__ import annotations
 
 import json
-import socket
 import threading
 
 import pytest
@@ -46,9 +45,9 @@ def engine_port_of(base: str) -> int:
 
 
 def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from sparkctl_lab.sim.harness import free_port  # nothing listens there, nor will another test's server
+
+    return free_port()
 
 
 def doctor(gw_facts: GatewayFacts, inv: Inventory = INV, lock: str = ""):

@@ -16,11 +16,52 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 
+# Ports handed out by free_port: below the kernel's ephemeral range (32768-60999 by default), so no
+# port-0 bind or outgoing connection on this machine takes one, and never the same one twice to
+# any process on the machine until the range wraps: a counter in PORTS_FILE, advanced under flock.
+# "Bind port 0, close, return it" raced: the kernel may hand the same port to the next process that
+# asks (the four pytest processes side by side start servers on ports so found; a fresh-clone CI
+# died on EADDRINUSE).
+PORTS_FILE = os.path.join(os.environ.get("TMPDIR") or "/tmp", "sparkctl-test-ports")
+PORT_RANGE = (20000, 32000)
+
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on `host` that nothing listens on and no other caller of free_port (in this
+    process or any other on the machine) gets: a server may be started on it later."""
+    import fcntl
+
+    low, high = PORT_RANGE
+    fd = os.open(PORTS_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            os.fchmod(fd, 0o666)  # a developer's unprivileged run and root's CI share the counter
+        except OSError:
+            pass  # another user's file: it is already writable by all
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        raw = os.read(fd, 32).decode(errors="replace").strip()
+        port = int(raw) if raw.isdigit() and low <= int(raw) < high else low + os.getpid() % (high - low)
+        for _ in range(high - low):
+            port = port + 1 if port + 1 < high else low
+            if _bindable(host, port):
+                break
+        else:
+            raise OSError(f"no free port in {low}-{high} on {host}")
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.ftruncate(fd, 0)
+        os.write(fd, str(port).encode())
+        return port
+    finally:
+        os.close(fd)  # closing drops the flock
+
+
+def _bindable(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def port_state(host: str, port: int) -> str:
