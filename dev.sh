@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 APT_PACKAGES=(iproute2 openssh-server docker.io docker-registry busybox-static iputils-ping iperf3
-              procps psmisc util-linux kmod ca-certificates prometheus prometheus-node-exporter)
+              procps psmisc util-linux kmod ca-certificates prometheus prometheus-node-exporter rsync)
 VENV=${SPARKCTL_VENV:-.venv}
 # Fence every SSH/HTTP connection sparkctl makes to loopback and the lab's own range: the shipped
 # inventories hold real-world addresses that must never be contacted from here.

@@ -43,7 +43,7 @@ from sparkctl.transport.redact import MASK, redact_obj
 
 # phases a reload journals, and the playbook steps each one covers
 PHASES = {
-    "preflight": "prestage", "fabric": "prestage", "images": "prestage", "caches": "prestage", "engram": "prestage",
+    "preflight": "prestage", "fabric": "prestage", "images": "prestage", "weights": "prestage", "caches": "prestage", "engram": "prestage",
     "stop": "drain", "gateway": "restart", "runtime": "restart", "throughput": "verify", "record": "commit",
 }  # fmt: skip
 

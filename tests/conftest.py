@@ -95,7 +95,7 @@ LAB_TESTS = "tests/lab/"  # every lab test lives here: pytest-xdist sends this f
 OTHER_LAB_FILES = {
     1: [
         "test_reload.py", "test_repairs.py", "test_reload_plan_lab.py", "test_runtime_sim.py", "test_doctor.py",
-        "test_lock_lab.py", "test_mp_executor.py",
+        "test_lock_lab.py", "test_mp_executor.py", "test_weights.py",
     ],
     2: [
         "test_up.py", "test_gateway_changes.py", "test_check_exact.py", "test_alerts_lab.py", "test_doctor_runtime.py",

@@ -34,6 +34,13 @@
     api.prometheus.up() -> dict           a real Prometheus on 127.0.0.1:19090 scraping the runtime with the
                                           rules `sparkctl alerts` writes (+ a node exporter per host);
                                           prometheus.alerts(), wait_firing(NAME); `lab down` stops it
+    api.hub                               the model hub `lab up` starts (the Hugging Face Hub's API on
+                                          topology.HUB, e.g. HF_ENDPOINT=http://10.231.0.1:5080):
+                                          hub.ENDPOINT, endpoint(instance), TARGET_REPO, DRAFTER_REPO,
+                                          GATED_REPO, commits(repo) (oldest first, the last is main),
+                                          manifest(repo, revision) {path: size, sha256, ...}, TOKEN_FILE
+                                          (approved for the gated repo), set_faults(cut_after=, rate=);
+                                          checkpoint.py makes the checkpoints it serves
     LAB_DIR, INVENTORY_PATH, SSH_KEY, KNOWN_HOSTS, SSH_CONFIG, CACHE_DIR, HOSTS, IMAGE, REGISTRY
     INVENTORY_2_PATH, FLEET_PATH          the second pair's inventory and the fleet file (two pairs only)
     HOSTS (the first pair: head, worker, offload), SECOND_PAIR (head2, worker2), ALL_HOSTS
@@ -45,13 +52,14 @@ CLI/SDK can also use each host's runner socket, `docker_socket(host)`.
 
 Where things live: lifecycle.py (up/down), status.py, faults.py, hostexec.py (host_exec), health.py
 (probes), netns.py (links), hostinit.py (each host's PID 1), hostfiles.py (keys, configs,
-inventory), registry.py, image.py (the runtime image), hw/ (simulated nvidia-smi, ibdev2netdev,
-ethtool, sysfs), topology.py (the shape, shared by all of these).
+inventory), registry.py, hub.py and checkpoint.py (the model hub and its checkpoints), image.py
+(the runtime image), hw/ (simulated nvidia-smi, ibdev2netdev, ethtool, sysfs), topology.py (the
+shape, shared by all of these).
 """
 
 from __future__ import annotations
 
-from sparkctl_lab import drills, prometheus  # noqa: F401  (drills.run(NAME); prometheus.up() / alerts())
+from sparkctl_lab import drills, hub, prometheus  # noqa: F401  (drills.run(NAME); prometheus.up() / alerts(); hub)
 from sparkctl_lab.clusters import count as clusters  # noqa: F401
 from sparkctl_lab.clusters import hosts  # noqa: F401
 from sparkctl_lab.faults import clear_faults, fault  # noqa: F401
@@ -80,6 +88,7 @@ __all__ = [
     "status",
     "drills",
     "prometheus",
+    "hub",
     "fault",
     "clear_faults",
     "host_exec",

@@ -13,8 +13,9 @@ What the host sees (its mount namespace only; the real machine is untouched):
   /run                private tmpfs (own docker.sock, containerd, /run/sshd)
   /etc                overlay: own hostname, hosts, ssh/sshd_config + host key, docker/daemon.json, shadow
   /root               LAB_DIR/hosts/NAME/root (authorized_keys, the lab's client key)
-  /var/lib/sparkctl, /srv, /mnt   own folders (node caches, Engram source and target); on the
-                      offload host /srv/engram/tables holds the simulated Engram tables (read-only)
+  /var/lib/sparkctl, /srv, /mnt, /models   own folders (node caches, Engram source and target, model
+                      weights: each host's own copy, empty on a fresh lab); on the offload host
+                      /srv/engram/tables holds the simulated Engram tables (read-only)
   /usr/local/bin      overlay with the simulated nvidia-smi, ibdev2netdev, ethtool, GPU hook
   /sys                sysfs of the host's network namespace; /sys/fs/cgroup carried over;
                       /sys/class on a tmpfs with every class bound back plus `infiniband`
@@ -49,7 +50,7 @@ NETLINK_ROUTE = 0
 
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PRIVATE = "/run/sparkctl-lab"  # staging mounts inside the host's /run
-PRIVATE_DIRS = {"/var/lib/sparkctl": "var-lib-sparkctl", "/srv": "srv", "/mnt": "mnt"}
+PRIVATE_DIRS = {"/var/lib/sparkctl": "var-lib-sparkctl", "/srv": "srv", "/mnt": "mnt", "/models": "models"}
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -108,7 +109,7 @@ def setup_mounts(name: str) -> None:
         umount(f"{PRIVATE}/keep{i}")
     mount("overlay", "/usr/local/bin", "overlay", MS_RDONLY, f"lowerdir={h}/bin:/usr/local/bin")
 
-    # Each host's own disk where sparkctl keeps state on a node: caches, Engram source and target
+    # Each host's own disk where sparkctl keeps state on a node: caches, Engram source and target, weights
     for target, sub in PRIVATE_DIRS.items():
         os.makedirs(h / sub, exist_ok=True)
         os.makedirs(target, exist_ok=True)  # /var/lib/sparkctl may not exist on the machine: lab down removes it

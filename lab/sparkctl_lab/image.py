@@ -8,10 +8,11 @@ The libraries vLLM's own image ships that sparkctl's gateway runs on (aiohttp, p
 uvloop: vLLM 0.33 requires aiohttp>=3.14.4, prometheus_client and fastapi[standard], which brings
 uvicorn[standard] and uvloop) are copied, with what they require, from the interpreter running
 sparkctl into the image's dist-packages, so the lab's gateway runs from the runtime image as on
-a real Spark. `/usr/local/bin/vllm` and `/usr/local/bin/ray` run `python3 -m sparkctl_lab.sim.vllm_cli` /
-`...ray_cli`. The tarball is imported into the head's dockerd with `docker import`-style
-changes (ENV, CMD), pushed to the lab registry and removed again, so every host starts
-without it, as fresh Sparks would.
+a real Spark; so is huggingface_hub (with `/usr/local/bin/hf`, its CLI, as pip installs it), which
+vLLM's image ships and sparkctl's weights step runs. `/usr/local/bin/vllm` and `/usr/local/bin/ray`
+run `python3 -m sparkctl_lab.sim.vllm_cli` / `...ray_cli`. The tarball is imported into the head's
+dockerd with `docker import`-style changes (ENV, CMD), pushed to the lab registry and removed
+again, so every host starts without it, as fresh Sparks would.
 
 Caching (CACHE_DIR, kept by `lab down`): the tarball and a snapshot of the registry storage,
 both keyed by a hash of the sim sources, the interpreter and this builder's version. A warm
@@ -35,12 +36,16 @@ from pathlib import Path
 from sparkctl_lab import paths
 from sparkctl_lab import topology as topo
 
-BUILDER_VERSION = "5"  # bump when the image layout below changes
+BUILDER_VERSION = "6"  # bump when the image layout below changes
 SIM_DIR = Path(__file__).resolve().parent / "sim"
 KEY_LABEL = "org.sparkctl.lab.image-key"
-# what the gateway imports from vLLM's image (docs/gateway.md); their requirements come along
-IMAGE_LIBRARIES = ("aiohttp", "prometheus_client", "uvloop")
+# what the gateway imports from vLLM's image (docs/gateway.md), and the Hub client vLLM's image ships
+# (vLLM 0.33 requires huggingface_hub>=1.31.0; sparkctl's weights step runs its `hf download` in the
+# image); their requirements come along
+IMAGE_LIBRARIES = ("aiohttp", "prometheus_client", "uvloop", "huggingface_hub")
 ENTRYPOINTS = {"vllm": "sparkctl_lab.sim.vllm_cli", "ray": "sparkctl_lab.sim.ray_cli"}
+# console scripts of the copied libraries, written as pip writes them: name -> module:function
+CONSOLE_SCRIPTS = {"hf": "huggingface_hub.cli.hf:main"}
 STDLIB_SKIP = {
     "test",
     "idlelib",
@@ -58,6 +63,8 @@ CHANGES = [
     "ENV PYTHONPATH=/opt/sparkctl",
     "ENV PYTHONUNBUFFERED=1",
     "ENV LANG=C.UTF-8",
+    # the lab reaches no public address: `hf` must not ask pypi.org for a newer version of itself
+    "ENV HF_HUB_DISABLE_UPDATE_CHECK=1",
     "WORKDIR /",
     'CMD ["/bin/sh"]',
 ]
@@ -254,6 +261,16 @@ def build_rootfs(out: Path) -> None:
             t.copy(src, f"{libs}/{rel}")
         for exe, module in ENTRYPOINTS.items():
             t.file(f"usr/local/bin/{exe}", f'#!/bin/sh\nexec python3 -m {module} "$@"\n'.encode(), 0o755)
+        for exe, target in CONSOLE_SCRIPTS.items():
+            module, func = target.split(":")
+            script = (
+                "#!/usr/bin/python3\nimport re\nimport sys\n"
+                f"from {module} import {func}\n"
+                "if __name__ == '__main__':\n"
+                "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+                f"    sys.exit({func}())\n"
+            )
+            t.file(f"usr/local/bin/{exe}", script.encode(), 0o755)
     tmp.replace(out)
 
 

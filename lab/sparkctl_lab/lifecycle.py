@@ -1,13 +1,14 @@
 """`lab up` and `lab down`: build the lab (or complete it) and take it all away again.
 
 up: preflight (root, cgroup v1, packages, address range) -> keys and host files -> networks ->
-simulated sysfs -> registry (a cached storage snapshot on a fresh lab) -> host inits -> wait for
-every sshd, dockerd and the registry -> runtime image (built and pushed only when the sim
-sources changed). Each step creates only what is missing and reports it.
+simulated sysfs -> registry (a cached storage snapshot on a fresh lab) -> model hub (hub.py; it
+generates the checkpoints on a cold cache) -> host inits -> wait for every sshd, dockerd, the
+registry and the hub -> runtime image (built and pushed only when the sim sources changed). Each
+step creates only what is missing and reports it.
 `up(clusters=N)` sets the lab's number of Spark pairs (clusters.py; plain `up` keeps it): with 2 it
 builds the second pair (head2, worker2) beside the first and writes its inventory and the fleet
 file; with 1 it removes the second pair first (remove_second_pair), so the first is as it always was.
-down: host inits (containers, dockerd, sshd go with them) -> stray processes -> registry ->
+down: host inits (containers, dockerd, sshd go with them) -> stray processes -> registry, hub ->
 namespaces, runner veth, route -> /run/netns, cgroups, mounts -> LAB_DIR; every pair, whatever
 the count.
 """
@@ -27,8 +28,8 @@ from pathlib import Path
 from typing import Callable
 
 from sparkctl.errors import SparkctlError
+from sparkctl_lab import checkpoint, hostfiles, hostinit, hub, image, netns, paths, preflight, procs, registry, shaping
 from sparkctl_lab import clusters as lab_clusters
-from sparkctl_lab import hostfiles, image, netns, paths, preflight, procs, registry, shaping
 from sparkctl_lab import topology as topo
 from sparkctl_lab.health import docker_ping, ssh_banner
 from sparkctl_lab.hw import state
@@ -119,6 +120,7 @@ def _up(progress: Progress, clusters: int | None) -> dict:
     if procs.registry_pid() is None:
         procs.start_registry()
         changes.append(f"registry on {REGISTRY}")
+    changes += _start_hub()
 
     started = []
     for name in host_set:
@@ -131,6 +133,11 @@ def _up(progress: Progress, clusters: int | None) -> dict:
             # a host whose dockerd or sshd died: restart the whole host, as a reboot would
             procs.stop([init], 15)
             changes.append(f"host {name} restarted (sshd or dockerd was not answering)")
+            init = None
+        elif init is not None and not set(hostinit.PRIVATE_DIRS) <= procs.mount_points(init):
+            # started by an older lab that shared one of these folders with the machine (/models)
+            procs.stop([init], 15)
+            changes.append(f"host {name} restarted (its {', '.join(hostinit.PRIVATE_DIRS)} were not all its own)")
             init = None
         if init is None:
             procs.start_host(name)
@@ -151,9 +158,27 @@ def _up(progress: Progress, clusters: int | None) -> dict:
     return {"changed": bool(changes), "changes": changes, "seconds": round(time.monotonic() - t0, 2)}
 
 
+def _start_hub() -> list[str]:
+    """The model hub, started (or restarted when its code or checkpoints changed) in the background:
+    on a cold cache it generates the checkpoints while the hosts start, then binds (_wait_ready)."""
+    changes = hub.prepare()
+    key = hub.code_key()
+    running = procs.hub_pids()
+    stale = [pid for pid, k in running.items() if k != key]
+    if stale:
+        procs.stop(stale, 5)
+        changes.append("model hub restarted (its code or checkpoints changed)")
+    if len(running) == len(stale):
+        if not paths.other_labs():  # older checkpoints go, unless another lab's hub may serve them
+            changes += [f"removed old checkpoints {k}" for k in checkpoint.prune()]
+        procs.start_hub(key)
+        changes.append(f"model hub on {topo.HUB}")
+    return changes
+
+
 def _wait_ready(host_set: dict[str, topo.LabHost]) -> None:
     # what must answer -> (its probe, the logs that say why it does not)
-    waits = {"registry": (registry.healthy, [paths.REGISTRY_DIR / "registry.log"])}
+    waits = {"registry": (registry.healthy, [paths.REGISTRY_DIR / "registry.log"]), "hub": (hub.healthy, [hub.LOG_FILE])}
     for n in host_set:
         log = paths.host_dir(n) / "log"
         waits[f"{n}/dockerd"] = (partial(docker_ping, n), [log / "dockerd.log", log / "init.log"])
@@ -207,6 +232,10 @@ def _down(progress: Progress) -> dict:
     if reg:
         procs.stop([reg], 5)
         changes.append("registry stopped")
+    hubs = list(procs.hub_pids())
+    if hubs:
+        procs.stop(hubs, 5)
+        changes.append("model hub stopped")
 
     changes += netns.teardown()
     # iproute2 made /run/netns a mount point for the namespaces; empty now, it goes too
@@ -217,11 +246,13 @@ def _down(progress: Progress) -> dict:
             os.rmdir(netns.NETNS_DIR)
         changes.append(f"unmounted {netns.NETNS_DIR}")
     changes += _remove_cgroups(list(ALL_HOSTS))
-    # the mount point the hosts needed for their own /var/lib/sparkctl (empty here); not while another
-    # lab is up: removing a mount point detaches it in every mount namespace, that lab's hosts' too
+    # the mount points the hosts needed for their own /var/lib/sparkctl and /models (empty here; one
+    # that holds anything stays); not while another lab is up: removing a mount point detaches it in
+    # every mount namespace, that lab's hosts' too
     if not paths.other_labs():
-        with contextlib.suppress(OSError):
-            os.rmdir("/var/lib/sparkctl")
+        for d in ("/var/lib/sparkctl", "/models"):
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
     for m in _lab_mounts():
         subprocess.run(["umount", "-l", m], check=False)
         changes.append(f"unmounted {m}")

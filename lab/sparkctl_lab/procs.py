@@ -2,7 +2,8 @@
 
 A host's init is the process whose network namespace is /run/netns/lab-NAME, which is PID 1 of
 its own PID namespace and runs `sparkctl_lab.hostinit NAME`. Everything else of the host lives
-in the same network namespace. The registry is the `docker-registry` serving the lab's config.
+in the same network namespace. The registry is the `docker-registry` serving the lab's config; the
+model hub the `python -m sparkctl_lab.hub` whose environment names this LAB_DIR.
 """
 
 from __future__ import annotations
@@ -88,6 +89,11 @@ def host_children(init_pid: int) -> dict[str, int]:
     return out
 
 
+def mount_points(pid: int) -> set[str]:
+    """The mount points of pid's mount namespace."""
+    return {ln.split()[4] for ln in _read(f"/proc/{pid}/mountinfo").splitlines() if len(ln.split()) > 4}
+
+
 def registry_pid() -> int | None:
     config = str(paths.REGISTRY_DIR / "config.yml")
     for pid in all_pids():
@@ -95,6 +101,17 @@ def registry_pid() -> int | None:
         if len(args) >= 3 and os.path.basename(args[0]) == "docker-registry" and args[-1] == config and alive(pid):
             return pid
     return None
+
+
+def hub_pids() -> dict[int, str]:
+    """The lab's model hub processes (`python -S -m sparkctl_lab.hub KEY` of this LAB_DIR): pid -> KEY."""
+    out = {}
+    for pid in all_pids():
+        args = cmdline(pid)
+        if len(args) >= 2 and args[-2] == "sparkctl_lab.hub" and alive(pid):
+            if f"SPARKCTL_LAB_DIR={paths.LAB_DIR}" in _read(f"/proc/{pid}/environ").split("\0"):
+                out[pid] = args[-1]
+    return out
 
 
 def _detach(argv: list[str], log: Path, env: dict | None = None) -> None:
@@ -142,6 +159,21 @@ def start_host(name: str) -> None:
 
 def start_registry() -> None:
     _detach(["docker-registry", "serve", str(paths.REGISTRY_DIR / "config.yml")], paths.REGISTRY_DIR / "registry.log")
+
+
+def start_hub(key: str) -> None:
+    """The model hub (hub.py) in the root namespace, on the runner's management address like the registry."""
+    env = {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "PYTHONPATH": str(tools.package_root()),
+        "SPARKCTL_LAB_DIR": str(paths.LAB_DIR),
+        "SPARKCTL_LAB_INSTANCE": str(paths.INSTANCE),
+        "SPARKCTL_LAB_CACHE": str(paths.CACHE_DIR),
+        "LANG": "C.UTF-8",
+    }
+    log = paths.LAB_DIR / "hub" / "hub.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    _detach([sys.executable, "-S", "-m", "sparkctl_lab.hub", key], log, env)
 
 
 def wait_gone(pids: list[int], timeout: float) -> list[int]:

@@ -1,9 +1,9 @@
-"""`lab status`: what runs, what answers, how the links look, and which faults are on."""
+"""`lab status`: what runs, what answers (hosts, registry, model hub), how the links look, and which faults are on."""
 
 from __future__ import annotations
 
 from sparkctl_lab import clusters as lab_clusters
-from sparkctl_lab import image, netns, paths, preflight, procs, registry
+from sparkctl_lab import hub, image, netns, paths, preflight, procs, registry
 from sparkctl_lab import topology as topo
 from sparkctl_lab.health import docker_get, ssh_banner
 from sparkctl_lab.hw import state
@@ -112,7 +112,9 @@ def status() -> dict:
     cfg = registry.image_config() if reg_ok else None
     key_file = paths.REGISTRY_DIR / "image-key"
     present_key = ((cfg.get("config") or {}).get("Labels") or {}).get(image.KEY_LABEL) if cfg else None
-    healthy &= reg_ok and cfg is not None
+    hub_pids = list(procs.hub_pids())
+    hub_ok = hub.healthy() if hub_pids else False
+    healthy &= reg_ok and cfg is not None and hub_ok
     return {
         "up": bool(healthy),
         "lab_dir": str(LAB_DIR),
@@ -136,6 +138,12 @@ def status() -> dict:
             "pid": reg_pid,
             "healthy": reg_ok,
             "rss_mib": round(procs.rss_kib([reg_pid]) / 1024, 1) if reg_pid else 0,
+        },
+        "hub": {
+            "endpoint": hub.ENDPOINT,
+            "pid": hub_pids[0] if hub_pids else None,
+            "healthy": hub_ok,
+            "token_file": str(hub.TOKEN_FILE) if hub.TOKEN_FILE.exists() else None,
         },
         "image": {
             "name": IMAGE,

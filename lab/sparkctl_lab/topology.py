@@ -53,6 +53,9 @@ REGISTRY = f"{RUNNER_ADDRESS}:{REGISTRY_PORT}"
 IMAGE_REPO = "sparkctl/vllm-sim"
 IMAGE_TAG = "0.1"
 IMAGE = f"{REGISTRY}/{IMAGE_REPO}:{IMAGE_TAG}"
+# the lab's model hub (hub.py), beside the registry on the runner's management address
+HUB_PORT = 5080
+HUB = f"{RUNNER_ADDRESS}:{HUB_PORT}"
 MGMT_MTU = 1500
 
 
@@ -232,6 +235,7 @@ ENGRAM_TABLE_BYTES = 256 << 20
 
 
 FIRST_REGISTRY = "10.231.0.1:5000"  # the first lab's, which the shipped file's runtime.image names
+FIRST_HUB = "10.231.0.1:5080"  # the first lab's model hub, which the shipped file's weights.endpoint names
 
 
 def shipped_sections() -> dict:
@@ -242,6 +246,9 @@ def shipped_sections() -> dict:
     runtime = doc["runtime"]
     if runtime["image"].startswith(FIRST_REGISTRY + "/"):
         runtime["image"] = REGISTRY + runtime["image"][len(FIRST_REGISTRY) :]
+    weights = doc["weights"]
+    if weights["endpoint"] == f"http://{FIRST_HUB}":  # the model hub, likewise (hub.py)
+        weights["endpoint"] = f"http://{HUB}"
     engram = doc["engram"]
     if (engram["host"], engram["source"]) != (ENGRAM_HOST, ENGRAM_SOURCE):
         raise ValueError(
@@ -295,13 +302,15 @@ def inventory_doc(ssh_key: str, known_hosts: str) -> dict:
         "runtime": shipped["runtime"],
         "caches": shipped["caches"],
         "engram": shipped["engram"],
+        "weights": shipped["weights"],
         **{k: shipped[k] for k in ("gateway", "alerts") if k in shipped},
     }
 
 
 def second_inventory_doc(ssh_key: str, known_hosts: str) -> dict:
-    """The second pair's inventory (LAB_DIR/inventory-2.yaml): the shipped runtime, caches, gateway
-    and alerts on head2 + worker2; no offload host, so no drafter (runtime.speculative) and no Engram."""
+    """The second pair's inventory (LAB_DIR/inventory-2.yaml): the shipped runtime, caches, weights,
+    gateway and alerts on head2 + worker2; no offload host, so no drafter (runtime.speculative, its
+    weights) and no Engram."""
     shipped = shipped_sections()
     runtime = {k: v for k, v in shipped["runtime"].items() if k != "speculative"}
     return {
@@ -310,6 +319,7 @@ def second_inventory_doc(ssh_key: str, known_hosts: str) -> dict:
         "hosts": _hosts_doc(SECOND_PAIR),
         "runtime": runtime,
         "caches": shipped["caches"],
+        "weights": {k: v for k, v in shipped["weights"].items() if k != "drafter"},  # no drafter here either
         **{k: shipped[k] for k in ("gateway", "alerts") if k in shipped},
     }
 

@@ -7,7 +7,7 @@ doctor gathers for them.
 
 # the order of registration is the order doctor shows the groups in: not sorted
 # isort: off
-from sparkctl.checks import ssh, host, gpu, fabric, env, images, caches, engram, runtime, gateway, state  # noqa: F401  (registration)
+from sparkctl.checks import ssh, host, gpu, fabric, env, images, caches, engram, weights, runtime, gateway, state  # noqa: F401  (registration)
 
 # isort: on
 from sparkctl.checks.base import REGISTRY, CheckResult, Context  # noqa: F401

@@ -117,6 +117,8 @@ def doctor(
     kinds = kinds_for(groups)
     if deep and any(c.name == "engram.checksums" for c in checks):
         kinds.add("engram_rehash")  # --deep re-hashes the whole RAM copy (minutes for ~220 GiB)
+    if deep and any(c.name == "weights.verified" for c in checks):
+        kinds.add("weights_rehash")  # and every node's whole checkpoint (minutes for ~167 GB)
     names = _split(hosts) if hosts is not None else list(inv.hosts)
     with ClusterSession(inv, names) as cluster:  # InputError for unknown hosts
         selected = cluster.hosts

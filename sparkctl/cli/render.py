@@ -13,11 +13,12 @@ def render(inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
     from sparkctl.cli.output import answer, diagnostics, print_json
     from sparkctl.inventory.loader import load_inventory
     from sparkctl.runtime.launch import render as render_launch
+    from sparkctl.runtime.stock_images import fork_only_warnings
     from sparkctl.transport.redact import redact, redact_obj
 
     inv = load_inventory(require_inventory(inventory))
     plan = render_launch(inv)
-    warnings = [w for w in (moe_clamp_warning(inv),) if w]
+    warnings = [w for w in (moe_clamp_warning(inv), *fork_only_warnings(inv)) if w]
     if json_out:
         doc = plan.model_dump(mode="json")
         for c, spec in zip(doc["containers"], plan.containers):

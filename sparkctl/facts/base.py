@@ -34,6 +34,7 @@ ProbeSpec = Union[None, str, Mapping[int, str]]
 MODULES = (
     "sparkctl.facts.system", "sparkctl.facts.network", "sparkctl.facts.rdma", "sparkctl.facts.gpu",
     "sparkctl.facts.docker", "sparkctl.facts.logs", "sparkctl.facts.caches", "sparkctl.facts.engram",
+    "sparkctl.facts.weights",
     "sparkctl.facts.runtime", "sparkctl.facts.state", "sparkctl.facts.fleet_door",
 )  # fmt: skip
 

@@ -42,7 +42,7 @@ def launch(fleet: "Fleet") -> "ContainerSpec":
     """The door's container: pure (the fleet alone), so the same fleet always renders the same config hash."""
     from sparkctl.fleet import door_code
     from sparkctl.runtime.health import base_url, public_url
-    from sparkctl.runtime.launch import LABEL_PREFIX, ContainerSpec, Mount, _hash
+    from sparkctl.runtime.launch import LABEL_PREFIX, LAUNCHER, ContainerSpec, Mount, _hash
 
     _, host = door_inventory(fleet)
     cmd = ["python3", "-m", "sparkctl.fleetdoor", "--listen", f"0.0.0.0:{fleet.front_door.port}",
@@ -50,7 +50,7 @@ def launch(fleet: "Fleet") -> "ContainerSpec":
     for member in fleet.members:
         cmd += ["--member", f"{member.name}={public_url(member.inventory)},{base_url(member.inventory)}"]
     node = dict(
-        host=host, role=placement.ROLE, image=fleet.front_door_image, command=cmd,
+        host=host, role=placement.ROLE, image=fleet.front_door_image, launcher=LAUNCHER, command=cmd,
         env={"PYTHONPATH": placement.CONTAINER_CODE, "PYTHONUNBUFFERED": "1"},
         mounts=[Mount(source=door_code.directory(), target=placement.CONTAINER_CODE, read_only=True),
                 Mount(source=placement.ADMIN_DIR, target=placement.ADMIN_DIR)],

@@ -372,6 +372,57 @@ class Engram(Model):
     min_free_gib: float = Field(..., gt=0, description="Free RAM the host must have before placing them.")
 
 
+# A Hugging Face repo id: owner/name, as the hub spells it
+RepoId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")]
+# A glob as huggingface_hub's allow/ignore patterns read it (fnmatch on the path in the repo)
+FilePattern = Annotated[str, StringConstraints(min_length=1, pattern=r"^[^\s]+$")]
+
+
+class HubCheckpoint(Model):
+    """A checkpoint on a Hugging Face hub, pinned to one revision."""
+
+    repo: RepoId = Field(..., description="The repo id on the hub, e.g. deepseek-ai/DeepSeek-V4-Flash.")
+    revision: str = Field(
+        ...,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$",
+        description="A commit (40 hex digits) pins the files. A branch or tag is resolved to its commit once, "
+        "when no node holds a verified copy of it, and the commit is what the nodes' records name.",
+    )
+    include: list[FilePattern] = Field(
+        default_factory=list,
+        description="Only the files matching one of these globs travel (hf download --include); empty: every file.",
+    )
+    exclude: list[FilePattern] = Field(
+        default_factory=list,
+        description="Files matching these globs never travel (hf download --exclude), e.g. 'original/*'.",
+    )
+
+
+class Weights(HubCheckpoint):
+    """The model's weights: downloaded once from the hub, copied to every other node over the fabric,
+    verified byte for byte against the hub's manifest (docs/weights.md). `runtime.model` is where every
+    node holds them; the drafter's checkpoint (`speculative.model`) is placed on the drafter's host."""
+
+    endpoint: str = Field(
+        "https://huggingface.co",
+        pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+        description="The hub's URL (HF_ENDPOINT): the public hub, a mirror, or a hub proxy your nodes reach.",
+    )
+    # (not `token_env`: a key with the word token has its value masked as a secret, and this holds a name)
+    access_env: EnvName = Field(
+        "HF_TOKEN",
+        description="The environment variable holding a hub access token, for gated or private repos: read "
+        "from sparkctl's own environment and handed to the download on the node; never written anywhere.",
+    )
+    download_host: Optional[str] = Field(
+        None, description="The host that downloads from the hub (default: the head); the other nodes copy from it."
+    )
+    drafter: Optional[HubCheckpoint] = Field(
+        None,
+        description="The drafter's checkpoint (speculative.model on speculative.drafter_host), downloaded there.",
+    )
+
+
 class Inventory(Model):
     """One cluster: its hosts, fabric, runtime, caches and Engram placement."""
 
@@ -381,6 +432,9 @@ class Inventory(Model):
     runtime: Runtime = Field(..., description="The inference runtime (vLLM) settings.")
     caches: Caches = Field(default_factory=Caches, description="Where each node keeps its persistent kernel caches.")
     engram: Optional[Engram] = Field(None, description="Engram tables placed in an offload host's RAM.")
+    weights: Optional[Weights] = Field(
+        None, description="Where the model's weights come from; without it, each node must already hold runtime.model."
+    )
     alerts: Alerts = Field(default_factory=Alerts, description="Thresholds of `sparkctl alerts` (docs/alerts.md).")
     gateway: Gateway = Field(
         default_factory=Gateway, description="The front door on the head, holding requests across restarts (docs/gateway.md)."

@@ -22,7 +22,7 @@ PER_NODE_ENV = ("VLLM_HOST_IP", "RAY_NODE_IP_ADDRESS", "RAY_OVERRIDE_NODE_IP_ADD
 
 def check_inventory(inv: Inventory) -> list[Problem]:
     """Every cross-field problem (errors and warnings), in file order as far as possible."""
-    rules = (_roles, _tensor_parallel, _executor, _fabric, _addresses, _runtime, _speculative, _engram, _gateway)
+    rules = (_roles, _tensor_parallel, _executor, _fabric, _addresses, _runtime, _speculative, _engram, _weights, _gateway)
     return [p for rule in rules for p in rule(inv)]
 
 
@@ -331,6 +331,43 @@ def _engram(inv: Inventory) -> Iterator[Problem]:
             f"{eg.min_free_gib:g} GiB is less than the tables need (size_gib: {eg.size_gib:g}); the host must have at "
             "least that much free before they are placed",
         )
+
+
+# --- weights -----------------------------------------------------------------------------------
+
+
+def _weights(inv: Inventory) -> Iterator[Problem]:
+    w = inv.weights
+    if w is None:
+        return
+    if w.download_host is not None:
+        if w.download_host not in inv.hosts:
+            why = f"'{w.download_host}' is not a host in this inventory{_host_ref(inv, w.download_host)}"
+            yield Problem(("weights", "download_host"), why)
+        elif inv.hosts[w.download_host].role not in SPARK_ROLES:
+            yield Problem(
+                ("weights", "download_host"),
+                f"'{w.download_host}' has role {inv.hosts[w.download_host].role}; the model is downloaded on a node that "
+                "runs the engine (head or worker), which then copies it to the others over the fabric",
+            )
+    folders = [(("runtime", "model"), inv.runtime.model)]
+    spec = inv.runtime.speculative
+    if w.drafter is not None and spec is not None and spec.model:
+        folders.append((("runtime", "speculative", "model"), spec.model))
+    for where, path in folders:
+        if not path.startswith("/") or path.rstrip("/").count("/") < 2:
+            yield Problem(
+                where,
+                f"{path!r}: with `weights` set this is the folder sparkctl places the checkpoint in on each node: "
+                "an absolute path at least two levels deep, e.g. /models/DeepSeek-V4-Flash",
+            )
+    if w.drafter is not None:
+        if spec is None or not spec.model or not spec.drafter_host:
+            yield Problem(
+                ("weights", "drafter"),
+                "places the drafter's checkpoint on the drafter's host: set runtime.speculative.model (its path) and "
+                "runtime.speculative.drafter_host, or remove weights.drafter",
+            )
 
 
 # --- the gateway -------------------------------------------------------------------------------

@@ -30,7 +30,8 @@ def create_args(api, spec: ContainerSpec, identity: Optional[str] = None) -> dic
     )
     return dict(
         image=spec.image,
-        command=spec.command,
+        entrypoint=[spec.entrypoint],
+        command=spec.arguments,
         name=spec.name,
         environment=dict(spec.env),
         labels={**spec.labels, **({IMAGE_LABEL: identity} if identity else {})},

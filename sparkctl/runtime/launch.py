@@ -21,7 +21,9 @@ With `mp` (vLLM's multiprocessing executor, no Ray; engine/arg_utils.py, entrypo
   (runtime/gateway_code.py), its own restart group, so an engine change never restarts it.
 Every container: host networking and IPC, all GPUs, /dev/infiniband, memlock unlimited, the
 NCCL/Gloo/UCX/Ray environment pinned to the fabric, the node's persistent cache volume at the
-runtime's cache root, and labels carrying cluster, role and config hash.
+runtime's cache root, and labels carrying cluster, role and config hash. Each starts with an explicit
+entrypoint (LAUNCHER), never the image's: vLLM's image has ENTRYPOINT `vllm serve`, NGC's and the
+community Spark images NVIDIA's wrapper, the lab's none (docs/inventory.md "Images").
 
 The same inventory always renders the same specs and the same config hash, so "is the running
 runtime what the inventory says?" is a comparison of hashes.
@@ -44,6 +46,16 @@ LABEL_PREFIX = "io.sparkctl"
 # vLLM has no flag for a drafter on another machine; the sPLIce overlay reads its address from env.
 DRAFTER_URL_ENV = "SPLICE_DRAFTER_URL"
 
+# NVIDIA's pass-through ENTRYPOINT of NGC images and of images built FROM them (eugr's
+# spark-vllm-docker): it sources /opt/nvidia/entrypoint.d/*.sh, among them the CUDA forward
+# compatibility set-up a Spark needs when its driver is older than the image's CUDA, then
+# `exec "$@"`. vLLM's own image (FROM nvidia/cuda's base variant) has none.
+NVIDIA_ENTRYPOINT = "/opt/nvidia/nvidia_entrypoint.sh"
+# How every container starts its process, whatever ENTRYPOINT/CMD the image declares: docker's
+# --entrypoint is LAUNCHER[0], the rest goes after the image, before the process's argv. The shell
+# execs NVIDIA's wrapper ($0) with the argv when the image holds it, else the argv itself.
+LAUNCHER = ["/bin/sh", "-c", 'if [ -x "$0" ]; then exec "$0" "$@"; fi; exec "$@"', NVIDIA_ENTRYPOINT]
+
 
 class Mount(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -60,7 +72,8 @@ class ContainerSpec(BaseModel):
     role: str = Field(..., description="head | worker | drafter")
     name: str
     image: str
-    command: list[str]
+    launcher: list[str] = Field(..., description="Starts `command` (LAUNCHER): docker's --entrypoint, then its arguments.")
+    command: list[str] = Field(..., description="The process the container runs, as argv.")
     env: dict[str, str]
     mounts: list[Mount]
     devices: list[str]
@@ -71,8 +84,18 @@ class ContainerSpec(BaseModel):
     stop_timeout: int
     labels: dict[str, str]
 
-    def docker_run(self) -> str:
-        """The equivalent `docker run` line, for an operator to read or copy (secrets redacted by the caller)."""
+    @property
+    def entrypoint(self) -> str:
+        """docker's --entrypoint: one executable, replacing the image's ENTRYPOINT (and its CMD)."""
+        return self.launcher[0]
+
+    @property
+    def arguments(self) -> list[str]:
+        """What goes after the image in `docker run` (the container's Cmd): the launcher's arguments, then the process."""
+        return [*self.launcher[1:], *self.command]
+
+    def docker_run_argv(self) -> list[str]:
+        """The equivalent `docker run` command as argv (what containers.create_args asks the engine for)."""
         parts = ["docker", "run", "-d", "--name", self.name, f"--network={self.network_mode}", f"--ipc={self.ipc_mode}"]
         parts += [f"--gpus={self.gpus}"] if self.gpus != "none" else []
         parts += [f"--device={d}" for d in self.devices]
@@ -84,8 +107,12 @@ class ContainerSpec(BaseModel):
             parts += ["-e", f"{k}={v}"]
         for k, v in self.labels.items():
             parts += ["--label", f"{k}={v}"]
-        parts += [self.image, *self.command]
-        return shlex.join(parts)
+        parts += [f"--entrypoint={self.entrypoint}", self.image, *self.arguments]
+        return parts
+
+    def docker_run(self) -> str:
+        """The equivalent `docker run` line, for an operator to read or copy (secrets redacted by the caller)."""
+        return shlex.join(self.docker_run_argv())
 
 
 def restart_group(role: str) -> str:
@@ -188,6 +215,12 @@ def cache_env(inv: Inventory) -> dict[str, str]:
     }
 
 
+def weights_env(inv: Inventory) -> dict[str, str]:
+    """sparkctl placed and verified the weights (`weights`): the engine never downloads a second copy
+    (huggingface_hub and vLLM read HF_HUB_OFFLINE and refuse any hub call)."""
+    return {"HF_HUB_OFFLINE": "1"} if inv.weights is not None else {}
+
+
 def vllm_serve_args(inv: Inventory) -> list[str]:
     """`vllm serve` flags for the main model: only flags the real vLLM accepts (vllm-interface.md)."""
     r = inv.runtime
@@ -247,7 +280,7 @@ def gateway_node(inv: Inventory, code_hash: str) -> dict:
         cmd += ["--long-context-tokens", str(lc.tokens), "--long-context-max-concurrent", str(lc.max_concurrent),
                 "--long-context-queue", str(lc.queue), "--long-context-wait-s", f"{lc.wait_s:g}"]  # fmt: skip
     return dict(
-        host=head, role=gw.ROLE, image=r.image, command=cmd,
+        host=head, role=gw.ROLE, image=r.image, launcher=LAUNCHER, command=cmd,
         env={"PYTHONPATH": gw.CONTAINER_CODE, "PYTHONUNBUFFERED": "1"},
         mounts=[Mount(source=f"{gw.CODE_ROOT}/{code_hash}", target=gw.CONTAINER_CODE, read_only=True),
                 Mount(source=gw.ADMIN_DIR, target=gw.ADMIN_DIR)],
@@ -313,10 +346,10 @@ def _render(inv: Inventory) -> LaunchPlan:
     workers = inv.hosts_with_role("worker")
     head_ip = fabric_ip(inv, head, workers[0]) if workers else inv.hosts[head].ssh.address
     stop_timeout = r.shutdown_timeout + 15  # docker stop waits for vLLM's drain, then kills
-    base_env = {**cache_env(inv), **r.env}
+    base_env = {**cache_env(inv), **weights_env(inv), **r.env}
 
     def node(host: str, role: str, image: str, command: list[str], env: dict, model_path: Optional[str]) -> dict:
-        return dict(host=host, role=role, image=image, command=command, env={**base_env, **env},
+        return dict(host=host, role=role, image=image, launcher=LAUNCHER, command=command, env={**base_env, **env},
                     mounts=_model_mounts(inv, model_path))  # fmt: skip
 
     nodes: list[dict] = []  # in start order: drafter, workers, head

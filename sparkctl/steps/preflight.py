@@ -11,12 +11,13 @@ from __future__ import annotations
 from sparkctl.steps.base import Plan, RunContext, Step
 
 # doctor checks that must pass before `up` touches anything
-BLOCKING = ("ssh.privilege", "gpu.smi", "gpu.model", "gpu.driver", "host.disk")
+# (weights.present fails only where nothing places the checkpoint: no `weights` section)
+BLOCKING = ("ssh.privilege", "gpu.smi", "gpu.model", "gpu.driver", "host.disk", "weights.present")
 
 
 class PreflightStep(Step):
     name = "preflight"
-    facts = frozenset({"whoami", "gpus", "disk"})
+    facts = frozenset({"whoami", "gpus", "disk", "weights"})
 
     def plan(self, ctx: RunContext) -> dict[str, Plan]:
         from sparkctl.checks import REGISTRY

@@ -15,9 +15,10 @@ def step_classes() -> dict[str, type[Step]]:
     from sparkctl.steps.record import RecordStep
     from sparkctl.steps.runtime import RuntimeStep, StopStep
     from sparkctl.steps.throughput import ThroughputStep
+    from sparkctl.steps.weights import WeightsStep
 
     classes = (
-        PreflightStep, FabricStep, ImagesStep, CachesStep, EngramStep, StopStep, GatewayStep, RuntimeStep, ThroughputStep,
+        PreflightStep, FabricStep, ImagesStep, WeightsStep, CachesStep, EngramStep, StopStep, GatewayStep, RuntimeStep, ThroughputStep,
         RecordStep,
     )  # fmt: skip
     return {c.name: c for c in classes}

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import select
 import shlex
 import socket
@@ -107,24 +108,53 @@ def _tune_socket(sock: socket.socket, deadline: float) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(deadline * 2000))
 
 
-def _exec(transport: paramiko.Transport, command: str, deadline: float) -> tuple[int, str, str]:
+def _exec(
+    transport: paramiko.Transport,
+    command: str,
+    deadline: float,
+    stdin: Optional[bytes] = None,
+    on_line: Optional[Callable[[str], None]] = None,
+) -> tuple[int, str, str]:
     """Run `command` on a new channel; (exit status, stdout, stderr). Both streams are read as
     they come (a full stderr must not stall stdout); past `deadline` (monotonic) the channel is
-    closed and TimeoutError raised. No stdin is sent (and none closed), no pty."""
+    closed and TimeoutError raised. No pty. `stdin`, when given, is sent and the channel's input
+    closed (a secret handed to the command this way is in no command line); `on_line` is called
+    with every line (ended by a newline or a carriage return) of either stream as it arrives."""
     chan = transport.open_session(timeout=max(0.1, deadline - time.monotonic()))
     try:
         chan.exec_command(command)
+        if stdin is not None:
+            chan.sendall(stdin)
+            chan.shutdown_write()
         out, err = bytearray(), bytearray()
+        pending = {"out": bytearray(), "err": bytearray()}
+
+        def lines(stream: str, data: bytes) -> None:
+            if on_line is None:
+                return
+            buf = pending[stream]
+            buf += data
+            if data:
+                *done, rest = re.split(rb"[\r\n]", bytes(buf))
+            else:  # end of the stream: what is left is the last line
+                done, rest = [bytes(buf)], b""
+            buf[:] = rest
+            for line in done:
+                if line.strip():
+                    on_line(line.decode("utf-8", "replace"))
+
         out_open = err_open = True
         while out_open or err_open:
             moved = False
             if out_open and (chan.recv_ready() or chan.eof_received or chan.closed):
                 data = chan.recv(1 << 16)  # ready or at EOF: does not block
                 out += data
+                lines("out", data)
                 out_open, moved = bool(data), True
             if err_open and (chan.recv_stderr_ready() or chan.eof_received or chan.closed):
                 data = chan.recv_stderr(1 << 16)
                 err += data
+                lines("err", data)
                 err_open, moved = bool(data), True
             if not moved:
                 left = deadline - time.monotonic()
@@ -494,19 +524,28 @@ class HostSession:
         the time it takes at MIN_TRANSFER_RATE, the slowest a healthy disk or link goes."""
         return self.timeout + max(0.0, nbytes) / MIN_TRANSFER_RATE
 
-    def run(self, command: str | list[str], timeout: Optional[float] = None) -> CommandResult:
+    def run(
+        self,
+        command: str | list[str],
+        timeout: Optional[float] = None,
+        *,
+        stdin: Optional[bytes] = None,
+        on_line: Optional[Callable[[str], None]] = None,
+    ) -> CommandResult:
         """Run a command; return its result (non-zero exit is data, not an exception).
 
         A list is shell-quoted. Never retried: it may have changed state before failing.
         `timeout` defaults to the inventory's ssh.timeout; pass a longer one for long operations
         (copies, transfers). A host that stops answering fails the call within the connect timeout.
+        `stdin` is sent to the command (secrets: never in a command line); `on_line` sees each
+        output line as it comes (a transfer's progress).
         """
         cmd = command if isinstance(command, str) else shlex.join(command)
         timeout = self.timeout if timeout is None else timeout
         client = self.paramiko_client
         start = time.monotonic()
         try:
-            code, out, err = _exec(client.get_transport(), cmd, start + timeout)
+            code, out, err = _exec(client.get_transport(), cmd, start + timeout, stdin, on_line)
         except TimeoutError:
             if self.dead is not None:
                 raise self.dead from None

@@ -22,6 +22,7 @@ def second_pair(doc: dict) -> dict:
     d["hosts"].pop("offload")
     d.pop("engram")
     d["runtime"].pop("speculative")
+    d["weights"].pop("drafter")  # no drafter host, no drafter checkpoint (sparkctl_lab.topology's second pair)
     for name, last in (("head", 21), ("worker", 22)):
         h = d["hosts"][name]
         h["ssh"]["address"] = f"10.231.0.{last}"

@@ -136,6 +136,7 @@ def test_the_shipped_playbooks_are_data_the_runner_understands():
         "preflight",
         "fabric",
         "images",
+        "weights",
         "caches",
         "engram",
         "stop",
@@ -146,7 +147,7 @@ def test_the_shipped_playbooks_are_data_the_runner_understands():
     ]
     assert [s.step for s in load_playbook("reload").steps] == [s.step for s in up.steps]
     assert [s.step for s in up.steps if s.gate] == ["preflight"]
-    assert {s.step for s in up.steps if s.in_order} == {"stop", "runtime"}
+    assert {s.step for s in up.steps if s.in_order} == {"weights", "stop", "runtime"}
     down = build_stages(load_playbook("down"))
     assert [(s.name, s.spec.in_order, s.step.options) for s in down] == [
         ("stop", True, {"always": True}),

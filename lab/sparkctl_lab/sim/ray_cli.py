@@ -26,7 +26,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from . import RAY_VERSION, cluster, knobs
+from . import RAY_VERSION, cluster, knobs, weights
 from .compile_cache import rank_call
 
 
@@ -76,11 +76,13 @@ def _node_resources(args) -> dict[str, float]:
 
 
 def node_handlers() -> dict:
-    """Methods the driver calls on a node: a TP rank's compile cache on *this* node."""
+    """Methods the driver calls on a node: a TP rank's compile cache and model directory on *this* node."""
     env = dict(os.environ)
     return {
         "init_rank": lambda spec: rank_call("init_rank", spec, env, os.getpid()),
         "save_rank": lambda spec: rank_call("save_rank", spec, env, os.getpid()),
+        # a rank's model directory on *this* node (SIM_CHECK_MODEL_PATH): what vLLM's loader would refuse
+        "check_weights": lambda spec: weights.report(spec["models"]),
         "hello": lambda _args: {"pid": os.getpid(), "hostname": socket.gethostname()},
     }
 

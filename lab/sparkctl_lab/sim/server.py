@@ -29,8 +29,8 @@ from .http_api import SimHTTPServer
 from .metrics import VllmMetrics
 from .serve_args import ServeConfig, StartupError, effective_backend, validate_multinode
 from .startup import SIM, Fatal, Interrupted, MoeChoice, StartupPhases, drafter_healthy
+from .vlog import SITE
 
-SITE = "/usr/local/lib/python3.12/dist-packages/vllm"
 # A remote drafter unreachable for this many health checks in a row (1 s apart) kills the head's
 # engine. The lab's drafter restarts in ~1.3 s on an idle machine and up to ~3 s on a loaded 2-core
 # one (a drafter-only reload must leave the engine serving): 3 checks killed the head there.

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import http.client
 import os
+import sys
 import time
 import urllib.parse
 
-from . import calibration, compile_cache
+from . import calibration, compile_cache, vlog, weights
 from .engine import Engine
 from .metrics import VllmMetrics
 from .serve_args import StartupError, validate
@@ -178,17 +179,89 @@ class StartupPhases:
 
     def check_config(self) -> None:
         validate(self.cfg, self.knobs.model_max_len if self.role == "target" else 131072, self.knobs.gpu_count)
-        if self.knobs.check_model_path and not os.path.isdir(self.cfg.model):
-            raise StartupError(
-                f"OSError: {self.cfg.model} is not a local folder and is not a valid model identifier listed on "
-                "'https://huggingface.co/models'"
-            )
+        if self.knobs.check_model_path:
+            for model in self._weight_dirs():
+                if not os.path.isdir(model):
+                    raise StartupError(
+                        f"OSError: {model} is not a local folder and is not a valid model identifier listed on "
+                        "'https://huggingface.co/models'"
+                    )
+                err = weights.config_error(model)
+                if err:
+                    raise StartupError(err)
         if self.role == "target" and self.moe.error:
             raise StartupError(self.moe.error)
         self.api_log.info(
             "model.py:744",
             "Resolved architecture: " + ("DeepseekV4ForCausalLM" if self.role == "target" else "DeepSeekV4MTPModel"),
         )
+
+    def _weight_dirs(self) -> list[str]:
+        """The model folders each rank loads: the model, then a drafter loaded in-process (not a remote one)."""
+        dirs = [self.cfg.model]
+        spec = self.cfg.speculative or {}
+        if self.role == "target" and spec.get("model") and not self.drafter_url:
+            if spec.get("method") not in ("ngram", "ngram_gpu", "suffix"):
+                dirs.append(spec["model"])
+        return dirs
+
+    def _check_weights(self) -> tuple[int | None, dict | None, int]:
+        """SIM_CHECK_MODEL_PATH: every rank reads the folders on its own node, as vLLM's workers do.
+        (files rank 0 loads, the first failing rank's error or None, that rank)."""
+        dirs = self._weight_dirs()
+        reports = {}
+        for r in sorted(self.rank_nodes):
+            node = self.rank_nodes[r]
+            if node.get("remote"):
+                reports[r] = self.driver.call(node["node_id"], "check_weights", {"models": dirs})
+            else:
+                reports[r] = weights.report(dirs)
+        bad = next((r for r in sorted(reports) if reports[r]["error"]), None)
+        return reports[0]["shards"] or None, reports[bad]["error"] if bad is not None else None, bad or 0
+
+    def _weights_failed(self, rank: int, err: dict) -> StartupError:
+        """The rank's loader exception as vLLM 0.33 reports it: under Ray the worker's RayTaskError,
+        with mp the worker's traceback and WorkerProc's exception, in one process the exception itself."""
+        from .vlog import SITE
+
+        loader, utils = (
+            f"{SITE}/model_executor/model_loader/default_loader.py",
+            f"{SITE}/model_executor/model_loader/weight_utils.py",
+        )
+        frames = {
+            "prepare": [
+                f'  File "{loader}", line 270, in _get_weights_iterator',
+                "    hf_folder, hf_weights_files, use_safetensors, index_file = (",
+                f'  File "{loader}", line 252, in _prepare_weights',
+                "    hf_weights_files = filter_duplicate_safetensors_files(",
+                f'  File "{utils}", line 611, in filter_duplicate_safetensors_files',
+                "    raise FileNotFoundError(",
+            ],
+            "open": [
+                f'  File "{utils}", line 1244, in safetensors_weights_iterator',
+                '    with safe_open(st_file, framework="pt") as f:',
+            ],
+        }[err["where"]]
+        if err["line"].startswith("RuntimeError: Cannot find any model weights"):
+            frames = frames[:2] + [f'  File "{loader}", line 259, in _prepare_weights', "    raise RuntimeError("]
+        elif err["line"].startswith(("json.", "KeyError")):
+            frames = frames[:4] + [
+                f'  File "{utils}", line 602, in filter_duplicate_safetensors_files',
+                '    weight_map = json.load(f)["weight_map"]',
+            ]
+        node = self.rank_nodes.get(rank, {})
+        exc_type = err["line"].split(":", 1)[0].rsplit(".", 1)[-1]
+        if self.backend == "ray":
+            ip = node.get("ip") or self._driver_ip()
+            head = f"ray.exceptions.RayTaskError({exc_type}): ray::RayWorkerProc.initialize_worker() (pid={node.get('pid')}, ip={ip})"
+            return StartupError("\n".join([head, *frames, err["line"]]))
+        if len(self.rank_nodes) > 1:
+            vlog.plain("\n".join(["Traceback (most recent call last):", *frames, err["line"]]), sys.stderr)
+            return StartupError(
+                "Exception: WorkerProc initialization failed due to an exception in a background process. "
+                "See stack trace for root cause."
+            )
+        return StartupError("\n".join([*frames, err["line"]]))
 
     def load_weights(self) -> None:
         cfg = self.cfg
@@ -197,14 +270,23 @@ class StartupPhases:
         if self.role == "target":
             for r in self.rank_nodes:  # each rank's MoE layers select their kernels while the model is built
                 self.worker_log(r).info(self.moe.where, self.moe.line)
-        shards = 46 if self.role == "target" else 4
+        shards, failed, failed_rank = (None, None, 0)
+        if self.knobs.check_model_path:
+            shards, failed, failed_rank = self._check_weights()
+            if failed and failed["where"] == "prepare" and failed_rank == 0 and failed["model"] == cfg.model:
+                raise self._weights_failed(failed_rank, failed)  # refused before rank 0 opens a file
+        shards = shards or (46 if self.role == "target" else 4)
+        # rank 0's bar stops where its own load fails (another rank's failure surfaces once rank 0 is done)
+        stop = failed["loaded"] if failed and failed_rank == 0 and failed["model"] == cfg.model else shards
         wall = 0.0
-        for i in (0, shards // 4, shards // 2, 3 * shards // 4, shards):
+        for i in sorted({i for i in (0, shards // 4, shards // 2, 3 * shards // 4, shards) if i <= stop} | {stop}):
             if i:
                 wall += self.sleep(self.phases.weights / 4)
             pct = int(100 * i / shards)
             # tqdm (model_loader/weight_utils.py desc "Loading safetensors checkpoint shards"): no log prefix.
             lead.raw(f"Loading safetensors checkpoint shards: {pct:3d}% Completed | {i}/{shards} [{_mmss(wall)}<?, ?it/s]")
+        if failed:
+            raise self._weights_failed(failed_rank, failed)
         lead.info("default_loader.py:506", f"Loading weights took {wall:.2f} seconds")
         if self.role == "target" and self.marlin and self.moe.quant == "nvfp4":
             # marlin_utils_fp4.py prepare_nvfp4_moe_layer_for_marlin(), when the weights are repacked.

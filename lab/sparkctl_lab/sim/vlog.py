@@ -20,6 +20,9 @@ import time
 
 _lock = threading.Lock()
 
+# where vLLM lives in its image: the file paths of the tracebacks the simulator prints
+SITE = "/usr/local/lib/python3.12/dist-packages/vllm"
+
 
 def _stamp() -> str:
     return time.strftime("%m-%d %H:%M:%S", time.localtime())

@@ -1,0 +1,347 @@
+"""Weights step: the checkpoint on every node that needs it, one download, verified byte for byte.
+
+For each checkpoint (the model at `runtime.model` on every engine node; the drafter's at
+`speculative.model` on its host; weights/placement.py):
+1. the manifest: from the record of a node whose copy was verified for the inventory's repo,
+   revision and patterns (no hub contact), else from the hub (weights/hub.py);
+2. per node, the files whose size or digest do not match it (facts/weights.py re-hashes only the
+   files whose size or ctime moved since they were verified);
+3. the download host fetches its missing files with the hub's own client (`hf download`, run from
+   the engine's image: vLLM's images ship it, so the node needs nothing installed), resumable, into
+   a staging folder beside the path; every other node gets them from the download host with rsync
+   over a fabric rail (never the management network), resumable (--partial --append-verify), also
+   into staging; the download host goes first (the playbook applies host after host);
+4. every fetched file's digest is checked against the manifest before it is moved into place (a
+   rename on the same filesystem: the path never holds a partial file; a node with no copy gets
+   the whole folder renamed), then the record and the stat record are written, and the copied
+   files are dropped from the page cache (on the Sparks' unified memory a full page cache is what
+   crashed model loads in the field).
+A node that lacks the space for what it still needs is refused before a byte moves.
+"""
+
+from __future__ import annotations
+
+import shlex
+import threading
+import time
+from typing import TYPE_CHECKING, Optional
+
+from sparkctl.errors import HostError, SparkctlError
+from sparkctl.facts.weights import (
+    HF_METADATA,
+    RECORD,
+    ManifestFile,
+    WeightsRecord,
+    hash_command,
+    parse_hashes,
+    staging_path,
+    stat_command,
+)
+from sparkctl.inventory.models import Inventory
+from sparkctl.runtime.launch import LAUNCHER
+from sparkctl.steps.base import Change, Plan, RunContext, Step
+from sparkctl.weights.placement import Placement, placements
+
+if TYPE_CHECKING:
+    from sparkctl.weights.hub import HubManifest
+
+GB = 1e9
+PROGRESS_EVERY = 2.0  # seconds between progress lines of a transfer
+# What one rsync over ssh moves between Sparks, whatever the rail: 0.38-0.45 GB/s measured in the
+# field (unsloth PR #10280, MiaAI's DSV4.1 recipe: shared/reference/field-notes-wave4.md); the
+# estimate --check prints takes the lower of it and the rail's speed
+SSH_COPY_RATE = 0.45e9
+
+
+def gb(n: float) -> str:
+    return f"{n / GB:.2f} GB" if n < 100 * GB else f"{n / GB:.0f} GB"
+
+
+def duration(seconds: float) -> str:
+    if seconds < 1:
+        return "under 1 s"
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def rail(inv: Inventory, src: str, dst: str) -> Optional[tuple[str, str, str, float]]:
+    """The first fabric rail from `src` to `dst`: (src device, src address, dst address, Gb/s)."""
+    for link in inv.hosts[src].fabric:
+        if link.peer != dst:
+            continue
+        back = [b for b in inv.hosts[dst].fabric if b.peer == src and b.address.network == link.address.network]
+        if back:
+            return link.device, str(link.address.ip), str(back[0].address.ip), link.speed_gbps
+    return None
+
+
+class WeightsStep(Step):
+    name = "weights"
+    facts = frozenset({"weights", "weights_hashes"})
+
+    def hosts(self, inv: Inventory) -> list[str]:
+        # downloading hosts first: the others copy from them (the playbook applies in this order)
+        ps = placements(inv)
+        return list(dict.fromkeys([p.host for p in ps if p.downloads] + [p.host for p in ps]))
+
+    def plan(self, ctx: RunContext) -> dict[str, Plan]:
+        inv = ctx.inventory
+        plans: dict[str, Plan] = {}
+        for kind in ("model", "drafter"):
+            group = [p for p in placements(inv) if p.kind == kind and p.host in ctx.facts]
+            if not group:
+                continue
+            try:
+                manifest = self._manifest(ctx, group)
+            except SparkctlError as exc:
+                for p in group:
+                    plans[p.host] = self.blocked(p.host, exc.message + (f" (fix: {exc.fix})" if exc.fix else ""))
+                continue
+            for p in group:
+                plan = self._plan_placement(ctx, p, manifest)
+                old = plans.get(p.host)
+                if old is None:
+                    plans[p.host] = plan
+                elif old.blocked or plan.blocked:
+                    plans[p.host] = self.blocked(p.host, "; ".join(x.blocked for x in (old, plan) if x.blocked))
+                else:
+                    plans[p.host] = self.changes(p.host, [*old.changes, *plan.changes]) if old.changes or plan.changes \
+                        else self.noop(p.host, f"{old.reason}; {plan.reason}")  # fmt: skip
+        return plans
+
+    def _manifest(self, ctx: RunContext, group: list[Placement]) -> HubManifest:
+        """A verified record of this checkpoint on one of its nodes (no hub contact), else the hub's."""
+        from sparkctl.weights.hub import HubManifest, manifest
+
+        ckpt = group[0].checkpoint
+        for p in sorted(group, key=lambda p: not p.downloads):
+            copy = ctx.facts[p.host].weights.get(p.path)
+            if copy is not None and copy.record is not None and copy.record.names(ckpt):
+                r = copy.record
+                return HubManifest(r.repo, r.revision, r.commit, dict(r.files))
+        w = ctx.inventory.weights
+        assert w is not None
+        return manifest(w, ckpt, "weights" if group[0].kind == "model" else "weights.drafter")
+
+    def _plan_placement(self, ctx: RunContext, p: Placement, manifest: HubManifest) -> Plan:
+        f = ctx.facts[p.host]
+        copy = f.weights.get(p.path)
+        if copy is None:
+            return self.blocked(p.host, f"cannot read {p.path}: {f.errors.get('weights', 'no answer')}")
+        if copy.not_a_directory:
+            return self.blocked(p.host, f"{p.path} exists but is not a folder: move it away, then rerun `sparkctl up`")
+        if copy.links:
+            return self.blocked(
+                p.host,
+                f"{p.path} holds symbolic links ({', '.join(copy.links[:2])}): a hub cache's links point into a "
+                "blobs folder a copy does not carry; replace the folder with real files (`hf download --local-dir`) "
+                "or remove it and rerun `sparkctl up`",
+            )
+        hashes = f.weights_hashes.get(p.path, {})
+        bad = sorted(
+            n for n, m in manifest.files.items()
+            if copy.files.get(n) != m.size or n not in hashes or not m.matches(hashes[n])
+        )  # fmt: skip
+        source = f"{manifest.repo}@{manifest.commit[:12]}"
+        data = {"path": p.path, "kind": p.kind, "manifest": manifest, "source_host": p.source_host}
+        if not bad:
+            rec = copy.record
+            if rec is not None and rec.names(p.checkpoint) and rec.files == manifest.files:
+                moved = sorted(n for n, h in hashes.items() if h.rehashed and n in manifest.files)
+                if not moved:
+                    return self.noop(p.host, f"{p.kind} {source}: {len(manifest.files)} file(s), {gb(manifest.bytes)} "
+                                             f"in {p.path}, every digest verified")  # fmt: skip
+                why = f"{len(moved)} re-hashed file(s) still match"
+            else:
+                why = "the files match, no record of it yet"
+            return self.changes(p.host, [Change("record", f"record {p.kind} {source} as verified in {p.path} ({why})", data)])
+        need = sum(manifest.files[n].size for n in bad)
+        staged = sum(min(copy.staging.get(n, 0), manifest.files[n].size) for n in bad)
+        if copy.free_bytes is not None and need - staged > copy.free_bytes:
+            return self.blocked(
+                p.host,
+                f"{p.path} needs {gb(need - staged)} more ({len(bad)} file(s), {gb(staged)} of them already staged) "
+                f"and its filesystem has {gb(copy.free_bytes)} free: free {gb(need - staged - copy.free_bytes)} there "
+                "or point runtime.model at a larger disk",
+            )
+        missing = [n for n in bad if n not in copy.files]
+        what = f"{len(bad)} file(s), {gb(need)}" + (f" ({len(bad) - len(missing)} of them wrong: {', '.join([n for n in bad if n in copy.files][:3])})"
+                                                     if len(missing) < len(bad) else "")  # fmt: skip
+        data = {**data, "files": bad, "bytes": need, "staged": staged, "replace": bool(copy.files)}
+        if p.downloads:
+            w = ctx.inventory.weights
+            assert w is not None
+            return self.changes(p.host, [Change(
+                "download", f"download {p.kind} {source}: {what} from {w.endpoint} into {staging_path(p.path)}, "
+                            f"verify, move into {p.path}", data)])  # fmt: skip
+        route = rail(ctx.inventory, p.source_host, p.host)
+        if route is None:
+            return self.blocked(
+                p.host,
+                f"no fabric rail between {p.source_host} and {p.host} in the inventory: the weights are copied over "
+                "the fabric, never the management network; give both hosts a rail with peer set to the other",
+            )
+        device, src_ip, dst_ip, gbps = route
+        if not copy.rsync or not ctx.facts[p.source_host].weights.get(p.path, copy).rsync:
+            return self.blocked(p.host, f"rsync is missing on {p.host} or {p.source_host} (it copies between nodes): "
+                                        "`apt-get install rsync` on both")  # fmt: skip
+        rate = min(gbps * 1e9 / 8, SSH_COPY_RATE)
+        bound = "the rail" if rate < SSH_COPY_RATE else f"rsync over ssh (the rail carries {gbps:g} Gb/s)"
+        return self.changes(p.host, [Change(
+            "copy", f"copy {p.kind} {source}: {what} from {p.source_host} ({src_ip}) over {device} to {dst_ip}, "
+                    f"{duration((need - staged) / rate)} at {rate / 1e6:.0f} MB/s ({bound}); verify, move into {p.path}",
+            {**data, "from_address": src_ip, "to_address": dst_ip, "device": device})])  # fmt: skip
+
+    # --- apply -----------------------------------------------------------------------------
+
+    def apply(self, ctx: RunContext, plan: Plan) -> str:
+        done = []
+        for c in plan.changes:
+            if c.action == "download":
+                self._download(ctx, plan.host, c.data)
+                done.append(f"downloaded {len(c.data['files'])} file(s), {gb(c.data['bytes'])}")
+            elif c.action == "copy":
+                self._copy(ctx, plan.host, c.data)
+                done.append(f"copied {len(c.data['files'])} file(s), {gb(c.data['bytes'])} from {c.data['source_host']}")
+            if c.action in ("download", "copy"):
+                self._verify_and_place(ctx, plan.host, c.data)
+            self._record(ctx, plan.host, c.data)
+            m = c.data["manifest"]
+            done.append(f"{c.data['kind']} {m.repo}@{m.commit[:12]} verified in {c.data['path']}")
+        return "; ".join(done)
+
+    def _image(self, ctx: RunContext, host: str, kind: str) -> str:
+        role = "drafter" if kind == "drafter" else None
+        for c in ctx.launch.containers:
+            if c.host == host and c.role != "gateway" and (role is None or c.role == role):
+                return c.image
+        return ctx.inventory.runtime.image
+
+    def _download(self, ctx: RunContext, host: str, data: dict) -> None:
+        from sparkctl.weights.hub import token
+
+        w = ctx.inventory.weights
+        assert w is not None
+        s = ctx.fleet[host]
+        path, staging, m = data["path"], staging_path(data["path"]), data["manifest"]
+        parent = path.rsplit("/", 1)[0] or "/"
+        # started the way every container of the launch is (its LAUNCHER, not the image's ENTRYPOINT)
+        hf = [
+            "docker", "run", "--rm", "--network=host", f"--entrypoint={LAUNCHER[0]}",
+            "-v", f"{parent}:{parent}", "-e", f"HF_ENDPOINT={w.endpoint}", "-e", "HF_TOKEN",
+            "-e", "HF_HUB_DISABLE_TELEMETRY=1", "-e", "HF_HUB_DISABLE_PROGRESS_BARS=1", "-e", "HF_HUB_DISABLE_UPDATE_CHECK=1",
+            self._image(ctx, host, data["kind"]), *LAUNCHER[1:],
+            "hf", "download", m.repo, *data["files"], "--revision", m.commit, "--local-dir", staging,
+        ]  # fmt: skip
+        # the token arrives on stdin: in no command line, no process listing, no log
+        script = f'mkdir -p {shlex.quote(staging)} && IFS= read -r HF_TOKEN; [ -n "$HF_TOKEN" ] && export HF_TOKEN; ' \
+                 f"exec {shlex.join(hf)} >/dev/null"  # fmt: skip
+        with self._progress(ctx, host, staging, data, "downloading"):
+            r = s.run(["sh", "-c", script], timeout=s.transfer_timeout(data["bytes"]) + 60,
+                      stdin=((token(w) or "") + "\n").encode())  # fmt: skip
+        if not r.ok:
+            tail = (r.stderr.strip().splitlines() or [f"exit {r.exit_code}"])[-1][:300]
+            raise HostError(
+                f"{host}: hf download of {m.repo}@{m.commit[:12]} failed: {tail}",
+                fix="what was downloaded stays staged and the next `sparkctl up` resumes it; "
+                f"check that {host} reaches {w.endpoint} (and the token, for a gated repo)",
+            )
+
+    def _copy(self, ctx: RunContext, host: str, data: dict) -> None:
+        from sparkctl.transport.images import SSH_OPTIONS
+
+        src, path, staging = data["source_host"], data["path"], staging_path(data["path"])
+        ctx.fleet[host].run(["mkdir", "-p", staging]).check("create the weights' staging folder")
+        rsync = [
+            "rsync", "-rt", "--partial", "--append-verify", "--files-from=-", "--from0",
+            "-e", shlex.join(["ssh", *SSH_OPTIONS]), f"{path}/", f"{data['to_address']}:{staging}/",
+        ]  # fmt: skip
+        files = "\0".join(data["files"]).encode()
+        with self._progress(ctx, host, staging, data, f"copying from {src} over {data['device']}"):
+            r = ctx.fleet[src].run(rsync, timeout=ctx.fleet[src].transfer_timeout(data["bytes"]) + 60, stdin=files)
+        if not r.ok:
+            tail = (r.stderr.strip().splitlines() or [f"exit {r.exit_code}"])[-1][:300]
+            raise HostError(
+                f"{host}: rsync from {src} ({data['from_address']}) to {data['to_address']} failed: {tail}",
+                fix=f"check the rail {data['device']} (`sparkctl doctor --only fabric`) and that {src} can SSH to "
+                f"{data['to_address']}; what arrived stays staged and the next `sparkctl up` resumes it",
+            )
+
+    def _progress(self, ctx: RunContext, host: str, folder: str, data: dict, doing: str) -> "_Progress":
+        return _Progress(ctx, host, self.name, folder, data["bytes"], data.get("staged", 0), doing)
+
+    def _verify_and_place(self, ctx: RunContext, host: str, data: dict) -> None:
+        s = ctx.fleet[host]
+        path, staging, files = data["path"], staging_path(data["path"]), data["files"]
+        manifest: dict[str, ManifestFile] = data["manifest"].files
+        ctx.progress(host, self.name, f"verifying {len(files)} file(s), {gb(data['bytes'])}")
+        r = s.run(hash_command(staging, only_changed=False, names=files), timeout=s.transfer_timeout(data["bytes"]))
+        got = parse_hashes(r.stdout)
+        bad = [n for n in files if n not in got or not manifest[n].matches(got[n])]
+        if bad:
+            s.run(f"cd {shlex.quote(staging)} && rm -f -- {' '.join(shlex.quote(n) for n in bad)}")
+            raise HostError(
+                f"{host}: {len(bad)} file(s) do not match the hub's digest after the transfer: {', '.join(bad[:3])} "
+                "(removed from staging; nothing was moved into place)",
+                fix="rerun `sparkctl up` (it fetches those files again); if it repeats, check the disk (dmesg) "
+                "and, for a download, the hub or mirror",
+            )
+        p, st = shlex.quote(path), shlex.quote(staging)
+        if data["replace"]:  # a copy already there: each verified file replaces its old one (a rename)
+            moves = " && ".join(
+                f"mkdir -p {shlex.quote(path + '/' + n.rpartition('/')[0])} && mv -f {st}/{shlex.quote(n)} {p}/{shlex.quote(n)}"
+                if "/" in n else f"mv -f {st}/{shlex.quote(n)} {p}/{shlex.quote(n)}"
+                for n in files
+            )  # fmt: skip
+            place = f"{moves} && rm -rf {st}"
+        else:  # no copy yet: the whole verified folder is renamed into place
+            # (an empty folder there, as `docker run -v` leaves one, or only sparkctl's old records, goes first)
+            place = (f"rm -rf {st}/{HF_METADATA} && if [ -d {p} ]; then rm -f {p}/.sparkctl-weights.*; rmdir {p} || exit 3; fi "
+                     f"&& mv -T {st} {p}")  # fmt: skip
+        s.run(place, timeout=s.timeout + len(files)).check(f"move the verified weights into {path}")
+        # page cache of what was written and hashed: dropped before the engine loads (unified memory)
+        drop = " ".join(f"{p}/{shlex.quote(n)}" for n in files)
+        s.run(f'for f in {drop}; do dd if="$f" iflag=nocache count=0 status=none; done; true', timeout=s.timeout + len(files))
+
+    def _record(self, ctx: RunContext, host: str, data: dict) -> None:
+        s, m, path = ctx.fleet[host], data["manifest"], data["path"]
+        ckpt = next(p.checkpoint for p in placements(ctx.inventory) if p.host == host and p.path == path)
+        rec = WeightsRecord(m.repo, ckpt.revision, m.commit, dict(m.files), tuple(ckpt.include), tuple(ckpt.exclude))
+        s.put_bytes(rec.to_json().encode(), f"{path}/{RECORD}")
+        s.run(stat_command(path)).check("record the verified weights' sizes and ctimes")
+
+
+class _Progress:
+    """A transfer's progress, read from the receiving folder's size every few seconds (one line
+    per interval): bytes, rate and time left. The transfer tools' own bars are not parsed."""
+
+    def __init__(self, ctx: RunContext, host: str, step: str, folder: str, total: int, staged: int, doing: str):
+        self.ctx, self.host, self.step, self.folder = ctx, host, step, folder
+        self.total, self.start_bytes, self.doing = total, staged, doing
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"weights-progress-{host}", daemon=True)
+
+    def __enter__(self) -> "_Progress":
+        self.ctx.progress(self.host, self.step, f"{self.doing}: {gb(self.total)} to move")
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(5)
+
+    def _run(self) -> None:
+        first: Optional[tuple[float, int]] = None  # (when, bytes) of the first reading: the rate's base
+        cmd = f"du -sb --apparent-size {shlex.quote(self.folder)} 2>/dev/null | cut -f1"
+        while not self.stop.wait(PROGRESS_EVERY):
+            try:
+                out = self.ctx.fleet[self.host].run(cmd, timeout=10).stdout.strip()
+            except SparkctlError:
+                return
+            if not out.isdigit():
+                continue
+            now = int(out)
+            first = first or (time.monotonic(), now)
+            rate = (now - first[1]) / max(1e-3, time.monotonic() - first[0])
+            left = f", {duration((self.total - now) / rate)} left" if rate > 0 and now < self.total else ""
+            self.ctx.progress(self.host, self.step, f"{self.doing}: {gb(min(now, self.total))} of {gb(self.total)}, "
+                                                    f"{rate / 1e6:.0f} MB/s{left}")  # fmt: skip

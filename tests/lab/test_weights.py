@@ -1,0 +1,96 @@
+"""The model on every node, on the lab: downloaded once from the lab's hub (the real huggingface_hub
+client in the engine's image, against sparkctl_lab/hub.py) on the head, copied to the worker over
+the fabric, verified byte for byte; a broken copy is named by doctor and repaired file by file.
+
+Faults are made by hand (rm, a byte written with dd), never through sparkctl."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+from labcli import URL, sparkctl
+
+from sparkctl_lab import checkpoint
+from sparkctl_lab.topology import HOSTS
+
+pytestmark = pytest.mark.lab
+
+MODEL = "/models/DeepSeek-V4.1-Flash-1017"
+DRAFTER = "/models/drafter"
+SHARD = "model-00003-of-00006.safetensors"
+FABRIC = "enp1s0f0np0"  # the first rail, which the copy takes
+MGMT = HOSTS["worker"].mgmt_device
+
+
+@pytest.fixture(scope="module")
+def inv(lab) -> Path:
+    path = Path(lab.INVENTORY_PATH)
+    sparkctl("up", "-i", str(path))
+    return path
+
+
+def selected(repo: str = checkpoint.TARGET_REPO) -> dict[str, dict]:
+    """The files of the lab inventory's revision that travel (its weights.exclude: original/*)."""
+    files = checkpoint.ensure(checkpoint.LAB_SPECS).manifest(repo, "main")
+    return {n: m for n, m in files.items() if not n.startswith("original/")}
+
+
+def rx(lab, host: str, dev: str) -> int:
+    return int(lab.host_exec(host, ["cat", f"/sys/class/net/{dev}/statistics/rx_bytes"], check=True).stdout)
+
+
+def step(doc: dict, host: str, name: str = "weights") -> dict:
+    return doc["hosts"][host][name]
+
+
+def serves() -> bool:
+    r = httpx.post(f"{URL}/v1/completions", json={"model": "deepseek-v4.1-flash", "prompt": "hi", "max_tokens": 4}, timeout=60)
+    return r.status_code == 200 and r.json()["usage"]["completion_tokens"] > 0
+
+
+def test_a_worker_without_the_model_gets_it_from_the_head_over_the_fabric(lab, inv):
+    lab.host_exec("worker", ["rm", "-rf", MODEL], check=True)
+    fabric0, mgmt0 = rx(lab, "worker", FABRIC), rx(lab, "worker", MGMT)
+    check = sparkctl("up", "-i", str(inv), "--check")
+    summary = step(check, "worker")["message"]
+    assert f"from head ({HOSTS['head'].nic(FABRIC).ip}) over {FABRIC}" in summary, summary
+
+    doc = sparkctl("up", "-i", str(inv))
+    assert step(doc, "worker")["status"] == "changed" and f"copied {len(selected())} file(s)" in step(doc, "worker")["message"]
+    assert step(doc, "head")["status"] == "ok"  # the head's verified copy: no hub, no download
+    size = sum(m["size"] for m in selected().values())
+    assert rx(lab, "worker", FABRIC) - fabric0 >= size
+    assert rx(lab, "worker", MGMT) - mgmt0 < size / 10  # SSH control traffic only
+    assert serves()
+
+    again = sparkctl("up", "-i", str(inv))
+    assert step(again, "worker")["status"] == "ok" and "every digest verified" in step(again, "worker")["message"]
+
+
+def test_a_flipped_byte_on_the_worker_is_named_by_doctor_and_that_file_alone_is_copied_again(lab, inv):
+    path = f"{MODEL}/{SHARD}"
+    # one byte in the middle of the shard's data, size kept (conv=notrunc)
+    lab.host_exec("worker", ["sh", "-c", f"printf '\\377' | dd of={path} bs=1 seek=1000000 conv=notrunc status=none"], check=True)
+    doc = sparkctl("doctor", "-i", str(inv), "--only", "weights", rc=1)
+    bad = [c for c in doc["checks"] if c["name"] == "weights.verified" and c["status"] == "failed"]
+    assert [c["host"] for c in bad] == ["worker"] and SHARD in bad[0]["message"], bad
+
+    fixed = sparkctl("up", "-i", str(inv))
+    assert "copied 1 file(s)" in step(fixed, "worker")["message"], step(fixed, "worker")
+    assert sparkctl("doctor", "-i", str(inv), "--only", "weights")["summary"]["failed_checks"] == []
+
+
+def test_no_weights_anywhere_goes_from_the_hub_to_serving_with_one_up(lab, inv):
+    sparkctl("down", "-i", str(inv))
+    for host, path in (("head", MODEL), ("worker", MODEL), ("offload", DRAFTER)):
+        lab.host_exec(host, ["rm", "-rf", path], check=True)
+    doc = sparkctl("up", "-i", str(inv))
+    assert f"downloaded {len(selected())} file(s)" in step(doc, "head")["message"]
+    assert f"downloaded {len(selected(checkpoint.DRAFTER_REPO))} file(s)" in step(doc, "offload")["message"]
+    assert f"copied {len(selected())} file(s)" in step(doc, "worker")["message"]
+    assert serves()
+    # the engine runs offline: it can never start a download of its own
+    env = lab.host_exec("head", ["docker", "inspect", "-f", "{{json .Config.Env}}", "sparkctl-head"], check=True).stdout
+    assert "HF_HUB_OFFLINE=1" in env

@@ -1,0 +1,206 @@
+"""The weights step's plans and doctor's weights checks, from the fact layer's parse of the probes'
+output (made up here in the probes' own format: a listing, a record, the free bytes; no host).
+
+The manifest comes from a node's record when one names the inventory's checkpoint, so these plans
+never contact a hub; tests/unit/test_weights_hub.py asks the lab's hub with the real client."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+
+import pytest
+import yaml
+from hostfacts import ROOT, host_facts, sec
+
+from sparkctl.checks import REGISTRY
+from sparkctl.checks.base import Context
+from sparkctl.facts.weights import ManifestFile, WeightsRecord, hash_command, parse_hashes, parse_weights, staging_path
+from sparkctl.inventory.models import Inventory
+from sparkctl.inventory.validate import check_inventory
+from sparkctl.steps.base import RunContext
+from sparkctl.steps.weights import WeightsStep
+
+MODEL = "/models/DeepSeek-V4.1-Flash-1017"
+REPO, COMMIT = "deepseek-ai/DeepSeek-V4.1-Flash-lab", "c0ffee" + "0" * 34
+SHARDS = {f"model-0000{i}-of-00003.safetensors": 1000 + i for i in (1, 2, 3)}
+SMALL = {"config.json": 120}
+FILES = {**SHARDS, **SMALL}
+
+
+def sha(name: str) -> str:
+    return hashlib.sha256(name.encode()).hexdigest()
+
+
+def blob(name: str) -> str:
+    return hashlib.sha1(name.encode()).hexdigest()
+
+
+MANIFEST = {n: ManifestFile(s, sha256=sha(n)) for n, s in SHARDS.items()} | {
+    n: ManifestFile(s, git=blob(n)) for n, s in SMALL.items()
+}
+
+
+def lab_doc(**weights) -> dict:
+    doc = yaml.safe_load((ROOT / "inventories" / "lab.yaml").read_text())
+    doc["weights"] = {"repo": REPO, "revision": "main", "endpoint": "http://127.0.0.1:9", **weights}
+    doc.pop("engram", None)
+    return doc
+
+
+INV = Inventory.model_validate(lab_doc())
+
+
+def record(revision: str = "main", files=MANIFEST) -> str:
+    return WeightsRecord(REPO, revision, COMMIT, dict(files)).to_json()
+
+
+def folder(files=FILES, rec: str = "", free: int = 10**12, links: str = "", staging: dict | None = None, present=True) -> str:
+    """The `weights` probe's output for one folder."""
+    listing = "".join(f"{size} 1733390000.0000000000 {name}\n" for name, size in files.items())
+    staged = "".join(f"{size} 1733390000.0000000000 {name}\n" for name, size in (staging or {}).items())
+    return ("@@dir\n" + ("present\n" + listing if present else "") + f"@@links\n{links}@@record\n{rec}"
+            f"@@staging\n{staged}@@free\n{free}\n@@tools\n/usr/bin/rsync\n")  # fmt: skip
+
+
+def unchanged(files=FILES) -> str:
+    return "".join(f"unchanged {n}\n" for n in files)
+
+
+def facts(inv=INV, head=None, worker=None, head_hashes=None, worker_hashes=None):
+    head = folder(rec=record()) if head is None else head
+    worker = folder(rec=record()) if worker is None else worker
+    return {
+        "head": host_facts(inv, "head", weights__0=sec(head), weights_hashes__0=sec(unchanged() if head_hashes is None else head_hashes)),
+        "worker": host_facts(inv, "worker", weights__0=sec(worker), weights_hashes__0=sec(unchanged() if worker_hashes is None else worker_hashes)),
+    }  # fmt: skip
+
+
+def plans(inv=INV, **kw):
+    return WeightsStep().plan(RunContext(inventory=inv, fleet=None, facts=facts(inv, **kw)))
+
+
+def doctor(inv=INV, deep=False, **kw):
+    f = facts(inv, **kw)
+    ctx = Context(inventory=inv, hosts=list(f), facts=f, deep=deep)
+    return {(r.name, r.host): r for name in ("weights.present", "weights.verified") for r in REGISTRY[name].run(ctx)}
+
+
+def test_verified_everywhere_is_a_noop_that_names_the_source_and_never_asks_the_hub():
+    # the endpoint is a closed port: a hub call would block the plan
+    p = plans()
+    assert p["head"].empty and p["worker"].empty
+    assert f"{REPO}@{COMMIT[:12]}: 4 file(s)" in p["worker"].reason and "every digest verified" in p["worker"].reason
+    r = doctor()
+    assert r[("weights.verified", "worker")].status == "ok"
+
+
+def test_a_worker_without_the_model_copies_every_file_from_the_head_over_the_first_rail():
+    p = plans(worker=folder(files={}, present=False), worker_hashes="")
+    (c,) = p["worker"].changes
+    assert c.action == "copy" and c.data["files"] == sorted(FILES)
+    assert (c.data["device"], c.data["from_address"], c.data["to_address"]) == ("enp1s0f0np0", "10.231.100.2", "10.231.100.3")
+    assert c.data["bytes"] == sum(FILES.values()) and not c.data["replace"]
+    assert (
+        "from head (10.231.100.2) over enp1s0f0np0 to 10.231.100.3" in c.summary
+        and "125 MB/s (the rail)" not in c.summary
+        and "450 MB/s" in c.summary
+    )
+    assert p["head"].empty
+    r = doctor(worker=folder(files={}, present=False), worker_hashes="")
+    assert r[("weights.verified", "worker")].status == "failed" and "absent" in r[("weights.verified", "worker")].message
+    assert r[("weights.present", "worker")].status == "warn"  # up places it: not a preflight blocker
+
+
+def test_a_flipped_byte_on_the_worker_copies_that_file_alone_and_doctor_names_it():
+    shard = "model-00002-of-00003.safetensors"
+    # its size is the same; its ctime moved, so the fact re-hashed it, and the digest differs
+    hashes = unchanged({n: s for n, s in FILES.items() if n != shard}) + f"s {'f' * 64} {shard}\n"
+    (c,) = plans(worker_hashes=hashes)["worker"].changes
+    assert c.action == "copy" and c.data["files"] == [shard] and c.data["replace"]
+    assert f"1 of them wrong: {shard}" in c.summary
+    r = doctor(worker_hashes=hashes)[("weights.verified", "worker")]
+    assert r.status == "failed" and "1 file(s) whose digest no longer matches" in r.message and shard in r.message
+
+
+def test_a_corrupt_head_downloads_again_instead_of_spreading():
+    shard = "model-00001-of-00003.safetensors"
+    hashes = unchanged({n: s for n, s in FILES.items() if n != shard}) + f"s {'0' * 64} {shard}\n"
+    p = plans(head_hashes=hashes)
+    (c,) = p["head"].changes
+    assert c.action == "download" and c.data["files"] == [shard]
+    assert WeightsStep().hosts(INV)[0] == "head"  # the download host applies first; the worker copies after
+
+
+def test_a_node_without_the_space_is_refused_before_a_byte_moves_counting_what_is_staged():
+    need = sum(FILES.values())
+    staged = {"model-00001-of-00003.safetensors": 1001}
+    p = plans(worker=folder(files={}, present=False, free=need - 1001 - 1, staging=staged), worker_hashes="")
+    assert p["worker"].blocked and "1001 of them already staged" not in p["worker"].blocked
+    assert "needs 0.00 GB more" in p["worker"].blocked and "free" in p["worker"].blocked
+    ok = plans(worker=folder(files={}, present=False, free=need - 1001, staging=staged), worker_hashes="")
+    assert ok["worker"].changes[0].data["staged"] == 1001
+
+
+def test_symlinks_in_a_model_folder_are_refused_not_copied():
+    p = plans(worker=folder(links="model-00001-of-00003.safetensors -> ../../blobs/abc\n"))
+    assert p["worker"].blocked and "symbolic links" in p["worker"].blocked
+
+
+def test_rehashed_files_that_still_match_are_recorded_so_the_next_run_hashes_nothing():
+    shard = "model-00003-of-00003.safetensors"
+    hashes = unchanged({n: s for n, s in FILES.items() if n != shard}) + f"s {sha(shard)} {shard}\n"
+    (c,) = plans(worker_hashes=hashes)["worker"].changes
+    assert c.action == "record" and "1 re-hashed file(s) still match" in c.summary
+
+
+def test_a_record_of_another_revision_or_patterns_is_not_taken_as_the_manifest():
+    rec = WeightsRecord(REPO, "v1", COMMIT, dict(MANIFEST))
+    assert rec.names(INV.weights.model_copy(update={"revision": COMMIT}))
+    assert not rec.names(INV.weights.model_copy(update={"revision": "v2"}))
+    assert not rec.names(INV.weights.model_copy(update={"revision": COMMIT, "exclude": ["original/*"]}))
+
+
+def test_no_record_anywhere_asks_the_hub_and_an_unreachable_hub_blocks_with_the_fix():
+    p = plans(head=folder(files={}, present=False), worker=folder(files={}, present=False), head_hashes="", worker_hashes="")
+    for host in ("head", "worker"):
+        assert p[host].blocked and "cannot reach the model hub http://127.0.0.1:9" in p[host].blocked
+
+
+def test_the_hash_command_and_its_parser_agree_on_real_files(tmp_path):
+    import subprocess
+
+    (tmp_path / "original").mkdir()
+    (tmp_path / "config.json").write_bytes(b'{"a": 1}\n')
+    (tmp_path / "original" / "w.bin").write_bytes(b"\0" * 5000)
+    out = subprocess.run(["sh", "-c", hash_command(str(tmp_path), only_changed=False)], capture_output=True, text=True).stdout
+    got = parse_hashes(out)
+    assert got["config.json"].sha256 == hashlib.sha256(b'{"a": 1}\n').hexdigest()
+    # the hub's id of a file kept in git: sha1 of "blob <size>\0" + content (what `git hash-object` prints)
+    assert got["config.json"].git == hashlib.sha1(b'blob 9\0{"a": 1}\n').hexdigest()
+    assert got["original/w.bin"].sha256 == hashlib.sha256(b"\0" * 5000).hexdigest()
+
+
+def test_staging_is_a_hidden_sibling_on_the_same_filesystem():
+    assert staging_path("/models/DeepSeek-V4-Flash") == "/models/.DeepSeek-V4-Flash.sparkctl-staging"
+    assert staging_path("/models/DeepSeek-V4-Flash/") == "/models/.DeepSeek-V4-Flash.sparkctl-staging"
+
+
+def test_a_cut_record_verifies_nothing():
+    assert parse_weights(MODEL, folder(rec='{"repo": "x", "files": {')).record is None
+
+
+@pytest.mark.parametrize(
+    "weights, runtime, field, words",
+    [
+        ({"download_host": "offload"}, {}, "weights.download_host", "runs the engine"),
+        ({"download_host": "wrker"}, {}, "weights.download_host", "did you mean 'worker'"),
+        ({}, {"model": "/DeepSeek"}, "runtime.model", "at least two levels deep"),
+        ({"drafter": {"repo": "a/b", "revision": "main"}}, {"speculative": None}, "weights.drafter", "drafter_host"),
+    ],
+)
+def test_bad_weights_inventories_name_the_field(weights, runtime, field, words):
+    doc = lab_doc(**weights)
+    doc["runtime"] = {k: v for k, v in {**doc["runtime"], **runtime}.items() if v is not None}
+    problems = check_inventory(Inventory.model_validate(copy.deepcopy(doc)))
+    assert any(".".join(map(str, p.path)) == field and words in p.message for p in problems), problems
