@@ -188,6 +188,14 @@ def _engram_missing() -> str:
     return f"offload: umount {target} (what a reboot does to a tmpfs)"
 
 
+def _weights_corrupt() -> str:
+    model = _inventory()["runtime"]["model"]
+    shard = _sh("worker", f"cd {model} && ls *.safetensors | sort | head -n 1").strip()
+    # one byte in the shard's data, its size kept: a disk error, or a hand-edit (ctime moves)
+    _sh("worker", f"printf '\\377' | dd of={model}/{shard} bs=1 seek=100000 conv=notrunc status=none")
+    return f"worker: one byte of {model}/{shard} overwritten (size kept)"
+
+
 def _engine_crash() -> str:
     """Seed 002's crash: two requests past ~64K tokens of context scheduled in the same step."""
     url, model = _head_url(), _served_model()
@@ -554,6 +562,8 @@ DRILLS: dict[str, Drill] = {
               _unreachable, ("SparkctlWorkerLost",), needs_runtime=False, hands=_unreachable_back),
         Drill("engram-missing", "engram.placed", "engram.placed", "offload", "the Engram tables vanish from RAM (a reboot)",
               _engram_missing, needs_runtime=False),
+        Drill("weights-corrupt", "weights.verified", "weights.verified", "worker",
+              "a byte of one model shard on the worker changes (a disk error)", _weights_corrupt, needs_runtime=False),
         Drill("stuck-lock", "state.lock", "state.lock", "head", "a sparkctl up --force killed with SIGKILL leaves the cluster lock behind",
               _stuck_lock),
         Drill("reload-rolled-back", "state.last_reload", "state.last_reload", "head",

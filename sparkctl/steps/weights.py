@@ -63,6 +63,12 @@ def duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
+def rate(data: dict, since: float) -> str:
+    """' in 1.7 s (118 MB/s)': how long a transfer took, and the bytes it moved in that time."""
+    took = max(1e-3, time.monotonic() - since)
+    return f" in {took:.1f} s ({(data['bytes'] - data.get('staged', 0)) / took / 1e6:.0f} MB/s)"
+
+
 def rail(inv: Inventory, src: str, dst: str) -> Optional[tuple[str, str, str, float]]:
     """The first fabric rail from `src` to `dst`: (src device, src address, dst address, Gb/s)."""
     for link in inv.hosts[src].fabric:
@@ -196,12 +202,14 @@ class WeightsStep(Step):
     def apply(self, ctx: RunContext, plan: Plan) -> str:
         done = []
         for c in plan.changes:
+            t0 = time.monotonic()
             if c.action == "download":
                 self._download(ctx, plan.host, c.data)
-                done.append(f"downloaded {len(c.data['files'])} file(s), {gb(c.data['bytes'])}")
+                done.append(f"downloaded {len(c.data['files'])} file(s), {gb(c.data['bytes'])}{rate(c.data, t0)}")
             elif c.action == "copy":
                 self._copy(ctx, plan.host, c.data)
-                done.append(f"copied {len(c.data['files'])} file(s), {gb(c.data['bytes'])} from {c.data['source_host']}")
+                done.append(f"copied {len(c.data['files'])} file(s), {gb(c.data['bytes'])} from {c.data['source_host']}"
+                            f"{rate(c.data, t0)}")  # fmt: skip
             if c.action in ("download", "copy"):
                 self._verify_and_place(ctx, plan.host, c.data)
             self._record(ctx, plan.host, c.data)

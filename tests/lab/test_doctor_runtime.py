@@ -26,6 +26,9 @@ def runtime_variant(tmp_path, name: str, **env: str):
         doc["runtime"]["model"] = f"{MODELS}/DeepSeek-V4.1-Flash-1017"
         doc["runtime"]["speculative"]["model"] = f"{MODELS}/drafter"
         doc["runtime"]["env"].update(env)
+        # the containers start here, not through `up`: no weights are placed in these folders
+        doc.pop("weights")
+        doc["runtime"]["env"].pop("SIM_CHECK_MODEL_PATH")
 
     return variant(tmp_path, name, edit)
 

@@ -38,7 +38,11 @@ RUNBOOKS = REPO / "docs" / "runbooks"
 FENCE = "127.0.0.0/8,10.231.0.0/16"
 HEAD = "http://10.231.0.11:8888"
 # Runbooks with no drill yet, and why (the lab cannot break it the way the page describes).
-NOT_DRILLED: dict[str, str] = {}
+NOT_DRILLED: dict[str, str] = {
+    # the lab's inventory has a `weights` section, so `up` places the model and weights.present only
+    # warns there; it fails where no section places it (tests/unit/test_step_weights.py)
+    "weights.present": "needs an inventory without `weights`",
+}
 
 
 def env(inventory: Path) -> dict:

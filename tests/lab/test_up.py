@@ -201,10 +201,12 @@ def dspark_shape(inventory: Path) -> dict:
     for h in doc["hosts"].values():
         h["fabric"] = [link for link in h["fabric"] if link["peer"] != "offload"]
     doc.pop("engram")
+    doc["weights"].pop("drafter")  # DSpark drafts from the checkpoint itself
     r = doc["runtime"]
     r.update(
         served_model_name="deepseek-v4-flash-dspark",
-        model="/cache/huggingface/fraserprice/DeepSeek-V4-Flash-DSpark",
+        # the recipe's folder name under /models: each lab host's own disk (the recipe's /cache is the machine's)
+        model="/models/fraserprice/DeepSeek-V4-Flash-DSpark",
         kv_cache_dtype="nvfp4_ds_mla",
         max_model_len=262144,
         max_num_seqs=2,

@@ -6,19 +6,23 @@ Faults are made by hand (rm, a byte written with dd), never through sparkctl."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
 import pytest
-from labcli import URL, sparkctl
+from labcli import ENV, URL, sparkctl, variant
 
-from sparkctl_lab import checkpoint
+from sparkctl_lab import checkpoint, hub
 from sparkctl_lab.topology import HOSTS
 
 pytestmark = pytest.mark.lab
 
 MODEL = "/models/DeepSeek-V4.1-Flash-1017"
 DRAFTER = "/models/drafter"
+GATED_MODEL = "/models/gated-lab"  # its own folder: the lab's model stays for the tests after
 SHARD = "model-00003-of-00006.safetensors"
 FABRIC = "enp1s0f0np0"  # the first rail, which the copy takes
 MGMT = HOSTS["worker"].mgmt_device
@@ -39,6 +43,16 @@ def selected(repo: str = checkpoint.TARGET_REPO) -> dict[str, dict]:
 
 def rx(lab, host: str, dev: str) -> int:
     return int(lab.host_exec(host, ["cat", f"/sys/class/net/{dev}/statistics/rx_bytes"], check=True).stdout)
+
+
+def run_json(*args: str, rc: int = 0, env: dict | None = None) -> dict:
+    """labcli.sparkctl with extra environment, and the output checked for the token too."""
+    p = subprocess.run([sys.executable, "-m", "sparkctl", *args, "--json"], capture_output=True, text=True,
+                       env={**ENV, **(env or {})}, timeout=600)  # fmt: skip
+    assert p.returncode == rc and "Traceback" not in p.stderr, (p.returncode, p.stdout[-3000:], p.stderr[-3000:])
+    for secret in (env or {}).values():
+        assert secret not in p.stdout + p.stderr
+    return json.loads(p.stdout)
 
 
 def step(doc: dict, host: str, name: str = "weights") -> dict:
@@ -94,3 +108,22 @@ def test_no_weights_anywhere_goes_from_the_hub_to_serving_with_one_up(lab, inv):
     # the engine runs offline: it can never start a download of its own
     env = lab.host_exec("head", ["docker", "inspect", "-f", "{{json .Config.Env}}", "sparkctl-head"], check=True).stdout
     assert "HF_HUB_OFFLINE=1" in env
+
+
+def test_a_gated_repo_downloads_with_the_token_from_sparkctls_environment_and_stores_it_nowhere(lab, inv, tmp_path):
+    token = hub.token()
+    gated = variant(inv, tmp_path, "gated", runtime__model=GATED_MODEL, weights__repo=checkpoint.GATED_REPO,
+                    weights__access_env="LAB_HUB_TOKEN")  # fmt: skip
+    refused = run_json("up", "-i", str(gated), "--check", rc=1)
+    assert "is gated and $LAB_HUB_TOKEN is not set" in step(refused, "head")["message"]
+    env = {"LAB_HUB_TOKEN": token}
+    done = run_json("up", "-i", str(gated), env=env)
+    files = len(checkpoint.ensure(checkpoint.LAB_SPECS).manifest(checkpoint.GATED_REPO, "main"))
+    assert f"downloaded {files} file(s)" in step(done, "head")["message"]
+    assert serves()
+    # nowhere on the head: not in sparkctl's state or history, not in the containers' settings
+    grep = lab.host_exec("head", ["sh", "-c", f"grep -rlF {token} /var/lib/sparkctl /models 2>/dev/null; "
+                                              "docker inspect sparkctl-head sparkctl-gateway"], check=False)  # fmt: skip
+    assert token not in grep.stdout
+    sparkctl("up", "-i", str(inv))  # back to the lab's model
+    assert serves()
