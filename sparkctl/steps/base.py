@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # imported lazily at run time: a no-op `up` has a 1 s budget
     from sparkctl.facts.host import HostFacts
     from sparkctl.lock import ClusterLock
     from sparkctl.session import ClusterSession
-    from sparkctl.transport.ssh import Fleet
+    from sparkctl.transport.ssh import Fleet, HostSession
 
 Status = Literal["ok", "changed", "failed", "skipped"]
 
@@ -123,6 +123,12 @@ class RunContext:
         from sparkctl.session import ClusterSession
 
         return ClusterSession(self.inventory, fleet=self.fleet, facts=self.facts, lock=self.lock)
+
+    def session(self, host: str) -> HostSession:
+        """The run's SSH session to `host` (applying needs one: a plan from recorded facts has none)."""
+        if self.fleet is None:
+            raise RuntimeError("applying a step needs the run's SSH sessions (RunContext.fleet)")
+        return self.fleet[host]
 
     def refresh(self, host: str, kinds: set[str], timeout: float = 60) -> HostFacts:
         """Read these fact kinds on `host` again (after this run changed them) and return its facts."""

@@ -169,9 +169,9 @@ class WeightsStep(Step):
                 f"and its filesystem has {gb(copy.free_bytes)} free: free {gb(need - staged - copy.free_bytes)} there "
                 "or point runtime.model at a larger disk",
             )
-        missing = [n for n in bad if n not in copy.files]
-        what = f"{len(bad)} file(s), {gb(need)}" + (f" ({len(bad) - len(missing)} of them wrong: {', '.join([n for n in bad if n in copy.files][:3])})"
-                                                     if len(missing) < len(bad) else "")  # fmt: skip
+        wrong = [n for n in bad if n in copy.files]
+        what = f"{len(bad)} file(s), {gb(need)}" + (f" ({len(wrong)} of them wrong: {', '.join(wrong[:3])})" if wrong else "")
+        what += f", {gb(staged)} of it staged by a cut transfer (resumed)" if staged else ""
         data = {**data, "files": bad, "bytes": need, "staged": staged, "replace": bool(copy.files)}
         if p.downloads:
             w = ctx.inventory.weights
@@ -229,7 +229,7 @@ class WeightsStep(Step):
 
         w = ctx.inventory.weights
         assert w is not None
-        s = ctx.fleet[host]
+        s = ctx.session(host)
         path, staging, m = data["path"], staging_path(data["path"]), data["manifest"]
         parent = path.rsplit("/", 1)[0] or "/"
         # started the way every container of the launch is (its LAUNCHER, not the image's ENTRYPOINT)
@@ -258,14 +258,17 @@ class WeightsStep(Step):
         from sparkctl.transport.images import SSH_OPTIONS
 
         src, path, staging = data["source_host"], data["path"], staging_path(data["path"])
-        ctx.fleet[host].run(["mkdir", "-p", staging]).check("create the weights' staging folder")
+        ctx.session(host).run(["mkdir", "-p", staging]).check("create the weights' staging folder")
+        # a rail that drops mid-copy stalls the stream without an error: rsync gives up after this long
+        # without a byte (three times the time a connected host may leave a keepalive unanswered)
+        stall = max(3, int(3 * ctx.session(src).target.connect_timeout))
         rsync = [
-            "rsync", "-rt", "--partial", "--append-verify", "--files-from=-", "--from0",
+            "rsync", "-rt", "--partial", "--append-verify", "--files-from=-", "--from0", f"--timeout={stall}",
             "-e", shlex.join(["ssh", *SSH_OPTIONS]), f"{path}/", f"{data['to_address']}:{staging}/",
         ]  # fmt: skip
         files = "\0".join(data["files"]).encode()
         with self._progress(ctx, host, staging, data, f"copying from {src} over {data['device']}"):
-            r = ctx.fleet[src].run(rsync, timeout=ctx.fleet[src].transfer_timeout(data["bytes"]) + 60, stdin=files)
+            r = ctx.session(src).run(rsync, timeout=ctx.session(src).transfer_timeout(data["bytes"]) + 60, stdin=files)
         if not r.ok:
             tail = (r.stderr.strip().splitlines() or [f"exit {r.exit_code}"])[-1][:300]
             raise HostError(
@@ -278,7 +281,7 @@ class WeightsStep(Step):
         return _Progress(ctx, host, self.name, folder, data["bytes"], data.get("staged", 0), doing)
 
     def _verify_and_place(self, ctx: RunContext, host: str, data: dict) -> None:
-        s = ctx.fleet[host]
+        s = ctx.session(host)
         path, staging, files = data["path"], staging_path(data["path"]), data["files"]
         manifest: dict[str, ManifestFile] = data["manifest"].files
         ctx.progress(host, self.name, f"verifying {len(files)} file(s), {gb(data['bytes'])}")
@@ -311,7 +314,7 @@ class WeightsStep(Step):
         s.run(f'for f in {drop}; do dd if="$f" iflag=nocache count=0 status=none; done; true', timeout=s.timeout + len(files))
 
     def _record(self, ctx: RunContext, host: str, data: dict) -> None:
-        s, m, path = ctx.fleet[host], data["manifest"], data["path"]
+        s, m, path = ctx.session(host), data["manifest"], data["path"]
         ckpt = next(p.checkpoint for p in placements(ctx.inventory) if p.host == host and p.path == path)
         rec = WeightsRecord(m.repo, ckpt.revision, m.commit, dict(m.files), tuple(ckpt.include), tuple(ckpt.exclude))
         s.put_bytes(rec.to_json().encode(), f"{path}/{RECORD}")
@@ -342,7 +345,7 @@ class _Progress:
         cmd = f"du -sb --apparent-size {shlex.quote(self.folder)} 2>/dev/null | cut -f1"
         while not self.stop.wait(PROGRESS_EVERY):
             try:
-                out = self.ctx.fleet[self.host].run(cmd, timeout=10).stdout.strip()
+                out = self.ctx.session(self.host).run(cmd, timeout=10).stdout.strip()
             except SparkctlError:
                 return
             if not out.isdigit():

@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
 import pytest
-from labcli import ENV, URL, sparkctl, variant
+from labcli import ENV, URL, sparkctl, start, variant
 
 from sparkctl_lab import checkpoint, hub
 from sparkctl_lab.topology import HOSTS
@@ -126,4 +127,43 @@ def test_a_gated_repo_downloads_with_the_token_from_sparkctls_environment_and_st
                                               "docker inspect sparkctl-head sparkctl-gateway"], check=False)  # fmt: skip
     assert token not in grep.stdout
     sparkctl("up", "-i", str(inv))  # back to the lab's model
+    assert serves()
+
+
+def test_a_copy_cut_by_a_dropped_rail_fails_naming_it_and_the_next_up_resumes_it(lab, inv):
+    from sparkctl_lab import shaping
+    from sparkctl_lab.topology import HOSTS
+
+    staging = f"/models/.{MODEL.rsplit('/', 1)[1]}.sparkctl-staging"
+
+    def staged() -> int:
+        r = lab.host_exec("worker", ["sh", "-c", f"du -sb --apparent-size {staging} 2>/dev/null | cut -f1"])
+        return int(r.stdout.strip() or 0)
+
+    lab.host_exec("worker", ["rm", "-rf", MODEL, staging], check=True)
+    shaping.shape(HOSTS["worker"], FABRIC, 80)  # 10 MB/s: the copy takes ~20 s, time to cut it
+    try:
+        run = start("up", "-i", str(inv))
+        deadline = time.monotonic() + 60
+        while staged() < 20e6 and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.2)
+        lab.host_exec("worker", ["ip", "link", "set", FABRIC, "down"], check=True)
+        out, err = run.communicate(timeout=180)
+    finally:
+        lab.host_exec("worker", ["ip", "link", "set", FABRIC, "up"], check=True)
+        shaping.shape(HOSTS["worker"], FABRIC)  # back to the rail's line rate
+    assert run.returncode == 1, (out[-2000:], err[-2000:])
+    failed = step(json.loads(out), "worker")
+    assert failed["status"] == "failed" and "rsync from head" in failed["message"], failed
+    assert FABRIC in failed.get("fix", ""), failed
+    # the model's path never held a partial copy; what arrived waits in staging
+    assert lab.host_exec("worker", ["test", "-e", MODEL]).returncode != 0
+    cut = staged()
+    assert cut >= 20e6
+
+    check = sparkctl("up", "-i", str(inv), "--check")
+    assert "staged by a cut transfer (resumed)" in step(check, "worker")["message"]
+    doc = sparkctl("up", "-i", str(inv))
+    assert f"copied {len(selected())} file(s)" in step(doc, "worker")["message"]
+    assert sparkctl("doctor", "-i", str(inv), "--only", "weights")["summary"]["failed_checks"] == []
     assert serves()
