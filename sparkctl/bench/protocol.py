@@ -6,7 +6,6 @@ disabled, 400 generated tokens per request, three repeats, median aggregate outp
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal, Optional
 
@@ -70,17 +69,6 @@ DEFAULT_PREFILL_TOKENS = 262_144
 DEFAULT_CONTEXT_SIZES = (1_024, 8_192, 32_768, 81_920)
 # A short request: its TTFT is the fixed overhead (network, queueing, template, one decode step).
 SHORT_PROMPT = "Reply with the single word: ready"
-
-_TOKENS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
-
-
-def parse_tokens(text: str) -> int:
-    """'262144', '256k' (x1024) or '1m' -> a token count, as vLLM reads --max-model-len."""
-    m = _TOKENS.match(str(text))
-    if not m:
-        raise ValueError(f"{text!r} is not a token count (write e.g. 8192, 32k or 1m)")
-    scale = {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
-    return int(float(m.group(1)) * scale)
 
 
 class BenchOptions(BaseModel):

@@ -24,12 +24,22 @@ def alerts(
         ),
     ] = None,
 ) -> None:
-    """Write Prometheus alerting rules for the cluster: engine down, worker lost, drafter unreachable,
-    KV cache near full, preemptions, waiting queue, TTFT p99, speculative acceptance, decode speed.
+    """Write Prometheus alerting rules for the cluster.
 
-    Each rule has labels severity (page|ticket) and cluster, annotations summary, description,
+    Engine down, worker lost, drafter unreachable, KV cache near full, preemptions, waiting queue,
+    TTFT p99, speculative acceptance, decode speed. Each rule has labels severity (page|ticket) and cluster, annotations summary, description,
     runbook (the `sparkctl runbook NAME` command) and, with alerts.runbook_base_url, runbook_url. Thresholds: the inventory's `alerts:` section (docs/alerts.md). Check the file with
-    `promtool check rules FILE`."""
+    `promtool check rules FILE`.
+
+    Examples:
+      # the rules, checked by Prometheus's own tool
+      sparkctl alerts --out rules.yml
+      promtool check rules rules.yml
+      # and a prometheus.yml that scrapes the cluster with them
+      sparkctl alerts --out rules.yml --prometheus-config prometheus.yml
+    """
+    import os
+
     import yaml
 
     from sparkctl.alerts.render import rules_yaml, scrape_config
@@ -47,7 +57,10 @@ def alerts(
     text = rules_yaml(rs)
     files = [(out, "--out", text)] if out else []
     if prometheus_config:
-        doc = scrape_config(rs, inv, [str(out.resolve())])
+        # Prometheus reads a relative rule_files entry from the config file's own folder (config.go,
+        # LoadFile -> SetDirectory): the pair works wherever it is copied, not only on this machine
+        rules = os.path.relpath(out.resolve(), prometheus_config.resolve().parent)
+        doc = scrape_config(rs, inv, [rules])
         files.append((prometheus_config, "--prometheus-config", yaml.safe_dump(doc, sort_keys=False)))
     _write_files(files)
     if json_out:

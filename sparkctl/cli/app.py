@@ -11,55 +11,74 @@ import sys
 
 import typer
 
-# command -> (module under sparkctl.cli, its attribute, a sub-app of commands or one command).
+# command -> (module under sparkctl.cli, its attribute, a sub-app of commands or one command,
+# its panel in `sparkctl --help`). Help lists panels and commands in this order (typer puts the
+# groups after the commands, so here they come last within their panel and after all commands).
 # A run imports only the module of the command it runs (a no-op `up` has a 1 s budget);
 # `sparkctl --help` and anything not named here build the whole app.
 COMMANDS = {
-    "inventory": ("inventory", "app", "group"),
-    "lab": ("lab", "app", "group"),
-    "up": ("up", "up", "command"),
-    "down": ("down", "down", "command"),
-    "unlock": ("unlock", "unlock", "command"),
-    "render": ("render", "render", "command"),
-    "status": ("status", "status", "command"),
-    "bench": ("bench", "app", "group"),
-    "doctor": ("doctor", "doctor", "command"),
-    "reload": ("reload", "reload", "command"),
-    "restart": ("reload", "restart", "command"),
-    "rollback": ("reload", "rollback", "command"),
-    "history": ("reload", "history", "command"),
-    "alerts": ("alerts", "alerts", "command"),
-    "runbook": ("runbook", "runbook", "command"),
-    "gateway": ("gateway", "app", "group"),
-    "fleet": ("fleet", "app", "group"),
+    "up": ("up", "up", "command", "Cluster"),
+    "down": ("down", "down", "command", "Cluster"),
+    "reload": ("reload", "reload", "command", "Cluster"),
+    "restart": ("reload", "restart", "command", "Cluster"),
+    "rollback": ("reload", "rollback", "command", "Cluster"),
+    "unlock": ("unlock", "unlock", "command", "Cluster"),
+    "status": ("status", "status", "command", "Diagnose"),
+    "doctor": ("doctor", "doctor", "command", "Diagnose"),
+    "history": ("reload", "history", "command", "Diagnose"),
+    "alerts": ("alerts", "alerts", "command", "Diagnose"),
+    "render": ("render", "render", "command", "Inventory & docs"),
+    "runbook": ("runbook", "runbook", "command", "Inventory & docs"),
+    "gateway": ("gateway", "app", "group", "Cluster"),
+    "bench": ("bench", "app", "group", "Diagnose"),
+    "inventory": ("inventory", "app", "group", "Inventory & docs"),
+    "fleet": ("fleet", "app", "group", "Fleet"),
+    "lab": ("lab", "app", "group", "Development"),
 }
 
 
 def build_app(only: str | None = None) -> typer.Typer:
     """The typer app with every command, or with just `only` (same help and options for it)."""
+    from sparkctl.cli.help import HelpCommand, HelpGroup, use_help_classes
+
     app = typer.Typer(
         name="sparkctl",
+        cls=HelpGroup,
         help=(
-            "Bring up and run a DeepSeek V4 Flash cluster of two DGX Sparks (head + worker, tensor "
-            "parallel over ConnectX-7 RoCE) and an optional x86 offload host, from one inventory file.\n\n"
-            "Exit codes: 0 success, 1 a check or step failed, 2 bad input or usage."
+            "Bring up and run DeepSeek V4 Flash on two DGX Sparks from one inventory file.\n\n"
+            "The Sparks (head + worker) serve it tensor parallel over ConnectX-7 RoCE, with an optional "
+            "x86 offload host for the drafter and the Engram tables.\n\n"
+            "Exit codes: 0 success, 1 a check or step failed, 2 bad input or usage.\n\n"
+            "Examples:\n"
+            "  # start from a shipped example inventory, then check it\n"
+            "  sparkctl inventory init --from dspark\n"
+            "  sparkctl inventory validate dspark-recipe.yaml\n"
+            "  # what is wrong, with the fix; what up would change; then converge\n"
+            "  sparkctl doctor -i dspark-recipe.yaml\n"
+            "  sparkctl up --check -i dspark-recipe.yaml\n"
+            "  sparkctl up -i dspark-recipe.yaml\n"
+            "  # what runs where, health and tok/s\n"
+            "  sparkctl status -i dspark-recipe.yaml\n"
         ),
         no_args_is_help=True,
         # --install-completion / --show-completion on the whole app (the shell asks it with no
         # arguments); a single command's run skips the completion machinery's imports
         add_completion=only is None,
         pretty_exceptions_enable=False,
+        # plain help and usage errors (sparkctl/cli/help.py says why); the panels are drawn there
         rich_markup_mode=None,
         context_settings={"help_option_names": ["-h", "--help"]},
     )
-    for name, (module, attr, kind) in COMMANDS.items():
+    for name, (module, attr, kind, panel) in COMMANDS.items():
         if only is not None and name != only:
             continue
         target = getattr(importlib.import_module(f"sparkctl.cli.{module}"), attr)
         if kind == "group":
-            app.add_typer(target, name=name, hidden=name == "lab" and not _lab_installed())
+            use_help_classes(target)
+            hidden = name == "lab" and not _lab_installed()
+            app.add_typer(target, name=name, cls=HelpGroup, rich_help_panel=panel, hidden=hidden)
         else:
-            app.command(name)(target)
+            app.command(name, cls=HelpCommand, rich_help_panel=panel)(target)
     app.callback(invoke_without_command=True)(_root)
     return app
 

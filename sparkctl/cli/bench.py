@@ -15,26 +15,33 @@ import typer
 from sparkctl.cli.options import InventoryOpt, JsonOpt
 
 app = typer.Typer(
-    help="Measure tok/s, TTFT, speculative acceptance and mixed traffic on an endpoint "
-    "(the sparkdash protocol of seed 000). Subcommands: report, compare, schema.",
+    help="Measure tok/s, TTFT, speculative acceptance and mixed traffic.\n\n"
+    "On an endpoint (the sparkdash protocol of seed 000). Subcommands: report, compare, schema.\n\n"
+    "Examples:\n"
+    "  # the whole protocol through the front door, with its report\n"
+    "  sparkctl bench --out run.json --report report/\n"
+    "  # any OpenAI-compatible endpoint, throughput only\n"
+    "  sparkctl bench --endpoint http://10.0.0.5:8000/v1 --parts throughput\n"
+    "  # two runs side by side\n"
+    "  sparkctl bench compare before.json after.json\n",
     invoke_without_command=True,
     no_args_is_help=False,
 )
 
 
-def parse_tokens(text: str) -> int:
-    """The protocol's parse_tokens ('32k' -> 32768), imported when an option is parsed: the
-    protocol module loads pydantic, which `sparkctl --help` has no use for."""
-    from sparkctl.bench.protocol import parse_tokens as parse
+def parse_tokens(text: str | int) -> int:
+    """A token count as vLLM and the inventory read one ('32k' -> 32000, '32K' -> 32768); an int
+    default passes as it is."""
+    from sparkctl.inventory.vllm import token_count
 
-    return parse(text)
+    return text if isinstance(text, int) else token_count(text)
 
 
 def _csv(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
 
 
-def _ints(text: str, what: str, example: str = "1k,8k,32k") -> list[int]:
+def _ints(text: str, what: str, example: str = "1K,8K,32K") -> list[int]:
     from sparkctl.errors import InputError
 
     try:
@@ -192,20 +199,23 @@ def bench(
     ] = None,
     workloads: Annotated[str, typer.Option("--workloads", help="Workloads: counting, code, prose.")] = "counting,code,prose",
     streams: Annotated[str, typer.Option("--streams", help="Concurrent streams per cell.")] = "1,4",
-    tokens: Annotated[int, typer.Option("--tokens", min=1, help="Tokens generated per request.")] = 400,
+    tokens: Annotated[int, typer.Option("--tokens", parser=parse_tokens, help="Tokens generated per request.")] = 400,
     repeats: Annotated[int, typer.Option("--repeats", min=1, help="Repeats per cell (the median is reported).")] = 3,
     parts: Annotated[
         str, typer.Option("--parts", help="Which parts run: throughput, context, prefill, mixed.")
     ] = "throughput,context,prefill,mixed",
     context_workload: Annotated[str, typer.Option("--context-workload", help="Workload of the context sweep.")] = "code",
     context_sizes: Annotated[
-        str, typer.Option("--context-sizes", help="Prompt sizes of the context sweep (tokens; 32k = 32768).")
-    ] = "1k,8k,32k,80k",
+        str,
+        typer.Option(
+            "--context-sizes", help="Prompt sizes of the context sweep (tokens, as vLLM reads them: 32K = 32768, 32k = 32000)."
+        ),
+    ] = "1K,8K,32K,80K",
     context_repeats: Annotated[int, typer.Option("--context-repeats", min=1, help="Requests per context size.")] = 1,
     prefill_tokens: Annotated[
         int,
         typer.Option("--prefill-tokens", parser=parse_tokens, help="Long prompt of the prefill test (capped by max_model_len)."),
-    ] = "256k",
+    ] = "256K",
     overhead_samples: Annotated[
         int, typer.Option("--overhead-samples", min=1, help="Short requests measuring the fixed overhead.")
     ] = 3,
@@ -345,7 +355,15 @@ def report_cmd(
     out: Annotated[Path, typer.Option("--out", help="Folder for report.html and the PNG plots.")],
     json_out: JsonOpt = False,
 ) -> None:
-    """An HTML report (one file, plots embedded, opens offline) and its plots as PNG files."""
+    """Write an HTML report of result files, and its plots as PNG files.
+
+    One HTML file, plots embedded, that opens offline.
+
+    Examples:
+      sparkctl bench report run.json --out report/
+      # two runs drawn side by side
+      sparkctl bench report before.json after.json --out report/
+    """
     from sparkctl.bench.compare import load
     from sparkctl.bench.html import labels_for, write_report
     from sparkctl.bench.plots import Labeled, require
@@ -367,7 +385,11 @@ def compare_cmd(
     b: Annotated[Path, typer.Argument(help="Result file B (ratios are B / A).")],
     json_out: JsonOpt = False,
 ) -> None:
-    """Two result files side by side, with B/A ratios."""
+    """Show two result files side by side, with B/A ratios.
+
+    Examples:
+      sparkctl bench compare before.json after.json
+    """
     from sparkctl.bench.compare import compare, load, render
     from sparkctl.cli.output import answer, print_json
 
@@ -380,7 +402,13 @@ def compare_cmd(
 
 @app.command("schema")
 def schema_cmd() -> None:
-    """Print the JSON Schema of the result file (also docs/bench-result.schema.json)."""
+    """Print the JSON Schema of the result file.
+
+    The same as docs/bench-result.schema.json.
+
+    Examples:
+      sparkctl bench schema > bench-result.schema.json
+    """
     from sparkctl.bench.result import json_schema
     from sparkctl.cli.output import print_json
 

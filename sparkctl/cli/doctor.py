@@ -59,16 +59,25 @@ def doctor(
         typer.Option("--allow-loading", help="A runtime still loading is a warning, not a failure (exit 0)."),
     ] = False,
 ) -> None:
-    """Run every named check on all hosts in parallel, with the fix for each failure.
+    """Run every named check on all hosts, with each failure's fix.
 
-    Groups: ssh, host, gpu, fabric, env, images, caches, engram, runtime. docs/checks.md lists
-    every check. Exit 0 when nothing fails, 1 when a check fails, 2 on bad input.
+    The hosts are checked in parallel. Groups: ssh, host, gpu, fabric, env, images, caches, engram,
+    runtime. docs/checks.md lists every check. Exit 0 when nothing fails, 1 when a check fails, 2 on
+    bad input.
+
+    Examples:
+      # every check on every host; failures with their fix and runbook
+      sparkctl doctor -i my-cluster.yaml
+      # only the fabric checks, measuring the rails longer
+      sparkctl doctor --only fabric --deep
+      # every row, one table per host
+      sparkctl doctor -v
     """
     from sparkctl.checks.doctor import doctor as run_doctor
     from sparkctl.cli.output import diagnostics, print_json
     from sparkctl.inventory.loader import load_inventory
 
-    inv = load_inventory(require_inventory(inventory))
+    inv = load_inventory(require_inventory(inventory), control_machine=True)
     run = partial(run_doctor, inv, hosts=hosts, only=only, ignore=ignore, deep=deep,
                   allow_loading=allow_loading)  # fmt: skip
     base = inv.alerts.runbook_base_url  # where the team publishes the runbooks, if it does

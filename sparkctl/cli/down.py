@@ -21,9 +21,16 @@ def down(
     wait: LockWaitOpt = 0,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Stop the runtime, head first (it drains in-flight requests), then worker and drafter.
+    """Stop the runtime, head first, then worker and drafter.
 
-    Runs playbooks/down.yaml on the same runner as `up`: --check lists what would stop.
+    The head drains in-flight requests first. Runs playbooks/down.yaml on the same runner as `up`:
+    --check lists what would stop. Images, caches and Engram tables stay.
+
+    Examples:
+      # what would stop, stopping nothing
+      sparkctl down --check
+      # stop, giving in-flight requests up to 60 s to finish
+      sparkctl down --drain 60
     """
     from sparkctl.cli.up import run_steps
 

@@ -18,8 +18,14 @@ from sparkctl.cli.options import CheckOpt, FleetOpt, JsonOpt, check_seconds
 from sparkctl.cli.unlock import LockWaitOpt
 
 app = typer.Typer(
-    help="A fleet of clusters behind one front door (the fleet file: -f FILE or $SPARKCTL_FLEET): "
-    "up, status, doctor and history over every member at once; reload, restart and rollback one member at a time.",
+    help="Run several clusters behind one front door.\n\n"
+    "The fleet file: -f FILE or $SPARKCTL_FLEET. up, status, doctor and history work on every member at once; "
+    "reload, restart and rollback one member at a time.\n\n"
+    "Examples:\n"
+    "  # every member, then the front door\n"
+    "  sparkctl fleet up -f fleet.yaml\n"
+    "  # the rollout a new config folder makes, member by member\n"
+    "  sparkctl fleet reload --config-dir next/ --check\n",
     no_args_is_help=True,
 )
 
@@ -63,11 +69,15 @@ def up(
     ] = None,
     wait: LockWaitOpt = 0,
 ) -> None:
-    """Converge every member at once (each exactly as `sparkctl up -i MEMBER.yaml`), then the front door.
+    """Converge every member at once, then the front door.
 
-    Progress on stderr, each line prefixed with its member. A member that fails does not stop the
+    Each member exactly as `sparkctl up -i MEMBER.yaml`. Progress on stderr, each line prefixed with its member. A member that fails does not stop the
     others; the run exits 1 naming it. A second run changes nothing and says so; --check prints
     every member's plan and the front door's, and changes nothing.
+
+    Examples:
+      sparkctl fleet up --check -f fleet.yaml
+      sparkctl fleet up -f fleet.yaml
     """
     from sparkctl.cli.output import print_json
     from sparkctl.fleet.up import fleet_up
@@ -119,11 +129,15 @@ def status(
     json_out: JsonOpt = False,
     sample: Annotated[float, typer.Option("--sample", help="Seconds between the two /metrics scrapes for tok/s.")] = 1.0,
 ) -> None:
-    """Every member at once: health, config (the head's applied hash; is the inventory that config?), tok/s, queue.
+    """Show every member's health, config and tok/s, and the front door.
 
-    And the front door: its URL, whether it answers, each member's state there. `--json` has
+    Every member at once: health, config (the head's applied hash; is the inventory that config?),
+    tok/s, queue. And the front door: its URL, whether it answers, each member's state there. `--json` has
     front_door_url and members. Exit 0 when every member serves its inventory's config and the door
     answers, else 1.
+
+    Examples:
+      sparkctl fleet status -f fleet.yaml
     """
     from sparkctl.cli.output import print_json
     from sparkctl.fleet.status import fleet_status
@@ -202,11 +216,16 @@ def doctor(
         bool, typer.Option("--allow-loading", help="A runtime still loading is a warning, not a failure.")
     ] = False,
 ) -> None:
-    """Every member's doctor at once, findings grouped by member, then the fleet checks.
+    """Run every member's doctor at once, then the fleet checks.
 
-    Fleet checks: fleet.front_door (the door answers), fleet.members_reachable (every member answers
+    Findings are grouped by member. Fleet checks: fleet.front_door (the door answers), fleet.members_reachable (every member answers
     from the door's host), fleet.same_model (every member serves one model name). Exit 0 when
     nothing fails, 1 when a check fails, 2 on bad input.
+
+    Examples:
+      sparkctl fleet doctor -f fleet.yaml
+      # only the fabric checks, on every member
+      sparkctl fleet doctor --only fabric
     """
     from sparkctl.cli.output import diagnostics, print_json
     from sparkctl.fleet.doctor import fleet_doctor
@@ -268,9 +287,14 @@ def history(
         int, typer.Option("--last", "-n", help="Show the newest N events of the fleet (0: all the heads keep).", min=0)
     ] = 20,
 ) -> None:
-    """Every member's applied configs, reloads, restarts and rollbacks, merged in time order, each naming its member.
+    """Show every member's history, merged in time order.
 
-    Exit 1 when a member's head could not be read (the others' events are still shown)."""
+    Every member's applied configs, reloads, restarts and rollbacks, each naming its member. Exit 1
+    when a member's head could not be read (the others' events are still shown).
+
+    Examples:
+      sparkctl fleet history -f fleet.yaml
+    """
     from sparkctl.cli.output import print_json
     from sparkctl.fleet.history import fleet_history
 

@@ -111,9 +111,17 @@ def reload(
     ratio: RatioOpt = None,
     drain_wait: DrainWaitOpt = 120.0,
 ) -> None:
-    """Roll a config change across the fleet: each member in turn drained at the front door, reloaded
-    (prestage, health gate, automatic rollback), put back. A member without a file in DIR is left as
-    it is. Exit 1 when a member failed (it is rolled back; the rollout stops there)."""
+    """Roll a config change across the fleet, one member at a time.
+
+    Each member in turn is drained at the front door, reloaded (prestage, health gate, automatic
+    rollback) and put back. A member without a file in DIR is left as it is. Exit 1 when a member
+    failed (it is rolled back; the rollout stops there).
+
+    Examples:
+      # the plan: member by member, warm or cold
+      sparkctl fleet reload --config-dir next/ --check
+      sparkctl fleet reload --config-dir next/ --min-throughput-ratio 0.8
+    """
     _run("reload", fleet, config_dir, check, json_out, yes, deadline, ratio, drain_wait)
 
 
@@ -127,7 +135,15 @@ def restart(
     ratio: RatioOpt = None,
     drain_wait: DrainWaitOpt = 120.0,
 ) -> None:
-    """Restart each member's recorded config in turn, drained at the front door and health-gated."""
+    """Restart each member's recorded config, one member at a time.
+
+    Each is drained at the front door and health-gated.
+
+    Examples:
+      sparkctl fleet restart --check
+      # one member only
+      sparkctl fleet restart --member lab-2
+    """
     _run("restart", fleet, None, check, json_out, yes, deadline, ratio, drain_wait, only=member)
 
 
@@ -143,6 +159,13 @@ def rollback(
     deadline: DeadlineOpt = None,
     drain_wait: DrainWaitOpt = 120.0,
 ) -> None:
-    """Roll each member (or --member NAME) back to its last good config (or --to N back), one at a time:
-    also the way out of an interrupted rollout, and it puts a member left drained back at the door."""
+    """Roll members back to their last good config, one at a time.
+
+    Each member (or --member NAME) back to its last good config (or --to N back): also the way out
+    of an interrupted rollout, and it puts a member left drained back at the door.
+
+    Examples:
+      sparkctl fleet rollback --check
+      sparkctl fleet rollback --member lab-2
+    """
     _run("rollback", fleet, None, check, json_out, yes, deadline, None, drain_wait, only=member, to=to)

@@ -15,7 +15,11 @@ import typer
 from sparkctl.cli.options import InventoryOpt, JsonOpt, require_inventory
 
 app = typer.Typer(
-    help="The front door on the head (sparkctl-gateway): what it does now, and releasing a hold left behind.",
+    help="Show or release the front door on the head (sparkctl-gateway).\n\n"
+    "What it does now, and releasing a hold a change left behind.\n\n"
+    "Examples:\n"
+    "  sparkctl gateway status\n"
+    "  sparkctl gateway release\n",
     no_args_is_help=True,
 )
 
@@ -64,12 +68,18 @@ def _say(doc: dict) -> str:
 
 @app.command("status")
 def status(inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
-    """The gateway's own state from its admin interface (passing or holding, the hold, held requests)."""
+    """Show the gateway's state: passing or holding, and what it holds.
+
+    From its admin interface: the hold, and the requests it holds.
+
+    Examples:
+      sparkctl gateway status -i my-cluster.yaml
+    """
     from sparkctl.cli.output import answer, print_json
     from sparkctl.inventory.loader import load_inventory
     from sparkctl.transport.ssh import Fleet
 
-    inv = load_inventory(require_inventory(inventory))
+    inv = load_inventory(require_inventory(inventory), control_machine=True)
     head = _head(inv)
     with Fleet(inv, hosts=[head]) as fleet:
         doc = _ctl(fleet[head], "status")
@@ -87,17 +97,22 @@ def release(
         bool, typer.Option("--force", help="Release even while a live sparkctl run holds the cluster lock.")
     ] = False,
 ) -> None:
-    """Send the held requests on and stop holding: for a hold a change left behind (it died mid-reload).
+    """Send the held requests on and stop holding.
 
-    Refused while a live sparkctl run holds the cluster lock: its change releases the hold when the
-    new engine serves, and releasing earlier sends requests into an engine that is not there."""
+    For a hold a change left behind (it died mid-reload). Refused while a live sparkctl run holds the
+    cluster lock: its change releases the hold when the new engine serves, and releasing earlier
+    sends requests into an engine that is not there.
+
+    Examples:
+      sparkctl gateway release
+    """
     from sparkctl.cli.output import answer, print_json
     from sparkctl.errors import InputError
     from sparkctl.inventory.loader import load_inventory
     from sparkctl.lock import read_holder
     from sparkctl.transport.ssh import Fleet
 
-    inv = load_inventory(require_inventory(inventory))
+    inv = load_inventory(require_inventory(inventory), control_machine=True)
     head = _head(inv)
     with Fleet(inv, hosts=[head]) as fleet:
         session = fleet[head]

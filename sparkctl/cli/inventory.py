@@ -9,7 +9,18 @@ import typer
 
 from sparkctl.cli.options import InventoryOpt, JsonOpt, require_inventory
 
-app = typer.Typer(help="Start, validate, show and describe inventory files.", no_args_is_help=True)
+app = typer.Typer(
+    help="""Start, validate, show and describe inventory files.
+
+    Examples:
+      # a shipped example to edit, then check it
+      sparkctl inventory init --from dspark
+      sparkctl inventory validate dspark-recipe.yaml
+      # its hosts, fabric links and vLLM flags as tables
+      sparkctl inventory show dspark-recipe.yaml
+    """,
+    no_args_is_help=True,
+)
 
 FileArg = Annotated[
     Optional[Path],
@@ -32,12 +43,32 @@ def _summary(inv) -> dict:
 
 
 @app.command("validate")
-def validate(file: FileArg = None, inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
-    """Check an inventory without touching any host: exit 0 when usable, 2 with every problem named."""
+def validate(
+    file: FileArg = None,
+    inventory: InventoryOpt = None,
+    json_out: JsonOpt = False,
+    file_only: Annotated[
+        bool,
+        typer.Option(
+            "--file-only",
+            help="Check the file alone, not this machine's SSH key and known_hosts (an inventory for another control machine, e.g. in CI).",
+        ),
+    ] = False,
+) -> None:
+    """Check an inventory without touching any host.
+
+    Exit 0 when it is usable from this machine, 2 with every problem named (the file's, and this
+    machine's SSH key and known_hosts for each host).
+
+    Examples:
+      sparkctl inventory validate my-cluster.yaml
+      # the same, as one JSON document (warnings included)
+      sparkctl inventory validate my-cluster.yaml --json
+    """
     from sparkctl.inventory.loader import load_inventory_report
 
     path = _path(file, inventory)
-    inv, warns = load_inventory_report(path)
+    inv, warns = load_inventory_report(path, control_machine=not file_only)
     summary = _summary(inv)
     if json_out:
         from sparkctl.cli.output import print_json
@@ -61,7 +92,16 @@ def validate(file: FileArg = None, inventory: InventoryOpt = None, json_out: Jso
 
 @app.command("show")
 def show(file: FileArg = None, inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
-    """Print the inventory as tables: hosts, fabric links, runtime (with vLLM flags), caches, Engram."""
+    """Print the inventory as tables.
+
+    Hosts, fabric links, runtime (with the vLLM flag of each key), caches and Engram. A table too
+    wide for the terminal is printed as records (a row's values under its first cell).
+
+    Examples:
+      sparkctl inventory show my-cluster.yaml
+      # everything it holds, secrets masked, as JSON
+      sparkctl inventory show my-cluster.yaml --json
+    """
     from sparkctl.inventory.loader import load_inventory
 
     path = _path(file, inventory)
@@ -80,6 +120,7 @@ def show(file: FileArg = None, inventory: InventoryOpt = None, json_out: JsonOpt
         sys.stdout.write(json.dumps({"file": str(path), **doc}, indent=2) + "\n")
         return
     from sparkctl.cli.output import answer
+    from sparkctl.cli.tables import fit_table
 
     c = answer()
     width = c.width
@@ -87,7 +128,7 @@ def show(file: FileArg = None, inventory: InventoryOpt = None, json_out: JsonOpt
         c.width = max(width, 160)  # a pipe or a log gets whole rows; a terminal keeps its width
     try:
         for table in _tables(inv, path):
-            c.print(table)
+            c.print(fit_table(table, c.width).renderable)  # no address or path split across lines
     finally:
         c.width = width
 
@@ -102,7 +143,7 @@ def _tables(inv, path: Path) -> list:
     def table(title: str, *columns: str) -> Table:
         t = Table(title=Text(title), title_justify="left", show_lines=False)
         for col in columns:
-            t.add_column(col, overflow="fold")  # wrap, never cut an address or a path short
+            t.add_column(col, overflow="fold")  # never cut a value short (fit_table wraps it between words)
         return t
 
     def row(t: Table, *cells) -> None:
@@ -153,7 +194,13 @@ def _tables(inv, path: Path) -> list:
 
 @app.command("schema")
 def schema(json_out: JsonOpt = False) -> None:
-    """Print the inventory's JSON Schema on stdout (for editors: completion and checks as you type)."""
+    """Print the inventory's JSON Schema on stdout.
+
+    For editors: completion and checks as you type.
+
+    Examples:
+      sparkctl inventory schema > inventory.schema.json
+    """
     import json
     import sys
 
@@ -185,7 +232,16 @@ def init(
     force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Write a shipped example inventory to a file, to edit for your cluster (then `inventory validate`)."""
+    """Write a shipped example inventory, to edit for your cluster.
+
+    Then check it with `sparkctl inventory validate`.
+
+    Examples:
+      # two Sparks, into dspark-recipe.yaml here
+      sparkctl inventory init --from dspark
+      # two Sparks and an x86 offload host, to a file you name
+      sparkctl inventory init --from splice --out my-cluster.yaml
+    """
     import os
     import sys
 

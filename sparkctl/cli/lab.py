@@ -9,10 +9,16 @@ import typer
 from sparkctl.cli.options import JsonOpt
 
 app = typer.Typer(
-    help="The lab: a simulated three-host cluster on this machine (needs root). "
-    "SPARKCTL_LAB_INSTANCE=1 or 2 works on another lab beside it (namespaces lab1-*, 10.231.128.0/17, "
+    help="Run the lab: a simulated three-host cluster on this machine.\n\n"
+    "It needs root. SPARKCTL_LAB_INSTANCE=1 or 2 works on another lab beside it (namespaces lab1-*, 10.231.128.0/17, "
     "/var/lib/sparkctl-lab1/inventory.yaml; lab2-*, 10.231.16.0/20 and 10.231.112.0/20, "
-    "/var/lib/sparkctl-lab2/...): the test suite runs two thirds of its lab tests there.",
+    "/var/lib/sparkctl-lab2/...): the test suite runs two thirds of its lab tests there.\n\n"
+    "Examples:\n"
+    "  # bring it up, then converge it as a real cluster\n"
+    "  sparkctl lab up\n"
+    "  sparkctl up -i /var/lib/sparkctl-lab/inventory.yaml\n"
+    "  # break it as hardware breaks, for doctor to name\n"
+    "  sparkctl lab fault worker mtu enP2p1s0f0np0 --value 1500\n",
     no_args_is_help=True,
 )
 
@@ -64,7 +70,15 @@ def up(
     ),
     json_out: JsonOpt = False,
 ) -> None:
-    """Bring the lab up: namespaces, links, hosts (sshd + dockerd), registry, runtime image. Idempotent."""
+    """Bring the lab up: namespaces, links, hosts, registry and image.
+
+    Each host runs sshd and dockerd; the registry holds the runtime image. Idempotent.
+
+    Examples:
+      sparkctl lab up
+      # and a second Spark pair, with a fleet file for both
+      sparkctl lab up --clusters 2
+    """
     api = lab_api()
 
     result = api.up(progress=_progress, clusters=clusters)
@@ -79,7 +93,13 @@ def up(
 
 @app.command()
 def down(json_out: JsonOpt = False) -> None:
-    """Stop the lab and remove everything it made (caches under /var/cache/sparkctl-lab stay)."""
+    """Stop the lab and remove everything it made.
+
+    Caches under /var/cache/sparkctl-lab stay.
+
+    Examples:
+      sparkctl lab down
+    """
     api = lab_api()
 
     result = api.down(progress=_progress)
@@ -88,7 +108,13 @@ def down(json_out: JsonOpt = False) -> None:
 
 @app.command()
 def status(json_out: JsonOpt = False) -> None:
-    """Hosts, namespaces, pids, sshd/dockerd health, links, registry, image, faults. Exit 1 unless all is up."""
+    """Show the lab's hosts, links, registry, image and faults.
+
+    With namespaces, pids and sshd/dockerd health. Exit 1 unless all is up.
+
+    Examples:
+      sparkctl lab status
+    """
     from sparkctl.cli.output import answer, print_json
 
     api = lab_api()
@@ -182,7 +208,18 @@ def fault(
     clear_all: bool = typer.Option(False, "--clear-all", help="Switch every fault off on every host."),
     json_out: JsonOpt = False,
 ) -> None:
-    """Switch a fault on or off (link down and wrong MTU are real `ip link` changes)."""
+    """Switch a fault on or off.
+
+    Link down and wrong MTU are real `ip link` changes.
+
+    Examples:
+      # a rail of the worker drops to MTU 1500
+      sparkctl lab fault worker mtu enP2p1s0f0np0 --value 1500
+      # and back
+      sparkctl lab fault worker mtu enP2p1s0f0np0 --clear
+      # every fault off on every host
+      sparkctl lab fault --clear-all
+    """
     from sparkctl.cli.output import answer, print_json
     from sparkctl.errors import InputError
 
@@ -216,10 +253,18 @@ def drill(
     list_: bool = typer.Option(False, "--list", help="List the drills: what breaks, the check, the runbook."),
     json_out: JsonOpt = False,
 ) -> None:
-    """Break the lab the way a real cluster breaks, to practise its runbook (docs/runbooks/).
+    """Break the lab as a real cluster breaks, to practise a runbook.
+
+    Each drill has its runbook in docs/runbooks/.
 
     Then: `sparkctl doctor` names the check, the runbook's fix commands repair it.
-    `sparkctl lab fault --clear-all` does not undo a drill: its runbook does."""
+    `sparkctl lab fault --clear-all` does not undo a drill: its runbook does.
+
+    Examples:
+      # the drills: what breaks, the check, the runbook
+      sparkctl lab drill --list
+      sparkctl lab drill wrong-mtu
+    """
     from sparkctl.cli.output import answer, print_json
     from sparkctl.errors import InputError
 

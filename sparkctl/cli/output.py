@@ -50,7 +50,10 @@ def report_error(err, as_json: bool) -> None:
         print_json(err.to_dict())
         return
     c = diagnostics()
+    # on a terminal, wrapped between words (the terminal itself would split a path or an address);
+    # off one, whole lines for grep and logs
+    whole = not c.is_terminal
     # escape: a value quoted from the operator's file ('[red]') must print as written
-    c.print(f"[bold red]error:[/] {escape(redact(err.message))}", soft_wrap=True)
+    c.print(f"[bold red]error:[/] {escape(redact(err.message))}", soft_wrap=whole)
     if err.fix:
-        c.print(f"[bold]fix:[/] {escape(redact(err.fix))}", soft_wrap=True)
+        c.print(f"[bold]fix:[/] {escape(redact(err.fix))}", soft_wrap=whole)

@@ -37,8 +37,8 @@ def _run(kind: str, inventory, new_path, check, json_out, yes, deadline, ratio, 
     from sparkctl.reload import run_reload
 
     check_seconds("--deadline", deadline, low=1, high=86400, example="1800")
-    current = load_inventory(require_inventory(inventory))
-    new = load_inventory(new_path) if new_path is not None else None
+    current = load_inventory(require_inventory(inventory), control_machine=True)
+    new = load_inventory(new_path, control_machine=True) if new_path is not None else None
     c = answer()
 
     def confirm(plan) -> bool:
@@ -100,11 +100,18 @@ def reload(
     wait: LockWaitOpt = 0,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Change a serving cluster's config: validate, pre-stage, drain, restart only what must, health-gate.
+    """Change a serving cluster's config, restarting only what must.
 
-    -i is the current inventory (the last good config: it is where a failed reload rolls back to, and
+    Validate, pre-stage while the old config serves, drain, restart health-gated, and roll back by
+    itself when the new config does not serve. -i is the current inventory (the last good config: it is where a failed reload rolls back to, and
     where secrets the record keeps only as digests come from). --check prints the plan: which fields
     change, which containers restart, warm or cold. Exit 1 when the new config was rolled back.
+
+    Examples:
+      # which fields change, what restarts, warm or cold
+      sparkctl reload --config new.yaml --check
+      # change it; roll back unless decode speed stays at 80% or more
+      sparkctl reload --config new.yaml --min-throughput-ratio 0.8
     """
     _run("reload", inventory, config, check, json_out, yes, deadline, ratio, wait, verbose, resume=resume)
 
@@ -119,7 +126,16 @@ def restart(
     wait: LockWaitOpt = 0,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Restart the recorded config in order (drafter, worker, head), drained and health-gated (e.g. after a crash)."""
+    """Restart the recorded config, drained and health-gated.
+
+    In order: drafter, worker, head. For a runtime that crashed or hangs.
+
+    Examples:
+      # what would restart, in which order
+      sparkctl restart --check
+      # restart without asking
+      sparkctl restart --yes
+    """
     _run("restart", inventory, None, check, json_out, yes, deadline, ratio, wait, verbose)
 
 
@@ -133,7 +149,16 @@ def rollback(
     wait: LockWaitOpt = 0,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Restore the last good config (or an earlier one: --to N), after an interrupted or failed reload."""
+    """Restore the last good config, or an earlier one with --to N.
+
+    The way out of an interrupted or failed reload.
+
+    Examples:
+      # back to the last good config
+      sparkctl rollback
+      # two configs further back in `sparkctl history`
+      sparkctl rollback --to 2 --check
+    """
     _run("rollback", inventory, None, check, json_out, yes, deadline, None, wait, verbose, to=to)
 
 
@@ -142,14 +167,23 @@ def history(
     json_out: JsonOpt = False,
     last: Annotated[int, typer.Option("--last", "-n", help="Show the newest N events (0: all the head keeps).", min=0)] = 20,
 ) -> None:
-    """Applied configs, reloads, restarts and rollbacks on this cluster: time, config, who, outcome, warm/cold, downtime."""
+    """Show the configs, reloads, restarts and rollbacks applied here.
+
+    Each with its time, config, who, outcome, warm or cold, and downtime.
+
+    Examples:
+      # the newest 20 events
+      sparkctl history
+      # every event the head keeps, as JSON
+      sparkctl history -n 0 --json
+    """
     from rich.table import Table
 
     from sparkctl.cli.output import answer, print_json
     from sparkctl.inventory.loader import load_inventory
     from sparkctl.reload import interrupted_message
 
-    inv = load_inventory(require_inventory(inventory))
+    inv = load_inventory(require_inventory(inventory), control_machine=True)
     doc = history_doc(inv, last)
     events, records = doc["events"], doc["rollback_targets"]
     if json_out:

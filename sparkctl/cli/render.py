@@ -6,9 +6,17 @@ from sparkctl.cli.options import InventoryOpt, JsonOpt, require_inventory
 
 
 def render(inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
-    """Print the launch of every host (image, full ray/vllm command line, env with secrets redacted,
-    mounts, devices, labels, config hash) and of the gateway in front of the engine, without
-    touching any host."""
+    """Print every host's launch, from the inventory alone.
+
+    The image, full ray/vllm command line, env with secrets redacted, mounts, devices, labels and
+    config hash of every host, and of the gateway in front of the engine, without touching any host.
+
+    Examples:
+      # what up would start, into a file to review or diff
+      sparkctl render -i my-cluster.yaml > launch.txt
+      # the same as one JSON document
+      sparkctl render --json
+    """
     from sparkctl.checks.env import moe_clamp_warning
     from sparkctl.cli.output import answer, diagnostics, print_json
     from sparkctl.inventory.loader import load_inventory

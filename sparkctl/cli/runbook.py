@@ -19,10 +19,20 @@ def runbook(
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Print a runbook (Markdown) on stdout: what you see, confirm, fix, verify, escalate.
+    """Print a runbook: what you see, confirm, fix, verify, escalate.
 
     The one doctor and the alerts link to, from the installed package (no checkout needed).
-    Without NAME: every runbook, one line each."""
+    Rendered for a terminal; the Markdown as written into a pipe or a file. Without NAME: every
+    runbook, one line each.
+
+    Examples:
+      # every runbook, one line each
+      sparkctl runbook
+      # one, by its name or the doctor check that links it
+      sparkctl runbook fabric.mtu
+      # its Markdown source, into a file
+      sparkctl runbook fabric.mtu > fabric.mtu.md
+    """
     import sys
 
     from sparkctl.alerts import runbooks
@@ -49,5 +59,14 @@ def runbook(
         )
     if json_out:
         print_json({"name": found, "title": runbooks.title(found), "text": runbooks.text(found)})
-    else:
+        return
+    from sparkctl.cli.output import answer
+
+    console = answer()
+    if not console.is_terminal:  # `sparkctl runbook NAME > file.md` keeps the Markdown source
         sys.stdout.write(runbooks.text(found))
+        return
+    from rich.markdown import Markdown  # here only: the other commands never load the Markdown renderer
+
+    # the source is hard-wrapped near 100 columns: rendered, it reflows to the terminal's width
+    console.print(Markdown(runbooks.text(found), hyperlinks=False))

@@ -131,13 +131,23 @@ def status(
     ] = False,
     interval: Annotated[float, typer.Option("--interval", help="Seconds between refreshes of --watch.")] = 2.0,
 ) -> None:
-    """What runs where (config hash against the inventory's), health, live tok/s, acceptance, KV usage.
+    """Show what runs where, its health, tok/s, acceptance and KV use.
 
-    Exit 0 when every runtime container runs the inventory's config and /health is 200, else 1.
-    Figures are over the --sample seconds (with --watch, the last interval); speculative acceptance
-    too when drafts were made in it, else since the runtime started (it says which). --endpoint
-    URL: only the runtime part, for any vLLM endpoint (exit 0 when /health is 200). Off a terminal,
-    --watch prints a line per interval."""
+    Each container's config hash is checked against the inventory's. Exit 0 when every runtime
+    container runs the inventory's config and /health is 200, else 1. Figures are over the --sample
+    seconds (with --watch, the last interval); speculative acceptance too when drafts were made in
+    it, else since the runtime started (it says which). --endpoint URL: only the runtime part, for
+    any vLLM endpoint (exit 0 when /health is 200). Off a terminal, --watch prints a line per
+    interval.
+
+    Examples:
+      # every host's containers, health and figures, once
+      sparkctl status -i my-cluster.yaml
+      # a live view, refreshed every 2 s (q quits)
+      sparkctl status --watch
+      # any vLLM endpoint, without an inventory
+      sparkctl status --endpoint http://10.0.0.5:8000
+    """
     from sparkctl.cli.output import answer, print_json
     from sparkctl.errors import InputError
     from sparkctl.inventory.loader import load_inventory
@@ -155,7 +165,7 @@ def status(
             return watch_view(lambda: None, base, interval)
         doc = endpoint_status(base, max(0.2, sample))
     else:
-        inv = load_inventory(require_inventory(inventory))
+        inv = load_inventory(require_inventory(inventory), control_machine=True)
         plan = render(inv)
         if watch:
             base = head_base(inv)
@@ -174,23 +184,34 @@ def status(
 
 def print_hosts(doc: dict) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     from sparkctl.cli.output import answer
+    from sparkctl.cli.tables import fit_table
 
     t = Table(title=f"cluster {doc['cluster']}: inventory config {doc['config_hash']}", title_justify="left")
     for col in ("host", "container", "state", "config", "image"):
         t.add_column(col)
+    errors = {h: info["error"] for h, info in doc["hosts"].items() if info["error"]}
     for h, info in doc["hosts"].items():
         if info["error"]:
-            t.add_row(h, "-", f"[red]{info['error']}[/]", "", "")
+            # one line (cut at a word when the terminal is narrow), not a tall wrapped cell; the host
+            # column already names the host
+            t.add_row(Text(h), Text("-"), Text(info["error"].removeprefix(f"{h}: "), style="red", no_wrap=True))
         for c in info["containers"]:
-            match = "[green]matches[/]" if c["config_matches"] else f"[yellow]{c.get('config_hash') or '-'}[/]"
-            t.add_row(h, c["name"], c["state"], match, (c.get("image_id") or "")[7:19])
+            match = Text("matches", style="green") if c["config_matches"] else Text(c.get("config_hash") or "-", style="yellow")
+            t.add_row(Text(h), Text(c["name"]), Text(c["state"]), match, Text((c.get("image_id") or "")[7:19]))
     con = answer()
-    con.print(t)
-    con.print(runtime_line(doc["runtime"]), soft_wrap=True)
+    fitted = fit_table(t, con.width)
+    con.print(fitted.renderable)
+    # on a terminal, lines wrap between words (the terminal would split an address); off one, whole lines
+    whole = not con.is_terminal
+    if fitted.cut:  # the whole reasons the cells cut short
+        for error in errors.values():
+            con.print(Text(error, style="red"), soft_wrap=whole)
+    con.print(runtime_line(doc["runtime"]), soft_wrap=whole)
     if doc.get("gateway"):
-        con.print(gateway_line(doc["gateway"]), soft_wrap=True)
+        con.print(gateway_line(doc["gateway"]), soft_wrap=whole)
     con.print("[green]healthy[/]" if doc["healthy"] else "[red]not healthy[/]: run `sparkctl doctor` (or `sparkctl up`)")
 
 

@@ -24,10 +24,17 @@ def unlock(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Break the lock without asking.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Break the cluster lock on the head, after showing who holds it and asking.
+    """Break the cluster lock on the head, after asking.
 
-    Only for a lock whose run is gone (killed, its machine or link lost): breaking the lock of a
-    live run lets two runs change the cluster at once. `up` and `down` say when a holder looks gone.
+    It shows who holds the lock first. Only for a lock whose run is gone (killed, its machine or
+    link lost): breaking the lock of a live run lets two runs change the cluster at once. `up` and
+    `down` say when a holder looks gone.
+
+    Examples:
+      # show who holds the lock, then ask before breaking it
+      sparkctl unlock
+      # break it without asking (a script that knows the holder is gone)
+      sparkctl unlock --yes
     """
     import sys
 
@@ -37,7 +44,7 @@ def unlock(
     from sparkctl.lock import LOCK_PATH, break_lock, read_holder
     from sparkctl.transport.ssh import Fleet
 
-    inv = load_inventory(require_inventory(inventory))
+    inv = load_inventory(require_inventory(inventory), control_machine=True)
     head = inv.hosts_with_role("head")[0]
     with Fleet(inv, hosts=[head]) as fleet:
         session = fleet[head]

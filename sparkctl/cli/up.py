@@ -50,7 +50,7 @@ def run_steps(
     from sparkctl.inventory.loader import load_inventory
     from sparkctl.transport.ssh import Fleet
 
-    inv = load_inventory(require_inventory(inventory_path))
+    inv = load_inventory(require_inventory(inventory_path), control_machine=True)
     with Fleet(inv).connect_early() as fleet:  # SSH handshakes run while the rest is imported and validated
         from sparkctl.cli.output import print_json
         from sparkctl.cli.steps_output import LiveReport, print_recap
@@ -97,10 +97,19 @@ def up(
     wait: LockWaitOpt = 0,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Converge the cluster to the inventory: fabric, images, caches, runtime, record.
+    """Converge the cluster to what its inventory says.
 
-    Every step gathers facts, plans, and applies only its plan; a second run changes nothing
-    and says so. --check prints every plan and changes nothing.
+    Steps: fabric, images, caches, runtime, record. Every step gathers facts, plans, and applies
+    only its plan; a second run changes nothing and says so. --check prints every plan and changes
+    nothing.
+
+    Examples:
+      # what up would change on every host, changing nothing
+      sparkctl up --check -i my-cluster.yaml
+      # converge; a second run changes nothing and says so
+      sparkctl up -i my-cluster.yaml
+      # wait up to 5 minutes for another run's cluster lock
+      sparkctl up --wait 300
     """
     check_seconds("--timeout", timeout, low=1, high=86400, example="1800")
     run_steps(

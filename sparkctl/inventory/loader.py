@@ -100,8 +100,15 @@ def read_text(path: Path) -> str:
     return text.removeprefix("\ufeff")
 
 
-def load_inventory_report(path: Path | str) -> tuple[Inventory, list[Problem]]:
-    """The validated inventory and its warnings (located). Raises InventoryError/InputError (exit 2)."""
+# A fleet file's own sections (fleet/model.py FleetFile), which no inventory has
+FLEET_KEYS = ("fleet", "members", "front_door")
+
+
+def load_inventory_report(path: Path | str, *, control_machine: bool = False) -> tuple[Inventory, list[Problem]]:
+    """The validated inventory and its warnings (located). Raises InventoryError/InputError (exit 2).
+
+    control_machine: also check this machine's key files and known_hosts for every host
+    (inventory/control.py), as every command that opens SSH does before touching a host."""
     from pydantic import ValidationError
 
     from sparkctl.inventory.safe_yaml import YamlProblem, parse
@@ -123,6 +130,12 @@ def load_inventory_report(path: Path | str) -> tuple[Inventory, list[Problem]]:
     if not isinstance(data, dict):
         kind = "a list" if isinstance(data, list) else f"a single value ({data!r:.40})"
         _fail(path, f"the top level must be a mapping (cluster:, hosts:, runtime:, ...), got {kind}", line=1, fix=START_HINT)
+    if "hosts" not in data and any(key in data for key in FLEET_KEYS):
+        raise InputError(
+            f"{path} is a fleet file (fleet:, members:, front_door:), not one cluster's inventory",
+            fix=f"this is a fleet file: use `sparkctl fleet ... -f {path}` (e.g. sparkctl fleet status -f {path}); "
+            "-i takes the inventory of one cluster (a file its members: list names)",
+        )
 
     try:
         inv = Inventory.model_validate(data)
@@ -134,11 +147,16 @@ def load_inventory_report(path: Path | str) -> tuple[Inventory, list[Problem]]:
     if errors := [p for p in found if p.severity == "error"]:
         raise InventoryError(path, errors)
     inv._source = path
+    if control_machine:
+        from sparkctl.inventory.control import FIX, check_control_machine
+
+        if mistakes := [p.located(locations) for p in check_control_machine(inv)]:
+            raise InventoryError(path, mistakes, fix=FIX, verdict="cannot be used from this machine")
     # From here on every output of this process masks the inventory's secrets (transport/redact.py).
     remember_env(inv.runtime.env, inv.runtime.secret_env)
     return inv, [p for p in found if p.severity == "warning"]
 
 
-def load_inventory(path: Path | str) -> Inventory:
+def load_inventory(path: Path | str, *, control_machine: bool = False) -> Inventory:
     """Load and validate an inventory file; every mistake becomes an InputError (exit 2) naming file and field."""
-    return load_inventory_report(path)[0]
+    return load_inventory_report(path, control_machine=control_machine)[0]

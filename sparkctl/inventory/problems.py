@@ -81,14 +81,16 @@ class Problem:
 class InventoryError(InputError):
     """An inventory that cannot be used: every problem, one line each (exit 2)."""
 
-    def __init__(self, file: Optional[Path | str], problems: list[Problem], fix: Optional[str] = None):
+    def __init__(
+        self, file: Optional[Path | str], problems: list[Problem], fix: Optional[str] = None, verdict: str = "is invalid"
+    ):
         self.file = file
         self.problems = problems
         if len(problems) == 1 and not problems[0].path:
             message = problems[0].render(file)
         else:
             count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
-            message = f"inventory {file} is invalid ({count}):\n" + "\n".join("  " + p.render(file) for p in problems)
+            message = f"inventory {file} {verdict} ({count}):\n" + "\n".join("  " + p.render(file) for p in problems)
         super().__init__(
             message,
             fix=fix or "correct the keys named above; `sparkctl inventory schema` describes every key",

@@ -80,14 +80,20 @@ def parse_token_count(value: object) -> object:
     """
     if isinstance(value, bool) or not isinstance(value, str):
         return value
-    text = value.strip().replace("_", "")
-    if text.isdigit():
-        return int(text)
-    if text.lower() in {"auto", "-1"}:
+    if value.strip().lower() in {"auto", "-1"}:
         raise ValueError(
             f"'{value}' lets vLLM pick the length at start-up; sparkctl needs the number to check it "
             "against the KV pool before anything starts: write it, e.g. 262144 or 256K"
         )
+    return token_count(value)
+
+
+def token_count(value: str) -> int:
+    """A token count as vLLM's human_readable_int reads it: the one parser of the inventory's token
+    keys and of every `bench` token option (so `32k` is 32000 in both, `32K` 32768). ValueError if not."""
+    text = value.strip().replace("_", "")
+    if text.isdigit():
+        return int(text)
     m = _HUMAN_INT.fullmatch(text)
     if not m:
         raise ValueError(f"'{value}' is not a token count: write a whole number like 262144, 256K (x1024) or 262k (x1000)")

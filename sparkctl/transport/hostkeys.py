@@ -44,16 +44,39 @@ class _Policy(paramiko.MissingHostKeyPolicy):
     host_label: str
 
 
+def add_host_key_fix(address: str, port: int, known_hosts: Path, check: str = "check its key's fingerprint") -> str:
+    """How to make a host known under the strict policy (said at connect time and by `inventory validate`)."""
+    return (
+        f"{check} out of band (on the host: ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub), then add it: "
+        f"ssh-keyscan -p {port} {address} >> {known_hosts}; or set host_key_policy: accept-new for first contact"
+    )
+
+
+# What reading known_hosts raises: a file that cannot be opened, or a line paramiko refuses (a
+# key that is not base64 raises InvalidHostKey, no SSHException)
+UNREADABLE = (OSError, paramiko.SSHException, paramiko.hostkeys.InvalidHostKey)
+
+
+def read_known_hosts(known_hosts: Path) -> paramiko.HostKeys:
+    """known_hosts as paramiko reads it when connecting (hashed `|1|` names included; a line of an
+    unknown key type is skipped). One of UNREADABLE for a file it cannot read."""
+    return paramiko.HostKeys(str(known_hosts))
+
+
+def unreadable(exc: BaseException) -> str:
+    """Why known_hosts could not be read, in words."""
+    if isinstance(exc, paramiko.hostkeys.InvalidHostKey):
+        return f"this line is not a host key: {exc.line.strip()[:80]}"
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
 class StrictPolicy(_Policy):
     def missing_host_key(self, client, hostname, key):
+        address, _, port = hostname.removeprefix("[").partition("]:")  # known_hosts_name's form
         raise UnreachableError(
             f"{self.host_label}: host key for {hostname} is not in {self.known_hosts} "
             f"(it offered {key.get_name()} {fingerprint(key)}); host_key_policy is strict",
-            fix=(
-                f"verify that fingerprint out of band (on the host: ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), "
-                f"then add it: ssh-keyscan -p PORT {hostname.strip('[').split(']')[0]} >> {self.known_hosts}; "
-                f"or set host_key_policy: accept-new for first contact"
-            ),
+            fix=add_host_key_fix(address, int(port or 22), self.known_hosts, check="verify that fingerprint"),
             reason="host_key",
         )
 
@@ -79,9 +102,9 @@ def install_policy(client: paramiko.SSHClient, known_hosts: Path, policy: str, h
     if known_hosts.exists():
         try:
             client.load_host_keys(str(known_hosts))
-        except (OSError, paramiko.SSHException) as exc:
+        except UNREADABLE as exc:
             raise UnreachableError(
-                f"{host_label}: cannot read known_hosts {known_hosts}: {exc}",
+                f"{host_label}: cannot read known_hosts {known_hosts}: {unreadable(exc)}",
                 fix="check the file's permissions and format (one 'host keytype base64' per line)",
                 reason="known_hosts",
             ) from exc

@@ -417,17 +417,15 @@ class HostSession:
         if self.connected:
             return self
         t = self.target
+        from sparkctl.inventory.control import key_file_problem
         from sparkctl.transport.guard import check_address
 
         for hop in t.jumps:  # every hop's address, a name only ssh_config gives included
             check_address(hop.address, f"SSH to {t.name} through jump host {hop.label}")
         check_address(t.address, f"SSH to {t.name}")
-        if t.key is not None and not t.key.exists():
-            raise UnreachableError(
-                f"{t.name}: SSH key {t.key} does not exist",
-                fix="point ssh.key (or ssh_defaults.key) in the inventory at the private key for this host",
-                reason="key_file",
-            )
+        # the CLI said so before connecting (exit 2); a target built in code meets it here
+        if t.key is not None and (bad := key_file_problem(t.key)) is not None:
+            raise UnreachableError(f"{t.name}: {bad.message}", fix=bad.fix, reason="key_file")
 
         retrying = Retrying(
             retry=retry_if_exception(_is_transient),

@@ -350,6 +350,7 @@ def test_unreachable_host_is_one_failure_not_a_traceback(doctor_lab, tmp_path):
 
     def unreachable(d):
         d["hosts"]["worker"]["ssh"]["port"] = 2222  # nothing listens there
+        d["hosts"]["worker"]["ssh"]["host_key_policy"] = "accept-new"  # [10.231.0.12]:2222 is in no known_hosts
         d["ssh_defaults"]["connect_timeout"] = 1
 
     rc, out, err = run_doctor(variant(tmp_path, "bad", unreachable), "--json", "--only", "gpu")

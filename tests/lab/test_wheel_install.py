@@ -76,7 +76,8 @@ def test_day_one_from_the_wheel_alone(installed, tmp_path):
     assert missing.returncode == 2 and "sparkctl inventory init --from dspark|splice|lab" in missing.stderr
     for name in ("dspark", "splice"):
         assert run(installed, "inventory", "init", "--from", name, "--out", f"{name}.yaml", cwd=tmp_path).returncode == 0
-        assert run(installed, "inventory", "validate", f"{name}.yaml", cwd=tmp_path).returncode == 0
+        # the file alone: this machine holds neither their key nor their hosts' keys (the lab's does)
+        assert run(installed, "inventory", "validate", f"{name}.yaml", "--file-only", cwd=tmp_path).returncode == 0
 
 
 def test_the_wheel_offers_neither_the_lab_nor_plots_it_cannot_draw(installed, tmp_path):

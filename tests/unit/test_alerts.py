@@ -383,7 +383,7 @@ def test_cli_writes_rules_and_a_matching_prometheus_config(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "13 rules written" in r.stdout  # the answer; warnings (none here) go to stderr
     prom = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
-    assert prom["rule_files"] == [str(tmp_path / "rules.yml")]
+    assert prom["rule_files"] == ["rules.yml"]  # beside it: Prometheus reads it from the config's folder
     jobs = {j["job_name"]: j for j in prom["scrape_configs"]}
     # the engine on its own port behind the gateway; the gateway's own page on the public port
     assert jobs["sparkctl-lab"]["static_configs"][0] == {"targets": ["10.231.0.11:8001"], "labels": {"role": "head"}}
@@ -405,3 +405,27 @@ def test_cli_writes_rules_and_a_matching_prometheus_config(tmp_path):
     bad.write_text(yaml.safe_dump({**LAB, "alerts": {"kv_usage": 2}}))
     r = subprocess.run([sys.executable, "-m", "sparkctl", "alerts", "-i", str(bad)], capture_output=True, text=True, env=env)
     assert r.returncode == 2 and "alerts.kv_usage" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_prometheus_config_names_the_rules_relative_to_itself(tmp_path):
+    """Prometheus reads a relative `rule_files` entry from the config file's folder (its config.go:
+    LoadFile -> SetDirectory): the written pair works on the Prometheus host, where this machine's
+    absolute path does not exist."""
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(yaml.safe_dump(LAB))
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "prom").mkdir()
+    r = subprocess.run(
+        [sys.executable, "-m", "sparkctl", "alerts", "-i", str(inv), "--out", "rules/sparkctl.yml",
+         "--prometheus-config", str(tmp_path / "prom" / "prometheus.yml")],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, env={**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8"},
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    text = (tmp_path / "prom" / "prometheus.yml").read_text()
+    assert yaml.safe_load(text)["rule_files"] == ["../rules/sparkctl.yml"] and str(tmp_path) not in text
+    copy = tmp_path / "elsewhere"  # both copied to the Prometheus host, side by side as written
+    shutil.copytree(tmp_path / "rules", copy / "rules")
+    shutil.copytree(tmp_path / "prom", copy / "prom")
+    entry = yaml.safe_load((copy / "prom" / "prometheus.yml").read_text())["rule_files"][0]
+    assert ((copy / "prom") / entry).resolve() == (copy / "rules" / "sparkctl.yml").resolve()
+    assert ((copy / "prom") / entry).read_text() == (tmp_path / "rules" / "sparkctl.yml").read_text()

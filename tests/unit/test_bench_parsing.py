@@ -11,8 +11,9 @@ import pytest
 from sparkctl.bench import stats
 from sparkctl.bench.client import Endpoint, normalise_endpoint
 from sparkctl.bench.longprompt import Calibration, filler, tagged
-from sparkctl.bench.protocol import parse_tokens
+from sparkctl.cli.bench import parse_tokens
 from sparkctl.errors import InputError
+from sparkctl.inventory.models import Runtime
 from sparkctl.runtime.metrics import RUNNING, parse_page
 
 # A vLLM chat stream (ignore_eos, include_usage): a role chunk with empty content, text chunks of
@@ -196,9 +197,16 @@ def test_percentile_matches_numpy_linear():
     assert stats.median([]) is None
 
 
-@pytest.mark.parametrize("text,tokens", [("262144", 262144), ("256k", 262144), ("80K", 81920), ("1m", 1048576)])
-def test_token_counts(text, tokens):
+@pytest.mark.parametrize(
+    "text,tokens",
+    [("262144", 262144), ("256K", 262144), ("262k", 262000), ("32k", 32000), ("32K", 32768), ("1.5k", 1500),
+     ("80K", 81920), ("1m", 1000000), ("1M", 1048576)],
+)  # fmt: skip
+def test_token_counts_read_as_vllm_and_the_inventory_read_them(text, tokens):
+    """`bench --context-sizes 32k` and `max_model_len: 32k` are one number (vLLM's human_readable_int)."""
     assert parse_tokens(text) == tokens
+    runtime = {"image": "i:1", "model": "/m", "served_model_name": "m", "max_num_seqs": 1, "max_num_batched_tokens": 1}
+    assert Runtime.model_validate({**runtime, "max_model_len": text}).max_model_len == tokens
 
 
 def test_bad_token_count():

@@ -42,8 +42,11 @@ def test_command_summaries_are_not_cut_at_an_abbreviation():
     for group in ([], ["inventory"], ["bench"]):
         r = sparkctl(*group, "--help", env={"COLUMNS": "200"})
         assert r.returncode == 0, r.stderr
-        commands = r.stdout.split("Commands:", 1)[1].splitlines()
-        for line in filter(str.strip, commands):
+        # the command lists: "Commands:" in a group, one panel per kind at the top ("Cluster:", ...)
+        parts = re.split(r"^(\S.*):$", r.stdout, flags=re.M)
+        lists = [body for title, body in zip(parts[1::2], parts[2::2]) if title not in ("Options", "Examples")]
+        assert lists, r.stdout
+        for line in filter(str.strip, "".join(lists).splitlines()):
             name, summary = line.split(None, 1)
             assert not summary.rstrip().endswith(("e.g.", "i.e.", "e.g", "i.e")), (name, summary)
     top = sparkctl("--help", env={"COLUMNS": "200"}).stdout

@@ -1,9 +1,12 @@
-"""Fact parsers on recorded command output (real formats of ip, ping, nvidia-smi, ibdev2netdev)."""
+"""Fact parsers on command output in the real formats of ip, ping, nvidia-smi and ibdev2netdev (recorded,
+or made up where a README beside the file says so)."""
 
 from __future__ import annotations
 
 from ipaddress import IPv4Interface
 from pathlib import Path
+
+import yaml
 
 from sparkctl.facts import gpu, network, rdma, system
 from sparkctl.facts.probe import build_script, parse_output
@@ -11,13 +14,28 @@ from sparkctl.facts.probe import build_script, parse_output
 REC = Path(__file__).parent / "recorded"
 
 
+MADE_UP_IP_ADDR = REC / "ip_addr" / "made-up-spark-head-no-twins.json"
+
+
 def test_ip_addr_interfaces_addresses_mtu_and_carrier():
-    ifs = network.parse_ip_addr((REC / "ip_addr_spark_head.json").read_text())
+    ifs = network.parse_ip_addr(MADE_UP_IP_ADDR.read_text())
     fab = ifs["enp1s0f0np0"]
     assert fab.mtu == 9000 and fab.up
     assert fab.addresses == (IPv4Interface("192.168.200.2/24"),)  # IPv6 link-local ignored
     down = ifs["enp1s0f1np1"]
     assert not down.up and down.operstate == "DOWN" and down.addresses == ()
+
+
+def test_the_made_up_ip_addr_says_so_and_names_the_twins_it_lacks():
+    """Labelled for what it is: every Spark has four CX-7 interfaces (NVIDIA's recorded netplan names
+    them), this hand-written file two; its README says it is made up and names the two it lacks."""
+    spark = set(yaml.safe_load((REC / "netplan" / "40-cx7-static-node1.yaml").read_text())["network"]["ethernets"])
+    lacks = spark - set(network.parse_ip_addr(MADE_UP_IP_ADDR.read_text()))
+    assert lacks == {"enP2p1s0f0np0", "enP2p1s0f1np1"}
+    readme = (MADE_UP_IP_ADDR.parent / "README.md").read_text()
+    assert f"`{MADE_UP_IP_ADDR.name}`: **made up, not recorded on a Spark.**" in readme
+    assert all(f"`{name}`" in readme for name in lacks)
+    assert not list(REC.glob("ip_addr_*.json"))  # no file beside it passes for a recording
 
 
 def test_ping_ok_and_message_too_long():

@@ -13,6 +13,7 @@ import json
 import threading
 
 import pytest
+from controlfiles import usable_here
 from test_checks import INV, H, by, edit, run, sections
 from test_checks_state import lock_text
 from test_gateway import Gateway, Recorder, Scripted
@@ -243,7 +244,7 @@ def test_gateway_commands_without_a_gateway_say_so_and_exit_2(tmp_path):
     doc = INV.model_dump(mode="json", by_alias=True, exclude_none=True)
     doc["gateway"] = {"enabled": False}
     inv = tmp_path / "inv.yaml"
-    inv.write_text(yaml.safe_dump(doc))
+    inv.write_text(yaml.safe_dump(usable_here(doc, tmp_path)))  # the lab's key is there only while it is up
     env = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8"}
     for cmd in ("status", "release"):
         r = subprocess.run([sys.executable, "-m", "sparkctl", "gateway", cmd, "-i", str(inv)], capture_output=True, text=True,

@@ -231,6 +231,7 @@ def test_up_check_with_an_image_on_a_fenced_off_registry_is_bad_input_in_one_jso
     import sys
 
     import yaml
+    from controlfiles import usable_here
     from hostfacts import ROOT
 
     doc = yaml.safe_load((ROOT / "inventories" / "lab.yaml").read_text())
@@ -238,7 +239,7 @@ def test_up_check_with_an_image_on_a_fenced_off_registry_is_bad_input_in_one_jso
     for i, h in enumerate(doc["hosts"].values()):
         h["ssh"] = {"address": f"127.0.0.{50 + i}", "port": 1}  # nothing listens: the run must not get that far anyway
     inv = tmp_path / "fenced.yaml"
-    inv.write_text(yaml.safe_dump(doc))
+    inv.write_text(yaml.safe_dump(usable_here(doc, tmp_path)))
     env = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8,10.231.0.0/16"}
     r = subprocess.run([sys.executable, "-m", "sparkctl", "up", "--check", "--json", "-i", str(inv)],
                        capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)  # fmt: skip

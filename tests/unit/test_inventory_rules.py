@@ -64,7 +64,7 @@ def write(tmp_path, data: dict, name: str = "cluster.yaml"):
 
 
 def test_base_inventory_is_valid(tmp_path, capsys):
-    code, out, err = run(["inventory", "validate", str(write(tmp_path, base()))], capsys)
+    code, out, err = run(["inventory", "validate", str(write(tmp_path, base())), "--file-only"], capsys)
     assert code == 0, err
     assert "ok" in out and "Traceback" not in err
 
@@ -366,7 +366,7 @@ def test_custom_values_accept_what_the_image_supports(tmp_path, capsys):
     code, _, err = run(["inventory", "validate", str(write(tmp_path, data))], capsys)
     assert code == 2 and "runtime.kv_cache_dtype" in err
     data["runtime"]["custom_values"] = ["kv_cache_dtype"]
-    code, _, err = run(["inventory", "validate", str(write(tmp_path, data))], capsys)
+    code, _, err = run(["inventory", "validate", str(write(tmp_path, data)), "--file-only"], capsys)
     assert code == 0, err
 
 
@@ -374,10 +374,10 @@ def test_memory_utilization_above_0_9_is_a_warning(tmp_path, capsys):
     data = base()
     data["runtime"]["gpu_memory_utilization"] = 0.95
     path = write(tmp_path, data)
-    code, _, err = run(["inventory", "validate", str(path)], capsys)
+    code, _, err = run(["inventory", "validate", str(path), "--file-only"], capsys)
     assert code == 0
     assert "warning:" in err and "runtime.gpu_memory_utilization" in err and str(path) in err
-    code, out, _ = run(["inventory", "validate", str(path), "--json"], capsys)
+    code, out, _ = run(["inventory", "validate", str(path), "--json", "--file-only"], capsys)
     assert code == 0
     assert json.loads(out)["warnings"][0]["path"] == "runtime.gpu_memory_utilization"
 

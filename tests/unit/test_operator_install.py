@@ -32,7 +32,7 @@ def test_init_writes_the_shipped_example_and_it_validates(name, tmp_path, capsys
     file = EXAMPLES[name]
     assert code in (0, None) and out.strip() == file and "sparkctl inventory validate" in err
     assert (tmp_path / file).read_text() == (REPO / "inventories" / file).read_text()
-    code, _, err = run(["inventory", "validate", file], capsys)
+    code, _, err = run(["inventory", "validate", file, "--file-only"], capsys)  # this machine holds no key of it
     assert code in (0, None), err
 
 

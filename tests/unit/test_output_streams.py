@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+from controlfiles import usable_here
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = REPO / "inventories" / "lab.yaml"
@@ -41,11 +40,7 @@ def unreachable(tmp_path_factory) -> Path:
     data["ssh_defaults"]["port"] = 9
     folder = tmp_path_factory.mktemp("streams")
     # a key and known_hosts of its own: the lab's (under /var/lib/sparkctl-lab) exist only while the lab is up
-    key = Ed25519PrivateKey.generate().private_bytes(Encoding.PEM, PrivateFormat.OpenSSH, NoEncryption())
-    (folder / "id_ed25519").write_bytes(key)
-    (folder / "id_ed25519").chmod(0o600)
-    (folder / "known_hosts").write_text("")
-    data["ssh_defaults"].update(key=str(folder / "id_ed25519"), known_hosts=str(folder / "known_hosts"))
+    data = usable_here(data, folder)
     path = folder / "unreachable.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -68,7 +63,7 @@ def test_inventory_show_and_validate_answer_on_stdout():
     show = sparkctl("inventory", "show", str(LAB))
     assert show.returncode == 0 and show.stderr == ""
     assert "lab: hosts" in show.stdout and "fabric links" in show.stdout and "10.231.0.11" in show.stdout
-    ok = sparkctl("inventory", "validate", str(LAB))
+    ok = sparkctl("inventory", "validate", str(LAB), "--file-only")  # the lab's key is there only while it is up
     assert ok.returncode == 0 and ok.stderr == "" and ok.stdout.startswith("ok ")
 
 
@@ -77,7 +72,7 @@ def test_a_warning_is_not_part_of_the_answer(tmp_path):
     data["runtime"]["gpu_memory_utilization"] = 0.95
     path = tmp_path / "warn.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    r = sparkctl("inventory", "validate", str(path))
+    r = sparkctl("inventory", "validate", str(path), "--file-only")
     assert r.returncode == 0
     assert r.stdout.startswith("ok ") and "warning:" not in r.stdout
     assert "warning:" in r.stderr and "runtime.gpu_memory_utilization" in r.stderr

@@ -15,6 +15,7 @@ from pathlib import Path
 import preload
 import pytest
 import yaml
+from controlfiles import usable_here
 
 pytestmark = pytest.mark.skipif(preload.server() is None, reason="the preload server cannot run here")
 
@@ -87,9 +88,7 @@ class Silent:
 
     def __init__(self, tmp_path: Path):
         doc = yaml.safe_load((REPO / "inventories" / "lab.yaml").read_text())
-        key = tmp_path / "id_ed25519"
-        key.write_text("not read: nothing answers\n")
-        doc["ssh_defaults"].update(connect_timeout=4, key=str(key), known_hosts=str(tmp_path / "known_hosts"))
+        doc["ssh_defaults"].update(connect_timeout=4)
         self.listeners: list[socket.socket] = []
         self.held: list[socket.socket] = []  # accepted and kept open: the client keeps waiting for a banner
         for n, host in enumerate(doc["hosts"].values(), start=1):
@@ -97,7 +96,7 @@ class Silent:
             self.listeners[-1].setblocking(False)
             host["ssh"].update(address=f"127.0.0.{n}", port=self.listeners[-1].getsockname()[1])
         self.path = tmp_path / "inv.yaml"
-        self.path.write_text(yaml.safe_dump(doc))
+        self.path.write_text(yaml.safe_dump(usable_here(doc, tmp_path)))  # a key and known_hosts of its own
 
     def _accept(self, ready) -> int:
         n = 0

@@ -61,7 +61,13 @@ def secret_inventory(tmp_path) -> Path:
 
 @pytest.mark.parametrize(
     "argv",
-    [["render"], ["render", "--json"], ["inventory", "show"], ["inventory", "show", "--json"], ["inventory", "validate"]],
+    [
+        ["render"],
+        ["render", "--json"],
+        ["inventory", "show"],
+        ["inventory", "show", "--json"],
+        ["inventory", "validate", "--file-only"],
+    ],
 )
 def test_no_credential_in_any_output(secret_inventory, argv, capsys):
     code, out = run([*argv, "-i", str(secret_inventory)] if argv[0] != "inventory" else [*argv, str(secret_inventory)], capsys)

@@ -71,9 +71,10 @@ def plan(ip_json: str, netplan: str | None = None, inv=None, others: dict[str, s
     return FabricStep().plan(ctx)["head"]
 
 
-def test_recorded_real_spark_output_blocks_on_a_missing_rail():
-    # a real Spark's `ip -j addr` (recorded): the lab's second rail name does not exist there
-    p = plan((REC / "ip_addr_spark_head.json").read_text())
+def test_a_host_without_a_rails_device_blocks_on_it():
+    # made-up `ip -j addr` output without the ports' second PCIe twins (recorded/ip_addr/README.md):
+    # the inventory's second rail, enP2p1s0f0np0, does not exist there
+    p = plan((REC / "ip_addr" / "made-up-spark-head-no-twins.json").read_text())
     assert p.blocked and "enP2p1s0f0np0 does not exist" in p.blocked
 
 
