@@ -123,8 +123,10 @@ def _detach(argv: list[str], log: Path, env: dict | None = None) -> None:
         subprocess.run(["setsid", "-f", *argv], stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, check=True, cwd="/")
 
 
-def start_host(name: str) -> None:
-    env = {
+def _lab_env() -> dict[str, str]:
+    """The environment of the lab's own long-lived processes (host inits, the model hub): this lab's
+    folders and instance, the lab's package on the path, nothing of the caller's."""
+    return {
         "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "PYTHONPATH": str(tools.package_root()),
         "SPARKCTL_LAB_DIR": str(paths.LAB_DIR),
@@ -132,6 +134,10 @@ def start_host(name: str) -> None:
         "SPARKCTL_LAB_CACHE": str(paths.CACHE_DIR),
         "LANG": "C.UTF-8",
     }
+
+
+def start_host(name: str) -> None:
+    env = _lab_env()
     _detach(
         [
             "nsenter",
@@ -163,14 +169,7 @@ def start_registry() -> None:
 
 def start_hub(key: str) -> None:
     """The model hub (hub.py) in the root namespace, on the runner's management address like the registry."""
-    env = {
-        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "PYTHONPATH": str(tools.package_root()),
-        "SPARKCTL_LAB_DIR": str(paths.LAB_DIR),
-        "SPARKCTL_LAB_INSTANCE": str(paths.INSTANCE),
-        "SPARKCTL_LAB_CACHE": str(paths.CACHE_DIR),
-        "LANG": "C.UTF-8",
-    }
+    env = _lab_env()
     log = paths.LAB_DIR / "hub" / "hub.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     _detach([sys.executable, "-S", "-m", "sparkctl_lab.hub", key], log, env)

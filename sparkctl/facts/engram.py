@@ -67,13 +67,9 @@ class EngramFacts:
 
 
 def parse_engram(text: str) -> EngramFacts:
-    chunks = {"mount": "", "marker": "", "sums": "", "source": "", "target": ""}
-    part = None
-    for line in text.splitlines(keepends=True):
-        if line.startswith("@@") and line[2:].strip() in chunks:
-            part = line[2:].strip()
-        elif part:
-            chunks[part] += line
+    from sparkctl.facts.probe import chunks as split
+
+    chunks = split(text, ("mount", "marker", "sums", "source", "target"))
 
     def listing(text: str) -> dict[str, int]:
         rows = (line.rpartition(" ") for line in text.splitlines())

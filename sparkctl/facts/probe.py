@@ -68,6 +68,19 @@ def parse_output(text: str, marker: str) -> dict[str, Section]:
     return sections
 
 
+def chunks(text: str, names: Collection[str]) -> dict[str, str]:
+    """One probe's output split at its `@@name` lines (a probe that prints several parts: a
+    listing, a record, a df line) -> {name: the lines after it}; every name is present."""
+    out = dict.fromkeys(names, "")
+    part = None
+    for line in text.splitlines(keepends=True):
+        if line.startswith("@@") and line[2:].strip() in out:
+            part = line[2:].strip()
+        elif part:
+            out[part] += line
+    return out
+
+
 def gather(session, probes: Mapping[str, str], timeout: float = 60, background: Collection[str] = ()) -> dict[str, Section]:
     """Run all probes on the host behind `session` in one round trip."""
     marker = "@@sparkctl-" + secrets.token_hex(6)

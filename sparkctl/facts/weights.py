@@ -179,13 +179,9 @@ def _listing(text: str) -> dict[str, int]:
 
 
 def parse_weights(path: str, text: str) -> WeightsCopy:
-    chunks = {"dir": "", "links": "", "record": "", "staging": "", "free": "", "tools": ""}
-    part = None
-    for line in text.splitlines(keepends=True):
-        if line.startswith("@@") and line[2:].strip() in chunks:
-            part = line[2:].strip()
-        elif part:
-            chunks[part] += line
+    from sparkctl.facts.probe import chunks as split
+
+    chunks = split(text, ("dir", "links", "record", "staging", "free", "tools"))
     head, _, listing = chunks["dir"].partition("\n")
     free = chunks["free"].strip().splitlines()
     return WeightsCopy(

@@ -9,18 +9,14 @@ recap. The lab ends serving, as it started.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
-import select
-import struct
 import subprocess
 import sys
-import termios
-import time
 from pathlib import Path
 
+import ptyrun
 import pyte
 import pytest
 from wcwidth import wcswidth
@@ -49,38 +45,7 @@ class WrapWatchingScreen(pyte.Screen):
 
 def run_in_pty(*args: str, timeout: float = 600) -> tuple[int, bytes]:
     """Run sparkctl with stdin/stdout/stderr on a pseudo-terminal of COLUMNS x ROWS; all it wrote."""
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sparkctl", *args],
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        env=ENV,
-        cwd=ROOT,
-        start_new_session=True,
-    )
-    os.close(slave)
-    out = b""
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.5)
-            if ready:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # EIO: the child closed the terminal
-                    break
-                if not chunk:
-                    break
-                out += chunk
-            elif proc.poll() is not None:
-                break
-        else:
-            proc.kill()
-    finally:
-        os.close(master)
-    return proc.wait(timeout=30), out
+    return ptyrun.run_in_pty(*args, columns=COLUMNS, rows=ROWS, env=ENV, cwd=ROOT, timeout=timeout)
 
 
 def check_in_terminal(command: str, inventory: str) -> None:

@@ -10,16 +10,11 @@ whole first sentence, on one line at 80 columns.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
-import select
 import shlex
-import struct
 import subprocess
 import sys
-import termios
-import time
 from pathlib import Path
 
 import pyte
@@ -27,6 +22,7 @@ import pytest
 import yaml
 from controlfiles import usable_here
 from loopback_sshd import closed_port
+from ptyrun import run_in_pty
 from wcwidth import wcswidth
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,30 +49,7 @@ class WrapWatchingScreen(pyte.Screen):
 def in_terminal(*args: str, timeout: float = 60) -> tuple[int, list[str]]:
     """Run sparkctl with stdin/stdout/stderr on a COLUMNS x ROWS pseudo-terminal; its exit code and
     the screen's lines (right-stripped). Fails when the terminal had to wrap a line."""
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
-    proc = subprocess.Popen([sys.executable, "-m", "sparkctl", *args], stdin=slave, stdout=slave, stderr=slave,
-                            env=ENV, cwd=REPO)  # fmt: skip
-    os.close(slave)
-    raw = b""
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            if select.select([master], [], [], 0.2)[0]:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # EIO: every end of the terminal's other side is closed
-                    break
-                if not chunk:
-                    break
-                raw += chunk
-            elif proc.poll() is not None:
-                break
-        else:
-            proc.kill()
-    finally:
-        os.close(master)
-    code = proc.wait(timeout=30)
+    code, raw = run_in_pty(*args, columns=COLUMNS, rows=ROWS, env=ENV, cwd=REPO, timeout=timeout)
     screen = WrapWatchingScreen()
     pyte.ByteStream(screen).feed(raw)
     assert screen.wrapped == [], f"the terminal wrapped: {screen.wrapped[:3]}"
