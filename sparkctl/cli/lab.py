@@ -108,7 +108,7 @@ def down(json_out: JsonOpt = False) -> None:
 
 @app.command()
 def status(json_out: JsonOpt = False) -> None:
-    """Show the lab's hosts, links, registry, image and faults.
+    """Show the lab's hosts, links, registry, model hub, image and faults.
 
     With namespaces, pids and sshd/dockerd health. Exit 1 unless all is up.
 
@@ -182,6 +182,8 @@ def _render_status(doc: dict, c) -> None:
         soft_wrap=True,
     )
     c.print(f"registry: {r['address']} {ok(r['healthy'])} pid {r['pid'] or '-'}", soft_wrap=True)
+    h = doc["hub"]  # the lab's model hub (sparkctl_lab/hub.py), where `up` downloads the weights from
+    c.print(f"model hub: {h['endpoint']} {ok(h['healthy'])} pid {h['pid'] or '-'}", soft_wrap=True)
     c.print(
         f"image: {i['name']} "
         + (
