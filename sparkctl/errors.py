@@ -1,7 +1,7 @@
 """Errors an operator can cause or meet, each with the exit code and the fix to print.
 
 The CLI turns these into one clear message and an exit code, never a traceback:
-2 bad input or usage, 1 a check or step failed.
+2 bad input or usage, 1 a check or step failed, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -34,6 +34,16 @@ class InputError(SparkctlError):
     """Bad input: a wrong inventory, option or file. Nothing was touched."""
 
     exit_code = 2
+
+
+class Interrupted(SparkctlError):
+    """Ctrl-C (or SIGTERM/SIGHUP, which a cluster-changing command takes as one: lock.py) ended the
+    command, after everything it holds was let go (the cluster lock released, SSH closed)."""
+
+    exit_code = 130  # 128 + SIGINT: what a shell reports for a process Ctrl-C ended
+
+    def __init__(self, cause: str = ""):  # e.g. "signal 15": a SIGTERM taken as Ctrl-C (lock.py)
+        super().__init__(f"interrupted ({cause})" if cause else "interrupted")
 
 
 class HostError(SparkctlError):

@@ -11,6 +11,8 @@ import sys
 
 import typer
 
+from sparkctl.cli.help import HelpGroup  # (typer's own modules: nothing more to import)
+
 # command -> (module under sparkctl.cli, its attribute, a sub-app of commands or one command,
 # its panel in `sparkctl --help`). Help lists panels and commands in this order (typer puts the
 # groups after the commands, so here they come last within their panel and after all commands).
@@ -37,13 +39,26 @@ COMMANDS = {
 }
 
 
+class RootGroup(HelpGroup):
+    """`sparkctl`: a Ctrl-C that ended the command it ran is the Interrupted error (its message on
+    stderr, or the one JSON document; exit 130), where typer would exit 130 without a word."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:  # every `finally` of the command has run: the lock is released
+            from sparkctl.errors import Interrupted
+
+            raise Interrupted(str(exc)) from None
+
+
 def build_app(only: str | None = None) -> typer.Typer:
     """The typer app with every command, or with just `only` (same help and options for it)."""
-    from sparkctl.cli.help import HelpCommand, HelpGroup, use_help_classes
+    from sparkctl.cli.help import HelpCommand, use_help_classes
 
     app = typer.Typer(
         name="sparkctl",
-        cls=HelpGroup,
+        cls=RootGroup,
         help=(
             "Bring up and run DeepSeek V4 Flash on two DGX Sparks from one inventory file.\n\n"
             "The Sparks (head + worker) serve it tensor parallel over ConnectX-7 RoCE, with an optional "
@@ -113,13 +128,18 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(_run_for_json(app, args))
         app(args=args, prog_name="sparkctl")
     except SparkctlError as err:
-        from sparkctl.cli.output import report_error
+        _fail(err, as_json)
+    except KeyboardInterrupt as exc:  # before or after the command (the command's own: RootGroup)
+        from sparkctl.errors import Interrupted
 
-        report_error(err, as_json=as_json)
-        sys.exit(err.exit_code)
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        sys.exit(130)
+        _fail(Interrupted(str(exc)), as_json)
+
+
+def _fail(err, as_json: bool) -> None:
+    from sparkctl.cli.output import report_error
+
+    report_error(err, as_json=as_json)
+    sys.exit(err.exit_code)
 
 
 def _run_for_json(app: typer.Typer, args: list[str]) -> int:

@@ -14,6 +14,8 @@
 - `Fleet` holds the sessions of a run and runs a function on every host in parallel, returning
   one `Outcome` per host (value or error, and how long it took), so a slow or dead host never
   hides the others' results.
+- Ctrl-C ends a run at once, whatever a host's deadline: nothing waits for a host after it (a
+  host's work runs on a daemon thread, and closing a session never waits for its connect).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import shlex
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, wait
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -321,7 +323,9 @@ class HostSession:
         # Set once the host stopped answering: every later call fails at once with this error.
         self.dead: Optional[HostError] = None
         self._early: Optional[threading.Thread] = None  # a connect started ahead (connect_early)
+        self._early_done = threading.Event()
         self._early_error: Optional[BaseException] = None
+        self._closes = 0  # close() calls: a connect that outlives one keeps nothing open (connect)
 
     def connect_early(self) -> None:
         """Start connecting in the background, while the caller still imports and plans (the
@@ -330,11 +334,15 @@ class HostSession:
         if self._conn is not None or self._early is not None:
             return
 
+        done = self._early_done = threading.Event()
+
         def attempt() -> None:
             try:
                 self.connect()
             except BaseException as exc:  # noqa: BLE001 - handed to the next connect()
                 self._early_error = exc
+            finally:
+                done.set()
 
         self._early = threading.Thread(target=attempt, name=f"sparkctl-connect-{self.name}", daemon=True)
         self._early.start()
@@ -405,9 +413,11 @@ class HostSession:
         return transport is not None and transport.is_active()
 
     def connect(self) -> "HostSession":
+        closes = self._closes
         early = self._early
         if early is not None and early is not threading.current_thread():
-            early.join()
+            # an Event, not early.join(): Python 3.11's join, broken by Ctrl-C, marks the live thread stopped
+            self._early_done.wait()
             self._early = None
             if self._early_error is not None:
                 error, self._early_error = self._early_error, None
@@ -450,6 +460,9 @@ class HostSession:
             hop = SSHHop(label=t.name, address=t.address, user=t.user, port=t.port, identity_files=t.identity_files)
             through = f" (through {', '.join(h.label for h in t.jumps)})" if t.jumps else ""
             raise _connect_error(t.name, hop, exc, t, through) from None
+        if closes != self._closes:  # the run closed this session meanwhile (Ctrl-C): nothing outlives it
+            self.close()  # (close counts before it reads _conn: one of the two closes this connection)
+            raise UnreachableError(f"{t.name}: the SSH session was closed while it connected", reason="lost")
         # through jump hosts, the keepalives cross them: a bastion that stops answering is seen too
         transport = self._conn.get_transport()
         self._watchdog = _Watchdog(self, transport, t.connect_timeout)
@@ -493,9 +506,11 @@ class HostSession:
         return self._conn
 
     def close(self) -> None:
-        if self._early is not None:  # a connect still under way would open after this close
-            self._early.join()
-            self._early = None
+        # Never waits for a connect under way (connect_early's, a Fleet.map worker's): against a host
+        # that never answers that is the connect timeout, and close runs as Ctrl-C unwinds the run.
+        # Such a connect closes what it opened when it ends (connect).
+        self._closes += 1
+        self._early = None
         if self._watchdog is not None:
             self._watchdog.stopped.set()
             self._watchdog = None
@@ -666,8 +681,20 @@ class Fleet:
                 err = exc if isinstance(exc, SparkctlError) else self.sessions[name].explain(exc)
                 return Outcome(name, error=redact(err.message), fix=err.fix, seconds=time.monotonic() - start, failure=err)
 
-        pool = ThreadPoolExecutor(max_workers=max(1, len(names)), thread_name_prefix="sparkctl-host")
-        futures = {pool.submit(one, n): n for n in names}
+        def run(fut: Future, name: str) -> None:
+            try:
+                fut.set_result(one(name))
+            except BaseException as exc:  # noqa: BLE001 - raised in the caller, as a pool would
+                fut.set_exception(exc)
+
+        # A daemon thread per host, not a pool: Python joins a pool's threads when it exits, so a
+        # host that never answers held a run ended by Ctrl-C for its connect timeout. Waiting on
+        # the futures is what Ctrl-C breaks; the threads' sessions are closed by their owner.
+        futures: dict[Future, str] = {}
+        for n in names:
+            fut: Future = Future()
+            futures[fut] = n
+            threading.Thread(target=run, args=(fut, n), name=f"sparkctl-host-{n}", daemon=True).start()
         done, pending = wait(futures, timeout=timeout)
         for fut in pending:
             name = futures[fut]
@@ -676,5 +703,4 @@ class Fleet:
             self.sessions[name]._declare_dead(err)  # unblock the stuck thread's socket
         for fut in done:
             results[futures[fut]] = fut.result()
-        pool.shutdown(wait=False, cancel_futures=True)
         return {n: results[n] for n in names}
