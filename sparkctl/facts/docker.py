@@ -90,6 +90,9 @@ class ImageFact:
     identity: Optional[str] = None  # image_identity: what nodes, the registry and applied.json compare
     store: str = "classic"  # "classic" or "containerd"
     diff_ids: tuple[str, ...] = ()
+    # manifest digests docker records this image was pulled as (RepoDigests; containerd's target):
+    # what a registry's answer through a node's dockerd, a digest without the config, is matched by
+    manifests: tuple[str, ...] = ()
 
     @property
     def key(self) -> Optional[str]:
@@ -101,11 +104,25 @@ class ImageFact:
         identities were (applied.json from an older sparkctl holds the node's own ID)."""
         return bool(image) and self.id is not None and image in (self.identity, self.id)
 
+    def pulled_as(self, manifest: Optional[str]) -> bool:
+        """Whether docker recorded pulling this image as `manifest` (the digest a tag named: an
+        index's for a multi-platform tag). A side-loaded or hand-built image records none."""
+        return bool(manifest) and self.id is not None and manifest in self.manifests
+
+
+def manifests_of_inspect(doc: dict) -> tuple[str, ...]:
+    """The manifest digests an inspect document records: RepoDigests' (`name@sha256:...`, both
+    stores) and containerd's target descriptor."""
+    found = [d.rpartition("@")[2] for d in doc.get("RepoDigests") or () if "@" in d]
+    found.append((doc.get("Descriptor") or {}).get("digest") or "")
+    return tuple(dict.fromkeys(d for d in found if d))
+
 
 def fact_of_inspect(ref: str, doc: Any) -> ImageFact:
     """One `docker image inspect` document (the CLI's JSON or the Engine API's) -> ImageFact."""
     return ImageFact(ref, doc["Id"], identity=identity_of_inspect(doc), store=store_of_inspect(doc),
-                     diff_ids=tuple((doc.get("RootFS") or {}).get("Layers") or ()))  # fmt: skip
+                     diff_ids=tuple((doc.get("RootFS") or {}).get("Layers") or ()),
+                     manifests=manifests_of_inspect(doc))  # fmt: skip
 
 
 def parse_image(ref: str, rc: int, text: str) -> ImageFact:

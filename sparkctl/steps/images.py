@@ -1,14 +1,21 @@
 """Images step: every node holds *the* image, the one its provenance names, or the run stops.
 
-Provenance is decided once per run, before any plan: per image reference (runtime, drafter) and
-node platform, the registry is asked what the tag (or the inventory's `runtime.image_digest` pin)
-names now (transport/registry.py: manifest digest -> config blob -> image identity). Images are
-compared by identity (facts/docker.py: layers + run config), never by docker's `Id`: the classic
-store's Id is the config digest, containerd's the index/manifest digest, so one image has two IDs
-in a mixed cluster. When the registry does not answer, the truth is the identity recorded as last
-good for that node in the head's applied.json (written by the record step after a verified run).
-Every node must then hold that image under the reference; anything else is a drift named with what
-the node has and what it should have, head included (the head is checked like every node).
+Provenance is decided once per run, before any plan: per image reference (runtime, drafter), the
+registry is asked what the tag (or the inventory's `runtime.image_digest` pin) names now, through
+the dockerd of the node that pulls it (the head when it runs the image: `asked_on`), over the SSH
+connection the run holds, so neither the control machine's network nor its credentials matter
+(transport/registry.py `ask_dockerd`, while the facts are gathered). That answer is a manifest
+digest; the image it names is the one any node of the platform holds pulled as that digest
+(ImageFact.pulled_as), and when none does (the tag moved, a first pull), the config this machine
+reads from the registry if it can, else what the pull brings. Only when the node's dockerd cannot
+reach the registry is the registry asked from this machine (transport/registry.py `resolve`, per
+platform). Images are compared by identity (facts/docker.py: layers + run config), never by
+docker's `Id`: the classic store's Id is the config digest, containerd's the index/manifest digest,
+so one image has two IDs in a mixed cluster. When neither reaches the registry, the truth is the
+identity recorded as last good for that node in the head's applied.json (written by the record
+step after a verified run). Every node must then hold that image under the reference; anything
+else is a drift named with what the node has and what it should have, head included (the head is
+checked like every node).
 
 Repairs, exactly as planned:
 - the registry answered: the node pulls (by digest when pinned; a pull of a current image moves
@@ -25,13 +32,16 @@ source node can SSH to the destination's rail, verified by image ID before the t
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from sparkctl.errors import HostError, InputError, SparkctlError
 from sparkctl.facts.docker import ImageFact, fact_of_inspect, short
 from sparkctl.inventory.models import Inventory
 from sparkctl.steps.base import Change, Plan, RunContext, Step
+
+if TYPE_CHECKING:  # httpx and docker-py load when a run asks, not when doctor imports this module
+    from sparkctl.transport.registry import Resolved
 
 
 def images_by_host(inv: Inventory) -> dict[str, list[str]]:
@@ -55,10 +65,18 @@ def platform_of(inv: Inventory, host: str) -> str:
 class Truth:
     """What one node must hold under one image reference, and where that came from."""
 
-    image_id: Optional[str]  # the image identity (facts/docker.py) to hold; None: nothing to verify against
+    image_id: Optional[str]  # the image identity (facts/docker.py) to hold; None: nothing to verify against,
+    # or (origin "registry") only the pull of `manifest` tells
     origin: str  # "registry", "record" or "none"
     detail: str  # for messages: "tag = manifest 1137302f5c0b", "last good in applied.json (...); the registry: ..."
     pull: Optional[str] = None  # what `docker pull` asks for when the registry answered (tag or name@digest)
+    manifest: Optional[str] = None  # the digest the registry named (what a pull records: ImageFact.pulled_as)
+
+
+def unknown_until_pulled(manifest: str) -> str:
+    """What a node is predicted to hold when only pulling `manifest` tells its identity: never any
+    image's identity, so whatever runs another image restarts (runtime's drift)."""
+    return f"manifest:{manifest}"
 
 
 def last_good(
@@ -89,30 +107,116 @@ def _field(inv: Inventory, ref: str) -> str:
     return "runtime.image" if ref == inv.runtime.image else "runtime.speculative.drafter_image"
 
 
-def registry_answers(inv: Inventory, resolver: Optional[Callable[..., Any]] = None) -> dict[tuple[str, str], Any]:
-    """The registry's answer (or the error it gave) once per (reference, platform). Needs no host
-    facts, so the runner asks while it gathers them (Step.prepare). A registry this run may not
-    contact (the network fence) is bad input: InputError naming the image's field."""
+def asked_on(inv: Inventory, ref: str) -> str:
+    """The node whose dockerd is asked what `ref` names: the head when it runs the image (the run
+    always holds its connection), else the first node that runs it."""
+    runs = [h for h, refs in images_by_host(inv).items() if ref in refs]
+    head = inv.hosts_with_role("head")[0]
+    return head if head in runs else runs[0]
+
+
+Ask = Callable[[RunContext, str, str], "Resolved"]  # (ctx, host, image) -> its dockerd's answer
+
+
+def ask_node(ctx: RunContext, host: str, image: str) -> Resolved:
+    """What `image` names, asked through `host`'s dockerd over the run's SSH connection (its
+    deadline: ssh.timeout): first with what docker-py sends (this machine's docker login, if any),
+    then, refused, with the host's own `docker login`."""
+    from sparkctl.transport import registry
+    from sparkctl.transport.docker import registry_auth
+
+    session = ctx.session(host)
+    via = f"{host}'s dockerd"
+    try:
+        client = session.docker()
+    except SparkctlError as exc:
+        raise registry.RegistryUnreachable(f"{via} could not be asked: {exc.message}") from None
+    try:
+        return registry.ask_dockerd(client, image, via)
+    except registry.AccessDenied:
+        auth = registry_auth(session, registry.Reference.parse(image).registry)
+        if auth is None:
+            raise
+        return registry.ask_dockerd(client, image, f"{via} (with {host}'s docker login)", auth)
+
+
+def registry_answers(
+    ctx: RunContext, resolver: Optional[Callable[..., Any]] = None, ask: Optional[Ask] = None
+) -> dict[tuple[str, str], Any]:
+    """The registry's answer (or the error it gave) per (reference, platform): asked once per
+    reference through the dockerd of the node that pulls it (`ask`; default `ask_node` when the
+    run has SSH sessions), else from this machine (`resolver`) per platform. Needs no host facts,
+    so the runner asks while it gathers them (Step.prepare). A registry this run may not contact
+    (the network fence) is bad input: InputError naming the image's field."""
     from sparkctl.transport import registry
 
+    inv = ctx.inventory
     resolver = resolver or registry.resolve
-    answers: dict[tuple[str, str], Any] = {}
+    ask = ask or (ask_node if ctx.fleet is not None else None)
+    platforms: dict[str, list[str]] = {}  # ref -> the platforms of the nodes that run it
     for host, refs in images_by_host(inv).items():
         for ref in refs:
-            key = (_asked(inv, ref), platform_of(inv, host))
-            if key not in answers:
-                try:  # https, then http: the registries dockerd lists as insecure (the lab's) speak plain HTTP
-                    answers[key] = resolver(key[0], platform=key[1], insecure=True)
-                except (registry.TagNotFound, registry.RegistryUnreachable) as exc:
-                    answers[key] = exc
-                except InputError as exc:
-                    raise InputError(f"{_field(inv, ref)} {ref}: {exc.message}",
-                                     fix=f"{exc.fix}; or name an image on a registry inside it") from None  # fmt: skip
+            if platform_of(inv, host) not in platforms.setdefault(ref, []):
+                platforms[ref].append(platform_of(inv, host))
+    answers: dict[tuple[str, str], Any] = {}
+    for ref, wanted in platforms.items():
+        asked = _asked(inv, ref)
+        if (asked, wanted[0]) in answers:  # the drafter runs the runtime's image
+            continue
+        try:
+            registry.check_fence(asked)
+        except InputError as exc:
+            raise InputError(f"{_field(inv, ref)} {ref}: {exc.message}",
+                             fix=f"{exc.fix}; or name an image on a registry inside it") from None  # fmt: skip
+        node = asked_on(inv, ref)
+        unreached: Optional[SparkctlError] = None  # why the node's dockerd gave no answer
+        if ask is not None:
+            try:
+                got = ask(ctx, node, asked)
+            except registry.TagNotFound as exc:  # the registry answered the node
+                answers.update({(asked, p): exc for p in wanted})
+                continue
+            except SparkctlError as exc:
+                unreached = exc
+            else:
+                for p in wanted:
+                    answers[(asked, p)] = got if registry.has_platform(got, p) else registry.TagNotFound(
+                        f"{asked} has no {p} image (the registry lists {', '.join(got.platforms) or 'none'}; {got.via})",
+                        fix=f"build or push the image for {p}")  # fmt: skip
+                continue
+        for p in wanted:
+            try:  # https, then http: the registries dockerd lists as insecure (the lab's) speak plain HTTP
+                here = resolver(asked, platform=p, insecure=True)
+                answers[(asked, p)] = replace(here, via=f"this machine, as {unreached.message}") if unreached else here
+            except (registry.TagNotFound, registry.RegistryUnreachable) as exc:
+                answers[(asked, p)] = _neither(exc, unreached, node, asked) if unreached else exc
+            except InputError as exc:
+                raise InputError(f"{_field(inv, ref)} {ref}: {exc.message}",
+                                 fix=f"{exc.fix}; or name an image on a registry inside it") from None  # fmt: skip
     return answers
 
 
-def resolve_truths(ctx: RunContext, answers: dict[tuple[str, str], Any]) -> dict[str, dict[str, Truth]]:
-    """host -> ref -> Truth, from the registry's answers (asked once per reference and platform)."""
+def _neither(here: SparkctlError, node_error: SparkctlError, node: str, image: str) -> SparkctlError:
+    """The node's dockerd got no answer and this machine's was an error too: both reasons, one fix."""
+    from sparkctl.transport import registry
+
+    if not isinstance(here, registry.RegistryUnreachable):  # the registry answered this machine: not there
+        return type(here)(f"{here.message} (asked from this machine, as {node_error.message})", fix=here.fix)
+    reg = registry.Reference.parse(image).registry
+    why = node_error.message.removeprefix(f"{node}'s dockerd could not reach the registry {reg}: ")
+    return type(here)(
+        f"neither {node}'s dockerd nor this machine reached the registry {reg} ({node}'s dockerd: {why}; "
+        f"this machine: {here.message})",
+        fix=f"make {reg} reachable from {node} (`docker pull {image}` there prints docker's own error); "
+        f"a private registry needs `docker login {reg}` on the nodes",
+    )
+
+
+def resolve_truths(
+    ctx: RunContext, answers: dict[tuple[str, str], Any], lookup: Optional[Callable[[str, str], Optional[str]]] = None
+) -> dict[str, dict[str, Truth]]:
+    """host -> ref -> Truth, from the registry's answers (asked once per reference and platform).
+    `lookup(name@digest, platform)`: the identity of a manifest no node holds, from this machine."""
     inv = ctx.inventory
     head = inv.hosts_with_role("head")[0]
     applied = ctx.facts[head].applied if head in ctx.facts else None
@@ -122,8 +226,27 @@ def resolve_truths(ctx: RunContext, answers: dict[tuple[str, str], Any]) -> dict
             pinned = inv.runtime.image_digest if ref == inv.runtime.image else None
             key = (_asked(inv, ref), platform_of(inv, host))
             peers = [h for h in inv.hosts if h != host and platform_of(inv, h) == key[1]]
-            out.setdefault(host, {})[ref] = truth_from(answers[key], ref, pinned, host, applied, peers)
+            answer = identified(ctx, answers[key], ref, key[1], lookup)
+            out.setdefault(host, {})[ref] = truth_from(answer, ref, pinned, host, applied, peers)
     return out
+
+
+def identified(
+    ctx: RunContext, answer: Any, ref: str, platform: str, lookup: Optional[Callable[[str, str], Optional[str]]] = None
+) -> Any:
+    """A dockerd's answer names a manifest, not an image: the image is the one a node holds pulled
+    as that manifest (a node of `platform` for an index: each platform has its own image), else
+    what this machine reads of it (`lookup`), else unknown until pulled (identity "")."""
+    if isinstance(answer, SparkctlError) or answer.identity:
+        return answer
+    inv = ctx.inventory
+    for h, facts in ctx.facts.items():
+        fact = facts.images.get(ref)
+        if fact is not None and fact.key and fact.pulled_as(answer.manifest_digest):
+            if not answer.index or (h in inv.hosts and platform_of(inv, h) == platform):
+                return replace(answer, identity=fact.key)
+    found = lookup(f"{ref.partition('@')[0]}@{answer.manifest_digest}", platform) if lookup else None
+    return replace(answer, identity=found) if found else answer
 
 
 def truth_from(
@@ -131,14 +254,19 @@ def truth_from(
 ) -> Truth:
     """The truth for one node from the registry's answer (a Resolved, or the error it gave)."""
     if not isinstance(answer, SparkctlError):
-        what = f"pinned manifest {short(answer.manifest_digest)}" if pinned else f"tag = manifest {short(answer.manifest_digest)}"
+        digest = answer.manifest_digest
+        what = f"pinned manifest {short(digest)}" if pinned else f"tag = manifest {short(digest)}"
+        if answer.via:
+            what += f", from {answer.via}"
+        if not answer.identity:
+            what += "; no node holds it yet: the pull tells what it is"
         pull = f"{ref.rpartition(':')[0] if ':' in ref.rsplit('/', 1)[-1] else ref}@{pinned}" if pinned else ref
-        return Truth(answer.identity, "registry", what, pull)
+        return Truth(answer.identity or None, "registry", what, pull, digest)
     why = answer.message
     record = last_good(applied, host, ref, pinned, peers)
     if record:
-        return Truth(record[0], "record", f"last good in applied.json ({record[1]}); the registry: {why}")
-    return Truth(None, "none", f"the registry: {why}; applied.json records no image for this node")
+        return Truth(record[0], "record", f"last good in applied.json ({record[1]}); {why}")
+    return Truth(None, "none", f"{why}; applied.json records no image for this node")
 
 
 def _rail_speed(inv: Inventory, host: str, source: str) -> float:
@@ -177,6 +305,15 @@ def plan_images(
             facts = {h: have[h].get(ref) or ImageFact(ref, None) for h in truths if ref in truths[h] and h in have}
             holders = {h: f.key for h, f in facts.items()}
             want = t.image_id
+            if want is None and t.origin == "registry" and t.manifest:
+                # the registry named a manifest no node holds and this machine could not read:
+                # every node of the platform pulls it; the image it is, the pull tells
+                expect[ref] = unknown_until_pulled(t.manifest)
+                state = "missing" if not iid else f"holds {short(iid)}"
+                data = {"image": ref, "want": None, "manifest": t.manifest, "source": None, "source_id": None,
+                        "pull": t.pull}  # fmt: skip
+                changes.append(Change("pull", f"pull {t.pull} ({state}; {t.detail})", data))
+                continue
             if want is None:
                 ids = set(holders.values())
                 if iid and len(ids) == 1:
@@ -186,8 +323,10 @@ def plan_images(
                 state = "missing" if not iid else f"holds {short(iid)}"
                 seen = ", ".join(f"{h} {short(i)}" for h, i in holders.items())
                 blocked.append(f"{ref} {state} here and nothing to verify it against ({t.detail}); nodes hold: {seen}")
-                fixes.append(f"make the registry answer (check `{ref}` is pushed and reachable from this machine) or pin "
-                             "runtime.image_digest, then rerun `sparkctl up`: an unverified image is never copied")  # fmt: skip
+                node = asked_on(inv, ref)
+                fixes.append(f"make the registry answer {node}'s dockerd (`docker pull {ref}` on {node}; `docker login` "
+                             "there for a private registry) or pin runtime.image_digest, then rerun `sparkctl up`: an "
+                             "unverified image is never copied")  # fmt: skip
                 continue
             expect[ref] = want
             sources = [h for h, f in facts.items() if h != host and f.holds(want)]
@@ -199,8 +338,8 @@ def plan_images(
                 fine.append(f"{ref} {short(want)} {where} ({t.detail})")
                 continue
             state = "missing" if not iid else f"drift: holds {short(iid)}, should hold {short(want)}"
-            data = {"image": ref, "want": want, "source": source, "source_id": facts[source].id if source else None,
-                    "pull": t.pull}  # fmt: skip
+            data = {"image": ref, "want": want, "manifest": t.manifest, "source": source,
+                    "source_id": facts[source].id if source else None, "pull": t.pull}  # fmt: skip
             if t.origin == "registry":
                 if side_load and source and not current:
                     changes.append(Change("copy", f"copy {short(want)} from {source} ({state}; {t.detail})", data))
@@ -237,22 +376,39 @@ class ImagesStep(Step):
     name = "images"
     facts = frozenset({"image", "applied"})
 
-    def __init__(self, resolver: Optional[Callable[..., Any]] = None) -> None:
+    def __init__(self, resolver: Optional[Callable[..., Any]] = None, ask: Optional[Ask] = None) -> None:
+        """`resolver`: this machine's registry lookup (transport/registry.resolve); `ask`: a node's
+        dockerd's (ask_node); tests pass recorded ones."""
         self._lock = threading.Lock()
         self._fresh: Optional[dict[str, dict[str, Optional[ImageFact]]]] = None
         self._resolver = resolver
+        self._ask = ask
         self._answers: Optional[dict[tuple[str, str], Any]] = None  # from prepare, when the runner ran it
+        self._looked_up: dict[tuple[str, str], Optional[str]] = {}  # (name@digest, platform) -> identity, once per run
         self.truths: dict[str, dict[str, Truth]] = {}
 
     def hosts(self, inv: Inventory) -> list[str]:
         return list(images_by_host(inv))
 
     def prepare(self, ctx: RunContext) -> None:
-        self._answers = registry_answers(ctx.inventory, self._resolver)  # an InputError stops the run (runner)
+        self._answers = registry_answers(ctx, self._resolver, self._ask)  # an InputError stops the run (runner)
+
+    def _lookup(self, image: str, platform: str) -> Optional[str]:
+        """The identity of `image` (name@digest) read from the registry by this machine, None when it
+        cannot (offline, no credentials): asked only for a manifest no node holds."""
+        from sparkctl.transport import registry
+
+        if (image, platform) not in self._looked_up:
+            try:
+                got = (self._resolver or registry.resolve)(image, platform=platform, insecure=True)
+                self._looked_up[(image, platform)] = got.identity or None
+            except SparkctlError:
+                self._looked_up[(image, platform)] = None
+        return self._looked_up[(image, platform)]
 
     def plan(self, ctx: RunContext) -> dict[str, Plan]:
-        answers = self._answers if self._answers is not None else registry_answers(ctx.inventory, self._resolver)
-        self.truths = {h: t for h, t in resolve_truths(ctx, answers).items() if h in ctx.facts}
+        answers = self._answers if self._answers is not None else registry_answers(ctx, self._resolver, self._ask)
+        self.truths = {h: t for h, t in resolve_truths(ctx, answers, self._lookup).items() if h in ctx.facts}
         have = {h: ctx.facts[h].images for h in self.truths}
         return plan_images(ctx.inventory, have, self.truths, {**self.options, **ctx.options}, ctx.outputs.image_ids, self.name)
 
@@ -272,10 +428,12 @@ class ImagesStep(Step):
                     done.append(self._copy(ctx, plan.host, c.data["source"], c.data["source_id"], ref))
                     changed = True
                     continue
-                if not now.holds(want):
+                manifest = c.data.get("manifest")
+                if not (now.holds(want) if want else now.pulled_as(manifest)):
+                    named = short(want) if want else f"manifest {short(manifest)}"
                     raise HostError(
                         f"{plan.host}: pulled {c.data['pull']} and got {short(now.key)}, but the registry named "
-                        f"{short(want)} a moment ago (the tag moved during this run?)",
+                        f"{named} a moment ago (the tag moved during this run?)",
                         fix="rerun `sparkctl up`; pin runtime.image_digest to stop the tag moving under a run",
                     )
                 if now.id == before.get(ref):
@@ -312,16 +470,22 @@ class ImagesStep(Step):
                 f"{t.seconds:.1f} s ({t.rate / 1e6:.0f} MB/s){held}")  # fmt: skip
 
     def _pull(self, ctx: RunContext, host: str, pull: str, ref: str) -> ImageFact:
-        """Pull with byte progress (by digest when pinned, then tagged as `ref`); returns the image under `ref`."""
+        """Pull with byte progress (by digest when pinned, then tagged as `ref`), with the node's own
+        `docker login` when it has one for the registry; returns the image under `ref`."""
         import docker
 
-        client = ctx.fleet[host].docker()
+        from sparkctl.transport.docker import registry_auth
+        from sparkctl.transport.registry import Reference
+
+        session = ctx.session(host)
+        client = session.docker()
+        auth = registry_auth(session, Reference.parse(ref).registry)
         digest = pull.partition("@")[2]
         # repository and tag from `ref`: a pinned pull names the digest only, and the tag it gets is ref's
         repo, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "latest")
         layers: dict[str, tuple[int, int]] = {}
         try:
-            for ev in client.api.pull(repo, tag=digest or tag, stream=True, decode=True):
+            for ev in client.api.pull(repo, tag=digest or tag, stream=True, decode=True, auth_config=auth):
                 if "error" in ev:
                     raise HostError(f"{host}: pull {pull} failed: {ev['error']}")
                 d = ev.get("progressDetail") or {}
@@ -354,6 +518,12 @@ class ImagesStep(Step):
         for ref, t in self.truths.get(host, {}).items():
             want = t.image_id or ctx.outputs.image_ids.get(host, {}).get(ref)
             fact = have.get(ref)
+            if t.image_id is None and t.origin == "registry" and t.manifest:  # pulled: docker recorded the manifest
+                if fact is None or not fact.pulled_as(t.manifest):
+                    wrong.append(f"{ref} holds {short(fact.key if fact else None)}, not pulled as manifest {short(t.manifest)}")
+                else:
+                    proofs.append(f"image {short(fact.key)} pulled as the registry's manifest {short(t.manifest)}")
+                continue
             if fact is None or not fact.holds(want):
                 wrong.append(f"{ref} holds {short(fact.key if fact else None)}, should hold {short(want)}")
             else:

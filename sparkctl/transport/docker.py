@@ -11,9 +11,16 @@ Deadlines: every request has the inventory's ssh.timeout as its socket timeout (
 a stop's own drain time to it), and the session's watchdog ends any request on a host that
 stopped answering. Library errors (APIError 409, connection resets) are turned into sparkctl's
 messages by `HostSession.explain` (transport/failures.py).
+
+A registry's credentials are the node's (`registry_auth`: its `docker login`), sent with a pull or
+a registry question as the docker CLI on the node would send them.
 """
 
 from __future__ import annotations
+
+import json
+import re
+from typing import Optional
 
 import docker
 from docker.transport.basehttpadapter import BaseHTTPAdapter
@@ -25,6 +32,8 @@ from sparkctl.errors import HostError
 _BOOTSTRAP_VERSION = "1.24"
 # The key of the adapter's one connection pool (any URL of the engine: only the key is used)
 _ENGINE = "http+docker://ssh"
+# a credential helper's name, as docker-credential-<name> (never a shell word of its own)
+_HELPER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 class _SharedSSHAdapter(SSHHTTPAdapter):
@@ -77,3 +86,47 @@ def docker_over_ssh(session) -> docker.DockerClient:
     client = docker.DockerClient.__new__(docker.DockerClient)
     client.api = api
     return client
+
+
+def registry_auth(session, registry: str) -> Optional[dict]:
+    """The credentials `docker login REGISTRY` left on the host for the SSH user, as the docker CLI
+    there sends them with a pull (X-Registry-Auth): its config.json's `auths` entry, or what its
+    credential helper (credHelpers, credsStore) answers, run on the host. None when it holds none
+    (docker-py then sends what this machine's docker config holds, if anything). The values are
+    remembered as secrets (masked in every output) and never written anywhere."""
+    from docker.auth import INDEX_NAME, INDEX_URL, AuthConfig
+
+    from sparkctl.transport.redact import remember_secret
+
+    r = session.run('cat "${DOCKER_CONFIG:-$HOME/.docker}/config.json"')
+    try:
+        config = json.loads(r.stdout) if r.ok else {}
+    except ValueError:
+        config = {}
+    if not isinstance(config, dict):
+        return None
+    key = INDEX_URL if registry in (INDEX_NAME, "index.docker.io") else registry  # the CLI's key for Docker Hub
+    found: Optional[dict] = None
+    helper = (config.get("credHelpers") or {}).get(key) or config.get("credsStore")
+    if isinstance(helper, str) and _HELPER.fullmatch(helper):
+        got = session.run([f"docker-credential-{helper}", "get"], stdin=key.encode())
+        try:
+            doc = json.loads(got.stdout) if got.ok else {}
+        except ValueError:
+            doc = {}
+        if doc.get("Secret"):
+            user, secret = doc.get("Username") or "", doc["Secret"]
+            found = (
+                {"identitytoken": secret} if user == "<token>" else {"username": user, "password": secret, "serveraddress": key}
+            )
+    if found is None:  # the auths entries, read as docker-py reads them (base64 user:password, identity tokens)
+        auths = AuthConfig({"auths": AuthConfig.parse_auth(config.get("auths") or {})})
+        entry = auths.resolve_authconfig(registry) or None
+        if entry:
+            token = entry.get("IdentityToken")
+            found = {"identitytoken": token} if token else {k: v for k, v in entry.items() if v}
+    if found:
+        for k in ("password", "identitytoken"):
+            if found.get(k):
+                remember_secret(str(found[k]))
+    return found

@@ -1,17 +1,21 @@
-"""What a tag means in its registry right now: the manifest digest, the image ID (config digest)
-and the image identity (facts/docker.py: layers + run config, from the config blob).
+"""What a tag means in its registry right now, asked two ways:
 
-`resolve("10.231.0.1:5000/sparkctl/vllm-sim:0.1")` asks the registry's HTTP API (distribution
-spec): GET /v2/<name>/manifests/<tag> with the manifest media types in Accept gives the
-manifest digest (Docker-Content-Digest); the manifest names its config blob, whose digest is the
-image ID every node's `docker image inspect` must show. A multi-platform index is narrowed to
-the nodes' platform (DGX Spark: linux/arm64). Anonymous bearer tokens (the WWW-Authenticate
-challenge public registries send) are fetched; private registries needing credentials are out
-of scope here (the nodes' own `docker pull` still uses their logins).
+- through a node's dockerd (`ask_dockerd`: the Engine API's GET /distribution/{name}/json,
+  docker-py's `inspect_distribution`), from where the pull happens, with the node's network,
+  mirrors, insecure-registries and `docker login` (sent by sparkctl as the docker CLI there would:
+  transport/docker.py `registry_auth`). It gives the manifest digest the tag names (an index's for
+  a multi-platform tag) and the platforms, not the config: the image's identity is then matched
+  on the nodes by the digest docker recorded when it pulled (ImageFact.pulled_as);
+- from this machine (`resolve`), the registry's HTTP API (distribution spec): GET
+  /v2/<name>/manifests/<tag> with the manifest media types in Accept gives the manifest digest
+  (Docker-Content-Digest); the manifest names its config blob, whose content gives the image
+  identity (facts/docker.py: layers + run config). A multi-platform index is narrowed to the
+  nodes' platform (DGX Spark: linux/arm64). Anonymous bearer tokens (the WWW-Authenticate
+  challenge public registries send) are fetched; no credentials are sent from here.
 
 `RegistryUnreachable` (no answer, TLS or HTTP failure) is kept apart from `TagNotFound` (the
-registry answered: that tag is not there), so a caller can fall back to the last good image
-ID only when the registry really could not be asked.
+registry answered: that tag is not there, or, `AccessDenied`, not to these credentials), so a
+caller can fall back to the last good image ID only when the registry really could not be asked.
 """
 
 from __future__ import annotations
@@ -43,6 +47,11 @@ class RegistryUnreachable(SparkctlError):
 
 class TagNotFound(SparkctlError):
     """The registry answered: it has no such tag (or refuses it to an anonymous client)."""
+
+
+class AccessDenied(TagNotFound):
+    """The registry answered a node's dockerd: unauthorized or denied (a private image without
+    the node's login, or, on Docker Hub, a repository that does not exist)."""
 
 
 @dataclass(frozen=True)
@@ -79,8 +88,76 @@ class Reference:
 @dataclass(frozen=True)
 class Resolved:
     manifest_digest: str  # what `docker pull name@<digest>` takes
-    image_id: str  # config digest: the classic store's `docker image inspect` Id once pulled
-    identity: str = ""  # facts.docker.image_identity of the config blob: what every node's image must match
+    image_id: str = ""  # config digest: the classic store's `docker image inspect` Id once pulled ("": a dockerd's answer)
+    identity: str = ""  # facts.docker.image_identity of the config blob: what every node's image must match ("": unknown)
+    via: str = ""  # who asked, for messages: "head's dockerd", "this machine (...)"; "": this machine
+    platforms: tuple[str, ...] = ()  # a dockerd's answer: os/arch[/variant] the tag's image(s) are for
+    index: bool = False  # a dockerd's answer: the digest is a multi-platform index's
+
+
+def check_fence(image: str) -> None:
+    """The dev/CI fence (transport/guard.py) for the registry `image` lives on: asked through a
+    node's dockerd or from here, it is sparkctl that has it contacted (FencedAddress)."""
+    host = Reference.parse(image).api_host
+    check_url(f"https://{host}/", f"the registry {host}")
+
+
+def _platform(p: dict) -> str:
+    return "/".join(x for x in (p.get("os"), p.get("architecture"), p.get("variant")) if x)
+
+
+def from_distribution(doc: dict, via: str) -> Resolved:
+    """A dockerd's answer to GET /distribution/{name}/json (moby api/server/router/distribution:
+    the Descriptor of what the reference names and the platforms of its index's entries, or of a
+    single image's config) -> Resolved without identity."""
+    desc = doc.get("Descriptor") or {}
+    digest = desc.get("digest")
+    if not isinstance(digest, str) or not digest.startswith("sha256:"):
+        raise RegistryUnreachable(f"{via} answered without a manifest digest: {str(doc)[:200]}")
+    platforms = tuple(_platform(p) for p in doc.get("Platforms") or () if isinstance(p, dict))
+    return Resolved(digest, via=via, platforms=platforms, index=desc.get("mediaType") in INDEXES)
+
+
+def has_platform(answer: Resolved, platform: str) -> bool:
+    """Whether an index answer lists `platform` (os/arch; a variant it names is ignored). One
+    image (not an index) is taken as it is, as `resolve` takes it."""
+    if not answer.index:
+        return True
+    return any(p == platform or p.startswith(platform + "/") for p in answer.platforms)
+
+
+# words of a registry's refusal in dockerd's error text (distribution's errcode: UNAUTHORIZED, DENIED)
+_REFUSED = ("unauthorized", "denied", "authentication required")
+# ... and of a missing tag or repository (MANIFEST_UNKNOWN, NAME_UNKNOWN)
+_MISSING = ("manifest unknown", "name unknown", "not found")
+
+
+def ask_dockerd(client, image: str, via: str, auth: Optional[dict] = None) -> Resolved:
+    """What `image` (tag, or name@digest) names now, asked through a node's dockerd (a docker-py
+    client: transport/docker.py). `auth` is sent as X-Registry-Auth (None: docker-py's own
+    choice). Raises TagNotFound, AccessDenied or RegistryUnreachable (the dockerd could not
+    reach the registry, or did not answer within the client's deadline)."""
+    import docker
+    import requests
+
+    ref = Reference.parse(image)
+    name = f"{ref.registry}/{ref.repository}:{ref.tag}" + (f"@{ref.digest}" if ref.digest else "")
+    try:
+        doc = client.api.inspect_distribution(image, auth_config=auth)
+    except docker.errors.APIError as exc:
+        why = str(exc.explanation or exc).strip()
+        low = why.lower()
+        if exc.status_code in (401, 403) or any(w in low for w in _REFUSED):
+            raise AccessDenied(f"{name}: the registry refused {via}: {why}",
+                               fix=f"`docker login {ref.registry}` on every node as the inventory's SSH user (a private "
+                                   "image); or check runtime.image: Docker Hub refuses a repository that does not exist") from None  # fmt: skip
+        if exc.status_code == 404 or any(w in low for w in _MISSING):
+            raise TagNotFound(f"{name} is not in the registry ({via}: {why})",
+                              fix="check runtime.image in the inventory (name and tag), or push the image") from None  # fmt: skip
+        raise RegistryUnreachable(f"{via} could not reach the registry {ref.registry}: {why}") from None
+    except (requests.exceptions.RequestException, docker.errors.DockerException) as exc:
+        raise RegistryUnreachable(f"{via} did not answer: {type(exc).__name__}: {exc}") from None
+    return from_distribution(doc, via)
 
 
 def _challenge(header: str) -> dict[str, str]:

@@ -88,6 +88,9 @@ def test_newer_image_under_the_tag_on_every_node(lab, inventory):
         _, run = check_then_run(inventory)
         ops = operations(run)
         assert ("head", "runtime") in ops and ("head", "record") in ops and not any(s == "images" for _, s in ops)
+        # the head's dockerd named the new manifest, and every node holds it pulled (or pushed) as that
+        images = [r["message"] for r in run["results"] if r["step"] == "images"]
+        assert len(images) == 3 and all("already current in the registry" in m and "from head's dockerd" in m for m in images)
     finally:  # the lab's own image back in the registry and on every node
         lab.host_exec("head", ["sh", "-c", f"docker tag {old} {image} && docker push {image}"], check=True)
         for h in ("worker", "offload"):

@@ -92,6 +92,7 @@ def test_registry_down_and_a_hand_built_head_image_stop_up_naming_the_head_and_n
     msg = images["head"]["message"]
     assert msg.startswith(f"head: {lab.IMAGE} drift: holds {shown(lab, 'head')}, should hold {shown(lab, 'worker')}")
     assert "last good in applied.json" in msg and "registry" in msg
+    assert f"neither head's dockerd nor this machine reached the registry {lab.REGISTRY}" in msg  # both were asked
     assert f"rerun `sparkctl up` (head pulls {lab.IMAGE})" in msg and "--side-load" in msg  # the exact fix
     assert images["worker"]["status"] == images["offload"]["status"] == "skipped"
     assert not [r for r in doc["results"] if r["status"] == "changed"]
@@ -131,6 +132,7 @@ def test_a_digest_pin_pulls_by_digest_and_tags_the_image(lab, tmp_path):
         offload = next(r for r in doc["results"] if r["step"] == "images" and r["host"] == "offload")
         name = lab.IMAGE.rsplit(":", 1)[0]
         assert f"pull {name}@{pinned['runtime']['image_digest']} (missing; pinned manifest" in offload["changes"][0]
+        assert "from head's dockerd" in offload["changes"][0]  # the pin checked where the pull happens
         # the pull itself tagged it (not the planned fallback copy from a peer)
         assert f"pulled {name}@{pinned['runtime']['image_digest']} ({good_shown})" in offload["message"]
         assert "pull failed" not in offload["message"]
