@@ -90,28 +90,19 @@ class WeightsStep(Step):
         return list(dict.fromkeys([p.host for p in ps if p.downloads] + [p.host for p in ps]))
 
     def plan(self, ctx: RunContext) -> dict[str, Plan]:
-        inv = ctx.inventory
+        # one checkpoint per host: the model's on engine nodes, the drafter's on an offload host (validate.py)
         plans: dict[str, Plan] = {}
         for kind in ("model", "drafter"):
-            group = [p for p in placements(inv) if p.kind == kind and p.host in ctx.facts]
+            group = [p for p in placements(ctx.inventory) if p.kind == kind and p.host in ctx.facts]
             if not group:
                 continue
             try:
                 manifest = self._manifest(ctx, group)
             except SparkctlError as exc:
-                for p in group:
-                    plans[p.host] = self.blocked(p.host, exc.message + (f" (fix: {exc.fix})" if exc.fix else ""))
+                why = exc.message + (f" (fix: {exc.fix})" if exc.fix else "")
+                plans.update({p.host: self.blocked(p.host, why) for p in group})
                 continue
-            for p in group:
-                plan = self._plan_placement(ctx, p, manifest)
-                old = plans.get(p.host)
-                if old is None:
-                    plans[p.host] = plan
-                elif old.blocked or plan.blocked:
-                    plans[p.host] = self.blocked(p.host, "; ".join(x.blocked for x in (old, plan) if x.blocked))
-                else:
-                    plans[p.host] = self.changes(p.host, [*old.changes, *plan.changes]) if old.changes or plan.changes \
-                        else self.noop(p.host, f"{old.reason}; {plan.reason}")  # fmt: skip
+            plans.update({p.host: self._plan_placement(ctx, p, manifest) for p in group})
         return plans
 
     def _manifest(self, ctx: RunContext, group: list[Placement]) -> HubManifest:
@@ -148,7 +139,7 @@ class WeightsStep(Step):
             if copy.files.get(n) != m.size or n not in hashes or not m.matches(hashes[n])
         )  # fmt: skip
         source = f"{manifest.repo}@{manifest.commit[:12]}"
-        data = {"path": p.path, "kind": p.kind, "manifest": manifest, "source_host": p.source_host}
+        data = {"path": p.path, "kind": p.kind, "checkpoint": p.checkpoint, "manifest": manifest, "source_host": p.source_host}
         if not bad:
             rec = copy.record
             if rec is not None and rec.names(p.checkpoint) and rec.files == manifest.files:
@@ -314,8 +305,7 @@ class WeightsStep(Step):
         s.run(f'for f in {drop}; do dd if="$f" iflag=nocache count=0 status=none; done; true', timeout=s.timeout + len(files))
 
     def _record(self, ctx: RunContext, host: str, data: dict) -> None:
-        s, m, path = ctx.session(host), data["manifest"], data["path"]
-        ckpt = next(p.checkpoint for p in placements(ctx.inventory) if p.host == host and p.path == path)
+        s, m, path, ckpt = ctx.session(host), data["manifest"], data["path"], data["checkpoint"]
         rec = WeightsRecord(m.repo, ckpt.revision, m.commit, dict(m.files), tuple(ckpt.include), tuple(ckpt.exclude))
         s.put_bytes(rec.to_json().encode(), f"{path}/{RECORD}")
         s.run(stat_command(path)).check("record the verified weights' sizes and ctimes")
