@@ -34,6 +34,8 @@ def present(ctx: Context, host: str, f):
             yield skipped(f"not read: {f.errors.get('weights', 'no answer')}", target=path)
         elif copy.files:
             yield ok(f"{len(copy.files)} file(s), {copy.bytes / GB:.2f} GB at {path}", target=path)
+        elif copy.links:  # a hub cache's snapshot folder: links into its blobs, which vLLM loads through
+            yield ok(f"{path} holds symbolic links (a hub cache's snapshot folder?)", target=path)
         elif ctx.inventory.weights is not None:  # sparkctl places it: not a blocker for `up`
             yield warn(f"{_absent(copy)}: not placed yet", PLACE, target=path)
         else:

@@ -204,3 +204,16 @@ def test_bad_weights_inventories_name_the_field(weights, runtime, field, words):
     doc["runtime"] = {k: v for k, v in {**doc["runtime"], **runtime}.items() if v is not None}
     problems = check_inventory(Inventory.model_validate(copy.deepcopy(doc)))
     assert any(".".join(map(str, p.path)) == field and words in p.message for p in problems), problems
+
+
+def test_without_a_weights_section_an_empty_folder_fails_preflight_and_a_hub_snapshot_of_links_passes():
+    doc = lab_doc()
+    doc.pop("weights")
+    inv = Inventory.model_validate(doc)
+    empty = {"head": host_facts(inv, "head", weights__0=sec(folder(files={}, present=True)))}
+    links = {"head": host_facts(inv, "head", weights__0=sec(folder(files={}, links="config.json -> ../../blobs/ab12\n")))}
+    check = REGISTRY["weights.present"]
+    (bad,) = check.run(Context(inventory=inv, hosts=["head"], facts=empty))
+    assert bad.status == "failed" and "is empty" in bad.message and "weights" in bad.fix
+    (good,) = check.run(Context(inventory=inv, hosts=["head"], facts=links))
+    assert good.status == "ok"  # vLLM loads through a hub cache's snapshot links
