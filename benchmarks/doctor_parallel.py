@@ -40,7 +40,7 @@ def sequential(inv) -> tuple[float, list]:
     from sparkctl.errors import SparkctlError
     from sparkctl.facts.endpoint import EndpointFacts, fetch, read_again
     from sparkctl.facts.host import gather_host
-    from sparkctl.runtime.launch import engine_port
+    from sparkctl.runtime.health import engine_endpoint
     from sparkctl.session import Unreachable
     from sparkctl.transport.guard import check_address
     from sparkctl.transport.ssh import HostSession
@@ -49,12 +49,12 @@ def sequential(inv) -> tuple[float, list]:
     checks = select()
     kinds = kinds_for({c.group for c in checks} | {"ssh"})  # the fact kinds doctor gathers
     ctx = Context(inventory=inv, hosts=list(inv.hosts), facts={})
-    address = inv.hosts[inv.hosts_with_role("head")[0]].ssh.address
+    address, port, path = engine_endpoint(inv)
     try:  # the first /metrics page, which doctor fetches while the hosts answer
         check_address(address, "the runtime's HTTP endpoint")
-        ctx.endpoint = fetch(address, engine_port(inv))  # the engine, behind the gateway (as doctor reads it)
+        ctx.endpoint = fetch(address, port, path)  # the engine, through the gateway's engine route (as doctor reads it)
     except SparkctlError as exc:
-        ctx.endpoint = EndpointFacts(url=f"http://{address}:{engine_port(inv)}", health_error=exc.message)
+        ctx.endpoint = EndpointFacts(url=f"http://{address}:{port}{path}", health_error=exc.message)
     for name in inv.hosts:
         session = HostSession(inv.ssh_target(name))
         try:

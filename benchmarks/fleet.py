@@ -1,5 +1,6 @@
-"""What a fleet buys: aggregate tok/s of N members through the fleet's front door vs one member
-through the same door (the others drained at the door).
+"""What a fleet's front door costs and buys: TTFT and aggregate tok/s through vllm-router with every
+member, through it with one member (the others taken out), and straight to that member's own
+front door (no router), in one run.
 
     python benchmarks/fleet.py [--members 2] [--rounds 3] [--streams 8] [--requests 3] [--max-tokens 200] \
         [--max-num-seqs 4] [--step-scale 0.1]
@@ -7,27 +8,30 @@ through the same door (the others drained at the door).
         [--fleet /var/lib/sparkctl-lab/fleet.yaml] [--rounds 2] [--streams 8] [--requests 2] [--max-tokens 200]
 
 Loopback (the default): N members, each the lab's vLLM simulator (tests/unit/test_sim_serving.Server)
-behind its own gateway (tests/unit/test_gateway.Gateway), and `python -m sparkctl.fleetdoor` in
-front of them. --lab: the lab's fleet (its fleet file; the door deployed by `sparkctl fleet up`),
-measured from this machine, draining and undraining over SSH (sparkctl/fleet/door_admin.py).
-It holds the lab test lock for the whole run (benchmarks/labbench.py): it brings the second pair
-up (`sparkctl lab up --clusters 2`), converges both members (`sparkctl up`), deploys the door
-(fleet/door_step.py ensure_front_door), and at the end removes the door and the second pair.
+behind its own gateway (tests/unit/test_gateway.Gateway), and the real vllm-router
+(tests/unit/vllm_router_runner.py: the wheel the lab image carries) in front of them, members taken
+out and put back over its worker API. --lab: the lab's fleet (its fleet file; the router deployed
+by `sparkctl fleet up`), measured from this machine, members taken out and put back with
+sparkctl/fleet/router_admin.py. It holds the lab test lock for the whole run (benchmarks/labbench.py):
+it brings the second pair up (`sparkctl lab up --clusters 2`), converges both members (`sparkctl up`),
+deploys the router (fleet/router_step.py ensure_front_door), and at the end removes it and the second pair.
 
-Rounds alternate "fleet" (every member takes requests) and "one" (every member but the first
-drained at the door), so drift hits both. Each round runs --streams client threads, and each thread
-streams --requests chat completions, one after the other. Every thread is a conversation of its own,
-so affinity spreads the threads over the members. tok/s is the round's completion tokens (the engines'
-usage) over the round's wall time. Also printed: how the door routed (by affinity or by load) and
-how many requests each member's engine was sent.
+Rounds cycle "fleet" (router, every member), "one" (router, every member but the first taken out)
+and "direct" (the first member's own front door), in a rotating order so drift hits all three.
+Each round runs --streams client threads, and each thread streams --requests chat completions, one
+after the other (a conversation: each turn's prompt starts with the ones before, so cache-aware
+routing keeps it on one member). tok/s is the round's completion tokens (the engines' usage) over
+the round's wall time; TTFT is each request's first content chunk, median over the round. Also
+printed: how many requests the router sent each member (its own counter).
 
-What it can show: the door spreads the load, and with members that are the bottleneck the fleet's
-aggregate grows with its size. What it cannot show: a real pair's throughput. The simulator's
-decode steps are timed sleeps (--step-scale; 1.0 = the seeds' hardware), so on loopback the
-members do not compete for this machine's 2 cores. The ratio then says what routing
-achieves, not what GPUs would. The lab's pairs are network namespaces of one machine that share
-those 2 cores with the door, the gateways and the client, so a ratio below N there is
-the machine, not the fleet.
+What it can show: the router's own cost per request (one vs direct: the same engine, with and
+without the router in the path) and that it spreads conversations (fleet vs one). What it cannot
+show: a real pair's throughput. The simulator's decode steps are timed sleeps (--step-scale; 1.0 =
+the seeds' hardware), so on loopback the members do not compete for this machine's 2 cores, and
+the ratio says what routing achieves, not what GPUs would. The lab's pairs are network namespaces
+of one machine that share those 2 cores with the router, the gateways and the client, so a ratio
+below N there is the machine, not the fleet; and a TTFT difference of a millisecond or two is
+within what 2 busy cores add to any hop.
 """
 
 from __future__ import annotations
@@ -43,18 +47,18 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "unit"))  # the tests' simulator, gateway and door runners: one copy of each
+sys.path.insert(0, str(REPO / "tests" / "unit"))  # the tests' simulator, gateway and router runners: one copy of each
 
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def one_round(base: str, model: str, streams: int, requests: int, max_tokens: int, tag: str) -> tuple[float, int]:
-    """(aggregate completion tok/s, failed requests) of one round."""
+def one_round(base: str, model: str, streams: int, requests: int, max_tokens: int, tag: str) -> tuple[float, float, int]:
+    """(aggregate completion tok/s, median TTFT in s, failed requests) of one round."""
     import httpx
 
-    tokens, failed = [0], [0]
+    tokens, failed, ttfts = [0], [0], []
     lock = threading.Lock()
 
     def client(i: int) -> None:
@@ -64,7 +68,8 @@ def one_round(base: str, model: str, streams: int, requests: int, max_tokens: in
             for _ in range(requests):
                 body = {"model": model, "stream": True, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
                         "stream_options": {"include_usage": True}, "messages": history}  # fmt: skip
-                used, text = 0, []
+                used, text, first = 0, [], None
+                t0 = time.perf_counter()
                 try:
                     with c.stream("POST", "/v1/chat/completions", json=body) as r:
                         r.raise_for_status()
@@ -72,7 +77,10 @@ def one_round(base: str, model: str, streams: int, requests: int, max_tokens: in
                             if not line.startswith("data: {"):
                                 continue
                             ev = json.loads(line[6:])
-                            text += [(ch.get("delta") or {}).get("content") or "" for ch in ev.get("choices") or ()]
+                            chunk = [(ch.get("delta") or {}).get("content") or "" for ch in ev.get("choices") or ()]
+                            if first is None and any(chunk):
+                                first = time.perf_counter() - t0
+                            text += chunk
                             if ev.get("usage"):
                                 used = ev["usage"]["completion_tokens"]
                 except httpx.HTTPError:
@@ -83,6 +91,8 @@ def one_round(base: str, model: str, streams: int, requests: int, max_tokens: in
                            {"role": "user", "content": "Go on."}]  # fmt: skip
                 with lock:
                     tokens[0] += used
+                    if first is not None:
+                        ttfts.append(first)
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(streams)]
     t = time.perf_counter()
@@ -90,77 +100,104 @@ def one_round(base: str, model: str, streams: int, requests: int, max_tokens: in
         th.start()
     for th in threads:
         th.join()
-    return tokens[0] / (time.perf_counter() - t), failed[0]
+    return tokens[0] / (time.perf_counter() - t), statistics.median(ttfts) if ttfts else float("nan"), failed[0]
 
 
-def measure(base: str, model: str, members: list[str], set_one, args) -> dict:
-    """Alternating rounds of the whole fleet and of its first member alone."""
-    figures: dict[str, list[float]] = {"fleet": [], "one": []}
+MODES = ("fleet", "one", "direct")
+
+
+def measure(router: str, direct: str, model: str, set_one, args) -> dict:
+    """Rounds of the whole fleet through the router, its first member alone through the router, and
+    that member straight, in a rotating order."""
+    figures: dict[str, list[tuple[float, float]]] = {m: [] for m in MODES}
     failures = 0
-    one_round(base, model, args.streams, 1, 20, "warm")  # connections, imports, the engines' first steps
+    for base in (router, direct):  # connections, imports, the engines' first steps
+        one_round(base, model, args.streams, 1, 20, "warm")
     for k in range(args.rounds):
-        for label in ("fleet", "one")[:: 1 if k % 2 == 0 else -1]:
-            set_one(label == "one")
-            tps, failed = one_round(base, model, args.streams, args.requests, args.max_tokens, f"{label}{k}")
-            figures[label].append(tps)
+        for mode in MODES[k % 3 :] + MODES[: k % 3]:
+            set_one(mode == "one")
+            tps, ttft, failed = one_round(direct if mode == "direct" else router, model, args.streams, args.requests,
+                                          args.max_tokens, f"{mode}{k}")  # fmt: skip
+            figures[mode].append((tps, ttft))
             failures += failed
-            log(f"round {k + 1} {label:5s}: {tps:8.1f} tok/s{f', {failed} failed' if failed else ''}")
+            log(f"round {k + 1} {mode:6s}: {tps:8.1f} tok/s, TTFT {ttft * 1000:7.1f} ms{f', {failed} failed' if failed else ''}")
     set_one(False)
     return {"figures": figures, "failed": failures}
 
 
 def report(result: dict, n: int, args, where: str) -> None:
     f = result["figures"]
-    fleet, one = statistics.median(f["fleet"]), statistics.median(f["one"])
+    tps = {m: statistics.median(x[0] for x in f[m]) for m in MODES}
+    ttft = {m: statistics.median(x[1] for x in f[m]) for m in MODES}
     print(
         f"{where}: {n} members, {args.streams} streams x {args.requests} requests x {args.rounds} rounds, "
-        f"{args.max_tokens} tokens each"
+        f"{args.max_tokens} tokens each (medians over rounds)"
     )
-    print(
-        f"aggregate tok/s : fleet {fleet:8.1f}   one member {one:8.1f}   ratio {fleet / one:.2f} x (ideal {n} x; median over rounds)"
-    )
+    print(f"{'':26s} {'tok/s':>9s} {'TTFT ms':>9s}")
+    for m, label in (
+        ("fleet", f"router, {n} members"),
+        ("one", "router, first member only"),
+        ("direct", "first member, no router"),
+    ):
+        print(f"{label:26s} {tps[m]:9.1f} {ttft[m] * 1000:9.1f}")
+    print(f"fleet / one member: {tps['fleet'] / tps['one']:.2f} x (ideal {n} x); the router's TTFT cost: "
+          f"{(ttft['one'] - ttft['direct']) * 1000:+.1f} ms (one vs direct)")  # fmt: skip
     print(f"failed requests : {result['failed']}")
 
 
-def door_counts(metrics_text: str) -> str:
+def running(metrics_text: str) -> dict[str, float]:
+    """Requests in flight per worker, as the router counts them (vllm_router_running_requests)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    routed, sent = {}, {}
+    return {s.labels["worker"]: s.value for fam in text_string_to_metric_families(metrics_text) for s in fam.samples
+            if s.name == "vllm_router_running_requests"}  # fmt: skip
+
+
+def router_counts(metrics_text: str) -> str:
+    """Requests the router sent each worker (its own counter, vllm_router_processed_requests_total)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sent = {}
     for fam in text_string_to_metric_families(metrics_text):
         for s in fam.samples:
-            if s.name == "sparkctl_fleetdoor_routed_total":
-                routed[s.labels["by"]] = int(s.value)
-            elif s.name == "sparkctl_fleetdoor_member_requests_total":
-                sent[s.labels["member"]] = int(s.value)
-    return f"door routed by affinity {routed.get('affinity', 0)}, by load {routed.get('load', 0)}; sent per member {sent}"
+            if s.name == "vllm_router_processed_requests_total":
+                sent[s.labels["worker"]] = int(s.value)
+    return f"router sent per member: {sent}"
 
 
 def loopback_main(args) -> int:
     import httpx
-    from test_fleetdoor import FleetDoor
     from test_gateway import Gateway
     from test_sim_serving import NAME, Server
+    from vllm_router_runner import VllmRouter
 
     tmp = tempfile.mkdtemp(prefix="bench-fleet-")
     env = {"SIM_CRASH_CONTEXT_TOKENS": "0", "SIM_STEP_TIME_SCALE": str(args.step_scale)}
     names = [f"m{i + 1}" for i in range(args.members)]
-    sims, gws, door = {}, {}, None
+    sims, gws, router = {}, {}, None
     try:
         for n in names:
             sims[n] = Server(tmp, "--max-num-seqs", str(args.max_num_seqs), env=env)
             gws[n] = Gateway(tmp, sims[n].base, "--hold-s", "30")
-        door = FleetDoor(tmp, {n: (gws[n].base, sims[n].base) for n in names})
+        # as sparkctl launches it (fleet/router_launch.py): fast health checks, and cache_aware's
+        # balancing from one member's full batch (the router's own threshold is 64)
+        router = VllmRouter.on_loopback(tmp, [gws[n].base for n in names], "--health-check-interval-secs", "2",
+                                        "--balance-abs-threshold", str(args.max_num_seqs))  # fmt: skip
 
         def set_one(one: bool) -> None:
             for n in names[1:]:
-                r = door.ctl("drain" if one else "undrain", n, *(["--wait-s", "60"] if one else []))
-                if r.returncode != 0:
-                    sys.exit(f"fleet door {'drain' if one else 'undrain'} {n}: {r.stderr}")
+                r = httpx.post(f"{router.base}/{'remove_worker' if one else 'add_worker'}", params={"url": gws[n].base},
+                               timeout=30)  # fmt: skip
+                if r.status_code != 200 and "already exists" not in r.text and "not found" not in r.text.lower():
+                    sys.exit(f"vllm-router {'remove' if one else 'add'} {n}: HTTP {r.status_code} {r.text}")
+            if one:  # out of the router: wait for its requests in flight to end
+                while any(running(httpx.get(router.metrics_url).text).get(gws[n].base) for n in names[1:]):
+                    time.sleep(0.1)
 
-        result = measure(door.base, NAME, names, set_one, args)
-        counts = door_counts(httpx.get(door.base + "/fleetdoor/metrics").text)
+        result = measure(router.base, gws[names[0]].base, NAME, set_one, args)
+        counts = router_counts(httpx.get(router.metrics_url).text)
     finally:
-        for x in [door, *gws.values(), *sims.values()]:
+        for x in [router, *gws.values(), *sims.values()]:
             if x is not None:
                 x.stop()
     report(result, len(names), args, f"loopback (simulator step scale {args.step_scale}, --max-num-seqs {args.max_num_seqs})")
@@ -169,16 +206,16 @@ def loopback_main(args) -> int:
 
 
 def lab_main(args) -> int:
-    """Under the lab's test lock: the second pair up, both members converged, the door deployed;
-    the rounds; then the door removed and the lab back to one pair (whatever happened)."""
+    """Under the lab's test lock: the second pair up, both members converged, the router deployed;
+    the rounds; then the router removed and the lab back to one pair (whatever happened)."""
     import httpx
 
     from labbench import ENV, SPARKCTL, require_lab
 
     lock = require_lab()  # noqa: F841 (held until exit)
-    from sparkctl.fleet import door_admin
-    from sparkctl.fleet.door_step import ensure_front_door, plan_lines
+    from sparkctl.fleet import router_admin
     from sparkctl.fleet.model import load_fleet
+    from sparkctl.fleet.router_step import ensure_front_door, plan_lines
 
     def cli(*a: str) -> None:
         log(f"sparkctl {' '.join(a)} ...")
@@ -193,17 +230,17 @@ def lab_main(args) -> int:
             cli("up", "-i", str(m.inventory_path))
         recap = ensure_front_door(fleet)
         if recap.failed:
-            sys.exit("the fleet door did not start: " + "; ".join(plan_lines(recap)))
-        base = fleet.front_door_url
+            sys.exit("the fleet's router did not start: " + "; ".join(plan_lines(recap)))
         names = [m.name for m in fleet.members]
         model = fleet.members[0].inventory.runtime.served_model_name
+        direct = router_admin.status(fleet)["members"][names[0]]["url"]
 
         def set_one(one: bool) -> None:
             for n in names[1:]:
-                door_admin.drain(fleet, n, wait_s=120) if one else door_admin.undrain(fleet, n)
+                router_admin.drain(fleet, n, wait_s=120) if one else router_admin.undrain(fleet, n)
 
-        result = measure(base, model, names, set_one, args)
-        counts = door_counts(httpx.get(base + "/fleetdoor/metrics", timeout=5, trust_env=False).text)
+        result = measure(fleet.front_door_url, direct, model, set_one, args)
+        counts = router_counts(httpx.get(fleet.router_metrics_url, timeout=5, trust_env=False).text)
     finally:
         import sparkctl_lab.api as lab
 
@@ -211,14 +248,14 @@ def lab_main(args) -> int:
         cli("lab", "up", "--clusters", "1")
     report(result, len(names), args, f"lab fleet {fleet.name} ({args.fleet})")
     print(counts)
-    print("note: the lab's two pairs, the door, the gateways and this client share the machine's 2 cores")
+    print("note: the lab's two pairs, the router, the gateways and this client share the machine's 2 cores")
     return 0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--members", type=int, default=2, help="loopback: members in the fleet")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds of each (fleet, one member), alternating")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of each (fleet, one member, direct), rotating")
     ap.add_argument("--streams", type=int, default=8, help="client threads, each a conversation of its own")
     ap.add_argument("--requests", type=int, default=3, help="requests per thread per round (a conversation's turns)")
     ap.add_argument("--max-tokens", type=int, default=200)

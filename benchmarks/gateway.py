@@ -4,10 +4,11 @@
     sudo SPARKCTL_ONLY_NETWORKS=127.0.0.0/8,10.231.0.0/16 .venv/bin/python benchmarks/gateway.py --lab \
         [--rounds 2] [--requests 4] [--streams 4] [--max-tokens 200] [--load-streams 3]
 
---lab: the same TTFT and tok/s on the lab's cluster (its gateway on runtime.port vs its engine on
-gateway.engine_port, from this machine), then a warm and a cold `sparkctl reload` under load:
---load-streams OpenAI-client threads (max_retries=0, streaming, back to back) through the gateway
-and as many straight at the engine's port (what clients see without a gateway), all through the
+--lab: the same TTFT and tok/s on the lab's cluster, converged with a key at its front door
+(gateway.api_keys_file, a file on the head; every request sends it), its gateway on runtime.port vs its engine
+through the gateway's never-held engine route: the engine listens on the head's loopback), then a
+warm and a cold `sparkctl reload` under load: --load-streams OpenAI-client threads (max_retries=0,
+streaming, back to back) through the gateway and as many at the engine route (never held), all through the
 same reload, from 1 s before it to 1 s after. Printed for each side: requests, failed requests (by
 what the client saw) and the longest request, beside the reload's downtime; and whether sparkctl
 held the gateway for the reload (the reload handshake) or the gateway held on its own when the
@@ -15,7 +16,8 @@ engine went away (its upstream-down hold). The lab ends on its own inventory. Ho
 lock for the whole run (benchmarks/labbench.py).
 
 The engine is the lab's vLLM simulator on loopback (tests/unit/test_sim_serving.Server), the
-gateway `python -m sparkctl.gateway` in front of it (tests/unit/test_gateway.Gateway). Rounds
+gateway `python -m sparkctl.gateway` in front of it (tests/unit/test_gateway.Gateway), asking a
+key of every request (--api-keys-file) with its default bounds, as sparkctl runs it. Rounds
 alternate direct / through the gateway (drift hits both); each round runs `--streams` client
 threads, each streaming `--requests` chat completions one after the other. TTFT is the time to the
 first content token; tok/s is the round's completion tokens (the engine's usage) over its wall time.
@@ -37,10 +39,13 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+BENCH_KEY = "bench-key-made-up-for-this-run"
 sys.path.insert(0, str(REPO / "tests" / "unit"))  # the tests' simulator and gateway runners: one copy of each
 
 
-def one_round(base: str, name: str, streams: int, requests: int, max_tokens: int) -> tuple[list[float], float]:
+def one_round(
+    base: str, name: str, streams: int, requests: int, max_tokens: int, headers: dict | None = None
+) -> tuple[list[float], float]:
     """(TTFT of every request in seconds, aggregate completion tok/s) of one round."""
     import httpx
 
@@ -49,7 +54,7 @@ def one_round(base: str, name: str, streams: int, requests: int, max_tokens: int
     lock = threading.Lock()
 
     def client(i: int) -> None:
-        with httpx.Client(base_url=base, timeout=120) as c:
+        with httpx.Client(base_url=base, timeout=120, headers=headers or {}) as c:
             for j in range(requests):
                 body = {
                     "model": name,
@@ -105,8 +110,8 @@ class Load:
     """OpenAI-client threads (max_retries=0) streaming chat completions at `base` back to back until stopped:
     every request's outcome ("ok", or what failed: "503", "connection", "empty", ...) and duration."""
 
-    def __init__(self, base: str, name: str, threads: int, max_tokens: int = 12):
-        self.base, self.name, self.max_tokens = base, name, max_tokens
+    def __init__(self, base: str, name: str, threads: int, max_tokens: int = 12, api_key: str = "bench"):
+        self.base, self.name, self.max_tokens, self.api_key = base, name, max_tokens, api_key
         self.results: list[tuple[str, float]] = []
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
@@ -124,7 +129,7 @@ class Load:
     def _run(self) -> None:
         import openai
 
-        client = openai.OpenAI(base_url=f"{self.base}/v1", api_key="bench", max_retries=0, timeout=120)
+        client = openai.OpenAI(base_url=f"{self.base}/v1", api_key=self.api_key, max_retries=0, timeout=120)
         while not self._stop.is_set():
             t0 = time.perf_counter()
             try:
@@ -163,33 +168,45 @@ def lab_main(args) -> int:
     from labbench import INVENTORY, log, require_lab, sparkctl
 
     lock = require_lab()  # noqa: F841 (held until exit)
+    from sparkctl_lab.hostexec import host_exec
+
+    # the front door as issue 39 has it: a key asked of every request (a file on the head), default bounds
+    workdir = Path(tempfile.mkdtemp(prefix="bench-gateway-lab-"))
+    keys_dir = "/etc/sparkctl-bench"
+    host_exec("head", ["sh", "-c", f"umask 077 && mkdir -p {keys_dir} && echo {BENCH_KEY} > {keys_dir}/api-keys"], check=True)
+    keyed_doc = yaml.safe_load(INVENTORY.read_text())
+    keyed_doc.setdefault("gateway", {})["api_keys_file"] = f"{keys_dir}/api-keys"
+    keyed = workdir / "keyed.yaml"
+    keyed.write_text(yaml.safe_dump(keyed_doc, sort_keys=False))
+    with_key = {"Authorization": f"Bearer {BENCH_KEY}"}
     doc = yaml.safe_load(INVENTORY.read_text())
     gateway = doc.get("gateway") or {}
     if gateway.get("enabled") is False:
         sys.exit(f"{INVENTORY} has gateway.enabled: false: there is no front door to measure")
     head = next(h for h in doc["hosts"].values() if h["role"] == "head")["ssh"]["address"]
     public = f"http://{head}:{doc['runtime']['port']}"
-    engine = f"http://{head}:{gateway.get('engine_port', 8001)}"
+    # the engine itself, never held: behind the gateway it listens on the head's loopback only, so from
+    # here through the gateway's engine route (the hop is then in both figures: the loopback run
+    # measures the gateway against the bare engine)
+    engine = f"{public}/gateway/engine"
     name = doc["runtime"]["served_model_name"]
-    log("converging the lab on its own inventory (sparkctl up) ...")
-    rc, up = sparkctl("up", "-i", str(INVENTORY))
+    log("converging the lab on its own inventory with a key at its front door (sparkctl up) ...")
+    rc, up = sparkctl("up", "-i", str(keyed))
     if rc != 0:
         sys.exit(f"sparkctl up failed: {json.dumps(up)[-2000:]}")
 
     figures: dict[str, dict[str, list]] = {"direct": {"ttft": [], "tps": []}, "gateway": {"ttft": [], "tps": []}}
-    one_round(public, name, args.streams, 1, 20)  # warm-up
-    one_round(engine, name, args.streams, 1, 20)
+    one_round(public, name, args.streams, 1, 20, with_key)  # warm-up
+    one_round(engine, name, args.streams, 1, 20, with_key)
     for k in range(args.rounds):
         for label, base in (("direct", engine), ("gateway", public))[:: 1 if k % 2 == 0 else -1]:
-            ttfts, tps = one_round(base, name, args.streams, args.requests, args.max_tokens)
+            ttfts, tps = one_round(base, name, args.streams, args.requests, args.max_tokens, with_key)
             figures[label]["ttft"] += ttfts
             figures[label]["tps"].append(tps)
             log(f"round {k + 1} {label:7s}: median TTFT {statistics.median(ttfts) * 1000:7.2f} ms, {tps:8.1f} tok/s")
 
-    workdir = Path(tempfile.mkdtemp(prefix="bench-gateway-lab-"))
-
     def variant(label: str, **runtime) -> Path:
-        new = yaml.safe_load(INVENTORY.read_text())
+        new = yaml.safe_load(keyed.read_text())
         new["runtime"].update(runtime)
         out = workdir / f"{label}.yaml"
         out.write_text(yaml.safe_dump(new, sort_keys=False))
@@ -204,14 +221,15 @@ def lab_main(args) -> int:
         sys.exit("no fresh max_num_batched_tokens found that the plan predicts cold")
 
     reloads = []
-    current = INVENTORY
+    current = keyed
     try:
         for kind in ("warm", "cold"):
             if kind == "warm":  # outside the compile hash: an environment mark
                 new = variant("warm", env={**doc["runtime"].get("env", {}), "SPARKCTL_BENCH_MARK": str(time.time())})
             else:
                 new = fresh_cold(current)
-            loads = {"gateway": Load(public, name, args.load_streams), "direct": Load(engine, name, args.load_streams)}
+            loads = {"gateway": Load(public, name, args.load_streams, api_key=BENCH_KEY),
+                     "direct": Load(engine, name, args.load_streams, api_key=BENCH_KEY)}  # fmt: skip
             for load in loads.values():
                 load.start()
             time.sleep(1)
@@ -229,11 +247,15 @@ def lab_main(args) -> int:
             log(f"{kind} reload: downtime {rdoc.get('downtime_seconds')} s; "
                 + "; ".join(f"{side}: {load.summary()}" for side, load in loads.items()))  # fmt: skip
     finally:
-        if current != INVENTORY:
+        if current != keyed:
             log("reloading back to the lab's own inventory ...")
-            rc, back = sparkctl("reload", "-i", str(current), "--config", str(INVENTORY), "--yes")
+            rc, back = sparkctl("reload", "-i", str(current), "--config", str(keyed), "--yes")
             if rc != 0:
-                log(f"reload back to {INVENTORY} failed ({back.get('outcome')}): {back.get('reason')}")
+                log(f"reload back to {keyed} failed ({back.get('outcome')}): {back.get('reason')}")
+        rc, back = sparkctl("up", "-i", str(INVENTORY))  # and its front door without the key again
+        if rc != 0:
+            log(f"sparkctl up -i {INVENTORY} failed: {json.dumps(back)[-1000:]}")
+        host_exec("head", ["rm", "-rf", keys_dir])
 
     d, g = figures["direct"], figures["gateway"]
     ttft_d, ttft_g = statistics.median(d["ttft"]) * 1000, statistics.median(g["ttft"]) * 1000
@@ -281,14 +303,21 @@ def main() -> int:
         str(max(4, args.streams)),
         env={"SIM_CRASH_CONTEXT_TOKENS": "0", "SIM_STEP_TIME_SCALE": str(args.step_scale)},
     )
-    gw = Gateway(tmp, sim.base, "--hold-s", "30")
+    # the gateway as sparkctl runs it: a key asked of every request (issue 39), the default bounds
+    keys = Path(tmp) / "api-keys"
+    keys.write_text(f"{BENCH_KEY}\n")
+    gw = Gateway(tmp, sim.base, "--hold-s", "30", "--api-keys-file", str(keys))
+    gw.client.headers["Authorization"] = f"Bearer {BENCH_KEY}"
+    with_key = {"Authorization": f"Bearer {BENCH_KEY}"}
     figures: dict[str, dict[str, list]] = {"direct": {"ttft": [], "tps": []}, "gateway": {"ttft": [], "tps": []}}
     try:
-        one_round(gw.base, NAME, args.streams, 1, 20)  # warm-up: connections, imports, the engine's first steps
+        one_round(gw.base, NAME, args.streams, 1, 20, with_key)  # warm-up: connections, imports, the engine's first steps
         one_round(sim.base, NAME, args.streams, 1, 20)
         for k in range(args.rounds):
             for label, base in (("direct", sim.base), ("gateway", gw.base))[:: 1 if k % 2 == 0 else -1]:
-                ttfts, tps = one_round(base, NAME, args.streams, args.requests, args.max_tokens)
+                ttfts, tps = one_round(
+                    base, NAME, args.streams, args.requests, args.max_tokens, with_key if label == "gateway" else None
+                )
                 figures[label]["ttft"] += ttfts
                 figures[label]["tps"].append(tps)
                 print(

@@ -11,11 +11,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-LAB_DIR = Path("/var/lib/sparkctl-lab")
+from sparkctl_lab.paths import LAB_DIR, PREFIX  # SPARKCTL_LAB_INSTANCE: a second lab is its own
+
 INVENTORY = LAB_DIR / "inventory.yaml"
-LAB_SESSION_LOCK = "/run/lock/sparkctl-lab-tests.lock"  # tests/conftest.py's: lab users take turns
+LAB_SESSION_LOCK = f"/run/lock/sparkctl-{PREFIX}-tests.lock"  # tests/conftest.py's, per lab: lab users take turns
 ENV = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8,10.231.0.0/16"}
 SPARKCTL = [sys.executable, "-m", "sparkctl"]
 

@@ -25,7 +25,7 @@ KINDS = (  # (what the command line holds, its label), first match wins
     ("sparkctl_lab.hostinit", "lab host init"),
     ("sparkctl_lab.hw", "simulated tools"),
     ("sparkctl.gateway", "gateway"),
-    ("sparkctl.fleetdoor", "fleet door"),
+    ("vllm::router", "fleet door (vllm-router)"),  # its process title (setproctitle)
     ("prometheus-node-exporter", "node exporter"),
     ("prometheus", "prometheus"),
     ("docker-registry", "registry"),

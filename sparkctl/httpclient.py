@@ -11,7 +11,8 @@ client (transport/registry.py) keeps its own, from the inventory's registry sett
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
 if TYPE_CHECKING:
     import ssl
@@ -29,12 +30,44 @@ def tls_context() -> ssl.SSLContext:
     return ssl.create_default_context(cafile=certifi.where())
 
 
+# URL prefix -> where the key for it comes from (runtime/api_key.py): the cluster's front door and its
+# engine route ask for a key; every call sparkctl makes there sends it, and no call elsewhere does
+_KEYS: dict[str, Callable[[], Optional[str]]] = {}
+_KEYS_LOCK = threading.Lock()
+
+
+def authorize(prefixes: Iterable[str], key: Callable[[], Optional[str]]) -> None:
+    """Send `Authorization: Bearer <key()>` on every request to a URL under one of `prefixes`
+    (`key` is asked on the first such request: a command that never calls the cluster reads no key)."""
+    with _KEYS_LOCK:
+        for p in prefixes:
+            _KEYS[p] = key
+
+
+def key_for(url: str) -> Optional[str]:
+    """The key sparkctl sends to `url` (None: it asks for none, or sparkctl was not told)."""
+    with _KEYS_LOCK:
+        source = next((k for p, k in _KEYS.items() if url.startswith(p)), None)
+    return source() if source else None
+
+
+def _send_key(request: httpx.Request) -> None:
+    if "authorization" in request.headers:
+        return
+    key = key_for(str(request.url))
+    if key:
+        request.headers["Authorization"] = f"Bearer {key}"
+
+
 def client(**kwargs: Any) -> httpx.Client:
-    """`httpx.Client(**kwargs)` on the shared TLS context (unless `verify` is given)."""
+    """`httpx.Client(**kwargs)` on the shared TLS context (unless `verify` is given), sending the
+    cluster's key where it is asked (`authorize`)."""
     import httpx
 
     kwargs.setdefault("verify", tls_context())
-    return httpx.Client(**kwargs)
+    hooks = dict(kwargs.pop("event_hooks", None) or {})
+    hooks["request"] = [_send_key, *hooks.get("request", [])]
+    return httpx.Client(event_hooks=hooks, **kwargs)
 
 
 def request(method: str, url: str, *, timeout: float = 5.0, trust_env: bool = True, **kwargs: Any) -> httpx.Response:

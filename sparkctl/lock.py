@@ -211,7 +211,9 @@ class ClusterLock:
         try:
             self.acquire(self.wait)
         except LockHeld:
-            holder = read_holder(self.session) if over is not None else None
+            if over is None:
+                raise
+            holder = read_holder(self.session)
             if holder is None or not holder.gone() or not over(holder):
                 raise
             break_lock(self.session, holder)

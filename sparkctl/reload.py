@@ -39,13 +39,22 @@ from sparkctl.inventory.models import Inventory
 from sparkctl.inventory.paths import flatten
 from sparkctl.runtime.compile_cache import compile_key
 from sparkctl.runtime.compile_cache import compiles as _compiles
-from sparkctl.transport.redact import MASK, redact_obj
+from sparkctl.transport.redact import MASK, legacy_digest, redact_obj
 
 # phases a reload journals, and the playbook steps each one covers
 PHASES = {
-    "preflight": "prestage", "fabric": "prestage", "images": "prestage", "weights": "prestage", "caches": "prestage", "engram": "prestage",
-    "stop": "drain", "gateway": "restart", "runtime": "restart", "throughput": "verify", "record": "commit",
-}  # fmt: skip
+    "preflight": "prestage",
+    "fabric": "prestage",
+    "images": "prestage",
+    "weights": "prestage",
+    "caches": "prestage",
+    "engram": "prestage",
+    "stop": "drain",
+    "gateway": "restart",
+    "runtime": "restart",
+    "throughput": "verify",
+    "record": "commit",
+}
 
 
 class ReloadInterrupted(SparkctlError):
@@ -111,12 +120,18 @@ class ReloadPlan:
 
     def to_dict(self) -> dict:
         return {
-            "kind": self.kind, "from_config": self.from_hash, "to_config": self.to_hash,
-            "changes": [c.to_dict() for c in self.changes], "restart_groups": self.groups,
-            "restart_containers": self.containers, "compile_fields_changed": self.compile_changed,
-            "prediction": self.prediction, "expected_start_seconds": self.expected_seconds, "prestage": self.prestage,
+            "kind": self.kind,
+            "from_config": self.from_hash,
+            "to_config": self.to_hash,
+            "changes": [c.to_dict() for c in self.changes],
+            "restart_groups": self.groups,
+            "restart_containers": self.containers,
+            "compile_fields_changed": self.compile_changed,
+            "prediction": self.prediction,
+            "expected_start_seconds": self.expected_seconds,
+            "prestage": self.prestage,
             "gateway": self.gateway_plan(),
-        }  # fmt: skip
+        }
 
     def gateway_plan(self) -> Optional[dict]:
         """What clients see during this change: the hold sent (and whether it answers 503 at once), or why none."""
@@ -127,9 +142,11 @@ class ReloadPlan:
             return {"hold": True, **h.to_data(), "answers_503": h.rejects, "clients": h.clients()}
         if "engine" not in self.groups:
             return None
-        why = ("gateway.enabled is false: clients are refused from the head's SIGTERM until the new engine serves"
-               if not self.gateway_enabled else
-               "no gateway runs on the head yet: clients are refused from the head's SIGTERM until the new engine serves")  # fmt: skip
+        why = (
+            "gateway.enabled is false: clients are refused from the head's SIGTERM until the new engine serves"
+            if not self.gateway_enabled
+            else "no gateway runs on the head yet: clients are refused from the head's SIGTERM until the new engine serves"
+        )
         return {"hold": False, "clients": why}
 
     def lines(self) -> list[str]:
@@ -146,8 +163,10 @@ class ReloadPlan:
             out.append("restarts: nothing (no container's config changes)")
         if self.prediction:
             if self.prediction == "warm" and self.compile_changed:
-                why = (f"compile inputs changed ({', '.join(self.compile_changed)}) to values this cluster has "
-                       "served before: their graphs are in the cache")  # fmt: skip
+                why = (
+                    f"compile inputs changed ({', '.join(self.compile_changed)}) to values this cluster has "
+                    "served before: their graphs are in the cache"
+                )
             elif self.prediction == "warm":
                 why = "no compile input changed: vLLM loads the compiled graphs from the cache"
             elif self.compile_changed:
@@ -207,10 +226,22 @@ def plan_reload(
     failed = next((r for r in recap.results if r.status == "failed"), None)
     stops = f"{failed.step} on {failed.host}: {failed.message}" if failed else None
     return ReloadPlan(
-        kind, (recorded or {}).get("config_hash"), launch.config_hash, changes, groups, containers, compile_changed,
-        start.cache if start else None, start.seconds if start else None, prestage, key, operations, stops,
-        gateway_hold(recap.plans), new.gateway.enabled,
-    )  # fmt: skip
+        kind,
+        (recorded or {}).get("config_hash"),
+        launch.config_hash,
+        changes,
+        groups,
+        containers,
+        compile_changed,
+        start.cache if start else None,
+        start.seconds if start else None,
+        prestage,
+        key,
+        operations,
+        stops,
+        gateway_hold(recap.plans),
+        new.gateway.enabled,
+    )
 
 
 def same_cluster(current: Inventory, new: Inventory) -> None:
@@ -243,8 +274,9 @@ def restore_secrets(recorded_inventory: dict, current: Inventory) -> Inventory:
     for path, value in rec.items():
         if isinstance(value, str) and MASK in value:
             have, key = cur.get(path), path.rsplit(".", 1)[-1]
-            # the record holds this field as redact_obj wrote it (by the field's name, else by the value's look)
-            if isinstance(have, str) and redact_obj({key: have}, digests=True)[key] == value:
+            # the record holds this field as redact_obj wrote it (by the field's name, else by the value's
+            # look), with today's fingerprint or, written before issue 39, the legacy one
+            if isinstance(have, str) and value in (redact_obj({key: have}, digests=d)[key] for d in (True, legacy_digest)):
                 rec[path] = have
             else:
                 missing.append(path)
@@ -348,7 +380,9 @@ class DowntimeProbe:
             choices = r.json().get("choices") if r.status_code == 200 else None
         except (httpx.HTTPError, ValueError, AttributeError):
             return False
-        return bool(choices) and all(isinstance(c, dict) and c.get("finish_reason") not in (None, "abort") for c in choices)
+        if not isinstance(choices, list) or not choices:
+            return False
+        return all(isinstance(c, dict) and c.get("finish_reason") not in (None, "abort") for c in choices)
 
     def _run(self) -> None:
         with httpclient.client(timeout=self.timeout, trust_env=False) as client:
@@ -391,7 +425,7 @@ class DowntimeProbe:
         self._stop.set()
         self._t.join(self.timeout + 1)
         end = time.monotonic()
-        return round(sum((b or end) - a for a, b in self.windows), 2)
+        return round(sum((b or end) - (a or end) for a, b in self.windows), 2)
 
 
 @dataclass
@@ -401,6 +435,7 @@ class ReloadReport:
     reason: Optional[str] = None
     downtime: Optional[float] = None
     drain: Optional[dict] = None
+    stops: list[dict] = field(default_factory=list)  # each container's stop: seconds, killed (steps/runtime.py)
     runtime_start: Optional[dict] = None
     decode_tokens_per_s: Optional[float] = None
     timeline: list[dict] = field(default_factory=list)
@@ -415,11 +450,20 @@ class ReloadReport:
 
     def to_dict(self) -> dict:
         return {
-            "outcome": self.outcome, "reason": self.reason, "plan": self.plan.to_dict(), "downtime_seconds": self.downtime,
-            "drain": self.drain, "runtime_start": self.runtime_start, "decode_tokens_per_s": self.decode_tokens_per_s,
-            "timeline": self.timeline, "results": self.results, "rollback_results": self.rollback_results,
-            "hosts_state": self.hosts_state, "notes": self.notes,
-        }  # fmt: skip
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "plan": self.plan.to_dict(),
+            "downtime_seconds": self.downtime,
+            "drain": self.drain,
+            "stops": self.stops,
+            "runtime_start": self.runtime_start,
+            "decode_tokens_per_s": self.decode_tokens_per_s,
+            "timeline": self.timeline,
+            "results": self.results,
+            "rollback_results": self.rollback_results,
+            "hosts_state": self.hosts_state,
+            "notes": self.notes,
+        }
 
 
 def interrupted_message(journal: dict) -> str:
@@ -444,6 +488,7 @@ def run_reload(
     progress: Callable[[str, str, str], None] = lambda h, s, t: None,
     on_result: Callable[[Any], None] = lambda r: None,
     say: Callable[[str], None] = lambda msg: None,
+    noted: Optional[Callable[[ReloadReport], dict]] = None,
 ) -> ReloadReport:
     """reload (new given), restart (new is None: the recorded config, every group), rollback
     (new is None: the last good config, or history record `to` from the newest).
@@ -451,7 +496,9 @@ def run_reload(
     The plan is the reload playbook run in check mode (the steps' own plans); the run is the same
     playbook under the cluster lock, taken the way every changing command takes it
     (lock.cluster_lock: SIGTERM/SIGHUP end the run like Ctrl-C, the lock released, the journal
-    left for --resume or rollback). The run restarts only the containers the plan named."""
+    left for --resume or rollback). The run restarts only the containers the plan named.
+    `noted(report)`: more fields for the history event, asked at the end (the keeper's trigger,
+    cause, and the downtime since the crash rather than since this run began)."""
     from sparkctl.lock import cluster_lock
     from sparkctl.runtime.launch import render
     from sparkctl.session import ClusterSession
@@ -471,6 +518,8 @@ def run_reload(
             new = restore_secrets(source["inventory"], current)
         elif kind == "restart":
             new = restore_secrets(recorded["inventory"], current)
+        if new is None:  # a reload is given its new config; restart and rollback found theirs above
+            raise InputError(f"{kind} has no new config to run", fix="`sparkctl reload --config NEW`")
         if resume:
             if not journal:
                 raise InputError("there is no interrupted reload to resume", fix="`sparkctl reload --config NEW` starts one")
@@ -479,7 +528,7 @@ def run_reload(
                     f"--config renders {render(new).config_hash}, the interrupted reload was to {journal.get('to_config')}",
                     fix="pass the same NEW file as the interrupted reload, or `sparkctl rollback`",
                 )
-        options = {"timeout": deadline, "min_throughput_ratio": min_ratio, "event": kind}
+        options: dict[str, Any] = {"timeout": deadline, "min_throughput_ratio": min_ratio, "event": kind}
         planned = _check_run(kind, new, fleet, options)
         plan = plan_reload(kind, recorded, new, f.events, bool(f.cache and f.cache.warm_hashes), planned)
         report = ReloadReport(plan)
@@ -510,14 +559,16 @@ def run_reload(
             return True
 
         with cluster_lock(fleet, wait=wait, notify=say) as lock:
+            assert lock is not None  # hold=True: the lock is always yielded
             lock.take(take_over)
             if journal and not finishing:  # checked under the lock: a running reload is "locked"
                 raise ReloadInterrupted(
                     interrupted_message(journal), fix="finish it: `sparkctl reload --resume --config NEW`, or `sparkctl rollback`"
                 )
             options["confirmed_restart"] = plan.containers  # the stop step refuses to restart anything else
-            return _execute(kind, current, new, recorded, plan, report, fleet, session, lock, resume,
-                            options, progress, on_result, say)  # fmt: skip
+            return _execute(
+                kind, current, new, recorded, plan, report, fleet, session, lock, resume, options, progress, on_result, say, noted
+            )
 
 
 def _check_run(kind: str, new: Inventory, fleet, options: dict):
@@ -536,16 +587,24 @@ def _history_record(history: list[dict], to: int) -> dict:
     return usable[-to]
 
 
-def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, resume, options, progress, on_result, say):
+def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, resume, options, progress, on_result, say, noted):
     from sparkctl.runner import build_stages, load_playbook, run_playbook
     from sparkctl.runtime import health
     from sparkctl.steps.base import RunContext
 
     last_good = restore_secrets(recorded["inventory"], current) if recorded else current
-    journal = Journal(session, {
-        "kind": kind, "from_config": plan.from_hash, "to_config": plan.to_hash, "started_at": state.now(),
-        "by": state.who(), "lock_token": lock.me.token, "resumed": resume,
-    })  # fmt: skip
+    journal = Journal(
+        session,
+        {
+            "kind": kind,
+            "from_config": plan.from_hash,
+            "to_config": plan.to_hash,
+            "started_at": state.now(),
+            "by": state.who(),
+            "lock_token": lock.me.token,
+            "resumed": resume,
+        },
+    )
     probe = DowntimeProbe(health.base_url(new)).start()
     head = new.hosts_with_role("head")[0]
     engine_restarts = "engine" in plan.groups
@@ -562,6 +621,8 @@ def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, r
             journal.phase(PHASES[r.step])
         if r.step == "stop" and r.host == head:
             probe.engine_stopped(stopped=r.status in ("changed", "failed"))
+        if r.step == "stop" and ctx.outputs.stops:  # journaled with the next phase: how each stop went
+            journal.doc["stops"] = list(ctx.outputs.stops)
         on_result(r)
 
     def finish(outcome: str, event: Optional[str]) -> ReloadReport:
@@ -577,7 +638,7 @@ def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, r
             journal.close(keep=True)
             return report
         journal.close()
-        state.append_event(session, _event(kind, event, plan, report))
+        state.append_event(session, history_event(kind, event, plan, report, noted(report) if noted else None))
         return report
 
     back = None  # the rollback's run, if it comes to one
@@ -588,6 +649,7 @@ def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, r
     report.runtime_start = ctx.outputs.runtime_start
     report.decode_tokens_per_s = ctx.outputs.decode_tokens_per_s
     report.drain = ctx.outputs.drain
+    report.stops = list(ctx.outputs.stops)
     if not recap.failed:
         journal.phase("done")
         return finish("ok", "ok")
@@ -599,8 +661,13 @@ def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, r
         return finish("failed (nothing stopped)", "failed")
     say(f"{kind} failed ({report.reason}); rolling back to the last good config {plan.from_hash}")
     journal.phase("rollback")
-    back = RunContext(inventory=last_good, fleet=fleet, options={"timeout": options["timeout"], "event": "rollback"},
-                      progress=progress, lock=lock)  # fmt: skip
+    back = RunContext(
+        inventory=last_good,
+        fleet=fleet,
+        options={"timeout": options["timeout"], "event": "rollback"},
+        progress=progress,
+        lock=lock,
+    )
     recap2 = run_playbook(back, build_stages(load_playbook("up")), "rollback", on_result=on_result)
     report.rollback_results = [r.to_dict() for r in recap2.results]
     return finish("rollback failed", None) if recap2.failed else finish("rolled back", "rolled back")
@@ -620,12 +687,18 @@ def _release_after_failure(ctx, back, report: ReloadReport) -> None:
             return
 
 
-def _event(kind: str, outcome: str, plan: ReloadPlan, report: ReloadReport) -> dict:
-    """The events.jsonl line `sparkctl history` shows for this reload, restart or rollback."""
-    return redact_obj(state.event(
-        kind, outcome, plan.to_hash, report.runtime_start, plan.compile_key, from_config=plan.from_hash,
-        reason=report.reason, downtime_seconds=report.downtime, restarted=plan.containers,
-    ))  # fmt: skip
+def history_event(kind: str, outcome: str, plan: ReloadPlan, report: ReloadReport, noted: Optional[dict] = None) -> dict:
+    """The events.jsonl line `sparkctl history` shows for this reload, restart or rollback
+    (`noted` adds or overrides fields: the keeper's trigger, cause and downtime)."""
+    extra = {
+        "from_config": plan.from_hash,
+        "reason": report.reason,
+        "downtime_seconds": report.downtime,
+        "restarted": plan.containers,
+        "stops": report.stops,
+        **(noted or {}),
+    }
+    return redact_obj(state.event(kind, outcome, plan.to_hash, report.runtime_start, plan.compile_key, **extra))
 
 
 def _hosts_state(fleet, inv: Inventory) -> dict:
@@ -638,5 +711,7 @@ def _hosts_state(fleet, inv: Inventory) -> dict:
 
     cluster = ClusterSession(inv, fleet=fleet)
     found = cluster.refresh({"containers"}, wait=30)
-    return {h: {"containers": containers(found[h])} if h in found else {"error": cluster.unreachable[h].message}
-            for h in cluster.hosts}  # fmt: skip
+    return {
+        h: {"containers": containers(found[h])} if h in found else {"error": cluster.unreachable[h].message}
+        for h in cluster.hosts
+    }

@@ -90,7 +90,7 @@ class Recap:
     seconds: float = 0.0
     stopped_at: Optional[str] = None
 
-    def count(self, status: str) -> int:
+    def count(self, status: Status) -> int:
         return [r.status for r in self.results].count(status)
 
     @property
@@ -126,13 +126,13 @@ def build_stages(playbook: Playbook) -> list[Stage]:
 
 
 def _reached(ctx: RunContext, stage: Stage) -> list[str]:
-    return [h for h in stage.step.hosts(ctx.inventory) if h in ctx.fleet.sessions]
+    return [h for h in stage.step.hosts(ctx.inventory) if h in ctx.sessions.sessions]
 
 
 def gather_facts(ctx: RunContext, stages: list[Stage], extra: Optional[dict[str, set[str]]] = None) -> dict[str, Unreachable]:
     """One round trip per host with the stages' fact kinds not read yet (and `extra` kinds per
     host), through the run's cluster session; returns the hosts asked that could not be read."""
-    kinds: dict[str, set[str]] = {h: set((extra or {}).get(h, ())) for h in ctx.fleet.sessions}
+    kinds: dict[str, set[str]] = {h: set((extra or {}).get(h, ())) for h in ctx.sessions.sessions}
     for stage in stages:
         for host in _reached(ctx, stage):
             kinds[host] |= set(stage.step.facts)
@@ -282,7 +282,7 @@ def _prepare(ctx: RunContext, stages: list[Stage]) -> list:
     threads = []
     for stage in stages:
         if type(stage.step).prepare is not Step.prepare:
-            step, errors = stage.step, []
+            step, errors = stage.step, list[InputError]()
 
             def run(step=step, errors=errors) -> None:
                 try:
@@ -320,8 +320,8 @@ def _apply_all(ctx: RunContext, stage: Stage, plans: dict[str, Plan]) -> list[St
         except Exception as exc:  # a library's error: sparkctl's words for it, per host, never a traceback
             if isinstance(exc, SparkctlError):
                 err = exc
-            elif ctx.fleet.sessions.get(host) is not None:
-                err = ctx.fleet[host].explain(exc)
+            elif ctx.fleet is not None and ctx.fleet.sessions.get(host) is not None:
+                err = ctx.session(host).explain(exc)
             else:
                 err = SparkctlError(f"{type(exc).__name__}: {exc}")
             r = StepResult(step.name, host, "failed", err.message, fix=err.fix, operations=operations(host))
@@ -368,6 +368,6 @@ def _apply_all(ctx: RunContext, stage: Stage, plans: dict[str, Plan]) -> list[St
             results.update(zip(hosts, pool.map(lambda h: guarded(h, fn), hosts)))
 
     run_phase(apply_one, names, stage.spec.in_order)
-    if not ctx.check_mode and hasattr(step, "verify"):
+    if not ctx.check_mode and type(step).verify is not Step.verify:
         run_phase(verify_one, [h for h in names if results[h].status in ("ok", "changed")], False)
     return [results[h] for h in names]

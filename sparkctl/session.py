@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Literal, Mapping, Optional, Union, get_args
+from typing import TYPE_CHECKING, Iterable, Literal, Mapping, Optional, Union, cast, get_args
 
 from sparkctl.errors import HostError, SparkctlError, UnreachableError, UnreachableReason
 
@@ -105,6 +105,10 @@ class ClusterSession:
         self.unreachable: dict[str, Unreachable] = {}
         self.seconds: dict[str, float] = {}  # host -> how long its latest round trip took
         self._guard = threading.Lock()  # steps re-read hosts from parallel threads
+        # this command's calls to the cluster send its key (read from the head on the first call)
+        from sparkctl.runtime import api_key
+
+        api_key.authorize(inventory, fleet)
 
     # -- the fleet ----------------------------------------------------------------------------
 
@@ -138,8 +142,9 @@ class ClusterSession:
         names = self.hosts if hosts is None else list(hosts)
         return {h: self.facts[h] for h in names if h in self.facts and h not in self.unreachable}
 
-    def need(self, kinds: Kinds, hosts: Optional[Iterable[str]] = None, timeout: float = 60,
-             wait: Optional[float] = None) -> dict[str, HostFacts]:  # fmt: skip
+    def need(
+        self, kinds: Kinds, hosts: Optional[Iterable[str]] = None, timeout: float = 60, wait: Optional[float] = None
+    ) -> dict[str, HostFacts]:
         """Facts with at least these kinds on every host asked (all when None; or the per-host
         mapping's): only what a host has not answered yet is gathered, all hosts at once, one round
         trip each. A host already unreachable is not tried again (`refresh` does). `timeout` is the
@@ -149,8 +154,9 @@ class ClusterSession:
         self._gather({h: k for h, k in todo.items() if k}, timeout, wait)
         return self.reached(wanted)
 
-    def refresh(self, kinds: Kinds, hosts: Optional[Iterable[str]] = None, timeout: float = 60,
-                wait: Optional[float] = None) -> dict[str, HostFacts]:  # fmt: skip
+    def refresh(
+        self, kinds: Kinds, hosts: Optional[Iterable[str]] = None, timeout: float = 60, wait: Optional[float] = None
+    ) -> dict[str, HostFacts]:
         """Read these kinds again on the hosts (an unreachable one is tried again), keeping their other facts."""
         wanted = self._wanted(kinds, hosts)
         self._gather({h: k for h, k in wanted.items() if k}, timeout, wait)
@@ -201,7 +207,7 @@ class ClusterSession:
             for host, o in out.items():
                 self.seconds[host] = o.seconds
                 if o.ok:
-                    self.facts[host] = o.value
+                    self.facts[host] = cast("HostFacts", o.value)  # an answer: `one` returned its facts
                     self.unreachable.pop(host, None)
                 else:
                     self.unreachable[host] = Unreachable.of(host, o)

@@ -9,6 +9,8 @@
                  command that touches the cluster if sparkctl died mid-way (`reload --resume`,
                  `rollback`).
 - lock           the cluster lock (sparkctl/lock.py).
+- keeper.json    the keeper's state on the head (sparkctl/keeper/loop.py): what it watches, its
+                 recent recoveries, and why it gave up if it did (doctor and `status` read it).
 Read through the fact layer (facts `applied`, `journal`, `events`, `history`); written here.
 """
 
@@ -28,6 +30,7 @@ HISTORY_DIR = f"{STATE_DIR}/history"
 EVENTS = f"{STATE_DIR}/events.jsonl"
 JOURNAL = f"{STATE_DIR}/journal.json"
 LOCK = f"{STATE_DIR}/lock"  # the cluster lock (sparkctl/lock.py)
+KEEPER = f"{STATE_DIR}/keeper.json"  # the keeper's state: watching, recovering, gave up (sparkctl/keeper/)
 HISTORY_KEEP = 20
 EVENTS_SHOWN = 200  # the newest events the `events` fact reads
 
@@ -49,10 +52,16 @@ def event(command: str, outcome: str, config_hash: str, runtime_start: Optional[
     """One events.jsonl line: what `sparkctl history` shows (extra keys may override at/by)."""
     start = runtime_start or {}
     return {
-        "at": now(), "by": who(), "command": command, "outcome": outcome, "config_hash": config_hash,
-        "cache": (start.get("cache") or "").split(" ")[0] or None, "start_seconds": start.get("seconds"),
-        "compile_key": compile_key, **extra,
-    }  # fmt: skip
+        "at": now(),
+        "by": who(),
+        "command": command,
+        "outcome": outcome,
+        "config_hash": config_hash,
+        "cache": (start.get("cache") or "").split(" ")[0] or None,
+        "start_seconds": start.get("seconds"),
+        "compile_key": compile_key,
+        **extra,
+    }
 
 
 def write_json(session, path: str, doc: Any) -> None:

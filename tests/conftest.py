@@ -87,7 +87,7 @@ LAB_TESTS = "tests/lab/"  # every lab test lives here: pytest-xdist sends this f
 
 # `./dev.sh test` runs the lab tests on three labs at once (SPARKCTL_LAB_SPLIT=1): the files listed
 # here on the lab they name (SPARKCTL_LAB_INSTANCE), every other lab file on the first. Chosen by
-# their CI times (junit, docs/testing.md "Three labs again") from files that touch only their own lab
+# their CI times (junit, benchmarks/suite-time.md "Three labs again") from files that touch only their own lab
 # through its inventory, topology and api, so the three end close together: the first keeps the
 # drills (~620 s of ~2240 in CI run H, three labs) and test_deadlines (moved from the second, which
 # ended 75 s after the first in run H) and the lab's own tests of its literal addresses, the third
@@ -95,12 +95,12 @@ LAB_TESTS = "tests/lab/"  # every lab test lives here: pytest-xdist sends this f
 OTHER_LAB_FILES = {
     1: [
         "test_reload.py", "test_repairs.py", "test_reload_plan_lab.py", "test_runtime_sim.py", "test_doctor.py",
-        "test_lock_lab.py", "test_mp_executor.py", "test_weights.py",
+        "test_lock_lab.py", "test_mp_executor.py", "test_weights.py", "test_gateway_keys_lab.py",
     ],
     2: [
         "test_up.py", "test_gateway_changes.py", "test_check_exact.py", "test_alerts_lab.py", "test_doctor_runtime.py",
         "test_wheel_install.py", "test_secrets.py", "test_images_provenance.py", "test_progress_tty.py",
-        "test_status_watch.py", "test_bench_lab.py", "test_gateway_lab.py", *RUN_LAST,
+        "test_status_watch.py", "test_bench_lab.py", "test_gateway_lab.py", "test_keeper_lab.py", *RUN_LAST,
     ],
 }  # fmt: skip
 LAB_OF = {f: i for i, files in OTHER_LAB_FILES.items() for f in files}
@@ -185,6 +185,9 @@ def lab():
     # this session holds the lab alone (LAB_SESSION_LOCK): a cluster lock or reload journal left on
     # the head can only be from a run that was killed (a timed-out test); it must not fail the rest
     api.host_exec("head", ["rm", "-f", "/var/lib/sparkctl/state/lock", "/var/lib/sparkctl/state/journal.json"])
+    # nor may a keeper a killed run left on the head (tests/lab/test_keeper_lab.py) repair what tests break
+    api.host_exec("head", ["sh", "-c", "systemctl disable --now sparkctl-keeper.service 2>/dev/null; "
+                                       "rm -rf /etc/systemd/system/sparkctl-keeper.service /etc/sparkctl/keeper"])  # fmt: skip
     return api
 
 
@@ -192,12 +195,16 @@ def _clear_gone_lock(api) -> None:
     """A cluster lock whose holder (a sparkctl run this session started) is gone: a test killed it.
     Left in place it would fail every later test with "locked by a gone run"; a live holder stays."""
     import json
+    import socket
 
     r = api.host_exec("head", ["cat", "/var/lib/sparkctl/state/lock"])
     if r.returncode != 0 or not r.stdout.strip():
         return
     try:
-        pid = int(json.loads(r.stdout)["pid"])
+        holder = json.loads(r.stdout)
+        if holder.get("host") != socket.gethostname():  # a run on a lab host (the keeper): not this machine's pid
+            return
+        pid = int(holder["pid"])
         os.kill(pid, 0)
     except (ValueError, KeyError, TypeError, ProcessLookupError):
         api.host_exec("head", ["rm", "-f", "/var/lib/sparkctl/state/lock"])

@@ -203,7 +203,7 @@ def _monitor(conn: socket.socket) -> None:
         began = time.monotonic()
         _, status, usage = os.wait4(pid, 0)
         cpu = usage.ru_utime + usage.ru_stime
-        if os.environ.get(LOG_ENV):  # one line per run: what the suite's runs cost (docs/testing.md)
+        if os.environ.get(LOG_ENV):  # one line per run: what the suite's runs cost (benchmarks/suite-time.md)
             line = {"argv": req["argv"][3 if req["mode"] == "module" else 1 :][:3], "cpu": round(cpu, 3),
                     "wall": round(time.monotonic() - began, 3), "test": req["env"].get("PYTEST_CURRENT_TEST")}  # fmt: skip
             with open(os.environ[LOG_ENV], "a") as f:

@@ -9,6 +9,9 @@
                                           INVENTORY_2_PATH and FLEET_PATH, clusters=1 removes it all,
                                           None keeps the lab's count (1 on a fresh lab)
     api.clusters() -> int                 the lab's number of pairs; api.hosts(): its hosts by name
+    api.reboot(host) -> dict              a host's reboot: its PID 1 stops (containers, dockerd, its tmpfs
+                                          mounts gone) and starts again (sshd, dockerd, its enabled units);
+                                          its disks stay
     api.down(progress=print) -> dict      stop everything (every pair); leaves no namespace, process,
                                           mount, veth, route or LAB_DIR behind (caches under CACHE_DIR stay)
     api.status() -> dict                  hosts (netns, init pid, sshd/dockerd health, links, faults),
@@ -65,7 +68,7 @@ from sparkctl_lab.clusters import hosts  # noqa: F401
 from sparkctl_lab.faults import clear_faults, fault  # noqa: F401
 from sparkctl_lab.health import ssh_banner  # noqa: F401
 from sparkctl_lab.hostexec import host_exec  # noqa: F401
-from sparkctl_lab.lifecycle import down, up  # noqa: F401
+from sparkctl_lab.lifecycle import down, reboot, up  # noqa: F401
 from sparkctl_lab.paths import (  # noqa: F401
     CACHE_DIR,
     FLEET_PATH,
@@ -83,6 +86,7 @@ from sparkctl_lab.topology import ALL_HOSTS, HOSTS, IMAGE, REGISTRY, SECOND_PAIR
 __all__ = [
     "up",
     "down",
+    "reboot",
     "clusters",
     "hosts",
     "status",

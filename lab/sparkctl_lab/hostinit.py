@@ -177,10 +177,11 @@ class Init:
     def on_signal(self, *_) -> None:
         self.stop = True
 
-    def spawn(self, label: str, argv: list[str]) -> None:
+    def spawn(self, label: str, argv: list[str], env: dict | None = None) -> None:
         with open(paths.host_dir(self.name) / "log" / f"{label}.log", "ab") as logf:
             self.children[label] = subprocess.Popen(
                 argv,
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=logf,
                 stderr=logf,
@@ -234,6 +235,10 @@ class Init:
 
         self.spawn("sshd", ["/usr/sbin/sshd", "-D", "-e"])
         self.spawn("dockerd", ["/usr/sbin/dockerd"])
+        # the host's enabled units, as systemd starts them at boot (the lab's stand-in, hw/systemctl.py)
+        lab_code = os.path.dirname(os.path.dirname(os.path.abspath(paths.__file__)))
+        self.spawn("units", [sys.executable, "-S", "-m", "sparkctl_lab.hw.systemctl", "--boot"],
+                   env={**os.environ, "PYTHONPATH": lab_code})  # fmt: skip
         log("up")
         while not self.stop:
             ready, _, _ = select.select([nl, rfd], [], [], 2.0)

@@ -9,7 +9,11 @@ uvloop: vLLM 0.33 requires aiohttp>=3.14.4, prometheus_client and fastapi[standa
 uvicorn[standard] and uvloop) are copied, with what they require, from the interpreter running
 sparkctl into the image's dist-packages, so the lab's gateway runs from the runtime image as on
 a real Spark; so is huggingface_hub (with `/usr/local/bin/hf`, its CLI, as pip installs it), which
-vLLM's image ships and sparkctl's weights step runs. `/usr/local/bin/vllm` and `/usr/local/bin/ray`
+vLLM's image ships and sparkctl's weights step runs, and vllm-router (with `/usr/local/bin/vllm-router`),
+the fleet's front door: vLLM's image ships its Python requirements (fastapi, uvicorn, aiohttp, orjson,
+requests, setproctitle) but not the router itself, which sparkctl ships to a real node from its wheel
+(fleet/router_launch.py); the lab's image carries it so the fleet tests run the real router without
+a wheel on this machine. `/usr/local/bin/vllm` and `/usr/local/bin/ray`
 run `python3 -m sparkctl_lab.sim.vllm_cli` / `...ray_cli`. The tarball is imported into the head's
 dockerd with `docker import`-style changes (ENV, CMD), pushed to the lab registry and removed
 again, so every host starts without it, as fresh Sparks would.
@@ -41,11 +45,12 @@ SIM_DIR = Path(__file__).resolve().parent / "sim"
 KEY_LABEL = "org.sparkctl.lab.image-key"
 # what the gateway imports from vLLM's image (docs/gateway.md), and the Hub client vLLM's image ships
 # (vLLM 0.33 requires huggingface_hub>=1.31.0; sparkctl's weights step runs its `hf download` in the
-# image); their requirements come along
-IMAGE_LIBRARIES = ("aiohttp", "prometheus_client", "uvloop", "huggingface_hub")
+# image), and vllm-router, the fleet's front door (its Rust extension and the libssl it bundles come
+# along); their requirements come along
+IMAGE_LIBRARIES = ("aiohttp", "prometheus_client", "uvloop", "huggingface_hub", "vllm-router")
 ENTRYPOINTS = {"vllm": "sparkctl_lab.sim.vllm_cli", "ray": "sparkctl_lab.sim.ray_cli"}
 # console scripts of the copied libraries, written as pip writes them: name -> module:function
-CONSOLE_SCRIPTS = {"hf": "huggingface_hub.cli.hf:main"}
+CONSOLE_SCRIPTS = {"hf": "huggingface_hub.cli.hf:main", "vllm-router": "vllm_router.launch_router:main"}
 STDLIB_SKIP = {
     "test",
     "idlelib",
@@ -231,7 +236,9 @@ def build_rootfs(out: Path) -> None:
         libgcc = sorted(Path("/lib").glob("*-linux-gnu/libgcc_s.so.1"))[:1]
         # the copied libraries' own extension modules need theirs too (uvloop's links librt)
         extensions = [src for rel, src in library_files() if rel.endswith(".so") or ".so." in rel]
-        for so in sorted(ldd_paths([py.resolve(), *dynload, *extensions]) | {str(p) for p in libgcc}):
+        # (a library a copied wheel bundles, e.g. vllm_router.libs/, is copied with its wheel, not again)
+        bundled = {str(src) for _, src in library_files()}
+        for so in sorted(ldd_paths([py.resolve(), *dynload, *extensions]) - bundled | {str(p) for p in libgcc}):
             t.copy(os.path.realpath(so), _usr(so))
         for root, dirs, files in os.walk(lib):
             rel = os.path.relpath(root, lib)

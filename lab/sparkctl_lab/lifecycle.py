@@ -176,6 +176,25 @@ def _start_hub() -> list[str]:
     return changes
 
 
+def reboot(name: str, progress: Progress = _quiet) -> dict:
+    """A reboot of lab host `name`: its PID 1 stops (containers killed, dockerd stopped, every mount
+    of its own namespace gone: its tmpfs too) and starts again (sshd, dockerd, then its enabled
+    units, as systemd would); its disks (LAB_DIR/hosts/NAME: /etc, /root, /var/lib/sparkctl, ...)
+    stay as they were. Returns when sshd and dockerd answer again."""
+    _preflight()
+    host = {name: topo.ALL_HOSTS[name]}
+    with _locked():
+        t0 = time.monotonic()
+        init = procs.host_init(name)
+        if init is None:
+            raise SparkctlError(f"lab host {name} is not running", fix="run `sparkctl lab up`")
+        progress(f"rebooting {name}")
+        procs.stop([init], 15)
+        procs.start_host(name)
+        _wait_ready(host)
+        return {"host": name, "seconds": round(time.monotonic() - t0, 2)}
+
+
 def _wait_ready(host_set: dict[str, topo.LabHost]) -> None:
     # what must answer -> (its probe, the logs that say why it does not)
     waits = {"registry": (registry.healthy, [paths.REGISTRY_DIR / "registry.log"]), "hub": (hub.healthy, [hub.LOG_FILE])}

@@ -303,7 +303,7 @@ def inventory_doc(ssh_key: str, known_hosts: str) -> dict:
         "caches": shipped["caches"],
         "engram": shipped["engram"],
         "weights": shipped["weights"],
-        **{k: shipped[k] for k in ("gateway", "alerts") if k in shipped},
+        **{k: shipped[k] for k in ("gateway", "alerts", "keeper") if k in shipped},
     }
 
 
@@ -320,7 +320,7 @@ def second_inventory_doc(ssh_key: str, known_hosts: str) -> dict:
         "runtime": runtime,
         "caches": shipped["caches"],
         "weights": {k: v for k, v in shipped["weights"].items() if k != "drafter"},  # no drafter here either
-        **{k: shipped[k] for k in ("gateway", "alerts") if k in shipped},
+        **{k: shipped[k] for k in ("gateway", "alerts", "keeper") if k in shipped},
     }
 
 

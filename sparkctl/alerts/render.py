@@ -20,15 +20,34 @@ def rules_yaml(rs: RuleSet) -> str:
 NODE_EXPORTER_PORT = 9100
 
 
+def asks_key(inv) -> bool:
+    """Whether the cluster's runtime.port asks a key (gateway.api_keys_file, or the engine's own)."""
+    from sparkctl.runtime.launch import engine_api_key
+
+    return bool((inv.gateway.enabled and inv.gateway.api_keys_file) or engine_api_key(inv))
+
+
+def key_file(rs: RuleSet) -> str:
+    """Where Prometheus reads the key it sends (one key of the cluster's, root-only on the Prometheus host)."""
+    return f"/etc/prometheus/sparkctl-{rs.cluster}.key"
+
+
 def scrape_config(rs: RuleSet, inv, rule_files: list[str]) -> dict:
     """A prometheus.yml for this cluster: the runtime job, the node job and the rule files."""
     from sparkctl.gateway.placement import METRICS_PATH
-    from sparkctl.runtime.launch import engine_port, fabric_ip
+    from sparkctl.runtime.health import engine_endpoint
+    from sparkctl.runtime.launch import fabric_ip
 
     head = inv.hosts_with_role("head")[0]
-    address = inv.hosts[head].ssh.address
-    # the engine's own /metrics, behind the gateway: a holding gateway would hold the scrape too
-    runtime = [{"targets": [f"{address}:{engine_port(inv)}"], "labels": {"role": "head"}}]
+    # the engine's own /metrics: behind a gateway (the engine on the head's loopback) through its
+    # engine route, which never holds; a key-protected cluster's job needs `authorization` (docs/gateway.md)
+    address, port, path = engine_endpoint(inv)
+    runtime = [
+        {
+            "targets": [f"{address}:{port}"],
+            "labels": {"role": "head", **({"__metrics_path__": f"{path}/metrics"} if path else {})},
+        }
+    ]
     if inv.gateway.enabled:  # the gateway's own page on the public port (it answers even while holding)
         runtime.append(
             {"targets": [f"{address}:{inv.runtime.port}"], "labels": {"role": "gateway", "__metrics_path__": METRICS_PATH}}
@@ -43,11 +62,14 @@ def scrape_config(rs: RuleSet, inv, rule_files: list[str]) -> dict:
         {"targets": [f"{h.ssh.address}:{NODE_EXPORTER_PORT}"], "labels": {"role": h.role, "host": name}}
         for name, h in inv.hosts.items()
     ]
+    job: dict = {"job_name": rs.job, "static_configs": runtime}
+    if asks_key(inv):  # the front door asks a key of Prometheus too (docs/gateway.md "Security")
+        job["authorization"] = {"type": "Bearer", "credentials_file": key_file(rs)}
     return {
         "global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
         "rule_files": rule_files,
         "scrape_configs": [
-            {"job_name": rs.job, "static_configs": runtime},
+            job,
             {"job_name": rs.nodes_job, "static_configs": nodes},
         ],
     }

@@ -160,9 +160,13 @@ def rules_for(inv) -> RuleSet:
                 runbook="spec-acceptance-low",
             )
         )
+    not_written = {}
     if inv.gateway.enabled:
         rules += gateway_rules(a, cluster, f'job="{job}",role="gateway"', w)
-    not_written = {}
+    if inv.gateway.enabled and inv.keeper.enabled:
+        rules.append(keeper_rule(cluster, f'job="{job}",role="gateway"'))
+    elif inv.keeper.enabled:
+        not_written["SparkctlKeeperGaveUp"] = "the keeper says it gave up through the gateway's hold: gateway.enabled is false"
     if a.decode_tokens_per_s_baseline:
         floor = a.decode_tokens_per_s_baseline * (1 - a.decode_drop)
         # per stream: tokens generated per second of decoding (no decode at all: NaN, never below the floor)
@@ -220,11 +224,12 @@ def gateway_rules(a, cluster: str, gw: str, w: str) -> list[Rule]:
         ),
         Rule(
             alert="SparkctlGatewayUpstreamErrors",
-            expr=f'sum by (instance) (increase(sparkctl_gateway_upstream_errors_total{{{gw},kind="cut"}}[{w}])) > 0',
+            expr=f'sum by (instance) (increase(sparkctl_gateway_upstream_errors_total{{{gw},kind=~"cut|died"}}[{w}])) > 0',
             severity="ticket",
             summary=f"{cluster}: {{{{ $value | humanize }}}} answers broke off mid-way in {w}",
-            description="The engine broke off answers the gateway was relaying (it died or was stopped under them, "
-            "outside a sparkctl change): those clients saw a cut connection, which cannot be replayed.",
+            description="The engine broke off answers the gateway was relaying, or died with requests it was running "
+            "(outside a sparkctl change): those clients got an error; a request an engine died with is never sent "
+            "again (the gateway's log has its shape: the likeliest cause of the crash).",
             runbook="gateway-upstream-errors",
         ),
         Rule(
@@ -237,6 +242,20 @@ def gateway_rules(a, cluster: str, gw: str, w: str) -> list[Rule]:
             runbook="gateway-zero-tokens",
         ),
     ]
+
+
+def keeper_rule(cluster: str, gw: str) -> Rule:
+    """The keeper gave up (docs/keeper.md): it holds the front door with a reason that says so."""
+    return Rule(
+        alert="SparkctlKeeperGaveUp",
+        expr=f'max by (instance, reason) (sparkctl_gateway_hold_info{{{gw},reason=~"keeper gave up.*"}}) > 0',
+        severity="page",
+        summary=f"{cluster}: the keeper gave up bringing the cluster back ({{{{ $labels.reason }}}})",
+        description="The engine (or the worker, or the drafter) kept going away after keeper.max_recoveries recoveries "
+        "within keeper.window_s: the keeper stopped restarting it, and the front door answers 503 naming why. "
+        "`sparkctl history` shows each recovery's cause; fix it, then `sparkctl restart`.",
+        runbook="keeper.state",
+    )
 
 
 def _twice(duration: str) -> str:

@@ -19,7 +19,7 @@ from typing import Optional
 from sparkctl.resources import data_dir
 
 # Package data (so an installed wheel has them); in a checkout it links to docs/runbooks.
-RUNBOOK_DIR = Path(data_dir("runbooks")).resolve()
+RUNBOOK_DIR = Path(str(data_dir("runbooks"))).resolve()  # an installed package's folder: a real path
 RUNBOOK_PREFIX = "docs/runbooks/"
 
 # (check, the `sign` its finding reports) -> runbook: one check, several causes

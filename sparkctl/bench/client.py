@@ -50,7 +50,7 @@ class Measured:
     @property
     def tpot(self) -> Optional[float]:
         """Time per output token after the first: (e2el - ttft) / (tokens - 1)."""
-        if not self.ok or not self.output_tokens or self.output_tokens < 2:
+        if not self.ok or not self.output_tokens or self.output_tokens < 2 or self.done is None or self.first_token is None:
             return None
         return (self.done - self.first_token) / (self.output_tokens - 1)
 
@@ -64,7 +64,9 @@ class Measured:
     @property
     def decode_throughput(self) -> Optional[float]:
         """Tokens per second after the first token: decode speed without prefill."""
-        if not self.ok or not self.output_tokens or self.output_tokens < 2 or self.done <= self.first_token:
+        if not self.ok or not self.output_tokens or self.output_tokens < 2 or self.done is None or self.first_token is None:
+            return None
+        if self.done <= self.first_token:
             return None
         return (self.output_tokens - 1) / (self.done - self.first_token)
 

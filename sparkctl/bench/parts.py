@@ -36,10 +36,14 @@ PREFILL_QUESTION = "Summarize the text above in one sentence."
 class Part:
     name: ClassVar[str]
     uses_overhead: ClassVar[bool] = False  # needs the fixed-overhead samples (measured once per run)
-    fillers: frozenset[Kind] = frozenset()  # long-prompt filler kinds it needs calibrated (once per run each)
 
     def __init__(self, options: BenchOptions):
         self.options = options
+
+    @property
+    def fillers(self) -> frozenset[Kind]:
+        """The long-prompt filler kinds it needs calibrated (once per run each)."""
+        return frozenset()
 
     def requests(self, bench: "BenchRunner") -> int:
         """Its own measured requests (not the shared calibration and overhead ones), once the
@@ -141,7 +145,7 @@ class Prefill(Part):
         res = PrefillResult(target_prompt_tokens=target)
         bench.result.prefill = res
         short = await bench.short_alone()
-        samples = [m.ttft for m in short if m.ok]
+        samples = [m.ttft for m in short if m.ok and m.ttft is not None]
         res.overhead_samples_ms = [s * 1000.0 for s in samples]
         overhead = stats.median(samples)
         res.overhead_ms = to_ms(overhead)
@@ -151,7 +155,7 @@ class Prefill(Part):
         m = await bench.send(prompt, 1)
         res.requests = [request_record(x, t0) for x in short] + [request_record(m, t0)]
         res.prompt_tokens = m.prompt_tokens
-        if not m.ok:
+        if not m.ok or m.ttft is None:
             bench.note(f"prefill request failed: {m.error}")
             return
         res.ttft_ms = to_ms(m.ttft)
@@ -205,7 +209,7 @@ class Mixed(Part):
         res.short_sent_after_ms = (short.sent - long.sent) * 1000.0
         if admitted is not None:
             res.long_admitted_after_ms = (admitted - long.sent) * 1000.0
-        if short.ttft is not None and res.short_ttft_alone_ms is not None:
+        if res.short_ttft_ms is not None and res.short_ttft_alone_ms is not None:
             res.short_wait_ms = res.short_ttft_ms - res.short_ttft_alone_ms
         if long.first_token is not None:
             res.short_sent_during_prefill = short.sent < long.first_token

@@ -11,9 +11,12 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from sparkctl.bench.result import BenchResult
+
+if TYPE_CHECKING:  # matplotlib is imported when a plot is drawn (the report extra)
+    from matplotlib.figure import Figure
 
 # Colour per result, so one run has the same colour in every figure.
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")
@@ -30,7 +33,7 @@ class Plot:
     name: str  # file stem of its PNG
     title: str
     caption: str
-    figure: object  # matplotlib.figure.Figure
+    figure: Figure
 
     @cached_property
     def png(self) -> bytes:
@@ -48,8 +51,11 @@ def require(option: str) -> None:
 
     from sparkctl.errors import InputError
 
-    missing = [dist for module, dist in (("matplotlib", "matplotlib"), ("numpy", "numpy"), ("PIL", "pillow"))
-               if find_spec(module) is None]  # fmt: skip
+    missing = [
+        dist
+        for module, dist in (("matplotlib", "matplotlib"), ("numpy", "numpy"), ("PIL", "pillow"))
+        if find_spec(module) is None
+    ]
     if missing:
         raise InputError(
             f"{option} draws plots with matplotlib, numpy and pillow: {', '.join(missing)} "
@@ -273,6 +279,8 @@ def mixed_timeline(results: list[Labeled]) -> Optional[Plot]:
     for row, (i, r, spans) in enumerate(runs):
         ax = axes[row][0]
         m = r.result.mixed
+        if m is None:  # mixed_spans found spans: the run has its mixed part
+            continue
         for y, sp in enumerate(spans):
             wait_end = sp.first_token if sp.first_token is not None else sp.done
             if wait_end is not None:  # waiting for the first token: queue + prefill

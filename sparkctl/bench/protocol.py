@@ -7,7 +7,7 @@ disabled, 400 generated tokens per request, three repeats, median aggregate outp
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -61,8 +61,8 @@ WORKLOADS: dict[str, Workload] = {
     )
 }
 
-PARTS = ("throughput", "context", "prefill", "mixed")
 Part = Literal["throughput", "context", "prefill", "mixed"]
+PARTS: tuple[Part, ...] = get_args(Part)
 
 # The seed's long prompt (~262K tokens) and the context sweep up to where seed 002 saw acceptance fall.
 DEFAULT_PREFILL_TOKENS = 262_144

@@ -8,15 +8,15 @@ times in ms (`median_ttft_ms`, `mean_itl_ms`, ...), `duration` in s, throughputs
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal, Optional
+from typing import Final, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from sparkctl.bench import stats
 from sparkctl.bench.protocol import BenchOptions
 
-RESULT_KIND = "sparkctl-bench-result"
-SCHEMA_VERSION = 1
+RESULT_KIND: Final = "sparkctl-bench-result"
+SCHEMA_VERSION: Final = 1
 
 
 class _Model(BaseModel):

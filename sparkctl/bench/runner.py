@@ -122,7 +122,7 @@ class BenchRunner:
         max_len = entry.get("max_model_len")
         text = await self.endpoint.optional_text(self._probe, "/version")
         try:
-            version = str(json.loads(text)["version"])
+            version = str(json.loads(text)["version"]) if text else None
         except (TypeError, ValueError, KeyError):  # no /version, or not vLLM's {"version": ...}
             version = None
         page = await self._metrics()

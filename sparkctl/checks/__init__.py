@@ -7,12 +7,13 @@ doctor gathers for them.
 
 # the order of registration is the order doctor shows the groups in: not sorted
 # isort: off
-from sparkctl.checks import ssh, host, gpu, fabric, env, images, caches, engram, weights, runtime, gateway, state  # noqa: F401  (registration)
+from sparkctl.checks import ssh, host, gpu, fabric, env, images, caches, engram, weights, runtime, gateway, state, keeper, fleet  # noqa: F401  (registration)
 
 # isort: on
 from sparkctl.checks.base import REGISTRY, CheckResult, Context  # noqa: F401
 
-GROUPS = tuple(dict.fromkeys(c.group for c in REGISTRY.values()))  # in the order of the imports above
+# a cluster's groups, in the order of the imports above (the fleet checks are `sparkctl fleet doctor`'s)
+GROUPS = tuple(dict.fromkeys(c.group for c in REGISTRY.values() if not c.fleet))
 GROUP_READS = {g: globals()[g].READS for g in GROUPS}
 
 

@@ -9,6 +9,9 @@ Two shapes:
   returns its Finding, or yields one per target (rail, image, container);
 - `@cluster_check`: compares hosts, called once, `fn(ctx) -> {host: Finding or [Finding]}`.
 A host that could not be reached gets `skipped` for every check in scope (ssh.reachable says why).
+- `@fleet_check`: between the members of a fleet (`sparkctl fleet doctor`), called once with the
+  fleet's context (checks/fleet.py FleetContext), yields (member or "fleet", Finding); a cluster's
+  doctor never runs it.
 """
 
 from __future__ import annotations
@@ -123,6 +126,7 @@ class Check:
     runbook: bool = False
     deep_only: bool = False
     needs_reach: bool = True  # skipped on unreachable hosts
+    fleet: bool = False  # a fleet check: `sparkctl fleet doctor` runs it, never a cluster's doctor
 
     @property
     def group(self) -> str:
@@ -136,6 +140,21 @@ class Check:
         return runbooks.path(self.name) if self.runbook or runbooks.exists(self.name) else None
 
     def run(self, ctx: Context) -> list[CheckResult]:
+        if self.fleet:  # ctx is the fleet's: each finding names its member (or the whole fleet)
+            return [
+                CheckResult(
+                    self.name,
+                    self.group,
+                    where,
+                    f.status,
+                    f.message,
+                    f.fix,
+                    f.target,
+                    self.runbook_path if f.status in ("failed", "warn") else None,
+                    dict(f.data),
+                )
+                for where, f in self.fn(ctx)
+            ]
         found = self.fn(ctx) if self.cluster else {}
         in_scope = set(self.scope(ctx))
         out = []
@@ -147,10 +166,19 @@ class Check:
             if isinstance(findings, Finding):
                 findings = [findings]
             out += [
-                CheckResult(self.name, self.group, h, f.status, f.message, f.fix, f.target,
-                            self.runbook_path if f.status in ("failed", "warn") else None, dict(f.data))
+                CheckResult(
+                    self.name,
+                    self.group,
+                    h,
+                    f.status,
+                    f.message,
+                    f.fix,
+                    f.target,
+                    self.runbook_path if f.status in ("failed", "warn") else None,
+                    dict(f.data),
+                )
                 for f in findings
-            ]  # fmt: skip
+            ]
         return out
 
 
@@ -173,3 +201,8 @@ def host_check(name: str, doc: str, **options: Any) -> Callable:
 def cluster_check(name: str, doc: str, **options: Any) -> Callable:
     """Registers `fn(ctx) -> {host: Finding | Iterable[Finding]}` under `name`."""
     return lambda fn: _register(Check(name, doc, fn, cluster=True, **options))
+
+
+def fleet_check(name: str, doc: str, **options: Any) -> Callable:
+    """Registers `fn(fleet_ctx) -> Iterable[(member or "fleet", Finding)]` under `name` (group `fleet`)."""
+    return lambda fn: _register(Check(name, doc, fn, fleet=True, **options))

@@ -62,8 +62,11 @@ def compile_cache(ctx: Context, host: str, f):
     jit = f"; CUDA JIT cache {jit_kib / 1024:.0f} MiB" if jit_kib else ""
     off = _off_volume(ctx, host)
     if off and found.status != "failed":
-        return warn(found.message + jit + "; but " + "; ".join(off),
-                    "remove those overrides from runtime.env: `sparkctl render` shows where each cache lands", **data)  # fmt: skip
+        return warn(
+            found.message + jit + "; but " + "; ".join(off),
+            "remove those overrides from runtime.env: `sparkctl render` shows where each cache lands",
+            **data,
+        )
     return Finding(found.status, found.message + jit, found.fix, found.target, data)
 
 

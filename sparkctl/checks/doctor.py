@@ -72,17 +72,23 @@ def _unknown(kind: str, bad: list[str], known: Iterable[str]) -> InputError:
 def select(only: Optional[Iterable[str]] = None, ignore: Optional[Iterable[str]] = None, deep: bool = False) -> list[Check]:
     """The checks a run does, in registry order; unknown groups or names are input errors."""
     groups, names = _split(only), _split(ignore)
+    if "fleet" in groups:  # checks/fleet.py: between a fleet's members, not one cluster's
+        raise InputError(
+            "the fleet checks run between a fleet's members, not on one cluster",
+            fix="sparkctl fleet doctor -f FLEET --only fleet",
+        )
     bad = [g for g in groups if g not in GROUPS]
     if bad:
         raise _unknown("check group", bad, GROUPS)
-    bad = [n for n in names if n not in REGISTRY]
+    cluster_checks = {n: c for n, c in REGISTRY.items() if not c.fleet}  # the fleet's are `fleet doctor`'s
+    bad = [n for n in names if n not in cluster_checks]
     if bad:
-        raise _unknown("check name", bad, REGISTRY)
+        raise _unknown("check name", bad, cluster_checks)
     return [
-        c for c in REGISTRY.values()
-        if c.name not in names and (deep or not c.deep_only)
-        and (not groups or c.group in groups or c.name == ALWAYS)
-    ]  # fmt: skip
+        c
+        for c in cluster_checks.values()
+        if c.name not in names and (deep or not c.deep_only) and (not groups or c.group in groups or c.name == ALWAYS)
+    ]
 
 
 def run_checks(ctx: Context, checks: list[Check]) -> list[CheckResult]:
@@ -92,8 +98,16 @@ def run_checks(ctx: Context, checks: list[Check]) -> list[CheckResult]:
             results += c.run(ctx)
         except Exception as exc:  # a bug in one check must not hide the others
             for h in ctx.hosts:
-                results.append(CheckResult(c.name, c.group, h, "failed", f"check crashed: {type(exc).__name__}: {exc}",
-                                           "a sparkctl bug: report it with `sparkctl doctor --json`"))  # fmt: skip
+                results.append(
+                    CheckResult(
+                        c.name,
+                        c.group,
+                        h,
+                        "failed",
+                        f"check crashed: {type(exc).__name__}: {exc}",
+                        "a sparkctl bug: report it with `sparkctl doctor --json`",
+                    )
+                )
     if ctx.unreachable and not any(c.name == ALWAYS for c in checks):
         results = [r for r in REGISTRY[ALWAYS].run(ctx) if r.status == "failed"] + results
     order = {h: i for i, h in enumerate(ctx.hosts)}
@@ -130,15 +144,15 @@ def doctor(
 
             def fetch_endpoint() -> None:
                 from sparkctl.facts.endpoint import EndpointFacts, fetch
-                from sparkctl.runtime.launch import engine_port
+                from sparkctl.runtime.health import engine_endpoint
                 from sparkctl.transport.guard import check_address
 
-                address, port = inv.hosts[heads[0]].ssh.address, engine_port(inv)  # the engine, not the gateway
+                address, port, path = engine_endpoint(inv)  # the engine, not the gateway's held door
                 try:
                     check_address(address, "the runtime's HTTP endpoint")
-                    ctx.endpoint = fetch(address, port)
+                    ctx.endpoint = fetch(address, port, path)
                 except SparkctlError as exc:
-                    ctx.endpoint = EndpointFacts(url=f"http://{address}:{port}", health_error=exc.message)
+                    ctx.endpoint = EndpointFacts(url=f"http://{address}:{port}{path}", health_error=exc.message)
 
             endpoint_thread = threading.Thread(target=fetch_endpoint, name="sparkctl-endpoint", daemon=True)
             endpoint_thread.start()

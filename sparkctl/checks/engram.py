@@ -16,13 +16,13 @@ def engram_host(ctx: Context) -> list[str]:
 
 
 def _placed(ctx: Context, f) -> bool:
-    e, g = ctx.inventory.engram, f.engram
+    e, g = ctx.inventory.engram_placement, f.engram
     return bool(g and g.ram_backed and g.placed_sums and (g.mount_bytes or 0) >= e.size_gib * GIB * 0.99)
 
 
 @host_check("engram.memory", "the offload host has the free RAM the Engram tables need", scope=engram_host)
 def memory(ctx: Context, host: str, f):
-    e = ctx.inventory.engram
+    e = ctx.inventory.engram_placement
     avail = f.meminfo.get("MemAvailable")
     if avail is None:
         return skipped("MemAvailable not read")
@@ -41,7 +41,7 @@ def memory(ctx: Context, host: str, f):
 
 @host_check("engram.placed", "the tables sit in a RAM-backed mount at the target, at full size", scope=engram_host)
 def placed(ctx: Context, host: str, f):
-    e, g = ctx.inventory.engram, f.engram
+    e, g = ctx.inventory.engram_placement, f.engram
     if g is None:
         return skipped(f"not read: {f.errors.get('engram', 'no answer')}")
     if not g.source_files:
@@ -69,7 +69,7 @@ def placed(ctx: Context, host: str, f):
 
 @host_check("engram.checksums", "the RAM copy matches the source (sizes; sums; --deep re-hashes it)", scope=engram_host)
 def checksums(ctx: Context, host: str, f):
-    e, g = ctx.inventory.engram, f.engram
+    e, g = ctx.inventory.engram_placement, f.engram
     if g is None or not _placed(ctx, f):
         return skipped("tables not placed (see engram.placed)")
     fix = f"re-place them: `sparkctl up` (it copies again from {e.source} and verifies every SHA-256)"

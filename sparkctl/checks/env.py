@@ -98,7 +98,8 @@ def _judge_gid(index: str, dev: str, link, entry, f, rails: set[str]) -> tuple[s
                 f"{where} is {ip}, not the rail's {link.address.ip}: `sparkctl up` removes that "
                 "address (fabric.address), and the peer's GID at that index is in another subnet"
             )
-        held = [a for a in ((f.interfaces or {}).get(netdev).addresses if (f.interfaces or {}).get(netdev) else ()) if a.ip == ip]
+        iface = (f.interfaces or {}).get(netdev)
+        held = [a for a in (iface.addresses if iface else ()) if a.ip == ip]
         if f.interfaces is not None and not held:
             return "failed", f"{where} is {ip}, which {netdev} no longer holds (a stale entry)"
         if entry.type == V2:

@@ -10,11 +10,12 @@ changes the cluster). With `gateway.enabled: false` every check is `skipped`: th
 from __future__ import annotations
 
 from functools import wraps
+from typing import Any
 
 from sparkctl.checks.base import Context, fail, head_host, host_check, ok, skipped, warn
 from sparkctl.gateway.placement import CONTAINER, ROLE
 
-READS = frozenset({"containers", "lock"})
+READS = frozenset({"containers", "lock", "gateway_keys"})
 
 DISABLED = "gateway.enabled: false: no front door, the engine serves runtime.port itself"
 NOT_ANSWERING = "the gateway does not answer (see gateway.answers)"
@@ -81,8 +82,10 @@ def upstream(ctx: Context, host: str, f, gw):
         return skipped(NOT_ANSWERING)
     want = ctx.inventory.gateway.engine_port
     if page.upstream is None:
-        return warn("the gateway's metrics do not say where it sends (no sparkctl_gateway_info)",
-                    f"an older gateway: `sparkctl up` restarts {CONTAINER} with this sparkctl's code")  # fmt: skip
+        return warn(
+            "the gateway's metrics do not say where it sends (no sparkctl_gateway_info)",
+            f"an older gateway: `sparkctl up` restarts {CONTAINER} with this sparkctl's code",
+        )
     if page.upstream_port != want:
         return fail(
             f"the gateway sends to {page.upstream}, the engine listens on port {want} (gateway.engine_port): every "
@@ -109,8 +112,12 @@ def holding(ctx: Context, host: str, f, gw):
                 holds_expired=page.holds_expired,
             )
         return ok("no hold: passing requests", holds_expired=page.holds_expired)
-    data = {"reason": page.hold_reason, "held_for_s": round(page.hold_age_s, 1), "expires_in_s": round(page.hold_expires_in_s, 1),
-            "held_requests": page.held}  # fmt: skip
+    data = {
+        "reason": page.hold_reason,
+        "held_for_s": round(page.hold_age_s, 1),
+        "expires_in_s": round(page.hold_expires_in_s, 1),
+        "held_requests": page.held,
+    }
     what = (
         f"holding requests for {_duration(page.hold_age_s)} (reason {page.hold_reason or '?'}, {page.held:g} held; "
         f"each waits at most hold_s {page.hold_s or ctx.inventory.gateway.hold_s:g} s, then 503)"
@@ -121,9 +128,11 @@ def holding(ctx: Context, host: str, f, gw):
     if page.hold_overrun_s > 0:
         what += f"; {_duration(page.hold_overrun_s)} past the end sparkctl expected"
     if holder is not None and holder.gone() is None:
-        return warn(f"{what} while {holder.describe()} changes the cluster",
-                    "wait: the change releases the hold when the new engine serves (`sparkctl history` when it ends)",
-                    **data)  # fmt: skip
+        return warn(
+            f"{what} while {holder.describe()} changes the cluster",
+            "wait: the change releases the hold when the new engine serves (`sparkctl history` when it ends)",
+            **data,
+        )
     who = "no sparkctl run holds the cluster lock" if holder is None else f"the run holding the lock is gone ({holder.gone()})"
     return fail(
         f"{what}, and {who}: a hold left behind (sparkctl died mid-change?); it ends by itself in "
@@ -138,15 +147,31 @@ def engine(ctx: Context, host: str, f, gw):
     page = _serving(gw)
     if page is None:
         return skipped(NOT_ANSWERING)
+    if page.holding.get("upstream_draining"):
+        return fail(
+            f"the engine at {page.upstream or '?'} is draining with no sparkctl change running (it answers new requests "
+            "with an empty `abort`): the gateway holds requests until it serves again, up to its hold_s, then 503",
+            "a stop outside sparkctl (`docker restart`, a reboot): wait for the engine to come back, or `sparkctl up`",
+        )
     if not page.holding.get("upstream_down"):
         return ok(f"the engine at {page.upstream or '?'} takes connections")
     hold_s = page.hold_s or ctx.inventory.gateway.hold_s
+    stalled = int(page.upstream_errors.get("stalled", 0))
+    if stalled:  # it took requests and answered nothing (a hung or stopped engine): its /health does not answer either
+        what = (
+            f"has stopped answering ({stalled} request(s) got nothing within gateway.upstream_idle_s "
+            f"{ctx.inventory.gateway.upstream_idle_s:g} s) and its /health has not answered 200 for"
+        )
+    else:
+        what = "has refused connections for"
     return fail(
-        f"the engine at {page.upstream or '?'} has refused connections for {_duration(page.upstream_down_s)} while the "
+        f"the engine at {page.upstream or '?'} {what} {_duration(page.upstream_down_s)} while the "
         f"gateway answers: requests are held up to {hold_s:g} s, then 503 with Retry-After",
         "a crash outside a change: `sparkctl doctor --only runtime` names the cause (runtime.engine, runtime.containers); "
-        "then `sparkctl up`",
+        "then `sparkctl up`"
+        + (" (a hung engine: `docker restart sparkctl-head` on the head, or `sparkctl up --force`)" if stalled else ""),
         down_for_s=round(page.upstream_down_s, 1),
+        **({"stalled_requests": stalled} if stalled else dict[str, Any]()),
     )
 
 
@@ -174,4 +199,31 @@ def zero_tokens(ctx: Context, host: str, f, gw):
         "`sparkctl doctor --only runtime` (the engine's log and health), then `sparkctl runbook gateway-zero-tokens`",
         recent=recent,
         since_start=total,
+    )
+
+
+@host_check("gateway.keys", "clients must send a key: the cluster is not open to whoever reaches its port", scope=head_host)
+def keys(ctx: Context, host: str, f):
+    """From the inventory alone (docs/gateway.md "Security"): with a gateway, the engine listens on the
+    head's loopback and the gateway is the only way in; without one, the engine is the door."""
+    from sparkctl.runtime.health import front_url
+    from sparkctl.runtime.launch import engine_api_key
+
+    g, url = ctx.inventory.gateway, front_url(ctx.inventory)
+    if g.enabled and g.api_keys_file and f is not None and f.gateway_keys == "missing":
+        return fail(
+            f"gateway.api_keys_file {g.api_keys_file} is not a readable file on {host}: `sparkctl up` refuses to start "
+            "the gateway without it",
+            f"write the clients' keys there, one a line, root-only (chmod 0600 {g.api_keys_file}), then `sparkctl up`",
+        )
+    if g.enabled and g.api_keys_file:
+        return ok(f"{url}: clients send one of the keys in {g.api_keys_file} (gateway.api_keys_file)")
+    if engine_api_key(ctx.inventory):
+        door = "the gateway asks for" if g.enabled else "the engine asks for"
+        return ok(f"{url}: {door} the engine's key (runtime.env VLLM_API_KEY)")
+    return warn(
+        f"{url} asks for no key: whoever reaches port {ctx.inventory.runtime.port} on {host} can use the cluster"
+        + ("" if g.enabled else ", the engine's every route included"),
+        "put the clients' keys in a root-only file on the head and name it in gateway.api_keys_file, then "
+        "`sparkctl up` (it restarts the gateway only); or keep the port closed at your firewall",
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from sparkctl.checks.base import Context, cluster_check, fail, host_check, ok, skipped
+from sparkctl.facts.gpu import GPUApp
 
 READS = frozenset({"gpus", "gpu_apps", "containers"})
 
@@ -57,6 +58,8 @@ def smi(ctx: Context, host: str, f):
 @host_check("gpu.model", "the host shows the inventory's GPU model and count", scope=gpu_hosts, runbook=True)
 def model(ctx: Context, host: str, f):
     want = ctx.inventory.hosts[host].gpu
+    if want is None:  # gpu_hosts scopes this to hosts whose inventory entry names a GPU
+        return skipped("the inventory names no GPU for this host")
     if f.gpus is None:
         return skipped("nvidia-smi did not answer (see gpu.smi)")
     names = Counter(g.name for g in f.gpus)
@@ -82,7 +85,7 @@ def driver(ctx: Context):
     agree = len(set(drivers.values())) <= 1
     # the head's driver is the reference, as `sparkctl up` converges images on the head's
     ref_host = next((h for h in drivers if ctx.role(h) == "head"), next(iter(drivers), None))
-    ref = drivers.get(ref_host)
+    ref = drivers.get(ref_host) if ref_host else None
     listing = ", ".join(f"{h} {d}" for h, d in drivers.items())
     for h, d in drivers.items():
         if agree:
@@ -104,7 +107,8 @@ def processes(ctx: Context, host: str, f):
     if f.gpus is None:
         return skipped("nvidia-smi did not answer (see gpu.smi)")
     ours = [c.id for c in (f.containers or []) if c.id]
-    foreign, mine = [], []
+    foreign: list[GPUApp] = []
+    mine: list[GPUApp] = []
     for app in f.gpu_apps:
         cgroup = f.app_cgroups.get(app.pid, "")
         (mine if any(cid in cgroup for cid in ours) else foreign).append(app)

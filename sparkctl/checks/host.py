@@ -1,10 +1,11 @@
-"""host: free disk where images and caches live, systemd-logind RemoveIPC, memlock for RDMA."""
+"""host: free disk where images and caches live, systemd-logind RemoveIPC, memlock for RDMA, and the
+programs sparkctl runs there (docker's GPU hook, iperf3, rsync)."""
 
 from __future__ import annotations
 
 from sparkctl.checks.base import Context, fail, host_check, ok, skipped, warn
 
-READS = frozenset({"disk", "memlock", "logind", "containers"})
+READS = frozenset({"disk", "memlock", "logind", "containers", "tools"})
 
 GIB = 1 << 30
 # (fail below, warn below) GiB free. An image of this kind is ~20-30 GB and a new tag needs room
@@ -33,8 +34,12 @@ def _disk_targets(ctx: Context, f) -> list[tuple[str, str, tuple[int, int]]]:
     return [images, ("docker", f"docker data root {f.docker_root or ''}".strip(), SMALL), caches]
 
 
-@host_check("host.disk", "free disk where the image store keeps images (docker's data root, or containerd's root "
-            "under containerd's image store) and under the cache directory", scope=runtime_hosts)  # fmt: skip
+@host_check(
+    "host.disk",
+    "free disk where the image store keeps images (docker's data root, or containerd's root "
+    "under containerd's image store) and under the cache directory",
+    scope=runtime_hosts,
+)
 def disk(ctx: Context, host: str, f):
     for key, what, (fail_gib, warn_gib) in _disk_targets(ctx, f):
         d = f.disks.get(key)
@@ -98,3 +103,56 @@ def memlock(ctx: Context, host: str, f):
         )
     where = f"{len(running)} running container(s) unlimited" if running else "containers start with --ulimit memlock=-1"
     return ok(f"{where} (login shell: {shell}, not what the runtime gets)")
+
+
+def _gpu_runtime_hosts(ctx: Context) -> list[str]:
+    return [h for h in runtime_hosts(ctx) if ctx.inventory.hosts[h].gpu is not None]
+
+
+TOOLKIT_FIX = (
+    "install the NVIDIA Container Toolkit and let it configure docker: `sudo apt-get install -y nvidia-container-toolkit && "
+    "sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker` (DGX OS ships it: a "
+    "missing hook means it was removed)"
+)
+
+
+@host_check("host.gpu_containers", "docker can give the runtime's containers the GPUs (`--gpus all`)", scope=_gpu_runtime_hosts)
+def gpu_containers(ctx: Context, host: str, f):
+    if f.tools is None:
+        return skipped(f"not read: {f.errors.get('tools', 'no answer')}")
+    if "nvidia-container-runtime-hook" not in f.tools:
+        return fail(
+            "nvidia-container-runtime-hook is not installed: dockerd registers its `--gpus` driver only when it finds "
+            'the hook, and refuses every container of the launch (`could not select device driver "" with capabilities: '
+            "[[gpu]]`)",
+            TOOLKIT_FIX,
+        )
+    return ok("the NVIDIA Container Toolkit's hook is installed: `--gpus all` has a driver")
+
+
+def _needs(ctx: Context, host: str) -> dict[str, str]:
+    """tool -> what needs it on this host."""
+    inv, spec = ctx.inventory, ctx.inventory.hosts[host]
+    need = {}
+    if spec.fabric:
+        need["iperf3"] = "doctor's bandwidth probe of each rail (fabric.bandwidth)"
+    if inv.weights is not None and spec.role in ("head", "worker"):
+        need["rsync"] = "the weights step's copy of the model between the Sparks"
+    return need
+
+
+@host_check("host.tools", "the programs sparkctl runs on the host are installed (iperf3, rsync)")
+def tools(ctx: Context, host: str, f):
+    need = _needs(ctx, host)
+    if not need:
+        return ok("sparkctl runs no extra program here")
+    if f.tools is None:
+        return skipped(f"not read: {f.errors.get('tools', 'no answer')}")
+    missing = [t for t in need if t not in f.tools]
+    if not missing:
+        return ok(f"{', '.join(need)} installed")
+    said = "; ".join(f"{t}: {need[t]}" for t in missing)
+    fix = f"`sudo apt-get install -y {' '.join(missing)}` on {host}"
+    if "rsync" in missing:  # without it, `up` cannot put the model on this node
+        return fail(f"not installed: {said}", fix)
+    return warn(f"not installed: {said} (that check cannot measure)", fix)

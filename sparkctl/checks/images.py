@@ -33,8 +33,13 @@ def present(ctx: Context, host: str, f):
         if fact is None:
             yield skipped("not inspected", ref)
         elif fact.id:
-            yield ok(f"present (image {_short(fact.key)}; {_store(fact)}docker ID {_short(fact.id)})", ref,
-                     id=fact.id, identity=fact.key, store=fact.store)  # fmt: skip
+            yield ok(
+                f"present (image {_short(fact.key)}; {_store(fact)}docker ID {_short(fact.id)})",
+                ref,
+                id=fact.id,
+                identity=fact.key,
+                store=fact.store,
+            )
         elif fact.error and fact.error != "not present":
             yield fail(
                 f"docker did not answer: {fact.error}", f"start the Docker engine on {host}: `systemctl start docker`", ref
@@ -81,6 +86,7 @@ def same(ctx: Context):
                 continue
             peers = [p for p in ctx.inventory.hosts if p != h and platform_of(ctx.inventory, p) == platform_of(ctx.inventory, h)]
             record = last_good(applied, h, ref, pin, peers)
+            want: str | None
             if record:
                 want, basis = record[0], f"last verified by `sparkctl up` at {record[1]} (applied.json)"
             else:
@@ -105,8 +111,14 @@ def same(ctx: Context):
             else:
                 src = holders[0] if holders else None
                 src_id = facts[src].id if src else None  # the source's own docker ID: `docker save` takes it
-                by_hand = (f"; without a registry, from {src}: `docker save {src_id} | ssh {h} docker load`, then "
-                           f"`docker tag <the ID load prints> {ref}` on {h}") if src else ""  # fmt: skip
+                by_hand = (
+                    (
+                        f"; without a registry, from {src}: `docker save {src_id} | ssh {h} docker load`, then "
+                        f"`docker tag <the ID load prints> {ref}` on {h}"
+                    )
+                    if src
+                    else ""
+                )
                 out[h].append(
                     fail(
                         f"{ref} is {_short(i)} on {h}, should be {_short(want)} ({basis}"

@@ -8,6 +8,7 @@ is `skipped` ("not running"): doctor is also run before the first `sparkctl up`.
 from __future__ import annotations
 
 from functools import wraps
+from typing import Any
 
 from sparkctl.checks.base import Context, fail, head_host, host_check, ok, skipped, warn
 from sparkctl.checks.host import runtime_hosts
@@ -52,7 +53,7 @@ def _head_container(ctx: Context):
     for h in head_host(ctx):
         f = ctx.facts.get(h)
         for c in (f.containers if f else None) or []:
-            if c.role == "head":
+            if c.role == "head" and f is not None:
                 return c, f.logs.get(c.id)
     return None, None
 
@@ -380,7 +381,8 @@ def drafter_host(ctx: Context) -> list[str]:
 
 @runtime_check("runtime.drafter", "the drafter on the offload host answers /health", scope=drafter_host)
 def drafter(ctx: Context, host: str, f):
-    port = ctx.inventory.runtime.speculative.drafter_port
+    spec = ctx.inventory.runtime.speculative
+    port = spec.drafter_port if spec else None  # drafter_host scopes this to an inventory with a drafter
     if f.drafter_health == 200:
         return ok(f"drafter /health 200 on port {port}")
     c = next((c for c in f.containers or [] if c.role == "drafter"), None)
@@ -416,8 +418,11 @@ def spec_acceptance(ctx: Context, host: str, f):
             acceptance_length=got,
             expected=want,
         )
-    return ok(f"mean acceptance length {got:.2f} over the last logged interval (expected >= {want:g})",
-              acceptance_length=got, expected=want)  # fmt: skip
+    return ok(
+        f"mean acceptance length {got:.2f} over the last logged interval (expected >= {want:g})",
+        acceptance_length=got,
+        expected=want,
+    )
 
 
 @runtime_check(
@@ -432,7 +437,7 @@ def queue(ctx: Context, host: str, f):
     m, slots = ep.metrics, ctx.inventory.runtime.max_num_seqs
     running, waiting = m.total(RUNNING) or 0.0, m.total(WAITING) or 0.0
     engines = max(1, len(m.engines))  # data parallel: max_num_seqs per engine
-    data = {"running": running, "waiting": waiting, "max_num_seqs": slots}
+    data: dict[str, Any] = {"running": running, "waiting": waiting, "max_num_seqs": slots}
     kv = m.gauge(KV_USAGE)
     if waiting > 0 and kv is not None and kv.max >= KV_USAGE_WARN:
         return ok(f"{waiting:g} request(s) wait for KV space, not behind a prefill (see runtime.metrics)", **data)

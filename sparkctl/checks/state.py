@@ -38,12 +38,18 @@ def lock(ctx: Context, host: str, f):
         return ok(f"held by a live run: {holder.describe()}, {beat}", **data)
     journal = f.journal or {}
     if journal.get("lock_token") == holder.token:  # an interrupted reload: finishing it takes its lock over
-        fix = ("an interrupted reload holds it: `sparkctl rollback --yes` (back to the last good config) or "
-               "`sparkctl reload --resume --config NEW` take the lock over")  # fmt: skip
+        fix = (
+            "an interrupted reload holds it: `sparkctl rollback --yes` (back to the last good config) or "
+            "`sparkctl reload --resume --config NEW` take the lock over"
+        )
     else:
         fix = UNLOCK_FIX
-    return fail(f"the cluster lock is held by {holder.describe()}, and that run is gone: {why}; every up, down and "
-                "reload is refused until it is broken", fix, **data)  # fmt: skip
+    return fail(
+        f"the cluster lock is held by {holder.describe()}, and that run is gone: {why}; every up, down and "
+        "reload is refused until it is broken",
+        fix,
+        **data,
+    )
 
 
 @host_check("state.last_reload", "the last reload, restart or rollback applied its config (did not roll back)", scope=head_host)
@@ -70,5 +76,9 @@ def last_reload(ctx: Context, host: str, f):
         f"{what}: {reason}; {now}, the change did not happen",
         "read why (`sparkctl history`), correct the new config and `sparkctl reload --config NEW`; or keep the "
         "last good config and settle on it: `sparkctl rollback --yes` (restarts nothing that already runs it)",
-        command=command, outcome=outcome, config_hash=last.get("config_hash"), from_config=serving, reason=reason,
-    )  # fmt: skip
+        command=command,
+        outcome=outcome,
+        config_hash=last.get("config_hash"),
+        from_config=serving,
+        reason=reason,
+    )

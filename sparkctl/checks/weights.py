@@ -25,8 +25,12 @@ def _absent(copy: WeightsCopy) -> str:
     return f"no checkpoint at {copy.path}" if not copy.present else f"{copy.path} is empty"
 
 
-@host_check("weights.present", "each node holds a checkpoint at the path its container loads (runtime.model, the "
-            "drafter's); an empty folder there makes the engine fail minutes into its start", scope=_hosts)  # fmt: skip
+@host_check(
+    "weights.present",
+    "each node holds a checkpoint at the path its container loads (runtime.model, the "
+    "drafter's); an empty folder there makes the engine fail minutes into its start",
+    scope=_hosts,
+)
 def present(ctx: Context, host: str, f):
     for path in _folders(ctx, host):
         copy = f.weights.get(path)
@@ -58,8 +62,12 @@ def _manifest_record(ctx: Context, p: Placement) -> WeightsRecord | None:
     return None
 
 
-@host_check("weights.verified", "each node's copy matches the hub's manifest: every file there, of its size, its "
-            "digest as verified (files changed since are re-hashed; --deep re-hashes all)", scope=_hosts)  # fmt: skip
+@host_check(
+    "weights.verified",
+    "each node's copy matches the hub's manifest: every file there, of its size, its "
+    "digest as verified (files changed since are re-hashed; --deep re-hashes all)",
+    scope=_hosts,
+)
 def verified(ctx: Context, host: str, f):
     mine = [p for p in placements(ctx.inventory) if p.host == host]
     if not mine:
@@ -76,8 +84,12 @@ def verified(ctx: Context, host: str, f):
             continue
         rec = _manifest_record(ctx, p)
         if rec is None:
-            yield warn(f"{len(copy.files)} file(s) at {p.path}, not verified against {want} (no record of it on this "
-                       f"node or {p.source_host}){staged}", PLACE, target=p.path)  # fmt: skip
+            yield warn(
+                f"{len(copy.files)} file(s) at {p.path}, not verified against {want} (no record of it on this "
+                f"node or {p.source_host}){staged}",
+                PLACE,
+                target=p.path,
+            )
             continue
         hashes = f.weights_hashes.get(p.path, {})
         missing = sorted(n for n in rec.files if n not in copy.files)
@@ -85,16 +97,22 @@ def verified(ctx: Context, host: str, f):
         corrupt = sorted(n for n, m in rec.files.items() if n in hashes and n not in sized and not m.matches(hashes[n]))
         source = f"{rec.repo}@{rec.commit[:12]}"
         problems = [
-            (missing, "missing"), (sized, "of the wrong size"), (corrupt, "whose digest no longer matches"),
-        ]  # fmt: skip
+            (missing, "missing"),
+            (sized, "of the wrong size"),
+            (corrupt, "whose digest no longer matches"),
+        ]
         found = [f"{len(names)} file(s) {what}: {', '.join(names[:3])}" for names, what in problems if names]
         if found:
-            yield fail(f"{source} at {p.path}: " + "; ".join(found) + staged,
-                       f"`sparkctl up` replaces exactly those file(s) (from {p.source_host}, verified)", target=p.path,
-                       missing=missing, wrong_size=sized, corrupt=corrupt)  # fmt: skip
+            yield fail(
+                f"{source} at {p.path}: " + "; ".join(found) + staged,
+                f"`sparkctl up` replaces exactly those file(s) (from {p.source_host}, verified)",
+                target=p.path,
+                missing=missing,
+                wrong_size=sized,
+                corrupt=corrupt,
+            )
         elif copy.record is None or not copy.record.names(p.checkpoint):
-            yield warn(f"{len(rec.files)} file(s) at {p.path} match {source} by size, never verified here",
-                       PLACE, target=p.path)  # fmt: skip
+            yield warn(f"{len(rec.files)} file(s) at {p.path} match {source} by size, never verified here", PLACE, target=p.path)
         else:
             deep = " (every file re-hashed)" if ctx.deep else ""
             size = sum(m.size for m in rec.files.values()) / GB

@@ -23,6 +23,14 @@ def alerts(
             help="Also write a prometheus.yml scraping this cluster with the rules (needs --out: it names that file).",
         ),
     ] = None,
+    dashboard: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--dashboard",
+            help="Also write a Grafana dashboard (JSON to import) on the same series: serving, recoveries, holds, "
+            "TTFT, tok/s, acceptance, KV use.",
+        ),
+    ] = None,
 ) -> None:
     """Write Prometheus alerting rules for the cluster.
 
@@ -37,6 +45,8 @@ def alerts(
       promtool check rules rules.yml
       # and a prometheus.yml that scrapes the cluster with them
       sparkctl alerts --out rules.yml --prometheus-config prometheus.yml
+      # and the Grafana dashboard beside them
+      sparkctl alerts --out rules.yml --dashboard sparkctl-dashboard.json
     """
     import os
 
@@ -56,12 +66,18 @@ def alerts(
     rs = rules_for(inv)
     text = rules_yaml(rs)
     files = [(out, "--out", text)] if out else []
-    if prometheus_config:
+    if prometheus_config and out:  # --out is checked above
         # Prometheus reads a relative rule_files entry from the config file's own folder (config.go,
         # LoadFile -> SetDirectory): the pair works wherever it is copied, not only on this machine
         rules = os.path.relpath(out.resolve(), prometheus_config.resolve().parent)
         doc = scrape_config(rs, inv, [rules])
         files.append((prometheus_config, "--prometheus-config", yaml.safe_dump(doc, sort_keys=False)))
+    if dashboard:
+        import json
+
+        from sparkctl.alerts.dashboard import dashboard as grafana_dashboard
+
+        files.append((dashboard, "--dashboard", json.dumps(grafana_dashboard(rs, inv), indent=2) + "\n"))
     _write_files(files)
     if json_out:
         print_json({**rs.to_prometheus(), "not_written": rs.not_written, "written_to": str(out) if out else None})
@@ -81,7 +97,9 @@ def alerts(
         )
     if out:
         answer().print(
-            f"{len(rs.rules)} rules written to {out}" + (f", scrape config to {prometheus_config}" if prometheus_config else ""),
+            f"{len(rs.rules)} rules written to {out}"
+            + (f", scrape config to {prometheus_config}" if prometheus_config else "")
+            + (f", dashboard to {dashboard}" if dashboard else ""),
             soft_wrap=True,
         )
 

@@ -32,6 +32,7 @@ COMMANDS = {
     "render": ("render", "render", "command", "Inventory & docs"),
     "runbook": ("runbook", "runbook", "command", "Inventory & docs"),
     "gateway": ("gateway", "app", "group", "Cluster"),
+    "keeper": ("keeper", "app", "group", "Cluster"),
     "bench": ("bench", "app", "group", "Diagnose"),
     "inventory": ("inventory", "app", "group", "Inventory & docs"),
     "fleet": ("fleet", "app", "group", "Fleet"),
@@ -148,7 +149,7 @@ def _run_for_json(app: typer.Typer, args: list[str]) -> int:
     try:
         from typer._click.exceptions import ClickException, UsageError  # typer that vendors click
     except ImportError:
-        from click.exceptions import ClickException, UsageError
+        from click.exceptions import ClickException, UsageError  # type: ignore[assignment]  # the same classes
 
     from sparkctl.errors import InputError, SparkctlError
 

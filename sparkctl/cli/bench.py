@@ -1,7 +1,7 @@
 """`sparkctl bench [OPTIONS]`, `sparkctl bench compare A.json B.json`, `sparkctl bench schema`.
 
-Measures any OpenAI-compatible endpoint (sparkctl-managed or not) with the sparkdash protocol of
-seed 000, speculative acceptance from /metrics, acceptance against context length, prefill and
+Measures any OpenAI-compatible endpoint (sparkctl-managed or not) with the sparkdash protocol (the
+sPLIce build's benchmark: seed 000), speculative acceptance from /metrics, acceptance against context length, prefill and
 mixed traffic. The protocol lives in sparkctl/bench/; this module only wires options and output.
 """
 
@@ -16,7 +16,7 @@ from sparkctl.cli.options import InventoryOpt, JsonOpt
 
 app = typer.Typer(
     help="Measure tok/s, TTFT, speculative acceptance and mixed traffic.\n\n"
-    "On an endpoint (the sparkdash protocol of seed 000). Subcommands: report, compare, schema.\n\n"
+    "On an endpoint (the sparkdash protocol: three workloads at 1 and 4 streams). Subcommands: report, compare, schema.\n\n"
     "Examples:\n"
     "  # the whole protocol through the front door, with its report\n"
     "  sparkctl bench --out run.json --report report/\n"
@@ -72,12 +72,22 @@ def _counts(text: str, what: str) -> list[int]:
 
 # BenchOptions field -> the option that sets it, so a refused value names what the operator typed
 OPTION_OF = {
-    "workloads": "--workloads", "streams": "--streams", "max_tokens": "--tokens", "repeats": "--repeats",
-    "temperature": "--temperature", "parts": "--parts", "context_workload": "--context-workload",
-    "context_sizes": "--context-sizes", "context_repeats": "--context-repeats", "prefill_tokens": "--prefill-tokens",
-    "overhead_samples": "--overhead-samples", "mixed_tokens": "--mixed-tokens", "mixed_delay_s": "--mixed-delay",
-    "warmup": "--warmup", "timeout_s": "--timeout",
-}  # fmt: skip
+    "workloads": "--workloads",
+    "streams": "--streams",
+    "max_tokens": "--tokens",
+    "repeats": "--repeats",
+    "temperature": "--temperature",
+    "parts": "--parts",
+    "context_workload": "--context-workload",
+    "context_sizes": "--context-sizes",
+    "context_repeats": "--context-repeats",
+    "prefill_tokens": "--prefill-tokens",
+    "overhead_samples": "--overhead-samples",
+    "mixed_tokens": "--mixed-tokens",
+    "mixed_delay_s": "--mixed-delay",
+    "warmup": "--warmup",
+    "timeout_s": "--timeout",
+}
 
 
 def _option_error(err) -> Exception:
@@ -90,8 +100,10 @@ def _option_error(err) -> Exception:
     option = OPTION_OF.get(str(first["loc"][0]), str(first["loc"][0]))
     if first["type"] == "literal_error":
         allowed = re.findall(r"'([^']*)'", str((first.get("ctx") or {}).get("expected", "")))
-        return InputError(f"{option} {first['input']!r}: must be one of {', '.join(allowed)}",
-                          fix=f"e.g. {option} {','.join(allowed)} (comma-separated)")  # fmt: skip
+        return InputError(
+            f"{option} {first['input']!r}: must be one of {', '.join(allowed)}",
+            fix=f"e.g. {option} {','.join(allowed)} (comma-separated)",
+        )
     message = str(first["msg"]).removeprefix("Value error, ")
     given = first["input"]
     given = ",".join(map(str, given)) if isinstance(given, list) else given
@@ -100,15 +112,15 @@ def _option_error(err) -> Exception:
 
 def _endpoint_from_inventory(path: Path, direct: bool = False) -> tuple[str, str]:
     """http://<head ssh address>:<runtime.port>/v1 (the front door, what clients use; with direct
-    the engine behind it, gateway.engine_port) and runtime.served_model_name."""
+    the engine behind it: on the head's loopback, so through the gateway's engine route, never
+    held) and runtime.served_model_name."""
     from sparkctl.inventory.loader import load_inventory
-    from sparkctl.runtime.launch import engine_port
+    from sparkctl.runtime.health import engine_endpoint
 
     inv = load_inventory(path)  # a valid inventory has exactly one head
-    address = inv.hosts[inv.hosts_with_role("head")[0]].ssh.address
+    address, port, prefix = engine_endpoint(inv)
     host = f"[{address}]" if ":" in address else address
-    port = engine_port(inv) if direct else inv.runtime.port
-    return f"http://{host}:{port}/v1", inv.runtime.served_model_name
+    return f"http://{host}:{port}{prefix if direct else ''}/v1", inv.runtime.served_model_name
 
 
 class _RichProgress:
@@ -176,7 +188,8 @@ def bench(
         bool,
         typer.Option(
             "--direct",
-            help="With the inventory's endpoint: measure the engine alone, behind the gateway (gateway.engine_port).",
+            help="With the inventory's endpoint: measure the engine itself, never held (it listens on the head's "
+            "loopback behind the gateway: through the gateway's /gateway/engine route).",
         ),
     ] = False,
     model: Annotated[
@@ -214,8 +227,13 @@ def bench(
     context_repeats: Annotated[int, typer.Option("--context-repeats", min=1, help="Requests per context size.")] = 1,
     prefill_tokens: Annotated[
         int,
-        typer.Option("--prefill-tokens", parser=parse_tokens, help="Long prompt of the prefill test (capped by max_model_len)."),
-    ] = "256K",
+        typer.Option(
+            "--prefill-tokens",
+            parser=parse_tokens,
+            show_default="256K",
+            help="Long prompt of the prefill test (capped by max_model_len).",
+        ),
+    ] = 256 * 1024,
     overhead_samples: Annotated[
         int, typer.Option("--overhead-samples", min=1, help="Short requests measuring the fixed overhead.")
     ] = 3,

@@ -78,8 +78,7 @@ def doctor(
     from sparkctl.inventory.loader import load_inventory
 
     inv = load_inventory(require_inventory(inventory), control_machine=True)
-    run = partial(run_doctor, inv, hosts=hosts, only=only, ignore=ignore, deep=deep,
-                  allow_loading=allow_loading)  # fmt: skip
+    run = partial(run_doctor, inv, hosts=hosts, only=only, ignore=ignore, deep=deep, allow_loading=allow_loading)
     base = inv.alerts.runbook_base_url  # where the team publishes the runbooks, if it does
     if json_out:
         report = run()

@@ -152,7 +152,7 @@ def status(
 
 
 HEALTH_STYLE = {"serving": "green", "holding": "yellow", "stale": "yellow", "down": "bold red", "unreachable": "bold red"}
-DOOR_STYLE = {"passing": "green", "drained": "yellow", "holding": "yellow", "failing": "bold red"}
+DOOR_STYLE = {"passing": "green", "drained": "yellow", "failing": "bold red"}  # vllm-router's view (fleet/router_admin.py)
 
 
 def print_status(doc: dict, c=None) -> None:
@@ -167,9 +167,8 @@ def print_status(doc: dict, c=None) -> None:
         "[green]answering[/]" if d.get("answering") else f"[bold red]not answering[/] ({escape(str(d.get('error') or ''))})"
     )
     t = Table(title=f"fleet {escape(doc['fleet'])}: front door {escape(doc['front_door_url'])} {answering}", title_justify="left")
-    for col, justify in (("member", "left"), ("health", "left"), ("config", "left"), ("tok/s", "right"),
-                         ("queue", "right"), ("front door", "left")):  # fmt: skip
-        t.add_column(col, justify=justify, overflow="fold")
+    for col in ("member", "health", "config", "tok/s", "queue", "front door"):
+        t.add_column(col, justify="right" if col in ("tok/s", "queue") else "left", overflow="fold")
     for r in doc["members"]:
         if r["applied_config_hash"] is None:
             config = "[dim]none applied[/]" if r["health"] != "unreachable" else "-"
@@ -182,15 +181,24 @@ def print_status(doc: dict, c=None) -> None:
         queue = "-" if r["running"] is None else f"{r['running']}/{r['waiting']}"
         state = r.get("front_door")
         door = f"[{DOOR_STYLE.get(state, 'dim')}]{state}[/]" if state else "[dim]-[/]"
+        seen = (d.get("router") or {}).get(r["member"]) or {}  # vllm-router's own view of it
+        if seen.get("circuit") not in (None, "closed"):
+            door += f" [red]circuit {seen['circuit']}[/]"
+        if (d.get("outstanding") or {}).get(r["member"]):
+            door += f" [dim]{d['outstanding'][r['member']]} in flight[/]"
         t.add_row(escape(r["member"]), f"[{HEALTH_STYLE.get(r['health'], '')}]{r['health']}[/]", config, tps, queue, door)
     c.print(t)
     c.print("[dim]queue: requests running/waiting; config: the head's applied config hash[/]")
     if d.get("members") is None and d.get("admin_error"):
         c.print(f"front door admin: [red]{escape(d['admin_error'])}[/]", soft_wrap=True)
+    for member, why in (d.get("reasons") or {}).items():
+        c.print(f"{escape(member)} at the front door (vllm-router): {escape(why)}", soft_wrap=True)
     for r in doc["members"]:
         if r["health"] != "serving" and r.get("error"):
-            c.print(f"{escape(r['member'])}: [red]{escape(r['error'])}[/]" + (f" (fix: {escape(r['fix'])})" if r.get("fix") else ""),
-                    soft_wrap=True)  # fmt: skip
+            c.print(
+                f"{escape(r['member'])}: [red]{escape(r['error'])}[/]" + (f" (fix: {escape(r['fix'])})" if r.get("fix") else ""),
+                soft_wrap=True,
+            )
     c.print(
         "[green]healthy[/]" if doc["healthy"] else "[red]not healthy[/]: run `sparkctl fleet doctor` (or `sparkctl fleet up`)"
     )
@@ -231,8 +239,10 @@ def doctor(
     from sparkctl.fleet.doctor import fleet_doctor
 
     fleet = _load(fleet_file)
-    run = lambda progress=lambda t: None: fleet_doctor(fleet, only=only, ignore=ignore, deep=deep,  # noqa: E731
-                                                       allow_loading=allow_loading, progress=progress)  # fmt: skip
+
+    def run(progress=lambda t: None):
+        return fleet_doctor(fleet, only=only, ignore=ignore, deep=deep, allow_loading=allow_loading, progress=progress)
+
     if json_out:
         report = run()
         print_json(report.to_dict())
@@ -273,8 +283,11 @@ def print_doctor(report, c=None) -> None:
         c.print()
     s = report.summary()
     line = ", ".join(f"{s[k]} {k}" for k in ("ok", "warn", "failed", "skipped"))
-    c.print(f"fleet {escape(report.fleet)}: {line} in {report.seconds:.2f} s "
-            f"(members at once: {', '.join(f'{m} {t:.1f} s' for m, t in report.member_seconds.items())})", soft_wrap=True)  # fmt: skip
+    c.print(
+        f"fleet {escape(report.fleet)}: {line} in {report.seconds:.2f} s "
+        f"(members at once: {', '.join(f'{m} {t:.1f} s' for m, t in report.member_seconds.items())})",
+        soft_wrap=True,
+    )
     if s["failed_checks"]:
         c.print(Text("failed: " + ", ".join(s["failed_checks"]), style="bold red"), soft_wrap=True)
 
@@ -318,8 +331,20 @@ def print_history(doc: dict, c=None) -> None:
         t.add_column(col, overflow="fold", no_wrap=col == "at")
     for e in doc["events"]:
         down = f"{e['downtime_seconds']:.2f} s" if e.get("downtime_seconds") is not None else "-"
-        t.add_row(*(escape(str(v)) for v in (e.get("at", "?"), e["member"], e.get("command", "?"), e.get("outcome", "?"),
-                                              (e.get("config_hash") or "?")[:12], e.get("by", "?"), down)))  # fmt: skip
+        t.add_row(
+            *(
+                escape(str(v))
+                for v in (
+                    e.get("at", "?"),
+                    e["member"],
+                    e.get("command", "?"),
+                    e.get("outcome", "?"),
+                    (e.get("config_hash") or "?")[:12],
+                    e.get("by", "?"),
+                    down,
+                )
+            )
+        )
     c.print(t)
     for name, m in doc["members"].items():
         if m["error"]:

@@ -87,8 +87,7 @@ def _print(c, report) -> None:
     from rich.table import Table
 
     style = "green" if report.outcome == "ok" else "bold red"
-    c.print(f"[{style}]{report.outcome}[/]" + (f": {report.reason}" if report.reason else ""), soft_wrap=True,
-            highlight=False)  # fmt: skip
+    c.print(f"[{style}]{report.outcome}[/]" + (f": {report.reason}" if report.reason else ""), soft_wrap=True, highlight=False)
     t = Table(title=f"fleet {report.plan.fleet}: {report.plan.kind}", title_justify="left")
     for col in ("member", "outcome", "config now", "old", "new", "front door", "reason"):
         t.add_column(col, overflow="fold")

@@ -50,8 +50,10 @@ def _head(inv):
     from sparkctl.errors import InputError
 
     if not inv.gateway.enabled:
-        raise InputError("this inventory has no gateway (gateway.enabled: false)",
-                         fix="nothing to release: the engine serves runtime.port itself")  # fmt: skip
+        raise InputError(
+            "this inventory has no gateway (gateway.enabled: false)",
+            fix="nothing to release: the engine serves runtime.port itself",
+        )
     return inv.hosts_with_role("head")[0]
 
 

@@ -189,6 +189,22 @@ def _tables(inv, path: Path) -> list:
         engram = table("engram", "host", "source", "size", "target (RAM)", "min free")
         row(engram, e.host, e.source, f"{e.size_gib:g} GiB", e.target, f"{e.min_free_gib:g} GiB")
         out.append(engram)
+    from sparkctl.keeper.unit import KEY, UNIT, key_comment
+
+    k = inv.keeper
+    keeper = table("keeper (on the head: docs/keeper.md)", "unit", "runs", "head's own SSH key", "acts", "gives up")
+    if k.enabled:
+        row(
+            keeper,
+            UNIT,
+            f"{k.sparkctl} keeper run",
+            f"{KEY} ({key_comment(inv.cluster.name)}), authorised on every host",
+            f"after {k.grace_s:g} s gone",
+            f"after {k.max_recoveries} recoveries in {k.window_s:g} s",
+        )
+    else:
+        row(keeper, "off (keeper.enabled: false)", "-", "-", "-", "-")
+    out.append(keeper)
     return out
 
 

@@ -279,8 +279,11 @@ def drill(
         c = answer()
         for r in rows:
             c.print(f"[bold]{r['name']}[/]: {r['what']}", soft_wrap=True)
-            c.print(f"    doctor: {r['check']} on {r['host']}   runbook: {r['runbook']}"
-                    + (f"   alerts: {', '.join(r['alerts'])}" if r["alerts"] else ""), soft_wrap=True)  # fmt: skip
+            c.print(
+                f"    doctor: {r['check']} on {r['host']}   runbook: {r['runbook']}"
+                + (f"   alerts: {', '.join(r['alerts'])}" if r["alerts"] else ""),
+                soft_wrap=True,
+            )
         return
     if not name:
         raise InputError("drill needs a NAME (or --list)", fix="sparkctl lab drill --list")

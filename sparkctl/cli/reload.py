@@ -55,9 +55,20 @@ def _run(kind: str, inventory, new_path, check, json_out, yes, deadline, ratio, 
     live = LiveReport(quiet=json_out, hosts=list(current.hosts), verbose=verbose)
     with live:
         report = run_reload(
-            kind, current, new, check=check, resume=resume, to=to, deadline=deadline, min_ratio=ratio, wait=wait,
-            confirm=confirm, progress=live.progress, on_result=live.result, say=say,
-        )  # fmt: skip
+            kind,
+            current,
+            new,
+            check=check,
+            resume=resume,
+            to=to,
+            deadline=deadline,
+            min_ratio=ratio,
+            wait=wait,
+            confirm=confirm,
+            progress=live.progress,
+            on_result=live.result,
+            say=say,
+        )
     if json_out:
         print_json(report.to_dict())
     else:
@@ -180,6 +191,7 @@ def history(
     from rich.table import Table
 
     from sparkctl.cli.output import answer, print_json
+    from sparkctl.history import history_doc
     from sparkctl.inventory.loader import load_inventory
     from sparkctl.reload import interrupted_message
 
@@ -196,8 +208,12 @@ def history(
     for e in events:
         start = f"{e.get('cache') or '-'} {e['start_seconds']:.1f} s" if e.get("start_seconds") else (e.get("cache") or "-")
         down = f"{e['downtime_seconds']:.2f} s" if e.get("downtime_seconds") is not None else "-"
-        t.add_row(e.get("at", "?"), e.get("command", "?"), e.get("outcome", "?"), (e.get("config_hash") or "?")[:16],
-                  e.get("by", "?"), start, down)  # fmt: skip
+        command = e.get("command", "?")
+        if e.get("trigger") == "keeper":  # an automatic recovery: what it recovered from
+            command += f" (keeper: {(e.get('cause') or {}).get('kind', 'gone')})"
+        t.add_row(
+            e.get("at", "?"), command, e.get("outcome", "?"), (e.get("config_hash") or "?")[:16], e.get("by", "?"), start, down
+        )
     c.print(t)
     if records:
         c.print(
@@ -207,22 +223,3 @@ def history(
         c.print(
             f"[bold red]{interrupted_message(doc['interrupted'])}[/]: `sparkctl reload --resume --config NEW` or `sparkctl rollback`"
         )
-
-
-def history_doc(inv, last: int = 20) -> dict:
-    """What `sparkctl history --json` prints: the head's events (newest `last`; 0: all it keeps),
-    last good config, rollback targets and interrupted reload, in one read of the head (its error
-    is raised as it came)."""
-    from sparkctl.session import ClusterSession
-
-    head = inv.hosts_with_role("head")[0]
-    with ClusterSession(inv, [head]) as cluster:
-        f = cluster.read(head, {"events", "journal", "history", "applied"})
-    records = [{"n": len(f.history) - i, "file": h.get("file"), "config_hash": h.get("config_hash"),
-                "applied_at": h.get("applied_at")} for i, h in enumerate(f.history)]  # fmt: skip
-    return {
-        "events": f.events[-last:] if last else f.events,
-        "last_good": (f.applied or {}).get("config_hash"),
-        "rollback_targets": records,
-        "interrupted": f.journal,
-    }

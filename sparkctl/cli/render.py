@@ -44,8 +44,10 @@ def render(inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
     c = answer()
     c.print(f"cluster [bold]{plan.cluster}[/]  config hash [bold]{plan.config_hash}[/]  (start order top to bottom)")
     if plan.gateway:
-        c.print(f"clients: {inv.hosts[plan.gateway.host].ssh.address}:{inv.runtime.port} (the gateway); "
-                f"the engine behind it on :{inv.gateway.engine_port}")  # fmt: skip
+        c.print(
+            f"clients: {inv.hosts[plan.gateway.host].ssh.address}:{inv.runtime.port} (the gateway); "
+            f"the engine behind it on :{inv.gateway.engine_port}"
+        )
     for spec in plan.all_containers:
         env = redact_obj(spec.env)
         c.print(f"\n[bold]{spec.host}[/] ({spec.role}): container {spec.name}, image {spec.image}")

@@ -12,88 +12,27 @@ from typing import Annotated, Optional
 import typer
 
 from sparkctl.cli.options import InventoryOpt, JsonOpt, check_seconds, require_inventory
-from sparkctl.runtime.metrics import GENERATION_TOKENS, KV_USAGE, RUNNING, TTFT, WAITING, SpecCounters
+from sparkctl.cluster_status import (
+    collect,
+    head_base,
+    host_containers,
+    runtime_doc,
+    runtime_session,
+    sample,
+)
 
 
-def runtime_session(inv, plan):
-    """The cluster session of the hosts that run a container of the launch (SSH opened on first use)."""
-    from sparkctl.session import ClusterSession
+def keeper_line(k: dict) -> str:
+    from rich.markup import escape
 
-    return ClusterSession(inv, hosts=sorted({c.host for c in plan.containers}, key=list(inv.hosts).index))
-
-
-def host_containers(inv, plan, cluster, head_kinds: frozenset = frozenset()) -> dict:
-    """host -> its error and the launch's containers there (state, config hash against the plan),
-    from the `containers` fact read again over `cluster`'s sessions: --watch keeps them open.
-    `head_kinds`: more facts to read on the head in the same round trip."""
-    from sparkctl.transport.redact import redact
-
-    head = inv.hosts_with_role("head")[0]
-    cluster.refresh({h: {"containers"} | (set(head_kinds) if h == head else set()) for h in cluster.hosts})
-    hosts = {}
-    for h in cluster.hosts:
-        u, f = cluster.unreachable.get(h), cluster.facts.get(h)
-        error = u.message if u is not None else None
-        if error is None and f.containers is None:
-            error = redact(f"{h}: cannot list containers: {f.errors.get('containers', 'no answer')}")
-        found = {c.name: c for c in f.containers} if error is None else {}
-        rows = []
-        for spec in plan.for_host(h):
-            c = found.get(spec.name)
-            if c is None:
-                row = {"name": spec.name, "state": "unknown (host not reached)" if error else "absent"}
-            else:
-                row = {"name": c.name, "state": c.status, "config_hash": c.config_hash, "image_id": c.image_id}
-            rows.append({**row, "config_matches": c is not None and c.config_hash == plan.expected_hash(spec.name)})
-        hosts[h] = {"error": error, "containers": rows}
-    return hosts
-
-
-def head_base(inv) -> tuple[str, int]:
-    """The engine's HTTP endpoint on the head (behind the gateway), fenced like every connection sparkctl makes."""
-    from sparkctl.runtime.launch import engine_port
-    from sparkctl.transport.guard import check_address
-
-    address = inv.hosts[inv.hosts_with_role("head")[0]].ssh.address
-    check_address(address, "the runtime's HTTP endpoint")
-    return address, engine_port(inv)
-
-
-def collect(inv, plan, sample_seconds: float) -> dict:
-    base = head_base(inv)
-    head = inv.hosts_with_role("head")[0]
-    with runtime_session(inv, plan) as cluster:
-        hosts = host_containers(inv, plan, cluster, head_kinds=frozenset({"applied"}))
-        # the last good config the head records (what `up`/`reload` applied and saw serving)
-        applied = cluster.facts[head].applied if head in cluster.reached() else None
-    first, second = sample(base, sample_seconds)
-    runtime = _runtime(first, second, sample_seconds)
-    gateway = gateway_status(inv)
-    healthy = (
-        runtime["health"] == 200
-        and all(c["state"] == "running" and c["config_matches"] for h in hosts.values() for c in h["containers"])
-        and (gateway is None or gateway.get("state") == "passing")
-    )
-    doc = {"cluster": inv.cluster.name, "config_hash": plan.config_hash,
-           "applied_config_hash": (applied or {}).get("config_hash"), "healthy": healthy, "hosts": hosts,
-           "runtime": runtime}  # fmt: skip
-    if gateway is not None:
-        doc["gateway"] = gateway
-    return doc
-
-
-def gateway_status(inv) -> Optional[dict]:
-    """The front door's own view (facts/gateway.py: its /gateway/metrics on runtime.port), None
-    without one (gateway.enabled: false)."""
-    if not inv.gateway.enabled:
-        return None
-    from sparkctl.facts.gateway import fetch
-
-    address, port = head_base(inv)[0], inv.runtime.port  # the public port: it answers even while holding
-    f = fetch(address, port)
-    if f.page is None:
-        return {"url": f.url, "state": "not answering", "error": f.error}
-    return {"url": f.url, **f.page.to_dict()}
+    if k["state"] == "gave up":
+        return f"keeper: [bold red]gave up[/] at {k.get('since')}: {escape(str(k.get('reason')))}"
+    if k["state"] == "not running":
+        return f"keeper: [red]not running[/] ({k['unit']}): nothing brings the cluster back by itself"
+    if k["state"] == "off":
+        return "keeper: off (keeper.enabled: false)"
+    n = k.get("recoveries_in_window") or 0
+    return "keeper: [green]watching[/]" + (f", {n} recovery(ies) in its window" if n else "")
 
 
 def gateway_line(g: dict) -> str:
@@ -103,13 +42,19 @@ def gateway_line(g: dict) -> str:
         return f"gateway {g['url']}: [red]not answering[/] ({escape(g.get('error') or '')})"
     if g["state"] == "holding":
         h = g.get("hold")
-        why = (f"holding for {escape(str(h['reason']))} ({h['held_for_s']:.0f} s, ends by itself in {h['expires_in_s']:.0f} s)"
-               if h else f"holding: the engine refuses connections ({g.get('upstream_down_for_s') or 0:.0f} s)")  # fmt: skip
+        why = (
+            f"holding for {escape(str(h['reason']))} ({h['held_for_s']:.0f} s, ends by itself in {h['expires_in_s']:.0f} s)"
+            if h
+            else f"holding: the engine refuses connections ({g.get('upstream_down_for_s') or 0:.0f} s)"
+        )
         state = f"[yellow]{why}[/]"
     else:
         state = "[green]passing[/]"
-    parts = [f"gateway {g['url']}: {state}", f"{g['held_requests']} held, {g['in_flight']} in flight",
-             f"upstream {g.get('upstream')}"]  # fmt: skip
+    parts = [
+        f"gateway {g['url']}: {state}",
+        f"{g['held_requests']} held, {g['in_flight']} in flight",
+        f"upstream {g.get('upstream')}",
+    ]
     if g.get("empty_streams"):
         parts.append("zero-token streams " + ", ".join(f"{n} {k}" for k, n in g["empty_streams"].items()))
     return ", ".join(parts)
@@ -154,8 +99,10 @@ def status(
     from sparkctl.runtime.launch import render
 
     if watch and json_out:
-        raise InputError("--watch is a live view for a person; --json prints one document",
-                         fix="drop one of them (a script polls `sparkctl status --json`)")  # fmt: skip
+        raise InputError(
+            "--watch is a live view for a person; --json prints one document",
+            fix="drop one of them (a script polls `sparkctl status --json`)",
+        )
     if not interval > 0:  # nan too
         raise InputError(f"--interval {interval:g}: must be more than 0 seconds", fix="e.g. --interval 2")
     check_seconds("--sample", sample, low=0.2, high=60, example="1")
@@ -212,13 +159,15 @@ def print_hosts(doc: dict) -> None:
     con.print(runtime_line(doc["runtime"]), soft_wrap=whole)
     if doc.get("gateway"):
         con.print(gateway_line(doc["gateway"]), soft_wrap=whole)
+    if doc.get("keeper"):
+        con.print(keeper_line(doc["keeper"]), soft_wrap=whole)
     con.print("[green]healthy[/]" if doc["healthy"] else "[red]not healthy[/]: run `sparkctl doctor` (or `sparkctl up`)")
 
 
 # --- the runtime part alone: any vLLM endpoint, and the live view ----------------------------------
 
 
-def endpoint_base(url: str) -> tuple[str, int]:
+def endpoint_base(url: str) -> tuple[str, int, str]:
     """--endpoint URL -> (host, port), fenced like every connection sparkctl makes."""
     from urllib.parse import urlsplit
 
@@ -231,70 +180,17 @@ def endpoint_base(url: str) -> tuple[str, int]:
     except ValueError:
         port = None
     if u.scheme != "http" or not u.hostname or port is None or u.path not in ("", "/") or u.query or u.fragment:
-        raise InputError(f"--endpoint {url!r} is not http://HOST:PORT (with the port)",
-                         fix="e.g. --endpoint http://10.0.0.5:8000 (the API's base URL, without /v1)")  # fmt: skip
+        raise InputError(
+            f"--endpoint {url!r} is not http://HOST:PORT (with the port)",
+            fix="e.g. --endpoint http://10.0.0.5:8000 (the API's base URL, without /v1)",
+        )
     check_address(u.hostname, "the --endpoint URL")
-    return u.hostname, port
+    return u.hostname, port, ""
 
 
-def acceptance(window: SpecCounters, since_start: Optional[SpecCounters]) -> dict:
-    """Speculative acceptance over the interval when drafts were made in it, else since the runtime
-    started: an idle cluster still shows how its drafter does. `spec_decode_acceptance_over` says
-    which ("interval", "since_start", or None with no drafts at all). Rate in percent, as vllm bench
-    serve and doctor report it."""
-    if window.drafts > 0:
-        return {**window.fields(), "spec_decode_acceptance_over": "interval"}
-    if since_start is not None and since_start.drafts > 0:
-        return {**since_start.fields(), "spec_decode_acceptance_over": "since_start"}
-    return {**SpecCounters().fields(), "spec_decode_acceptance_over": None}
-
-
-def figures(a, b, seconds: float) -> dict:
-    """What the runtime did between two fetches (EndpointFacts) `seconds` apart: tok/s, requests,
-    KV use and mean TTFT over that interval only; speculative acceptance as `acceptance` says."""
-    ma, mb = a.metrics, b.metrics
-
-    def delta(name: str) -> float:
-        return max(mb.get(name, 0.0) - ma.get(name, 0.0), 0.0)  # a restart resets counters: never negative
-
-    spec = (mb.spec or SpecCounters()) - (ma.spec or SpecCounters())
-    ttft_n = delta(f"{TTFT}_count")
-    return {
-        "running": int(mb.get(RUNNING, 0)),
-        "waiting": int(mb.get(WAITING, 0)),
-        "kv_cache_usage": round(mb.get(KV_USAGE, 0.0), 4),
-        "output_tokens_per_s": round(delta(GENERATION_TOKENS) / seconds, 1),
-        **acceptance(spec, mb.spec),
-        "ttft_mean_s": round(delta(f"{TTFT}_sum") / ttft_n, 3) if ttft_n else None,
-        "interval_s": round(seconds, 2),
-    }
-
-
-def _runtime(first, second, seconds: float) -> dict:
-    r: dict = {"url": first.url, "health": second.health, "error": second.health_error}
-    if second.models:
-        r.update(model=second.models[0].get("id"), max_model_len=second.models[0].get("max_model_len"))
-    if second.metrics_error:
-        r["metrics_error"] = second.metrics_error
-    if first.metrics and second.metrics:
-        r.update(figures(first, second, seconds))
-    return r
-
-
-def sample(base: tuple[str, int], seconds: float) -> tuple:
-    """Two fetches of the endpoint `seconds` apart (the same one twice when /metrics gave nothing)."""
-    from sparkctl.facts.endpoint import fetch
-
-    first = fetch(*base)
-    if not first.metrics:
-        return first, first
-    time.sleep(seconds)
-    return first, fetch(*base)
-
-
-def endpoint_status(base: tuple[str, int], sample_seconds: float) -> dict:
+def endpoint_status(base: tuple[str, int, str], sample_seconds: float) -> dict:
     first, second = sample(base, sample_seconds)
-    runtime = _runtime(first, second, sample_seconds)
+    runtime = runtime_doc(first, second, sample_seconds)
     return {"endpoint": first.url, "healthy": runtime["health"] == 200, "runtime": runtime}
 
 
@@ -305,13 +201,21 @@ def runtime_line(r: dict) -> str:
         return f"runtime {r['url']}: [red]not answering[/] ({escape(r['error'] or '')})"
     parts = [f"runtime {r['url']}: /health {r['health']}", f"model {r.get('model')} (max_model_len {r.get('max_model_len')})"]
     if "running" in r:
-        parts += [f"running {r['running']}, waiting {r['waiting']}", f"KV {100 * (r['kv_cache_usage'] or 0):.1f}%",
-                  f"{r['output_tokens_per_s']} tok/s"]  # fmt: skip
+        parts += [
+            f"running {r['running']}, waiting {r['waiting']}",
+            f"KV {100 * (r['kv_cache_usage'] or 0):.1f}%",
+            f"{r['output_tokens_per_s']} tok/s",
+        ]
         if r.get("spec_decode_acceptance_length") is not None:
-            over = (f"over the last {r['interval_s']:g} s" if r.get("spec_decode_acceptance_over") == "interval"
-                    else f"since start: no drafts in the last {r['interval_s']:g} s")  # fmt: skip
-            parts.append(f"acceptance rate {r['spec_decode_acceptance_rate']}%, mean acceptance length "
-                         f"{r['spec_decode_acceptance_length']} ({over})")  # fmt: skip
+            over = (
+                f"over the last {r['interval_s']:g} s"
+                if r.get("spec_decode_acceptance_over") == "interval"
+                else f"since start: no drafts in the last {r['interval_s']:g} s"
+            )
+            parts.append(
+                f"acceptance rate {r['spec_decode_acceptance_rate']}%, mean acceptance length "
+                f"{r['spec_decode_acceptance_length']} ({over})"
+            )
         if r.get("ttft_mean_s") is not None:
             parts.append(f"TTFT {r['ttft_mean_s']:.2f} s")
     elif r.get("metrics_error"):
@@ -332,12 +236,16 @@ WATCH_COLUMNS = {
 
 
 def _view(runtime: dict, hosts: Optional[dict]):
-    from rich.console import Group
+    from rich.console import Group, RenderableType
     from rich.table import Table
     from rich.text import Text
 
-    t = Table(title=f"sparkctl status --watch   (every {runtime.get('interval_s', '-')} s; q or Ctrl-C quits)",
-              title_justify="left", box=None, pad_edge=False)  # fmt: skip
+    t = Table(
+        title=f"sparkctl status --watch   (every {runtime.get('interval_s', '-')} s; q or Ctrl-C quits)",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+    )
     for col in WATCH_COLUMNS:
         t.add_column(col, justify="right", no_wrap=True)
     # not answering: no figures, a row of "-"
@@ -345,9 +253,11 @@ def _view(runtime: dict, hosts: Optional[dict]):
     if runtime.get("health") is None:
         head = Text(f"{runtime['url']}: not answering ({runtime.get('error')})", style="bold red")
     else:
-        head = Text(f"{runtime['url']}: /health {runtime['health']}  {runtime.get('model') or ''}",
-                    style="green" if runtime["health"] == 200 else "bold red")  # fmt: skip
-    parts = [head, t]
+        head = Text(
+            f"{runtime['url']}: /health {runtime['health']}  {runtime.get('model') or ''}",
+            style="green" if runtime["health"] == 200 else "bold red",
+        )
+    parts: list[RenderableType] = [head, t]
     if runtime.get("spec_decode_acceptance_over") == "since_start":
         parts.append(Text("accept, len: since the runtime started (no drafts in the last interval)", style="dim"))
     if hosts:
@@ -395,12 +305,13 @@ def _line(runtime: dict, hosts: Optional[dict]) -> str:
     if hosts:
         from rich.markup import escape
 
-        line += "; containers: " + ", ".join(f"{h}/{c['name']} {escape(c['state'])}"
-                                             for h, info in hosts.items() for c in info["containers"])  # fmt: skip
+        line += "; containers: " + ", ".join(
+            f"{h}/{c['name']} {escape(c['state'])}" for h, info in hosts.items() for c in info["containers"]
+        )
     return line
 
 
-def watch_view(containers, base: tuple[str, int], interval: float) -> None:
+def watch_view(containers, base: tuple[str, int, str], interval: float) -> None:
     """Refresh every `interval` s: figures over the last interval (not since start), each host's
     containers (`containers()`, None without an inventory). On a terminal a live view; off one (a
     pipe, a log) a line per interval, as it comes. q or Ctrl-C exits 0."""
@@ -419,8 +330,8 @@ def watch_view(containers, base: tuple[str, int], interval: float) -> None:
         with _quit_key() as quit_within, view as live:
             while not quit_within(wait):
                 cur, t_cur = fetch(*base), time.monotonic()
-                runtime, hosts = _runtime(prev, cur, t_cur - t_prev), containers()
-                if on_terminal:
+                runtime, hosts = runtime_doc(prev, cur, t_cur - t_prev), containers()
+                if live is not None:  # on a terminal
                     live.update(_view(runtime, hosts), refresh=True)
                 else:
                     c.print(_line(runtime, hosts), soft_wrap=True)

@@ -18,7 +18,10 @@ import textwrap
 import threading
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:  # rich.live is imported only when the report is live
+    from rich.live import Live
 
 STYLE = {"ok": "green", "changed": "yellow", "failed": "bold red", "skipped": "dim"}
 MARK = {"ok": "✓", "changed": "✓", "failed": "✗", "skipped": "-"}
@@ -48,13 +51,12 @@ def shorten(text: str, width: int) -> str:
 class LiveReport:
     """Prints each StepResult as it lands, and on a terminal keeps one live line per host."""
 
-    def __init__(self, quiet: bool, hosts: Optional[list[str]] = None, console=None, verbose: bool = False,
-                 live_console=None):  # fmt: skip
+    def __init__(self, quiet: bool, hosts: Optional[list[str]] = None, console=None, verbose: bool = False, live_console=None):
         self.quiet = quiet
         self.verbose = verbose  # on a terminal: every word of each finished line, wrapped at words
         self._console = console  # finished lines (the answer); default: stdout
         self._live_console = live_console or console  # the live block (progress); default: stderr
-        self._live = None
+        self._live: Optional[Live] = None
         self._lock = threading.Lock()
         self._hosts: dict[str, HostLine] = {h: HostLine() for h in hosts or []}
         self._cluster: Optional[tuple[str, str]] = None  # (step, phase) of a cluster-wide phase

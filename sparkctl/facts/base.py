@@ -32,11 +32,20 @@ ProbeSpec = Union[None, str, Mapping[int, str]]
 # Where facts are defined, imported on first use. The order is the probe script's and the parse
 # order (a fact's `after` may move it later): the clock is read first, right after the command is sent.
 MODULES = (
-    "sparkctl.facts.system", "sparkctl.facts.network", "sparkctl.facts.rdma", "sparkctl.facts.gpu",
-    "sparkctl.facts.docker", "sparkctl.facts.logs", "sparkctl.facts.caches", "sparkctl.facts.engram",
+    "sparkctl.facts.system",
+    "sparkctl.facts.network",
+    "sparkctl.facts.rdma",
+    "sparkctl.facts.gpu",
+    "sparkctl.facts.docker",
+    "sparkctl.facts.logs",
+    "sparkctl.facts.caches",
+    "sparkctl.facts.engram",
     "sparkctl.facts.weights",
-    "sparkctl.facts.runtime", "sparkctl.facts.state", "sparkctl.facts.fleet_door",
-)  # fmt: skip
+    "sparkctl.facts.runtime",
+    "sparkctl.facts.state",
+    "sparkctl.facts.fleet_door",
+    "sparkctl.facts.keeper",
+)
 
 
 @dataclass
@@ -162,7 +171,7 @@ def order() -> dict[str, int]:
     imported a topic module first), definition order within a module, each fact after the facts
     its `after` names. Facts of other modules (a test's) come last."""
     if "order" not in _derived:
-        facts, done = registry(), {}
+        facts, done = registry(), dict[str, int]()
         rank = {m: i for i, m in enumerate(MODULES)}
         names = sorted(facts, key=lambda n: rank.get(facts[n].module, len(rank)))  # stable: definition order
 

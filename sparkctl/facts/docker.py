@@ -54,17 +54,23 @@ def image_identity(diff_ids: list[str], os: str, architecture: str, variant: str
 def identity_of_inspect(doc: dict) -> str:
     """`image_identity` of one `docker image inspect` document (either store)."""
     return image_identity(
-        (doc.get("RootFS") or {}).get("Layers") or [], doc.get("Os", ""), doc.get("Architecture", ""),
-        doc.get("Variant", ""), doc.get("Config"),
-    )  # fmt: skip
+        (doc.get("RootFS") or {}).get("Layers") or [],
+        doc.get("Os", ""),
+        doc.get("Architecture", ""),
+        doc.get("Variant", ""),
+        doc.get("Config"),
+    )
 
 
 def identity_of_config(blob: dict) -> str:
     """`image_identity` of an image config blob (what a registry's manifest names)."""
     return image_identity(
-        (blob.get("rootfs") or {}).get("diff_ids") or [], blob.get("os", ""), blob.get("architecture", ""),
-        blob.get("variant", ""), blob.get("config"),
-    )  # fmt: skip
+        (blob.get("rootfs") or {}).get("diff_ids") or [],
+        blob.get("os", ""),
+        blob.get("architecture", ""),
+        blob.get("variant", ""),
+        blob.get("config"),
+    )
 
 
 # containerd snapshotter names: containerd's store reports its snapshotter as GraphDriver.Name
@@ -120,9 +126,14 @@ def manifests_of_inspect(doc: dict) -> tuple[str, ...]:
 
 def fact_of_inspect(ref: str, doc: Any) -> ImageFact:
     """One `docker image inspect` document (the CLI's JSON or the Engine API's) -> ImageFact."""
-    return ImageFact(ref, doc["Id"], identity=identity_of_inspect(doc), store=store_of_inspect(doc),
-                     diff_ids=tuple((doc.get("RootFS") or {}).get("Layers") or ()),
-                     manifests=manifests_of_inspect(doc))  # fmt: skip
+    return ImageFact(
+        ref,
+        doc["Id"],
+        identity=identity_of_inspect(doc),
+        store=store_of_inspect(doc),
+        diff_ids=tuple((doc.get("RootFS") or {}).get("Layers") or ()),
+        manifests=manifests_of_inspect(doc),
+    )
 
 
 def parse_image(ref: str, rc: int, text: str) -> ImageFact:
@@ -171,6 +182,7 @@ class ContainerFact:
     memlock: Optional[int] = None  # the container's memlock ulimit (soft), -1 = unlimited, None = not set
     started_at: str = ""
     error: str = ""  # State.Error, e.g. an OOM or exec failure
+    oom_killed: bool = False  # State.OOMKilled: the kernel's OOM killer ended it
 
     @property
     def running(self) -> bool:
@@ -220,6 +232,7 @@ def parse_containers(rc: int, text: str) -> tuple[list[ContainerFact], Optional[
                 memlock=memlock,
                 started_at=state.get("StartedAt", ""),
                 error=state.get("Error", "") or "",
+                oom_killed=bool(state.get("OOMKilled")),
             )
         )
     return out, None
@@ -274,15 +287,17 @@ def host_images(t: Target) -> list[str]:
     return t.memo["images"]
 
 
-@fact("image", lambda t: {i: image_probe(ref) for i, ref in enumerate(host_images(t))}, background=True,
-      fields={"images": dict})  # fmt: skip  # reference -> ImageFact
+@fact(
+    "image", lambda t: {i: image_probe(ref) for i, ref in enumerate(host_images(t))}, background=True, fields={"images": dict}
+)  # reference -> ImageFact
 def _image(f, r: Reading) -> None:
     ref = host_images(r.target)[r.index]
     f.images[ref] = parse_image(ref, r.rc, r.out)
 
 
-@fact("containers", lambda t: containers_probe(t.inventory.cluster.name), background=True,
-      fields={"containers": None})  # fmt: skip  # this cluster's containers, None when docker did not answer
+@fact(
+    "containers", lambda t: containers_probe(t.inventory.cluster.name), background=True, fields={"containers": None}
+)  # this cluster's containers, None when docker did not answer
 def _containers(f, r: Reading) -> None:
     found, err = parse_containers(r.rc, r.out)
     if err:

@@ -49,18 +49,23 @@ def _metrics(client, model: Optional[str]) -> MetricsPage:
     return parse_page(r.text, model)
 
 
-def fetch(host: str, port: int, timeout: float = 3.0, model: Optional[str] = None) -> EndpointFacts:
+def fetch(host: str, port: int, path: str = "", timeout: float = 3.0, model: Optional[str] = None) -> EndpointFacts:
+    """The engine at http://host:port{path} (path: the gateway's engine route, runtime/health.py engine_endpoint)."""
     import httpx
 
-    base = f"http://{host}:{port}"
+    base = f"http://{host}:{port}{path}"
     facts = EndpointFacts(url=base)
     # trust_env=False: never route this through a proxy from the environment
     with httpclient.client(base_url=base, timeout=timeout, trust_env=False) as client:
         try:
-            facts.health = client.get("/health").status_code
+            r = client.get("/health")
         except httpx.HTTPError as exc:
             facts.health_error = _why(exc)
             return facts  # nothing listens: the other endpoints cannot answer either
+        if path and r.status_code == 502:  # the gateway answers for an engine that refused it
+            facts.health_error = _why(httpx.ConnectError(r.text))
+            return facts
+        facts.health = r.status_code
         try:
             r = client.get("/v1/models")
             r.raise_for_status()

@@ -147,11 +147,16 @@ def _engram(f, r: Reading) -> None:
 
 
 # `up` re-hashes what changed since placement; `doctor --deep` re-hashes every byte (minutes for ~220 GiB)
-@fact("engram_hashes", lambda t: changed_checksum_command(e.target) if (e := _placed_here(t)) else None,
-      background=True, after=("engram",), fields={
-          "engram_hashes": None,  # SHA-256 per file of the RAM copy (re-hashed where changed, or all with --deep)
-          "engram_rehashed": list,  # files whose size/ctime moved since placement
-      })  # fmt: skip
+@fact(
+    "engram_hashes",
+    lambda t: changed_checksum_command(e.target) if (e := _placed_here(t)) else None,
+    background=True,
+    after=("engram",),
+    fields={
+        "engram_hashes": None,  # SHA-256 per file of the RAM copy (re-hashed where changed, or all with --deep)
+        "engram_rehashed": list,  # files whose size/ctime moved since placement
+    },
+)
 def _engram_hashes(f, r: Reading) -> None:  # re-hashed where size or ctime moved, else the placement's sums
     if not r.ok:
         f.errors["engram_hashes"] = r.last_line()
@@ -159,16 +164,24 @@ def _engram_hashes(f, r: Reading) -> None:  # re-hashed where size or ctime move
     f.engram_rehashed = sorted(parse_sums(r.out))
 
 
-@fact("engram_rehash", lambda t: checksum_command(e.target) if (e := _placed_here(t)) else None, background=True,
-      after=("engram_hashes",))  # fmt: skip  # fills engram_hashes: the --deep reading wins
+@fact(
+    "engram_rehash",
+    lambda t: checksum_command(e.target) if (e := _placed_here(t)) else None,
+    background=True,
+    after=("engram_hashes",),
+)  # fills engram_hashes: the --deep reading wins
 def _engram_rehash(f, r: Reading) -> None:  # --deep: every file hashed again
     if not r.ok:
         f.errors["engram_hashes"] = r.last_line()
     f.engram_hashes = parse_sums(r.out)
 
 
-@fact("engram_source_hashes", lambda t: source_sums_command(e.source) if (e := _placed_here(t)) else None,
-      background=True, fields={"engram_source_hashes": None})  # fmt: skip  # the source's SHA256SUMS, else computed
+@fact(
+    "engram_source_hashes",
+    lambda t: source_sums_command(e.source) if (e := _placed_here(t)) else None,
+    background=True,
+    fields={"engram_source_hashes": None},
+)  # the source's SHA256SUMS, else computed
 def _engram_source_hashes(f, r: Reading) -> None:
     if not r.ok:
         f.errors[r.key] = r.last_line()

@@ -1,6 +1,6 @@
-"""Fleet door facts on a head: the door's container (`docker inspect sparkctl-fleet-door`) and
-whether this sparkctl's door code is on the host (fleet/door_code.py). Read only when asked
-(the fleet door step, fleet/door_step.py)."""
+"""Fleet door facts on the door's host: the door's container (`docker inspect sparkctl-fleet-door`),
+and the host's architecture with whether the fleet's vllm-router wheel is unpacked there
+(fleet/router_launch.py). Read only when asked (the fleet door step, fleet/router_step.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from sparkctl.facts.base import Reading, fact
 def _container_probe(t) -> Optional[str]:
     if t.host.role != "head":
         return None
-    from sparkctl.fleetdoor.placement import CONTAINER
+    from sparkctl.fleet.router_launch import CONTAINER
 
     name = shlex.quote(CONTAINER)
     # `docker inspect` of a missing container exits 1 (stdout "[]", stderr "Error: No such object:
@@ -40,15 +40,22 @@ def _fleet_door(f, r: Reading) -> None:
         f.fleet_door = found[0] if found else False
 
 
-def _code_probe(t) -> Optional[str]:
+def _wheel_probe(t) -> Optional[str]:
+    """`uname -m`, then whether each wheel directory under the router's root is complete (the step
+    looks its own up: the fleet is not known to a fact)."""
     if t.host.role != "head":
         return None
-    from sparkctl.fleet import door_code
+    from sparkctl.fleet.router_launch import COMPLETE, WHEEL_ROOT
 
-    return f"test -f {shlex.quote(door_code.directory())}/{door_code.COMPLETE} && echo present || echo absent"
+    root = shlex.quote(WHEEL_ROOT)
+    return f'uname -m; for d in {root}/*/; do [ -f "$d{COMPLETE}" ] && basename "$d"; done; true'
 
 
-@fact("fleet_door_code", _code_probe, fields={"fleet_door_code": None})  # True / False, None: not read
-def _fleet_door_code(f, r: Reading) -> None:
-    out = r.out.strip()
-    f.fleet_door_code = True if out == "present" else False if out == "absent" else None
+@fact("fleet_router_wheels", _wheel_probe, fields={"fleet_router_arch": None, "fleet_router_wheels": None})
+def _fleet_router_wheels(f, r: Reading) -> None:
+    """fleet_router_arch: the host's `uname -m`; fleet_router_wheels: the complete wheel directories (None: not read)."""
+    lines = r.out.split()
+    if r.rc != 0 or not lines:
+        f.errors[r.key] = r.last_line()
+        return
+    f.fleet_router_arch, f.fleet_router_wheels = lines[0], set(lines[1:])

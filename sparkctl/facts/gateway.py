@@ -26,7 +26,7 @@ class GatewayPage:
     upstream: Optional[str] = None  # where it sends requests, http://HOST:PORT (sparkctl_gateway_info)
     hold_s: Optional[float] = None
     hold_max_s: Optional[float] = None
-    holding: dict[str, bool] = field(default_factory=dict)  # cause (admin, upstream_down) -> holding for it
+    holding: dict[str, bool] = field(default_factory=dict)  # cause (admin, upstream_down, upstream_draining) -> holding for it
     hold_reason: Optional[str] = None  # the admin hold's reason (reload, restart, rollback ...)
     hold_age_s: float = 0.0
     hold_expires_in_s: float = 0.0
@@ -108,11 +108,18 @@ def parse_page(text: str) -> GatewayPage:
             elif name == "zero_token_streams_total":
                 page.zero_token_streams[s.labels.get("finish_reason", "")] = v
             else:
-                attr = {"hold_age_seconds": "hold_age_s", "hold_expires_in_seconds": "hold_expires_in_s",
-                        "upstream_down_seconds": "upstream_down_s", "hold_overrun_seconds": "hold_overrun_s", "held_requests": "held", "in_flight": "in_flight",
-                        "requests_total": "requests", "holds_expired_total": "holds_expired",
-                        "long_context_running": "long_context_running",
-                        "long_context_waiting": "long_context_waiting"}.get(name)  # fmt: skip
+                attr = {
+                    "hold_age_seconds": "hold_age_s",
+                    "hold_expires_in_seconds": "hold_expires_in_s",
+                    "upstream_down_seconds": "upstream_down_s",
+                    "hold_overrun_seconds": "hold_overrun_s",
+                    "held_requests": "held",
+                    "in_flight": "in_flight",
+                    "requests_total": "requests",
+                    "holds_expired_total": "holds_expired",
+                    "long_context_running": "long_context_running",
+                    "long_context_waiting": "long_context_waiting",
+                }.get(name)
                 if attr:
                     setattr(page, attr, v)
     if not seen:

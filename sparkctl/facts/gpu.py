@@ -94,8 +94,12 @@ NVIDIA_SMI_APPS = f"nvidia-smi --query-compute-apps={APPS_QUERY} --format=csv,no
 APPS_SPLIT = "@@cgroups"  # between the compute apps and each app's /proc/PID/cgroup
 
 
-@fact("gpus", lambda t: NVIDIA_SMI_GPUS if t.host.gpu is not None else None, background=True,
-      fields={"gpus": None, "gpu_error": None})  # fmt: skip
+@fact(
+    "gpus",
+    lambda t: NVIDIA_SMI_GPUS if t.host.gpu is not None else None,
+    background=True,
+    fields={"gpus": None, "gpu_error": None},
+)
 def _gpus(f, r: Reading) -> None:
     found, err = parse_gpus(r.rc, r.out)
     if err and err != "No devices were found":
@@ -111,8 +115,12 @@ APPS_PROBE = (
 )
 
 
-@fact("gpu_apps", lambda t: APPS_PROBE if t.host.gpu is not None else None, background=True,
-      fields={"gpu_apps": list, "app_cgroups": dict})  # fmt: skip  # pid -> its cgroup lines
+@fact(
+    "gpu_apps",
+    lambda t: APPS_PROBE if t.host.gpu is not None else None,
+    background=True,
+    fields={"gpu_apps": list, "app_cgroups": dict},
+)  # pid -> its cgroup lines
 def _gpu_apps(f, r: Reading) -> None:
     apps_text, _, cgroups = r.out.partition(APPS_SPLIT)
     f.gpu_apps = parse_apps(r.rc, apps_text)

@@ -32,6 +32,7 @@ KINDS = {
     "peer_lost": "remote process exited or there was a network error",
     # mp: a headless node's launch line, naming the head it joins
     "headless": "headless multiproc executor, with head node address",
+    "oom": "out of memory",  # torch.OutOfMemoryError ("CUDA out of memory"), the host's OOM killer
     "kv_pool": "kv cache size:",
     "ready": "starting vllm server",
 }
@@ -157,6 +158,7 @@ class LogFacts:
     engine_fatal: list[str] = field(default_factory=list)
     worker_died: list[str] = field(default_factory=list)
     peer_lost: list[str] = field(default_factory=list)
+    oom: list[str] = field(default_factory=list)
     headless_master: Optional[str] = None  # mp: the head node address a headless node's launch line names
 
     @property
@@ -213,6 +215,8 @@ def classify(facts: LogFacts, line: str) -> None:
         facts.worker_died.append(line.strip())
     if KINDS["peer_lost"] in low:
         facts.peer_lost.append(line.strip())
+    if KINDS["oom"] in low:
+        facts.oom.append(line.strip())
     if m := _HEADLESS.search(line):
         facts.headless_master = m.group(1)
 

@@ -210,31 +210,44 @@ SPEED = (
 )
 
 
-@fact("speeds", lambda t: per_device(_rails(t), SPEED) if t.host.fabric else None, fields={
-    "speeds": dict,  # device -> Mb/s (None when unreadable)
-    "virtual": set,  # net devices with no bus device (veth): no line rate
-})  # fmt: skip
+@fact(
+    "speeds",
+    lambda t: per_device(_rails(t), SPEED) if t.host.fabric else None,
+    fields={
+        "speeds": dict,  # device -> Mb/s (None when unreadable)
+        "virtual": set,  # net devices with no bus device (veth): no line rate
+    },
+)
 def _speeds(f, r: Reading) -> None:
     f.speeds.update(parse_speeds(r.out))
     f.virtual.update(ln.split()[0] for ln in r.out.splitlines() if ln.split()[2:3] == ["virtual"])
 
 
-@fact("route", lambda t: {i: f"ip -j route get {shlex.quote(ip)}" for i, (_, ip) in _peers(t).items()}, background=True,
-      fields={"routes": dict, "route_text": dict})  # fmt: skip  # rail index -> device the route uses / the answer
+@fact(
+    "route",
+    lambda t: {i: f"ip -j route get {shlex.quote(ip)}" for i, (_, ip) in _peers(t).items()},
+    background=True,
+    fields={"routes": dict, "route_text": dict},
+)  # rail index -> device the route uses / the answer
 def _route(f, r: Reading) -> None:
     f.routes[r.index], f.route_text[r.index] = parse_route_get(r.out), r.out.strip()
 
 
-@fact("ping", lambda t: {i: ping_command(link, ip) for i, (link, ip) in _peers(t).items()}, background=True,
-      fields={"pings": dict})  # fmt: skip  # rail index -> PingResult
+@fact(
+    "ping", lambda t: {i: ping_command(link, ip) for i, (link, ip) in _peers(t).items()}, background=True, fields={"pings": dict}
+)  # rail index -> PingResult
 def _ping(f, r: Reading) -> None:
     f.pings[r.index] = parse_ping(r.rc, r.out)
 
 
-@fact("netplan", lambda t: netplan_probe(NETPLAN_PATH, _rails(t)) if t.host.fabric else None, fields={
-    "netplan": None,  # the fabric netplan file sparkctl writes, None when absent
-    "netplan_others": dict,  # other /etc/netplan files naming a rail: path -> text
-})  # fmt: skip
+@fact(
+    "netplan",
+    lambda t: netplan_probe(NETPLAN_PATH, _rails(t)) if t.host.fabric else None,
+    fields={
+        "netplan": None,  # the fabric netplan file sparkctl writes, None when absent
+        "netplan_others": dict,  # other /etc/netplan files naming a rail: path -> text
+    },
+)
 def _netplan(f, r: Reading) -> None:
     if not r.ok:
         f.errors[r.key] = r.last_line()

@@ -35,8 +35,10 @@ def build_script(probes: Mapping[str, str], marker: str, background: Collection[
         # own output and its exit code in two files, each read by a `cat`, cost five processes)
         lines.append("__t=$(mktemp -d) || exit 97")
         for i, key in enumerate(bg):
-            lines.append(f"{{ echo '{marker} {key}'; ( {probes[key]}\n) </dev/null; rc=$?; echo; echo \"{marker}rc $rc\"; }} "
-                         f'>"$__t/{i}" 2>&1 &')  # fmt: skip
+            lines.append(
+                f"{{ echo '{marker} {key}'; ( {probes[key]}\n) </dev/null; rc=$?; echo; echo \"{marker}rc $rc\"; }} "
+                f'>"$__t/{i}" 2>&1 &'
+            )
     for key, snippet in probes.items():
         if key in background:
             continue

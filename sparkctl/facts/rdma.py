@@ -88,8 +88,15 @@ def _devices(t: Target) -> list[str]:
     return [d for link in t.host.fabric for d in link.rdma]
 
 
-@fact("rdma_state", lambda t: per_device(_devices(t), "$(cat /sys/class/infiniband/$d/ports/1/state 2>/dev/null || echo missing)")
-      if _devices(t) else None, fields={"rdma_states": dict})  # fmt: skip
+@fact(
+    "rdma_state",
+    lambda t: (
+        per_device(_devices(t), "$(cat /sys/class/infiniband/$d/ports/1/state 2>/dev/null || echo missing)")
+        if _devices(t)
+        else None
+    ),
+    fields={"rdma_states": dict},
+)
 def _rdma_state(f, r: Reading) -> None:
     f.rdma_states.update(parse_port_states(r.out))
 

@@ -24,8 +24,9 @@ def _engine_health_probe(t: Target) -> Optional[str]:
     return health_probe(engine_port(t.inventory)) if t.host.role == "head" else None
 
 
-@fact("health", _engine_health_probe,
-      fields={"health": None})  # fmt: skip  # the head's /health status line from the head itself, or "refused"
+@fact(
+    "health", _engine_health_probe, fields={"health": None}
+)  # the head's /health status line from the head itself, or "refused"
 def _health(f, r: Reading) -> None:
     f.health = r.out.strip() or "no answer"
 
@@ -82,6 +83,21 @@ def _gateway_code(f, r: Reading) -> None:
     f.gateway_code = True if out == "present" else False if out == "absent" else None
 
 
+def _gateway_keys_probe(t: Target) -> Optional[str]:
+    # gateway.api_keys_file on the head: docker would bind a missing file as an empty directory
+    g = t.inventory.gateway
+    if t.host.role != "head" or not g.enabled or not g.api_keys_file:
+        return None
+    path = shlex.quote(g.api_keys_file)
+    return f"test -f {path} -a -r {path} && echo readable || echo missing"
+
+
+@fact("gateway_keys", _gateway_keys_probe, fields={"gateway_keys": None})  # "readable" / "missing", None: none named
+def _gateway_keys(f, r: Reading) -> None:
+    out = r.out.strip()
+    f.gateway_keys = out if out in ("readable", "missing") else None
+
+
 # of the gateway's metrics page, the lines that say whether it holds, for whom and since when
 HOLD_LINES = "grep -E '^sparkctl_gateway_(holding|hold_info|hold_age_seconds)[{ ]' || true"
 
@@ -96,8 +112,9 @@ def _gateway_hold_probe(t: Target) -> Optional[str]:
     return f"bash -c 'exec 3<>/dev/tcp/127.0.0.1/{t.inventory.runtime.port} && {get}' 2>/dev/null | {HOLD_LINES}"
 
 
-@fact("gateway_hold", _gateway_hold_probe, background=True,
-      fields={"gateway_hold": None})  # fmt: skip  # {"reason", "held_for_s"}, None: no hold
+@fact(
+    "gateway_hold", _gateway_hold_probe, background=True, fields={"gateway_hold": None}
+)  # {"reason", "held_for_s"}, None: no hold
 def _gateway_hold(f, r: Reading) -> None:
     from sparkctl.facts.gateway import admin_hold
 

@@ -1,4 +1,5 @@
-"""System facts: the login (user id, sudo), clock, memory, disk, memlock limit, systemd-logind RemoveIPC."""
+"""System facts: the login (user id, sudo), clock, memory, disk, memlock limit, systemd-logind RemoveIPC,
+and which of the tools sparkctl runs on a host are installed there."""
 
 from __future__ import annotations
 
@@ -154,8 +155,11 @@ def _clock(f, r: Reading) -> None:
         f.clock_offset = float(r.out.strip().splitlines()[0]) - r.sent
 
 
-@fact("whoami", 'id -u; id -un; if [ "$(id -u)" != 0 ]; then sudo -n true 2>/dev/null && echo sudo || echo no-sudo; fi',
-      fields={"uid": None, "user": "", "sudo": None})  # fmt: skip
+@fact(
+    "whoami",
+    'id -u; id -un; if [ "$(id -u)" != 0 ]; then sudo -n true 2>/dev/null && echo sudo || echo no-sudo; fi',
+    fields={"uid": None, "user": "", "sudo": None},
+)
 def _whoami(f, r: Reading) -> None:
     words = r.out.split()
     f.uid = int(words[0])
@@ -168,16 +172,39 @@ def _meminfo(f, r: Reading) -> None:
     f.meminfo.update(parse_meminfo(r.out))
 
 
-@fact("disk", lambda t: disk_probe(t.inventory.caches.host_path), background=True, fields={
-    "disks": dict,  # "images" / "docker" / "caches" -> Disk
-    "docker_root": None,
-    "image_store": "classic",  # "containerd" when dockerd keeps images in containerd's store
-    "images_root": None,  # where that store keeps them (docker's data root, or containerd's root)
-})  # fmt: skip
+@fact(
+    "disk",
+    lambda t: disk_probe(t.inventory.caches.host_path),
+    background=True,
+    fields={
+        "disks": dict,  # "images" / "docker" / "caches" -> Disk
+        "docker_root": None,
+        "image_store": "classic",  # "containerd" when dockerd keeps images in containerd's store
+        "images_root": None,  # where that store keeps them (docker's data root, or containerd's root)
+    },
+)
 def _disk(f, r: Reading) -> None:
     d = parse_disk(r.out)
     f.disks.update(d.disks)
     f.docker_root, f.image_store, f.images_root = d.docker_root, d.image_store, d.images_root
+
+
+# The programs sparkctl's steps and checks run on a host (not docker, which every fact reads):
+# dockerd's `--gpus all` needs the NVIDIA Container Toolkit's hook on dockerd's PATH (moby
+# daemon/nvidia_linux.go registers its "nvidia" device driver only then), doctor's bandwidth probe
+# runs iperf3 on both ends of a rail, the weights step copies the model with rsync.
+REMOTE_TOOLS = ("nvidia-container-runtime-hook", "iperf3", "rsync")
+
+
+def parse_tools(text: str) -> frozenset[str]:
+    """`command -v` of each tool, one path per line for those found -> the names found."""
+    found = {line.strip().rsplit("/", 1)[-1] for line in text.splitlines() if line.strip()}
+    return frozenset(t for t in REMOTE_TOOLS if t in found)
+
+
+@fact("tools", "for t in " + " ".join(REMOTE_TOOLS) + '; do command -v "$t"; done; true', fields={"tools": None})
+def _tools(f, r: Reading) -> None:
+    f.tools = parse_tools(r.out)
 
 
 @fact("memlock", "ulimit -l", fields={"memlock_kib": None})
@@ -185,9 +212,12 @@ def _memlock(f, r: Reading) -> None:
     f.memlock_kib = parse_memlock(r.out)
 
 
-@fact("logind", "if pidof systemd-logind >/dev/null 2>&1; then echo running; else echo stopped; fi; "
-      "cat /etc/systemd/logind.conf /etc/systemd/logind.conf.d/*.conf 2>/dev/null; true",
-      fields={"logind_running": None, "remove_ipc": None})  # fmt: skip
+@fact(
+    "logind",
+    "if pidof systemd-logind >/dev/null 2>&1; then echo running; else echo stopped; fi; "
+    "cat /etc/systemd/logind.conf /etc/systemd/logind.conf.d/*.conf 2>/dev/null; true",
+    fields={"logind_running": None, "remove_ipc": None},
+)
 def _logind(f, r: Reading) -> None:
     first, _, rest = r.out.partition("\n")
     f.logind_running, f.remove_ipc = first.strip() == "running", parse_remove_ipc(rest)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Optional
 from sparkctl.facts.base import Reading, Target, fact
 
 if TYPE_CHECKING:
-    from sparkctl.inventory.models import HubCheckpoint
+    from sparkctl.weights.placement import Checkpoint
 
 RECORD = ".sparkctl-weights.json"
 STAT = ".sparkctl-weights.stat"
@@ -50,8 +50,7 @@ def weights_probe(path: str) -> str:
         f"echo @@record; cat {p}/{RECORD} 2>/dev/null; "
         f"echo @@staging; [ -d {s} ] && (cd {s} && {_FILES} | head -n 20000); "
         # the free bytes where the files will land: the path, else its nearest existing parent
-        f'echo @@free; d={p}; while [ ! -d "$d" ]; do d=$(dirname "$d"); done; df -B1 --output=avail "$d" | tail -n 1; '
-        "echo @@tools; command -v rsync; true"  # the copy between nodes runs rsync on both ends
+        f'echo @@free; d={p}; while [ ! -d "$d" ]; do d=$(dirname "$d"); done; df -B1 --output=avail "$d" | tail -n 1; true'
     )
 
 
@@ -96,6 +95,11 @@ class ManifestFile:
             return digests.sha256 == self.sha256
         return bool(self.git) and digests.git == self.git
 
+    def comparable(self, digests: "FileDigests") -> bool:
+        """`digests` hold the kind this file is listed by (a record of another source may hold only a
+        git blob id where a folder's SHA256SUMS lists a sha256): else it must be hashed again."""
+        return bool(self.sha256 and digests.sha256) or bool(not self.sha256 and self.git and digests.git)
+
     def to_dict(self) -> dict:
         return {"size": self.size, **({"sha256": self.sha256} if self.sha256 else {}), **({"git": self.git} if self.git else {})}
 
@@ -118,7 +122,7 @@ class WeightsRecord:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
 
-    def names(self, ckpt: HubCheckpoint) -> bool:
+    def names(self, ckpt: Checkpoint) -> bool:
         """The record is of this checkpoint: the inventory's repo, its revision (or that revision's
         commit) and the same file patterns."""
         return (
@@ -161,7 +165,6 @@ class WeightsCopy:
     record: Optional[WeightsRecord] = None
     staging: dict[str, int] = field(default_factory=dict)  # name -> size in the staging folder
     free_bytes: Optional[int] = None
-    rsync: bool = False  # the node has rsync (what copies between nodes)
 
     @property
     def bytes(self) -> int:
@@ -181,7 +184,7 @@ def _listing(text: str) -> dict[str, int]:
 def parse_weights(path: str, text: str) -> WeightsCopy:
     from sparkctl.facts.probe import chunks as split
 
-    chunks = split(text, ("dir", "links", "record", "staging", "free", "tools"))
+    chunks = split(text, ("dir", "links", "record", "staging", "free"))
     head, _, listing = chunks["dir"].partition("\n")
     free = chunks["free"].strip().splitlines()
     return WeightsCopy(
@@ -193,8 +196,63 @@ def parse_weights(path: str, text: str) -> WeightsCopy:
         record=parse_record(chunks["record"]) if chunks["record"].strip() else None,
         staging=_listing(chunks["staging"]),
         free_bytes=int(free[-1]) if free and free[-1].strip().isdigit() else None,
-        rsync="rsync" in chunks["tools"],
     )
+
+
+SUMS = "SHA256SUMS"  # a folder source's list of files and digests (`sha256sum` output)
+
+
+def source_probe(directory: str) -> str:
+    """Shell: a folder source (weights.directory) on the download host: its files' sizes and its SHA256SUMS."""
+    d = shlex.quote(directory)
+    return (
+        f"echo @@dir; if [ -d {d} ]; then echo present; (cd {d} && find . -type f ! -name {SUMS} -printf '%s %P\\n' "
+        f"| head -n 20000); fi; echo @@sums; cat {d}/{SUMS} 2>/dev/null; true"
+    )
+
+
+@dataclass(frozen=True)
+class SourceFolder:
+    """A folder that holds a checkpoint on the download host, and what its SHA256SUMS says of it."""
+
+    directory: str
+    present: bool = False
+    files: dict[str, int] = field(default_factory=dict)  # name -> size
+    sums: Optional[dict[str, str]] = None  # name -> sha256 (None: no SHA256SUMS)
+    sums_digest: str = ""  # sha256 of the SHA256SUMS text: which version of the folder it lists
+
+
+def parse_sums(text: str) -> dict[str, str]:
+    """`sha256sum` output (`DIGEST  name`, or `DIGEST *name` in binary mode) -> {name: digest}."""
+    out = {}
+    for line in text.splitlines():
+        digest, _, name = line.strip().partition(" ")
+        name = name.lstrip(" *").removeprefix("./")
+        if len(digest) == 64 and all(c in "0123456789abcdefABCDEF" for c in digest) and name:
+            out[name] = digest.lower()
+    return out
+
+
+def parse_source(directory: str, text: str) -> SourceFolder:
+    import hashlib
+
+    from sparkctl.facts.probe import chunks as split
+
+    chunks = split(text, ("dir", "sums"))
+    head, _, listing = chunks["dir"].partition("\n")
+    sums = chunks["sums"]
+    return SourceFolder(
+        directory=directory,
+        present=head.strip() == "present",
+        files={name: size for size, name in (_size_and_name(ln) for ln in listing.splitlines()) if name},
+        sums=parse_sums(sums) if sums.strip() else None,
+        sums_digest=hashlib.sha256(sums.encode()).hexdigest() if sums.strip() else "",
+    )
+
+
+def _size_and_name(line: str) -> tuple[int, str]:
+    size, _, name = line.partition(" ")
+    return (int(size), name) if size.isdigit() else (0, "")
 
 
 def parse_hashes(text: str, record: Optional[WeightsRecord] = None) -> dict[str, FileDigests]:
@@ -239,6 +297,21 @@ def _per_path(t: Target, command, placed_only: bool = False) -> Optional[dict[in
     return {i: command(p) for i, p in enumerate(paths)} or None
 
 
+def _source_here(t: Target) -> Optional[str]:
+    """The folder source (weights.directory) when this host is the download host that holds it."""
+    from sparkctl.weights.placement import download_host
+
+    w = t.inventory.weights
+    return source_probe(w.directory) if w is not None and w.directory and download_host(t.inventory) == t.name else None
+
+
+@fact("weights_source", _source_here, fields={"weights_source": None})
+def _weights_source(f, r: Reading) -> None:
+    w = r.target.inventory.weights
+    assert w is not None and w.directory is not None  # _source_here probes only then
+    f.weights_source = parse_source(w.directory, r.out)
+
+
 @fact("weights", lambda t: _per_path(t, weights_probe), fields={"weights": dict})
 def _weights(f, r: Reading) -> None:  # path -> WeightsCopy
     path = paths_here(r.target)[r.index]
@@ -246,8 +319,13 @@ def _weights(f, r: Reading) -> None:  # path -> WeightsCopy
 
 
 # every `up`: the files whose size or ctime moved since they were verified; doctor --deep: every file
-@fact("weights_hashes", lambda t: _per_path(t, hash_command, placed_only=True), background=True, after=("weights",),
-      fields={"weights_hashes": dict})  # fmt: skip
+@fact(
+    "weights_hashes",
+    lambda t: _per_path(t, hash_command, placed_only=True),
+    background=True,
+    after=("weights",),
+    fields={"weights_hashes": dict},
+)
 def _weights_hashes(f, r: Reading) -> None:  # path -> {file: digests}
     path = paths_here(r.target)[r.index]
     copy = f.weights.get(path)
@@ -256,8 +334,12 @@ def _weights_hashes(f, r: Reading) -> None:  # path -> {file: digests}
     f.weights_hashes[path] = parse_hashes(r.out, copy.record if copy else None)
 
 
-@fact("weights_rehash", lambda t: _per_path(t, lambda p: hash_command(p, only_changed=False), placed_only=True), background=True,
-      after=("weights_hashes",))  # fmt: skip  # fills weights_hashes: the --deep reading wins
+@fact(
+    "weights_rehash",
+    lambda t: _per_path(t, lambda p: hash_command(p, only_changed=False), placed_only=True),
+    background=True,
+    after=("weights_hashes",),
+)  # fills weights_hashes: the --deep reading wins
 def _weights_rehash(f, r: Reading) -> None:
     path = paths_here(r.target)[r.index]
     f.weights_hashes[path] = parse_hashes(r.out)

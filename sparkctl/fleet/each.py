@@ -35,8 +35,12 @@ def each_member(members: list, fn: Callable[[Any], Any]) -> dict[str, MemberOutc
         except SparkctlError as err:
             return MemberOutcome(m.name, error=err)
         except Exception as exc:  # a bug in one member's run must not hide the others' results
-            return MemberOutcome(m.name, error=SparkctlError(
-                f"{type(exc).__name__}: {exc}", fix="a sparkctl bug: report it with the command's --json output"))  # fmt: skip
+            return MemberOutcome(
+                m.name,
+                error=SparkctlError(
+                    f"{type(exc).__name__}: {exc}", fix="a sparkctl bug: report it with the command's --json output"
+                ),
+            )
 
     if not members:
         return {}

@@ -7,15 +7,18 @@ from __future__ import annotations
 def merge_events(per_member: dict[str, list[dict]], last: int = 20) -> list[dict]:
     """The members' events oldest first, each with its `member`; the newest `last` (0: all).
     Times are the heads' UTC ISO seconds: a tie keeps the fleet's member order, then each head's own."""
-    tagged = [(e.get("at") or "", i, j, {"member": name, **e})
-              for i, (name, events) in enumerate(per_member.items()) for j, e in enumerate(events)]  # fmt: skip
+    tagged = [
+        (e.get("at") or "", i, j, {"member": name, **e})
+        for i, (name, events) in enumerate(per_member.items())
+        for j, e in enumerate(events)
+    ]
     merged = [e for *_, e in sorted(tagged, key=lambda t: t[:3])]
     return merged[-last:] if last else merged
 
 
 def fleet_history(fleet, last: int = 20) -> dict:
-    from sparkctl.cli.reload import history_doc
     from sparkctl.fleet.each import each_member
+    from sparkctl.history import history_doc
 
     outcomes = each_member(fleet.members, lambda m: history_doc(m.inventory, last))
     members = {}
@@ -27,5 +30,9 @@ def fleet_history(fleet, last: int = 20) -> dict:
             "error": o.error.to_dict() if o.error is not None else None,
         }
     events = merge_events({n: (o.value or {}).get("events", []) for n, o in outcomes.items()}, last)
-    return {"fleet": fleet.name, "events": events, "members": members,
-            "failed_members": [n for n, o in outcomes.items() if not o.ok]}  # fmt: skip
+    return {
+        "fleet": fleet.name,
+        "events": events,
+        "members": members,
+        "failed_members": [n for n, o in outcomes.items() if not o.ok],
+    }

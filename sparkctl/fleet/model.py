@@ -6,7 +6,8 @@
       - inventory: inventory-2.yaml
     front_door:
       member: lab                  # on this member's head (or host: {address, ...} + image:)
-      port: 8890
+      port: 8890                   # the fleet's URL: vllm-router, the members' front doors its workers
+      router: {policy: cache_aware}   # vllm-router's knobs (fleet/router_launch.py; docs/fleets.md)
     rollout: {max_unavailable: 1, stop_on_failure: true}
 
 `load_fleet` validates the whole file, every member's inventory and the rules between them before
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
@@ -28,6 +29,7 @@ from sparkctl.inventory.problems import InventoryError, Problem, from_validation
 
 FLEET_ENV = "SPARKCTL_FLEET"
 DEFAULT_DOOR_PORT = 8890
+WHEEL_ARCHES = ("x86_64", "aarch64")  # the platforms vllm-router publishes wheels for (DGX Spark: aarch64)
 
 
 class _Section(BaseModel):
@@ -42,8 +44,62 @@ class MemberRef(_Section):
     inventory: Path = Field(..., description="The member cluster's inventory (relative: to the fleet file's folder).")
 
 
+class Router(_Section):
+    """vllm-router's own knobs that users need (its flags of the same names, `vllm-router --help`);
+    a knob left out is the router's default. sparkctl passes the members' front doors as its
+    workers, the port, the metrics port and the health and start-up timing the rollout relies on."""
+
+    policy: Literal["cache_aware", "consistent_hash", "power_of_two", "round_robin", "random"] = Field(
+        "cache_aware",
+        description="How a request picks a member: cache_aware (by prompt prefix, so a conversation's turns "
+        "meet their cached prefix), consistent_hash (by the X-Session-ID or X-User-ID header clients send), "
+        "power_of_two (the less loaded of two), round_robin, random.",
+    )
+    wheel: Optional[Path] = Field(
+        None,
+        description="vllm-router's wheel for the door host's architecture, on this machine (relative: to the fleet "
+        "file's folder; `pip download --no-deps --only-binary=:all: --platform manylinux_2_28_aarch64 vllm-router`). "
+        "sparkctl ships it to the host (no internet needed there); without it, the image must carry vllm-router.",
+    )
+    cache_threshold: Optional[float] = Field(
+        None, ge=0, le=1, description="cache_aware: the share of a prompt a member's cached prefix must match to get it."
+    )
+    balance_abs_threshold: Optional[int] = Field(
+        None,
+        ge=0,
+        description="cache_aware: requests in flight by which the busiest member must lead the idlest before "
+        "the idlest gets a request whatever its prefix (default: the smallest member's runtime.max_num_seqs; the "
+        "router's own, 64, leaves a second pair idle until the first has 64 more requests than it).",
+    )
+    balance_rel_threshold: Optional[float] = Field(
+        None, ge=1, description="cache_aware: ... and by this factor (the router's default 1.5)."
+    )
+    max_concurrent_requests: Optional[int] = Field(None, ge=1, description="Requests the router runs at once.")
+    queue_size: Optional[int] = Field(None, ge=0, description="Requests that wait beyond those (then 429).")
+    queue_timeout_secs: Optional[int] = Field(None, ge=1, description="How long one may wait in that queue.")
+    max_payload_size: Optional[int] = Field(None, ge=1024, description="Largest request body in bytes.")
+    request_timeout_secs: Optional[int] = Field(None, ge=1, description="Deadline of one request at a member.")
+    retry_max_retries: Optional[int] = Field(None, ge=0, description="Retries of a request a member failed (408/429/5xx).")
+    cb_failure_threshold: Optional[int] = Field(None, ge=1, description="Failures that open a member's circuit.")
+    cb_timeout_duration_secs: int = Field(
+        5,
+        ge=1,
+        le=3600,
+        description="How long an open circuit stays open (the router's own 60 s would keep a member "
+        "that serves again out for a minute after its health checks pass).",
+    )
+    health_check_interval_secs: int = Field(
+        2,
+        ge=1,
+        le=300,
+        description="How often the router asks each member's /health (a dead member leaves within "
+        "interval x health_failure_threshold).",
+    )
+    health_failure_threshold: int = Field(2, ge=1, le=100, description="Failed health checks that take a member out.")
+
+
 class FrontDoor(_Section):
-    """Where the fleet's front door runs: on one member's head, or on a host of its own."""
+    """Where the fleet's front door (vllm-router) runs: on one member's head, or on a host of its own."""
 
     member: Optional[str] = Field(None, description="Run it on this member's head (its cluster.name).")
     host: Optional[SSH] = Field(None, description="Or on a host of its own: how sparkctl reaches it over SSH.")
@@ -51,6 +107,21 @@ class FrontDoor(_Section):
         None, description="Image to run it in (default: the member's runtime.image; required with host)."
     )
     port: int = Field(DEFAULT_DOOR_PORT, ge=1, le=65535, description="The port clients use: the fleet's one URL.")
+    metrics_port: Optional[int] = Field(
+        None, ge=1, le=65535, description="The router's Prometheus page (default: port + 1); sparkctl reads its loads there."
+    )
+    router: Router = Field(default_factory=Router, description="vllm-router's policy and knobs.")
+
+    @property
+    def router_metrics_port(self) -> int:
+        return self.metrics_port or self.port + 1
+
+    @property
+    def own_host(self) -> SSH:
+        """The host of its own, where no member is named (validation: exactly one of the two)."""
+        if self.host is None:
+            raise ValueError(f"front_door runs on member {self.member}'s head, not a host of its own")
+        return self.host
 
 
 class Rollout(_Section):
@@ -118,16 +189,29 @@ class Fleet(BaseModel):
     @property
     def front_door_address(self) -> str:
         door = self.door_member
-        return door.head_address if door else self.front_door.host.address
+        return door.head_address if door else self.front_door.own_host.address
 
     @property
     def front_door_image(self) -> str:
         """The image the door runs in: front_door.image, else the door member's runtime.image."""
-        return self.front_door.image or self.door_member.inventory.runtime.image
+        door = self.door_member
+        if self.front_door.image or door is None:  # validation requires the image with a host of its own
+            return str(self.front_door.image)
+        return door.inventory.runtime.image
 
     @property
     def front_door_url(self) -> str:
         return f"http://{self.front_door_address}:{self.front_door.port}"
+
+    @property
+    def router_metrics_url(self) -> str:
+        return f"http://{self.front_door_address}:{self.front_door.router_metrics_port}/metrics"
+
+    @property
+    def router_wheel(self) -> Optional[Path]:
+        """front_door.router.wheel, relative to the fleet file's folder."""
+        wheel = self.front_door.router.wheel
+        return self.path.parent / wheel.expanduser() if wheel is not None else None
 
 
 class FleetError(InventoryError):
@@ -203,13 +287,36 @@ def load_fleet(path: Path | str) -> Fleet:
         except InputError as err:  # missing, unreadable, not a file
             problems.append(Problem(("members", i, "inventory"), err.message))
     if not problems:
-        problems += list(_rules(doc, members))
+        problems += list(_rules(doc, members, path))
     if problems:
         raise FleetError(path, [p.located(locations) for p in problems])
     return Fleet(name=doc.fleet.name, path=path, members=members, front_door=doc.front_door, rollout=doc.rollout)
 
 
-def _rules(doc: FleetFile, members: list[Member]) -> Iterator[Problem]:
+def _wheel_problems(doc: FleetFile, path: Path) -> Iterator[Problem]:
+    """front_door.router.wheel: a file here, named as vllm-router's wheels are, for a Spark's or a PC's architecture."""
+    wheel = doc.front_door.router.wheel
+    if wheel is None:
+        return
+    where, found = ("front_door", "router", "wheel"), path.parent / wheel.expanduser()
+    get = "`pip download --no-deps --only-binary=:all: --platform manylinux_2_28_aarch64 vllm-router` (x86_64 likewise)"
+    if not found.is_file():
+        yield Problem(where, f"{found} is not a file; download the router's wheel with {get}")
+    elif not (found.name.startswith("vllm_router-") and found.name.endswith(".whl")):
+        yield Problem(
+            where, f"{found.name} is not a vllm-router wheel (vllm_router-VERSION-...-PLATFORM.whl); get one with {get}"
+        )
+    elif wheel_arch(found.name) is None:
+        yield Problem(where, f"{found.name} is built for none of {', '.join(WHEEL_ARCHES)}; get one with {get}")
+
+
+def wheel_arch(name: str) -> Optional[str]:
+    """The architecture a wheel's platform tag names (x86_64, aarch64), None for any other."""
+    platform = name.removesuffix(".whl").split("-")[-1]
+    return next((a for a in WHEEL_ARCHES if platform.endswith(a)), None)
+
+
+def _rules(doc: FleetFile, members: list[Member], path: Path) -> Iterator[Problem]:
     """Between the members: names and hosts are one member's own; the door has one place."""
     seen_name: dict[str, int] = {}
     seen_address: dict[str, tuple[int, str]] = {}
@@ -234,6 +341,11 @@ def _rules(doc: FleetFile, members: list[Member]) -> Iterator[Problem]:
                 )
             seen_address.setdefault(a, (i, host))
     fd = doc.front_door
+    yield from _wheel_problems(doc, path)
+    if fd.router_metrics_port == fd.port:
+        yield Problem(
+            ("front_door", "metrics_port"), f"{fd.port} is front_door.port; the router's metrics need a port of their own"
+        )
     if (fd.member is None) == (fd.host is None):
         yield Problem(("front_door",), "name exactly one of member (run it on that member's head) or host (a host of its own)")
     elif fd.member is not None:
@@ -243,24 +355,26 @@ def _rules(doc: FleetFile, members: list[Member]) -> Iterator[Problem]:
         else:
             m = by_name[fd.member]
             taken = _ports_on(m, m.head)
-            if fd.port in taken:
-                yield Problem(
-                    ("front_door", "port"),
-                    f"{fd.port} is {taken[fd.port]} on member {fd.member}'s head; pick a free port (e.g. 8890)",
-                )
+            for field, port in (("port", fd.port), ("metrics_port", fd.router_metrics_port)):
+                if port in taken:
+                    yield Problem(
+                        ("front_door", field),
+                        f"{port} is {taken[port]} on member {fd.member}'s head; pick a free port (e.g. 8890)",
+                    )
     elif fd.image is None:
         yield Problem(("front_door", "image"), "a front door on a host of its own needs the image it runs in")
     else:
         # a host of its own may still be a member's host (e.g. an offload host): its ports there are taken
         for m in members:
             for host, h in m.inventory.hosts.items():
-                taken = _ports_on(m, host) if h.ssh.address == fd.host.address else {}
-                if fd.port in taken:
-                    yield Problem(
-                        ("front_door", "port"),
-                        f"{fd.port} is {taken[fd.port]} on {fd.host.address} (host {host} of member {m.name}); "
-                        "pick a free port (e.g. 8890)",
-                    )
+                taken = _ports_on(m, host) if h.ssh.address == fd.own_host.address else {}
+                for field, port in (("port", fd.port), ("metrics_port", fd.router_metrics_port)):
+                    if port in taken:
+                        yield Problem(
+                            ("front_door", field),
+                            f"{port} is {taken[port]} on {fd.own_host.address} (host {host} of member {m.name}); "
+                            "pick a free port (e.g. 8890)",
+                        )
 
 
 def _ports_on(member: Member, host: str) -> dict[int, str]:

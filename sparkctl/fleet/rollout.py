@@ -82,8 +82,10 @@ def read_config_dir(fleet, config_dir: Path) -> dict[str, tuple[Path, Any]]:
             problems.append(f"{path}: {err.message}")
             continue
         if inv.cluster.name != path.stem:
-            problems.append(f"{path}: cluster.name: {inv.cluster.name!r}, the file is member {path.stem}'s "
-                            f"(a member's file holds that member's full inventory)")  # fmt: skip
+            problems.append(
+                f"{path}: cluster.name: {inv.cluster.name!r}, the file is member {path.stem}'s "
+                f"(a member's file holds that member's full inventory)"
+            )
             continue
         try:
             same_cluster(fleet.member(path.stem).inventory, inv)
@@ -136,22 +138,33 @@ class MemberPlan:
         if self.action == "undrain":
             return f"{self.member}: nothing to change; drained at the front door: put back ({self.reason})"
         p = self.plan
+        if p is None:  # a member to change always has its reload plan read
+            return f"{self.member}: no plan read ({self.reason})"
         start = "no engine restart"
         if p.prediction:
-            start = p.prediction + (f", expected ~{p.expected_seconds:.0f} s to serve" if p.expected_seconds else
-                                    ", no start time in this member's history yet")  # fmt: skip
+            start = p.prediction + (
+                f", expected ~{p.expected_seconds:.0f} s to serve"
+                if p.expected_seconds
+                else ", no start time in this member's history yet"
+            )
         src = f" ({self.inventory_path.name} -> {self.new_path})" if self.new_path else ""
         return f"{self.member}{src}: {start}"
 
     def to_dict(self) -> dict:
         return {
-            "member": self.member, "inventory": str(self.inventory_path), "action": self.action, "reason": self.reason,
-            "new_config_file": str(self.new_path) if self.new_path else None, "config": self.config,
+            "member": self.member,
+            "inventory": str(self.inventory_path),
+            "action": self.action,
+            "reason": self.reason,
+            "new_config_file": str(self.new_path) if self.new_path else None,
+            "config": self.config,
             "to_config": self.plan.to_hash if self.plan is not None and self.action == "change" else None,
             "prediction": self.plan.prediction if self.plan is not None and self.action == "change" else None,
-            "expected_start_seconds": self.expected_seconds, "interrupted": self.interrupted, "door": self.door,
+            "expected_start_seconds": self.expected_seconds,
+            "interrupted": self.interrupted,
+            "door": self.door,
             "plan": self.plan.to_dict() if self.plan is not None else None,
-        }  # fmt: skip
+        }
 
 
 @dataclass
@@ -189,9 +202,13 @@ class RolloutPlan:
         return round(sum(known), 1) if known else None
 
     def lines(self) -> list[str]:
-        what = {"reload": "reload", "restart": "restart of each member's recorded config",
-                "rollback": "rollback to each member's last good config" if not self.to else
-                f"rollback of each member {self.to} config(s) back in its history"}[self.kind]  # fmt: skip
+        what = {
+            "reload": "reload",
+            "restart": "restart of each member's recorded config",
+            "rollback": "rollback to each member's last good config"
+            if not self.to
+            else f"rollback of each member {self.to} config(s) back in its history",
+        }[self.kind]
         policy = "stop at the first member that fails" if self.stop_on_failure else "go on past a member that fails"
         out = [
             f"fleet {self.fleet}: {what}, {len(self.changing)} of {len(self.members)} member(s), one at a time, "
@@ -219,12 +236,19 @@ class RolloutPlan:
 
     def to_dict(self) -> dict:
         return {
-            "fleet": self.fleet, "kind": self.kind, "config_dir": str(self.config_dir) if self.config_dir else None,
-            "to": self.to, "max_unavailable": self.max_unavailable, "stop_on_failure": self.stop_on_failure,
-            "front_door_url": self.front_door_url, "order": [m.member for m in self.changing],
-            "members": [m.to_dict() for m in self.members], "expected_start_seconds": self.expected_seconds,
-            "blocked": self.blocked, "door_note": self.door_note,
-        }  # fmt: skip
+            "fleet": self.fleet,
+            "kind": self.kind,
+            "config_dir": str(self.config_dir) if self.config_dir else None,
+            "to": self.to,
+            "max_unavailable": self.max_unavailable,
+            "stop_on_failure": self.stop_on_failure,
+            "front_door_url": self.front_door_url,
+            "order": [m.member for m in self.changing],
+            "members": [m.to_dict() for m in self.members],
+            "expected_start_seconds": self.expected_seconds,
+            "blocked": self.blocked,
+            "door_note": self.door_note,
+        }
 
 
 # How one member's plan is read: run_reload in check mode (nothing changed, no lock). A function of
@@ -259,7 +283,7 @@ def plan_rollout(
         raise InputError("fleet reload needs --config-dir DIR", fix="DIR holds <member name>.yaml for each member to change")
     if only is not None:
         fleet.member(only)  # an unknown name: exit 2 naming the members
-    files = read_config_dir(fleet, config_dir) if kind == "reload" else {}
+    files = read_config_dir(fleet, config_dir) if kind == "reload" and config_dir is not None else {}
 
     def wanted(m) -> Optional[str]:  # why a member is left out of the rollout, or None
         if only is not None and m.name != only:
@@ -282,12 +306,22 @@ def plan_rollout(
         if isinstance(rep, SparkctlError):
             if wanted(m) is None:
                 raise rep.reworded(f"member {m.name}: {rep.message}")
-            members.append(MemberPlan(m.name, m.inventory_path, "unchanged", f"{wanted(m)}; its plan: {rep.message}",
-                                      door=states.get(m.name)))  # fmt: skip
+            members.append(
+                MemberPlan(
+                    m.name, m.inventory_path, "unchanged", f"{wanted(m)}; its plan: {rep.message}", door=states.get(m.name)
+                )
+            )
             continue
         interrupted = next((n for n in rep.notes if n.startswith("an interrupted")), None)
-        mp = MemberPlan(m.name, m.inventory_path, "change", plan=rep.plan, interrupted=interrupted,
-                        new_path=files[m.name][0] if m.name in files else None, door=states.get(m.name))  # fmt: skip
+        mp = MemberPlan(
+            m.name,
+            m.inventory_path,
+            "change",
+            plan=rep.plan,
+            interrupted=interrupted,
+            new_path=files[m.name][0] if m.name in files else None,
+            door=states.get(m.name),
+        )
         left_out = wanted(m)
         if left_out is None and rep.plan.empty and not interrupted:
             left_out = "nothing to do: " + (
@@ -301,9 +335,16 @@ def plan_rollout(
                 mp.action = "undrain"
         members.append(mp)
     return RolloutPlan(
-        fleet.name, kind, Path(config_dir) if config_dir else None, members, fleet.rollout.max_unavailable,
-        fleet.rollout.stop_on_failure, fleet.front_door_url, to, door_note,
-    )  # fmt: skip
+        fleet.name,
+        kind,
+        Path(config_dir) if config_dir else None,
+        members,
+        fleet.rollout.max_unavailable,
+        fleet.rollout.stop_on_failure,
+        fleet.front_door_url,
+        to,
+        door_note,
+    )
 
 
 def _read_safely(read, m):
@@ -315,12 +356,10 @@ def _read_safely(read, m):
 
 def door_states(fleet) -> tuple[dict[str, str], Optional[str]]:
     """Each member's state at the front door, or ({}, why not) when the door does not answer."""
+    from sparkctl.fleet import router_admin
+
     try:
-        from sparkctl.fleet import door_admin
-    except ImportError:  # a sparkctl without the front door's admin API
-        return {}, "this sparkctl has no front door admin (sparkctl.fleet.door_admin); the run refuses to drain a member"
-    try:
-        st = door_admin.status(fleet)
+        st = router_admin.status(fleet)
     except SparkctlError as err:
         return {}, f"its state could not be read ({err.message}); the run refuses to drain a member without it"
     return {name: s.get("state", "?") for name, s in (st.get("members") or {}).items()}, None
@@ -349,10 +388,16 @@ class MemberResult:
 
     def to_dict(self) -> dict:
         return {
-            "member": self.member, "outcome": self.outcome, "old_config": self.old, "new_config": self.new,
-            "config_now": self.now, "door": self.door, "reason": self.reason,
-            "replace": {"file": self.replace[0], "with": self.replace[1]} if self.replace else None, "report": self.report,
-        }  # fmt: skip
+            "member": self.member,
+            "outcome": self.outcome,
+            "old_config": self.old,
+            "new_config": self.new,
+            "config_now": self.now,
+            "door": self.door,
+            "reason": self.reason,
+            "replace": {"file": self.replace[0], "with": self.replace[1]} if self.replace else None,
+            "report": self.report,
+        }
 
 
 @dataclass
@@ -368,8 +413,13 @@ class RolloutReport:
         return self.outcome in ("failed", "interrupted")
 
     def to_dict(self) -> dict:
-        return {"outcome": self.outcome, "reason": self.reason, "plan": self.plan.to_dict(),
-                "members": [m.to_dict() for m in self.members], "notes": self.notes}  # fmt: skip
+        return {
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "plan": self.plan.to_dict(),
+            "members": [m.to_dict() for m in self.members],
+            "notes": self.notes,
+        }
 
 
 class _Stop(Exception):
@@ -393,7 +443,7 @@ def run_rollout(
     report = RolloutReport(plan)
     if plan.blocked:
         raise RolloutRefused("the rollout would not start: " + "; ".join(plan.blocked), fix="nothing was changed")
-    from sparkctl.fleet import door_admin
+    from sparkctl.fleet import router_admin
 
     results = {m.member: _untouched(m) for m in plan.members}
     report.members = [results[m.member] for m in plan.members]
@@ -407,13 +457,14 @@ def run_rollout(
             current = results[mp.member]
             if mp.action == "undrain":
                 say(mp.member, "nothing to change; drained at the front door: putting it back")
-                door_admin.undrain(fleet, mp.member)
+                router_admin.undrain(fleet, mp.member)
                 current.outcome, current.door = "put back", _door_state(fleet, mp.member)
                 current = None
                 continue
             try:
-                _change(fleet, member, mp, plan, current, door_admin, deadline, min_ratio, drain_wait, serve_wait,
-                        say, on_result)  # fmt: skip
+                _change(
+                    fleet, member, mp, plan, current, router_admin, deadline, min_ratio, drain_wait, serve_wait, say, on_result
+                )
             except _Stop:
                 report.outcome, report.reason = "failed", f"{mp.member}: {current.outcome}: {current.reason}"
                 if plan.stop_on_failure:
@@ -430,7 +481,7 @@ def run_rollout(
             f" during {current.member}'s change" if current else " between members"
         )
         if current is not None and current.outcome in ("draining", "changing"):
-            _interrupted(fleet, current, door_admin)
+            _interrupted(fleet, current, router_admin)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -445,22 +496,23 @@ def _untouched(mp: MemberPlan) -> MemberResult:
     if mp.action == "unchanged":
         return MemberResult(mp.member, "unchanged", old=mp.config, now=mp.config, door=mp.door, reason=mp.reason)
     to = mp.plan.to_hash if mp.plan is not None else None
-    return MemberResult(mp.member, "not run", old=mp.config, new=to, now=mp.config, door=mp.door,
-                        reason="the rollout stopped before it")  # fmt: skip
+    return MemberResult(
+        mp.member, "not run", old=mp.config, new=to, now=mp.config, door=mp.door, reason="the rollout stopped before it"
+    )
 
 
-def _change(fleet, member, mp, plan, result, door_admin, deadline, min_ratio, drain_wait, serve_wait, say, on_result):
+def _change(fleet, member, mp, plan, result, router_admin, deadline, min_ratio, drain_wait, serve_wait, say, on_result):
     """One member: wait for the others to serve at the door, drain it, run its change, put it back."""
     from sparkctl.reload import run_reload
 
     name = mp.member
-    _others_serve(fleet, name, plan.max_unavailable, serve_wait, result, door_admin, say)
+    _others_serve(fleet, name, plan.max_unavailable, serve_wait, result, router_admin, say)
     say(name, f"draining at the front door (up to {drain_wait:.0f} s for its requests in flight there)")
     result.outcome = "draining"
     try:
-        door_admin.drain(fleet, name, wait_s=drain_wait)
+        router_admin.drain(fleet, name, wait_s=drain_wait)
     except SparkctlError as err:
-        put_back = _undrain_quietly(fleet, name, door_admin)
+        put_back = _undrain_quietly(fleet, name, router_admin)
         result.outcome, result.reason = "refused", f"the front door's drain failed: {err.message}"
         result.door = put_back
         raise _Stop() from None
@@ -489,10 +541,16 @@ def _change(fleet, member, mp, plan, result, door_admin, deadline, min_ratio, dr
         new = load_inventory(mp.new_path)
     try:
         rep = run_reload(
-            plan.kind, member.inventory, new, deadline=deadline, min_ratio=min_ratio if plan.kind != "rollback" else None,
-            to=plan.to if plan.kind == "rollback" else 0, confirm=same_plan,
-            on_result=lambda r: on_result(name, r), say=lambda msg: say(name, msg),
-        )  # fmt: skip
+            plan.kind,
+            member.inventory,
+            new,
+            deadline=deadline,
+            min_ratio=min_ratio if plan.kind != "rollback" else None,
+            to=plan.to if plan.kind == "rollback" else 0,
+            confirm=same_plan,
+            on_result=lambda r: on_result(name, r),
+            say=lambda msg: say(name, msg),
+        )
     except SparkctlError as err:
         from sparkctl.lock import LockHeld
         from sparkctl.reload import ReloadInterrupted
@@ -504,15 +562,16 @@ def _change(fleet, member, mp, plan, result, door_admin, deadline, min_ratio, dr
         result.outcome = "refused" if unchanged else "error"
         if not unchanged:
             result.now = None
-        result.door = _undrain_if_serving(fleet, member.inventory, name, door_admin, say)
+        result.door = _undrain_if_serving(fleet, member.inventory, name, router_admin, say)
         raise _Stop() from None
     result.report = rep.to_dict()
     result.outcome, result.reason = rep.outcome, rep.reason
     result.old, result.new = rep.plan.from_hash, rep.plan.to_hash
-    result.now = {"ok": rep.plan.to_hash, "rolled back": rep.plan.from_hash,
-                  "failed (nothing stopped)": rep.plan.from_hash}.get(rep.outcome)  # fmt: skip
+    result.now = {"ok": rep.plan.to_hash, "rolled back": rep.plan.from_hash, "failed (nothing stopped)": rep.plan.from_hash}.get(
+        rep.outcome
+    )
     if rep.outcome == "ok":
-        door_admin.undrain(fleet, name)
+        router_admin.undrain(fleet, name)
         result.door = _door_state(fleet, name)
         say(name, f"{plan.kind} ok: runs config {rep.plan.to_hash}; back at the front door ({result.door})")
         if mp.new_path is not None:
@@ -520,7 +579,7 @@ def _change(fleet, member, mp, plan, result, door_admin, deadline, min_ratio, dr
         return
     # rolled back or nothing stopped: the last good config serves again (run_reload's health gate);
     # put it back only if its engine answers (after a failed rollback it does not: it stays drained)
-    result.door = _undrain_if_serving(fleet, member.inventory, name, door_admin, say)
+    result.door = _undrain_if_serving(fleet, member.inventory, name, router_admin, say)
     raise _Stop()
 
 
@@ -533,14 +592,16 @@ def drain_refusal(names: list[str], name: str, states: dict[str, str], max_unava
     if not serving:
         why = "it is the last member that serves at the front door" if others else "it is the fleet's only member"
     elif len(out) + 1 > max_unavailable:
-        why = (f"{', '.join(out)} {'is' if len(out) == 1 else 'are'} already out of the front door "
-               f"(rollout.max_unavailable {max_unavailable})")  # fmt: skip
+        why = (
+            f"{', '.join(out)} {'is' if len(out) == 1 else 'are'} already out of the front door "
+            f"(rollout.max_unavailable {max_unavailable})"
+        )
     else:
         return None
     return f"not drained: {why}" + (f"; the others: {', '.join(f'{n} {s}' for n, s in others.items())}" if others else "")
 
 
-def _others_serve(fleet, name, max_unavailable, serve_wait, result, door_admin, say) -> None:
+def _others_serve(fleet, name, max_unavailable, serve_wait, result, router_admin, say) -> None:
     """Wait (up to serve_wait: a member just put back takes a health check to pass) until `name`
     may be drained; refuse and stop the rollout otherwise."""
     t_end = time.monotonic() + serve_wait
@@ -548,7 +609,7 @@ def _others_serve(fleet, name, max_unavailable, serve_wait, result, door_admin, 
     names = [m.name for m in fleet.members]
     while True:
         try:
-            st = {n: s.get("state", "?") for n, s in (door_admin.status(fleet).get("members") or {}).items()}
+            st = {n: s.get("state", "?") for n, s in (router_admin.status(fleet).get("members") or {}).items()}
         except SparkctlError as err:
             result.outcome, result.reason = "refused", f"the front door's state could not be read: {err.message}"
             raise _Stop() from None
@@ -570,17 +631,17 @@ def _others_serve(fleet, name, max_unavailable, serve_wait, result, door_admin, 
 
 
 def _door_state(fleet, name: str) -> str:
-    from sparkctl.fleet import door_admin
+    from sparkctl.fleet import router_admin
 
     try:
-        return (door_admin.status(fleet).get("members") or {}).get(name, {}).get("state", "unknown")
+        return (router_admin.status(fleet).get("members") or {}).get(name, {}).get("state", "unknown")
     except SparkctlError:
         return "unknown"
 
 
-def _undrain_quietly(fleet, name: str, door_admin) -> str:
+def _undrain_quietly(fleet, name: str, router_admin) -> str:
     try:
-        door_admin.undrain(fleet, name)
+        router_admin.undrain(fleet, name)
     except SparkctlError:
         return "drained?"
     return _door_state(fleet, name)
@@ -594,9 +655,9 @@ def _serves(inv) -> bool:
         return health(client, base_url(inv)) == 200
 
 
-def _undrain_if_serving(fleet, inv, name: str, door_admin, say) -> str:
+def _undrain_if_serving(fleet, inv, name: str, router_admin, say) -> str:
     if _serves(inv):
-        state = _undrain_quietly(fleet, name, door_admin)
+        state = _undrain_quietly(fleet, name, router_admin)
         say(name, f"serves its last good config again: back at the front door ({state})")
         return state
     say(
@@ -607,12 +668,12 @@ def _undrain_if_serving(fleet, inv, name: str, door_admin, say) -> str:
     return "drained"
 
 
-def _interrupted(fleet, result: MemberResult, door_admin) -> None:
+def _interrupted(fleet, result: MemberResult, router_admin) -> None:
     """Ctrl-C during a member's drain or change: a drain not yet followed by a change is undone;
     a member whose change began stays drained (its run_reload released its lock and kept its
     journal: `fleet rollback --member` finishes it)."""
     if result.outcome == "draining":
-        result.door = _undrain_quietly(fleet, result.member, door_admin)
+        result.door = _undrain_quietly(fleet, result.member, router_admin)
         result.reason = (
             "interrupted while draining it at the front door: put back"
             if result.door != "drained?"
@@ -624,8 +685,10 @@ def _interrupted(fleet, result: MemberResult, door_admin) -> None:
     elif result.outcome == "changing":
         result.door = "drained"
         result.now = None
-        result.reason = ("interrupted during its change: left drained at the front door; `sparkctl fleet rollback "
-                         f"--member {result.member}` finishes it and puts it back")  # fmt: skip
+        result.reason = (
+            "interrupted during its change: left drained at the front door; `sparkctl fleet rollback "
+            f"--member {result.member}` finishes it and puts it back"
+        )
     result.outcome = "interrupted"
 
 
@@ -634,8 +697,11 @@ def _hints(report: RolloutReport) -> None:
     a change when a later one failed."""
     took = [r for r in report.members if r.outcome == "ok" and r.replace]
     for r in took:
-        report.notes.append(f"{r.member} runs {r.new}; its inventory file still holds {r.old}: replace it "
-                            f"(`cp {r.replace[1]} {r.replace[0]}`)")  # fmt: skip
+        if r.replace is not None:
+            inventory_file, now = r.replace
+            report.notes.append(
+                f"{r.member} runs {r.new}; its inventory file still holds {r.old}: replace it (`cp {now} {inventory_file}`)"
+            )
     if report.failed and took:
         names = ", ".join(r.member for r in took)
         report.notes.append(
@@ -664,12 +730,12 @@ def put_back_drained(fleet, say: Callable[[str, str], None] = lambda member, msg
     control machine lost) leaves behind. For `fleet up`, after the door (with check: what it would
     do). Returns {member: what was done or why not}; a door that does not answer is said, nothing
     else done."""
-    from sparkctl.fleet import door_admin
+    from sparkctl.fleet import router_admin
     from sparkctl.lock import read_holder
     from sparkctl.session import ClusterSession
 
     try:
-        states = {n: s.get("state") for n, s in (door_admin.status(fleet).get("members") or {}).items()}
+        states = {n: s.get("state") for n, s in (router_admin.status(fleet).get("members") or {}).items()}
     except SparkctlError as err:
         return {"front door": f"not read ({err.message}): a member left drained there stays so"}
     done: dict[str, str] = {}
@@ -685,15 +751,18 @@ def put_back_drained(fleet, say: Callable[[str, str], None] = lambda member, msg
             done[name] = f"left drained: its head does not answer ({err.message})"
             continue
         if busy or journal:
-            done[name] = ("left drained: a run holds its cluster lock" if busy else
-                          "left drained: an interrupted reload on its head (`sparkctl fleet rollback --member "
-                          f"{name}` finishes it and puts it back)")  # fmt: skip
+            done[name] = (
+                "left drained: a run holds its cluster lock"
+                if busy
+                else "left drained: an interrupted reload on its head (`sparkctl fleet rollback --member "
+                f"{name}` finishes it and puts it back)"
+            )
         elif not _serves(member.inventory):
             done[name] = "left drained: its engine does not serve"
         elif check:
             done[name] = "would put it back at the front door: a killed rollout left it drained"
         else:
-            state_now = _undrain_quietly(fleet, name, door_admin)
+            state_now = _undrain_quietly(fleet, name, router_admin)
             done[name] = f"put back at the front door ({state_now}): a killed rollout had left it drained"
         say(name, done[name])
     return done

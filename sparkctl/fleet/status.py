@@ -1,4 +1,4 @@
-"""`sparkctl fleet status`: every member's `sparkctl status` at once (sparkctl/cli/status.py
+"""`sparkctl fleet status`: every member's `sparkctl status` at once (sparkctl/cluster_status.py
 `collect`), one row each, and the fleet's front door as its clients and its members see it."""
 
 from __future__ import annotations
@@ -7,9 +7,7 @@ from typing import Optional
 
 from sparkctl import httpclient
 
-DOOR_METRICS_PATH = (
-    "/fleetdoor/metrics"  # the door's own page (sparkctl/fleetdoor/placement.py): it answers even with every member down
-)
+DOOR_LIVENESS_PATH = "/liveness"  # vllm-router's own answer: it gives it even with every member down
 DOOR_DEADLINE_S = 3.0
 
 
@@ -28,10 +26,21 @@ def member_health(doc: dict) -> str:
 def member_row(name: str, doc: Optional[dict], error=None) -> dict:
     """The fleet table's row of one member, from its status document (or the error that stopped it)."""
     if doc is None:
-        return {"member": name, "health": "unreachable", "healthy": False, "error": error.message if error else None,
-                "fix": error.fix if error else None, "applied_config_hash": None, "config_hash": None,
-                "inventory_applied": False, "output_tokens_per_s": None, "running": None, "waiting": None,
-                "url": None, "status": None}  # fmt: skip
+        return {
+            "member": name,
+            "health": "unreachable",
+            "healthy": False,
+            "error": error.message if error else None,
+            "fix": error.fix if error else None,
+            "applied_config_hash": None,
+            "config_hash": None,
+            "inventory_applied": False,
+            "output_tokens_per_s": None,
+            "running": None,
+            "waiting": None,
+            "url": None,
+            "status": None,
+        }
     r = doc["runtime"]
     return {
         "member": name,
@@ -51,25 +60,27 @@ def member_row(name: str, doc: Optional[dict], error=None) -> dict:
 
 
 def member_status(member, sample_seconds: float) -> dict:
-    from sparkctl.cli.status import collect
+    from sparkctl.cluster_status import collect
     from sparkctl.runtime.launch import render
 
     return collect(member.inventory, render(member.inventory), sample_seconds)
 
 
 def door_view(fleet) -> dict:
-    """The front door: its URL, whether it answers, and each member's state there (passing,
-    drained, holding, failing) from its admin API when this sparkctl has it."""
+    """The front door: its URL, whether it answers, and the router's view of each member (passing,
+    drained, failing; its health, circuit and requests in flight) from vllm-router itself."""
+    from sparkctl.fleet import router_admin
+
     view: dict = {"url": fleet.front_door_url, **door_answers(fleet)}
     try:
-        from sparkctl.fleet import door_admin
-    except ImportError:
-        view["members"] = None  # this sparkctl cannot ask the door for its members' states
-        return view
-    try:
-        st = door_admin.status(fleet)
-        view["members"] = {name: m.get("state") for name, m in (st.get("members") or {}).items()}
-        view["outstanding"] = {name: m.get("outstanding") for name, m in (st.get("members") or {}).items()}
+        st = router_admin.status(fleet)
+        members = st.get("members") or {}
+        view["members"] = {name: m.get("state") for name, m in members.items()}
+        view["outstanding"] = {name: m.get("outstanding") for name, m in members.items()}
+        view["router"] = {
+            name: {k: m.get(k) for k in ("healthy", "circuit", "requests", "errors", "url")} for name, m in members.items()
+        }
+        view["reasons"] = {name: m["reason"] for name, m in members.items() if m.get("reason")}
     except Exception as err:  # noqa: BLE001 - the members' rows still print
         view["members"] = None
         view["admin_error"] = getattr(err, "message", None) or f"{type(err).__name__}: {err}"
@@ -77,13 +88,13 @@ def door_view(fleet) -> dict:
 
 
 def door_answers(fleet) -> dict:
-    """GET the door's own metrics page from here (a client's side), with a deadline."""
+    """GET the router's /liveness from here (a client's side), with a deadline."""
     import httpx
 
     from sparkctl.transport.guard import check_address
 
     check_address(fleet.front_door_address, "the fleet's front door")
-    url = fleet.front_door_url + DOOR_METRICS_PATH
+    url = fleet.front_door_url + DOOR_LIVENESS_PATH
     try:
         r = httpclient.get(url, timeout=DOOR_DEADLINE_S)
     except httpx.HTTPError as err:
@@ -104,8 +115,12 @@ def fleet_status(fleet, sample_seconds: float = 1.0) -> dict:
         try:
             door.update(door_view(fleet))
         except Exception as err:  # noqa: BLE001 - e.g. a fenced address: said, not raised
-            door.update(url=fleet.front_door_url, answering=False, members=None,
-                        error=getattr(err, "message", None) or f"{type(err).__name__}: {err}")  # fmt: skip
+            door.update(
+                url=fleet.front_door_url,
+                answering=False,
+                members=None,
+                error=getattr(err, "message", None) or f"{type(err).__name__}: {err}",
+            )
 
     t = threading.Thread(target=read_door, name="sparkctl-fleet-door", daemon=True)
     t.start()

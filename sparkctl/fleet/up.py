@@ -95,8 +95,11 @@ class FleetUp:
 
     @property
     def changed(self) -> bool:
-        return (any(m.changed for m in self.members) or self.front_door.get("status") == "changed"
-                or any(v.startswith(("put back", "would put")) for v in self.put_back.values()))  # fmt: skip
+        return (
+            any(m.changed for m in self.members)
+            or self.front_door.get("status") == "changed"
+            or any(v.startswith(("put back", "would put")) for v in self.put_back.values())
+        )
 
     def verdict(self) -> str:
         if self.failed:
@@ -124,21 +127,25 @@ class FleetUp:
 
 def up_member(member, check: bool, say: Say, force: bool = False, wait: float = 0, **options) -> MemberUp:
     """One member's `sparkctl up`, its progress through `say`."""
-    from sparkctl.cli.up import converge
+    from sparkctl.converge import converge
     from sparkctl.transport.ssh import Fleet as HostFleet
 
     inv = member.inventory
     with HostFleet(inv).connect_early() as hosts:
         recap, ctx = converge(inv, hosts, "up", check, live=MemberLines(member.name, say), force=force, wait=wait, **options)
     head = ctx.facts.get(inv.hosts_with_role("head")[0])
-    return MemberUp(member.name, recap=recap, runtime_start=ctx.outputs.runtime_start or None,
-                    interrupted_reload=head.journal if head is not None else None)  # fmt: skip
+    return MemberUp(
+        member.name,
+        recap=recap,
+        runtime_start=ctx.outputs.runtime_start or None,
+        interrupted_reload=head.journal if head is not None else None,
+    )
 
 
 def front_door_step(fleet, check: bool, say: Say) -> dict:
-    """The fleet's front door (container sparkctl-fleet-door on its host: fleet/door_host.py), by its
-    deploy step (sparkctl/fleet/door_step.py): {status: ok|changed|failed|skipped, message, plan, recap}."""
-    from sparkctl.fleet.door_step import ensure_front_door, plan_lines
+    """The fleet's front door (vllm-router in container sparkctl-fleet-door on its host: fleet/router_host.py),
+    by its deploy step (sparkctl/fleet/router_step.py): {status: ok|changed|failed|skipped, message, plan, recap}."""
+    from sparkctl.fleet.router_step import ensure_front_door, plan_lines
 
     recap = ensure_front_door(fleet, check=check, progress=lambda host, step, text: say(f"front door: {host} {step}: {text}"))
     return door_result(recap, plan_lines(recap))
@@ -160,8 +167,8 @@ def fleet_up(fleet, check: bool, say: Say, **options) -> FleetUp:
     outcomes = each_member(fleet.members, lambda m: up_member(m, check, say, **options))
     report = FleetUp(fleet.name, check)
     for name, o in outcomes.items():
-        report.members.append(o.value if o.ok else MemberUp(name, error=o.error))
-        if not o.ok:
+        report.members.append(o.value if o.error is None else MemberUp(name, error=o.error))
+        if o.error is not None:
             say(f"{name}: failed: {o.error.message}" + (f" (fix: {o.error.fix})" if o.error.fix else ""))
     door_member = fleet.front_door.member
     if door_member and door_member in report.failed_members:

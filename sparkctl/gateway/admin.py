@@ -10,6 +10,7 @@ session to the head (`python -m sparkctl.gateway.ctl` inside the gateway's conta
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 
@@ -24,9 +25,10 @@ def _number(body: dict, key: str) -> float | None:
     v = body.get(key)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+    # NaN is not < 0 and Infinity is: neither is a number of seconds (a NaN ttl never ends)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
         raise web.HTTPBadRequest(
-            text=json.dumps({"error": f"{key} must be a number >= 0 (seconds)"}), content_type="application/json"
+            text=json.dumps({"error": f"{key} must be a finite number >= 0 (seconds)"}), content_type="application/json"
         )
     return float(v)
 

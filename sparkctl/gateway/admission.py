@@ -7,6 +7,11 @@ BPE token covers at least one byte of text, and the JSON around the messages out
 tokens a chat template adds per message), so short requests cost nothing. A larger body is counted
 by the engine's own `/tokenize` (the same messages or prompt, the same chat-template arguments): one
 round trip that carries the body again. When that fails, the request counts as long (the safe side).
+
+Every route that carries a prompt is counted: completions, chat completions, the Responses API
+(its `instructions` and `input` items as the chat messages vLLM renders them to, through
+`/tokenize`) and the Anthropic Messages API (its own `/v1/messages/count_tokens`, which renders the
+request as /v1/messages does). An input the gateway cannot put into messages counts as long.
 """
 
 from __future__ import annotations
@@ -21,7 +26,11 @@ from typing import AsyncIterator, Awaitable, Callable
 from .metrics import LONG_CONTEXT_QUEUE_FULL, LONG_CONTEXT_WAIT, Metrics
 from .rejection import Rejected
 
-GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions")
+GENERATION_ROUTES = ("/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages")
+TOKENIZE = "/tokenize"
+MESSAGES_COUNT = "/v1/messages/count_tokens"
+# the Messages request's fields count_tokens takes (vLLM 0.33 entrypoints/anthropic/protocol.py AnthropicCountTokensRequest)
+MESSAGES_FIELDS = ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config", "chat_template_kwargs")
 # the chat request's fields /tokenize takes (vLLM 0.33 entrypoints/serve/tokenize/protocol.py TokenizeChatRequest)
 CHAT_FIELDS = (
     "model",
@@ -35,16 +44,78 @@ CHAT_FIELDS = (
 )
 FIRST_GUESS_S = 10.0  # a long request's duration before one has been seen: Retry-After's first estimate
 
-Tokenize = Callable[[dict], Awaitable[int | None]]
+# (the engine's path, the body): the prompt tokens it counts, None when it could not
+Tokenize = Callable[[str, dict], Awaitable[int | None]]
 
 
-def tokenize_requests(path: str, body: dict) -> list[dict]:
-    """The /tokenize bodies that count this request's prompt tokens ([] when there is nothing to ask)."""
+class Uncountable(ValueError):
+    """An input the gateway cannot put into chat messages: it counts as long."""
+
+
+def _text(content) -> str:
+    """A Responses-API message's content as text: a string, or its text parts."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise Uncountable("content")
+    texts = []
+    for part in content:
+        if not (isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text", "refusal")):
+            raise Uncountable(f"content part {part.get('type') if isinstance(part, dict) else part!r}")
+        texts.append(str(part.get("text") or part.get("refusal") or ""))
+    return "".join(texts)
+
+
+def responses_as_chat(body: dict) -> dict:
+    """A Responses-API request as the chat request /tokenize counts: instructions as the system
+    message, each input item as a message (a tool call's arguments and a tool's output as text)."""
+    messages = [{"role": "system", "content": body["instructions"]}] if isinstance(body.get("instructions"), str) else []
+    items = body.get("input")
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    if not isinstance(items, list):
+        raise Uncountable("input")
+    for item in items:
+        if not isinstance(item, dict):
+            raise Uncountable("input item")
+        kind = item.get("type", "message")
+        if kind == "message":
+            messages.append({"role": str(item.get("role") or "user"), "content": _text(item.get("content"))})
+        elif kind == "function_call":
+            messages.append({"role": "assistant", "content": f"{item.get('name', '')}({item.get('arguments', '')})"})
+        elif kind == "function_call_output":
+            messages.append({"role": "tool", "content": _text(item.get("output"))})
+        elif kind == "reasoning":
+            messages.append({"role": "assistant", "content": _text(item.get("content") or item.get("summary") or "")})
+        else:
+            raise Uncountable(f"input item {kind}")
+    chat = {"messages": messages, **({"model": body["model"]} if "model" in body else {})}
+    tools = body.get("tools")
+    if isinstance(tools, list) and tools:
+        if not all(isinstance(t, dict) and t.get("type") == "function" for t in tools):
+            raise Uncountable("tools")
+        chat["tools"] = [
+            {"type": "function", "function": {k: t[k] for k in ("name", "description", "parameters") if k in t}} for t in tools
+        ]
+    return chat
+
+
+def tokenize_requests(path: str, body: dict) -> list[tuple[str, dict]]:
+    """The engine's (path, body) asks that count this request's prompt tokens ([] when there is
+    nothing to ask); raises Uncountable when the gateway cannot say."""
+    if path == "/v1/messages":
+        return [(MESSAGES_COUNT, {k: body[k] for k in MESSAGES_FIELDS if k in body})] if "messages" in body else []
+    if path == "/v1/responses":
+        return [(TOKENIZE, responses_as_chat(body))]
     if path.endswith("/chat/completions"):
-        return [{k: body[k] for k in CHAT_FIELDS if k in body}] if "messages" in body else []
+        return [(TOKENIZE, {k: body[k] for k in CHAT_FIELDS if k in body})] if "messages" in body else []
     prompt = body.get("prompt")
     prompts = prompt if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt) else [prompt]
-    return [{"model": body["model"], "prompt": p} if "model" in body else {"prompt": p} for p in prompts if isinstance(p, str)]
+    return [
+        (TOKENIZE, {"model": body["model"], "prompt": p} if "model" in body else {"prompt": p})
+        for p in prompts
+        if isinstance(p, str)
+    ]
 
 
 def token_ids_in(body: dict) -> int | None:
@@ -83,12 +154,15 @@ class LongContext:
         ids = token_ids_in(body)
         if ids is not None:
             return ids
-        asks = tokenize_requests(path, body)
+        try:
+            asks = tokenize_requests(path, body)
+        except Uncountable:
+            return len(raw)
         if not asks:
             return len(raw)
         total = 0
-        for ask in asks:
-            n = await self._tokenize(ask)
+        for engine_path, ask in asks:
+            n = await self._tokenize(engine_path, ask)
             if n is None:
                 return len(raw)  # /tokenize failed: count it long
             total += n

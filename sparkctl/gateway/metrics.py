@@ -14,6 +14,9 @@ HELD_TOO_LONG = "held_too_long"  # 503 after hold_s: the hold (or the upstream o
 HOLD_QUEUE_FULL = "hold_queue_full"  # 503 at once: hold_queue requests are held already
 LONG_CONTEXT_QUEUE_FULL = "long_context_queue_full"  # 429 at once
 LONG_CONTEXT_WAIT = "long_context_wait"  # 429 after long_context_wait_s
+BODY_TOO_LARGE = "body_too_large"  # 413 at once: a body past max_body_bytes (bounds.py)
+BUFFER_FULL = "buffer_full"  # 503 at once: the bodies held already reach max_buffered_bytes
+GATEWAY_STOPPING = "gateway_stopping"  # 503 on SIGTERM: a request still held when the gateway stops
 
 
 class Metrics:
@@ -21,7 +24,7 @@ class Metrics:
         r = self.registry = CollectorRegistry(auto_describe=True)
         p = "sparkctl_gateway_"
         self.holding = Gauge(
-            p + "holding", "1 while the gateway holds new requests (a hold, or the upstream is down)", ["cause"], registry=r
+            p + "holding", "1 while the gateway holds new requests (a hold, the upstream down or draining)", ["cause"], registry=r
         )
         self.held = Gauge(p + "held_requests", "Requests held now, waiting for the engine", registry=r)
         self.hold_seconds = Histogram(
@@ -39,8 +42,10 @@ class Metrics:
         self.upstream_errors = Counter(
             p + "upstream_errors",
             "Failures talking to the engine: connect (before the request reached it), drain "
-            "(it reached an engine going away, which refused or aborted it empty): both held "
-            "and sent again; cut (the response broke off mid-answer)",
+            "(it reached an engine going away, which refused or aborted it empty), dead (it reached "
+            "an engine already dead): held and sent again; died (the engine died while it had the "
+            "request: answered with an error, never sent again), cut (the response broke off mid-answer), "
+            "stalled (the engine sent nothing for upstream_idle_s: answered 504 or cut, never sent again; held after)",
             ["kind"],
             registry=r,
         )
@@ -73,13 +78,27 @@ class Metrics:
         self.info = Info(p.rstrip("_"), "Where the gateway sends requests (upstream) and its hold bounds", registry=r)
         self.long_running = Gauge(p + "long_context_running", "Long-context requests at the engine now", registry=r)
         self.long_waiting = Gauge(p + "long_context_waiting", "Long-context requests waiting for a slot", registry=r)
-        for cause in ("admin", "upstream_down"):
+        self.buffered_bytes = Gauge(
+            p + "buffered_bytes",
+            "Bytes of request bodies the gateway holds now (read, held, queued or at the engine)",
+            registry=r,
+        )
+        for cause in ("admin", "upstream_down", "upstream_draining"):
             self.holding.labels(cause).set(0)
         for outcome in ("sent", "rejected", "gone"):
             self.hold_seconds.labels(outcome)
-        for reason in (HOLD_TOO_LONG, HELD_TOO_LONG, HOLD_QUEUE_FULL, LONG_CONTEXT_QUEUE_FULL, LONG_CONTEXT_WAIT):
+        for reason in (
+            HOLD_TOO_LONG,
+            HELD_TOO_LONG,
+            HOLD_QUEUE_FULL,
+            LONG_CONTEXT_QUEUE_FULL,
+            LONG_CONTEXT_WAIT,
+            BODY_TOO_LARGE,
+            BUFFER_FULL,
+            GATEWAY_STOPPING,
+        ):
             self.rejected.labels(reason)
-        for kind in ("connect", "drain", "cut"):
+        for kind in ("connect", "drain", "dead", "died", "cut", "stalled"):
             self.upstream_errors.labels(kind)
 
     def render(self) -> tuple[bytes, str]:

@@ -15,3 +15,7 @@ ADMIN_SOCKET = f"{ADMIN_DIR}/admin.sock"
 CODE_ROOT = "/var/lib/sparkctl/gateway-code"
 CONTAINER_CODE = "/opt/sparkctl-gateway"
 METRICS_PATH = "/gateway/metrics"
+# the engine itself through the gateway, never held: sparkctl's own checks (the engine listens on loopback)
+ENGINE_PATH = "/gateway/engine"
+# gateway.api_keys_file, bind-mounted read-only here
+CONTAINER_KEYS_FILE = "/etc/sparkctl-gateway/api-keys"

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from .keys import ENGINE_KEY_ENV, read_keys_file
+
 ENV = "SPARKCTL_GATEWAY_"
+MAX_BODY_BYTES = 32 << 20
+MAX_BUFFERED_BYTES = 512 << 20
+# a cold 1M-token prefill before the first byte (the seed measured ~100 s for 262K tokens; attention
+# grows faster than the prompt), or a whole non-streamed answer: 15 minutes
+UPSTREAM_IDLE_S = 900.0
 
 
 @dataclass(frozen=True)
@@ -26,8 +34,15 @@ class Settings:
     long_context_max_concurrent: int
     long_context_queue: int  # long requests waiting for a slot; one more is answered 429
     long_context_wait_s: float  # a long request waits at most this for a slot, then 429
-    max_body_bytes: int
+    max_body_bytes: int  # a larger body is answered 413
+    max_buffered_bytes: int  # bodies held at once, every request together; past it 503
+    body_timeout_s: float  # a body must arrive within this (408)
+    header_timeout_s: float  # a connection's request must begin within this of its start or last answer
+    upstream_idle_s: float  # the engine sends nothing this long (first byte, or within a stream): stalled
     shutdown_timeout_s: float  # on SIGTERM: how long in-flight requests may still run
+    # the keys a client must send (empty: none asked); the engine's own key, sent on upstream
+    api_keys: tuple[str, ...] = field(default=(), repr=False)
+    engine_api_key: str | None = field(default=None, repr=False)
 
 
 def _env(name: str, default: str) -> str:
@@ -61,8 +76,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--long-context-max-concurrent", type=int, default=int(_env("LONG_CONTEXT_MAX_CONCURRENT", "1")))
     p.add_argument("--long-context-queue", type=int, default=int(_env("LONG_CONTEXT_QUEUE", "16")))
     p.add_argument("--long-context-wait-s", type=float, default=float(_env("LONG_CONTEXT_WAIT_S", "600")))
-    p.add_argument("--max-body-bytes", type=int, default=int(_env("MAX_BODY_BYTES", str(256 << 20))))
+    # 32 MiB: a 1M-token prompt is ~4 MB of text, ~8 MB as token ids, ~12 MB as escaped non-Latin text
+    p.add_argument("--max-body-bytes", type=int, default=int(_env("MAX_BODY_BYTES", str(MAX_BODY_BYTES))))
+    p.add_argument("--max-buffered-bytes", type=int, default=int(_env("MAX_BUFFERED_BYTES", str(MAX_BUFFERED_BYTES))))
+    p.add_argument("--body-timeout-s", type=float, default=float(_env("BODY_TIMEOUT_S", "60")))
+    p.add_argument("--header-timeout-s", type=float, default=float(_env("HEADER_TIMEOUT_S", "30")))
+    p.add_argument(
+        "--upstream-idle-s",
+        type=float,
+        default=float(_env("UPSTREAM_IDLE_S", str(UPSTREAM_IDLE_S))),
+        help="the engine's time to first byte and longest silence within an answer: past it the request is answered "
+        "504 (or its stream cut) and new requests are held until the engine's /health answers [$SPARKCTL_GATEWAY_UPSTREAM_IDLE_S]",
+    )
     p.add_argument("--shutdown-timeout-s", type=float, default=float(_env("SHUTDOWN_TIMEOUT_S", "30")))
+    p.add_argument(
+        "--api-keys-file",
+        default=_env("API_KEYS_FILE", "") or None,
+        help="clients must send one of the keys in this file (one a line) as `Authorization: Bearer KEY`; "
+        f"without it, the engine's key (${ENGINE_KEY_ENV}) when there is one [$SPARKCTL_GATEWAY_API_KEYS_FILE]",
+    )
     return p
 
 
@@ -75,15 +107,37 @@ def parse(argv: list[str] | None = None) -> Settings:
     up = urlsplit(ns.upstream)
     if up.scheme != "http" or not up.hostname or not up.port or up.path not in ("", "/"):
         p.error(f"--upstream {ns.upstream!r}: expected the engine as http://HOST:PORT (no path)")
-    for name in ("hold_s", "hold_max_s", "probe_interval_s", "connect_timeout_s", "long_context_wait_s"):
-        if getattr(ns, name) <= 0:
-            p.error(f"--{name.replace('_', '-')} must be above 0")
+    for name in (
+        "hold_s",
+        "hold_max_s",
+        "probe_interval_s",
+        "connect_timeout_s",
+        "long_context_wait_s",
+        "body_timeout_s",
+        "header_timeout_s",
+        "max_body_bytes",
+        "max_buffered_bytes",
+        "upstream_idle_s",
+    ):
+        value = getattr(ns, name)
+        if not math.isfinite(value) or value <= 0:  # nan is not <= 0: it would pass as a bound that never ends
+            p.error(f"--{name.replace('_', '-')} must be a number above 0")
     if ns.upstream_connections < 0:
         p.error("--upstream-connections must be 0 (no limit) or more")
+    if ns.max_buffered_bytes < ns.max_body_bytes:
+        p.error("--max-buffered-bytes must be at least --max-body-bytes (one largest body must fit)")
     if ns.hold_max_s < ns.hold_s:
         p.error("--hold-max-s must be at least --hold-s")
     if ns.long_context_tokens < 0 or ns.long_context_max_concurrent < 1 or ns.long_context_queue < 0:
         p.error("--long-context-tokens >= 0, --long-context-max-concurrent >= 1, --long-context-queue >= 0")
+    # a secret never on a command line: the engine's key comes from the environment only
+    engine_key = os.environ.get(ENGINE_KEY_ENV, "").strip() or None
+    keys: tuple[str, ...] = (engine_key,) if engine_key else ()
+    if ns.api_keys_file:
+        try:
+            keys = tuple(read_keys_file(ns.api_keys_file))
+        except (OSError, ValueError) as e:
+            p.error(f"--api-keys-file: {e}")
     return Settings(
         host=host.strip("[]"),
         port=int(port),
@@ -100,5 +154,11 @@ def parse(argv: list[str] | None = None) -> Settings:
         long_context_queue=ns.long_context_queue,
         long_context_wait_s=ns.long_context_wait_s,
         max_body_bytes=ns.max_body_bytes,
+        max_buffered_bytes=ns.max_buffered_bytes,
+        body_timeout_s=ns.body_timeout_s,
+        header_timeout_s=ns.header_timeout_s,
+        upstream_idle_s=ns.upstream_idle_s,
         shutdown_timeout_s=ns.shutdown_timeout_s,
+        api_keys=keys,
+        engine_api_key=engine_key,
     )

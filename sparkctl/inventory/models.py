@@ -27,6 +27,7 @@ from pydantic import (
 
 from sparkctl.alerts.config import Alerts
 from sparkctl.inventory.gateway import Gateway
+from sparkctl.inventory.keeper import Keeper
 from sparkctl.inventory.ssh_target import HostKeyPolicy, SSHTarget
 from sparkctl.inventory.vllm import parse_token_count
 
@@ -376,6 +377,8 @@ class Engram(Model):
 RepoId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")]
 # A glob as huggingface_hub's allow/ignore patterns read it (fnmatch on the path in the repo)
 FilePattern = Annotated[str, StringConstraints(min_length=1, pattern=r"^[^\s]+$")]
+# A branch, tag or commit as the hub accepts one
+REVISION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$"
 
 
 class HubCheckpoint(Model):
@@ -384,7 +387,7 @@ class HubCheckpoint(Model):
     repo: RepoId = Field(..., description="The repo id on the hub, e.g. deepseek-ai/DeepSeek-V4-Flash.")
     revision: str = Field(
         ...,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$",
+        pattern=REVISION_PATTERN,
         description="A commit (40 hex digits) pins the files. A branch or tag is resolved to its commit once, "
         "when no node holds a verified copy of it, and the commit is what the nodes' records name.",
     )
@@ -398,10 +401,34 @@ class HubCheckpoint(Model):
     )
 
 
-class Weights(HubCheckpoint):
-    """The model's weights: downloaded once from the hub, copied to every other node over the fabric,
-    verified byte for byte against the hub's manifest (docs/weights.md). `runtime.model` is where every
-    node holds them; the drafter's checkpoint (`speculative.model`) is placed on the drafter's host."""
+class Weights(Model):
+    """The model's weights: downloaded once from the hub (or copied from a folder already on the
+    download host), copied to every other node over the fabric, verified byte for byte against the
+    hub's manifest or the folder's SHA256SUMS (docs/weights.md). `runtime.model` is where every node
+    holds them; the drafter's checkpoint (`speculative.model`) is placed on the drafter's host."""
+
+    repo: Optional[RepoId] = Field(
+        None, description="The repo id on the hub, e.g. deepseek-ai/DeepSeek-V4-Flash (or `directory`, not both)."
+    )
+    revision: Optional[str] = Field(
+        None,
+        pattern=REVISION_PATTERN,
+        description="With `repo`: a commit (40 hex digits) pins the files. A branch or tag is resolved to its commit "
+        "once, when no node holds a verified copy of it, and the commit is what the nodes' records name.",
+    )
+    directory: Optional[NodePath] = Field(
+        None,
+        description="Instead of `repo`: a folder on the download host that already holds the checkpoint, with a "
+        "SHA256SUMS file (`sha256sum` output) naming every file to place; copied from there and verified against it.",
+    )
+    include: list[FilePattern] = Field(
+        default_factory=list,
+        description="With `repo`: only the files matching one of these globs travel (hf download --include); empty: every file.",
+    )
+    exclude: list[FilePattern] = Field(
+        default_factory=list,
+        description="With `repo`: files matching these globs never travel (hf download --exclude), e.g. 'original/*'.",
+    )
 
     endpoint: str = Field(
         "https://huggingface.co",
@@ -415,12 +442,21 @@ class Weights(HubCheckpoint):
         "from sparkctl's own environment and handed to the download on the node; never written anywhere.",
     )
     download_host: Optional[str] = Field(
-        None, description="The host that downloads from the hub (default: the head); the other nodes copy from it."
+        None,
+        description="The host that downloads from the hub, or holds `directory` (default: the head); the other nodes "
+        "copy from it.",
     )
     drafter: Optional[HubCheckpoint] = Field(
         None,
         description="The drafter's checkpoint (speculative.model on speculative.drafter_host), downloaded there.",
     )
+
+    @property
+    def hub(self) -> Optional[HubCheckpoint]:
+        """The hub checkpoint `repo` and `revision` name (None: the weights come from `directory`)."""
+        if self.repo is None or self.revision is None:
+            return None
+        return HubCheckpoint(repo=self.repo, revision=self.revision, include=self.include, exclude=self.exclude)
 
 
 class Inventory(Model):
@@ -438,6 +474,9 @@ class Inventory(Model):
     alerts: Alerts = Field(default_factory=Alerts, description="Thresholds of `sparkctl alerts` (docs/alerts.md).")
     gateway: Gateway = Field(
         default_factory=Gateway, description="The front door on the head, holding requests across restarts (docs/gateway.md)."
+    )
+    keeper: Keeper = Field(
+        default_factory=Keeper, description="The supervisor on the head that recovers crashes and reboots (docs/keeper.md)."
     )
     # Where the file came from (set by the loader; not part of the YAML): relative key and
     # known_hosts paths are resolved against its folder.
@@ -463,3 +502,10 @@ class Inventory(Model):
 
     def hosts_with_role(self, role: Role) -> list[str]:
         return [n for n, h in self.hosts.items() if h.role == role]
+
+    @property
+    def engram_placement(self) -> Engram:
+        """The `engram` section, for the step and checks that run only on an inventory that has one."""
+        if self.engram is None:
+            raise ValueError("this inventory has no `engram` section")
+        return self.engram

@@ -159,22 +159,22 @@ def _fabric(inv: Inventory) -> Iterator[Problem]:
                 continue
             j, other = same_net[0]
             paired.add((link.peer, j))
-            there = f"hosts.{link.peer}.fabric[{j}]"
+            other_end = f"hosts.{link.peer}.fabric[{j}]"
             if other.address.ip == link.address.ip:
                 yield Problem(
                     here + ("address",),
-                    f"{link.address.ip} is also the address of the other end ({there}); the two ends need different addresses",
+                    f"{link.address.ip} is also the address of the other end ({other_end}); the two ends need different addresses",
                 )
             if other.mtu != link.mtu:
                 yield Problem(
                     here + ("mtu",),
-                    f"is {link.mtu} but the other end ({there}.mtu) is {other.mtu}; both ends must match "
+                    f"is {link.mtu} but the other end ({other_end}.mtu) is {other.mtu}; both ends must match "
                     "or large frames are dropped (jumbo frames need 9000 on both)",
                 )
             if other.speed_gbps != link.speed_gbps:
                 yield Problem(
                     here + ("speed_gbps",),
-                    f"is {link.speed_gbps:g} but the other end ({there}.speed_gbps) is {other.speed_gbps:g}; a cable links at one speed",
+                    f"is {link.speed_gbps:g} but the other end ({other_end}.speed_gbps) is {other.speed_gbps:g}; a cable links at one speed",
                 )
 
     # Tensor parallel traffic between Sparks goes over the ConnectX-7 fabric.
@@ -340,6 +340,28 @@ def _weights(inv: Inventory) -> Iterator[Problem]:
     w = inv.weights
     if w is None:
         return
+    if w.repo is not None and w.directory is not None:
+        yield Problem(
+            ("weights", "directory"), "set either repo (a hub checkpoint) or directory (a folder on the download host), not both"
+        )
+    elif w.repo is None and w.directory is None:
+        yield Problem(
+            ("weights", "repo"),
+            "says where the weights come from: set repo (with revision) for a hub "
+            "checkpoint, or directory for a folder already on the download host",
+        )
+    elif w.repo is not None and w.revision is None:
+        yield Problem(
+            ("weights", "revision"),
+            f"is needed with repo: a commit of {w.repo} (40 hex digits) pins the "
+            "files; a branch or tag (main) is resolved to its commit once",
+        )
+    elif w.directory is not None:
+        for key in ("revision", "include", "exclude"):
+            if getattr(w, key):
+                yield Problem(
+                    ("weights", key), "applies to a hub repo; with directory, its SHA256SUMS names the files to place: remove it"
+                )
     if w.download_host is not None:
         if w.download_host not in inv.hosts:
             why = f"'{w.download_host}' is not a host in this inventory{_host_ref(inv, w.download_host)}"
@@ -350,7 +372,7 @@ def _weights(inv: Inventory) -> Iterator[Problem]:
                 f"'{w.download_host}' has role {inv.hosts[w.download_host].role}; the model is downloaded on a node that "
                 "runs the engine (head or worker), which then copies it to the others over the fabric",
             )
-    folders = [(("runtime", "model"), inv.runtime.model)]
+    folders: list[tuple[tuple[str, ...], str]] = [(("runtime", "model"), inv.runtime.model)]
     spec = inv.runtime.speculative
     if w.drafter is not None and spec is not None and spec.model:
         folders.append((("runtime", "speculative", "model"), spec.model))
@@ -392,6 +414,23 @@ def _gateway(inv: Inventory) -> Iterator[Problem]:
             ("gateway", "engine_port"),
             f"{gw.engine_port} is already {taken[gw.engine_port]} on the head; pick a free port for the engine behind "
             "the gateway (e.g. runtime.port + 1)",
+        )
+    if gw.max_buffered_bytes < gw.max_body_bytes:
+        yield Problem(
+            ("gateway", "max_buffered_bytes"),
+            f"{gw.max_buffered_bytes} is below max_body_bytes ({gw.max_body_bytes}): one largest body must fit",
+        )
+    if gw.memory_limit_bytes < gw.max_buffered_bytes + (256 << 20):
+        yield Problem(
+            ("gateway", "memory_limit_bytes"),
+            f"{gw.memory_limit_bytes} leaves under 256 MiB beside max_buffered_bytes ({gw.max_buffered_bytes}) for the "
+            "gateway itself; raise it or lower max_buffered_bytes",
+        )
+    if gw.open_files is not None and gw.open_files < 2 * gw.hold_queue + 256:
+        yield Problem(
+            ("gateway", "open_files"),
+            f"{gw.open_files} is below 2 x hold_queue ({gw.hold_queue}) + 256: releasing a full hold (a client and an "
+            "engine connection each) would run out of files",
         )
     if gw.hold_max_s < gw.hold_s:
         yield Problem(

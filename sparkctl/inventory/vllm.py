@@ -13,27 +13,62 @@ from __future__ import annotations
 
 import re
 
-KV_CACHE_DTYPES = frozenset({
-    "auto", "float16", "bfloat16",
-    "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "fp8_per_token_head",
-    "int8_per_token_head", "int4_per_token_head",
-    "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_3bit_nc",
-    "nvfp4",
-    "nvfp4_ds_mla",  # the DSpark image's packed sparse-MLA NVFP4 cache (seed 002)
-})  # fmt: skip
+KV_CACHE_DTYPES = frozenset(
+    {
+        "auto",
+        "float16",
+        "bfloat16",
+        "fp8",
+        "fp8_e4m3",
+        "fp8_e5m2",
+        "fp8_inc",
+        "fp8_ds_mla",
+        "fp8_per_token_head",
+        "int8_per_token_head",
+        "int4_per_token_head",
+        "turboquant_k8v4",
+        "turboquant_4bit_nc",
+        "turboquant_3bit_nc",
+        "nvfp4",
+        "nvfp4_ds_mla",  # the DSpark image's packed sparse-MLA NVFP4 cache (seed 002)
+    }
+)
 
-MOE_BACKENDS = frozenset({
-    "auto", "triton", "triton_unfused", "deep_gemm", "deep_gemm_mega_moe", "cutlass",
-    "flashinfer_trtllm", "flashinfer_cutlass", "flashinfer_cutedsl",
-    "flashinfer_b12x",  # native MXFP4 on GB10 (seed 002)
-    "marlin", "humming", "aiter", "emulation",
-})  # fmt: skip
+MOE_BACKENDS = frozenset(
+    {
+        "auto",
+        "triton",
+        "triton_unfused",
+        "deep_gemm",
+        "deep_gemm_mega_moe",
+        "cutlass",
+        "flashinfer_trtllm",
+        "flashinfer_cutlass",
+        "flashinfer_cutedsl",
+        "flashinfer_b12x",  # native MXFP4 on GB10 (seed 002)
+        "marlin",
+        "humming",
+        "aiter",
+        "emulation",
+    }
+)
 
-SPECULATIVE_METHODS = frozenset({
-    "ngram", "ngram_gpu", "suffix", "medusa", "mlp_speculator", "draft_model",
-    "eagle", "eagle3", "dflash", "mtp", "deepseek_mtp",
-    "dspark",  # DeepSpec's DSpark decoding (seed 002)
-})  # fmt: skip
+SPECULATIVE_METHODS = frozenset(
+    {
+        "ngram",
+        "ngram_gpu",
+        "suffix",
+        "medusa",
+        "mlp_speculator",
+        "draft_model",
+        "eagle",
+        "eagle3",
+        "dflash",
+        "mtp",
+        "deepseek_mtp",
+        "dspark",  # DeepSpec's DSpark decoding (seed 002)
+    }
+)
 
 # Methods whose drafter is a separate checkpoint that `speculative.model` must name.
 METHODS_NEEDING_MODEL = frozenset({"draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "dflash"})
@@ -110,10 +145,19 @@ def token_count(value: str) -> int:
 
 # fused_moe/oracle/nvfp4.py select_nvfp4_moe_backend(): NVFP4_BACKENDS_WITH_CLAMP, as --moe-backend
 # names (map_nvfp4_backend). A checkpoint that sets swiglu_limit refuses any other explicit backend.
-NVFP4_MOE_WITH_CLAMP = frozenset({
-    "b12x", "flashinfer_trtllm", "flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_moe_ep_cutedsl",
-    "cutlass", "marlin", "emulation", "humming",
-})  # fmt: skip
+NVFP4_MOE_WITH_CLAMP = frozenset(
+    {
+        "b12x",
+        "flashinfer_trtllm",
+        "flashinfer_cutlass",
+        "flashinfer_cutedsl",
+        "flashinfer_moe_ep_cutedsl",
+        "cutlass",
+        "marlin",
+        "emulation",
+        "humming",
+    }
+)
 
 
 def swiglu_clamp_refusal(moe_backend, moe_quantization, swiglu_limit) -> str | None:

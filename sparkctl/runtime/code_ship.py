@@ -65,5 +65,6 @@ def ship(session, host: str, files: dict[str, bytes], final: str, root: str, com
         f"rm -f {q(tar_path)}; exit $rc"
     )
     if not r.ok:
-        raise HostError(f"{host}: cannot unpack {what} in {final}: {r.stderr.strip()}",
-                        fix=f"check the disk and permissions on {host}")  # fmt: skip
+        raise HostError(
+            f"{host}: cannot unpack {what} in {final}: {r.stderr.strip()}", fix=f"check the disk and permissions on {host}"
+        )

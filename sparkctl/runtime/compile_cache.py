@@ -16,11 +16,20 @@ from sparkctl.transport.redact import redact_obj
 # extensions, which runtime.env may move: launch.cache_env); a change to any of them compiles
 # again (cold), to anything else reuses the cache.
 COMPILE_FIELDS = (
-    "runtime.image", "runtime.model", "runtime.max_model_len", "runtime.kv_cache_dtype", "runtime.block_size",
-    "runtime.tensor_parallel_size", "runtime.max_num_seqs", "runtime.max_num_batched_tokens",
-    "runtime.moe_backend", "runtime.moe_quantization", "runtime.speculative",
-    "caches.host_path", "caches.container_path",
-)  # fmt: skip
+    "runtime.image",
+    "runtime.model",
+    "runtime.max_model_len",
+    "runtime.kv_cache_dtype",
+    "runtime.block_size",
+    "runtime.tensor_parallel_size",
+    "runtime.max_num_seqs",
+    "runtime.max_num_batched_tokens",
+    "runtime.moe_backend",
+    "runtime.moe_quantization",
+    "runtime.speculative",
+    "caches.host_path",
+    "caches.container_path",
+)
 # Deliberately absent: runtime.distributed_executor_backend and runtime.master_port. vLLM 0.33's
 # ParallelConfig.compute_hash ignores the executor and the multi-node launch (master_addr/port,
 # nnodes, node_rank), envs.compile_factors ignores VLLM_HOST_IP, and each rank keeps its

@@ -16,7 +16,7 @@ IMAGE_LABEL = f"{LABEL_PREFIX}.image"  # the image identity (facts/docker.py) th
 def create_args(api, spec: ContainerSpec, identity: Optional[str] = None) -> dict:
     """docker-py low-level `create_container` arguments for a spec (the high-level `run` cannot
     set a stop timeout, and the drain needs one)."""
-    from docker.types import DeviceRequest, Ulimit
+    from docker.types import DeviceRequest, LogConfig, Ulimit
 
     host_config = api.create_host_config(
         network_mode=spec.network_mode,
@@ -25,6 +25,8 @@ def create_args(api, spec: ContainerSpec, identity: Optional[str] = None) -> dic
         device_requests=[DeviceRequest(count=-1, capabilities=[["gpu"]])] if spec.gpus == "all" else None,
         devices=[f"{d}:{d}:rwm" for d in spec.devices],
         ulimits=[Ulimit(name=k, soft=v, hard=v) for k, v in spec.ulimits.items()],
+        mem_limit=spec.memory_bytes,
+        log_config=LogConfig(type="json-file", config=dict(spec.log_options)),
         # -v semantics (binds), as the rendered `docker run` line shows
         binds={m.source: {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in spec.mounts},
     )
@@ -56,21 +58,57 @@ def start(client, spec: ContainerSpec, identity: Optional[str] = None) -> None:
 
 
 def stop(
-    client, cluster: str, timeout: Optional[int] = None, names: Optional[list[str]] = None, logs: Optional[dict[str, str]] = None
+    client,
+    cluster: str,
+    timeout: Optional[int] = None,
+    names: Optional[list[str]] = None,
+    logs: Optional[dict[str, str]] = None,
+    timings: Optional[dict[str, dict]] = None,
 ) -> list[str]:
     """Stop (SIGTERM, drain up to the container's stop timeout) and remove this cluster's containers
-    (only those named, when `names` is given); with `logs`, keep each one's last log lines first."""
+    (only those named, when `names` is given); with `logs`, keep each one's last log lines first;
+    with `timings`, how long each stop took and whether docker had to kill it (StopTiming)."""
+    import time
+
     stopped = []
     for c in client.containers.list(all=True, filters={"label": [f"{LABEL_PREFIX}.cluster={cluster}"]}):
         if names is not None and c.name not in names:
             continue
         if c.status == "running":
+            t0 = time.monotonic()
             c.stop(timeout=timeout) if timeout is not None else c.stop()
+            if timings is not None:
+                timings[c.name] = stop_timing(c, time.monotonic() - t0, timeout)
         if logs is not None:
             logs[c.name] = c.logs(tail=400).decode(errors="replace")
         c.remove(force=True)
         stopped.append(c.name)
     return stopped
+
+
+def stop_timing(container, seconds: float, timeout: Optional[int]) -> dict:
+    """How a stop went: its seconds, the timeout it had (the call's, else the container's own), and
+    whether the process was killed: it did not exit on SIGTERM within the timeout, and docker sent
+    SIGKILL (exit 137 without the OOM killer), the stop that hangs (docs/reload.md)."""
+    container.reload()
+    st = container.attrs.get("State") or {}
+    code = st.get("ExitCode")
+    bound = timeout if timeout is not None else (container.attrs.get("Config") or {}).get("StopTimeout")
+    return {
+        "seconds": round(seconds, 2),
+        "timeout_s": bound,
+        "exit_code": code,
+        "killed": code == 137 and not st.get("OOMKilled"),
+    }
+
+
+def stop_line(name: str, t: dict) -> str:
+    if t["killed"]:
+        return (
+            f"{name} KILLED after {t['seconds']:.1f} s: it did not exit on SIGTERM within its stop timeout "
+            f"({t['timeout_s']} s), docker sent SIGKILL"
+        )
+    return f"{name} stopped in {t['seconds']:.1f} s (exit {t['exit_code']})"
 
 
 def wait_answering(client, host: str, container: str, url: str, deadline_s: float, fix: str) -> float:

@@ -110,11 +110,15 @@ class Hold:
     def clients(self) -> str:
         """What a client sees while it lasts, in the words the plan shows."""
         if self.reason == "down":
-            return ("clients get 503 with Retry-After at once while the engine drains (down: no return to expect), "
-                    "then connection refused once the gateway stops")  # fmt: skip
+            return (
+                "clients get 503 with Retry-After at once while the engine drains (down: no return to expect), "
+                "then connection refused once the gateway stops"
+            )
         if self.rejects:
-            return (f"clients get 503 with Retry-After ~{self.expected_s:.0f} s during this restart "
-                    f"(the {self.cache} start, ~{self.expected_s:.0f} s, is beyond gateway.hold_s {self.hold_s:g} s)")  # fmt: skip
+            return (
+                f"clients get 503 with Retry-After ~{self.expected_s:.0f} s during this restart "
+                f"(the {self.cache} start, ~{self.expected_s:.0f} s, is beyond gateway.hold_s {self.hold_s:g} s)"
+            )
         exp = (
             f"{self.cache} start expected ~{self.expected_s:.0f} s"
             if self.expected_s is not None
@@ -161,12 +165,14 @@ def hold(ctx: RunContext, host: str, data: dict) -> str:
     connections; only requests sent during the drain may come back empty (vLLM's `abort`)."""
     h = Hold(**data)
     try:
-        doc = GatewayAdmin(ctx.fleet[host]).hold(h.expected_s, h.ttl_s, h.reason)
+        doc = GatewayAdmin(ctx.session(host)).hold(h.expected_s, h.ttl_s, h.reason)
     except GatewayAbsent:
         return "no gateway runs to hold: clients are refused until the new engine serves"
     except HostError as exc:
-        return (f"the gateway did NOT take the hold ({exc.message}); it holds by itself once the engine refuses "
-                "connections, but requests sent during the drain may end empty")  # fmt: skip
+        return (
+            f"the gateway did NOT take the hold ({exc.message}); it holds by itself once the engine refuses "
+            "connections, but requests sent during the drain may end empty"
+        )
     ctx.outputs.gateway_hold = {"host": host, **data, "released": False}
     state = doc.get("state", "?")
     return f"gateway {state}: {h.clients()}"
@@ -187,7 +193,7 @@ def release(ctx: RunContext, host: str) -> Optional[str]:
     nothing and nothing was waiting (every start of the engine asks)."""
     ours = ctx.outputs.gateway_hold
     try:
-        doc = GatewayAdmin(ctx.fleet[host]).release()
+        doc = GatewayAdmin(ctx.session(host)).release()
     except GatewayAbsent:
         return "no gateway runs to release" if ours else None
     except HostError as exc:  # the engine serves: a hold left behind ends by itself at its ttl

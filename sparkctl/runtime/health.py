@@ -60,14 +60,34 @@ def fatal_line(log: str) -> Optional[str]:
     return None
 
 
-def base_url(inv) -> str:
-    """The engine itself (behind the gateway, on gateway.engine_port): what sparkctl's own checks
-    ask, so a holding gateway never hides the engine's state from them."""
-    from sparkctl.runtime.launch import engine_port
-    from sparkctl.transport.guard import check_url
+def engine_endpoint(inv) -> tuple[str, int, str]:
+    """(address, port, path prefix) of the engine as sparkctl reaches it: behind a gateway it listens
+    on the head's loopback only (gateway.engine_port), so through the gateway's engine route, which
+    never holds; without one, on runtime.port itself."""
+    from sparkctl.gateway.placement import ENGINE_PATH
 
     head = inv.hosts_with_role("head")[0]
-    url = f"http://{inv.hosts[head].ssh.address}:{engine_port(inv)}"
+    return inv.hosts[head].ssh.address, inv.runtime.port, ENGINE_PATH if inv.gateway.enabled else ""
+
+
+def engine_url(inv) -> str:
+    """base_url, unchecked (a URL to name, not to call)."""
+    address, port, path = engine_endpoint(inv)
+    return f"http://{address}:{port}{path}"
+
+
+def front_url(inv) -> str:
+    """public_url, unchecked (a URL to name, not to call)."""
+    head = inv.hosts_with_role("head")[0]
+    return f"http://{inv.hosts[head].ssh.address}:{inv.runtime.port}"
+
+
+def base_url(inv) -> str:
+    """The engine itself (behind the gateway, through its engine route: engine_endpoint): what
+    sparkctl's own checks ask, so a holding gateway never hides the engine's state from them."""
+    from sparkctl.transport.guard import check_url
+
+    url = engine_url(inv)
     check_url(url, "the runtime's HTTP endpoint")
     return url
 
@@ -76,8 +96,7 @@ def public_url(inv) -> str:
     """What clients use: runtime.port on the head (the gateway, or the engine when it has none)."""
     from sparkctl.transport.guard import check_url
 
-    head = inv.hosts_with_role("head")[0]
-    url = f"http://{inv.hosts[head].ssh.address}:{inv.runtime.port}"
+    url = front_url(inv)
     check_url(url, "the cluster's public endpoint")
     return url
 

@@ -57,6 +57,11 @@ NVIDIA_ENTRYPOINT = "/opt/nvidia/nvidia_entrypoint.sh"
 LAUNCHER = ["/bin/sh", "-c", 'if [ -x "$0" ]; then exec "$0" "$@"; fi; exec "$@"', NVIDIA_ENTRYPOINT]
 
 
+# Every container sparkctl starts keeps at most 3 x 50 MB of log (docker's json-file rotation): a
+# client that makes the gateway log per request, or an engine in a crash loop, cannot fill the disk.
+LOG_ROTATION = {"max-size": "50m", "max-file": "3"}
+
+
 class Mount(BaseModel):
     model_config = ConfigDict(frozen=True)
     source: str = Field(..., description="Path on the node (resolved on that node, never expanded elsewhere).")
@@ -83,6 +88,10 @@ class ContainerSpec(BaseModel):
     ulimits: dict[str, int]
     stop_timeout: int
     labels: dict[str, str]
+    memory_bytes: Optional[int] = Field(None, description="docker --memory: the container is killed past it (None: no limit).")
+    log_options: dict[str, str] = Field(
+        default_factory=lambda: dict(LOG_ROTATION), description="docker's json-file log driver options (--log-opt)."
+    )
 
     @property
     def entrypoint(self) -> str:
@@ -100,6 +109,8 @@ class ContainerSpec(BaseModel):
         parts += [f"--gpus={self.gpus}"] if self.gpus != "none" else []
         parts += [f"--device={d}" for d in self.devices]
         parts += [f"--ulimit={k}={v}:{v}" for k, v in self.ulimits.items()]
+        parts += [f"--memory={self.memory_bytes}"] if self.memory_bytes else []
+        parts += ["--log-driver=json-file", *(f"--log-opt={k}={v}" for k, v in self.log_options.items())]
         parts += [f"--stop-timeout={self.stop_timeout}"]
         for m in self.mounts:
             parts += ["-v", f"{m.source}:{m.target}" + (":ro" if m.read_only else "")]
@@ -225,19 +236,33 @@ def vllm_serve_args(inv: Inventory) -> list[str]:
     """`vllm serve` flags for the main model: only flags the real vLLM accepts (vllm-interface.md)."""
     r = inv.runtime
     args = [
-        "vllm", "serve", r.model,
-        "--served-model-name", r.served_model_name,
-        "--host", "0.0.0.0",
-        "--port", str(engine_port(inv)),
-        "--tensor-parallel-size", str(r.tensor_parallel_size),
-        "--distributed-executor-backend", r.distributed_executor_backend,
-        "--kv-cache-dtype", r.kv_cache_dtype,
-        "--block-size", str(r.block_size),
-        "--gpu-memory-utilization", str(r.gpu_memory_utilization),
-        "--max-model-len", str(r.max_model_len),
-        "--max-num-seqs", str(r.max_num_seqs),
-        "--max-num-batched-tokens", str(r.max_num_batched_tokens),
-    ]  # fmt: skip
+        "vllm",
+        "serve",
+        r.model,
+        "--served-model-name",
+        r.served_model_name,
+        # behind a gateway, the head's loopback only (host networking): the gateway is the only way in
+        "--host",
+        "127.0.0.1" if inv.gateway.enabled else "0.0.0.0",
+        "--port",
+        str(engine_port(inv)),
+        "--tensor-parallel-size",
+        str(r.tensor_parallel_size),
+        "--distributed-executor-backend",
+        r.distributed_executor_backend,
+        "--kv-cache-dtype",
+        r.kv_cache_dtype,
+        "--block-size",
+        str(r.block_size),
+        "--gpu-memory-utilization",
+        str(r.gpu_memory_utilization),
+        "--max-model-len",
+        str(r.max_model_len),
+        "--max-num-seqs",
+        str(r.max_num_seqs),
+        "--max-num-batched-tokens",
+        str(r.max_num_batched_tokens),
+    ]
     if r.moe_backend:
         args += ["--moe-backend", r.moe_backend]
     if r.speculative:
@@ -265,26 +290,73 @@ def gateway_node(inv: Inventory, code_hash: str) -> dict:
     g, r = inv.gateway, inv.runtime
     head = inv.hosts_with_role("head")[0]
     cmd = [
-        "python3", "-m", "sparkctl.gateway",
-        "--listen", f"0.0.0.0:{r.port}",
-        "--upstream", f"http://127.0.0.1:{g.engine_port}",
-        "--admin-socket", gw.ADMIN_SOCKET,
-        "--hold-s", f"{g.hold_s:g}",
-        "--hold-max-s", f"{g.hold_max_s:g}",
-        "--hold-queue", str(g.hold_queue),
-        "--upstream-connections", str(g.upstream_connections),
-        "--shutdown-timeout-s", str(GATEWAY_STOP_GRACE),
-    ]  # fmt: skip
+        "python3",
+        "-m",
+        "sparkctl.gateway",
+        "--listen",
+        f"0.0.0.0:{r.port}",
+        "--upstream",
+        f"http://127.0.0.1:{g.engine_port}",
+        "--admin-socket",
+        gw.ADMIN_SOCKET,
+        "--hold-s",
+        f"{g.hold_s:g}",
+        "--hold-max-s",
+        f"{g.hold_max_s:g}",
+        "--hold-queue",
+        str(g.hold_queue),
+        "--upstream-connections",
+        str(g.upstream_connections),
+        "--shutdown-timeout-s",
+        str(GATEWAY_STOP_GRACE),
+        "--max-body-bytes",
+        str(g.max_body_bytes),
+        "--max-buffered-bytes",
+        str(g.max_buffered_bytes),
+        "--upstream-idle-s",
+        f"{g.upstream_idle_s:g}",
+    ]
     lc = g.long_context
     if lc:
-        cmd += ["--long-context-tokens", str(lc.tokens), "--long-context-max-concurrent", str(lc.max_concurrent),
-                "--long-context-queue", str(lc.queue), "--long-context-wait-s", f"{lc.wait_s:g}"]  # fmt: skip
+        cmd += [
+            "--long-context-tokens",
+            str(lc.tokens),
+            "--long-context-max-concurrent",
+            str(lc.max_concurrent),
+            "--long-context-queue",
+            str(lc.queue),
+            "--long-context-wait-s",
+            f"{lc.wait_s:g}",
+        ]
+    env = {"PYTHONPATH": gw.CONTAINER_CODE, "PYTHONUNBUFFERED": "1"}
+    mounts = [
+        Mount(source=f"{gw.CODE_ROOT}/{code_hash}", target=gw.CONTAINER_CODE, read_only=True),
+        Mount(source=gw.ADMIN_DIR, target=gw.ADMIN_DIR),
+    ]
+    if g.api_keys_file:  # the keys stay in their file on the head; the container reads it
+        cmd += ["--api-keys-file", gw.CONTAINER_KEYS_FILE]
+        mounts.append(Mount(source=g.api_keys_file, target=gw.CONTAINER_KEYS_FILE, read_only=True))
+    engine_key = engine_api_key(inv)
+    if engine_key:  # the engine asks for its key: the gateway sends it on (an environment value, never argv)
+        from sparkctl.gateway.keys import ENGINE_KEY_ENV
+
+        env[ENGINE_KEY_ENV] = engine_key
     return dict(
-        host=head, role=gw.ROLE, image=r.image, launcher=LAUNCHER, command=cmd,
-        env={"PYTHONPATH": gw.CONTAINER_CODE, "PYTHONUNBUFFERED": "1"},
-        mounts=[Mount(source=f"{gw.CODE_ROOT}/{code_hash}", target=gw.CONTAINER_CODE, read_only=True),
-                Mount(source=gw.ADMIN_DIR, target=gw.ADMIN_DIR)],
-    )  # fmt: skip
+        host=head,
+        role=gw.ROLE,
+        image=r.image,
+        launcher=LAUNCHER,
+        command=cmd,
+        env=env,
+        mounts=mounts,
+        ulimits={"nofile": g.open_files} if g.open_files else {},
+        memory_bytes=g.memory_limit_bytes,
+    )
+
+
+def engine_api_key(inv: Inventory) -> Optional[str]:
+    """The key vLLM itself asks for (its VLLM_API_KEY, from runtime.env), None when it asks none."""
+    return inv.runtime.env.get("VLLM_API_KEY") or None
 
 
 def mp_serve_args(inv: Inventory, master_addr: str, node_rank: int) -> list[str]:
@@ -294,8 +366,16 @@ def mp_serve_args(inv: Inventory, master_addr: str, node_rank: int) -> list[str]
     nnodes = 1 + len(inv.hosts_with_role("worker"))
     args = vllm_serve_args(inv)
     if nnodes > 1:
-        args += ["--nnodes", str(nnodes), "--node-rank", str(node_rank),
-                 "--master-addr", master_addr, "--master-port", str(inv.runtime.master_port)]  # fmt: skip
+        args += [
+            "--nnodes",
+            str(nnodes),
+            "--node-rank",
+            str(node_rank),
+            "--master-addr",
+            master_addr,
+            "--master-port",
+            str(inv.runtime.master_port),
+        ]
     return args + (["--headless"] if node_rank else [])
 
 
@@ -349,8 +429,15 @@ def _render(inv: Inventory) -> LaunchPlan:
     base_env = {**cache_env(inv), **weights_env(inv), **r.env}
 
     def node(host: str, role: str, image: str, command: list[str], env: dict, model_path: Optional[str]) -> dict:
-        return dict(host=host, role=role, image=image, launcher=LAUNCHER, command=command, env={**base_env, **env},
-                    mounts=_model_mounts(inv, model_path))  # fmt: skip
+        return dict(
+            host=host,
+            role=role,
+            image=image,
+            launcher=LAUNCHER,
+            command=command,
+            env={**base_env, **env},
+            mounts=_model_mounts(inv, model_path),
+        )
 
     nodes: list[dict] = []  # in start order: drafter, workers, head
     spec = r.speculative
@@ -362,13 +449,20 @@ def _render(inv: Inventory) -> LaunchPlan:
         gpu = inv.hosts[d].gpu
         draft_tp = spec.draft_tensor_parallel_size or (gpu.count if gpu else 1)
         draft_cmd = [
-            "vllm", "serve", spec.model or r.model,
-            "--served-model-name", "drafter",
-            "--host", d_ip,
-            "--port", str(spec.drafter_port),
-            "--tensor-parallel-size", str(draft_tp),
-            "--shutdown-timeout", str(r.shutdown_timeout),
-        ]  # fmt: skip
+            "vllm",
+            "serve",
+            spec.model or r.model,
+            "--served-model-name",
+            "drafter",
+            "--host",
+            d_ip,
+            "--port",
+            str(spec.drafter_port),
+            "--tensor-parallel-size",
+            str(draft_tp),
+            "--shutdown-timeout",
+            str(r.shutdown_timeout),
+        ]
         # the drafter spreads over the offload host's own GPUs (two RTX 3090 in sPLIce)
         gpus = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, range(draft_tp)))}
         image = spec.drafter_image or r.image
@@ -398,13 +492,20 @@ def _render(inv: Inventory) -> LaunchPlan:
 
         gateway = gateway_node(inv, code_hash())
     every = nodes + ([gateway] if gateway else [])
-    config_hash = _hash({"cluster": inv.cluster.name, "nodes": nodes, "stop_timeout": stop_timeout,
-                         **({"gateway": gateway} if gateway else {})})  # fmt: skip
+    config_hash = _hash(
+        {"cluster": inv.cluster.name, "nodes": nodes, "stop_timeout": stop_timeout, **({"gateway": gateway} if gateway else {})}
+    )
     group_hashes = {
-        g: _hash({"cluster": inv.cluster.name, "group": g, "stop_timeout": stop_timeout,
-                  "nodes": [n for n in every if restart_group(n["role"]) == g]})
+        g: _hash(
+            {
+                "cluster": inv.cluster.name,
+                "group": g,
+                "stop_timeout": stop_timeout,
+                "nodes": [n for n in every if restart_group(n["role"]) == g],
+            }
+        )
         for g in dict.fromkeys(restart_group(n["role"]) for n in every)
-    }  # fmt: skip
+    }
     containers = [
         ContainerSpec(
             **n,
@@ -428,7 +529,6 @@ def _render(inv: Inventory) -> LaunchPlan:
             devices=[],
             gpus="none",
             stop_timeout=GATEWAY_STOP_GRACE + 5,
-            ulimits={},
             labels={
                 f"{LABEL_PREFIX}.cluster": inv.cluster.name,
                 f"{LABEL_PREFIX}.role": gateway["role"],

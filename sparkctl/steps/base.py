@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # imported lazily at run time: a no-op `up` has a 1 s budget
     from sparkctl.facts.host import HostFacts
     from sparkctl.lock import ClusterLock
     from sparkctl.session import ClusterSession
+    from sparkctl.steps.runtime import Drift
     from sparkctl.transport.ssh import Fleet, HostSession
 
 Status = Literal["ok", "changed", "failed", "skipped"]
@@ -82,16 +83,23 @@ class Outputs:
     # (verified after applying; predicted by the plan in --check; None = cannot be known before)
     image_ids: dict[str, dict[str, Optional[str]]] = field(default_factory=dict)
     # stop/runtime: why the runtime must restart (empty: it runs the inventory's config), decided once
-    restart: Optional[list[str]] = None
+    restart: Optional["Drift"] = None
     # runtime -> the CLI's --json: how the last start went (seconds, warm/cold)
     runtime_start: Optional[dict] = None
     # throughput -> record: decode tok/s measured after the start (the next reload's baseline)
     decode_tokens_per_s: Optional[float] = None
+    # throughput -> record: decode tok/s per request by concurrency ("1", "2", "4" ... streams), measured
+    # idle or from the engine's own timings under load: the rates a later reload is judged against
+    decode_by_streams: dict[str, float] = field(default_factory=dict)
     # stop -> reload: the head's in-flight requests at the drain {"in_flight", "finished", "cut"}
     drain: Optional[dict] = None
     # stop -> runtime, and the command after a failed run: the gateway hold this run sent
     # (runtime/gateway_admin.py Hold's fields, the host, and whether it was released)
     gateway_hold: Optional[dict] = None
+    # keeper (head) -> keeper (the other hosts): the head's keeper key, "type base64 comment", to authorise
+    keeper_public_key: Optional[str] = None
+    # stop -> reload's journal and report: each container's stop {host, container, seconds, timeout_s, exit_code, killed}
+    stops: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -109,6 +117,12 @@ class RunContext:
     # the cluster lock, when the runner takes it before the first change (lock.cluster_lock lazy)
     lock: Optional[ClusterLock] = None
 
+    def __post_init__(self) -> None:
+        # the run's calls to the cluster (smoke, first token, decode, the gateway's wait) send its key
+        from sparkctl.runtime import api_key
+
+        api_key.authorize(self.inventory, self.fleet)
+
     @property
     def launch(self):
         """The rendered launch (containers, commands, config hash): launch.render keeps it, once per inventory."""
@@ -124,11 +138,16 @@ class RunContext:
 
         return ClusterSession(self.inventory, fleet=self.fleet, facts=self.facts, lock=self.lock)
 
-    def session(self, host: str) -> HostSession:
-        """The run's SSH session to `host` (applying needs one: a plan from recorded facts has none)."""
+    @property
+    def sessions(self) -> Fleet:
+        """The run's SSH sessions (applying needs them: a plan from recorded facts has none)."""
         if self.fleet is None:
             raise RuntimeError("applying a step needs the run's SSH sessions (RunContext.fleet)")
-        return self.fleet[host]
+        return self.fleet
+
+    def session(self, host: str) -> HostSession:
+        """The run's SSH session to `host`."""
+        return self.sessions[host]
 
     def refresh(self, host: str, kinds: set[str], timeout: float = 60) -> HostFacts:
         """Read these fact kinds on `host` again (after this run changed them) and return its facts."""
@@ -155,6 +174,11 @@ class Step:
         return {h: self.plan_host(ctx, h) for h in self.hosts(ctx.inventory) if h in ctx.facts}
 
     def plan_host(self, ctx: RunContext, host: str) -> Plan:
+        raise NotImplementedError
+
+    def verify(self, ctx: RunContext, host: str, changed: bool) -> str:
+        """The proof on `host`, after every host applied, of what the step changed (a step that has
+        one overrides this; the runner calls only those)."""
         raise NotImplementedError
 
     def apply(self, ctx: RunContext, plan: Plan) -> "str | tuple[str, bool]":

@@ -38,7 +38,7 @@ class CachesStep(Step):
 
     def apply(self, ctx: RunContext, plan: Plan) -> str:
         path = plan.changes[0].data["path"]
-        r = ctx.fleet[plan.host].run(["mkdir", "-p", "-m", "0755", path])
+        r = ctx.session(plan.host).run(["mkdir", "-p", "-m", "0755", path])
         if not r.ok:
             raise HostError(f"{plan.host}: cannot create {path}: {r.stderr.strip()}", fix="check the disk and permissions")
         return f"created cache dir {path}"

@@ -33,7 +33,7 @@ class EngramStep(Step):
         return [inv.engram.host] if inv.engram else []
 
     def plan_host(self, ctx: RunContext, host: str) -> Plan:
-        e = ctx.inventory.engram
+        e = ctx.inventory.engram_placement
         f = ctx.facts[host]
         g = f.engram
         if g is None:
@@ -47,10 +47,16 @@ class EngramStep(Step):
         bad = sorted(n for n, h in want.items() if have.get(n) != h)
         if mounted and not bad and g.placed_sums == want:
             if f.engram_rehashed:
-                return self.changes(host, [Change(
-                    "mark", f"record size and ctime of {len(f.engram_rehashed)} re-hashed file(s) (their SHA-256 match)",
-                    {"sums": want},
-                )])  # fmt: skip
+                return self.changes(
+                    host,
+                    [
+                        Change(
+                            "mark",
+                            f"record size and ctime of {len(f.engram_rehashed)} re-hashed file(s) (their SHA-256 match)",
+                            {"sums": want},
+                        )
+                    ],
+                )
             return self.noop(
                 host,
                 f"{len(want)} table file(s) placed in tmpfs {e.target} ({g.mount_bytes / GIB:.2f} GiB), every SHA-256 matches",
@@ -71,15 +77,20 @@ class EngramStep(Step):
                 if len(bad) == len(want)
                 else (f"{len(missing)} missing, {len(bad) - len(missing)} with a wrong SHA-256: {', '.join(bad[:3])}")
             )
-            changes.append(Change("copy", f"copy {len(bad)} table file(s) from {e.source} and verify SHA-256 ({why})",
-                                  {"files": bad, "sums": want, "sizes": g.source_files}))  # fmt: skip
+            changes.append(
+                Change(
+                    "copy",
+                    f"copy {len(bad)} table file(s) from {e.source} and verify SHA-256 ({why})",
+                    {"files": bad, "sums": want, "sizes": g.source_files},
+                )
+            )
         else:
             changes.append(Change("mark", f"record the {len(want)} verified sums in {e.target}/{MARKER}", {"sums": want}))
         return self.changes(host, changes)
 
     def apply(self, ctx: RunContext, plan: Plan) -> str:
-        e = ctx.inventory.engram
-        s = ctx.fleet[plan.host]
+        e = ctx.inventory.engram_placement
+        s = ctx.session(plan.host)
         t, src = shlex.quote(e.target), shlex.quote(e.source)
         done = []
         for c in plan.changes:
@@ -103,9 +114,11 @@ class EngramStep(Step):
         return "; ".join(done) + f"; every SHA-256 in {e.target} verified"
 
     def _verify_and_mark(self, ctx: RunContext, host: str, sums: dict[str, str], nbytes: int = 0) -> None:
-        e = ctx.inventory.engram
+        e = ctx.inventory.engram_placement
         # re-hashes what was just copied (its ctime moved): as long as reading those bytes takes
-        got = ctx.refresh(host, {"engram", "engram_hashes"}, timeout=ctx.fleet[host].transfer_timeout(nbytes)).engram_hashes or {}
+        got = (
+            ctx.refresh(host, {"engram", "engram_hashes"}, timeout=ctx.session(host).transfer_timeout(nbytes)).engram_hashes or {}
+        )
         bad = sorted(n for n, h in sums.items() if got.get(n) != h)
         if bad:
             raise HostError(
@@ -113,6 +126,6 @@ class EngramStep(Step):
                 fix=f"check {e.source} (disk errors?) and the SHA256SUMS it ships, then rerun `sparkctl up`",
             )
         marker = "".join(f"{h}  {n}\n" for n, h in sorted(sums.items()))
-        ctx.fleet[host].put_bytes(marker.encode(), f"{e.target}/{MARKER}", mode=0o644)
+        ctx.session(host).put_bytes(marker.encode(), f"{e.target}/{MARKER}", mode=0o644)
         # what was verified, by size and ctime: a later write to any file shows, and is re-hashed
-        ctx.fleet[host].run(stat_command(e.target)).check("Engram placement record")
+        ctx.session(host).run(stat_command(e.target)).check("Engram placement record")

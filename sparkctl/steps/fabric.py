@@ -133,9 +133,12 @@ class FabricStep(Step):
                         f"(`ip addr del {held[0]} dev {other.name}` on {host}), then rerun `sparkctl up`",
                     )
                 dev_changes.append(
-                    Change("del-address", f"remove {held[0]} from {other.name} (it belongs on {link.device})",
-                           {"device": other.name, "address": str(held[0])})
-                )  # fmt: skip
+                    Change(
+                        "del-address",
+                        f"remove {held[0]} from {other.name} (it belongs on {link.device})",
+                        {"device": other.name, "address": str(held[0])},
+                    )
+                )
             for stray in iface.addresses:
                 if stray != link.address:
                     whose = owner_of(inv, stray.ip)
@@ -148,21 +151,30 @@ class FabricStep(Step):
                             else "IPv4 link-local from outside /etc/netplan: NetworkManager or avahi-autoipd may add it again"
                         )
                     dev_changes.append(
-                        Change("del-address", f"remove stray {stray} from {link.device} ({why})",
-                               {"device": link.device, "address": str(stray)})
-                    )  # fmt: skip
+                        Change(
+                            "del-address",
+                            f"remove stray {stray} from {link.device} ({why})",
+                            {"device": link.device, "address": str(stray)},
+                        )
+                    )
             if iface.mtu != link.mtu:
                 dev_changes.append(
-                    Change("set-mtu", f"set MTU {link.mtu} on {link.device} (now {iface.mtu})",
-                           {"device": link.device, "mtu": link.mtu})
-                )  # fmt: skip
+                    Change(
+                        "set-mtu",
+                        f"set MTU {link.mtu} on {link.device} (now {iface.mtu})",
+                        {"device": link.device, "mtu": link.mtu},
+                    )
+                )
             if "UP" not in iface.flags:
                 dev_changes.append(Change("link-up", f"bring {link.device} up", {"device": link.device}))
             if link.address not in iface.addresses:
                 dev_changes.append(
-                    Change("add-address", f"add {link.address} to {link.device}",
-                           {"device": link.device, "address": str(link.address)})
-                )  # fmt: skip
+                    Change(
+                        "add-address",
+                        f"add {link.address} to {link.device}",
+                        {"device": link.device, "address": str(link.address)},
+                    )
+                )
             if dev_changes:
                 changes += dev_changes
             else:
@@ -180,9 +192,12 @@ class FabricStep(Step):
             what = "; ".join(f"{d}: {network.describe_stanza(st)}" for d, st in stanzas.items())
             then = "its other devices stay" if rest else "nothing else is left in it, so it is removed"
             changes.append(
-                Change("take-over", f"take {', '.join(stanzas)} over from {path} ({what}): the original is kept as {path}.bak, {then}",
-                       {"path": path, "text": rest, "devices": list(stanzas)})
-            )  # fmt: skip
+                Change(
+                    "take-over",
+                    f"take {', '.join(stanzas)} over from {path} ({what}): the original is kept as {path}.bak, {then}",
+                    {"path": path, "text": rest, "devices": list(stanzas)},
+                )
+            )
         wanted = netplan_text(inv, host)
         if f.netplan != wanted:
             what = "write" if f.netplan is None else "update"
@@ -199,7 +214,7 @@ class FabricStep(Step):
         return self.changes(host, sorted(unique.values(), key=lambda c: c.action != "del-address"))
 
     def apply(self, ctx: RunContext, plan: Plan) -> str:
-        session = ctx.fleet[plan.host]
+        session = ctx.session(plan.host)
         cmds = [
             IP_COMMANDS[c.action].format(**{k: shlex.quote(str(v)) for k, v in c.data.items()})
             for c in plan.changes
@@ -273,7 +288,7 @@ class FabricStep(Step):
                 every = bandwidth.rails(ctx.inventory, hosts)
                 for h in hosts:
                     ctx.progress(h, self.name, f"probing the bandwidth of {len(every)} rail(s)")
-                results = bandwidth.measure(ctx.fleet, every)
+                results = bandwidth.measure(ctx.sessions, every)
                 virtual = {(h, d) for h in hosts for d in ctx.facts[h].virtual}
                 verdicts = judge_rails(every, results, virtual)
                 self._probed = (id(ctx), [(r, verdicts[r.key]) for r in every if r.key in verdicts])

@@ -21,7 +21,7 @@ WAIT_S = 60.0  # a gateway answers within a second or two of its start; past thi
 
 class GatewayStep(Step):
     name = "gateway"
-    facts = frozenset({"containers", "gateway_code"})
+    facts = frozenset({"containers", "gateway_code", "gateway_keys"})
 
     def hosts(self, inv: Inventory) -> list[str]:
         return inv.hosts_with_role("head")[:1]
@@ -35,30 +35,34 @@ class GatewayStep(Step):
         if self.options.get("remove") or spec is None:
             if running is None:
                 return self.noop(host, "no gateway here" if spec is None else "the gateway is already gone")
-            why = "sparkctl down: after the engine it fronts" if spec else "gateway.enabled is false"
-            return self.changes(host, [Change("remove", f"stop and remove {placement.CONTAINER} ({why})")])
+            gone = "sparkctl down: after the engine it fronts" if spec else "gateway.enabled is false"
+            return self.changes(host, [Change("remove", f"stop and remove {placement.CONTAINER} ({gone})")])
+        keys = ctx.inventory.gateway.api_keys_file
+        if keys and f.gateway_keys != "readable":
+            return self.blocked(
+                host,
+                f"gateway.api_keys_file {keys} is not a readable file on the head ({f.gateway_keys or 'not read'}): "
+                f"write the clients' keys there, one a line, root-only (chmod 0600 {keys})",
+            )
         from sparkctl.runtime import gateway_code
 
         ops = []
         if f.gateway_code is not True:
             n = len(gateway_code.files())
             ops.append(Change("ship-code", f"copy the gateway's code ({n} files) to {gateway_code.directory()}"))
+        from sparkctl.steps.placed import restart_reason
+
         want = ctx.launch.expected_hash(spec.name)
-        if running is None:
-            why = f"{spec.name} not on {host}"
-        elif not running.running:
-            why = f"{spec.name} on {host} is {running.status}"
-        elif running.config_hash != want:
-            why = f"{spec.name} on {host} runs config {running.config_hash[:12] or '(none)'}"
-        else:
-            why = None
+        why = restart_reason(spec.name, host, running, want)
         if why:
             port = ctx.inventory.runtime.port
             ops += [
-                Change("start", f"start {spec.name} with config {want} on :{port}, engine behind it on "
-                                f":{ctx.inventory.gateway.engine_port}"),
+                Change(
+                    "start",
+                    f"start {spec.name} with config {want} on :{port}, engine behind it on :{ctx.inventory.gateway.engine_port}",
+                ),
                 Change("wait-gateway", f"wait until it answers on :{port}"),
-            ]  # fmt: skip
+            ]
         if not ops:
             return self.noop(host, f"{spec.name} running config {want} on :{ctx.inventory.runtime.port}")
         return self.changes(host, ops, reason=why or "")
@@ -76,7 +80,7 @@ class GatewayStep(Step):
                 from sparkctl.runtime import containers
 
                 ctx.progress(plan.host, self.name, f"stopping {placement.CONTAINER}")
-                gone = containers.stop(ctx.fleet[plan.host].docker(), ctx.inventory.cluster.name, names=[placement.CONTAINER])
+                gone = containers.stop(ctx.session(plan.host).docker(), ctx.inventory.cluster.name, names=[placement.CONTAINER])
                 done.append(f"removed {', '.join(gone)}" if gone else "nothing left to remove")
         return "; ".join(done)
 
@@ -85,7 +89,7 @@ class GatewayStep(Step):
         from sparkctl.runtime.code_ship import ship
 
         files, final = gateway_code.files(), gateway_code.directory()
-        ship(ctx.fleet[host], host, files, final, placement.CODE_ROOT, gateway_code.COMPLETE, "the gateway's code")
+        ship(ctx.session(host), host, files, final, placement.CODE_ROOT, gateway_code.COMPLETE, "the gateway's code")
         return f"gateway code {gateway_code.code_hash()} in {final} ({len(files)} files)"
 
     def _start(self, ctx: RunContext, host: str) -> str:
@@ -94,7 +98,7 @@ class GatewayStep(Step):
         spec = ctx.launch.gateway
         ctx.progress(host, self.name, f"starting {spec.name}")
         # the admin socket's directory: root only (docker would create a missing bind source 0755)
-        r = ctx.fleet[host].run(f"mkdir -p {placement.ADMIN_DIR} && chmod 0700 {placement.ADMIN_DIR}")
+        r = ctx.session(host).run(f"mkdir -p {placement.ADMIN_DIR} && chmod 0700 {placement.ADMIN_DIR}")
         if not r.ok:
             raise HostError(f"{host}: cannot create {placement.ADMIN_DIR}: {r.stderr.strip()}", fix="check /run on the head")
         return start_container(ctx, host, spec)
@@ -106,5 +110,5 @@ class GatewayStep(Step):
 
         url = public_url(ctx.inventory)
         fix = f"read `docker logs {placement.CONTAINER}` on the head; is runtime.port free there?"
-        took = wait_answering(ctx.fleet[host].docker(), host, placement.CONTAINER, url + placement.METRICS_PATH, WAIT_S, fix)
+        took = wait_answering(ctx.session(host).docker(), host, placement.CONTAINER, url + placement.METRICS_PATH, WAIT_S, fix)
         return f"gateway answers on {url} after {took:.1f} s"

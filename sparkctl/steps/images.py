@@ -166,8 +166,9 @@ def registry_answers(
         try:
             registry.check_fence(asked)
         except InputError as exc:
-            raise InputError(f"{_field(inv, ref)} {ref}: {exc.message}",
-                             fix=f"{exc.fix}; or name an image on a registry inside it") from None  # fmt: skip
+            raise InputError(
+                f"{_field(inv, ref)} {ref}: {exc.message}", fix=f"{exc.fix}; or name an image on a registry inside it"
+            ) from None
         node = asked_on(inv, ref)
         unreached: Optional[SparkctlError] = None  # why the node's dockerd gave no answer
         if ask is not None:
@@ -180,9 +181,14 @@ def registry_answers(
                 unreached = exc
             else:
                 for p in wanted:
-                    answers[(asked, p)] = got if registry.has_platform(got, p) else registry.TagNotFound(
-                        f"{asked} has no {p} image (the registry lists {', '.join(got.platforms) or 'none'}; {got.via})",
-                        fix=f"build or push the image for {p}")  # fmt: skip
+                    answers[(asked, p)] = (
+                        got
+                        if registry.has_platform(got, p)
+                        else registry.TagNotFound(
+                            f"{asked} has no {p} image (the registry lists {', '.join(got.platforms) or 'none'}; {got.via})",
+                            fix=f"build or push the image for {p}",
+                        )
+                    )
                 continue
         for p in wanted:
             try:  # https, then http: the registries dockerd lists as insecure (the lab's) speak plain HTTP
@@ -191,8 +197,9 @@ def registry_answers(
             except (registry.TagNotFound, registry.RegistryUnreachable) as exc:
                 answers[(asked, p)] = _neither(exc, unreached, node, asked) if unreached else exc
             except InputError as exc:
-                raise InputError(f"{_field(inv, ref)} {ref}: {exc.message}",
-                                 fix=f"{exc.fix}; or name an image on a registry inside it") from None  # fmt: skip
+                raise InputError(
+                    f"{_field(inv, ref)} {ref}: {exc.message}", fix=f"{exc.fix}; or name an image on a registry inside it"
+                ) from None
     return answers
 
 
@@ -310,8 +317,7 @@ def plan_images(
                 # every node of the platform pulls it; the image it is, the pull tells
                 expect[ref] = unknown_until_pulled(t.manifest)
                 state = "missing" if not iid else f"holds {short(iid)}"
-                data = {"image": ref, "want": None, "manifest": t.manifest, "source": None, "source_id": None,
-                        "pull": t.pull}  # fmt: skip
+                data = {"image": ref, "want": None, "manifest": t.manifest, "source": None, "source_id": None, "pull": t.pull}
                 changes.append(Change("pull", f"pull {t.pull} ({state}; {t.detail})", data))
                 continue
             if want is None:
@@ -324,9 +330,11 @@ def plan_images(
                 seen = ", ".join(f"{h} {short(i)}" for h, i in holders.items())
                 blocked.append(f"{ref} {state} here and nothing to verify it against ({t.detail}); nodes hold: {seen}")
                 node = asked_on(inv, ref)
-                fixes.append(f"make the registry answer {node}'s dockerd (`docker pull {ref}` on {node}; `docker login` "
-                             "there for a private registry) or pin runtime.image_digest, then rerun `sparkctl up`: an "
-                             "unverified image is never copied")  # fmt: skip
+                fixes.append(
+                    f"make the registry answer {node}'s dockerd (`docker pull {ref}` on {node}; `docker login` "
+                    "there for a private registry) or pin runtime.image_digest, then rerun `sparkctl up`: an "
+                    "unverified image is never copied"
+                )
                 continue
             expect[ref] = want
             sources = [h for h, f in facts.items() if h != host and f.holds(want)]
@@ -338,8 +346,14 @@ def plan_images(
                 fine.append(f"{ref} {short(want)} {where} ({t.detail})")
                 continue
             state = "missing" if not iid else f"drift: holds {short(iid)}, should hold {short(want)}"
-            data = {"image": ref, "want": want, "manifest": t.manifest, "source": source,
-                    "source_id": facts[source].id if source else None, "pull": t.pull}  # fmt: skip
+            data = {
+                "image": ref,
+                "want": want,
+                "manifest": t.manifest,
+                "source": source,
+                "source_id": facts[source].id if source else None,
+                "pull": t.pull,
+            }
             if t.origin == "registry":
                 if side_load and source and not current:
                     changes.append(Change("copy", f"copy {short(want)} from {source} ({state}; {t.detail})", data))
@@ -354,8 +368,10 @@ def plan_images(
                 continue
             if not iid:
                 blocked.append(f"{ref} missing and no node holds the last good image {short(want)} ({t.detail})")
-                fixes.append(f"bring the registry back and rerun `sparkctl up` (every node pulls {ref}); or load the "
-                             f"image {short(want)} on one node by hand")  # fmt: skip
+                fixes.append(
+                    f"bring the registry back and rerun `sparkctl up` (every node pulls {ref}); or load the "
+                    f"image {short(want)} on one node by hand"
+                )
                 continue
             blocked.append(f"{ref} {state} ({t.detail})")
             fix = f"bring the registry back and rerun `sparkctl up` ({host} pulls {ref})"
@@ -454,20 +470,26 @@ class ImagesStep(Step):
         link = fabric_link_to(ctx.inventory, host, source)
         address = str(link.address.ip) if link is not None else None
         t = copy_image(
-            ctx.fleet[source], ctx.fleet[host], image_id, ref, fabric_address=address,
+            ctx.session(source),
+            ctx.session(host),
+            image_id,
+            ref,
+            fabric_address=address,
             progress=lambda p: ctx.progress(host, self.name, f"side-load {short(image_id)} from {source}: {p}"),
-        )  # fmt: skip
+        )
         if t.path == "none":
             return f"side-load of {ref} from {source} not needed: {host} still held {short(image_id)} (untagged), tagged it"
-        if t.path == "fabric":
+        if t.path == "fabric" and link is not None:
             how = f"straight over the fabric ({link.device})"
         elif address:
             how = f"relayed through this machine ({source} cannot SSH to {host}'s fabric address {address}: {t.why})"
         else:
             how = "relayed through this machine (no rail between them)"
         held = f", {t.layers_skipped} layer(s) already there" if t.layers_skipped else ""
-        return (f"side-loaded {ref} from {source} {how}: {t.layers_sent} layer(s), {t.bytes_sent / 1e6:.0f} MB in "
-                f"{t.seconds:.1f} s ({t.rate / 1e6:.0f} MB/s){held}")  # fmt: skip
+        return (
+            f"side-loaded {ref} from {source} {how}: {t.layers_sent} layer(s), {t.bytes_sent / 1e6:.0f} MB in "
+            f"{t.seconds:.1f} s ({t.rate / 1e6:.0f} MB/s){held}"
+        )
 
     def _pull(self, ctx: RunContext, host: str, pull: str, ref: str) -> ImageFact:
         """Pull with byte progress (by digest when pinned, then tagged as `ref`), with the node's own
@@ -508,7 +530,7 @@ class ImagesStep(Step):
             if self._fresh is None:
                 hosts = [h for h in images_by_host(ctx.inventory) if h in ctx.facts]
                 if changed:
-                    ctx.fleet.map(lambda s: ctx.refresh(s.name, {"image"}), hosts=hosts)
+                    ctx.sessions.map(lambda s: ctx.refresh(s.name, {"image"}), hosts=hosts)
                 self._fresh = {h: dict(ctx.facts[h].images) for h in hosts}
             return self._fresh
 
@@ -528,11 +550,14 @@ class ImagesStep(Step):
                 wrong.append(f"{ref} holds {short(fact.key if fact else None)}, should hold {short(want)}")
             else:
                 basis = {"registry": "the registry's", "record": "the last good record's"}.get(t.origin)
-                proofs.append(f"image matches {basis} ({short(want)})" if basis else
-                              f"image {short(want)} on every node (not verified)")  # fmt: skip
+                proofs.append(
+                    f"image matches {basis} ({short(want)})" if basis else f"image {short(want)} on every node (not verified)"
+                )
         if wrong:
-            raise HostError(f"{host}: " + "; ".join(wrong),
-                            fix="rerun `sparkctl up`; `sparkctl doctor --only images` names every node that differs")  # fmt: skip
+            raise HostError(
+                f"{host}: " + "; ".join(wrong),
+                fix="rerun `sparkctl up`; `sparkctl doctor --only images` names every node that differs",
+            )
         # the record keeps identities: the same under either image store (an old record's ID is replaced)
-        ctx.outputs.image_ids[host] = {ref: have[ref].key for ref in self.truths.get(host, {})}
+        ctx.outputs.image_ids[host] = {ref: image.key if (image := have.get(ref)) else None for ref in self.truths.get(host, {})}
         return ", ".join(proofs)

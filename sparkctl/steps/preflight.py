@@ -1,4 +1,5 @@
-"""Preflight step: doctor's blocking checks (SSH privilege, GPUs, disk) before anything changes.
+"""Preflight step: doctor's blocking checks (SSH privilege, GPUs, disk, docker's GPU hook, the tools the
+steps run) before anything changes.
 
 It runs doctor's checks verbatim (same names, messages and fixes) on the same facts doctor reads.
 It never changes anything: a failing check blocks the host, which stops `up` before the first
@@ -12,12 +13,21 @@ from sparkctl.steps.base import Plan, RunContext, Step
 
 # doctor checks that must pass before `up` touches anything
 # (weights.present fails only where nothing places the checkpoint: no `weights` section)
-BLOCKING = ("ssh.privilege", "gpu.smi", "gpu.model", "gpu.driver", "host.disk", "weights.present")
+BLOCKING = (
+    "ssh.privilege",
+    "gpu.smi",
+    "gpu.model",
+    "gpu.driver",
+    "host.disk",
+    "host.gpu_containers",
+    "host.tools",
+    "weights.present",
+)
 
 
 class PreflightStep(Step):
     name = "preflight"
-    facts = frozenset({"whoami", "gpus", "disk", "weights"})
+    facts = frozenset({"whoami", "gpus", "disk", "tools", "weights"})
 
     def plan(self, ctx: RunContext) -> dict[str, Plan]:
         from sparkctl.checks import REGISTRY

@@ -33,6 +33,8 @@ def record_document(ctx: RunContext) -> dict:
             "command": ctx.options.get("event", "up"),
             "runtime_start": start,  # {"seconds", "cache": "warm ..."|"cold ..."}
             "decode_tokens_per_s": decode,  # the baseline `reload --min-throughput-ratio` compares with
+            # the same under load, by concurrency: the last measured at each
+            "decode_by_streams": {**((previous or {}).get("decode_by_streams") or {}), **ctx.outputs.decode_by_streams},
             "sparkctl_version": __version__,
             "inventory": ctx.inventory.model_dump(mode="json"),
             "launch": launch.model_dump(mode="json"),
@@ -43,8 +45,16 @@ def record_document(ctx: RunContext) -> dict:
 
 def event_of(doc: dict, outcome: str, **extra) -> dict:
     """The events.jsonl line for an applied record."""
-    return state.event(doc["command"], outcome, doc["config_hash"], doc.get("runtime_start"), compile_key(doc["inventory"]),
-                       at=doc["applied_at"], by=doc["applied_by"], **extra)  # fmt: skip
+    return state.event(
+        doc["command"],
+        outcome,
+        doc["config_hash"],
+        doc.get("runtime_start"),
+        compile_key(doc["inventory"]),
+        at=doc["applied_at"],
+        by=doc["applied_by"],
+        **extra,
+    )
 
 
 class RecordStep(Step):
@@ -82,7 +92,7 @@ class RecordStep(Step):
         )
 
     def apply(self, ctx: RunContext, plan: Plan) -> str:
-        session = ctx.fleet[plan.host]
+        session = ctx.session(plan.host)
         doc = record_document(ctx)
         session.run(state.archive_command(plan.changes[0].data.get("previous"))).check("state history")
         state.write_json(session, state.APPLIED, doc)

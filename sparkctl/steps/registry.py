@@ -11,6 +11,7 @@ def step_classes() -> dict[str, type[Step]]:
     from sparkctl.steps.fabric import FabricStep
     from sparkctl.steps.gateway import GatewayStep
     from sparkctl.steps.images import ImagesStep
+    from sparkctl.steps.keeper import KeeperStep
     from sparkctl.steps.preflight import PreflightStep
     from sparkctl.steps.record import RecordStep
     from sparkctl.steps.runtime import RuntimeStep, StopStep
@@ -18,7 +19,17 @@ def step_classes() -> dict[str, type[Step]]:
     from sparkctl.steps.weights import WeightsStep
 
     classes = (
-        PreflightStep, FabricStep, ImagesStep, WeightsStep, CachesStep, EngramStep, StopStep, GatewayStep, RuntimeStep, ThroughputStep,
+        PreflightStep,
+        FabricStep,
+        ImagesStep,
+        WeightsStep,
+        CachesStep,
+        EngramStep,
+        StopStep,
+        GatewayStep,
+        RuntimeStep,
+        ThroughputStep,
         RecordStep,
-    )  # fmt: skip
+        KeeperStep,
+    )
     return {c.name: c for c in classes}

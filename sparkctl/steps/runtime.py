@@ -75,7 +75,7 @@ def _containers_now(ctx: RunContext, host: str):
     """The cluster's containers on `host` now, for a start-up wait's looks: through the host's
     Docker SDK connection (opened once per run), not an SSH command with two docker CLI runs per
     look (a restart's looks were most of its docker CLI runs)."""
-    session = ctx.fleet[host]
+    session = ctx.session(host)
     try:
         return docker.read_containers(session.docker(), ctx.inventory.cluster.name)
     except SparkctlError:
@@ -111,9 +111,9 @@ def start_container(ctx: RunContext, host: str, spec, client=None) -> str:
     """Start one spec of the launch on `host` from the image the node now holds; docker's errors
     (APIError, ImageNotFound) in sparkctl's words, with the fix. Shared by the runtime and gateway steps."""
     try:
-        containers.start(client or ctx.fleet[host].docker(), spec, current_image(ctx, host, spec.image))
+        containers.start(client or ctx.session(host).docker(), spec, current_image(ctx, host, spec.image))
     except Exception as exc:
-        err = ctx.fleet[host].explain(exc)
+        err = ctx.session(host).explain(exc)
         raise HostError(f"{host}: cannot start {spec.name}: {err.message}", fix=err.fix) from None
     return f"started {spec.name}"
 
@@ -154,8 +154,10 @@ def _drift(ctx: RunContext) -> Drift:
                 and running.labels.get(containers.IMAGE_LABEL) != current
                 and not docker.runs_image(running, f.images.get(spec.image), current)
             ):
-                why = (f"{spec.name} on {host} runs image {docker.short(running.image_id)}, the node now has "
-                       f"{docker.short(current)} under {spec.image}")  # fmt: skip
+                why = (
+                    f"{spec.name} on {host} runs image {docker.short(running.image_id)}, the node now has "
+                    f"{docker.short(current)} under {spec.image}"
+                )
             else:
                 why = None
             if why:
@@ -325,13 +327,24 @@ class StopStep(Step):
                 done.append(gateway_admin.hold(ctx, plan.host, c.data))
             elif c.action == "stop":
                 ctx.progress(plan.host, self.name, f"stopping {', '.join(c.data['names'])} (drain)")
-                client = ctx.fleet[plan.host].docker()
+                client = ctx.session(plan.host).docker()
                 watch = DrainWatch(health.base_url(ctx.inventory)) if "sparkctl-head" in c.data["names"] else None
                 logs: dict[str, str] = {}
+                timings: dict[str, dict] = {}
                 stopped = containers.stop(
-                    client, ctx.inventory.cluster.name, timeout=ctx.options.get("drain"), names=c.data["names"], logs=logs
+                    client,
+                    ctx.inventory.cluster.name,
+                    timeout=ctx.options.get("drain"),
+                    names=c.data["names"],
+                    logs=logs,
+                    timings=timings,
                 )
-                done.append(f"stopped {', '.join(stopped)}" if stopped else "nothing left to stop")
+                # how long each stop took, and whether docker had to kill it: a stop that hangs is seen
+                ctx.outputs.stops += [{"host": plan.host, "container": n, **t} for n, t in timings.items()]
+                done.append(
+                    "; ".join(containers.stop_line(n, t) for n, t in timings.items())
+                    or (f"stopped {', '.join(stopped)}" if stopped else "nothing left to stop")
+                )
                 if watch is not None:
                     ctx.outputs.drain = watch.counts(logs.get("sparkctl-head", ""))
                     d = ctx.outputs.drain
@@ -341,7 +354,7 @@ class StopStep(Step):
     def _barrier(self, ctx: RunContext) -> str:
         """Nothing is stopped unless every runtime host answers now and holds the image it will start."""
         hosts = runtime_hosts(ctx.inventory)
-        answers = ctx.fleet.map(
+        answers = ctx.sessions.map(
             lambda s: s.run("true", timeout=BARRIER_TIMEOUT).check("liveness"), hosts=hosts, timeout=BARRIER_TIMEOUT + 5
         )
         silent = [h for h, o in answers.items() if not o.ok]
@@ -378,8 +391,10 @@ def _unconfirmed(ctx: RunContext, groups: set[str]) -> Optional[str]:
     now = [c.name for c in ctx.launch.containers if restart_group(c.role) in groups]
     if sorted(now) == sorted(confirmed):
         return None
-    return (f"the cluster changed since the plan was made: the plan restarts {', '.join(confirmed) or 'nothing'}, "
-            f"this run would restart {', '.join(now) or 'nothing'}; nothing was stopped: rerun to see the new plan")  # fmt: skip
+    return (
+        f"the cluster changed since the plan was made: the plan restarts {', '.join(confirmed) or 'nothing'}, "
+        f"this run would restart {', '.join(now) or 'nothing'}; nothing was stopped: rerun to see the new plan"
+    )
 
 
 class RuntimeStep(Step):
@@ -420,7 +435,7 @@ class RuntimeStep(Step):
         return plans
 
     def apply(self, ctx: RunContext, plan: Plan) -> str:
-        client = ctx.fleet[plan.host].docker()
+        client = ctx.session(plan.host).docker()
         done = []
         for c in plan.changes:
             if c.action == "start":
@@ -447,11 +462,15 @@ class RuntimeStep(Step):
                 return f"drafter answers /health after {time.monotonic() - t0:.1f} s"
             dead = _not_running(ctx, host, _containers_now(ctx, host))
             if dead:
-                raise HostError(f"{host}: the drafter died while starting: {dead}",
-                                fix="read `docker logs sparkctl-drafter` on the offload host")  # fmt: skip
+                raise HostError(
+                    f"{host}: the drafter died while starting: {dead}",
+                    fix="read `docker logs sparkctl-drafter` on the offload host",
+                )
             if time.monotonic() > deadline:
-                raise HostError(f"{host}: the drafter did not answer /health within {deadline - t0:.0f} s (last: {f.drafter_health})",
-                                fix="read `docker logs sparkctl-drafter` on the offload host")  # fmt: skip
+                raise HostError(
+                    f"{host}: the drafter did not answer /health within {deadline - t0:.0f} s (last: {f.drafter_health})",
+                    fix="read `docker logs sparkctl-drafter` on the offload host",
+                )
             ctx.progress(host, self.name, f"waiting for the drafter ({time.monotonic() - t0:.0f} s)")
             time.sleep(0.25)
 
@@ -472,7 +491,7 @@ class RuntimeStep(Step):
         inv = ctx.inventory
         url = health.base_url(inv)
         deadline = time.monotonic() + float(ctx.options.get("timeout") or DEFAULT_TIMEOUT)
-        client = ctx.fleet[host].docker()
+        client = ctx.session(host).docker()
         t0 = time.monotonic()
         phase = "starting"
         next_peer_look = t0
@@ -499,8 +518,10 @@ class RuntimeStep(Step):
                     next_peer_look = time.monotonic() + PEER_LOOK_S
                     dead = self._dead_peer(ctx, host)
                 if dead:
-                    raise HostError(f"{host}: runtime cannot start while {phase}: {dead}",
-                                    fix="read `docker logs` of that container on its host and run `sparkctl doctor`")  # fmt: skip
+                    raise HostError(
+                        f"{host}: runtime cannot start while {phase}: {dead}",
+                        fix="read `docker logs` of that container on its host and run `sparkctl doctor`",
+                    )
                 if time.monotonic() > deadline:
                     raise HostError(f"{host}: runtime not serving after {deadline - t0:.0f} s (last phase: {phase})")
                 ctx.progress(host, self.name, f"{phase} ({time.monotonic() - t0:.0f} s)")
@@ -541,8 +562,10 @@ def _hold_left_behind(ctx: RunContext, host: str) -> Optional[str]:
     if holder is not None and not mine and holder.gone() is None:
         return None
     h = f.gateway_hold
-    return (f"release the gateway's {h['reason']} hold ({h['held_for_s']:g} s old), left by a change that did not "
-            "finish: the engine serves, nothing here restarts it")  # fmt: skip
+    return (
+        f"release the gateway's {h['reason']} hold ({h['held_for_s']:g} s old), left by a change that did not "
+        "finish: the engine serves, nothing here restarts it"
+    )
 
 
 def release_gateway(ctx: RunContext, host: str) -> Optional[str]:

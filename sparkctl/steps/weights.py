@@ -8,7 +8,8 @@ For each checkpoint (the model at `runtime.model` on every engine node; the draf
    files whose size or ctime moved since they were verified);
 3. the download host fetches its missing files with the hub's own client (`hf download`, run from
    the engine's image: vLLM's images ship it, so the node needs nothing installed), resumable, into
-   a staging folder beside the path; every other node gets them from the download host with rsync
+   a staging folder beside the path (or, for a folder source, copies them from that folder, which
+   its SHA256SUMS lists: weights/manifest.py); every other node gets them from the download host with rsync
    over a fabric rail (never the management network), resumable (--partial --append-verify), also
    into staging; the download host goes first (the playbook applies host after host);
 4. every fetched file's digest is checked against the manifest before it is moved into place (a
@@ -24,7 +25,7 @@ from __future__ import annotations
 import shlex
 import threading
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import Any, Optional
 
 from sparkctl.errors import HostError, SparkctlError
 from sparkctl.facts.weights import (
@@ -40,10 +41,8 @@ from sparkctl.facts.weights import (
 from sparkctl.inventory.models import Inventory
 from sparkctl.runtime.launch import LAUNCHER
 from sparkctl.steps.base import Change, Plan, RunContext, Step
-from sparkctl.weights.placement import Placement, placements
-
-if TYPE_CHECKING:
-    from sparkctl.weights.hub import HubManifest
+from sparkctl.weights.manifest import Manifest
+from sparkctl.weights.placement import FolderCheckpoint, Placement, placements
 
 GB = 1e9
 PROGRESS_EVERY = 2.0  # seconds between progress lines of a transfer
@@ -82,7 +81,7 @@ def rail(inv: Inventory, src: str, dst: str) -> Optional[tuple[str, str, str, fl
 
 class WeightsStep(Step):
     name = "weights"
-    facts = frozenset({"weights", "weights_hashes"})
+    facts = frozenset({"weights", "weights_hashes", "weights_source", "tools"})
 
     def hosts(self, inv: Inventory) -> list[str]:
         # downloading hosts first: the others copy from them (the playbook applies in this order)
@@ -105,21 +104,31 @@ class WeightsStep(Step):
             plans.update({p.host: self._plan_placement(ctx, p, manifest) for p in group})
         return plans
 
-    def _manifest(self, ctx: RunContext, group: list[Placement]) -> HubManifest:
-        """A verified record of this checkpoint on one of its nodes (no hub contact), else the hub's."""
-        from sparkctl.weights.hub import HubManifest, manifest
+    def _manifest(self, ctx: RunContext, group: list[Placement]) -> Manifest:
+        """A folder source's SHA256SUMS; for the hub, a verified record of this checkpoint on one of
+        its nodes (no hub contact), else the hub's."""
+        from sparkctl.weights.hub import manifest
+        from sparkctl.weights.manifest import folder_manifest
 
         ckpt = group[0].checkpoint
+        if isinstance(ckpt, FolderCheckpoint):
+            source = ctx.facts[ckpt.host].weights_source
+            if source is None:
+                raise SparkctlError(
+                    f"cannot read {ckpt.directory} on {ckpt.host}: "
+                    f"{ctx.facts[ckpt.host].errors.get('weights_source', 'no answer')}"
+                )
+            return folder_manifest(ckpt.host, source)
         for p in sorted(group, key=lambda p: not p.downloads):
             copy = ctx.facts[p.host].weights.get(p.path)
             if copy is not None and copy.record is not None and copy.record.names(ckpt):
                 r = copy.record
-                return HubManifest(r.repo, r.revision, r.commit, dict(r.files))
+                return Manifest(r.repo, r.revision, r.commit, dict(r.files))
         w = ctx.inventory.weights
         assert w is not None
         return manifest(w, ckpt, "weights" if group[0].kind == "model" else "weights.drafter")
 
-    def _plan_placement(self, ctx: RunContext, p: Placement, manifest: HubManifest) -> Plan:
+    def _plan_placement(self, ctx: RunContext, p: Placement, manifest: Manifest) -> Plan:
         f = ctx.facts[p.host]
         copy = f.weights.get(p.path)
         if copy is None:
@@ -134,19 +143,45 @@ class WeightsStep(Step):
                 "or remove it and rerun `sparkctl up`",
             )
         hashes = f.weights_hashes.get(p.path, {})
+        # of the right size, verified earlier under another kind of digest: hashed again, not fetched
+        unknown = sorted(
+            n for n, m in manifest.files.items() if copy.files.get(n) == m.size and n in hashes and not m.comparable(hashes[n])
+        )
         bad = sorted(
-            n for n, m in manifest.files.items()
-            if copy.files.get(n) != m.size or n not in hashes or not m.matches(hashes[n])
-        )  # fmt: skip
+            n
+            for n, m in manifest.files.items()
+            if n not in unknown and (copy.files.get(n) != m.size or n not in hashes or not m.matches(hashes[n]))
+        )
         source = f"{manifest.repo}@{manifest.commit[:12]}"
-        data = {"path": p.path, "kind": p.kind, "checkpoint": p.checkpoint, "manifest": manifest, "source_host": p.source_host}
+        data: dict[str, Any] = {
+            "path": p.path,
+            "kind": p.kind,
+            "checkpoint": p.checkpoint,
+            "manifest": manifest,
+            "source_host": p.source_host,
+        }
+        if not bad and unknown:
+            return self.changes(
+                p.host,
+                [
+                    Change(
+                        "verify",
+                        f"hash {len(unknown)} file(s) verified earlier under another digest ({', '.join(unknown[:3])}), "
+                        f"then record {p.kind} {source} as verified in {p.path}",
+                        {**data, "files": unknown},
+                    )
+                ],
+            )
         if not bad:
             rec = copy.record
             if rec is not None and rec.names(p.checkpoint) and rec.files == manifest.files:
                 moved = sorted(n for n, h in hashes.items() if h.rehashed and n in manifest.files)
                 if not moved:
-                    return self.noop(p.host, f"{p.kind} {source}: {len(manifest.files)} file(s), {gb(manifest.bytes)} "
-                                             f"in {p.path}, every digest verified")  # fmt: skip
+                    return self.noop(
+                        p.host,
+                        f"{p.kind} {source}: {len(manifest.files)} file(s), {gb(manifest.bytes)} "
+                        f"in {p.path}, every digest verified",
+                    )
                 why = f"{len(moved)} re-hashed file(s) still match"
             else:
                 why = "the files match, no record of it yet"
@@ -164,12 +199,39 @@ class WeightsStep(Step):
         what = f"{len(bad)} file(s), {gb(need)}" + (f" ({len(wrong)} of them wrong: {', '.join(wrong[:3])})" if wrong else "")
         what += f", {gb(staged)} of it staged by a cut transfer (resumed)" if staged else ""
         data = {**data, "files": bad, "bytes": need, "staged": staged, "replace": bool(copy.files)}
+        folder = p.checkpoint if isinstance(p.checkpoint, FolderCheckpoint) else None
+        if folder is not None and p.downloads and folder.directory.rstrip("/") == p.path.rstrip("/"):
+            return self.blocked(
+                p.host,
+                f"the folder source {p.path} itself: {what} do not match its SHA256SUMS: restore them from a copy you "
+                "trust (or, if the files are right, write SHA256SUMS again); sparkctl never spreads them",
+            )
+        if folder is not None and p.downloads:
+            return self.changes(
+                p.host,
+                [
+                    Change(
+                        "place",
+                        f"copy {p.kind} {source}: {what} from {folder.directory} into {staging_path(p.path)}, verify, "
+                        f"move into {p.path}",
+                        {**data, "directory": folder.directory},
+                    )
+                ],
+            )
         if p.downloads:
             w = ctx.inventory.weights
             assert w is not None
-            return self.changes(p.host, [Change(
-                "download", f"download {p.kind} {source}: {what} from {w.endpoint} into {staging_path(p.path)}, "
-                            f"verify, move into {p.path}", data)])  # fmt: skip
+            return self.changes(
+                p.host,
+                [
+                    Change(
+                        "download",
+                        f"download {p.kind} {source}: {what} from {w.endpoint} into {staging_path(p.path)}, "
+                        f"verify, move into {p.path}",
+                        data,
+                    )
+                ],
+            )
         route = rail(ctx.inventory, p.source_host, p.host)
         if route is None:
             return self.blocked(
@@ -178,15 +240,26 @@ class WeightsStep(Step):
                 "the fabric, never the management network; give both hosts a rail with peer set to the other",
             )
         device, src_ip, dst_ip, gbps = route
-        if not copy.rsync or not ctx.facts[p.source_host].weights.get(p.path, copy).rsync:
-            return self.blocked(p.host, f"rsync is missing on {p.host} or {p.source_host} (it copies between nodes): "
-                                        "`apt-get install rsync` on both")  # fmt: skip
+        without = [h for h in (p.source_host, p.host) if "rsync" not in (ctx.facts[h].tools or ())]
+        if without:
+            return self.blocked(
+                p.host,
+                f"rsync is missing on {' and '.join(without)} (it copies between nodes): "
+                f"`apt-get install rsync` there (doctor: host.tools)",
+            )
         rate = min(gbps * 1e9 / 8, SSH_COPY_RATE)
         bound = "the rail" if rate < SSH_COPY_RATE else f"rsync over ssh (the rail carries {gbps:g} Gb/s)"
-        return self.changes(p.host, [Change(
-            "copy", f"copy {p.kind} {source}: {what} from {p.source_host} ({src_ip}) over {device} to {dst_ip}, "
+        return self.changes(
+            p.host,
+            [
+                Change(
+                    "copy",
+                    f"copy {p.kind} {source}: {what} from {p.source_host} ({src_ip}) over {device} to {dst_ip}, "
                     f"{duration((need - staged) / rate)} at {rate / 1e6:.0f} MB/s ({bound}); verify, move into {p.path}",
-            {**data, "from_address": src_ip, "to_address": dst_ip, "device": device})])  # fmt: skip
+                    {**data, "from_address": src_ip, "to_address": dst_ip, "device": device},
+                )
+            ],
+        )
 
     # --- apply -----------------------------------------------------------------------------
 
@@ -197,11 +270,20 @@ class WeightsStep(Step):
             if c.action == "download":
                 self._download(ctx, plan.host, c.data)
                 done.append(f"downloaded {len(c.data['files'])} file(s), {gb(c.data['bytes'])}{rate(c.data, t0)}")
+            elif c.action == "verify":
+                self._verify_in_place(ctx, plan.host, c.data)
+                done.append(f"hashed {len(c.data['files'])} file(s) in place")
+            elif c.action == "place":
+                self._from_folder(ctx, plan.host, c.data)
+                done.append(
+                    f"copied {len(c.data['files'])} file(s), {gb(c.data['bytes'])} from {c.data['directory']}{rate(c.data, t0)}"
+                )
             elif c.action == "copy":
                 self._copy(ctx, plan.host, c.data)
-                done.append(f"copied {len(c.data['files'])} file(s), {gb(c.data['bytes'])} from {c.data['source_host']}"
-                            f"{rate(c.data, t0)}")  # fmt: skip
-            if c.action in ("download", "copy"):
+                done.append(
+                    f"copied {len(c.data['files'])} file(s), {gb(c.data['bytes'])} from {c.data['source_host']}{rate(c.data, t0)}"
+                )
+            if c.action in ("download", "place", "copy"):
                 self._verify_and_place(ctx, plan.host, c.data)
             self._record(ctx, plan.host, c.data)
             m = c.data["manifest"]
@@ -225,24 +307,79 @@ class WeightsStep(Step):
         parent = path.rsplit("/", 1)[0] or "/"
         # started the way every container of the launch is (its LAUNCHER, not the image's ENTRYPOINT)
         hf = [
-            "docker", "run", "--rm", "--network=host", f"--entrypoint={LAUNCHER[0]}",
-            "-v", f"{parent}:{parent}", "-e", f"HF_ENDPOINT={w.endpoint}", "-e", "HF_TOKEN",
-            "-e", "HF_HUB_DISABLE_TELEMETRY=1", "-e", "HF_HUB_DISABLE_PROGRESS_BARS=1", "-e", "HF_HUB_DISABLE_UPDATE_CHECK=1",
-            self._image(ctx, host, data["kind"]), *LAUNCHER[1:],
-            "hf", "download", m.repo, *data["files"], "--revision", m.commit, "--local-dir", staging,
-        ]  # fmt: skip
+            "docker",
+            "run",
+            "--rm",
+            "--network=host",
+            f"--entrypoint={LAUNCHER[0]}",
+            "-v",
+            f"{parent}:{parent}",
+            "-e",
+            f"HF_ENDPOINT={w.endpoint}",
+            "-e",
+            "HF_TOKEN",
+            "-e",
+            "HF_HUB_DISABLE_TELEMETRY=1",
+            "-e",
+            "HF_HUB_DISABLE_PROGRESS_BARS=1",
+            "-e",
+            "HF_HUB_DISABLE_UPDATE_CHECK=1",
+            self._image(ctx, host, data["kind"]),
+            *LAUNCHER[1:],
+            "hf",
+            "download",
+            m.repo,
+            *data["files"],
+            "--revision",
+            m.commit,
+            "--local-dir",
+            staging,
+        ]
         # the token arrives on stdin: in no command line, no process listing, no log
-        script = f'mkdir -p {shlex.quote(staging)} && IFS= read -r HF_TOKEN; [ -n "$HF_TOKEN" ] && export HF_TOKEN; ' \
-                 f"exec {shlex.join(hf)} >/dev/null"  # fmt: skip
+        script = (
+            f'mkdir -p {shlex.quote(staging)} && IFS= read -r HF_TOKEN; [ -n "$HF_TOKEN" ] && export HF_TOKEN; '
+            f"exec {shlex.join(hf)} >/dev/null"
+        )
         with self._progress(ctx, host, staging, data, "downloading"):
-            r = s.run(["sh", "-c", script], timeout=s.transfer_timeout(data["bytes"]) + 60,
-                      stdin=((token(w) or "") + "\n").encode())  # fmt: skip
+            r = s.run(
+                ["sh", "-c", script], timeout=s.transfer_timeout(data["bytes"]) + 60, stdin=((token(w) or "") + "\n").encode()
+            )
         if not r.ok:
             tail = (r.stderr.strip().splitlines() or [f"exit {r.exit_code}"])[-1][:300]
             raise HostError(
                 f"{host}: hf download of {m.repo}@{m.commit[:12]} failed: {tail}",
                 fix="what was downloaded stays staged and the next `sparkctl up` resumes it; "
                 f"check that {host} reaches {w.endpoint} (and the token, for a gated repo)",
+            )
+
+    def _from_folder(self, ctx: RunContext, host: str, data: dict) -> None:
+        """A folder source's files into staging on the same host (a reflink where the filesystem can)."""
+        s, staging = ctx.session(host), staging_path(data["path"])
+        files = " ".join(shlex.quote(n) for n in data["files"])
+        script = (
+            f"mkdir -p {shlex.quote(staging)} && cd {shlex.quote(data['directory'])} && "
+            f"cp -p --reflink=auto --parents -- {files} {shlex.quote(staging)}/"
+        )
+        with self._progress(ctx, host, staging, data, f"copying from {data['directory']}"):
+            r = s.run(script, timeout=s.transfer_timeout(data["bytes"]) + 60)
+        if not r.ok:
+            tail = (r.stderr.strip().splitlines() or [f"exit {r.exit_code}"])[-1][:300]
+            raise HostError(
+                f"{host}: copying from {data['directory']} failed: {tail}",
+                fix="check the folder and the free space under runtime.model; what was copied stays "
+                "staged and is verified before use",
+            )
+
+    def _verify_in_place(self, ctx: RunContext, host: str, data: dict) -> None:
+        s, files, manifest = ctx.session(host), data["files"], data["manifest"].files
+        size = sum(manifest[n].size for n in files)
+        r = s.run(hash_command(data["path"], only_changed=False, names=files), timeout=s.transfer_timeout(size))
+        got = parse_hashes(r.stdout)
+        bad = [n for n in files if n not in got or not manifest[n].matches(got[n])]
+        if bad:
+            raise HostError(
+                f"{host}: {len(bad)} file(s) in {data['path']} do not match {data['manifest'].repo}: {', '.join(bad[:3])}",
+                fix="rerun `sparkctl up`: it fetches those files again (a folder source itself: restore them)",
             )
 
     def _copy(self, ctx: RunContext, host: str, data: dict) -> None:
@@ -254,9 +391,18 @@ class WeightsStep(Step):
         # without a byte (three times the time a connected host may leave a keepalive unanswered)
         stall = max(3, int(3 * ctx.session(src).target.connect_timeout))
         rsync = [
-            "rsync", "-rt", "--partial", "--append-verify", "--files-from=-", "--from0", f"--timeout={stall}",
-            "-e", shlex.join(["ssh", *SSH_OPTIONS]), f"{path}/", f"{data['to_address']}:{staging}/",
-        ]  # fmt: skip
+            "rsync",
+            "-rt",
+            "--partial",
+            "--append-verify",
+            "--files-from=-",
+            "--from0",
+            f"--timeout={stall}",
+            "-e",
+            shlex.join(["ssh", *SSH_OPTIONS]),
+            f"{path}/",
+            f"{data['to_address']}:{staging}/",
+        ]
         files = "\0".join(data["files"]).encode()
         with self._progress(ctx, host, staging, data, f"copying from {src} over {data['device']}"):
             r = ctx.session(src).run(rsync, timeout=ctx.session(src).transfer_timeout(data["bytes"]) + 60, stdin=files)
@@ -282,7 +428,7 @@ class WeightsStep(Step):
         if bad:
             s.run(f"cd {shlex.quote(staging)} && rm -f -- {' '.join(shlex.quote(n) for n in bad)}")
             raise HostError(
-                f"{host}: {len(bad)} file(s) do not match the hub's digest after the transfer: {', '.join(bad[:3])} "
+                f"{host}: {len(bad)} file(s) do not match the manifest's digest after the transfer: {', '.join(bad[:3])} "
                 "(removed from staging; nothing was moved into place)",
                 fix="rerun `sparkctl up` (it fetches those files again); if it repeats, check the disk (dmesg) "
                 "and, for a download, the hub or mirror",
@@ -291,14 +437,17 @@ class WeightsStep(Step):
         if data["replace"]:  # a copy already there: each verified file replaces its old one (a rename)
             moves = " && ".join(
                 f"mkdir -p {shlex.quote(path + '/' + n.rpartition('/')[0])} && mv -f {st}/{shlex.quote(n)} {p}/{shlex.quote(n)}"
-                if "/" in n else f"mv -f {st}/{shlex.quote(n)} {p}/{shlex.quote(n)}"
+                if "/" in n
+                else f"mv -f {st}/{shlex.quote(n)} {p}/{shlex.quote(n)}"
                 for n in files
-            )  # fmt: skip
+            )
             place = f"{moves} && rm -rf {st}"
         else:  # no copy yet: the whole verified folder is renamed into place
             # (an empty folder there, as `docker run -v` leaves one, or only sparkctl's old records, goes first)
-            place = (f"rm -rf {st}/{HF_METADATA} && if [ -d {p} ]; then rm -f {p}/.sparkctl-weights.*; rmdir {p} || exit 3; fi "
-                     f"&& mv -T {st} {p}")  # fmt: skip
+            place = (
+                f"rm -rf {st}/{HF_METADATA} && if [ -d {p} ]; then rm -f {p}/.sparkctl-weights.*; rmdir {p} || exit 3; fi "
+                f"&& mv -T {st} {p}"
+            )
         s.run(place, timeout=s.timeout + len(files)).check(f"move the verified weights into {path}")
         # page cache of what was written and hashed: dropped before the engine loads (unified memory)
         drop = " ".join(f"{p}/{shlex.quote(n)}" for n in files)
@@ -344,5 +493,6 @@ class _Progress:
             first = first or (time.monotonic(), now)
             rate = (now - first[1]) / max(1e-3, time.monotonic() - first[0])
             left = f", {duration((self.total - now) / rate)} left" if rate > 0 and now < self.total else ""
-            self.ctx.progress(self.host, self.step, f"{self.doing}: {gb(min(now, self.total))} of {gb(self.total)}, "
-                                                    f"{rate / 1e6:.0f} MB/s{left}")  # fmt: skip
+            self.ctx.progress(
+                self.host, self.step, f"{self.doing}: {gb(min(now, self.total))} of {gb(self.total)}, {rate / 1e6:.0f} MB/s{left}"
+            )

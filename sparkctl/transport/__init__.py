@@ -9,7 +9,7 @@ def _import_paramiko_without_invoke() -> None:
     Import paramiko with invoke hidden; invoke stays importable for everything else."""
     if "paramiko" in sys.modules or "invoke" in sys.modules:
         return
-    sys.modules["invoke"] = None  # `import invoke` raises ImportError: paramiko records it and goes on
+    sys.modules["invoke"] = None  # type: ignore[assignment]  # `import invoke` raises ImportError: paramiko records it and goes on
     try:
         import paramiko  # noqa: F401
     finally:

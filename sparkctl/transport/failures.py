@@ -12,7 +12,7 @@ import errno
 
 import paramiko
 
-from sparkctl.errors import HostError, SparkctlError, UnreachableError
+from sparkctl.errors import HostError, SparkctlError, UnreachableError, UnreachableReason
 from sparkctl.transport.redact import redact
 
 FIX_REACH = "check the host is up, its management link and sshd (`sparkctl doctor --only ssh`), then rerun"
@@ -103,7 +103,7 @@ def describe(host: str, exc: BaseException) -> SparkctlError:
     if docker_err is not None:
         return docker_err
     if isinstance(exc, ConnectionError):
-        reason = "refused" if isinstance(exc, ConnectionRefusedError) else "lost"
+        reason: UnreachableReason = "refused" if isinstance(exc, ConnectionRefusedError) else "lost"
         return UnreachableError(f"{host}: connection lost ({exc.strerror or exc})", fix=FIX_REACH, reason=reason)
     if isinstance(exc, OSError) and exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT):
         reason = "timeout" if exc.errno == errno.ETIMEDOUT else "no_route"

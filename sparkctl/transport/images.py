@@ -47,11 +47,15 @@ PACKET = 32768
 STALL_SECONDS = 120.0  # no byte moved for this long: the transfer is declared dead
 # Fabric path: AES-GCM first (417 MB/s vs 257 for chacha20 on the lab's CPU), the rest for compatibility.
 SSH_OPTIONS = [
-    "-o", "BatchMode=yes",
-    "-o", "StrictHostKeyChecking=yes",
-    "-o", "ConnectTimeout=5",
-    "-o", "Ciphers=aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com,aes128-ctr,aes256-ctr",
-]  # fmt: skip
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    "StrictHostKeyChecking=yes",
+    "-o",
+    "ConnectTimeout=5",
+    "-o",
+    "Ciphers=aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com,aes128-ctr,aes256-ctr",
+]
 
 
 def chain_ids(diff_ids: list[str] | tuple[str, ...]) -> list[str]:
@@ -78,8 +82,13 @@ class StoredImage:
 
     @classmethod
     def from_inspect(cls, doc: dict) -> "StoredImage":
-        return cls(doc["Id"], tuple((doc.get("RootFS") or {}).get("Layers") or ()), int(doc.get("Size") or 0),
-                   identity_of_inspect(doc), store_of_inspect(doc))  # fmt: skip
+        return cls(
+            doc["Id"],
+            tuple((doc.get("RootFS") or {}).get("Layers") or ()),
+            int(doc.get("Size") or 0),
+            identity_of_inspect(doc),
+            store_of_inspect(doc),
+        )
 
 
 LOADED_ID = re.compile(r"^Loaded image ID: (sha256:[0-9a-f]{64})\s*$", re.M)
@@ -229,8 +238,10 @@ def _fabric(src, address: str, command: str, on_progress, stats: dict) -> str:
     finally:
         chan.close()  # ends the watchdog's stdin: on an interrupt it kills the pipeline
     if rc:
-        raise HostError(f"{src.name}: docker save | ssh {address} docker load failed (exit {rc}): "
-                        f"{' '.join(errors)[-400:] or out.strip()[-400:]}")  # fmt: skip
+        raise HostError(
+            f"{src.name}: docker save | ssh {address} docker load failed (exit {rc}): "
+            f"{' '.join(errors)[-400:] or out.strip()[-400:]}"
+        )
     return out
 
 
@@ -327,7 +338,7 @@ def copy_image(
     stats: dict = {}
     command = save_command(image_id, held)
     t_stream = time.monotonic()
-    if path == "fabric":
+    if path == "fabric" and fabric_address:
         output = _fabric(src, fabric_address, command, on_progress, stats)
     else:
         output = _relay(src, dst, command, on_progress, stats)

@@ -14,18 +14,19 @@ Three nets:
   text shows up later (a command line, remote stderr, a log line).
 
 Output shows `***`. State files (applied.json) are written with `digests=True`: the mask then
-carries a salted SHA-256 prefix of the value (`***sha256:1a2b3c4d5e6f`), so a changed secret is
+carries a salted scrypt fingerprint of the value (`***scrypt:<32 hex>`), so a changed secret is
 still seen as a change while the value itself is never stored.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
 import threading
 from collections import Counter
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Union
 
 MASK = "***"
 DIGEST_SALT = b"sparkctl-secret\0"  # keeps digests from matching a plain sha256 of the value elsewhere
@@ -33,9 +34,17 @@ DIGEST_SALT = b"sparkctl-secret\0"  # keeps digests from matching a plain sha256
 # A lower-case key is secret when one of its words (split on _ - .) is one of these. Whole words
 # only, so `max_num_batched_tokens` or `total_output_tokens` (counts, not secrets) are left alone.
 SECRET_WORDS = {
-    "token", "secret", "password", "passwd", "passphrase", "apikey", "credential", "credentials",
-    "auth", "authorization",
-}  # fmt: skip
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "passphrase",
+    "apikey",
+    "credential",
+    "credentials",
+    "auth",
+    "authorization",
+}
 SECRET_PAIRS = {("api", "key"), ("private", "key"), ("access", "key"), ("secret", "key")}
 # An environment-style name is secret when it contains one of these anywhere (the issue's list).
 ENV_NAME_PARTS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "CREDENTIAL", "AUTH")
@@ -50,13 +59,14 @@ REMEMBER_MIN = 8
 _TOKEN_SHAPES = [
     r"hf_[A-Za-z0-9]{16,}",  # Hugging Face
     r"sk-[A-Za-z0-9_-]{16,}",  # OpenAI-style
-    r"gh[pousr]_[A-Za-z0-9]{20,}", r"github_pat_[A-Za-z0-9_]{20,}",  # GitHub
+    r"gh[pousr]_[A-Za-z0-9]{20,}",
+    r"github_pat_[A-Za-z0-9_]{20,}",  # GitHub
     r"glpat-[A-Za-z0-9_-]{16,}",  # GitLab
     r"xox[abprs]-[A-Za-z0-9-]{10,}",  # Slack
     r"nvapi-[A-Za-z0-9_-]{16,}",  # NVIDIA NGC
     r"AKIA[0-9A-Z]{16}",  # AWS access key id
     r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",  # JWT
-]  # fmt: skip
+]
 _TOKEN_RE = re.compile(r"\b(?:" + "|".join(_TOKEN_SHAPES) + r")\b")
 
 _VALUE = r"(?P<v>\"[^\"]*\"|'[^']*'|[^\s,;]+)"  # a value in free text: quoted, or up to a space , or ;
@@ -84,13 +94,28 @@ _secret_names: set[str] = set()  # masked in free text as NAME=value too
 _lock = threading.Lock()
 
 
+@functools.lru_cache(maxsize=256)
 def digest(value: str) -> str:
-    """A short salted SHA-256 of a secret: enough to see it changed, useless to read it back."""
+    """A secret's fingerprint: enough to see it changed, costly to guess it back from. scrypt (RFC
+    7914: 16 MiB and ~50 ms a guess, where a SHA-256 took a microsecond) and 128 bits: a state file
+    read by someone else is no fast oracle for a short key or password. Deterministic, so the same
+    secret gives the same fingerprint in every run and on every machine."""
+    return "scrypt:" + hashlib.scrypt(value.encode(), salt=DIGEST_SALT, n=1 << 14, r=8, p=1, dklen=16).hex()
+
+
+def legacy_digest(value: str) -> str:
+    """The fingerprint sparkctl wrote before issue 39 (48 bits of a salted SHA-256): only to match a
+    record written then (reload.restore_secrets), never written again."""
     return "sha256:" + hashlib.sha256(DIGEST_SALT + value.encode()).hexdigest()[:12]
 
 
-def _mask(value: str, digests: bool) -> str:
-    return MASK + digest(value) if digests else MASK
+Digests = Union[bool, Callable[[str], str]]  # True: digest(); a function: that fingerprint instead
+
+
+def _mask(value: str, digests: Digests) -> str:
+    if not digests:
+        return MASK
+    return MASK + (digests(value) if callable(digests) else digest(value))
 
 
 def remember_secret(value: str) -> None:
@@ -169,7 +194,7 @@ def remember_env(env: Mapping[str, str], marked: Iterable[str] = ()) -> None:
         remember_secret(secret)
 
 
-def redact(text: str, digests: bool = False) -> str:
+def redact(text: str, digests: Digests = False) -> str:
     """Mask secrets in free text (with `digests`, each mask carries the value's digest)."""
     if not text:
         return text
@@ -193,7 +218,7 @@ def redact(text: str, digests: bool = False) -> str:
     return text
 
 
-def redact_obj(obj: Any, digests: bool = False) -> Any:
+def redact_obj(obj: Any, digests: Digests = False) -> Any:
     """Mask secrets in JSON-like data: secret-named keys lose their value, strings are text-redacted.
     With `digests` (state files), masks carry the value's digest so a change stays visible."""
     if isinstance(obj, dict):

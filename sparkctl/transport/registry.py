@@ -148,12 +148,16 @@ def ask_dockerd(client, image: str, via: str, auth: Optional[dict] = None) -> Re
         why = str(exc.explanation or exc).strip()
         low = why.lower()
         if exc.status_code in (401, 403) or any(w in low for w in _REFUSED):
-            raise AccessDenied(f"{name}: the registry refused {via}: {why}",
-                               fix=f"`docker login {ref.registry}` on every node as the inventory's SSH user (a private "
-                                   "image); or check runtime.image: Docker Hub refuses a repository that does not exist") from None  # fmt: skip
+            raise AccessDenied(
+                f"{name}: the registry refused {via}: {why}",
+                fix=f"`docker login {ref.registry}` on every node as the inventory's SSH user (a private "
+                "image); or check runtime.image: Docker Hub refuses a repository that does not exist",
+            ) from None
         if exc.status_code == 404 or any(w in low for w in _MISSING):
-            raise TagNotFound(f"{name} is not in the registry ({via}: {why})",
-                              fix="check runtime.image in the inventory (name and tag), or push the image") from None  # fmt: skip
+            raise TagNotFound(
+                f"{name} is not in the registry ({via}: {why})",
+                fix="check runtime.image in the inventory (name and tag), or push the image",
+            ) from None
         raise RegistryUnreachable(f"{via} could not reach the registry {ref.registry}: {why}") from None
     except (requests.exceptions.RequestException, docker.errors.DockerException) as exc:
         raise RegistryUnreachable(f"{via} did not answer: {type(exc).__name__}: {exc}") from None
@@ -168,15 +172,17 @@ class RegistryClient:
     """One registry's HTTP API, plain httpx; `insecure` allows http:// after https:// fails
     (as dockerd does for the registries listed under insecure-registries)."""
 
-    def __init__(self, registry: str, *, insecure: bool = False, timeout: float = 5.0,
-                 transport: Optional[httpx.BaseTransport] = None):  # fmt: skip
+    def __init__(
+        self, registry: str, *, insecure: bool = False, timeout: float = 5.0, transport: Optional[httpx.BaseTransport] = None
+    ):
         self.registry = registry
         self.schemes = ["https", "http"] if insecure else ["https"]
         # every request is fenced, redirects included (a registry sends blob GETs on to its storage)
         fence = {"request": [lambda req: check_url(str(req.url), f"the registry {registry} (or where it redirects)")]}
         # httpx's default verification, on the process's one TLS context (sparkctl/httpclient.py)
-        self.http = httpclient.client(timeout=timeout, trust_env=False, transport=transport, follow_redirects=True,
-                                      event_hooks=fence)  # fmt: skip
+        self.http = httpclient.client(
+            timeout=timeout, trust_env=False, transport=transport, follow_redirects=True, event_hooks=fence
+        )
         self.base: Optional[str] = None
         self.token: Optional[str] = None
 
@@ -236,8 +242,11 @@ class RegistryClient:
         doc = r.json()
         if doc.get("mediaType", r.headers.get("content-type", "")).split(";")[0] in INDEXES or "manifests" in doc:
             want_os, _, want_arch = platform.partition("/")
-            match = [m for m in doc.get("manifests", [])
-                     if (m.get("platform") or {}).get("os") == want_os and (m.get("platform") or {}).get("architecture") == want_arch]  # fmt: skip
+            match = [
+                m
+                for m in doc.get("manifests", [])
+                if (m.get("platform") or {}).get("os") == want_os and (m.get("platform") or {}).get("architecture") == want_arch
+            ]
             if not match:
                 raise TagNotFound(
                     f"{ref.registry}/{ref.repository}:{ref.tag} has no {platform} image",
@@ -248,8 +257,10 @@ class RegistryClient:
             doc = inner.json()
         config = (doc.get("config") or {}).get("digest")
         if not config:
-            raise TagNotFound(f"{ref.registry}/{ref.repository}:{target}: the manifest names no config (schema 1?)",
-                              fix="push the image again with a current docker (manifest schema 2)")  # fmt: skip
+            raise TagNotFound(
+                f"{ref.registry}/{ref.repository}:{target}: the manifest names no config (schema 1?)",
+                fix="push the image again with a current docker (manifest schema 2)",
+            )
         if ref.digest and digest != ref.digest:
             raise TagNotFound(f"{ref.registry}/{ref.repository}@{ref.digest}: the registry serves {digest}")
         return Resolved(digest, config, self.identity(ref, config))
@@ -261,17 +272,27 @@ class RegistryClient:
 
         r = self.get(f"/v2/{ref.repository}/blobs/{config}", ref.repository)
         if r.status_code != 200:
-            raise TagNotFound(f"{ref.registry}/{ref.repository}: the config blob {config} is not served (HTTP {r.status_code})",
-                              fix="push the image again")  # fmt: skip
+            raise TagNotFound(
+                f"{ref.registry}/{ref.repository}: the config blob {config} is not served (HTTP {r.status_code})",
+                fix="push the image again",
+            )
         got = "sha256:" + hashlib.sha256(r.content).hexdigest()
         if got != config:
-            raise RegistryUnreachable(f"registry {ref.registry} served {got} for the config blob {config}",
-                                      fix=f"check what answers as {ref.registry} (a proxy rewriting content?)")  # fmt: skip
+            raise RegistryUnreachable(
+                f"registry {ref.registry} served {got} for the config blob {config}",
+                fix=f"check what answers as {ref.registry} (a proxy rewriting content?)",
+            )
         return identity_of_config(r.json())
 
 
-def resolve(image: str, *, platform: str = "linux/arm64", insecure: bool = False, timeout: float = 5.0,
-            transport: Optional[httpx.BaseTransport] = None) -> Resolved:  # fmt: skip
+def resolve(
+    image: str,
+    *,
+    platform: str = "linux/arm64",
+    insecure: bool = False,
+    timeout: float = 5.0,
+    transport: Optional[httpx.BaseTransport] = None,
+) -> Resolved:
     """Manifest digest and image ID of `image` (tag or name@digest) in its registry now."""
     ref = Reference.parse(image)
     with closing(RegistryClient(ref.api_host, insecure=insecure, timeout=timeout, transport=transport)) as client:

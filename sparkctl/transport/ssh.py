@@ -37,7 +37,7 @@ import paramiko
 import paramiko.auth_strategy
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
-from sparkctl.errors import HostError, SparkctlError, UnreachableError
+from sparkctl.errors import HostError, SparkctlError, UnreachableError, UnreachableReason
 from sparkctl.inventory.models import Inventory
 from sparkctl.inventory.ssh_target import SSHHop, SSHTarget
 from sparkctl.transport import hostkeys
@@ -272,12 +272,13 @@ def _connect_error(label: str, hop: SSHHop, exc: BaseException, t: SSHTarget, th
                 fix=FIX_FROZEN,
                 reason="unresponsive",
             )
-        return UnreachableError(f"{label}: cannot connect to {where}: SSH handshake failed: {exc}", fix=FIX_REACH,
-                                reason="handshake")  # fmt: skip
+        return UnreachableError(
+            f"{label}: cannot connect to {where}: SSH handshake failed: {exc}", fix=FIX_REACH, reason="handshake"
+        )
     # after retries: unreachable
     described = describe(label, exc)
     why = described.message.removeprefix(f"{label}: ")
-    reason = "dns" if isinstance(exc, socket.gaierror) else getattr(described, "reason", "connect")
+    reason: UnreachableReason = "dns" if isinstance(exc, socket.gaierror) else getattr(described, "reason", "connect")
     return UnreachableError(f"{label}: cannot connect to {where}: {why}", fix=FIX_REACH, reason=reason)
 
 
@@ -568,13 +569,14 @@ class HostSession:
                 "if it is only slow, raise ssh.timeout in the inventory",
             ) from None
         except Exception as exc:  # connection lost mid-command, or the watchdog closed it
-            err = self._lost(exc)
-            raise err.reworded(f"{err.message} (while running {redact(cmd)[:160]})") from None
+            lost = self._lost(exc)
+            raise lost.reworded(f"{lost.message} (while running {redact(cmd)[:160]})") from None
         if self.dead is not None:  # the watchdog closed the channel: the exit code means nothing
             raise self.dead.reworded(f"{self.dead.message} (while running {redact(cmd)[:160]})")
         if code == -1 and not self.connected:
-            raise UnreachableError(f"{self.name}: the SSH connection was lost while running {redact(cmd)[:160]}", fix=FIX_REACH,
-                                   reason="lost")  # fmt: skip
+            raise UnreachableError(
+                f"{self.name}: the SSH connection was lost while running {redact(cmd)[:160]}", fix=FIX_REACH, reason="lost"
+            )
         return CommandResult(self.name, cmd, code, out, err, time.monotonic() - start)
 
     def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:

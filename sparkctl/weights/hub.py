@@ -9,11 +9,11 @@ from sparkctl's environment (weights.access_env) and never written anywhere.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from sparkctl.errors import SparkctlError
 from sparkctl.facts.weights import ManifestFile
 from sparkctl.inventory.models import HubCheckpoint, Weights
+from sparkctl.weights.manifest import Manifest
 
 TIMEOUT = 20.0  # seconds for the hub's answer (a listing of ~50 files)
 
@@ -22,23 +22,11 @@ class HubError(SparkctlError):
     """The hub could not list the checkpoint: not found, gated, unreachable. Nothing was changed."""
 
 
-@dataclass(frozen=True)
-class HubManifest:
-    repo: str
-    revision: str
-    commit: str
-    files: dict[str, ManifestFile]
-
-    @property
-    def bytes(self) -> int:
-        return sum(m.size for m in self.files.values())
-
-
 def token(w: Weights) -> str | None:
     return os.environ.get(w.access_env) or None
 
 
-def manifest(w: Weights, ckpt: HubCheckpoint, field: str = "weights") -> HubManifest:
+def manifest(w: Weights, ckpt: HubCheckpoint, field: str = "weights") -> Manifest:
     """The hub's manifest of `ckpt` (the files its include/exclude select). Raises HubError with
     the inventory field and the fix."""
     from huggingface_hub import HfApi
@@ -73,8 +61,10 @@ def manifest(w: Weights, ckpt: HubCheckpoint, field: str = "weights") -> HubMani
         ) from None
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else "no status"
-        raise HubError(f"{where}: the hub answered {status}: {str(exc).splitlines()[0][:200]}",
-                       fix="try again later, or check weights.endpoint") from None  # fmt: skip
+        raise HubError(
+            f"{where}: the hub answered {status}: {str(exc).splitlines()[0][:200]}",
+            fix="try again later, or check weights.endpoint",
+        ) from None
     except Exception as exc:
         # connection refused, DNS, TLS, a timeout: OSErrors, or httpx's own errors (not OSErrors)
         if isinstance(exc, OSError) or type(exc).__module__.startswith(("httpx", "httpcore")):
@@ -86,8 +76,14 @@ def manifest(w: Weights, ckpt: HubCheckpoint, field: str = "weights") -> HubMani
     if info.gated and info.siblings:
         # the hub lists a gated repo to anyone and refuses its files: try one with the token, before a byte moves
         _check_file_access(w, ckpt, str(info.sha), info.siblings[0].rfilename, field)
-    siblings = list(filter_repo_objects(info.siblings or [], allow_patterns=ckpt.include or None,
-                                        ignore_patterns=ckpt.exclude or None, key=lambda s: s.rfilename))  # fmt: skip
+    siblings = list(
+        filter_repo_objects(
+            info.siblings or [],
+            allow_patterns=ckpt.include or None,
+            ignore_patterns=ckpt.exclude or None,
+            key=lambda s: s.rfilename,
+        )
+    )
     files = {}
     for s in siblings:
         if s.lfs is not None:
@@ -99,7 +95,7 @@ def manifest(w: Weights, ckpt: HubCheckpoint, field: str = "weights") -> HubMani
             f"{field}.include/exclude select no file of {where}@{ckpt.revision} ({len(info.siblings or [])} in the repo)",
             fix="loosen the patterns (they match paths in the repo, e.g. '*.safetensors', 'original/*')",
         )
-    return HubManifest(ckpt.repo, ckpt.revision, str(info.sha), files)
+    return Manifest(ckpt.repo, ckpt.revision, str(info.sha), files)
 
 
 def _check_file_access(w: Weights, ckpt: HubCheckpoint, commit: str, path: str, field: str) -> None:
@@ -108,8 +104,9 @@ def _check_file_access(w: Weights, ckpt: HubCheckpoint, commit: str, path: str, 
 
     tok = token(w)
     try:
-        get_hf_file_metadata(hf_hub_url(ckpt.repo, path, revision=commit, endpoint=w.endpoint), token=tok or False,
-                             timeout=TIMEOUT)  # fmt: skip
+        get_hf_file_metadata(
+            hf_hub_url(ckpt.repo, path, revision=commit, endpoint=w.endpoint), token=tok or False, timeout=TIMEOUT
+        )
     except (GatedRepoError, HfHubHTTPError) as exc:
         status = exc.response.status_code if exc.response is not None else None
         if not isinstance(exc, GatedRepoError) and status not in (401, 403):

@@ -96,10 +96,11 @@ def lab_cli(*args: str) -> dict:
 
 
 def door_states(lab) -> dict[str, str]:
-    """Each member's state at the fleet's front door (its admin, on member lab's head)."""
-    r = lab.host_exec("head", ["docker", "exec", "sparkctl-fleet-door", "python3", "-m", "sparkctl.fleetdoor.ctl", "status"],
-                      check=True)  # fmt: skip
-    return {n: m["state"] for n, m in json.loads(r.stdout)["members"].items()}
+    """Each member's state at the fleet's front door (vllm-router's own view: its workers, their health)."""
+    from sparkctl.fleet import router_admin
+    from sparkctl.fleet.model import load_fleet
+
+    return {n: m["state"] for n, m in router_admin.status(load_fleet(lab.FLEET_PATH))["members"].items()}
 
 
 def wait_passing(lab, timeout: float = 60) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """The lab's real Prometheus (on the head, as an operator would run it) with the rules
 `sparkctl alerts` writes: every target is scraped, every rule is loaded with its runbook,
 and a healthy serving lab fires nothing. The drills (test_drills.py) show the alerts firing. The
-engine is scraped on gateway.engine_port, the front door on runtime.port at /gateway/metrics."""
+engine is scraped through the gateway's engine route (runtime.port/gateway/engine/metrics: it
+listens on the head's loopback), the front door on runtime.port at /gateway/metrics."""
 
 from __future__ import annotations
 

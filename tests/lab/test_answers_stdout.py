@@ -26,4 +26,4 @@ def test_history_and_status_answer_on_stdout(lab):
     status = run("status", "-i", str(lab.INVENTORY_PATH), "--sample", "0.2")
     assert status.returncode in (0, 1), status.stderr  # 1 when the lab is not serving right now
     assert status.stderr == "" and status.stdout.startswith("cluster lab: inventory config ")
-    assert "runtime http://10.231.0.11:8001: " in status.stdout  # the engine itself, behind the gateway
+    assert "runtime http://10.231.0.11:8888/gateway/engine: " in status.stdout  # the engine, through the gateway

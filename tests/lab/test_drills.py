@@ -42,6 +42,9 @@ NOT_DRILLED: dict[str, str] = {
     # the lab's inventory has a `weights` section, so `up` places the model and weights.present only
     # warns there; it fails where no section places it (tests/unit/test_step_weights.py)
     "weights.present": "needs an inventory without `weights`",
+    # the lab's inventory runs without the keeper (drills break things on purpose and would race it);
+    # tests/lab/test_keeper_lab.py turns it on and drives the crash loop this runbook is for
+    "keeper.state": "needs the keeper on: tests/lab/test_keeper_lab.py",
 }
 
 

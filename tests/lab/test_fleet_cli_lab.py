@@ -14,7 +14,6 @@ import json
 import subprocess
 import sys
 import time
-from importlib.util import find_spec
 
 import pytest
 from labcli import ENV, HEAD_IP, sparkctl, wait_passing
@@ -25,7 +24,6 @@ pytestmark = pytest.mark.lab
 
 DOOR_URL = f"http://{HEAD_IP}:8890"  # the fleet file's front door: member lab's head, port 8890
 MEMBERS = ["lab", "lab-2"]
-HAS_DOOR_STEP = find_spec("sparkctl.fleet.door_step") is not None  # fleetdoor's deploy step (merged by the lead)
 
 
 @pytest.fixture
@@ -58,9 +56,13 @@ def test_fleet_status_json_names_the_front_door_url_and_both_members_serving(fle
     for name, m in rows.items():
         assert (m["health"], m["inventory_applied"]) == ("serving", True), (name, m["error"])
         assert m["applied_config_hash"] == m["config_hash"]
-    if HAS_DOOR_STEP:  # the door is deployed by `fleet up` once fleetdoor's step is in this sparkctl
-        assert doc["front_door"]["answering"], doc["front_door"]
-        assert {n: m["front_door"] for n, m in rows.items()} == {"lab": "passing", "lab-2": "passing"}
+    assert doc["front_door"]["answering"], doc["front_door"]
+    assert {n: m["front_door"] for n, m in rows.items()} == {"lab": "passing", "lab-2": "passing"}
+    # the router's own view of each member beside sparkctl's
+    assert {n: (r["healthy"], r["circuit"]) for n, r in doc["front_door"]["router"].items()} == {
+        "lab": (True, "closed"),
+        "lab-2": (True, "closed"),
+    }, doc["front_door"]["router"]
 
 
 def test_fleet_doctor_runs_the_members_at_once_and_names_each_planted_fault_under_its_member(fleet, lab):

@@ -4,7 +4,7 @@ and the admin interface nobody on the network reaches.
 One converged cluster for the module: the lab inventory with a 3 s `gateway.hold_s` (so a held
 request is answered in seconds) and `gateway.long_context: {tokens: 60000, max_concurrent: 1}`.
 Clients are the OpenAI Python client at max_retries=0 on the public port (the gateway); sparkctl's
-view of the engine is its own port (gateway.engine_port). The module ends on the lab's own
+view of the engine is the gateway's never-held engine route (the engine listens on the head's loopback). The module ends on the lab's own
 inventory (`sparkctl up`); a test that leaves the engine down is brought back by `up` after it.
 Doctor names a crashed engine behind the gateway (its gateway.engine check).
 """
@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 pytestmark = pytest.mark.lab
 
 HEAD = HEAD_IP  # this lab's head (the file runs on the third lab: tests/conftest.py)
-ENGINE = f"http://{HEAD}:8001"  # gateway.engine_port: the engine itself (the lab inventory's default)
+ENGINE = f"{URL}/gateway/engine"  # the engine itself (on the head's loopback), through the gateway, never held
 NAME = "deepseek-v4.1-flash"
 HOLD_S = 3
 # The simulator crashes (like seed 002's CUDA device-side assert) when two requests of 65536 tokens

@@ -71,7 +71,7 @@ def test_the_second_pair_serves_from_its_own_inventory(two_pairs):
 
     up = sparkctl("up", "-i", inv2)
     assert up["failed"] == 0 and set(up["hosts"]) == set(PAIR)
-    assert f"serving at http://{net(0, 21)}:8001" in up["hosts"]["head2"]["runtime"]["message"]
+    assert f"serving at http://{net(0, 21)}:8888/gateway/engine" in up["hosts"]["head2"]["runtime"]["message"]
     r = httpx.post(
         f"http://{net(0, 21)}:8888/v1/completions",
         json={"model": "deepseek-v4.1-flash", "prompt": "The second pair says", "max_tokens": 8},

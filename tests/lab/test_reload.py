@@ -248,7 +248,7 @@ def test_sigkill_mid_reload_is_reported_and_resume_or_rollback_restores_service(
 def test_requests_in_flight_at_the_drain_finish(lab, inv, tmp_path):
     results: list = []
 
-    engine = URL.rsplit(":", 1)[0] + f":{(yaml.safe_load(inv.read_text()).get('gateway') or {}).get('engine_port', 8001)}"
+    engine = f"{URL}/gateway/engine"  # the engine itself (on the head's loopback), through the gateway, never held
 
     halfway = threading.Event()  # the first stream's first request is half done
 

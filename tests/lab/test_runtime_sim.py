@@ -32,7 +32,7 @@ pytestmark = pytest.mark.lab
 
 ENV = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8,10.231.0.0/16"}
 URL = f"http://{HEAD_IP}:8888"
-ENGINE = f"http://{HEAD_IP}:8001"  # behind the gateway (gateway.engine_port)
+ENGINE = f"{URL}/gateway/engine"  # behind the gateway, on the head's loopback: through its engine route
 
 
 def sparkctl(*args: str, rc: int = 0) -> dict:
@@ -146,8 +146,9 @@ def test_port_refuses_connections_while_loading(lab, lab_inventory, tmp_path, re
             head = lab.host_exec("head", ["docker", "inspect", "-f", "{{.State.Status}}", "sparkctl-head"])
             if head.stdout.strip() == "running":
                 try:
-                    httpx.get(f"{ENGINE}/health", timeout=1)  # the engine's own port (the gateway holds instead)
-                except (httpx.ConnectError, httpx.ReadError):  # refused, or reset while the port opens
+                    # the engine itself (the gateway's door holds instead): 502 is the gateway saying it refused
+                    refused += httpx.get(f"{ENGINE}/health", timeout=1).status_code == 502
+                except (httpx.ConnectError, httpx.ReadError):  # reset while the gateway starts
                     refused += 1
             time.sleep(0.2)
         doc = json.loads(up.stdout.read())
@@ -188,7 +189,7 @@ def test_sigterm_drains_in_flight_while_health_stays_200_and_new_requests_end_em
     inv = variant(tmp_path, lab_inventory, SLOW_STEPS, shutdown_timeout=30)
     sparkctl("up", "-i", str(inv))
     model = lab_inventory["runtime"]["served_model_name"]
-    engine = f"http://{HEAD_IP}:{(lab_inventory.get('gateway') or {}).get('engine_port', 8001)}"  # not the gateway
+    engine = ENGINE  # not the gateway's held door
     result: dict = {}
     t = threading.Thread(target=lambda: result.update(r=complete(model, "Write an essay about the sea.", 600, url=engine)))
     t.start()

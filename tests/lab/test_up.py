@@ -61,7 +61,8 @@ def converged(lab, inventory):
 def test_up_brings_the_splice_shape_to_serving(lab, converged):
     hosts = converged["hosts"]
     assert set(hosts) == {"head", "worker", "offload"}
-    assert f"serving at http://{HEAD_IP}:8001" in hosts["head"]["runtime"]["message"]  # the engine, behind the gateway
+    # the engine (on the head's loopback), through the gateway's engine route
+    assert f"serving at http://{HEAD_IP}:8888/gateway/engine" in hosts["head"]["runtime"]["message"]
     assert "smoke completion ok" in hosts["head"]["runtime"]["message"]
     for h in ("head", "worker", "offload"):
         assert "jumbo ping ok" in hosts[h]["fabric"]["message"]

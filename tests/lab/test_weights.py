@@ -167,3 +167,28 @@ def test_a_copy_cut_by_a_dropped_rail_fails_naming_it_and_the_next_up_resumes_it
     assert f"copied {len(selected())} file(s)" in step(doc, "worker")["message"]
     assert sparkctl("doctor", "-i", str(inv), "--only", "weights")["summary"]["failed_checks"] == []
     assert serves()
+
+
+def test_a_folder_on_the_head_is_verified_in_place_against_its_sha256sums_and_copied_to_the_worker(lab, inv, tmp_path):
+    names = sorted(selected())
+    lab.host_exec("head", ["sh", "-c", f"cd {MODEL} && sha256sum {' '.join(names)} > SHA256SUMS"], check=True)
+    lab.host_exec("worker", ["rm", "-rf", MODEL], check=True)
+    folder = variant(inv, tmp_path, "folder", weights__repo=None, weights__revision=None, weights__exclude=[],
+                     weights__directory=MODEL)  # fmt: skip
+    try:
+        doc = sparkctl("up", "-i", str(folder))
+        head, worker = step(doc, "head"), step(doc, "worker")
+        assert head["status"] == "changed" and f"head:{MODEL}@" in head["message"], head  # verified where it is
+        assert "downloaded" not in head["message"] and f"copied {len(names)} file(s)" in worker["message"], worker
+        again = sparkctl("up", "-i", str(folder))
+        assert step(again, "head")["status"] == "ok" and step(again, "worker")["status"] == "ok"
+        # a byte flipped in the source itself: refused there, never spread
+        lab.host_exec("head", ["sh", "-c", f"printf X | dd of={MODEL}/{SHARD} bs=1 seek=4096 conv=notrunc status=none"],
+                      check=True)  # fmt: skip
+        refused = run_json("up", "-i", str(folder), rc=1)
+        assert "do not match its SHA256SUMS" in step(refused, "head")["message"] and SHARD in step(refused, "head")["message"]
+        assert serves()
+    finally:
+        lab.host_exec("head", ["rm", "-f", f"{MODEL}/SHA256SUMS", f"{MODEL}/{SHARD}"], check=True)
+        sparkctl("up", "-i", str(inv))  # the lab's hub source again: the head downloads the shard back
+    assert serves()

@@ -385,8 +385,10 @@ def test_cli_writes_rules_and_a_matching_prometheus_config(tmp_path):
     prom = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
     assert prom["rule_files"] == ["rules.yml"]  # beside it: Prometheus reads it from the config's folder
     jobs = {j["job_name"]: j for j in prom["scrape_configs"]}
-    # the engine on its own port behind the gateway; the gateway's own page on the public port
-    assert jobs["sparkctl-lab"]["static_configs"][0] == {"targets": ["10.231.0.11:8001"], "labels": {"role": "head"}}
+    # the engine through the gateway's engine route (it listens on loopback); the gateway's own page
+    assert jobs["sparkctl-lab"]["static_configs"][0] == {
+        "targets": ["10.231.0.11:8888"], "labels": {"role": "head", "__metrics_path__": "/gateway/engine/metrics"}
+    }  # fmt: skip
     assert jobs["sparkctl-lab"]["static_configs"][1] == {
         "targets": ["10.231.0.11:8888"], "labels": {"role": "gateway", "__metrics_path__": "/gateway/metrics"}
     }  # fmt: skip

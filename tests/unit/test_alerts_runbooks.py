@@ -30,11 +30,6 @@ def reachable() -> dict[str, str]:
         book = runbooks.for_check(name)
         if book:
             out.setdefault(book.removeprefix(runbooks.RUNBOOK_PREFIX).removesuffix(".md"), name)
-    from sparkctl.fleet.doctor import FLEET_CHECKS  # the fleet doctor's checks between members
-
-    for name, check in FLEET_CHECKS.items():
-        if check.runbook_path:
-            out.setdefault(check.runbook_path.removeprefix(runbooks.RUNBOOK_PREFIX).removesuffix(".md"), name)
     for (name, sign), book in runbooks.BY_CAUSE.items():
         out.setdefault(book, f"{name} ({sign})")
     return out

@@ -73,8 +73,9 @@ def test_healthy_recording_nothing_fails_runtime_skipped():
     results = run()
     assert failing(results) == set()
     # the lab inventory limits memlock (its dockerd cannot raise it): a warning, as on any such host
-    assert {r.name for r in results if r.status == "warn"} <= {"caches.compile", "host.memlock"}
-    assert {r.name for r in results} == {n for n, c in REGISTRY.items() if not c.deep_only}
+    # and asks no key at its front door (gateway.keys: open to whoever reaches the port)
+    assert {r.name for r in results if r.status == "warn"} <= {"caches.compile", "host.memlock", "gateway.keys"}
+    assert {r.name for r in results} == {n for n, c in REGISTRY.items() if not c.deep_only and not c.fleet}
     assert all(r.status == "skipped" and "not running" in r.message for r in results if r.group == "runtime")
     assert by(results, "engram.placed", O).status == "ok" and by(results, "engram.checksums", O).status == "ok"
     assert by(results, "fabric.speed", W, RAIL).data["gbps"] == 200
@@ -557,3 +558,35 @@ def test_compile_cache_reports_the_cuda_jit_cache_and_warns_when_it_leaves_the_v
     d["runtime"]["env"] = {"CUDA_CACHE_DISABLE": "1"}
     c = by(run(edit(sections(), H, "cache", warm), inv=Inventory.model_validate(d)), "caches.compile", H)
     assert c.status == "warn" and "CUDA_CACHE_DISABLE=1" in c.message
+
+
+# --- the programs sparkctl runs on a host (the lab's `command -v` output, with lines taken away) ---
+
+TOOLS_ALL = "/usr/local/bin/nvidia-container-runtime-hook\n/usr/bin/iperf3\n/usr/bin/rsync\n"
+
+
+def test_without_the_nvidia_container_hook_gpu_containers_fails_and_preflight_blocks_up():
+    secs = edit(sections(), W, "tools", "/usr/bin/iperf3\n/usr/bin/rsync\n")
+    r = run(secs)
+    assert failing(r) == {("host.gpu_containers", W, "")}
+    fix = by(r, "host.gpu_containers", W).fix
+    assert "nvidia-container-toolkit" in fix and "nvidia-ctk runtime configure --runtime=docker" in fix
+    assert by(r, "host.gpu_containers", H).status == "ok"
+    from sparkctl.steps.preflight import BLOCKING
+
+    assert "host.gpu_containers" in BLOCKING and "host.tools" in BLOCKING
+
+
+def test_rsync_is_needed_only_where_the_model_is_copied_and_iperf3_only_warns():
+    from sparkctl.inventory.models import Weights
+
+    no_rsync = "/usr/local/bin/nvidia-container-runtime-hook\n/usr/bin/iperf3\n"
+    assert by(run(edit(sections(), W, "tools", no_rsync)), "host.tools", W).status == "ok"  # no `weights`: no copy
+    with_weights = INV.model_copy(update={"weights": Weights(repo="deepseek-ai/DeepSeek-V4-Flash", revision="main")})
+    r = run(edit(sections(), W, "tools", no_rsync), inv=with_weights)
+    assert failing(r) == {("host.tools", W, "")}
+    t = by(r, "host.tools", W)
+    assert "rsync" in t.message and "apt-get install -y rsync" in t.fix
+    r = run(edit(sections(), H, "tools", "/usr/local/bin/nvidia-container-runtime-hook\n/usr/bin/rsync\n"), inv=with_weights)
+    assert failing(r) == set() and by(r, "host.tools", H).status == "warn" and "iperf3" in by(r, "host.tools", H).message
+    assert by(run(edit(sections(), O, "tools", TOOLS_ALL), inv=with_weights), "host.tools", O).status == "ok"

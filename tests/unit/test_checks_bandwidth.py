@@ -89,7 +89,19 @@ def test_real_spark_twins_pr108_figures():
     results = run(secs, bandwidth=figures(head__enp1s0f0np0=12.86, head__enP2p1s0f0np0=13.23,
                                           head__enp1s0f1np1=36.0, worker__enp1s0f1np1=35.0))  # fmt: skip
     assert ("fabric.bandwidth", H, TWIN) in failing(results)
-    assert "below 15% of the link" in bw(results, H, TWIN).message
+    assert "below 13% of the link" in bw(results, H, TWIN).message
+    # PR #108's band of a degraded card reaches 25 Gb/s: still a failure on both twins
+    results = run(secs, bandwidth=figures(head__enp1s0f0np0=24.0, head__enP2p1s0f0np0=25.0,
+                                          head__enp1s0f1np1=36.0, worker__enp1s0f1np1=35.0))  # fmt: skip
+    assert {("fabric.bandwidth", H, RAIL), ("fabric.bandwidth", H, TWIN)} <= failing(results)
+
+
+def test_a_healthy_rail_through_a_single_threaded_iperf3_is_ok():
+    # one core drives all streams (iperf3 < 3.16): 17-23% of the link on healthy twins, published
+    results = run(physical(sections()), bandwidth=figures(head__enp1s0f0np0=34.0, head__enP2p1s0f0np0=46.0,
+                                                          head__enp1s0f1np1=36.0, worker__enp1s0f1np1=35.0))  # fmt: skip
+    assert failing(results) == set()
+    assert {r.status for r in results if r.name == "fabric.bandwidth"} == {"ok"}
 
 
 def test_the_lab_cannot_judge_a_veth_by_its_nominal_speed():

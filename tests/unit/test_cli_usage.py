@@ -45,3 +45,31 @@ def test_a_mistyped_option_is_a_usage_error_that_names_the_right_one():
     assert "--chek" in error and "--check" in error, r.stderr
     assert "('" not in error and "',)" not in error, f"a Python tuple, not a sentence: {error}"
     assert "Traceback" not in r.stderr
+
+
+def test_no_help_page_speaks_of_the_project_s_sources():
+    """Operators read --help: the hardware and the recipe, never the seeds, the tests or the reference
+    notes a value came from (their provenance stays in the test fixtures)."""
+    import re
+
+    import typer
+
+    from sparkctl.cli.app import build_app
+
+    def pages(command, path: list[str]):
+        # the command's own Context class: typer may vendor its own click
+        with command.context_class(command, info_name=" ".join(path)) as ctx:
+            yield " ".join(path), command.get_help(ctx)
+            if hasattr(command, "list_commands"):  # a group
+                for name in command.list_commands(ctx):
+                    sub = command.get_command(ctx, name)
+                    if sub is not None:
+                        yield from pages(sub, [*path, name])
+
+    found, seen = {}, 0
+    for where, text in pages(typer.main.get_command(build_app()), ["sparkctl"]):
+        seen += 1
+        words = re.findall(r"(?i)\bseeds?\b|shared/|tests/(?:unit|lab)", text)
+        if words:
+            found[where] = sorted(set(words))
+    assert seen > 20 and not found, (seen, found)

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 # whose own requirement brings it (declaring it would pin a second floor on one dependency)
 VIA = {
     "requests": "docker",  # transport/failures.py: docker-py's errors are requests' exceptions
-    "yarl": "aiohttp",  # gateway/proxy.py, fleetdoor/proxy.py: aiohttp's URL type
+    "yarl": "aiohttp",  # gateway/proxy.py: aiohttp's URL type
 }
 
 

@@ -35,7 +35,8 @@ def head_serving(tmp_path, monkeypatch):
     for i, host in enumerate(data["hosts"].values()):
         host["ssh"] = {"address": f"127.0.0.{i + 2}"}  # the head is 127.0.0.2, where the endpoint listens
     data["ssh_defaults"]["port"] = 9  # nothing listens: refused at once
-    data["gateway"] = {"engine_port": endpoint.port}  # doctor reads the engine, behind the gateway
+    data["gateway"] = {"enabled": False}  # doctor reads the engine itself: no gateway in front
+    data["runtime"]["port"] = endpoint.port
     path = tmp_path / "inventory.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     yield load_inventory(path), endpoint

@@ -18,8 +18,9 @@ from climain import run
 from rich.console import Console
 from test_fleet_model import FLEET, LAB, _write, second_pair
 
+from sparkctl.checks.fleet import FleetContext
 from sparkctl.cli.fleet import print_history, print_status
-from sparkctl.fleet.doctor import FLEET_CHECKS, FleetContext, probe_command
+from sparkctl.fleet.doctor import fleet_checks, probe_command
 from sparkctl.fleet.history import merge_events
 from sparkctl.fleet.model import load_fleet
 from sparkctl_lab.sim import harness
@@ -89,7 +90,7 @@ def test_help_lists_the_commands_and_each_takes_the_fleet_file(capsys):
     _, out, _ = run(["fleet", "up", "--help"], capsys)
     assert "--check" in out and "sparkctl up -i MEMBER.yaml" in " ".join(out.split())
     _, out, _ = run(["fleet", "doctor", "--help"], capsys)
-    assert all(name in out for name in FLEET_CHECKS)
+    assert all(name in out for name in fleet_checks())
 
 
 def test_an_unknown_check_group_or_name_is_refused_before_any_host(tmp_path, capsys):
@@ -104,7 +105,7 @@ def test_an_unknown_check_group_or_name_is_refused_before_any_host(tmp_path, cap
 
 
 def _results(ctx: FleetContext) -> dict[str, list]:
-    return {name: c.run(ctx) for name, c in FLEET_CHECKS.items()}
+    return {name: c.run(ctx) for name, c in fleet_checks().items()}
 
 
 def test_a_member_the_door_cannot_reach_fails_under_that_member_with_fix_and_runbook(tmp_path):
@@ -228,3 +229,15 @@ def test_the_history_table_names_each_events_member():
     row = [ln for ln in text.splitlines() if "2026-12-01T20:00:00Z" in ln][0]
     assert " lab " in row and "f092b40ef913" in row and "applied" in row
     assert "lab-2: head2: connection refused" in text and "lab: last good config aaaa" in text
+
+
+def test_the_fleet_checks_are_in_the_one_registry_and_a_clusters_doctor_points_to_fleet_doctor():
+    from sparkctl.checks import GROUPS, REGISTRY
+    from sparkctl.checks.doctor import select
+    from sparkctl.errors import InputError
+
+    assert [n for n, c in REGISTRY.items() if c.fleet] == ["fleet.front_door", "fleet.members_reachable", "fleet.same_model"]
+    assert "fleet" not in GROUPS and not any(c.fleet for c in select())
+    with pytest.raises(InputError, match="between a fleet's members") as e:
+        select(only=["fleet"])
+    assert e.value.fix == "sparkctl fleet doctor -f FLEET --only fleet"

@@ -259,6 +259,23 @@ def test_an_expected_hold_beyond_hold_s_answers_503_with_retry_after_at_once(gw)
     assert gw.metrics()["sparkctl_gateway_rejected_total{reason=hold_too_long}"] >= 1
 
 
+def test_a_hold_whose_reason_says_why_is_told_to_clients(gw):
+    """The keeper that gave up on a crash loop holds with its reason (docs/keeper.md): clients read it."""
+    from openai import InternalServerError, OpenAI
+
+    why = "keeper gave up: 3 recoveries within 1800 s (keeper.max_recoveries); last: sparkctl-head on head: OOM"
+    gw.hold(reason=why, expected_s=1800)
+    try:
+        with pytest.raises(InternalServerError) as e:
+            OpenAI(base_url=gw.base + "/v1", api_key="none", max_retries=0).completions.create(
+                model=NAME, prompt=COUNT, max_tokens=5
+            )
+    finally:
+        gw.release()
+    assert e.value.response.status_code == 503
+    assert e.value.response.json()["error"]["message"] == f"The server is down: {why}; retry after Retry-After seconds."
+
+
 def test_a_request_held_past_hold_s_gets_503_and_one_after_the_release_goes_through(sim, tmp_path):
     gw = Gateway(str(tmp_path), sim.base, "--hold-s", "1")
     try:

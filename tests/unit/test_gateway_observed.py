@@ -72,7 +72,7 @@ def test_facts_say_passing_or_holding_its_reason_age_and_where_it_sends(recorder
     assert f.error is None and f.page.state == "passing" and f.page.upstream == up.base and f.page.hold_s == 30
     gw.hold(reason="reload", expected_s=12, ttl_s=600)
     holding = fetch("127.0.0.1", gw.port).page
-    assert holding.state == "holding" and holding.holding == {"admin": True, "upstream_down": False}
+    assert holding.state == "holding" and holding.holding == {"admin": True, "upstream_down": False, "upstream_draining": False}
     assert holding.hold_reason == "reload" and 0 < holding.hold_expires_in_s <= 600 and holding.hold_age_s >= 0
     gw.hold(reason="rollback")  # a rollback renews the hold: one reason at a time
     page = fetch("127.0.0.1", gw.port).page
@@ -95,7 +95,7 @@ def test_doctor_passing_gateway_pointing_at_the_engine_port_is_ok(recorder_gw):
     results = doctor(f, inv)
     assert {r.name: r.status for r in results if r.host == H and r.group == "gateway"} == {
         "gateway.answers": "ok", "gateway.upstream": "ok", "gateway.holding": "ok", "gateway.engine": "ok",
-        "gateway.zero_tokens": "ok",
+        "gateway.zero_tokens": "ok", "gateway.keys": "warn",  # the lab inventory asks no key
     }  # fmt: skip
     # the lab inventory's engine_port (8001) is not where this gateway sends
     wrong = by(doctor(f), "gateway.upstream", H)
@@ -180,6 +180,9 @@ def test_a_gateway_that_does_not_answer_fails_when_the_runtime_runs_and_is_skipp
     for name in ("gateway.upstream", "gateway.holding", "gateway.engine", "gateway.zero_tokens"):
         assert by(run(secs, only=["gateway"], gateway=down), name, H).status == "skipped"
     off = [r for r in run(secs, inv=with_gateway(enabled=False), only=["gateway"], gateway=down) if r.group == "gateway"]
+    keys = next(r for r in off if r.name == "gateway.keys")  # the engine is the door then, and asks no key
+    assert keys.status == "warn" and "the engine's every route" in keys.message and "gateway.api_keys_file" in keys.fix
+    off.remove(keys)
     assert {r.status for r in off} == {"skipped"} and all("gateway.enabled: false" in r.message for r in off)
 
 
@@ -197,7 +200,8 @@ def test_recorded_page_parses_to_the_same_figures():
 def test_status_shows_the_gateway_passing_or_holding_its_queue_and_upstream(recorder_gw):
     from rich.console import Console
 
-    from sparkctl.cli.status import gateway_line, gateway_status
+    from sparkctl.cli.status import gateway_line
+    from sparkctl.cluster_status import gateway_status
 
     up, gw = recorder_gw
     doc = INV.model_dump(mode="json", by_alias=True, exclude_none=True)

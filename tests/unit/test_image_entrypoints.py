@@ -22,9 +22,9 @@ from typing import Optional
 import pytest
 import yaml
 from image_samples import CLASSIC
-from test_fleet_door_step import fleet_of
+from test_fleet_router_step import fleet_of
 
-from sparkctl.fleet.door_step import launch as door_launch
+from sparkctl.fleet.router_launch import launch as door_launch
 from sparkctl.inventory.models import Inventory
 from sparkctl.runtime.launch import NVIDIA_ENTRYPOINT, ContainerSpec, render, vllm_serve_args
 
@@ -147,7 +147,7 @@ def intended(what: str, spec: ContainerSpec, inv: Inventory) -> list[str]:
     """The process each launch means, in the words of vLLM, Ray and sparkctl's own servers."""
     first = {
         "gateway": ["python3", "-m", "sparkctl.gateway"],
-        "fleet door": ["python3", "-m", "sparkctl.fleetdoor"],
+        "fleet door": ["python3", "-m", "vllm_router.launch_router"],
         "worker": ["ray", "start", "--block"],
         "drafter": ["vllm", "serve", inv.runtime.speculative.model],
     }.get(what, ["vllm", "serve", inv.runtime.model])

@@ -183,7 +183,7 @@ def test_the_graph_sees_the_tree():
     mods = _modules()
     graph = _graph(mods)
     assert {"sparkctl.reload", "sparkctl.steps.record", "sparkctl_lab.faults"} <= set(mods)
-    assert any(e.target == "sparkctl.runner" for e in graph["sparkctl.cli.up"])
+    assert any(e.target == "sparkctl.runner" for e in graph["sparkctl.converge"])
     assert sum(len(v) for v in graph.values()) > 300
 
 
@@ -193,3 +193,83 @@ def test_no_import_cycle():
     assert not cycles, "import cycles (put the shared concept in a module of its own):\n" + "\n".join(
         _describe(c, m, graph) for c, m in cycles
     )
+
+
+def test_the_fleet_layer_never_imports_the_cli():
+    """fleet/ runs what the single-cluster commands run through the domain modules they share
+    (converge, history, ...), never through cli/: a CLI command is an edge of the program, not a library."""
+    graph = _graph(_modules())
+    fleet = [(name, e) for name, edges in graph.items() if name.startswith("sparkctl.fleet") for e in edges]
+    assert fleet, "the walker sees no import of sparkctl.fleet at all"
+    into_cli = [f"{e.where} imports {e.target}" for _, e in fleet if e.target.startswith("sparkctl.cli")]
+    assert not into_cli, "sparkctl/fleet imports the CLI:\n" + "\n".join(into_cli)
+
+
+# The layers (docs/architecture.md), bottom first: a module imports its own layer and those below.
+LAYERS = {
+    0: {"errors", "resources", "templates", "httpclient", "data", ""},  # "": sparkctl/__init__.py
+    1: {"transport", "inventory"},
+    2: {"facts", "session", "state", "lock"},
+    3: {"checks", "steps", "runner", "runtime", "weights"},
+    4: {"reload", "converge", "cluster_status", "history", "keeper", "fleet", "bench", "alerts", "gateway"},
+    5: {"cli", "__main__"},
+}
+LAYER_OF = {top: n for n, tops in LAYERS.items() for top in tops}
+# Upward imports the tree still has, each a concept that belongs lower (docs/architecture.md "Not
+# yet"): the set only shrinks. A new upward import fails the test below.
+KNOWN_UPWARD = {
+    ("facts", "runtime"),  # the launch's container names and ports: a `launch` concept below facts
+    ("runtime", "gateway"),  # the gateway's placement constants (container name, paths, admin socket)
+    ("transport", "facts"),  # image copy reads the image fact's parsers
+    ("checks", "gateway"),
+    ("facts", "fleet"),
+    ("facts", "gateway"),
+    ("facts", "keeper"),
+    ("facts", "weights"),
+    ("checks", "alerts"),
+    ("checks", "keeper"),
+    ("inventory", "alerts"),
+    ("inventory", "runtime"),
+    ("session", "runtime"),
+    ("steps", "gateway"),
+    ("steps", "keeper"),
+    ("steps", "bench"),
+}
+
+
+def _upward(graph: dict[str, list[Edge]]) -> dict[tuple[str, str], str]:
+    """(importing package, imported package) -> one import statement, for every import up the layers."""
+    out: dict[tuple[str, str], str] = {}
+    for name, edges in graph.items():
+        if name.partition(".")[0] != "sparkctl":
+            continue
+        a = (name.split(".") + [""])[1]
+        for e in edges:
+            if not e.target.startswith("sparkctl."):
+                continue
+            b = e.target.split(".")[1]
+            if LAYER_OF[b] > LAYER_OF[a]:
+                out.setdefault((a, b), e.where)
+    return out
+
+
+def test_every_package_has_a_layer():
+    tops = {(m.split(".") + [""])[1] for m in _modules() if m.partition(".")[0] == "sparkctl"}
+    assert not tops - set(LAYER_OF), f"packages with no layer in LAYERS (docs/architecture.md): {tops - set(LAYER_OF)}"
+
+
+def test_no_new_import_goes_up_the_layers():
+    upward = _upward(_graph(_modules()))
+    new = {pair: where for pair, where in upward.items() if pair not in KNOWN_UPWARD}
+    assert not new, "imports up the layers (docs/architecture.md: move the shared concept down instead):\n" + "\n".join(
+        f"  {a} (layer {LAYER_OF[a]}) -> {b} (layer {LAYER_OF[b]}): {where}" for (a, b), where in sorted(new.items())
+    )
+    gone = KNOWN_UPWARD - set(upward)
+    assert not gone, f"no longer imported upward, drop them from KNOWN_UPWARD: {sorted(gone)}"
+
+
+def test_the_layer_check_fails_on_an_upward_import():
+    """It can fail: an import of the CLI from the fact layer is named."""
+    graph = _graph(_modules())
+    graph["sparkctl.facts.system"] = [*graph["sparkctl.facts.system"], Edge("sparkctl.cli.app", "made up", False)]
+    assert ("facts", "cli") in _upward(graph)

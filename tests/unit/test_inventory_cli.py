@@ -118,8 +118,10 @@ def test_show_tables(capsys):
         "2x NVIDIA GeForce RTX 3090",
         "503 GiB",  # hosts
         "enp1s0f0np0",
-        "rocep1s0f0, roceP2p1s0f0",
+        "enP2p1s0f0np0",  # the port's second twin: a rail of its own
+        "roceP2p1s0f0",
         "192.168.200.2/24",
+        "192.168.201.2/24",
         "200 Gb/s",
         "spark-worker (192.168.200.3)",  # fabric
         "--max-model-len",

@@ -1,9 +1,12 @@
-"""Every number in the two seed inventories can be traced to the seed text.
+"""Every number in the two shipped example inventories can be traced to the seed text.
 
-A value taken from a seed carries `# seed NNN: "exact words"` (several quotes joined by `+`);
-any other value carries `# not in seed: why`. Here every quote must occur verbatim in the seed
-file, the value on the line must appear in its quote (262144 ~ "262K", 2830000 ~ "~2.83M",
-4 ~ "four", 327680 ~ "327,680"), and no line with a digit in its value may go unexplained.
+The provenance lives here, in tests/unit/recorded/seed_inventories/: a copy of each example in
+which a value taken from a seed carries `# seed NNN: "exact words"` (several quotes joined by `+`)
+and any other value `# not in seed: why`. Every quote must occur verbatim in the seed file, the
+value on the line must appear in its quote (262144 ~ "262K", 2830000 ~ "~2.83M", 4 ~ "four",
+327680 ~ "327,680"), and no line with a digit in its value may go unexplained. The shipped
+examples (inventories/, what `inventory init` writes) hold the same values in an operator's words:
+the hardware and the recipe, never the seeds or the tests.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 SEEDS = REPO.parent / "shared" / "seeds"  # the seed write-ups live beside a clone, not in it
+TRACED = Path(__file__).parent / "recorded" / "seed_inventories"  # the examples with their provenance
 
 
 @pytest.fixture
@@ -148,13 +152,21 @@ def test_every_seed_number_is_traceable(name, seed_texts):
     seed_id = SEED_INVENTORIES[name]
     (seed_file,) = SEEDS.glob(f"{seed_id}_*.txt")
     seed_text = seed_file.read_text(encoding="utf-8")
-    lines = (REPO / "inventories" / name).read_text(encoding="utf-8").splitlines()
+    lines = (TRACED / name).read_text(encoding="utf-8").splitlines()
 
     problems, tagged = check_lines(lines, seed_text, seed_id)
 
     assert not problems, "\n".join(problems)
     missing = MUST_BE_TAGGED[name] - tagged
     assert not missing, f"{name}: these keys take their value from the seed but carry no seed quote: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("name", sorted(SEED_INVENTORIES))
+def test_the_shipped_example_holds_the_traced_values_in_an_operators_words(name):
+    shipped = (REPO / "inventories" / name).read_text(encoding="utf-8")
+    assert yaml.safe_load(shipped) == yaml.safe_load((TRACED / name).read_text(encoding="utf-8"))
+    developer = re.findall(r"(?i)\bseeds?\b|shared/|tests/|reference/|not in seed", shipped)
+    assert not developer, f"inventories/{name} speaks of {sorted(set(developer))}: operators read it (`inventory init`)"
 
 
 # The checker itself must be able to fail.

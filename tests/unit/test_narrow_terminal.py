@@ -122,7 +122,7 @@ def test_status_shows_an_unreachable_host_on_one_line_and_its_reason_whole_below
     assert len(errors) == 3 and all("cannot connect" in row for row in errors)
     # the whole reason, under the table: user@address:port whole on a line
     assert_whole({f"cannot connect to {target}" for target in targets.values()}, lines)
-    assert_whole({"http://127.0.0.2:8001:", "http://127.0.0.2:8888/gateway/metrics:"}, lines)
+    assert_whole({"http://127.0.0.2:8888/gateway/engine:", "http://127.0.0.2:8888/gateway/metrics:"}, lines)
     text = " ".join(" ".join(lines).split())
     assert all(f"{host}: cannot connect to {target}: " in text for host, target in targets.items()), text
     assert lines[-1].startswith("not healthy: run `sparkctl doctor`")

@@ -98,7 +98,8 @@ def test_status_table_on_stdout(unreachable):
     r = sparkctl("status", "-i", str(unreachable), "--sample", "0.2")
     assert r.returncode == 1 and r.stderr == ""
     assert "cluster lab: inventory config " in r.stdout
-    assert "runtime http://127.0.0.2:8001: not answering" in r.stdout  # the engine, behind the gateway
+    # the engine, through the gateway's engine route (it listens on the head's loopback)
+    assert "runtime http://127.0.0.2:8888/gateway/engine: not answering" in r.stdout
     assert r.stdout.rstrip().endswith("not healthy: run `sparkctl doctor` (or `sparkctl up`)")
 
 

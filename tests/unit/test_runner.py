@@ -144,12 +144,15 @@ def test_the_shipped_playbooks_are_data_the_runner_understands():
         "runtime",
         "throughput",
         "record",
+        "keeper",
     ]
-    assert [s.step for s in load_playbook("reload").steps] == [s.step for s in up.steps]
+    # the keeper's own recoveries run the reload playbook: it never restarts the keeper under itself
+    assert [s.step for s in load_playbook("reload").steps] == [s.step for s in up.steps][:-1]
     assert [s.step for s in up.steps if s.gate] == ["preflight"]
-    assert {s.step for s in up.steps if s.in_order} == {"weights", "stop", "runtime"}
+    assert {s.step for s in up.steps if s.in_order} == {"weights", "stop", "runtime", "keeper"}
     down = build_stages(load_playbook("down"))
     assert [(s.name, s.spec.in_order, s.step.options) for s in down] == [
+        ("keeper", True, {"remove": True}),  # first: nothing may bring back what down stops
         ("stop", True, {"always": True}),
         ("gateway", False, {"remove": True}),  # last, after the engine it fronts
     ]

@@ -1,10 +1,11 @@
 """The throughput step against a real simulated engine: a measurement on an idle engine becomes
-the next reload's baseline; one taken while other requests run (users back through the gateway
-the moment the engine serves) does not, and the ratio is not judged on it; with users already at
-the engine it does not measure at all."""
+the next reload's one-stream baseline; with users already at the engine (a reload under load) it
+sends nothing and judges the engine's own timings of their requests against the rate recorded at
+the same concurrency, so a Marlin-slow engine under traffic fails the gate."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -13,6 +14,7 @@ import pytest
 from hostfacts import inventory
 from test_sim_serving import NAME, Server
 
+from sparkctl.errors import HostError
 from sparkctl.inventory.models import Inventory
 from sparkctl.runtime.metrics import parse_page
 from sparkctl.steps.base import Change, Plan, RunContext
@@ -31,16 +33,10 @@ def engine(tmp_path_factory):
 def aimed_at(engine) -> Inventory:
     data = inventory().model_dump(mode="json", exclude_none=True)
     data["hosts"]["head"]["ssh"]["address"] = "127.0.0.1"
-    data["gateway"]["engine_port"] = engine.port  # sparkctl measures the engine itself
+    # sparkctl measures the engine itself: here no gateway in front (behind one it is on loopback)
+    data["gateway"]["enabled"], data["runtime"]["port"] = False, engine.port
     data["runtime"]["served_model_name"] = NAME
     return Inventory.model_validate(data)
-
-
-def prompts_seen(engine) -> float:
-    """Requests the engine has taken in (vLLM counts every prompt's tokens as it arrives)."""
-    seen = parse_page(httpx.get(f"{engine.base}/metrics").text).total("vllm:prompt_tokens_total")
-    assert seen, "the engine's /metrics has no vllm:prompt_tokens_total"
-    return seen
 
 
 def measure(engine, baseline=100.0, ratio=0.9):
@@ -49,28 +45,65 @@ def measure(engine, baseline=100.0, ratio=0.9):
     return ThroughputStep().apply(ctx, plan), ctx.outputs.decode_tokens_per_s
 
 
-def test_idle_is_a_baseline_and_under_load_is_not(engine, monkeypatch):
+def test_idle_is_a_baseline(engine, monkeypatch):
     monkeypatch.setenv("SPARKCTL_ONLY_NETWORKS", "127.0.0.0/8")
     said, recorded = measure(engine, baseline=1.0)
     assert recorded and f"decode {recorded:.1f} tok/s" in said and "under load" not in said
 
-    # another user's long request at the engine the whole time
-    def user():
-        body = {"model": NAME, "prompt": "Write an essay.", "max_tokens": 4000, "ignore_eos": True}
-        httpx.post(f"{engine.base}/v1/completions", json=body, timeout=120)
 
-    t = threading.Thread(target=user, daemon=True)
-    t.start()
-    deadline = time.monotonic() + 10
-    while not parse_page(httpx.get(f"{engine.base}/metrics").text).total("vllm:num_requests_running"):
-        assert time.monotonic() < deadline, "the other user's request never ran"
-        time.sleep(0.05)
-    # a rate far below any ratio of this baseline: judged, it would roll a healthy engine back; and
-    # with the user already there it is not even measured (its request would queue behind theirs)
-    sent = prompts_seen(engine)
-    said, recorded = measure(engine, baseline=1e9)
-    assert recorded is None, said
-    assert "decode not measured under load (1 other request(s) at the engine): not a baseline, the recorded" in said, said
-    assert "the throughput ratio not judged" in said
-    assert prompts_seen(engine) == sent, "a measurement request reached the busy engine"
-    t.join(120)
+class Users:
+    """Two users at the engine the whole time, each sending its next request when the last ends."""
+
+    def __init__(self, engine, n: int = 2):
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self.loop, args=(engine,), daemon=True) for _ in range(n)]
+        for t in self.threads:
+            t.start()
+        deadline = time.monotonic() + 10
+        while parse_page(httpx.get(f"{engine.base}/metrics").text).total("vllm:num_requests_running") != n:
+            assert time.monotonic() < deadline, "the users' requests never ran"
+            time.sleep(0.05)
+
+    def loop(self, engine) -> None:
+        body = {"model": NAME, "prompt": "Write an essay.", "max_tokens": 1000, "ignore_eos": True}
+        while not self.stop.is_set():
+            httpx.post(f"{engine.base}/v1/completions", json=body, timeout=120)
+
+    def leave(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(120)
+
+
+def measure_under_load(engine, baselines: dict, ratio=0.8):
+    ctx = RunContext(inventory=aimed_at(engine), fleet=None)
+    op = {"ratio": ratio, "baseline": 1e9, "baselines": baselines}  # the idle one-stream rate is not theirs
+    return ThroughputStep().apply(ctx, Plan("throughput", "head", (Change("measure", "measure", op),))), ctx.outputs
+
+
+def test_under_load_the_engines_own_timings_are_judged_and_a_marlin_slow_engine_fails(engine, monkeypatch):
+    monkeypatch.setenv("SPARKCTL_ONLY_NETWORKS", "127.0.0.0/8")
+    users = Users(engine)
+    try:
+        # the first reload under load at this concurrency: nothing to judge against, it becomes the baseline
+        said, out = measure_under_load(engine, {})
+        assert out.decode_tokens_per_s is None  # not the idle one-stream baseline
+        assert list(out.decode_by_streams) == ["2"], said
+        healthy = out.decode_by_streams["2"]
+        assert f"decode {healthy:.1f} tok/s per request under load (the engine's own timings of" in said, said
+        assert "none recorded at 2 stream(s) yet, recorded as that baseline, the throughput ratio not judged" in said
+        # the seed's silent Marlin fallback: decode at half speed, users still on
+        with open(engine.faults, "w") as f:
+            f.write("slow_decode=2\n")
+        time.sleep(0.6)  # the simulator reads its fault file every 0.25 s
+        with pytest.raises(HostError) as e:
+            measure_under_load(engine, {"2": healthy})
+        assert "under load" in e.value.message and "recorded at 2 stream(s) (below --min-throughput-ratio 0.8)" in e.value.message
+        os.unlink(engine.faults)
+        time.sleep(0.6)
+        said, out = measure_under_load(engine, {"2": healthy})
+        assert f"x the {healthy:.1f} recorded at 2 stream(s)" in said and "2" in out.decode_by_streams, said
+    finally:
+        if os.path.exists(engine.faults):
+            os.unlink(engine.faults)
+        users.leave()

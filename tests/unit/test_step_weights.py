@@ -60,19 +60,26 @@ def folder(files=FILES, rec: str = "", free: int = 10**12, links: str = "", stag
     listing = "".join(f"{size} 1733390000.0000000000 {name}\n" for name, size in files.items())
     staged = "".join(f"{size} 1733390000.0000000000 {name}\n" for name, size in (staging or {}).items())
     return ("@@dir\n" + ("present\n" + listing if present else "") + f"@@links\n{links}@@record\n{rec}"
-            f"@@staging\n{staged}@@free\n{free}\n@@tools\n/usr/bin/rsync\n")  # fmt: skip
+            f"@@staging\n{staged}@@free\n{free}\n")  # fmt: skip
+
+
+# the `tools` fact on a lab host (`command -v` of each tool sparkctl runs there)
+TOOLS = "/usr/local/bin/nvidia-container-runtime-hook\n/usr/bin/iperf3\n/usr/bin/rsync\n"
 
 
 def unchanged(files=FILES) -> str:
     return "".join(f"unchanged {n}\n" for n in files)
 
 
-def facts(inv=INV, head=None, worker=None, head_hashes=None, worker_hashes=None):
+def facts(inv=INV, head=None, worker=None, head_hashes=None, worker_hashes=None, worker_tools=TOOLS, head_source=None):
     head = folder(rec=record()) if head is None else head
     worker = folder(rec=record()) if worker is None else worker
+    source = {} if head_source is None else {"weights_source": sec(head_source)}
     return {
-        "head": host_facts(inv, "head", weights__0=sec(head), weights_hashes__0=sec(unchanged() if head_hashes is None else head_hashes)),
-        "worker": host_facts(inv, "worker", weights__0=sec(worker), weights_hashes__0=sec(unchanged() if worker_hashes is None else worker_hashes)),
+        "head": host_facts(inv, "head", weights__0=sec(head), weights_hashes__0=sec(unchanged() if head_hashes is None else head_hashes),
+                           tools=sec(TOOLS), **source),
+        "worker": host_facts(inv, "worker", weights__0=sec(worker), weights_hashes__0=sec(unchanged() if worker_hashes is None else worker_hashes),
+                             tools=sec(worker_tools)),
     }  # fmt: skip
 
 
@@ -197,10 +204,15 @@ def test_a_cut_record_verifies_nothing():
         ({"download_host": "wrker"}, {}, "weights.download_host", "did you mean 'worker'"),
         ({}, {"model": "/DeepSeek"}, "runtime.model", "at least two levels deep"),
         ({"drafter": {"repo": "a/b", "revision": "main"}}, {"speculative": None}, "weights.drafter", "drafter_host"),
+        ({"directory": "/srv/models/x"}, {}, "weights.directory", "not both"),
+        ({"repo": None, "revision": None}, {}, "weights.repo", "set repo (with revision)"),
+        ({"revision": None}, {}, "weights.revision", "is needed with repo"),
+        ({"repo": None, "directory": "/srv/models/x"}, {}, "weights.revision", "SHA256SUMS names the files"),
     ],
 )
 def test_bad_weights_inventories_name_the_field(weights, runtime, field, words):
     doc = lab_doc(**weights)
+    doc["weights"] = {k: v for k, v in doc["weights"].items() if v is not None}
     doc["runtime"] = {k: v for k, v in {**doc["runtime"], **runtime}.items() if v is not None}
     problems = check_inventory(Inventory.model_validate(copy.deepcopy(doc)))
     assert any(".".join(map(str, p.path)) == field and words in p.message for p in problems), problems
@@ -217,3 +229,74 @@ def test_without_a_weights_section_an_empty_folder_fails_preflight_and_a_hub_sna
     assert bad.status == "failed" and "is empty" in bad.message and "weights" in bad.fix
     (good,) = check.run(Context(inventory=inv, hosts=["head"], facts=links))
     assert good.status == "ok"  # vLLM loads through a hub cache's snapshot links
+
+
+def test_a_copy_to_a_node_without_rsync_is_refused_naming_it_before_a_byte_moves():
+    p = plans(worker=folder(files={}, present=False), worker_hashes="", worker_tools="/usr/bin/iperf3\n")
+    assert "rsync is missing on worker" in p["worker"].blocked and "host.tools" in p["worker"].blocked
+    assert p["head"].empty  # the head's own copy is verified: nothing to refuse there
+
+
+# --- a folder source (weights.directory): a checkpoint already on the head, listed by its SHA256SUMS ---
+
+DIR = "/srv/models/lab-checkpoint"
+SUMS = "".join(f"{sha(n)}  {n}\n" for n in FILES)  # `sha256sum` output
+FOLDER = {n: ManifestFile(s, sha256=sha(n)) for n, s in FILES.items()}  # every file by its sha256
+
+
+def folder_inventory(directory: str = DIR) -> Inventory:
+    doc = lab_doc()
+    doc["weights"] = {"directory": directory}
+    return Inventory.model_validate(doc)
+
+
+def source(files=FILES, sums: str = SUMS) -> str:
+    """The `weights_source` probe's output: the folder's files, then its SHA256SUMS."""
+    return "@@dir\npresent\n" + "".join(f"{s} {n}\n" for n, s in files.items()) + f"@@sums\n{sums}"
+
+
+def folder_record() -> str:
+    return WeightsRecord(f"head:{DIR}", "SHA256SUMS", hashlib.sha256(SUMS.encode()).hexdigest(), FOLDER).to_json()
+
+
+def test_a_folder_source_is_copied_into_place_on_its_host_then_over_the_fabric_to_the_others():
+    inv = folder_inventory()
+    p = plans(inv, head=folder(files={}, present=False), head_hashes="", worker=folder(files={}, present=False),
+              worker_hashes="", head_source=source())  # fmt: skip
+    (place,) = p["head"].changes
+    assert place.action == "place" and place.data["directory"] == DIR and place.data["files"] == sorted(FILES)
+    assert f"from {DIR} into {staging_path(MODEL)}" in place.summary and f"head:{DIR}@" in place.summary
+    (copy_,) = p["worker"].changes
+    assert copy_.action == "copy" and copy_.data["from_address"] == "10.231.100.2"
+    # placed and recorded everywhere: nothing to do, and the folder's digest names the version
+    placed = folder(files=FILES, rec=folder_record())
+    p = plans(inv, head=placed, worker=placed, head_hashes=unchanged(), worker_hashes=unchanged(), head_source=source())
+    assert p["head"].empty and p["worker"].empty and f"head:{DIR}@" in p["worker"].reason
+
+
+def test_a_folder_without_sha256sums_or_with_a_listed_file_gone_is_refused_with_the_fix():
+    inv = folder_inventory()
+    p = plans(inv, head=folder(files={}, present=False), head_hashes="", head_source=source(sums=""))
+    assert "has no SHA256SUMS" in p["head"].blocked and "xargs -0 sha256sum > SHA256SUMS" in p["head"].blocked
+    assert p["worker"].blocked == p["head"].blocked  # nothing moves anywhere
+    gone = {n: s for n, s in FILES.items() if n != "config.json"}
+    p = plans(inv, head=folder(files={}, present=False), head_hashes="", head_source=source(files=gone))
+    assert "names 1 file(s) the folder does not hold: config.json" in p["head"].blocked
+
+
+def test_a_folder_source_at_the_model_path_is_verified_in_place_and_never_spread_when_corrupt():
+    inv = folder_inventory(MODEL)
+    shard = "model-00003-of-00003.safetensors"
+    hashes = unchanged({n: s for n, s in FILES.items() if n != shard}) + f"s {'0' * 64} {shard}\n"
+    p = plans(inv, head=folder(files=FILES, rec=folder_record()), head_hashes=hashes, head_source=source())
+    assert "do not match its SHA256SUMS" in p["head"].blocked and shard in p["head"].blocked
+    # the files match and nothing recorded them yet: recorded in place, no copy
+    p = plans(inv, head=folder(files=FILES), head_hashes="".join(f"s {sha(n)} {n}\n" for n in FILES), head_source=source())
+    assert [c.action for c in p["head"].changes] == ["record"]
+
+
+def test_files_verified_under_the_hubs_git_digest_are_hashed_again_for_a_folders_sha256sums_not_fetched():
+    inv = folder_inventory(MODEL)  # the hub's copy, now named as a folder source in place
+    p = plans(inv, head=folder(files=FILES, rec=record()), head_hashes=unchanged(), head_source=source())
+    (c,) = p["head"].changes
+    assert c.action == "verify" and c.data["files"] == sorted(SMALL) and "under another digest" in c.summary

@@ -16,6 +16,8 @@ TOOLS = {
     "nvidia-smi": "sparkctl_lab.hw.nvidia_smi",
     "ibdev2netdev": "sparkctl_lab.hw.ibdev2netdev",
     "ethtool": "sparkctl_lab.hw.ethtool",
+    # no systemd on a lab host: the stand-in the keeper's unit runs under (hw/systemctl.py)
+    "systemctl": "sparkctl_lab.hw.systemctl",
 }
 
 # dockerd 20.10 registers its "nvidia" device driver (so `--gpus all` works) when this is on its
@@ -42,5 +44,12 @@ def scripts(host: str) -> dict[str, str]:
         f'exec {sys.executable} -S -m {module} "$@"\n'
         for name, module in TOOLS.items()
     }
+    # sparkctl as an operator installs it on a DGX OS head for the keeper (docs/keeper.md): this
+    # checkout's, with its interpreter and site-packages, fenced to loopback and the lab
+    out["sparkctl"] = (
+        "#!/bin/sh\n# sparkctl lab: this checkout's sparkctl, as installed on a head for the keeper\n"
+        'SPARKCTL_ONLY_NETWORKS="${SPARKCTL_ONLY_NETWORKS:-127.0.0.0/8,10.231.0.0/16}" '
+        f'PYTHONPATH={package_root()} exec {sys.executable} -m sparkctl "$@"\n'
+    )
     out[GPU_HOOK] = "#!/bin/sh\n# sparkctl lab: no GPU to hand over\ncat >/dev/null\nexit 0\n"
     return out

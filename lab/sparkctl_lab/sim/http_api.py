@@ -1,7 +1,8 @@
 """vLLM's OpenAI-compatible HTTP API on the standard library's ThreadingHTTPServer.
 
 Routes: /health, /ping, /version, /v1/models, /v1/completions, /v1/chat/completions (streaming
-as server-sent events over chunked transfer encoding, `stream_options.include_usage`),
+as server-sent events over chunked transfer encoding, `stream_options.include_usage`), the
+Anthropic /v1/messages and /v1/messages/count_tokens (anthropic_api.py),
 /tokenize, /metrics, and /sim/state (simulator-only: configuration and acceptance model).
 Errors use vLLM 0.33's shapes (entrypoints/serve/exception_handling/): a vLLM error is
 {"error": {"message": str(exc), "type": "BadRequestError" | "NotFoundError" | ..., "param", "code"}}
@@ -23,7 +24,7 @@ import time
 import uuid
 from http import HTTPStatus
 
-from . import vlog
+from . import anthropic_api, vlog
 from .engine import EngineDead, Request
 from .workload import TextStream, classify, last_user_text, render_chat, seed_for, token_ids
 
@@ -87,6 +88,8 @@ ROUTE_METHODS = {
     "/v1/models": {"GET"},
     "/v1/completions": {"POST"},
     "/v1/chat/completions": {"POST"},
+    "/v1/messages": {"POST"},
+    "/v1/messages/count_tokens": {"POST"},
     "/tokenize": {"POST"},
     "/sim/state": {"GET"},
 }
@@ -147,6 +150,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self._send(status, json.dumps(obj).encode())
 
     def _error(self, e: ApiError) -> None:
+        if self._messages_api:
+            return self._json(e.status, anthropic_api.error_body(e.message))
         self._json(e.status, error_body(e.status, e.message, e.err_type, e.param))
 
     def _body(self) -> dict:
@@ -214,6 +219,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _answer(self, route) -> None:
         """Run the method's routes on the path: an ApiError in vLLM's shape; a client gone away gets nothing."""
         self._body_read = False
+        self._messages_api = False  # the Anthropic Messages API: its own shapes
         try:
             if self.command != "OPTIONS" and not self._check_key():
                 return
@@ -255,6 +261,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self._health()
         if path in ("/v1/completions", "/v1/chat/completions"):
             return self._generate(self._body(), chat=path.endswith("chat/completions"))
+        if path == "/v1/messages":
+            self._messages_api = True
+            return self._generate(anthropic_api.as_chat(self._body()), chat=True)
+        if path == "/v1/messages/count_tokens":
+            self._messages_api = True
+            body = anthropic_api.as_chat(self._body())
+            text = render_chat(body["messages"], **_template_kwargs(body))
+            return self._json(200, {"input_tokens": len(token_ids(text))})
         if path == "/tokenize":
             body = self._body()
             text = render_chat(body["messages"], **_template_kwargs(body)) if "messages" in body else body.get("prompt", "")
@@ -416,7 +430,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             # EngineDeadError.CLIENT_MESSAGE (v1/engine/exceptions.py)
             raise ApiError(500, "The server had an error while processing your request.", "InternalServerError") from None
         created = int(time.time())
-        if body.get("stream"):
+        if self._messages_api and body.get("stream"):
+            self._messages_stream(req, model)
+        elif body.get("stream"):
             self._stream(req, model, created, chat, body.get("stream_options") or {})
         else:
             self._complete(req, model, created, chat)
@@ -464,13 +480,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 if kind is None:
                     continue
                 if kind == "error":
+                    if self._messages_api:
+                        return self._json(500, anthropic_api.error_body(_text))
                     return self._json(500, error_body(500, _text, "InternalServerError"))
                 reason = r
                 if reason:
                     break
         finally:
             self.rt.finished(req)
-        if chat:
+        if self._messages_api:
+            obj = anthropic_api.message(req.request_id, model, req.text, reason, req.stop_reason, req.prompt_len, len(req.output))
+        elif chat:
             choice = {
                 "index": 0,
                 "message": {
@@ -578,6 +598,41 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._chunk(b"")
         except (BrokenPipeError, ConnectionResetError, OSError):
             # The client went away: vLLM aborts the request.
+            self.rt.engine.abort(req)
+            self.rt.finished(req)
+            self.close_connection = True
+
+    def _messages_stream(self, req: Request, model: str) -> None:
+        """entrypoints/anthropic/serving.py message_stream_converter over the chat stream (usage forced on)."""
+        self.send_response_only(200)
+        self.send_header("date", self.date_time_string())
+        self.send_header("server", "uvicorn")
+        self.send_header("content-type", "text/event-stream; charset=utf-8")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        self._access(200)
+        try:
+            self._chunk(anthropic_api.message_start(req.request_id, model, req.prompt_len))
+            started, reason = False, None
+            for kind, text, _n, r in self._wait_events(req):
+                if kind == "error":
+                    if started:
+                        self._chunk(anthropic_api.block_stop())
+                    self._chunk(anthropic_api.error_event(text))
+                    break
+                if text:
+                    if not started:
+                        self._chunk(anthropic_api.block_start())
+                        started = True
+                    self._chunk(anthropic_api.text_delta(text))
+                reason = r or reason
+            else:
+                if started:
+                    self._chunk(anthropic_api.block_stop())
+                self._chunk(anthropic_api.message_end(reason, req.stop_reason, req.prompt_len, len(req.output)))
+            self.rt.finished(req)
+            self._chunk(b"")
+        except (BrokenPipeError, ConnectionResetError, OSError):
             self.rt.engine.abort(req)
             self.rt.finished(req)
             self.close_connection = True

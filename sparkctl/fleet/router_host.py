@@ -1,7 +1,7 @@
-"""Where the fleet's front door runs and how sparkctl reaches it: the door member's head (over that
-member's inventory), or a host of its own (the fleet file's `front_door.host`, the inventory's SSH
+"""Where the fleet's front door (vllm-router) runs and how sparkctl reaches it over SSH: the door
+member's head (over that member's inventory), or a host of its own (the fleet file's `front_door.host`, the inventory's SSH
 model: address, user, port, key, known_hosts, host_key_policy, ...; relative paths from the fleet
-file's folder). The deploy step, the admin API and fleet doctor's probes all go through
+file's folder). The deploy step (fleet/router_step.py) and fleet doctor's probes go through
 `door_session`, so past this module the two placements are one code path.
 """
 

@@ -1,0 +1,1 @@
+"""The keeper: brings the cluster back by itself after a crash or a reboot (docs/keeper.md)."""
