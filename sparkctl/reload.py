@@ -39,7 +39,7 @@ from sparkctl.inventory.models import Inventory
 from sparkctl.inventory.paths import flatten
 from sparkctl.runtime.compile_cache import compile_key
 from sparkctl.runtime.compile_cache import compiles as _compiles
-from sparkctl.transport.redact import MASK, legacy_digest, redact_obj
+from sparkctl.transport.redact import MASK, Digests, legacy_digest, redact_obj, state_digests
 
 # phases a reload journals, and the playbook steps each one covers
 PHASES = {
@@ -78,7 +78,8 @@ class FieldChange:
 
 def diff_inventories(old: dict, new: dict) -> list[FieldChange]:
     """Every field that differs, secrets masked (the record keeps only their digests)."""
-    a, b = flatten(redact_obj(old, digests=True)), flatten(redact_obj(new, digests=True))
+    d = state_digests(str((new.get("cluster") or {}).get("name", "")))  # one cluster (same_cluster)
+    a, b = flatten(redact_obj(old, digests=d)), flatten(redact_obj(new, digests=d))
     return [FieldChange(p, _shown(a.get(p)), _shown(b.get(p))) for p in sorted(set(a) | set(b)) if a.get(p) != b.get(p)]
 
 
@@ -270,13 +271,15 @@ def restore_secrets(recorded_inventory: dict, current: Inventory) -> Inventory:
     where its digest matches; a secret the current inventory no longer holds cannot be restored."""
     cur = flatten(current.model_dump(mode="json"))
     rec = flatten(recorded_inventory)
+    fingerprints: tuple[Digests, ...] = (state_digests(current.cluster.name), True, legacy_digest)
     missing = []
     for path, value in rec.items():
         if isinstance(value, str) and MASK in value:
             have, key = cur.get(path), path.rsplit(".", 1)[-1]
             # the record holds this field as redact_obj wrote it (by the field's name, else by the value's
-            # look), with today's fingerprint or, written before issue 39, the legacy one
-            if isinstance(have, str) and value in (redact_obj({key: have}, digests=d)[key] for d in (True, legacy_digest)):
+            # look), with today's fingerprint (salted with the cluster's name) or an older one: unsalted
+            # scrypt, or the 48-bit SHA-256 written before issue 39
+            if isinstance(have, str) and value in (redact_obj({key: have}, digests=d)[key] for d in fingerprints):
                 rec[path] = have
             else:
                 missing.append(path)

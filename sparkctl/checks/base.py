@@ -141,20 +141,7 @@ class Check:
 
     def run(self, ctx: Context) -> list[CheckResult]:
         if self.fleet:  # ctx is the fleet's: each finding names its member (or the whole fleet)
-            return [
-                CheckResult(
-                    self.name,
-                    self.group,
-                    where,
-                    f.status,
-                    f.message,
-                    f.fix,
-                    f.target,
-                    self.runbook_path if f.status in ("failed", "warn") else None,
-                    dict(f.data),
-                )
-                for where, f in self.fn(ctx)
-            ]
+            return [self._result(where, f) for where, f in self.fn(ctx)]
         found = self.fn(ctx) if self.cluster else {}
         in_scope = set(self.scope(ctx))
         out = []
@@ -165,21 +152,13 @@ class Check:
                 findings = found.get(h, []) if self.cluster else self.fn(ctx, h, ctx.facts.get(h))
             if isinstance(findings, Finding):
                 findings = [findings]
-            out += [
-                CheckResult(
-                    self.name,
-                    self.group,
-                    h,
-                    f.status,
-                    f.message,
-                    f.fix,
-                    f.target,
-                    self.runbook_path if f.status in ("failed", "warn") else None,
-                    dict(f.data),
-                )
-                for f in findings
-            ]
+            out += [self._result(h, f) for f in findings]
         return out
+
+    def _result(self, where: str, f: Finding) -> CheckResult:
+        """A finding on `where` (a host, a fleet member, the fleet) as the check's result."""
+        runbook = self.runbook_path if f.status in ("failed", "warn") else None
+        return CheckResult(self.name, self.group, where, f.status, f.message, f.fix, f.target, runbook, dict(f.data))
 
 
 REGISTRY: dict[str, Check] = {}

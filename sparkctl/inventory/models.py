@@ -381,16 +381,15 @@ FilePattern = Annotated[str, StringConstraints(min_length=1, pattern=r"^[^\s]+$"
 REVISION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$"
 
 
-class HubCheckpoint(Model):
-    """A checkpoint on a Hugging Face hub, pinned to one revision."""
+REVISION_HELP = (
+    "A commit (40 hex digits) pins the files. A branch or tag is resolved to its commit once, when no node holds a "
+    "verified copy of it, and the commit is what the nodes' records name."
+)
 
-    repo: RepoId = Field(..., description="The repo id on the hub, e.g. deepseek-ai/DeepSeek-V4-Flash.")
-    revision: str = Field(
-        ...,
-        pattern=REVISION_PATTERN,
-        description="A commit (40 hex digits) pins the files. A branch or tag is resolved to its commit once, "
-        "when no node holds a verified copy of it, and the commit is what the nodes' records name.",
-    )
+
+class HubFiles(Model):
+    """Which files of a hub repo travel (huggingface_hub's allow and ignore patterns)."""
+
     include: list[FilePattern] = Field(
         default_factory=list,
         description="Only the files matching one of these globs travel (hf download --include); empty: every file.",
@@ -401,7 +400,14 @@ class HubCheckpoint(Model):
     )
 
 
-class Weights(Model):
+class HubCheckpoint(HubFiles):
+    """A checkpoint on a Hugging Face hub, pinned to one revision."""
+
+    repo: RepoId = Field(..., description="The repo id on the hub, e.g. deepseek-ai/DeepSeek-V4-Flash.")
+    revision: str = Field(..., pattern=REVISION_PATTERN, description=REVISION_HELP)
+
+
+class Weights(HubFiles):
     """The model's weights: downloaded once from the hub (or copied from a folder already on the
     download host), copied to every other node over the fabric, verified byte for byte against the
     hub's manifest or the folder's SHA256SUMS (docs/weights.md). `runtime.model` is where every node
@@ -410,24 +416,12 @@ class Weights(Model):
     repo: Optional[RepoId] = Field(
         None, description="The repo id on the hub, e.g. deepseek-ai/DeepSeek-V4-Flash (or `directory`, not both)."
     )
-    revision: Optional[str] = Field(
-        None,
-        pattern=REVISION_PATTERN,
-        description="With `repo`: a commit (40 hex digits) pins the files. A branch or tag is resolved to its commit "
-        "once, when no node holds a verified copy of it, and the commit is what the nodes' records name.",
-    )
+    revision: Optional[str] = Field(None, pattern=REVISION_PATTERN, description="With `repo`: " + REVISION_HELP)
     directory: Optional[NodePath] = Field(
         None,
         description="Instead of `repo`: a folder on the download host that already holds the checkpoint, with a "
-        "SHA256SUMS file (`sha256sum` output) naming every file to place; copied from there and verified against it.",
-    )
-    include: list[FilePattern] = Field(
-        default_factory=list,
-        description="With `repo`: only the files matching one of these globs travel (hf download --include); empty: every file.",
-    )
-    exclude: list[FilePattern] = Field(
-        default_factory=list,
-        description="With `repo`: files matching these globs never travel (hf download --exclude), e.g. 'original/*'.",
+        "SHA256SUMS file (`sha256sum` output) naming every file to place; copied from there and verified against it "
+        "(include and exclude apply to a repo only).",
     )
 
     endpoint: str = Field(

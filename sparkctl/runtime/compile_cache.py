@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from sparkctl.inventory.paths import flatten
-from sparkctl.transport.redact import redact_obj
+from sparkctl.transport.redact import redact_obj, state_digests
 
 # inventory fields that feed vLLM's torch.compile cache hash (vllm-interface.md: vLLM version and
 # code = the image, model, cache, parallel and scheduler config, speculative and MoE kernels, and
@@ -49,6 +49,7 @@ def compile_key(inventory: dict) -> str:
     import hashlib
     import json
 
-    flat = flatten(redact_obj(inventory, digests=True))
+    cluster = str((inventory.get("cluster") or {}).get("name", ""))
+    flat = flatten(redact_obj(inventory, digests=state_digests(cluster)))
     chosen = {k: v for k, v in flat.items() if compiles(k)}
     return hashlib.sha256(json.dumps(chosen, sort_keys=True, default=str).encode()).hexdigest()[:12]

@@ -11,7 +11,7 @@ from sparkctl import __version__, state
 from sparkctl.inventory.models import Inventory
 from sparkctl.runtime.compile_cache import compile_key
 from sparkctl.steps.base import Change, Plan, RunContext, Step
-from sparkctl.transport.redact import redact_obj
+from sparkctl.transport.redact import redact_obj, state_digests
 
 
 def record_document(ctx: RunContext) -> dict:
@@ -39,7 +39,8 @@ def record_document(ctx: RunContext) -> dict:
             "inventory": ctx.inventory.model_dump(mode="json"),
             "launch": launch.model_dump(mode="json"),
         },
-        digests=True,  # a secret is stored as its digest: a change stays visible, the value never is
+        # a secret is stored as its digest: a change stays visible, the value never is
+        digests=state_digests(ctx.inventory.cluster.name),
     )
 
 
@@ -71,7 +72,7 @@ class RecordStep(Step):
         restarted = ctx.outputs.restart is not None and bool(ctx.outputs.restart.groups or ctx.force)
         # a field outside the launch (alerts, gates) changes no hash but is still what was applied:
         # unrecorded, the next reload would diff against the old value again
-        inventory = redact_obj(ctx.inventory.model_dump(mode="json"), digests=True)
+        inventory = redact_obj(ctx.inventory.model_dump(mode="json"), digests=state_digests(ctx.inventory.cluster.name))
         same_inventory = current is not None and current.get("inventory") == inventory
         if (
             current

@@ -95,12 +95,19 @@ _lock = threading.Lock()
 
 
 @functools.lru_cache(maxsize=256)
-def digest(value: str) -> str:
+def digest(value: str, salt: str = "") -> str:
     """A secret's fingerprint: enough to see it changed, costly to guess it back from. scrypt (RFC
     7914: 16 MiB and ~50 ms a guess, where a SHA-256 took a microsecond) and 128 bits: a state file
     read by someone else is no fast oracle for a short key or password. Deterministic, so the same
-    secret gives the same fingerprint in every run and on every machine."""
-    return "scrypt:" + hashlib.scrypt(value.encode(), salt=DIGEST_SALT, n=1 << 14, r=8, p=1, dklen=16).hex()
+    secret gives the same fingerprint in every run and on every machine; `salt` (the cluster's name,
+    `state_digests`) makes one guess good for one cluster's files only."""
+    salted = DIGEST_SALT + salt.encode()
+    return "scrypt:" + hashlib.scrypt(value.encode(), salt=salted, n=1 << 14, r=8, p=1, dklen=16).hex()
+
+
+def state_digests(cluster: str) -> Callable[[str], str]:
+    """The fingerprint a cluster's state files keep of a secret: salted with the cluster's name too."""
+    return functools.partial(digest, salt=f":{cluster}")
 
 
 def legacy_digest(value: str) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkctl.transport.redact import MASK, digest
+from sparkctl.transport.redact import MASK, state_digests
 
 pytestmark = pytest.mark.lab
 
@@ -92,6 +92,7 @@ def test_credentials_reach_the_containers_and_nothing_else(lab, secret_inventory
     assert leaks(state) == []
     applied = json.loads(lab.host_exec("head", ["cat", "/var/lib/sparkctl/state/applied.json"], check=True).stdout)
     stored = applied["inventory"]["runtime"]["env"]
+    digest = state_digests(applied["cluster"])  # salted with this cluster's name
     assert stored["WANDB_KEY"] == MASK + digest(SECRETS["WANDB_KEY"])
     assert stored["FEATURE_BLOB"] == MASK + digest(MARKED)
     assert stored["MY_DB_URL"] == f"postgres://svc:{MASK}{digest(URL_PASSWORD)}@10.231.0.50:5432/app"

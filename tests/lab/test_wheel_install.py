@@ -49,7 +49,7 @@ def test_the_installed_package_holds_its_data_and_not_the_lab(installed):
     )
     out = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd="/", check=True).stdout
     assert out.strip() == (
-        "True ['down.yaml', 'reload.yaml', 'up.yaml'] ['netplan-fabric.yaml.j2'] True "
+        "True ['down.yaml', 'reload.yaml', 'up.yaml'] ['netplan-fabric.yaml.j2', 'sparkctl-keeper.service.j2'] True "
         "['dspark-recipe.yaml', 'lab.yaml', 'splice-build.yaml'] True"
     )
 

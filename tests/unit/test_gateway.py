@@ -18,10 +18,11 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import httpx
 import pytest
+from loopback_http import LoopbackServer, Quiet
 from prometheus_client.parser import text_string_to_metric_families
 from test_sim_serving import NAME, Server
 
@@ -371,7 +372,7 @@ def test_release_sends_the_held_requests_on_in_arrival_order(tmp_path):
     assert up.seen == [{"n": i} for i in range(5)], up.seen
 
 
-class Scripted:
+class Scripted(LoopbackServer):
     """An engine on loopback that answers each request with the next scripted answer (status,
     content type, body), after waiting for `go` when the answer says so: an engine caught by a hold."""
 
@@ -383,7 +384,7 @@ class Scripted:
         self.go = threading.Event()
         script = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(Quiet):
             protocol_version = "HTTP/1.1"
 
             def do_POST(self):
@@ -398,16 +399,7 @@ class Scripted:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def stop(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 DRAIN_503 = (

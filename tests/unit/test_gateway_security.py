@@ -8,17 +8,17 @@ import json
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
+from loopback_http import LoopbackServer, Quiet
 from test_gateway import Gateway
 
 KEY = "sk-front-door-test-key-0001"  # made up for these tests
 ENGINE_KEY = "engine-key-made-up-for-tests"
 
 
-class Engine:
+class Engine(LoopbackServer):
     """An engine on loopback that answers every request 200 with a completion and records what
     reached it (method, path, Authorization); /health answers 200. A path with `?slow=S` is answered
     after S seconds."""
@@ -26,7 +26,7 @@ class Engine:
     def __init__(self):
         seen = self.seen = []
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(Quiet):
             protocol_version = "HTTP/1.1"
 
             def _answer(self):
@@ -44,16 +44,7 @@ class Engine:
 
             do_GET = do_POST = _answer
 
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def stop(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 @pytest.fixture(scope="module")
@@ -363,6 +354,21 @@ def test_finding_7_a_secrets_fingerprint_in_state_files_is_128_bits_of_a_slow_ha
     assert hashlib.sha256(DIGEST_SALT + b"hunter2").hexdigest()[:12] not in d
     assert redact_obj({"env": {"VLLM_API_KEY": "hunter2"}}, digests=True)["env"]["VLLM_API_KEY"] == "***" + d
     assert digest("hunter3") != d and digest("hunter2") == d  # a change stays visible, the same value the same
+
+
+def test_finding_7_state_files_salt_a_secrets_fingerprint_with_the_clusters_name():
+    from hostfacts import inventory
+    from test_gateway_launch import changed
+
+    from sparkctl.reload import restore_secrets
+    from sparkctl.transport.redact import redact_obj, state_digests
+
+    # one guess is good for one cluster's files: the same secret, another cluster, another fingerprint
+    assert state_digests("lab")("hunter2") != state_digests("other")("hunter2")
+    inv = changed(inventory(), runtime__env={"VLLM_API_KEY": "hunter2"})
+    recorded = redact_obj(inv.model_dump(mode="json"), digests=state_digests(inv.cluster.name))
+    assert recorded["runtime"]["env"]["VLLM_API_KEY"] == "***" + state_digests(inv.cluster.name)("hunter2")
+    assert restore_secrets(recorded, inv).runtime.env["VLLM_API_KEY"] == "hunter2"  # a rollback gets it back
 
 
 def test_a_record_written_with_the_old_fingerprint_still_gives_its_secrets_back():

@@ -156,7 +156,9 @@ def test_a_drain_sparkctl_did_not_start_is_held_on_every_route_and_no_client_get
     finally:
         gw.stop()
         sim.stop()
-    assert answers["user"][0] == 200 and answers["user"][1]  # in flight when the drain began: finished
+    # in flight when the drain began: finished (a 503 here once at the floors on a loaded CI machine: the
+    # answers and the gateway's counters say which way it went)
+    assert answers["user"][0] == 200 and answers["user"][1], (answers, m)
     for name in routes:
         status, text = answers[name]
         assert status == 200 and text, (name, answers[name])

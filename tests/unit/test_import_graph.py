@@ -97,6 +97,16 @@ def _graph(mods: dict[str, Path]) -> dict[str, list[Edge]]:
     return graph
 
 
+_parsed: dict[str, dict[str, list[Edge]]] = {}
+
+
+def _tree_graph() -> dict[str, list[Edge]]:
+    """The tree's graph, parsed once for the module's tests (~1 s of ast per parse); a copy each time."""
+    if "tree" not in _parsed:
+        _parsed["tree"] = _graph(_modules())
+    return {name: list(edges) for name, edges in _parsed["tree"].items()}
+
+
 def _cycles(graph: dict[str, list[Edge]]) -> list[tuple[list[str], list[str]]]:
     """(one shortest cycle, every module of the component) per strongly connected component
     (Tarjan, iterative): breaking the one cycle shown may leave another in the component."""
@@ -188,7 +198,7 @@ def test_the_graph_sees_the_tree():
 
 
 def test_no_import_cycle():
-    graph = _graph(_modules())
+    graph = _tree_graph()
     cycles = _cycles(graph)
     assert not cycles, "import cycles (put the shared concept in a module of its own):\n" + "\n".join(
         _describe(c, m, graph) for c, m in cycles
@@ -198,7 +208,7 @@ def test_no_import_cycle():
 def test_the_fleet_layer_never_imports_the_cli():
     """fleet/ runs what the single-cluster commands run through the domain modules they share
     (converge, history, ...), never through cli/: a CLI command is an edge of the program, not a library."""
-    graph = _graph(_modules())
+    graph = _tree_graph()
     fleet = [(name, e) for name, edges in graph.items() if name.startswith("sparkctl.fleet") for e in edges]
     assert fleet, "the walker sees no import of sparkctl.fleet at all"
     into_cli = [f"{e.where} imports {e.target}" for _, e in fleet if e.target.startswith("sparkctl.cli")]
@@ -259,7 +269,7 @@ def test_every_package_has_a_layer():
 
 
 def test_no_new_import_goes_up_the_layers():
-    upward = _upward(_graph(_modules()))
+    upward = _upward(_tree_graph())
     new = {pair: where for pair, where in upward.items() if pair not in KNOWN_UPWARD}
     assert not new, "imports up the layers (docs/architecture.md: move the shared concept down instead):\n" + "\n".join(
         f"  {a} (layer {LAYER_OF[a]}) -> {b} (layer {LAYER_OF[b]}): {where}" for (a, b), where in sorted(new.items())
@@ -270,6 +280,6 @@ def test_no_new_import_goes_up_the_layers():
 
 def test_the_layer_check_fails_on_an_upward_import():
     """It can fail: an import of the CLI from the fact layer is named."""
-    graph = _graph(_modules())
+    graph = _tree_graph()
     graph["sparkctl.facts.system"] = [*graph["sparkctl.facts.system"], Edge("sparkctl.cli.app", "made up", False)]
     assert ("facts", "cli") in _upward(graph)

@@ -9,10 +9,10 @@ import os
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from loopback_http import LoopbackServer, Quiet
 from test_sim_serving import NAME, Server
 
 RECORDED = Path(__file__).resolve().parent / "recorded" / "status"
@@ -114,7 +114,7 @@ def test_watch_over_a_pipe_prints_a_line_per_interval_as_it_goes(server):
         assert f"runtime {server.base}: /health 200, model {NAME}" in line and "tok/s" in line, line
 
 
-class RecordedEndpoint:
+class RecordedEndpoint(LoopbackServer):
     """A vLLM endpoint on loopback that answers every /metrics scrape with one recorded page;
     `requests` lists (path, time.monotonic()) of what it was asked."""
 
@@ -124,7 +124,7 @@ class RecordedEndpoint:
         requests = self.requests = []
         models = {"object": "list", "data": [{"id": NAME, "object": "model", "max_model_len": 65536}]}
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(Quiet):
             def do_GET(self):
                 requests.append((self.path, time.monotonic()))
                 body, kind = {"/health": (b"", "text/plain"), "/v1/models": (json.dumps(models).encode(), "application/json"),
@@ -135,17 +135,7 @@ class RecordedEndpoint:
                 self.end_headers()
                 self.wfile.write(body or b"")
 
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.port = self.httpd.server_address[1]
-        self.base = f"http://{host}:{self.port}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def stop(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler, host, port)
 
 
 @pytest.fixture(scope="module")

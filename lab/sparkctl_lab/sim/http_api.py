@@ -545,7 +545,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
 
-    def _stream(self, req: Request, model: str, created: int, chat: bool, options: dict) -> None:
+    def _begin_sse(self) -> None:
+        """A 200 server-sent-event stream's head, as uvicorn sends it (chunked, no length)."""
         self.send_response_only(200)
         self.send_header("date", self.date_time_string())
         self.send_header("server", "uvicorn")
@@ -553,6 +554,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
         self._access(200)
+
+    def _stream(self, req: Request, model: str, created: int, chat: bool, options: dict) -> None:
+        self._begin_sse()
         include_usage = bool(options.get("include_usage")) or self.rt.cfg.enable_force_include_usage
         continuous = include_usage and bool(options.get("continuous_usage_stats"))
         obj_type = "chat.completion.chunk" if chat else "text_completion"
@@ -604,13 +608,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def _messages_stream(self, req: Request, model: str) -> None:
         """entrypoints/anthropic/serving.py message_stream_converter over the chat stream (usage forced on)."""
-        self.send_response_only(200)
-        self.send_header("date", self.date_time_string())
-        self.send_header("server", "uvicorn")
-        self.send_header("content-type", "text/event-stream; charset=utf-8")
-        self.send_header("transfer-encoding", "chunked")
-        self.end_headers()
-        self._access(200)
+        self._begin_sse()
         try:
             self._chunk(anthropic_api.message_start(req.request_id, model, req.prompt_len))
             started, reason = False, None
