@@ -95,11 +95,11 @@ LAB_TESTS = "tests/lab/"  # every lab test lives here: pytest-xdist sends this f
 OTHER_LAB_FILES = {
     1: [
         "test_reload.py", "test_repairs.py", "test_reload_plan_lab.py", "test_runtime_sim.py", "test_doctor.py",
-        "test_lock_lab.py", "test_mp_executor.py", "test_weights.py", "test_gateway_keys_lab.py",
+        "test_lock_lab.py", "test_mp_executor.py", "test_weights.py", "test_gateway_keys_lab.py", "test_secrets.py",
     ],
     2: [
         "test_up.py", "test_gateway_changes.py", "test_alerts_lab.py", "test_doctor_runtime.py",
-        "test_wheel_install.py", "test_secrets.py", "test_images_provenance.py", "test_progress_tty.py",
+        "test_wheel_install.py", "test_images_provenance.py", "test_progress_tty.py",
         "test_status_watch.py", "test_bench_lab.py", "test_gateway_lab.py", "test_keeper_lab.py", *RUN_LAST,
     ],
 }  # fmt: skip
