@@ -105,4 +105,5 @@ def test_a_killed_worker_rank_under_mp_is_named_by_doctor_with_the_runbook(lab, 
     died = httpx.post(f"{URL}/v1/completions", json={"prompt": "hi", "max_tokens": 4}, timeout=90)
     assert died.status_code in (502, 503), died.text
     assert died.status_code == 503 or died.headers.get("x-should-retry") == "false", died.headers
-    assert httpx.get(f"{URL}/health", timeout=5).status_code == 503
+    # the engine's own /health (the front door's never-held route to it: its public /health is held now)
+    assert httpx.get(f"{URL}/gateway/engine/health", timeout=5).status_code == 503
