@@ -26,7 +26,7 @@ from sparkctl.fleet.router_launch import router_command
 from sparkctl_lab.sim import harness
 
 HEADS = {"lab": "127.0.0.11", "lab-2": "127.0.0.21"}
-CHUNKS, CHUNK_S = 8, 0.1  # a streamed answer takes ~0.8 s
+CHUNKS, CHUNK_S = 30, 0.1  # a streamed answer takes ~3 s: long enough for a loaded router to count it
 
 
 class Worker:
@@ -106,6 +106,17 @@ def stream(fleet, out: list) -> threading.Thread:
     return t
 
 
+def outstanding(fleet, n: int, timeout: float = 20.0) -> dict[str, int]:
+    """The members' requests in flight, once the router counts `n` of them (a loaded machine's router
+    takes a while to see streams just started: a fixed sleep missed them once at the floors)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        busy = {name: m["outstanding"] for name, m in router_admin.status(fleet)["members"].items()}
+        if sum(busy.values()) >= n or time.monotonic() > deadline:
+            return busy
+        time.sleep(0.05)
+
+
 def test_a_drain_waits_for_the_members_requests_in_flight_and_new_ones_go_to_the_other(fleet_on_loopback):
     fleet, workers = fleet_on_loopback
     st = router_admin.status(fleet)["members"]
@@ -115,8 +126,7 @@ def test_a_drain_waits_for_the_members_requests_in_flight_and_new_ones_go_to_the
     # both members busy: two streams at once, one on each (the router's loads spread them)
     out: list = []
     threads = [stream(fleet, out) for _ in range(2)]
-    time.sleep(0.5)
-    busy = {n: m["outstanding"] for n, m in router_admin.status(fleet)["members"].items()}
+    busy = outstanding(fleet, 2)
     assert sum(busy.values()) == 2, busy
     member = next(n for n, k in busy.items() if k)
     other = next(n for n in HEADS if n != member)
@@ -136,8 +146,7 @@ def test_a_drain_waits_for_the_members_requests_in_flight_and_new_ones_go_to_the
     assert router_admin.undrain(fleet, member)["members"][member]["state"] == "passing"
     with pytest.raises(router_admin.DrainTimeout, match=r"1 request\(s\) are still in flight on it after 0.3 s"):
         t = stream(fleet, [])
-        time.sleep(0.3)
-        busy = next(n for n, m in router_admin.status(fleet)["members"].items() if m["outstanding"])
+        busy = next(n for n, k in outstanding(fleet, 1).items() if k)
         try:
             router_admin.drain(fleet, busy, wait_s=0.3)
         finally:
