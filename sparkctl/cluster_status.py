@@ -6,9 +6,15 @@ prints it; `sparkctl fleet status` (fleet/status.py) reads every member's at onc
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from sparkctl.runtime.metrics import GENERATION_TOKENS, KV_USAGE, RUNNING, TTFT, WAITING, SpecCounters
+
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
+    from sparkctl.inventory.models import Inventory
+    from sparkctl.runtime.launch import LaunchPlan
+    from sparkctl.session import ClusterSession
 
 
 def head_base(inv) -> tuple[str, int, str]:
@@ -22,14 +28,14 @@ def head_base(inv) -> tuple[str, int, str]:
     return address, port, path
 
 
-def runtime_session(inv, plan):
+def runtime_session(inv: Inventory, plan: LaunchPlan) -> ClusterSession:
     """The cluster session of the hosts that run a container of the launch (SSH opened on first use)."""
     from sparkctl.session import ClusterSession
 
     return ClusterSession(inv, hosts=sorted({c.host for c in plan.containers}, key=list(inv.hosts).index))
 
 
-def host_containers(inv, plan, cluster, head_kinds: frozenset = frozenset()) -> dict:
+def host_containers(inv: Inventory, plan: LaunchPlan, cluster: ClusterSession, head_kinds: frozenset = frozenset()) -> dict:
     """host -> its error and the launch's containers there (state, config hash against the plan),
     from the `containers` fact read again over `cluster`'s sessions: --watch keeps them open.
     `head_kinds`: more facts to read on the head in the same round trip."""
@@ -40,10 +46,11 @@ def host_containers(inv, plan, cluster, head_kinds: frozenset = frozenset()) -> 
     hosts = {}
     for h in cluster.hosts:
         u, f = cluster.unreachable.get(h), cluster.facts.get(h)
-        error = u.message if u is not None else None
-        if error is None and f.containers is None:
-            error = redact(f"{h}: cannot list containers: {f.errors.get('containers', 'no answer')}")
-        found = {c.name: c for c in f.containers} if error is None else {}
+        error, found = (u.message if u is not None else None), {}
+        if error is None and f is not None and f.containers is not None:
+            found = {c.name: c for c in f.containers}
+        elif error is None:
+            error = redact(f"{h}: cannot list containers: {f.errors.get('containers', 'no answer') if f else 'no answer'}")
         rows = []
         for spec in plan.for_host(h):
             c = found.get(spec.name)
@@ -87,7 +94,7 @@ def collect(inv, plan, sample_seconds: float) -> dict:
     return doc
 
 
-def keeper_status(inv, head_facts) -> Optional[dict]:
+def keeper_status(inv: Inventory, head_facts: HostFacts) -> Optional[dict]:
     """The keeper's state (docs/keeper.md): off, not running, watching, or gave up and why."""
     unit, doc = head_facts.keeper_unit, head_facts.keeper or {}
     if unit is None:

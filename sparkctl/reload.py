@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from sparkctl import httpclient, state
 from sparkctl.errors import InputError, SparkctlError
@@ -39,22 +39,17 @@ from sparkctl.inventory.models import Inventory
 from sparkctl.inventory.paths import flatten
 from sparkctl.runtime.compile_cache import compile_key
 from sparkctl.runtime.compile_cache import compiles as _compiles
+from sparkctl.steps.transfer import Phase
 from sparkctl.transport.redact import MASK, Digests, legacy_digest, redact_obj, state_digests
 
-# phases a reload journals, and the playbook steps each one covers
-PHASES = {
-    "preflight": "prestage",
-    "fabric": "prestage",
-    "images": "prestage",
-    "weights": "prestage",
-    "caches": "prestage",
-    "engram": "prestage",
-    "stop": "drain",
-    "gateway": "restart",
-    "runtime": "restart",
-    "throughput": "verify",
-    "record": "commit",
-}
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
+    from sparkctl.lock import ClusterLock
+    from sparkctl.runner import Recap, Stage
+    from sparkctl.steps.base import RunContext, RunOptions, StepResult
+    from sparkctl.transport.ssh import Fleet, HostSession
+
+RELOAD_PLAYBOOK = "reload"  # its entries name the journal phase each step belongs to (`phase:`)
 
 
 class ReloadInterrupted(SparkctlError):
@@ -488,7 +483,7 @@ def run_reload(
     min_ratio: Optional[float] = None,
     wait: float = 0,
     confirm: Callable[[ReloadPlan], bool] = lambda plan: True,
-    progress: Callable[[str, str, str], None] = lambda h, s, t: None,
+    progress: Callable[[str, str, Phase], None] = lambda h, s, t: None,
     on_result: Callable[[Any], None] = lambda r: None,
     say: Callable[[str], None] = lambda msg: None,
     noted: Optional[Callable[[ReloadReport], dict]] = None,
@@ -516,10 +511,10 @@ def run_reload(
         recorded, journal = f.applied, f.journal
         if kind in ("restart", "rollback") and recorded is None:
             raise InputError(f"no applied config is recorded on {head}", fix="bring the cluster up first: `sparkctl up`")
-        if kind == "rollback":
+        if kind == "rollback" and recorded is not None:
             source = recorded if not to else _history_record(f.history, to)
             new = restore_secrets(source["inventory"], current)
-        elif kind == "restart":
+        elif kind == "restart" and recorded is not None:
             new = restore_secrets(recorded["inventory"], current)
         if new is None:  # a reload is given its new config; restart and rollback found theirs above
             raise InputError(f"{kind} has no new config to run", fix="`sparkctl reload --config NEW`")
@@ -531,7 +526,9 @@ def run_reload(
                     f"--config renders {render(new).config_hash}, the interrupted reload was to {journal.get('to_config')}",
                     fix="pass the same NEW file as the interrupted reload, or `sparkctl rollback`",
                 )
-        options: dict[str, Any] = {"timeout": deadline, "min_throughput_ratio": min_ratio, "event": kind}
+        from sparkctl.steps.base import RunOptions
+
+        options = RunOptions(event=kind, timeout=deadline, min_throughput_ratio=min_ratio)
         planned = _check_run(kind, new, fleet, options)
         plan = plan_reload(kind, recorded, new, f.events, bool(f.cache and f.cache.warm_hashes), planned)
         report = ReloadReport(plan)
@@ -568,19 +565,48 @@ def run_reload(
                 raise ReloadInterrupted(
                     interrupted_message(journal), fix="finish it: `sparkctl reload --resume --config NEW`, or `sparkctl rollback`"
                 )
-            options["confirmed_restart"] = plan.containers  # the stop step refuses to restart anything else
             return _execute(
-                kind, current, new, recorded, plan, report, fleet, session, lock, resume, options, progress, on_result, say, noted
+                kind,
+                current=current,
+                new=new,
+                recorded=recorded,
+                plan=plan,
+                report=report,
+                fleet=fleet,
+                session=session,
+                lock=lock,
+                resume=resume,
+                # the stop step refuses to restart anything the plan did not name
+                options=replace(options, confirmed_restart=tuple(plan.containers)),
+                progress=progress,
+                on_result=on_result,
+                say=say,
+                noted=noted,
             )
 
 
-def _check_run(kind: str, new: Inventory, fleet, options: dict):
+def _check_run(kind: str, new: Inventory, fleet: Fleet, options: RunOptions) -> Recap:
     """The reload playbook for NEW in check mode: every step's plan, nothing changed, no lock."""
-    from sparkctl.runner import build_stages, load_playbook, run_playbook
+    from sparkctl.runner import run_playbook
     from sparkctl.steps.base import RunContext
 
-    ctx = RunContext(inventory=new, fleet=fleet, check_mode=True, force=(kind == "restart"), options=dict(options))
-    return run_playbook(ctx, build_stages(load_playbook("reload")), "reload")
+    ctx = RunContext(inventory=new, fleet=fleet, check_mode=True, force=(kind == "restart"), options=options)
+    return run_playbook(ctx, reload_stages(), RELOAD_PLAYBOOK)
+
+
+def reload_stages(name: str = RELOAD_PLAYBOOK) -> list[Stage]:
+    """The reload playbook's stages, each entry naming its journal phase: a step without one would
+    run unjournaled, so the playbook is refused before any host is touched."""
+    from sparkctl.runner import build_stages, load_playbook
+
+    playbook = load_playbook(name)
+    missing = [s.step for s in playbook.steps if s.phase is None]
+    if missing:
+        raise InputError(
+            f"playbook {name!r}: step(s) {', '.join(missing)} name no journal phase",
+            fix=f"give each entry of playbooks/{name}.yaml its `phase:` (runner.py JournalPhase)",
+        )
+    return build_stages(playbook)
 
 
 def _history_record(history: list[dict], to: int) -> dict:
@@ -590,12 +616,31 @@ def _history_record(history: list[dict], to: int) -> dict:
     return usable[-to]
 
 
-def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, resume, options, progress, on_result, say, noted):
-    from sparkctl.runner import build_stages, load_playbook, run_playbook
+def _execute(
+    kind: str,
+    *,
+    current: Inventory,  # the inventory given (its secrets restore the recorded config's)
+    new: Inventory,  # the config this command runs
+    recorded: Optional[dict],  # the head's applied record (the last good config), None: none yet
+    plan: ReloadPlan,
+    report: ReloadReport,  # filled in as the run goes
+    fleet: Fleet,
+    session: HostSession,  # the head's: the journal and the event are written there
+    lock: ClusterLock,
+    resume: bool,
+    options: RunOptions,
+    progress: Callable[[str, str, Phase], None],
+    on_result: Callable[[StepResult], None],
+    say: Callable[[str], None],
+    noted: Optional[Callable[[ReloadReport], dict]],
+) -> ReloadReport:
+    from sparkctl.runner import build_stages, compensate, load_playbook, run_playbook
     from sparkctl.runtime import health
-    from sparkctl.steps.base import RunContext
+    from sparkctl.steps.base import RunContext, RunOptions
 
     last_good = restore_secrets(recorded["inventory"], current) if recorded else current
+    stages = reload_stages()
+    phases = {s.name: s.spec.phase for s in stages if s.spec.phase}  # step -> the journal phase it belongs to
     journal = Journal(
         session,
         {
@@ -612,16 +657,16 @@ def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, r
     head = new.hosts_with_role("head")[0]
     engine_restarts = "engine" in plan.groups
 
-    def tracked(host: str, step: str, text: str) -> None:  # a step starts applying: its phase begins
-        if step in PHASES:
-            journal.phase(PHASES[step])
+    def tracked(host: str, step: str, text: Phase) -> None:  # a step starts applying: its phase begins
+        if step in phases:
+            journal.phase(phases[step])
         if step == "stop" and host == head and engine_restarts:
             probe.engine_stops()  # the drain: vLLM answers new requests empty `abort` from SIGTERM on
         progress(host, step, text)
 
-    def journaled(r) -> None:  # a step ended (also those that changed nothing): its phase was reached
-        if r.step in PHASES and r.status != "skipped" and PHASES[r.step] != "prestage":
-            journal.phase(PHASES[r.step])
+    def journaled(r: StepResult) -> None:  # a step ended (also those that changed nothing): its phase was reached
+        if r.step in phases and phases[r.step] != "prestage" and r.status != "skipped":
+            journal.phase(phases[r.step])
         if r.step == "stop" and r.host == head:
             probe.engine_stopped(stopped=r.status in ("changed", "failed"))
         if r.step == "stop" and ctx.outputs.stops:  # journaled with the next phase: how each stop went
@@ -634,8 +679,13 @@ def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, r
         report.downtime = probe.stop()
         report.outcome = outcome
         report.timeline = journal.doc["timeline"]
-        if outcome in ("failed (nothing stopped)", "rollback failed"):
-            _release_after_failure(ctx, back, report)
+        if outcome in ("failed (nothing stopped)", "rollback failed"):  # no run comes after: undo what is left
+            # the newest run's first (the rollback's, then this one's): one release of the gateway's hold
+            for run, run_stages in ((back, back_stages), (ctx, stages)):
+                notes = compensate(run, run_stages) if run is not None else []
+                report.notes += notes
+                if notes:
+                    break
         if event is None:
             report.hosts_state = journal.doc["hosts_state"] = _hosts_state(fleet, last_good)
             journal.close(keep=True)
@@ -644,10 +694,11 @@ def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, r
         state.append_event(session, history_event(kind, event, plan, report, noted(report) if noted else None))
         return report
 
-    back = None  # the rollback's run, if it comes to one
+    back: Optional[RunContext] = None  # the rollback's run, if it comes to one
+    back_stages = build_stages(load_playbook("up"))
     journal.phase("prestage")
     ctx = RunContext(inventory=new, fleet=fleet, force=(kind == "restart"), options=options, progress=tracked, lock=lock)
-    recap = run_playbook(ctx, build_stages(load_playbook("reload")), "reload", on_result=journaled)
+    recap = run_playbook(ctx, stages, RELOAD_PLAYBOOK, on_result=journaled)
     report.results = [r.to_dict() for r in recap.results]
     report.runtime_start = ctx.outputs.runtime_start
     report.decode_tokens_per_s = ctx.outputs.decode_tokens_per_s
@@ -667,27 +718,13 @@ def _execute(kind, current, new, recorded, plan, report, fleet, session, lock, r
     back = RunContext(
         inventory=last_good,
         fleet=fleet,
-        options={"timeout": options["timeout"], "event": "rollback"},
+        options=RunOptions(event="rollback", timeout=options.timeout),
         progress=progress,
         lock=lock,
     )
-    recap2 = run_playbook(back, build_stages(load_playbook("up")), "rollback", on_result=on_result)
+    recap2 = run_playbook(back, back_stages, "rollback", on_result=on_result)
     report.rollback_results = [r.to_dict() for r in recap2.results]
     return finish("rollback failed", None) if recap2.failed else finish("rolled back", "rolled back")
-
-
-def _release_after_failure(ctx, back, report: ReloadReport) -> None:
-    """No engine will serve at the end of this command: a hold it sent is released (once), so the
-    gateway treats the engine as crashed (held up to hold_s on connection refused, then 503; passing
-    again the moment /health answers) instead of holding on to its ttl."""
-    from sparkctl.runtime.gateway_admin import release_after_failure
-
-    for c in (back, ctx):
-        if c is not None and c.outputs.gateway_hold and not c.outputs.gateway_hold.get("released"):
-            note = release_after_failure(c)
-            if note:
-                report.notes.append(note)
-            return
 
 
 def history_event(kind: str, outcome: str, plan: ReloadPlan, report: ReloadReport, noted: Optional[dict] = None) -> dict:
@@ -704,12 +741,12 @@ def history_event(kind: str, outcome: str, plan: ReloadPlan, report: ReloadRepor
     return redact_obj(state.event(kind, outcome, plan.to_hash, report.runtime_start, plan.compile_key, **extra))
 
 
-def _hosts_state(fleet, inv: Inventory) -> dict:
+def _hosts_state(fleet: Fleet, inv: Inventory) -> dict:
     """What runs where right now, for the operator after a failed rollback (read again: the
     rollback changed it)."""
     from sparkctl.session import ClusterSession
 
-    def containers(facts) -> list[dict]:
+    def containers(facts: HostFacts) -> list[dict]:
         return [{"name": c.name, "state": c.status, "config_hash": c.config_hash} for c in facts.containers or []]
 
     cluster = ClusterSession(inv, fleet=fleet)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Optional, get_args
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -32,13 +32,25 @@ CONNECT = "connect"  # the pseudo-step hosts fail when their facts could not be 
 FIX_CONNECT = "check SSH: `sparkctl doctor --only ssh`"  # when the transport's error names no fix
 
 
+# the phases a reload journals its steps under, in order (reload.py Journal; docs/reload.md)
+JournalPhase = Literal["prestage", "drain", "restart", "verify", "commit"]
+
+
 class PlaybookStep(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     step: str = Field(description="the step's name (sparkctl/steps/registry.py)")
     gate: bool = Field(False, description="run only when a later step is about to change something")
     in_order: bool = Field(False, description="apply host after host in the step's order; a failure stops the rest")
+    first_alone: bool = Field(
+        False,
+        description="apply the step's first host alone, then all the others at once (a download, then the copies "
+        "from it); the first's failure stops the rest",
+    )
     options: dict[str, Any] = Field(default_factory=dict, description="options the step reads")
+    phase: Optional[JournalPhase] = Field(
+        None, description="the reload journal's phase this step belongs to (a playbook reload.py runs names one per step)"
+    )
 
 
 class Playbook(BaseModel):
@@ -138,6 +150,15 @@ def gather_facts(ctx: RunContext, stages: list[Stage], extra: Optional[dict[str,
             kinds[host] |= set(stage.step.facts)
     ctx.cluster.need(kinds)
     return {h: u for h, u in ctx.cluster.unreachable.items() if kinds.get(h)}
+
+
+def compensate(ctx: RunContext, stages: list[Stage]) -> list[str]:
+    """A failed run with no run after it to set things right (the command decides: `up`'s failed
+    run, a reload with no rollback to come or whose rollback failed): each step's compensating
+    action (Step.compensate: the stop step releases the gateway's hold), last step first. The
+    notes an operator reads."""
+    notes = [stage.step.compensate(ctx) for stage in reversed(stages)]
+    return [n for n in notes if n]
 
 
 class _LockFirst(Exception):
@@ -353,21 +374,24 @@ def _apply_all(ctx: RunContext, stage: Stage, plans: dict[str, Plan]) -> list[St
         r.message = f"{r.message}; {proof}" if r.message else proof
         return r
 
-    def run_phase(fn: Callable[[str], StepResult], hosts: list[str], in_order: bool) -> None:
-        if in_order or len(hosts) <= 1:
-            for i, h in enumerate(hosts):
+    def run_phase(fn: Callable[[str], StepResult], hosts: list[str], in_order: bool, first_alone: bool = False) -> None:
+        if in_order or first_alone or len(hosts) <= 1:
+            alone = hosts if in_order else hosts[:1]
+            for i, h in enumerate(alone):
                 results[h] = guarded(h, fn)
                 if results[h].status == "failed":
                     for n in hosts[i + 1 :]:
                         results[n] = StepResult(step.name, n, "skipped", f"not run: {h} failed")
                     return
-            return
+            hosts = hosts[len(alone) :]
+            if not hosts:
+                return
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
             results.update(zip(hosts, pool.map(lambda h: guarded(h, fn), hosts)))
 
-    run_phase(apply_one, names, stage.spec.in_order)
+    run_phase(apply_one, names, stage.spec.in_order, stage.spec.first_alone)
     if not ctx.check_mode and type(step).verify is not Step.verify:
         run_phase(verify_one, [h for h in names if results[h].status in ("ok", "changed")], False)
     return [results[h] for h in names]

@@ -23,15 +23,8 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 
-import preload
 import pytest
-
-# Every `python -m sparkctl` run the tests start (theirs, and the lab's own in this process) is forked
-# from one process that has imported sparkctl's libraries: ~0.5 CPU-s less per run, a quarter of the
-# suite's CPU (tests/preload.py says what a forked run keeps; SPARKCTL_TEST_PRELOAD=0 turns it off).
-subprocess.Popen = preload.Popen
 
 # A test run started in the background by a non-interactive shell (.ci/run starts .ci/floors with
 # `&`) inherits SIGINT ignored, and so would every sparkctl the tests start (an ignored signal stays

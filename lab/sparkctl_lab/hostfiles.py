@@ -177,10 +177,15 @@ def inventory_2_yaml() -> str:
     return HEADER_2 + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
 
 
-def fleet_yaml() -> str:
+def fleet_yaml(folder: Path = paths.FLEET_PATH.parent) -> str:
+    """The fleet file for `folder` (its inventories and the router's wheel beside it: the wheel is
+    written there when absent)."""
     import yaml
 
-    doc = topo.fleet_doc((paths.INVENTORY_PATH.name, paths.INVENTORY_2_PATH.name))
+    from sparkctl_lab.router_wheel import router_wheel
+
+    wheel = router_wheel(folder)
+    doc = topo.fleet_doc((paths.INVENTORY_PATH.name, paths.INVENTORY_2_PATH.name), wheel.name)
     return HEADER_FLEET + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
 
 

@@ -9,11 +9,11 @@ uvloop: vLLM 0.33 requires aiohttp>=3.14.4, prometheus_client and fastapi[standa
 uvicorn[standard] and uvloop) are copied, with what they require, from the interpreter running
 sparkctl into the image's dist-packages, so the lab's gateway runs from the runtime image as on
 a real Spark; so is huggingface_hub (with `/usr/local/bin/hf`, its CLI, as pip installs it), which
-vLLM's image ships and sparkctl's weights step runs, and vllm-router (with `/usr/local/bin/vllm-router`),
-the fleet's front door: vLLM's image ships its Python requirements (fastapi, uvicorn, aiohttp, orjson,
-requests, setproctitle) but not the router itself, which sparkctl ships to a real node from its wheel
-(fleet/router_launch.py); the lab's image carries it so the fleet tests run the real router without
-a wheel on this machine. `/usr/local/bin/vllm` and `/usr/local/bin/ray`
+vLLM's image ships and sparkctl's weights step runs, and the Python requirements of vllm-router,
+the fleet's front door (fastapi, uvicorn, aiohttp, orjson, requests, setproctitle: vLLM's image
+ships them), but not the router itself, as vLLM's image does not: sparkctl ships it to the door's
+host from the wheel the lab's fleet file names (sparkctl_lab/router_wheel.py, fleet/router_launch.py),
+as to a real node. `/usr/local/bin/vllm` and `/usr/local/bin/ray`
 run `python3 -m sparkctl_lab.sim.vllm_cli` / `...ray_cli`. The tarball is imported into the head's
 dockerd with `docker import`-style changes (ENV, CMD), pushed to the lab registry and removed
 again, so every host starts without it, as fresh Sparks would.
@@ -45,12 +45,13 @@ SIM_DIR = Path(__file__).resolve().parent / "sim"
 KEY_LABEL = "org.sparkctl.lab.image-key"
 # what the gateway imports from vLLM's image (docs/gateway.md), and the Hub client vLLM's image ships
 # (vLLM 0.33 requires huggingface_hub>=1.31.0; sparkctl's weights step runs its `hf download` in the
-# image), and vllm-router, the fleet's front door (its Rust extension and the libssl it bundles come
-# along); their requirements come along
-IMAGE_LIBRARIES = ("aiohttp", "prometheus_client", "uvloop", "huggingface_hub", "vllm-router")
+# image), and what vllm-router 0.1.17 requires (its Requires-Dist; the router itself, 71 MB with its
+# Rust extension, is shipped by `fleet up`); their requirements come along
+ROUTER_REQUIREMENTS = ("setproctitle", "aiohttp", "orjson", "uvicorn", "fastapi", "requests")
+IMAGE_LIBRARIES = ("aiohttp", "prometheus_client", "uvloop", "huggingface_hub", *ROUTER_REQUIREMENTS)
 ENTRYPOINTS = {"vllm": "sparkctl_lab.sim.vllm_cli", "ray": "sparkctl_lab.sim.ray_cli"}
 # console scripts of the copied libraries, written as pip writes them: name -> module:function
-CONSOLE_SCRIPTS = {"hf": "huggingface_hub.cli.hf:main", "vllm-router": "vllm_router.launch_router:main"}
+CONSOLE_SCRIPTS = {"hf": "huggingface_hub.cli.hf:main"}
 STDLIB_SKIP = {
     "test",
     "idlelib",
@@ -236,7 +237,7 @@ def build_rootfs(out: Path) -> None:
         libgcc = sorted(Path("/lib").glob("*-linux-gnu/libgcc_s.so.1"))[:1]
         # the copied libraries' own extension modules need theirs too (uvloop's links librt)
         extensions = [src for rel, src in library_files() if rel.endswith(".so") or ".so." in rel]
-        # (a library a copied wheel bundles, e.g. vllm_router.libs/, is copied with its wheel, not again)
+        # (a library a copied wheel bundles, e.g. a `<name>.libs/` folder, is copied with its wheel, not again)
         bundled = {str(src) for _, src in library_files()}
         for so in sorted(ldd_paths([py.resolve(), *dynload, *extensions]) - bundled | {str(p) for p in libgcc}):
             t.copy(os.path.realpath(so), _usr(so))

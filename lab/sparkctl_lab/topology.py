@@ -328,12 +328,13 @@ FLEET_NAME = "lab-fleet"
 FRONT_DOOR_PORT = 8890
 
 
-def fleet_doc(inventory_files: tuple[str, ...]) -> dict:
+def fleet_doc(inventory_files: tuple[str, ...], router_wheel: str) -> dict:
     """The lab's fleet file (LAB_DIR/fleet.yaml): both pairs, in rollout order, by paths relative to
-    the fleet file's folder; the front door on the first pair's head."""
+    the fleet file's folder; the front door on the first pair's head, vllm-router shipped there from
+    `router_wheel` (the image has only its requirements, as vLLM's does)."""
     return {
         "fleet": {"name": FLEET_NAME},
         "members": [{"inventory": f} for f in inventory_files],
-        "front_door": {"member": CLUSTER_NAMES[0], "port": FRONT_DOOR_PORT},
+        "front_door": {"member": CLUSTER_NAMES[0], "port": FRONT_DOOR_PORT, "router": {"wheel": router_wheel}},
         "rollout": {"max_unavailable": 1, "stop_on_failure": True},
     }

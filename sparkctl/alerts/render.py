@@ -20,13 +20,6 @@ def rules_yaml(rs: RuleSet) -> str:
 NODE_EXPORTER_PORT = 9100
 
 
-def asks_key(inv) -> bool:
-    """Whether the cluster's runtime.port asks a key (gateway.api_keys_file, or the engine's own)."""
-    from sparkctl.runtime.launch import engine_api_key
-
-    return bool((inv.gateway.enabled and inv.gateway.api_keys_file) or engine_api_key(inv))
-
-
 def key_file(rs: RuleSet) -> str:
     """Where Prometheus reads the key it sends (one key of the cluster's, root-only on the Prometheus host)."""
     return f"/etc/prometheus/sparkctl-{rs.cluster}.key"
@@ -35,6 +28,7 @@ def key_file(rs: RuleSet) -> str:
 def scrape_config(rs: RuleSet, inv, rule_files: list[str]) -> dict:
     """A prometheus.yml for this cluster: the runtime job, the node job and the rule files."""
     from sparkctl.gateway.placement import METRICS_PATH
+    from sparkctl.runtime.api_key import asks_key
     from sparkctl.runtime.health import engine_endpoint
     from sparkctl.runtime.launch import fabric_ip
 

@@ -17,10 +17,17 @@ A host that could not be reached gets `skipped` for every check in scope (ssh.re
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Literal, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Optional
 
 from sparkctl.inventory.models import Inventory
 from sparkctl.session import Unreachable  # a host that gave no facts, and why (its reason, message, fix)
+
+if TYPE_CHECKING:
+    from sparkctl.facts.bandwidth import BandwidthResult
+    from sparkctl.facts.endpoint import EndpointFacts
+    from sparkctl.facts.gateway import GatewayFacts
+    from sparkctl.facts.host import HostFacts
+    from sparkctl.runtime.launch import ContainerSpec, LaunchPlan
 
 # One word for a failure across sparkctl: a check `failed` as a step `failed` (and a reload's
 # outcome, and the summary's failed_checks). Until schema 2 a check said `fail`.
@@ -78,16 +85,16 @@ class Context:
 
     inventory: Inventory
     hosts: list[str]  # hosts this run looks at (--hosts), inventory order
-    facts: dict[str, Any]  # host -> HostFacts, only for hosts that were reached
+    facts: dict[str, HostFacts]  # only for hosts that were reached
     unreachable: dict[str, Unreachable] = field(default_factory=dict)
-    endpoint: Any = None  # EndpointFacts of the head's API, None when not fetched
-    gateway: Any = None  # GatewayFacts of the front door on runtime.port (facts/gateway.py), None when not fetched
-    bandwidth: dict[str, Any] = field(default_factory=dict)  # rail key "client/device" -> BandwidthResult
+    endpoint: Optional[EndpointFacts] = None  # the head's API, None when not fetched
+    gateway: Optional[GatewayFacts] = None  # the front door on runtime.port, None when not fetched
+    bandwidth: dict[str, BandwidthResult] = field(default_factory=dict)  # rail key "client/device" -> its iperf3
     deep: bool = False
     allow_loading: bool = False  # a runtime still loading is a warning, not a failure (doctor --allow-loading)
 
     @property
-    def plan(self):
+    def plan(self) -> Optional[LaunchPlan]:
         """The rendered launch (launch.render keeps it, once per inventory), or None when this
         inventory cannot be rendered."""
         from sparkctl.runtime.launch import render
@@ -97,7 +104,7 @@ class Context:
         except Exception:
             return None
 
-    def launch_on(self, host: str) -> list:
+    def launch_on(self, host: str) -> list[ContainerSpec]:
         """The launch's container specs on host ([] when the inventory cannot be rendered)."""
         return self.plan.for_host(host) if self.plan else []
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sparkctl.checks.base import Context, Finding, fail, host_check, ok, skipped, warn
 from sparkctl.checks.host import runtime_hosts
 from sparkctl.facts.caches import COMPILE_DIR, CUDA_DIR
+
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
 
 READS = frozenset({"cache", "logs", "applied"})
 
@@ -12,7 +17,7 @@ COLD = "the next start compiles from scratch (cold: ~10-15 min on a Spark, seed 
 
 
 @host_check("caches.volume", "the persistent cache directory exists on each runtime node", scope=runtime_hosts)
-def volume(ctx: Context, host: str, f):
+def volume(ctx: Context, host: str, f: HostFacts):
     path = ctx.inventory.caches.host_path
     if f.cache is None:
         return skipped(f"not read: {f.errors.get('cache', 'no answer')}")
@@ -53,9 +58,9 @@ def _off_volume(ctx: Context, host: str) -> list[str]:
     "the cache holds compiled graphs (and the CUDA JIT cache sits on it), so the next start is warm",
     scope=runtime_hosts,
 )
-def compile_cache(ctx: Context, host: str, f):
+def compile_cache(ctx: Context, host: str, f: HostFacts):
     found = _graphs(ctx, host, f)
-    if found.status == "skipped":
+    if found.status == "skipped" or f.cache is None:  # _graphs skips when there is no cache
         return found
     jit_kib = (f.cache.kib or {}).get(CUDA_DIR)
     data = {**found.data, **({"cuda_cache_mib": round(jit_kib / 1024, 1)} if jit_kib is not None else {})}
@@ -70,7 +75,7 @@ def compile_cache(ctx: Context, host: str, f):
     return Finding(found.status, found.message + jit, found.fix, found.target, data)
 
 
-def _graphs(ctx: Context, host: str, f):
+def _graphs(ctx: Context, host: str, f: HostFacts):
     cache = f.cache
     if cache is None or not cache.present:
         return skipped("no cache directory (see caches.volume)")

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sparkctl.checks.base import Context, fail, host_check, ok, skipped, warn
+
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
 
 READS = frozenset({"meminfo", "engram"})
 
@@ -15,13 +20,13 @@ def engram_host(ctx: Context) -> list[str]:
     return [e.host] if e and e.host in ctx.hosts else []
 
 
-def _placed(ctx: Context, f) -> bool:
+def _placed(ctx: Context, f: HostFacts) -> bool:
     e, g = ctx.inventory.engram_placement, f.engram
     return bool(g and g.ram_backed and g.placed_sums and (g.mount_bytes or 0) >= e.size_gib * GIB * 0.99)
 
 
 @host_check("engram.memory", "the offload host has the free RAM the Engram tables need", scope=engram_host)
-def memory(ctx: Context, host: str, f):
+def memory(ctx: Context, host: str, f: HostFacts):
     e = ctx.inventory.engram_placement
     avail = f.meminfo.get("MemAvailable")
     if avail is None:
@@ -40,7 +45,7 @@ def memory(ctx: Context, host: str, f):
 
 
 @host_check("engram.placed", "the tables sit in a RAM-backed mount at the target, at full size", scope=engram_host)
-def placed(ctx: Context, host: str, f):
+def placed(ctx: Context, host: str, f: HostFacts):
     e, g = ctx.inventory.engram_placement, f.engram
     if g is None:
         return skipped(f"not read: {f.errors.get('engram', 'no answer')}")
@@ -68,7 +73,7 @@ def placed(ctx: Context, host: str, f):
 
 
 @host_check("engram.checksums", "the RAM copy matches the source (sizes; sums; --deep re-hashes it)", scope=engram_host)
-def checksums(ctx: Context, host: str, f):
+def checksums(ctx: Context, host: str, f: HostFacts):
     e, g = ctx.inventory.engram_placement, f.engram
     if g is None or not _placed(ctx, f):
         return skipped("tables not placed (see engram.placed)")

@@ -11,9 +11,17 @@ recommended GID (RoCE v1, or the fe80 link-local GID: fine on a direct cable onl
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Optional
 
 from sparkctl.checks.base import Context, fail, head_host, host_check, ok, skipped, warn
 from sparkctl.checks.host import runtime_hosts
+
+if TYPE_CHECKING:
+    from ipaddress import IPv4Network
+
+    from sparkctl.facts.host import HostFacts
+    from sparkctl.facts.rdma import GidEntry
+    from sparkctl.inventory.models import FabricLink
 
 READS = frozenset({"ip_addr", "rdma_state", "gid"})
 
@@ -32,7 +40,7 @@ def twin_of(dev: str) -> str | None:
 @host_check(
     "env.fabric", "NCCL/Gloo/UCX/Ray env names this host's fabric device, its IP and every RDMA twin", scope=runtime_hosts
 )
-def fabric_env(ctx: Context, host: str, f):
+def fabric_env(ctx: Context, host: str, f: HostFacts):
     for spec in ctx.launch_on(host):
         env = spec.env
         devs = {env[v] for v in IFNAME_VARS if v in env}
@@ -79,7 +87,7 @@ V2 = "RoCE v2"
 UNPIN = "remove NCCL_IB_GID_INDEX from runtime.env: unset, NCCL picks the RoCE v2 GID of each device's IPv4 address"
 
 
-def _judge_gid(index: str, dev: str, link, entry, f, rails: set[str]) -> tuple[str, str]:
+def _judge_gid(index: str, dev: str, link: FabricLink, entry: GidEntry, f: HostFacts, rails: set[str]) -> tuple[str, str]:
     """(ok|warn|fail, why) for one device's entry at the pinned index."""
     where = f"GID {index} on {dev}"
     if entry.type == "missing":
@@ -124,7 +132,7 @@ def _judge_gid(index: str, dev: str, link, entry, f, rails: set[str]) -> tuple[s
     return "warn", f"{where} is {entry.type} {entry.gid}, not an IPv4 GID"
 
 
-def _subnet(f, entry):
+def _subnet(f: HostFacts, entry: GidEntry) -> Optional[IPv4Network]:
     """The network of the address an IPv4 GID stands for, from the host's interfaces."""
     iface = (f.interfaces or {}).get(entry.netdev)
     return next((a.network for a in (iface.addresses if iface else ()) if a.ip == entry.ipv4), None)
@@ -133,7 +141,7 @@ def _subnet(f, entry):
 @host_check(
     "env.gid_index", "NCCL_IB_GID_INDEX is unpinned, or pinned to the RoCE v2 GID of each rail's own address", scope=runtime_hosts
 )
-def gid_index(ctx: Context, host: str, f):
+def gid_index(ctx: Context, host: str, f: HostFacts):
     pinned = ctx.inventory.runtime.env.get("NCCL_IB_GID_INDEX")
     if pinned is None:
         return ok("NCCL_IB_GID_INDEX not pinned: NCCL finds the RoCE v2 GID itself")
@@ -222,7 +230,7 @@ def moe_clamp_warning(inv) -> str | None:
     scope=head_host,
     needs_reach=False,
 )
-def moe_clamp(ctx: Context, host: str, f):
+def moe_clamp(ctx: Context, host: str, f: HostFacts):
     words = moe_clamp_warning(ctx.inventory)
     if words is None:
         return ok(f"MoE backend {ctx.inventory.runtime.moe_backend or 'auto'}: no SwiGLU clamp conflict")

@@ -9,12 +9,15 @@ with `--deep`): a degraded ConnectX-7 reports its nominal speed and shows only u
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from sparkctl.checks.base import Context, Finding, fail, host_check, ok, skipped, warn
 from sparkctl.facts import network
 from sparkctl.facts.network import NETPLAN_PATH, peer_ip
 from sparkctl.inventory.models import FabricLink
+
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
 
 READS = frozenset({"ip_addr", "speeds", "rdma_state", "ibdev2netdev", "route", "ping", "netplan"})
 
@@ -28,7 +31,7 @@ def fabric_hosts(ctx: Context) -> list[str]:
 PERSIST = "`sparkctl up` persists it in netplan"
 
 
-def _iface(f, link: FabricLink):
+def _iface(f: HostFacts, link: FabricLink):
     if f.interfaces is None:
         return None, skipped(f"could not read interfaces: {f.errors.get('ip_addr', 'ip -j addr gave nothing')}", link.device)
     iface = f.interfaces.get(link.device)
@@ -38,7 +41,7 @@ def _iface(f, link: FabricLink):
 
 
 @host_check("fabric.link", "each rail's net device exists and is up with carrier", scope=fabric_hosts, runbook=True)
-def link_up(ctx: Context, host: str, f):
+def link_up(ctx: Context, host: str, f: HostFacts):
     for link in ctx.inventory.hosts[host].fabric:
         if f.interfaces is None:
             yield fail(
@@ -68,7 +71,7 @@ def link_up(ctx: Context, host: str, f):
 
 
 @host_check("fabric.mtu", "each rail has the inventory's MTU (9000 for jumbo frames)", scope=fabric_hosts, runbook=True)
-def mtu(ctx: Context, host: str, f):
+def mtu(ctx: Context, host: str, f: HostFacts):
     for link in ctx.inventory.hosts[host].fabric:
         iface, why = _iface(f, link)
         if why:
@@ -90,7 +93,7 @@ def mtu(ctx: Context, host: str, f):
     scope=fabric_hosts,
     runbook=True,
 )
-def speed(ctx: Context, host: str, f):
+def speed(ctx: Context, host: str, f: HostFacts):
     for link in ctx.inventory.hosts[host].fabric:
         iface, why = _iface(f, link)
         mbps, want = f.speeds.get(link.device), link.speed_gbps
@@ -123,7 +126,7 @@ def speed(ctx: Context, host: str, f):
 
 
 @host_check("fabric.rdma", "each rail's RDMA device(s) exist and their port is ACTIVE", scope=fabric_hosts, runbook=True)
-def rdma_state(ctx: Context, host: str, f):
+def rdma_state(ctx: Context, host: str, f: HostFacts):
     for link in ctx.inventory.hosts[host].fabric:
         for dev in link.rdma:
             state = f.rdma_states.get(dev)
@@ -150,7 +153,7 @@ def rdma_state(ctx: Context, host: str, f):
                 yield ok(f"{dev}/1 ACTIVE{netdev}", dev)
 
 
-def _other_netplan(f, device: str) -> list[tuple[str, dict]]:
+def _other_netplan(f: HostFacts, device: str) -> list[tuple[str, dict]]:
     """(path, the device's entry) for every other /etc/netplan file that configures this rail."""
     out = []
     for path, text in sorted(f.netplan_others.items()):
@@ -183,7 +186,7 @@ def _link_local_note(others: list[tuple[str, dict]]) -> tuple[str, str]:
     scope=fabric_hosts,
     runbook=True,
 )
-def address(ctx: Context, host: str, f):
+def address(ctx: Context, host: str, f: HostFacts):
     for link in ctx.inventory.hosts[host].fabric:
         if f.interfaces is None:
             yield skipped("interfaces not read (see fabric.link)", link.device)
@@ -273,7 +276,7 @@ def address(ctx: Context, host: str, f):
     scope=fabric_hosts,
     runbook=True,
 )
-def route(ctx: Context, host: str, f):
+def route(ctx: Context, host: str, f: HostFacts):
     for i, link in enumerate(ctx.inventory.hosts[host].fabric):
         ip = peer_ip(ctx.inventory, host, link)
         dev = f.routes.get(i)
@@ -303,7 +306,7 @@ def route(ctx: Context, host: str, f):
 @host_check(
     "fabric.ping", "a don't-fragment ping of MTU-28 bytes reaches the peer over each rail", scope=fabric_hosts, runbook=True
 )
-def ping(ctx: Context, host: str, f):
+def ping(ctx: Context, host: str, f: HostFacts):
     for i, link in enumerate(ctx.inventory.hosts[host].fabric):
         ip = peer_ip(ctx.inventory, host, link)
         p = f.pings.get(i)
@@ -433,7 +436,7 @@ def _bandwidth_verdicts(ctx: Context):
     scope=fabric_hosts,
     runbook=True,
 )
-def bandwidth(ctx: Context, host: str, f):
+def bandwidth(ctx: Context, host: str, f: HostFacts):
     every, ready, verdicts = _bandwidth_verdicts(ctx)
     for rail in every:
         dev = rail.end(host)

@@ -6,9 +6,12 @@ door seen from here, the members seen from the door's host)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from sparkctl.checks.base import fail, fleet_check, ok, skipped, warn
+
+if TYPE_CHECKING:
+    from sparkctl.fleet.model import Fleet
 
 READS: set[str] = set()  # no host's facts: a cluster's doctor never runs these
 FLEET_HOST = "fleet"  # the "host" column of fleet checks about the whole fleet
@@ -18,8 +21,8 @@ FLEET_HOST = "fleet"  # the "host" column of fleet checks about the whole fleet
 class FleetContext:
     """What the fleet checks read: the fleet, the door seen from here and the members seen from the door."""
 
-    fleet: Any
-    door: dict = field(default_factory=dict)  # status.door_view: url, answering, error, members (states) or None
+    fleet: Fleet
+    door: dict[str, Any] = field(default_factory=dict)  # status.door_view: url, answering, error, members (states) or None
     reach: dict[str, Optional[str]] = field(default_factory=dict)  # member -> its /health HTTP code from the door's host
     reach_error: Optional[str] = None  # the door's host could not be asked at all
 

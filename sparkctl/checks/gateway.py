@@ -10,10 +10,14 @@ changes the cluster). With `gateway.enabled: false` every check is `skipped`: th
 from __future__ import annotations
 
 from functools import wraps
-from typing import Any
+from typing import TYPE_CHECKING, Any, Optional
 
 from sparkctl.checks.base import Context, fail, head_host, host_check, ok, skipped, warn
 from sparkctl.gateway.placement import CONTAINER, ROLE
+
+if TYPE_CHECKING:
+    from sparkctl.facts.docker import ContainerFact
+    from sparkctl.facts.host import HostFacts
 
 READS = frozenset({"containers", "lock", "gateway_keys"})
 
@@ -37,7 +41,7 @@ def gateway_check(name: str, doc: str):
 
     def deco(fn):
         @wraps(fn)
-        def guarded(ctx: Context, host: str, f):
+        def guarded(ctx: Context, host: str, f: HostFacts):
             if not ctx.inventory.gateway.enabled:
                 return skipped(DISABLED)
             if ctx.gateway is None:
@@ -49,7 +53,7 @@ def gateway_check(name: str, doc: str):
     return deco
 
 
-def _container(f):
+def _container(f: Optional[HostFacts]) -> Optional[ContainerFact]:
     """The head's gateway container (containers fact), or None."""
     return next((c for c in (f.containers or []) if c.role == ROLE or c.name == CONTAINER), None) if f else None
 
@@ -59,7 +63,7 @@ def _serving(gw):
 
 
 @gateway_check("gateway.answers", "the front door answers on runtime.port (its /gateway/metrics)")
-def answers(ctx: Context, host: str, f, gw):
+def answers(ctx: Context, host: str, f: HostFacts, gw):
     page = _serving(gw)
     if page is not None:
         hold = f"holding ({page.hold_reason or 'the engine is down'})" if page.state == "holding" else "passing"
@@ -76,7 +80,7 @@ def answers(ctx: Context, host: str, f, gw):
 
 
 @gateway_check("gateway.upstream", "the gateway sends to the engine's port (gateway.engine_port)")
-def upstream(ctx: Context, host: str, f, gw):
+def upstream(ctx: Context, host: str, f: HostFacts, gw):
     page = _serving(gw)
     if page is None:
         return skipped(NOT_ANSWERING)
@@ -97,7 +101,7 @@ def upstream(ctx: Context, host: str, f, gw):
 
 
 @gateway_check("gateway.holding", "the gateway holds requests only while a sparkctl change runs (no hold left behind)")
-def holding(ctx: Context, host: str, f, gw):
+def holding(ctx: Context, host: str, f: HostFacts, gw):
     page = _serving(gw)
     if page is None:
         return skipped(NOT_ANSWERING)
@@ -143,7 +147,7 @@ def holding(ctx: Context, host: str, f, gw):
 
 
 @gateway_check("gateway.engine", "the engine behind the gateway takes connections (else requests are held, then 503)")
-def engine(ctx: Context, host: str, f, gw):
+def engine(ctx: Context, host: str, f: HostFacts, gw):
     page = _serving(gw)
     if page is None:
         return skipped(NOT_ANSWERING)
@@ -176,7 +180,7 @@ def engine(ctx: Context, host: str, f, gw):
 
 
 @gateway_check("gateway.zero_tokens", 'no stream ends without a content token ("HTTP up, zero tokens")')
-def zero_tokens(ctx: Context, host: str, f, gw):
+def zero_tokens(ctx: Context, host: str, f: HostFacts, gw):
     page = _serving(gw)
     if page is None:
         return skipped(NOT_ANSWERING)
@@ -203,7 +207,7 @@ def zero_tokens(ctx: Context, host: str, f, gw):
 
 
 @host_check("gateway.keys", "clients must send a key: the cluster is not open to whoever reaches its port", scope=head_host)
-def keys(ctx: Context, host: str, f):
+def keys(ctx: Context, host: str, f: HostFacts):
     """From the inventory alone (docs/gateway.md "Security"): with a gateway, the engine listens on the
     head's loopback and the gateway is the only way in; without one, the engine is the door."""
     from sparkctl.runtime.health import front_url

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from sparkctl.checks.base import Context, cluster_check, fail, host_check, ok, skipped
 from sparkctl.facts.gpu import GPUApp
+
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
 
 READS = frozenset({"gpus", "gpu_apps", "containers"})
 
@@ -46,7 +50,7 @@ def _smi_fix(host: str, error: str) -> str:
 
 
 @host_check("gpu.smi", "nvidia-smi runs and talks to the driver", scope=gpu_hosts, runbook=True)
-def smi(ctx: Context, host: str, f):
+def smi(ctx: Context, host: str, f: HostFacts):
     if f.gpu_error:
         return fail(f"nvidia-smi failed: {f.gpu_error}", _smi_fix(host, f.gpu_error))
     if f.gpus is None:
@@ -56,7 +60,7 @@ def smi(ctx: Context, host: str, f):
 
 
 @host_check("gpu.model", "the host shows the inventory's GPU model and count", scope=gpu_hosts, runbook=True)
-def model(ctx: Context, host: str, f):
+def model(ctx: Context, host: str, f: HostFacts):
     want = ctx.inventory.hosts[host].gpu
     if want is None:  # gpu_hosts scopes this to hosts whose inventory entry names a GPU
         return skipped("the inventory names no GPU for this host")
@@ -103,7 +107,7 @@ def driver(ctx: Context):
 
 
 @host_check("gpu.processes", "no process outside sparkctl's runtime holds GPU memory", scope=gpu_hosts, runbook=True)
-def processes(ctx: Context, host: str, f):
+def processes(ctx: Context, host: str, f: HostFacts):
     if f.gpus is None:
         return skipped("nvidia-smi did not answer (see gpu.smi)")
     ours = [c.id for c in (f.containers or []) if c.id]

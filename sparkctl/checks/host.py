@@ -3,7 +3,12 @@ programs sparkctl runs there (docker's GPU hook, iperf3, rsync)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sparkctl.checks.base import Context, fail, host_check, ok, skipped, warn
+
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
 
 READS = frozenset({"disk", "memlock", "logind", "containers", "tools"})
 
@@ -22,7 +27,7 @@ def runtime_hosts(ctx: Context) -> list[str]:
     return [h for h in ctx.hosts if h in hosts]
 
 
-def _disk_targets(ctx: Context, f) -> list[tuple[str, str, tuple[int, int]]]:
+def _disk_targets(ctx: Context, f: HostFacts) -> list[tuple[str, str, tuple[int, int]]]:
     """(key, what, limits) of the disks to judge: where images really are, and the cache dir."""
     caches = ("caches", f"cache dir {ctx.inventory.caches.host_path}", DISK_LIMITS["caches"])
     if f.image_store != "containerd":  # the classic store: images under docker's data root
@@ -40,7 +45,7 @@ def _disk_targets(ctx: Context, f) -> list[tuple[str, str, tuple[int, int]]]:
     "under containerd's image store) and under the cache directory",
     scope=runtime_hosts,
 )
-def disk(ctx: Context, host: str, f):
+def disk(ctx: Context, host: str, f: HostFacts):
     for key, what, (fail_gib, warn_gib) in _disk_targets(ctx, f):
         d = f.disks.get(key)
         if d is None:
@@ -61,7 +66,7 @@ def disk(ctx: Context, host: str, f):
 
 
 @host_check("host.remove_ipc", "systemd-logind keeps shared memory (RemoveIPC=no)")
-def remove_ipc(ctx: Context, host: str, f):
+def remove_ipc(ctx: Context, host: str, f: HostFacts):
     if f.logind_running is None:
         return skipped(f"could not read logind's state: {f.errors.get('logind', 'no answer')}")
     effective = "yes (systemd's default)" if f.remove_ipc is None else ("yes" if f.remove_ipc else "no")
@@ -83,7 +88,7 @@ def rdma_runtime_hosts(ctx: Context) -> list[str]:
 @host_check(
     "host.memlock", "the runtime's containers may lock memory without limit (RDMA registers it)", scope=rdma_runtime_hosts
 )
-def memlock(ctx: Context, host: str, f):
+def memlock(ctx: Context, host: str, f: HostFacts):
     specs = {s.name: s for s in ctx.launch_on(host)}
     shell = "unlimited" if f.memlock_kib == -1 else (f"{f.memlock_kib} KiB" if f.memlock_kib is not None else "unknown")
     running = [c for c in (f.containers or []) if c.running and c.name in specs]
@@ -117,7 +122,7 @@ TOOLKIT_FIX = (
 
 
 @host_check("host.gpu_containers", "docker can give the runtime's containers the GPUs (`--gpus all`)", scope=_gpu_runtime_hosts)
-def gpu_containers(ctx: Context, host: str, f):
+def gpu_containers(ctx: Context, host: str, f: HostFacts):
     if f.tools is None:
         return skipped(f"not read: {f.errors.get('tools', 'no answer')}")
     if "nvidia-container-runtime-hook" not in f.tools:
@@ -142,7 +147,7 @@ def _needs(ctx: Context, host: str) -> dict[str, str]:
 
 
 @host_check("host.tools", "the programs sparkctl runs on the host are installed (iperf3, rsync)")
-def tools(ctx: Context, host: str, f):
+def tools(ctx: Context, host: str, f: HostFacts):
     need = _needs(ctx, host)
     if not need:
         return ok("sparkctl runs no extra program here")

@@ -11,13 +11,16 @@ drifted is the one named, the head included; with no record, the image most node
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from sparkctl.checks.base import Context, cluster_check, fail, host_check, ok, skipped
 from sparkctl.checks.host import runtime_hosts
 from sparkctl.facts.docker import ImageFact, images_for
 from sparkctl.facts.docker import short as _short
 from sparkctl.steps.images import last_good, platform_of
+
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
 
 READS = frozenset({"image", "containers", "applied"})
 
@@ -27,7 +30,7 @@ def _store(fact: ImageFact) -> str:
 
 
 @host_check("images.present", "the runtime/drafter image is present on each node that runs it", scope=runtime_hosts, runbook=True)
-def present(ctx: Context, host: str, f):
+def present(ctx: Context, host: str, f: HostFacts):
     for ref in images_for(ctx.inventory, host):
         fact = f.images.get(ref)
         if fact is None:

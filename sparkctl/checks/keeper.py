@@ -3,13 +3,18 @@ given up on a crash loop? On-call's "why does the front door answer 503 and nobo
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sparkctl.checks.base import Context, fail, head_host, host_check, ok, skipped, warn
+
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
 
 READS = frozenset({"keeper", "keeper_unit"})
 
 
 @host_check("keeper.state", "the keeper runs on the head and has not given up on a crash loop", scope=head_host, runbook=True)
-def keeper_state(ctx: Context, host: str, f):
+def keeper_state(ctx: Context, host: str, f: HostFacts):
     from sparkctl.keeper.unit import UNIT
 
     unit = f.keeper_unit

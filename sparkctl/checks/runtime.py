@@ -8,12 +8,15 @@ is `skipped` ("not running"): doctor is also run before the first `sparkctl up`.
 from __future__ import annotations
 
 from functools import wraps
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkctl.checks.base import Context, fail, head_host, host_check, ok, skipped, warn
 from sparkctl.checks.host import runtime_hosts
 from sparkctl.facts.logs import MARLIN_BACKENDS, MOE_BACKEND_NAMES, QUANT_WORD, expected_moe_names
 from sparkctl.runtime.metrics import KV_USAGE, RUNNING, TTFT, WAITING, quantile_between
+
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
 
 READS = frozenset({"containers", "logs", "drafter_health", "master_port", "applied"})
 
@@ -34,7 +37,7 @@ def runtime_check(name: str, doc: str, scope):
 
     def deco(fn):
         @wraps(fn)
-        def guarded(ctx: Context, host: str, f):
+        def guarded(ctx: Context, host: str, f: HostFacts):
             return fn(ctx, host, f) if running_anywhere(ctx) else skipped(NOT_RUNNING)
 
         return host_check(name, doc, scope=scope)(guarded)
@@ -59,7 +62,7 @@ def _head_container(ctx: Context):
 
 
 @runtime_check("runtime.containers", "each node runs its sparkctl container (drafter, worker, head)", scope=runtime_hosts)
-def containers(ctx: Context, host: str, f):
+def containers(ctx: Context, host: str, f: HostFacts):
     if f.containers is None:
         yield fail(f"cannot list containers: {f.errors.get('containers', 'no answer')}", f"check the Docker engine on {host}")
         return
@@ -96,7 +99,7 @@ def containers(ctx: Context, host: str, f):
 @runtime_check(
     "runtime.config", "running containers carry the inventory's config hash and the node's current image", scope=runtime_hosts
 )
-def config(ctx: Context, host: str, f):
+def config(ctx: Context, host: str, f: HostFacts):
     running = [c for c in (f.containers or []) if c.running]
     if not running:
         yield skipped("no running container here (see runtime.containers)")
@@ -121,7 +124,7 @@ def config(ctx: Context, host: str, f):
 
 
 @runtime_check("runtime.health", "GET /health on the head answers 200", scope=head_host)
-def health(ctx: Context, host: str, f):
+def health(ctx: Context, host: str, f: HostFacts):
     ep = ctx.endpoint
     if ep is None:
         return skipped("not asked")
@@ -136,7 +139,7 @@ def health(ctx: Context, host: str, f):
         fix = "wait: `sparkctl up` waits for a loading runtime (it never restarts one); a cold start takes 10-15 min on a Spark"
         # a loading runtime serves nothing: it fails doctor unless the operator says loading is expected
         return warn(message, fix) if ctx.allow_loading else fail(message, fix + " (or `sparkctl doctor --allow-loading`)")
-    what = f"answers {ep.health}" if ep.health is not None else ep.health_error
+    what = f"answers {ep.health}" if ep.health is not None else (ep.health_error or "no answer")
     return fail(
         f"{ep.url}/health {what}" + (" (503: the engine is dead)" if ep.health == 503 else ""),
         f"see runtime.engine and `docker logs --tail 100 sparkctl-head` on {host}; restart with `sparkctl up`",
@@ -144,7 +147,7 @@ def health(ctx: Context, host: str, f):
 
 
 @runtime_check("runtime.models", "/v1/models serves the inventory's model name and max_model_len", scope=head_host)
-def models(ctx: Context, host: str, f):
+def models(ctx: Context, host: str, f: HostFacts):
     ep, r = _serving(ctx), ctx.inventory.runtime
     if ep is None:
         return skipped(NOT_SERVING)
@@ -165,7 +168,7 @@ def models(ctx: Context, host: str, f):
 @runtime_check(
     "runtime.metrics", "/metrics now: requests running/waiting, KV cache usage, speculative acceptance", scope=head_host
 )
-def metrics(ctx: Context, host: str, f):
+def metrics(ctx: Context, host: str, f: HostFacts):
     ep = _serving(ctx)
     if ep is None:
         return skipped(NOT_SERVING)
@@ -206,7 +209,7 @@ def metrics(ctx: Context, host: str, f):
 
 
 @runtime_check("runtime.kv_pool", "the KV pool the runtime logs fits max_model_len and matches kv_pool_tokens", scope=head_host)
-def kv_pool(ctx: Context, host: str, f):
+def kv_pool(ctx: Context, host: str, f: HostFacts):
     _, logs = _head_container(ctx)
     r = ctx.inventory.runtime
     ep = ctx.endpoint
@@ -245,7 +248,7 @@ def target_hosts(ctx: Context) -> list[str]:
 @runtime_check(
     "runtime.moe_backend", "no silent Marlin fallback: the MoE backend the log names is the configured one", scope=target_hosts
 )
-def moe_backend(ctx: Context, host: str, f):
+def moe_backend(ctx: Context, host: str, f: HostFacts):
     r = ctx.inventory.runtime
     want, quant = r.moe_backend, r.moe_quantization
     # vLLM 0.33 logs the enum name of the selected backend (fused_moe/oracle/nvfp4.py, mxfp4.py);
@@ -311,7 +314,7 @@ _FATAL_FIX = {
     "the logs show none of the known fatal signs (EngineCore fatal, device-side assert, lost Ray or mp worker)",
     scope=runtime_hosts,
 )
-def engine(ctx: Context, host: str, f):
+def engine(ctx: Context, host: str, f: HostFacts):
     logged_by = [(c, f.logs[c.id]) for c in f.containers or [] if c.role != "gateway" and f.logs.get(c.id) is not None]
     if not logged_by:
         yield skipped("no runtime container here")
@@ -332,7 +335,7 @@ def worker_hosts(ctx: Context) -> list[str]:
     "mp: each headless worker runs, joined this head's rendezvous and reaches its master port over the fabric",
     scope=worker_hosts,
 )
-def peer(ctx: Context, host: str, f):
+def peer(ctx: Context, host: str, f: HostFacts):
     """What replaces Ray's own view of its nodes under mp: vLLM 0.33's head watches only its own worker
     processes (multiproc_executor.py start_worker_monitor), so an idle head answers /health 200 with
     its peer gone, and dies only at the next request."""
@@ -380,7 +383,7 @@ def drafter_host(ctx: Context) -> list[str]:
 
 
 @runtime_check("runtime.drafter", "the drafter on the offload host answers /health", scope=drafter_host)
-def drafter(ctx: Context, host: str, f):
+def drafter(ctx: Context, host: str, f: HostFacts):
     spec = ctx.inventory.runtime.speculative
     port = spec.drafter_port if spec else None  # drafter_host scopes this to an inventory with a drafter
     if f.drafter_health == 200:
@@ -398,7 +401,7 @@ def drafter(ctx: Context, host: str, f):
     "speculative acceptance over vLLM's last logged interval meets alerts.acceptance_length_min",
     scope=head_host,
 )
-def spec_acceptance(ctx: Context, host: str, f):
+def spec_acceptance(ctx: Context, host: str, f: HostFacts):
     if not ctx.inventory.runtime.speculative:
         return skipped("no speculative decoding in the inventory")
     _, logs = _head_container(ctx)
@@ -430,7 +433,7 @@ def spec_acceptance(ctx: Context, host: str, f):
     "no queue (more than alerts.waiting_requests) while a slot is free: a long prefill holding the token budget",
     scope=head_host,
 )
-def queue(ctx: Context, host: str, f):
+def queue(ctx: Context, host: str, f: HostFacts):
     ep = _serving(ctx)
     if ep is None or ep.metrics_error:  # runtime.health and runtime.metrics report why
         return skipped(NOT_SERVING)
@@ -458,7 +461,7 @@ def queue(ctx: Context, host: str, f):
 @runtime_check(
     "runtime.ttft", "p99 time to first token over the seconds doctor looked is within alerts.ttft_p99_seconds", scope=head_host
 )
-def ttft(ctx: Context, host: str, f):
+def ttft(ctx: Context, host: str, f: HostFacts):
     ep = _serving(ctx)
     if ep is None or ep.metrics_error:  # runtime.health and runtime.metrics report why
         return skipped(NOT_SERVING)

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import statistics
+from typing import TYPE_CHECKING
 
 from sparkctl.checks.base import Context, cluster_check, fail, host_check, ok, skipped
+
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
 
 READS = frozenset({"clock", "whoami"})
 
@@ -45,7 +49,7 @@ def host_key(ctx: Context):
 
 
 @host_check("ssh.privilege", "the SSH user is root or has passwordless sudo (sparkctl changes network, docker, mounts)")
-def privilege(ctx: Context, host: str, f):
+def privilege(ctx: Context, host: str, f: HostFacts):
     if f.uid is None:
         return skipped(f"could not read the user id: {f.errors.get('whoami', 'no answer')}")
     if f.uid == 0:

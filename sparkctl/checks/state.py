@@ -7,7 +7,12 @@ someone made did not happen, although everything looks healthy.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from sparkctl.checks.base import Context, fail, head_host, host_check, ok, skipped, warn
+
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
 
 READS = frozenset({"lock", "journal", "events"})
 
@@ -23,7 +28,7 @@ def _duration(seconds: float) -> str:
 
 
 @host_check("state.lock", "the cluster lock is free or held by a live run (not left by a run that is gone)", scope=head_host)
-def lock(ctx: Context, host: str, f):
+def lock(ctx: Context, host: str, f: HostFacts):
     if "lock" not in f.sections:
         return skipped("the lock was not read")
     if "lock" in f.errors:
@@ -31,7 +36,7 @@ def lock(ctx: Context, host: str, f):
     holder = f.lock
     if holder is None:
         return ok("the cluster lock is free")
-    data = {"holder": holder.to_dict()}
+    data: dict[str, Any] = {"holder": holder.to_dict()}
     beat = f"heartbeat {_duration(holder.heartbeat_age)} ago" if holder.heartbeat_age is not None else "no heartbeat read"
     why = holder.gone()
     if why is None:
@@ -53,7 +58,7 @@ def lock(ctx: Context, host: str, f):
 
 
 @host_check("state.last_reload", "the last reload, restart or rollback applied its config (did not roll back)", scope=head_host)
-def last_reload(ctx: Context, host: str, f):
+def last_reload(ctx: Context, host: str, f: HostFacts):
     if "events" not in f.sections:
         return skipped("the events were not read")
     if not f.events:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sparkctl.checks.base import Context, fail, host_check, ok, skipped, warn
 from sparkctl.facts.weights import WeightsCopy, WeightsRecord
 from sparkctl.weights.placement import Placement, model_folders, placements
+
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
 
 READS = frozenset({"weights", "weights_hashes"})
 GB = 1e9
@@ -31,7 +36,7 @@ def _absent(copy: WeightsCopy) -> str:
     "drafter's); an empty folder there makes the engine fail minutes into its start",
     scope=_hosts,
 )
-def present(ctx: Context, host: str, f):
+def present(ctx: Context, host: str, f: HostFacts):
     for path in _folders(ctx, host):
         copy = f.weights.get(path)
         if copy is None:
@@ -68,7 +73,7 @@ def _manifest_record(ctx: Context, p: Placement) -> WeightsRecord | None:
     "digest as verified (files changed since are re-hashed; --deep re-hashes all)",
     scope=_hosts,
 )
-def verified(ctx: Context, host: str, f):
+def verified(ctx: Context, host: str, f: HostFacts):
     mine = [p for p in placements(ctx.inventory) if p.host == host]
     if not mine:
         yield skipped("no `weights` section: sparkctl does not place this checkpoint (see weights.present)")

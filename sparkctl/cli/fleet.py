@@ -34,9 +34,12 @@ ROLLOUT = {"reload": "reload", "restart": "restart", "rollback": "rollback"}
 
 
 def _load(fleet_file):
+    from sparkctl.fleet import keys
     from sparkctl.fleet.model import fleet_path, load_fleet
 
-    return load_fleet(fleet_path(fleet_file))
+    fleet = load_fleet(fleet_path(fleet_file))
+    keys.authorize(fleet)  # sparkctl's calls to a keyed member send its key
+    return fleet
 
 
 def _say():

@@ -28,12 +28,14 @@ def _run(kind: str, fleet_file, config_dir, check, json_out, yes, deadline, rati
     from sparkctl.cli.options import check_seconds
     from sparkctl.cli.output import answer, diagnostics, print_json
     from sparkctl.errors import InputError
+    from sparkctl.fleet import keys
     from sparkctl.fleet.model import fleet_path, load_fleet
     from sparkctl.fleet.rollout import plan_rollout, run_rollout
 
     check_seconds("--deadline", deadline, low=1, high=86400, example="1800")
     check_seconds("--drain-wait", drain_wait, low=0, high=3600, example="120")
     fleet = load_fleet(fleet_path(fleet_file))
+    keys.authorize(fleet)  # the drain's reads of a keyed member's engine send its key
     err = diagnostics()
     plan = plan_rollout(fleet, kind, config_dir, only=only, to=to)
     c = answer()

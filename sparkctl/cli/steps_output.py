@@ -7,6 +7,10 @@ full text is in `--json` and in the plain lines written off a terminal (CI, pipe
 they always were. Built only on the runner's two callbacks: progress(host, step, text) while a step
 applies, and result(StepResult) for each finished host and step.
 
+A transfer (steps/transfer.py: the weights' download and copies, the longest thing `up` does) is
+drawn as a bar with its bytes, rate and time left on a terminal; off one, each of its readings is
+one line on stderr, so a log shows that minutes of silence are a copy moving, not a hang.
+
 The finished lines and the recap are the run's answer (stdout: `up --check > plan.txt` keeps the
 plan); the live block is progress (stderr). When both are the same terminal, finished lines go
 through the live block's console so they land above it.
@@ -20,6 +24,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
+from sparkctl.steps.transfer import Phase, Transfer
+
 if TYPE_CHECKING:  # rich.live is imported only when the report is live
     from rich.live import Live
 
@@ -32,7 +38,7 @@ CLUSTER = "all"  # the host name the runner gives cluster-wide phases (the gate)
 @dataclass
 class HostLine:
     step: str = ""
-    text: str = "waiting"
+    text: Phase = "waiting"
     status: Optional[str] = None  # None while the step runs; else how the last step ended
     since: float = 0.0
 
@@ -114,11 +120,14 @@ class LiveReport:
 
     # ---- the runner's callbacks ------------------------------------------------------------------
 
-    def progress(self, host: str, step: str, text: str) -> None:
+    def progress(self, host: str, step: str, text: Phase) -> None:
         now = time.monotonic()
+        if isinstance(text, Transfer) and not self.interactive:
+            # off a terminal (a log, CI, `--json` piped): a line per reading, on stderr beside the answer
+            self.note(f"{host} {step}: {text}")
         with self._lock:
             if host == CLUSTER:
-                self._cluster = (step, text)
+                self._cluster = (step, str(text))
                 return
             if self._cluster and self._cluster[0] != step:
                 self._cluster = None  # the cluster-wide phase is over: another step runs
@@ -185,13 +194,15 @@ class LiveReport:
         with self._lock:
             hosts = [(h, HostLine(**vars(line))) for h, line in self._hosts.items()]
             cluster = self._cluster
-        rows = []  # (mark, name, step, phase)
+        rows = []  # (mark, name, step, phase: its text, or (seconds in the step, a transfer))
         if not cluster and not any(line.step for _, line in hosts):
             rows.append((self._frame("", now), "", "", "gathering facts from every host"))
         if cluster:
             rows.append((self._frame(CLUSTER, now), CLUSTER, cluster[0], cluster[1]))
         for host, line in hosts:
-            if line.status is None and line.step:
+            if line.status is None and line.step and isinstance(line.text, Transfer):
+                rows.append((self._frame(host, now), host, line.step, (now - line.since, line.text)))
+            elif line.status is None and line.step:
                 # how long this host has been in the step, then the step's latest phase
                 rows.append((self._frame(host, now), host, line.step, f"{now - line.since:3.0f}s {line.text}"))
             else:
@@ -203,6 +214,9 @@ class LiveReport:
         lines = []
         for mark, name, step, phase in rows:
             t = Text.assemble(mark, " ", (f"{name:<{name_w}}", "bold"), " ", f"{step:<{step_w}}", " ")
+            if isinstance(phase, tuple):  # (seconds in the step, a transfer): its bar
+                lines.append(_transfer_line(t, phase[0], phase[1], width))
+                continue
             t.append(shorten(phase, max(width - t.cell_len, 8)))
             t.no_wrap, t.overflow = True, "ellipsis"
             lines.append(t)
@@ -215,6 +229,31 @@ class LiveReport:
         if key not in self._spinners:
             self._spinners[key] = Spinner("dots", style="cyan")
         return self._spinners[key].render(now)
+
+
+def _transfer_line(head, seconds: float, transfer: Transfer, width: int):
+    """One host's line for a transfer, `width` cells at most: the head (mark, host, step), the time in
+    the step and what moves (cut at a word), a bar, then the figures (bytes, rate, time left)."""
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+    from rich.text import Text
+
+    # a narrow terminal: the rate gives way first, then the bar's length, so what moves keeps a few words
+    wide = max(6, min(30, width // 8))
+    for figures, bar in ((transfer.short(), wide), (transfer.short(with_rate=False), wide), (transfer.short(False), 6)):
+        room = width - head.cell_len - bar - len(figures) - 2  # a space each side of the bar
+        if room >= 16:
+            break
+    doing = head.copy()
+    doing.append(shorten(f"{seconds:3.0f}s {transfer.doing}", max(room, 4)))
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True, overflow="ellipsis", width=doing.cell_len)
+    grid.add_column(width=bar)
+    grid.add_column(no_wrap=True, overflow="ellipsis")
+    grid.add_row(
+        doing, ProgressBar(total=max(transfer.total, 1), completed=min(transfer.done, transfer.total), width=bar), Text(figures)
+    )
+    return grid
 
 
 def print_recap(recap, c=None) -> None:

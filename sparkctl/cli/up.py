@@ -22,8 +22,10 @@ def run_steps(
     **options,
 ):
     """Load + validate the inventory and the playbook (before any host is touched), then run it.
-    `options` are the steps' (RunContext.options); a changing run holds the cluster lock, --check takes none."""
+    `options` are the steps' (RunContext.options: steps/base.py RunOptions); a changing run holds the
+    cluster lock, --check takes none."""
     from sparkctl.inventory.loader import load_inventory
+    from sparkctl.steps.base import RunOptions
     from sparkctl.transport.ssh import Fleet
 
     inv = load_inventory(require_inventory(inventory_path), control_machine=True)
@@ -33,7 +35,7 @@ def run_steps(
 
         live = LiveReport(quiet=json_out, hosts=list(inv.hosts), verbose=verbose)
         with live:
-            recap, ctx = converge(inv, fleet, playbook, check, live=live, force=force, wait=wait, **options)
+            recap, ctx = converge(inv, fleet, playbook, check, live=live, force=force, wait=wait, options=RunOptions(**options))
     head = ctx.facts.get(inv.hosts_with_role("head")[0])
     journal = head.journal if head is not None else None
     if json_out:

@@ -183,6 +183,16 @@ def measure_group(
     return out
 
 
+def measured_ends(chosen: list[Rail], results: dict[str, BandwidthResult]) -> dict[tuple[str, str], float]:
+    """(host, device) -> Gb/s of every rail measured without an error, at both of its ends."""
+    out = {}
+    for rail in chosen:
+        r = results.get(rail.key)
+        if r is not None and r.error is None and r.gbps > 0:
+            out[(rail.client, rail.link.device)] = out[(rail.server, rail.server_device)] = r.gbps
+    return out
+
+
 def measure(fleet, chosen: list[Rail], seconds: int = PROBE_SECONDS) -> dict[str, BandwidthResult]:
     """Probe `chosen`, one sibling group after another (rail key -> result)."""
     out: dict[str, BandwidthResult] = {}

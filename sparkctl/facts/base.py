@@ -1,29 +1,33 @@
 """What a fact is: one object with a name, the shell probe that reads it, its parser, and whether
 it only waits (background), defined in its topic's module (facts/network.py, facts/docker.py ...).
 
-`@fact(name, probe, fields=...)` registers the decorated parser as fact `name`, the way
-`checks/base.py` registers checks:
+`@fact(name, probe)` registers the decorated parser as fact `name`, the way `checks/base.py`
+registers checks:
 - `probe` is the snippet the host's one-round-trip script runs (facts/probe.py): a string, or a
   function of the `Target` (the inventory and one host) returning a snippet, None (nothing to read
   on this host), or {index: snippet} for a fact read once per rail or image (sections `name.0`, ...);
-- the parser `fn(facts, reading)` fills `fields`, the HostFacts attributes this fact owns, each
-  with its default (a value, or a factory such as `dict` for a mutable one) for a host where it
-  was not read;
+- the parser `fn(facts: HostFacts, reading)` fills the HostFacts attributes its fact owns;
+- `@host_fields` declares those attributes, typed, once per topic module: a dataclass whose fields
+  are the attributes with their defaults (a host where the fact was not read keeps the default).
+  HostFacts (facts/host.py) is declared from these classes, so what a parser stores is the type a
+  check or step reads, and mypy checks both ends;
 - `background` probes only wait (pings, docker CLI, nvidia-smi, hashing): the script runs them
   concurrently; `after` names facts whose fields this parser reads (parsed first).
 
-Adding a fact kind touches one module: its topic's. The generic gatherer (facts/host.py) knows
-none of them; the registry imports the topic modules (MODULES) the first time it is asked.
+Adding a fact kind touches its topic's module (a new topic also adds its field class to HostFacts'
+bases in facts/host.py). The generic gatherer (facts/host.py) knows no fact; the registry imports
+the topic modules (MODULES) the first time it is asked.
 """
 
 from __future__ import annotations
 
 import importlib
 import threading
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
+from dataclasses import MISSING, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, TypeVar, Union, dataclass_transform
 
 if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
     from sparkctl.facts.probe import Section
     from sparkctl.inventory.models import Host, Inventory
 
@@ -54,7 +58,7 @@ class Target:
 
     inventory: Inventory
     name: str
-    memo: dict[str, Any] = field(default_factory=dict)  # what topic modules derive once per host (facts/docker's images)
+    memo: dict[str, list[str]] = field(default_factory=dict)  # what topic modules derive once per host (facts/docker's images)
 
     @property
     def host(self) -> Host:
@@ -93,8 +97,7 @@ class Reading:
 class Fact:
     name: str
     probe: Callable[[Target], ProbeSpec]
-    parse: Callable[[Any, Reading], None]
-    fields: Mapping[str, Any] = field(default_factory=dict)
+    parse: Callable[[HostFacts, Reading], None]
     background: bool = False
     after: tuple[str, ...] = ()
     module: str = ""  # where it is defined: MODULES order is the script's order
@@ -110,23 +113,27 @@ class Fact:
 
 
 REGISTRY: dict[str, Fact] = {}
+FIELDS: list[type] = []  # the @host_fields classes, in import order
 _loaded = False
 _load_lock = threading.Lock()
+
+
+Parser = TypeVar("Parser", bound=Callable[..., None])  # fn(facts: HostFacts, reading: Reading)
+FieldsClass = TypeVar("FieldsClass", bound=type)
 
 
 def fact(
     name: str,
     probe: Union[str, Callable[[Target], ProbeSpec]],
     *,
-    fields: Optional[Mapping[str, Any]] = None,
     background: bool = False,
     after: tuple[str, ...] = (),
-) -> Callable:
+) -> Callable[[Parser], Parser]:
     """Registers `fn(facts, reading)` as the parser of fact `name`, read by `probe`."""
 
-    def register(fn: Callable[[Any, Reading], None]) -> Callable:
+    def register(fn: Parser) -> Parser:
         snippet = probe if callable(probe) else (lambda target, text=probe: text)
-        add(Fact(name, snippet, fn, dict(fields or {}), background, tuple(after), fn.__module__))
+        add(Fact(name, snippet, fn, background, tuple(after), fn.__module__))
         return fn
 
     return register
@@ -135,13 +142,31 @@ def fact(
 def add(f: Fact) -> Fact:
     if "." in f.name or f.name in REGISTRY:
         raise ValueError(f"fact {f.name!r} registered twice (or its name has a dot)")
-    taken = {k: other.name for other in REGISTRY.values() for k in other.fields}
-    clash = [k for k in f.fields if k in taken or k in RESERVED]
-    if clash:
-        raise ValueError(f"fact {f.name!r}: field(s) {clash} already belong to {[taken.get(k, 'HostFacts') for k in clash]}")
     REGISTRY[f.name] = f
     _derived.clear()
     return f
+
+
+@dataclass_transform(field_specifiers=(field,))
+def host_fields(cls: FieldsClass) -> FieldsClass:
+    """Declares HostFacts attributes (a topic module's facts fill them): a dataclass, each field
+    with its type and its default (`field(default_factory=dict)` for a mutable one). Each name is
+    owned once across sparkctl."""
+    dataclass(cls)  # in place: the class itself is what HostFacts is declared from
+    taken = {f.name: owner.__name__ for owner in FIELDS for f in fields(owner)}
+    clash = [f.name for f in fields(cls) if f.name in taken or f.name in RESERVED]
+    if clash:
+        raise ValueError(f"{cls.__name__}: field(s) {clash} already belong to {[taken.get(k, 'HostFacts') for k in clash]}")
+    FIELDS.append(cls)
+    _derived.clear()
+    return cls
+
+
+def forget_fields(cls: type) -> None:
+    """Unregister a field class (tests that declare one of their own)."""
+    if cls in FIELDS:
+        FIELDS.remove(cls)
+    _derived.clear()
 
 
 def remove(name: str) -> None:
@@ -187,8 +212,17 @@ def order() -> dict[str, int]:
     return _derived["order"]
 
 
-def defaults() -> dict[str, Any]:
-    """Every fact's fields -> default (a value, or a factory for a mutable one)."""
+def _constant(value: Any) -> Callable[[], Any]:
+    return lambda: value
+
+
+def defaults() -> dict[str, Callable[[], Any]]:
+    """Every HostFacts field -> a function making its default (a fresh one for a mutable default)."""
     if "defaults" not in _derived:
-        _derived["defaults"] = {k: v for f in registry().values() for k, v in f.fields.items()}
+        registry()  # the topic modules declare their fields as they are imported
+        made: dict[str, Callable[[], Any]] = {}
+        for cls in FIELDS:
+            for f in fields(cls):
+                made[f.name] = f.default_factory if f.default_factory is not MISSING else _constant(f.default)
+        _derived["defaults"] = made
     return _derived["defaults"]

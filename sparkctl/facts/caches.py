@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional
 
-from sparkctl.facts.base import Reading, fact
+from sparkctl.facts.base import Reading, fact, host_fields
+
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
 
 COMPILE_DIR = "torch_compile_cache"
 CUDA_DIR = "cuda_cache"  # launch.CUDA_CACHE_DIR: the CUDA driver's JIT cache (CUDA_CACHE_PATH)
@@ -74,6 +78,13 @@ def parse_cache(rc: int, text: str) -> CacheFacts:
     return CacheFacts(True, tuple(sorted(hashes)), {h: tuple(sorted(r)) for h, r in complete.items()}, kib=kib)
 
 
+@host_fields
+class CacheFields:
+    """The HostFacts attributes this module's facts fill (a host where one was not read keeps the default)."""
+
+    cache: Optional[CacheFacts] = None  # None: no runtime container here, or not read
+
+
 # --- the facts (facts/base.py) ---------------------------------------------------------------
 
 
@@ -84,6 +95,6 @@ def _cache_probe(t) -> str | None:
     return cache_probe(t.inventory.caches.host_path) if host_images(t) else None
 
 
-@fact("cache", _cache_probe, fields={"cache": None})
-def _cache(f, r: Reading) -> None:
+@fact("cache", _cache_probe)
+def _cache(f: HostFacts, r: Reading) -> None:
     f.cache = parse_cache(r.rc, r.out)

@@ -22,10 +22,13 @@ import hashlib
 import json
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from sparkctl.facts.base import Reading, Target, fact
+from sparkctl.facts.base import Reading, Target, fact, host_fields
 from sparkctl.runtime.launch import LABEL_PREFIX
+
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
 
 IDENTITY_PREFIX = "content:"  # never a docker ID: docker commands take ImageFact.id
 # The run config that decides what a container of the image runs (ocispec ImageConfig field names,
@@ -266,6 +269,14 @@ def runs_image(container: ContainerFact, tagged: Optional[ImageFact], image: str
     return tagged is not None and tagged.holds(image) and container.image_id == tagged.id
 
 
+@host_fields
+class DockerFields:
+    """The HostFacts attributes this module's facts fill (a host where one was not read keeps the default)."""
+
+    images: dict[str, ImageFact] = field(default_factory=dict)  # reference -> ImageFact
+    containers: Optional[list[ContainerFact]] = None  # this cluster's containers, None when docker did not answer
+
+
 # --- the facts (facts/base.py) ---------------------------------------------------------------
 
 
@@ -287,18 +298,16 @@ def host_images(t: Target) -> list[str]:
     return t.memo["images"]
 
 
-@fact(
-    "image", lambda t: {i: image_probe(ref) for i, ref in enumerate(host_images(t))}, background=True, fields={"images": dict}
-)  # reference -> ImageFact
-def _image(f, r: Reading) -> None:
+@fact("image", lambda t: {i: image_probe(ref) for i, ref in enumerate(host_images(t))}, background=True)  # reference -> ImageFact
+def _image(f: HostFacts, r: Reading) -> None:
     ref = host_images(r.target)[r.index]
     f.images[ref] = parse_image(ref, r.rc, r.out)
 
 
 @fact(
-    "containers", lambda t: containers_probe(t.inventory.cluster.name), background=True, fields={"containers": None}
+    "containers", lambda t: containers_probe(t.inventory.cluster.name), background=True
 )  # this cluster's containers, None when docker did not answer
-def _containers(f, r: Reading) -> None:
+def _containers(f: HostFacts, r: Reading) -> None:
     found, err = parse_containers(r.rc, r.out)
     if err:
         f.errors[r.key] = err

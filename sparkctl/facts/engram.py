@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from sparkctl.facts.base import Reading, Target, fact
+from sparkctl.facts.base import Reading, Target, fact, host_fields
+
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
 
 MARKER = ".sparkctl-placed"  # written by steps/engram.py after verifying the copy (sha256sum format)
 STAT = ".sparkctl-placed.stat"  # "size ctime name" of every file as verified: what changed since is re-hashed
@@ -132,6 +135,18 @@ def parse_changed_sums(text: str, placed: dict[str, str]) -> dict[str, str]:
     return out
 
 
+@host_fields
+class EngramFields:
+    """The HostFacts attributes this module's facts fill (a host where one was not read keeps the default)."""
+
+    engram: Optional[EngramFacts] = None
+    engram_hashes: Optional[dict[str, str]] = (
+        None  # SHA-256 per file of the RAM copy (re-hashed where changed, or all with --deep)
+    )
+    engram_rehashed: list[str] = field(default_factory=list)  # files whose size/ctime moved since placement
+    engram_source_hashes: Optional[dict[str, str]] = None  # the source's SHA256SUMS, else computed
+
+
 # --- the facts (facts/base.py) ---------------------------------------------------------------
 
 
@@ -141,8 +156,8 @@ def _placed_here(t: Target):
     return e if e and e.host == t.name else None
 
 
-@fact("engram", lambda t: engram_probe(e.source, e.target) if (e := _placed_here(t)) else None, fields={"engram": None})
-def _engram(f, r: Reading) -> None:
+@fact("engram", lambda t: engram_probe(e.source, e.target) if (e := _placed_here(t)) else None)
+def _engram(f: HostFacts, r: Reading) -> None:
     f.engram = parse_engram(r.out)
 
 
@@ -152,12 +167,8 @@ def _engram(f, r: Reading) -> None:
     lambda t: changed_checksum_command(e.target) if (e := _placed_here(t)) else None,
     background=True,
     after=("engram",),
-    fields={
-        "engram_hashes": None,  # SHA-256 per file of the RAM copy (re-hashed where changed, or all with --deep)
-        "engram_rehashed": list,  # files whose size/ctime moved since placement
-    },
 )
-def _engram_hashes(f, r: Reading) -> None:  # re-hashed where size or ctime moved, else the placement's sums
+def _engram_hashes(f: HostFacts, r: Reading) -> None:  # re-hashed where size or ctime moved, else the placement's sums
     if not r.ok:
         f.errors["engram_hashes"] = r.last_line()
     f.engram_hashes = parse_changed_sums(r.out, f.engram.placed_sums if f.engram else {})
@@ -170,7 +181,7 @@ def _engram_hashes(f, r: Reading) -> None:  # re-hashed where size or ctime move
     background=True,
     after=("engram_hashes",),
 )  # fills engram_hashes: the --deep reading wins
-def _engram_rehash(f, r: Reading) -> None:  # --deep: every file hashed again
+def _engram_rehash(f: HostFacts, r: Reading) -> None:  # --deep: every file hashed again
     if not r.ok:
         f.errors["engram_hashes"] = r.last_line()
     f.engram_hashes = parse_sums(r.out)
@@ -180,9 +191,8 @@ def _engram_rehash(f, r: Reading) -> None:  # --deep: every file hashed again
     "engram_source_hashes",
     lambda t: source_sums_command(e.source) if (e := _placed_here(t)) else None,
     background=True,
-    fields={"engram_source_hashes": None},
 )  # the source's SHA256SUMS, else computed
-def _engram_source_hashes(f, r: Reading) -> None:
+def _engram_source_hashes(f: HostFacts, r: Reading) -> None:
     if not r.ok:
         f.errors[r.key] = r.last_line()
     f.engram_source_hashes = parse_sums(r.out) if r.ok else None

@@ -5,9 +5,13 @@ and the host's architecture with whether the fleet's vllm-router wheel is unpack
 from __future__ import annotations
 
 import shlex
-from typing import Optional
+from typing import TYPE_CHECKING, Literal, Optional, Union
 
-from sparkctl.facts.base import Reading, fact
+from sparkctl.facts.base import Reading, fact, host_fields
+
+if TYPE_CHECKING:
+    from sparkctl.facts.docker import ContainerFact
+    from sparkctl.facts.host import HostFacts
 
 
 def _container_probe(t) -> Optional[str]:
@@ -27,10 +31,17 @@ def _container_probe(t) -> Optional[str]:
     )
 
 
-@fact(
-    "fleet_door", _container_probe, background=True, fields={"fleet_door": None}
-)  # its ContainerFact, False: none, None: not read
-def _fleet_door(f, r: Reading) -> None:
+@host_fields
+class FleetDoorFields:
+    """The HostFacts attributes this module's facts fill (a host where one was not read keeps the default)."""
+
+    fleet_door: Union[ContainerFact, Literal[False], None] = None  # its ContainerFact, False: none, None: not read
+    fleet_router_arch: Optional[str] = None  # the host's `uname -m`
+    fleet_router_wheels: Optional[set[str]] = None  # the complete wheel directories, None: not read
+
+
+@fact("fleet_door", _container_probe, background=True)  # its ContainerFact, False: none, None: not read
+def _fleet_door(f: HostFacts, r: Reading) -> None:
     from sparkctl.facts.docker import parse_containers
 
     found, err = parse_containers(r.rc, r.out)
@@ -51,8 +62,8 @@ def _wheel_probe(t) -> Optional[str]:
     return f'uname -m; for d in {root}/*/; do [ -f "$d{COMPLETE}" ] && basename "$d"; done; true'
 
 
-@fact("fleet_router_wheels", _wheel_probe, fields={"fleet_router_arch": None, "fleet_router_wheels": None})
-def _fleet_router_wheels(f, r: Reading) -> None:
+@fact("fleet_router_wheels", _wheel_probe)
+def _fleet_router_wheels(f: HostFacts, r: Reading) -> None:
     """fleet_router_arch: the host's `uname -m`; fleet_router_wheels: the complete wheel directories (None: not read)."""
     lines = r.out.split()
     if r.rc != 0 or not lines:

@@ -127,15 +127,23 @@ def parse_page(text: str) -> GatewayPage:
     return page
 
 
-def admin_hold(text: str) -> Optional[dict]:
-    """The admin hold the gateway's metrics lines show: {"reason", "held_for_s"}; None when it holds
-    none for sparkctl (an outage hold is not one), or nothing answered (no lines)."""
+@dataclass(frozen=True)
+class AdminHold:
+    """The hold a change asked of the gateway (its admin hold), as its metrics show it."""
+
+    reason: str  # the change that holds: up, reload, rollback, down ("admin" when unnamed)
+    held_for_s: float
+
+
+def admin_hold(text: str) -> Optional[AdminHold]:
+    """The admin hold the gateway's metrics lines show; None when it holds none for sparkctl (an
+    outage hold is not one), or nothing answered (no lines)."""
     if not text.strip():
         return None
     page = parse_page(text)
     if not page.holding.get("admin"):
         return None
-    return {"reason": page.hold_reason or "admin", "held_for_s": round(page.hold_age_s, 1)}
+    return AdminHold(page.hold_reason or "admin", round(page.hold_age_s, 1))
 
 
 def _number(text: Optional[str]) -> Optional[float]:

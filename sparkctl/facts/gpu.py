@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional
 
-from sparkctl.facts.base import Reading, fact
+from sparkctl.facts.base import Reading, fact, host_fields
+
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
 
 GPU_QUERY = "index,name,driver_version,memory.total,memory.used,uuid,pci.bus_id"
 APPS_QUERY = "gpu_uuid,pid,process_name,used_memory"
@@ -87,6 +90,16 @@ def parse_apps(rc: int, text: str) -> list[GPUApp]:
     return [GPUApp(row[0], int(row[1]), row[2], _num(row[3])) for row in _rows(text) if len(row) >= 4 and row[1].isdigit()]
 
 
+@host_fields
+class GpuFields:
+    """The HostFacts attributes this module's facts fill (a host where one was not read keeps the default)."""
+
+    gpus: Optional[list[GPU]] = None  # None: not read, or nvidia-smi failed (gpu_error)
+    gpu_error: Optional[str] = None
+    gpu_apps: list[GPUApp] = field(default_factory=list)
+    app_cgroups: dict[int, str] = field(default_factory=dict)  # pid -> its cgroup lines
+
+
 # --- the facts (facts/base.py) ---------------------------------------------------------------
 
 NVIDIA_SMI_GPUS = f"nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits"
@@ -98,9 +111,8 @@ APPS_SPLIT = "@@cgroups"  # between the compute apps and each app's /proc/PID/cg
     "gpus",
     lambda t: NVIDIA_SMI_GPUS if t.host.gpu is not None else None,
     background=True,
-    fields={"gpus": None, "gpu_error": None},
 )
-def _gpus(f, r: Reading) -> None:
+def _gpus(f: HostFacts, r: Reading) -> None:
     found, err = parse_gpus(r.rc, r.out)
     if err and err != "No devices were found":
         f.gpu_error = err
@@ -119,9 +131,8 @@ APPS_PROBE = (
     "gpu_apps",
     lambda t: APPS_PROBE if t.host.gpu is not None else None,
     background=True,
-    fields={"gpu_apps": list, "app_cgroups": dict},
 )  # pid -> its cgroup lines
-def _gpu_apps(f, r: Reading) -> None:
+def _gpu_apps(f: HostFacts, r: Reading) -> None:
     apps_text, _, cgroups = r.out.partition(APPS_SPLIT)
     f.gpu_apps = parse_apps(r.rc, apps_text)
     for pid, _, cgroup in (line.strip().partition(" ") for line in cgroups.splitlines()):

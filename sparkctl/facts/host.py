@@ -11,11 +11,46 @@ script (facts/probe.py).
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 
 from sparkctl.facts import base
 from sparkctl.facts.probe import Section, gather
 from sparkctl.inventory.models import Inventory
+
+if TYPE_CHECKING:  # the typed attributes, declared in each topic module (its @host_fields class)
+    from sparkctl.facts.caches import CacheFields
+    from sparkctl.facts.docker import DockerFields
+    from sparkctl.facts.engram import EngramFields
+    from sparkctl.facts.fleet_door import FleetDoorFields
+    from sparkctl.facts.gpu import GpuFields
+    from sparkctl.facts.keeper import KeeperFields
+    from sparkctl.facts.logs import LogsFields
+    from sparkctl.facts.network import NetworkFields
+    from sparkctl.facts.rdma import RdmaFields
+    from sparkctl.facts.runtime import RuntimeFields
+    from sparkctl.facts.state import StateFields
+    from sparkctl.facts.system import SystemFields
+    from sparkctl.facts.weights import WeightsFields
+
+    class _Fields(
+        SystemFields,
+        NetworkFields,
+        RdmaFields,
+        GpuFields,
+        DockerFields,
+        LogsFields,
+        CacheFields,
+        EngramFields,
+        WeightsFields,
+        RuntimeFields,
+        StateFields,
+        FleetDoorFields,
+        KeeperFields,
+    ):
+        pass
+
+else:  # at run time the fields are set from the registered classes (base.defaults): the topic
+    _Fields = object  # modules are imported on a host's first gather, not with this module
 
 
 def kinds() -> tuple[str, ...]:
@@ -23,10 +58,10 @@ def kinds() -> tuple[str, ...]:
     return tuple(base.order())
 
 
-class HostFacts:
-    """Parsed facts of one host. Each fact's fields (facts/base.py `fields`) are attributes: read
-    here, or the fact's default when it was not read; a fact that could not be read leaves its
-    default (None for most) with the reason in `errors`."""
+class HostFacts(_Fields):
+    """Parsed facts of one host. Each fact's fields (its topic module's @host_fields class) are
+    typed attributes: read here, or the field's default when it was not read; a fact that could
+    not be read leaves its default (None for most) with the reason in `errors`."""
 
     def __init__(self, host: str, sections: Optional[dict[str, Section]] = None) -> None:
         self.host = host
@@ -34,18 +69,8 @@ class HostFacts:
         self.errors: dict[str, str] = {}  # section key -> why its fact is missing
         self.kinds: set[str] = set()  # the fact kinds read (some have nothing to read on a host)
         self.sent_at: dict[str, float] = {}  # section key -> when its round trip was sent (runner's clock)
-
-    def __getattr__(self, name: str) -> Any:
-        # only called for an attribute not set: a fact's field that its parser did not fill
-        if name.startswith("__"):
-            raise AttributeError(name)
-        defaults = base.defaults()
-        if name not in defaults:
-            raise AttributeError(f"no fact field {name!r} (facts/base.py: a fact's `fields`)")
-        default = defaults[name]
-        value = default() if callable(default) else default
-        self.__dict__[name] = value  # a mutable default is filled in place by its parser
-        return value
+        for name, make in base.defaults().items():  # a mutable default is filled in place by its parser
+            setattr(self, name, make())
 
     def __repr__(self) -> str:
         return f"HostFacts({self.host!r}, kinds={sorted(self.kinds)})"

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional
 
 from sparkctl import state
-from sparkctl.facts.base import Reading, Target, fact
+from sparkctl.facts.base import Reading, Target, fact, host_fields
+
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
 
 
 @dataclass(frozen=True)
@@ -65,8 +68,17 @@ def parse_unit(text: str) -> KeeperUnit:
     )
 
 
-@fact("keeper_unit", _unit_probe, fields={"keeper_unit": None})  # KeeperUnit on the head
-def _keeper_unit(f, r: Reading) -> None:
+@host_fields
+class KeeperFields:
+    """The HostFacts attributes this module's facts fill (a host where one was not read keeps the default)."""
+
+    keeper_unit: Optional[KeeperUnit] = None  # KeeperUnit on the head
+    keeper_auth: list[str] = field(default_factory=list)  # the keeper key's lines in authorized_keys
+    keeper: Optional[dict] = None  # the keeper's state file, None: none written
+
+
+@fact("keeper_unit", _unit_probe)  # KeeperUnit on the head
+def _keeper_unit(f: HostFacts, r: Reading) -> None:
     f.keeper_unit = parse_unit(r.out)
 
 
@@ -76,8 +88,8 @@ def _auth_probe(t: Target) -> str:
     return f"grep -F {shlex.quote(key_comment(t.inventory.cluster.name))} ~/.ssh/authorized_keys 2>/dev/null || true"
 
 
-@fact("keeper_auth", _auth_probe, fields={"keeper_auth": list})  # the keeper key's lines in authorized_keys
-def _keeper_auth(f, r: Reading) -> None:
+@fact("keeper_auth", _auth_probe)  # the keeper key's lines in authorized_keys
+def _keeper_auth(f: HostFacts, r: Reading) -> None:
     f.keeper_auth = [ln.strip() for ln in r.out.splitlines() if ln.strip()]
 
 
@@ -85,8 +97,8 @@ def _state_probe(t: Target) -> Optional[str]:
     return f"cat {state.KEEPER} 2>/dev/null || true" if t.host.role == "head" else None
 
 
-@fact("keeper", _state_probe, fields={"keeper": None})  # the keeper's state file (dict), None: none written
-def _keeper(f, r: Reading) -> None:
+@fact("keeper", _state_probe)  # the keeper's state file (dict), None: none written
+def _keeper(f: HostFacts, r: Reading) -> None:
     try:
         doc = json.loads(r.out) if r.out.strip() else None
     except json.JSONDecodeError:

@@ -13,10 +13,13 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from sparkctl.facts.base import Reading, fact
+from sparkctl.facts.base import Reading, fact, host_fields
 from sparkctl.runtime.health import PHASES, line_phase
+
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
 
 # Lower-case substrings the host-side awk keeps (each at most PER_KIND times).
 # Order matters: a line is kept under the first kind it matches ("Using 'X' NvFp4 MoE backend out of
@@ -221,6 +224,13 @@ def classify(facts: LogFacts, line: str) -> None:
         facts.headless_master = m.group(1)
 
 
+@host_fields
+class LogsFields:
+    """The HostFacts attributes this module's facts fill (a host where one was not read keeps the default)."""
+
+    logs: dict[str, LogFacts] = field(default_factory=dict)  # container id -> LogFacts
+
+
 # --- the facts (facts/base.py) ---------------------------------------------------------------
 
 
@@ -230,6 +240,6 @@ def _logs_probe(t) -> str:
     return cluster_ids(t.inventory.cluster.name) + scan_command()
 
 
-@fact("logs", _logs_probe, background=True, fields={"logs": dict})  # container id -> LogFacts
-def _logs(f, r: Reading) -> None:
+@fact("logs", _logs_probe, background=True)  # container id -> LogFacts
+def _logs(f: HostFacts, r: Reading) -> None:
     f.logs.update(parse_scan(r.out))

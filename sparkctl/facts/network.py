@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Interface, IPv4Network
 from typing import TYPE_CHECKING, Optional
 
-from sparkctl.facts.base import Reading, Target, fact
+from sparkctl.facts.base import Reading, Target, fact, host_fields
 
 if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
     from sparkctl.inventory.models import FabricLink, Inventory
 
 NETPLAN_PATH = "/etc/netplan/40-sparkctl-fabric.yaml"  # written by steps/fabric.py
@@ -159,6 +160,20 @@ def describe_stanza(stanza: dict) -> str:
     return ", ".join(parts) or "settings"
 
 
+@host_fields
+class NetworkFields:
+    """The HostFacts attributes this module's facts fill (a host where one was not read keeps the default)."""
+
+    interfaces: Optional[dict[str, Interface]] = None  # `ip -j addr`, None: not read
+    speeds: dict[str, Optional[int]] = field(default_factory=dict)  # device -> Mb/s (None when unreadable)
+    virtual: set[str] = field(default_factory=set)  # net devices with no bus device (veth): no line rate
+    routes: dict[int, Optional[str]] = field(default_factory=dict)  # rail index -> device the route uses
+    route_text: dict[int, str] = field(default_factory=dict)  # rail index -> `ip route get`'s answer
+    pings: dict[int, PingResult] = field(default_factory=dict)  # rail index -> PingResult
+    netplan: Optional[str] = None  # the fabric netplan file sparkctl writes, None when absent
+    netplan_others: dict[str, str] = field(default_factory=dict)  # other /etc/netplan files naming a rail: path -> text
+
+
 # --- the facts (facts/base.py) ---------------------------------------------------------------
 
 
@@ -196,8 +211,8 @@ def _peers(t: Target) -> dict[int, tuple[FabricLink, str]]:
     return {i: (link, ip) for i, link, ip in pairs if ip}
 
 
-@fact("ip_addr", lambda t: "ip -j addr" if t.host.fabric else None, fields={"interfaces": None})
-def _ip_addr(f, r: Reading) -> None:
+@fact("ip_addr", lambda t: "ip -j addr" if t.host.fabric else None)
+def _ip_addr(f: HostFacts, r: Reading) -> None:
     if not r.ok:
         f.errors[r.key] = r.last_line()
     else:
@@ -213,12 +228,8 @@ SPEED = (
 @fact(
     "speeds",
     lambda t: per_device(_rails(t), SPEED) if t.host.fabric else None,
-    fields={
-        "speeds": dict,  # device -> Mb/s (None when unreadable)
-        "virtual": set,  # net devices with no bus device (veth): no line rate
-    },
 )
-def _speeds(f, r: Reading) -> None:
+def _speeds(f: HostFacts, r: Reading) -> None:
     f.speeds.update(parse_speeds(r.out))
     f.virtual.update(ln.split()[0] for ln in r.out.splitlines() if ln.split()[2:3] == ["virtual"])
 
@@ -227,28 +238,23 @@ def _speeds(f, r: Reading) -> None:
     "route",
     lambda t: {i: f"ip -j route get {shlex.quote(ip)}" for i, (_, ip) in _peers(t).items()},
     background=True,
-    fields={"routes": dict, "route_text": dict},
 )  # rail index -> device the route uses / the answer
-def _route(f, r: Reading) -> None:
+def _route(f: HostFacts, r: Reading) -> None:
     f.routes[r.index], f.route_text[r.index] = parse_route_get(r.out), r.out.strip()
 
 
 @fact(
-    "ping", lambda t: {i: ping_command(link, ip) for i, (link, ip) in _peers(t).items()}, background=True, fields={"pings": dict}
+    "ping", lambda t: {i: ping_command(link, ip) for i, (link, ip) in _peers(t).items()}, background=True
 )  # rail index -> PingResult
-def _ping(f, r: Reading) -> None:
+def _ping(f: HostFacts, r: Reading) -> None:
     f.pings[r.index] = parse_ping(r.rc, r.out)
 
 
 @fact(
     "netplan",
     lambda t: netplan_probe(NETPLAN_PATH, _rails(t)) if t.host.fabric else None,
-    fields={
-        "netplan": None,  # the fabric netplan file sparkctl writes, None when absent
-        "netplan_others": dict,  # other /etc/netplan files naming a rail: path -> text
-    },
 )
-def _netplan(f, r: Reading) -> None:
+def _netplan(f: HostFacts, r: Reading) -> None:
     if not r.ok:
         f.errors[r.key] = r.last_line()
         return

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv6Address
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from sparkctl.facts.base import Reading, Target, fact
+from sparkctl.facts.base import Reading, Target, fact, host_fields
 from sparkctl.facts.network import per_device
+
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
 
 _LINE = re.compile(r"^(?P<dev>\S+) port (?P<port>\d+) ==> (?P<netdev>\S+) \((?P<state>\w+)\)")
 
@@ -81,6 +84,15 @@ def parse_gids(text: str) -> dict[str, GidEntry]:
     return out
 
 
+@host_fields
+class RdmaFields:
+    """The HostFacts attributes this module's facts fill (a host where one was not read keeps the default)."""
+
+    rdma_states: dict[str, str] = field(default_factory=dict)  # RDMA device -> port state ("ACTIVE", "missing")
+    ibdev: dict[str, RdmaPort] = field(default_factory=dict)  # RDMA device -> RdmaPort
+    gids: dict[str, GidEntry] = field(default_factory=dict)  # RDMA device -> its entry at the pinned NCCL_IB_GID_INDEX
+
+
 # --- the facts (facts/base.py) ---------------------------------------------------------------
 
 
@@ -95,14 +107,13 @@ def _devices(t: Target) -> list[str]:
         if _devices(t)
         else None
     ),
-    fields={"rdma_states": dict},
 )
-def _rdma_state(f, r: Reading) -> None:
+def _rdma_state(f: HostFacts, r: Reading) -> None:
     f.rdma_states.update(parse_port_states(r.out))
 
 
-@fact("ibdev2netdev", lambda t: "ibdev2netdev" if _devices(t) else None, fields={"ibdev": dict})  # RDMA device -> RdmaPort
-def _ibdev2netdev(f, r: Reading) -> None:
+@fact("ibdev2netdev", lambda t: "ibdev2netdev" if _devices(t) else None)  # RDMA device -> RdmaPort
+def _ibdev2netdev(f: HostFacts, r: Reading) -> None:
     f.ibdev.update(parse_ibdev2netdev(r.out))
 
 
@@ -115,6 +126,6 @@ def _gid_probe(t: Target) -> Optional[str]:
     return per_device(_devices(t), gid_probe_value(shlex.quote(index)))
 
 
-@fact("gid", _gid_probe, fields={"gids": dict})  # RDMA device -> its entry at the pinned NCCL_IB_GID_INDEX
-def _gid(f, r: Reading) -> None:
+@fact("gid", _gid_probe)  # RDMA device -> its entry at the pinned NCCL_IB_GID_INDEX
+def _gid(f: HostFacts, r: Reading) -> None:
     f.gids.update(parse_gids(r.out))

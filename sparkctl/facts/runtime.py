@@ -5,9 +5,13 @@ facts/endpoint.py."""
 from __future__ import annotations
 
 import shlex
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from sparkctl.facts.base import Reading, Target, fact
+from sparkctl.facts.base import Reading, Target, fact, host_fields
+
+if TYPE_CHECKING:
+    from sparkctl.facts.gateway import AdminHold
+    from sparkctl.facts.host import HostFacts
 
 
 def health_probe(port: int) -> str:
@@ -24,10 +28,20 @@ def _engine_health_probe(t: Target) -> Optional[str]:
     return health_probe(engine_port(t.inventory)) if t.host.role == "head" else None
 
 
-@fact(
-    "health", _engine_health_probe, fields={"health": None}
-)  # the head's /health status line from the head itself, or "refused"
-def _health(f, r: Reading) -> None:
+@host_fields
+class RuntimeFields:
+    """The HostFacts attributes this module's facts fill (a host where one was not read keeps the default)."""
+
+    health: Optional[str] = None  # the head's /health status line from the head itself, or "refused"
+    drafter_health: Optional[int] = None  # the drafter's /health HTTP code
+    master_port: Optional[str] = None  # "open" / "closed"
+    gateway_code: Optional[bool] = None  # True / False, None: not read
+    gateway_keys: Optional[str] = None  # "readable" / "missing", None: none named
+    gateway_hold: Optional[AdminHold] = None  # the gateway's admin hold on the head, None: no hold
+
+
+@fact("health", _engine_health_probe)  # the head's /health status line from the head itself, or "refused"
+def _health(f: HostFacts, r: Reading) -> None:
     f.health = r.out.strip() or "no answer"
 
 
@@ -47,8 +61,8 @@ def _drafter_probe(t: Target) -> Optional[str]:
     )
 
 
-@fact("drafter_health", _drafter_probe, background=True, fields={"drafter_health": None})  # its /health HTTP code
-def _drafter_health(f, r: Reading) -> None:
+@fact("drafter_health", _drafter_probe, background=True)  # its /health HTTP code
+def _drafter_health(f: HostFacts, r: Reading) -> None:
     code = r.out.strip()
     f.drafter_health = int(code) if code.isdigit() and int(code) > 0 else None
 
@@ -63,8 +77,8 @@ def _master_port_probe(t: Target) -> Optional[str]:
     return f"if timeout 3 bash -c 'exec 3<>/dev/tcp/{ip}/{port}' 2>/dev/null; then echo open; else echo closed; fi"
 
 
-@fact("master_port", _master_port_probe, background=True, fields={"master_port": None})  # "open" / "closed"
-def _master_port(f, r: Reading) -> None:
+@fact("master_port", _master_port_probe, background=True)  # "open" / "closed"
+def _master_port(f: HostFacts, r: Reading) -> None:
     f.master_port = r.out.strip() if r.out.strip() in ("open", "closed") else None
 
 
@@ -77,8 +91,8 @@ def _gateway_code_probe(t: Target) -> Optional[str]:
     return f"test -f {shlex.quote(gateway_code.directory())}/{gateway_code.COMPLETE} && echo present || echo absent"
 
 
-@fact("gateway_code", _gateway_code_probe, fields={"gateway_code": None})  # True / False, None: not read
-def _gateway_code(f, r: Reading) -> None:
+@fact("gateway_code", _gateway_code_probe)  # True / False, None: not read
+def _gateway_code(f: HostFacts, r: Reading) -> None:
     out = r.out.strip()
     f.gateway_code = True if out == "present" else False if out == "absent" else None
 
@@ -92,8 +106,8 @@ def _gateway_keys_probe(t: Target) -> Optional[str]:
     return f"test -f {path} -a -r {path} && echo readable || echo missing"
 
 
-@fact("gateway_keys", _gateway_keys_probe, fields={"gateway_keys": None})  # "readable" / "missing", None: none named
-def _gateway_keys(f, r: Reading) -> None:
+@fact("gateway_keys", _gateway_keys_probe)  # "readable" / "missing", None: none named
+def _gateway_keys(f: HostFacts, r: Reading) -> None:
     out = r.out.strip()
     f.gateway_keys = out if out in ("readable", "missing") else None
 
@@ -112,10 +126,8 @@ def _gateway_hold_probe(t: Target) -> Optional[str]:
     return f"bash -c 'exec 3<>/dev/tcp/127.0.0.1/{t.inventory.runtime.port} && {get}' 2>/dev/null | {HOLD_LINES}"
 
 
-@fact(
-    "gateway_hold", _gateway_hold_probe, background=True, fields={"gateway_hold": None}
-)  # {"reason", "held_for_s"}, None: no hold
-def _gateway_hold(f, r: Reading) -> None:
+@fact("gateway_hold", _gateway_hold_probe, background=True)
+def _gateway_hold(f: HostFacts, r: Reading) -> None:
     from sparkctl.facts.gateway import admin_hold
 
     f.gateway_hold = admin_hold(r.out)

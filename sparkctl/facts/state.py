@@ -4,10 +4,15 @@ journal, the events log, the replaced records, and the cluster lock's holder (sp
 from __future__ import annotations
 
 import json
-from typing import Optional
+from dataclasses import field
+from typing import TYPE_CHECKING, Optional
 
 from sparkctl import state
-from sparkctl.facts.base import Reading, Target, fact
+from sparkctl.facts.base import Reading, Target, fact, host_fields
+
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
+    from sparkctl.lock import Holder
 
 
 def _on_head(snippet: str):
@@ -19,23 +24,34 @@ def _json(r: Reading) -> Optional[dict]:
     return json.loads(r.out) if r.out.strip() else None
 
 
-@fact("applied", _on_head(f"cat {state.APPLIED} 2>/dev/null || true"), fields={"applied": None})
-def _applied(f, r: Reading) -> None:  # the head's record of the last `sparkctl up` (whole applied.json)
+@host_fields
+class StateFields:
+    """The HostFacts attributes this module's facts fill (a host where one was not read keeps the default)."""
+
+    applied: Optional[dict] = None  # the head's record of the last `sparkctl up` (whole applied.json)
+    journal: Optional[dict] = None  # a reload in progress (or interrupted)
+    events: list[dict] = field(default_factory=list)  # applied configs, reloads, rollbacks, oldest first
+    history: list[dict] = field(default_factory=list)  # replaced applied records, oldest first
+    lock: Optional[Holder] = None  # the lock's holder, None when the lock is free
+
+
+@fact("applied", _on_head(f"cat {state.APPLIED} 2>/dev/null || true"))
+def _applied(f: HostFacts, r: Reading) -> None:  # the head's record of the last `sparkctl up` (whole applied.json)
     f.applied = _json(r)
 
 
-@fact("journal", _on_head(f"cat {state.JOURNAL} 2>/dev/null || true"), fields={"journal": None})
-def _journal(f, r: Reading) -> None:  # a reload in progress (or interrupted)
+@fact("journal", _on_head(f"cat {state.JOURNAL} 2>/dev/null || true"))
+def _journal(f: HostFacts, r: Reading) -> None:  # a reload in progress (or interrupted)
     f.journal = _json(r)
 
 
-@fact("events", _on_head(f"tail -n {state.EVENTS_SHOWN} {state.EVENTS} 2>/dev/null || true"), fields={"events": list})
-def _events(f, r: Reading) -> None:  # applied configs, reloads, rollbacks, oldest first
+@fact("events", _on_head(f"tail -n {state.EVENTS_SHOWN} {state.EVENTS} 2>/dev/null || true"))
+def _events(f: HostFacts, r: Reading) -> None:  # applied configs, reloads, rollbacks, oldest first
     f.events = state.parse_events(r.out)
 
 
-@fact("history", _on_head(state.HISTORY_PROBE), fields={"history": list})
-def _history(f, r: Reading) -> None:  # replaced applied records, oldest first
+@fact("history", _on_head(state.HISTORY_PROBE))
+def _history(f: HostFacts, r: Reading) -> None:  # replaced applied records, oldest first
     f.history = state.parse_history(r.out)
 
 
@@ -46,8 +62,8 @@ def _lock_probe(t: Target) -> Optional[str]:
     return probe() if t.host.role == "head" else None
 
 
-@fact("lock", _lock_probe, fields={"lock": None})  # the holder (sparkctl.lock.Holder), None when the lock is free
-def _lock(f, r: Reading) -> None:
+@fact("lock", _lock_probe)  # the holder (sparkctl.lock.Holder), None when the lock is free
+def _lock(f: HostFacts, r: Reading) -> None:
     if not r.out.strip():
         return
     from sparkctl.lock import parse_holder

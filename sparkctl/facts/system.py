@@ -3,10 +3,13 @@ and which of the tools sparkctl runs on a host are installed there."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional
 
-from sparkctl.facts.base import Reading, fact
+from sparkctl.facts.base import Reading, fact, host_fields
+
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
 
 
 def parse_meminfo(text: str) -> dict[str, int]:
@@ -145,12 +148,31 @@ def parse_remove_ipc(text: str) -> Optional[bool]:
     return value
 
 
+@host_fields
+class SystemFields:
+    """The HostFacts attributes this module's facts fill (a host where one was not read keeps the default)."""
+
+    clock_offset: Optional[float] = None  # host clock minus runner clock, seconds
+    uid: Optional[int] = None
+    user: str = ""
+    sudo: Optional[bool] = None  # root, or passwordless sudo
+    meminfo: dict[str, int] = field(default_factory=dict)  # /proc/meminfo, kB
+    disks: dict[str, Disk] = field(default_factory=dict)  # "images" / "docker" / "caches" -> Disk
+    docker_root: Optional[str] = None
+    image_store: str = "classic"  # "containerd" when dockerd keeps images in containerd's store
+    images_root: Optional[str] = None  # where that store keeps them (docker's data root, or containerd's root)
+    tools: Optional[frozenset[str]] = None  # REMOTE_TOOLS found on the PATH
+    memlock_kib: Optional[int] = None  # ulimit -l in KiB, -1: unlimited, None: unreadable
+    logind_running: Optional[bool] = None
+    remove_ipc: Optional[bool] = None  # logind's RemoveIPC
+
+
 # --- the facts (facts/base.py) ---------------------------------------------------------------
 
 
 # first in the script: it starts right after the command is sent
-@fact("clock", "date +%s.%N", fields={"clock_offset": None})  # host clock minus runner clock, seconds
-def _clock(f, r: Reading) -> None:
+@fact("clock", "date +%s.%N")  # host clock minus runner clock, seconds
+def _clock(f: HostFacts, r: Reading) -> None:
     if r.sent is not None and r.ok:
         f.clock_offset = float(r.out.strip().splitlines()[0]) - r.sent
 
@@ -158,17 +180,16 @@ def _clock(f, r: Reading) -> None:
 @fact(
     "whoami",
     'id -u; id -un; if [ "$(id -u)" != 0 ]; then sudo -n true 2>/dev/null && echo sudo || echo no-sudo; fi',
-    fields={"uid": None, "user": "", "sudo": None},
 )
-def _whoami(f, r: Reading) -> None:
+def _whoami(f: HostFacts, r: Reading) -> None:
     words = r.out.split()
     f.uid = int(words[0])
     f.user = words[1] if len(words) > 1 else ""
     f.sudo = f.uid == 0 or words[2:3] == ["sudo"]
 
 
-@fact("meminfo", "cat /proc/meminfo", fields={"meminfo": dict})
-def _meminfo(f, r: Reading) -> None:
+@fact("meminfo", "cat /proc/meminfo")
+def _meminfo(f: HostFacts, r: Reading) -> None:
     f.meminfo.update(parse_meminfo(r.out))
 
 
@@ -176,14 +197,8 @@ def _meminfo(f, r: Reading) -> None:
     "disk",
     lambda t: disk_probe(t.inventory.caches.host_path),
     background=True,
-    fields={
-        "disks": dict,  # "images" / "docker" / "caches" -> Disk
-        "docker_root": None,
-        "image_store": "classic",  # "containerd" when dockerd keeps images in containerd's store
-        "images_root": None,  # where that store keeps them (docker's data root, or containerd's root)
-    },
 )
-def _disk(f, r: Reading) -> None:
+def _disk(f: HostFacts, r: Reading) -> None:
     d = parse_disk(r.out)
     f.disks.update(d.disks)
     f.docker_root, f.image_store, f.images_root = d.docker_root, d.image_store, d.images_root
@@ -202,13 +217,13 @@ def parse_tools(text: str) -> frozenset[str]:
     return frozenset(t for t in REMOTE_TOOLS if t in found)
 
 
-@fact("tools", "for t in " + " ".join(REMOTE_TOOLS) + '; do command -v "$t"; done; true', fields={"tools": None})
-def _tools(f, r: Reading) -> None:
+@fact("tools", "for t in " + " ".join(REMOTE_TOOLS) + '; do command -v "$t"; done; true')
+def _tools(f: HostFacts, r: Reading) -> None:
     f.tools = parse_tools(r.out)
 
 
-@fact("memlock", "ulimit -l", fields={"memlock_kib": None})
-def _memlock(f, r: Reading) -> None:
+@fact("memlock", "ulimit -l")
+def _memlock(f: HostFacts, r: Reading) -> None:
     f.memlock_kib = parse_memlock(r.out)
 
 
@@ -216,8 +231,7 @@ def _memlock(f, r: Reading) -> None:
     "logind",
     "if pidof systemd-logind >/dev/null 2>&1; then echo running; else echo stopped; fi; "
     "cat /etc/systemd/logind.conf /etc/systemd/logind.conf.d/*.conf 2>/dev/null; true",
-    fields={"logind_running": None, "remove_ipc": None},
 )
-def _logind(f, r: Reading) -> None:
+def _logind(f: HostFacts, r: Reading) -> None:
     first, _, rest = r.out.partition("\n")
     f.logind_running, f.remove_ipc = first.strip() == "running", parse_remove_ipc(rest)

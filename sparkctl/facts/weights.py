@@ -10,8 +10,9 @@ records beside them once every file's digest matched the hub's manifest:
   `weights_hashes` fact; the others keep the digest verified at placement. A no-op `up` hashes
   nothing: hashing ~167 GB takes minutes.
 The probe also reads the staging folder beside the path (a copy or download under way or cut:
-what is there is resumed), symbolic links (a copied hub cache's links may point nowhere) and the
-free bytes of the filesystem that holds the path.
+what is there is resumed), the previous version kept beside it (a change of repo or revision moves
+the old copy there whole, so a rollback needs no download), symbolic links (a copied hub cache's
+links may point nowhere) and the free bytes of the filesystem that holds the path.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
-from sparkctl.facts.base import Reading, Target, fact
+from sparkctl.facts.base import Reading, Target, fact, host_fields
 
 if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
     from sparkctl.weights.placement import Checkpoint
 
 RECORD = ".sparkctl-weights.json"
@@ -41,14 +43,23 @@ def staging_path(path: str) -> str:
     return f"{parent}/.{name}.sparkctl-staging"
 
 
+def previous_path(path: str) -> str:
+    """Where the version a change of repo or revision replaced at `path` is kept, whole, with its
+    records: beside the path, on its filesystem, so putting it back is links and renames."""
+    parent, _, name = path.rstrip("/").rpartition("/")
+    return f"{parent}/.{name}.sparkctl-previous"
+
+
 def weights_probe(path: str) -> str:
-    p, s = shlex.quote(path), shlex.quote(staging_path(path))
+    p, s, v = shlex.quote(path), shlex.quote(staging_path(path)), shlex.quote(previous_path(path))
     return (
         f"echo @@dir; if [ -d {p} ]; then echo present; (cd {p} && {_FILES} | head -n 20000); "
         f"elif [ -e {p} ]; then echo not-a-directory; fi; "
         f"echo @@links; [ -d {p} ] && find {p} -type l -printf '%P -> %l\\n' | head -n 20; "
         f"echo @@record; cat {p}/{RECORD} 2>/dev/null; "
         f"echo @@staging; [ -d {s} ] && (cd {s} && {_FILES} | head -n 20000); "
+        f"echo @@previous; [ -d {v} ] && (cd {v} && {_FILES} | head -n 20000); "
+        f"echo @@previous_record; cat {v}/{RECORD} 2>/dev/null; echo @@previous_stat; cat {v}/{STAT} 2>/dev/null; "
         # the free bytes where the files will land: the path, else its nearest existing parent
         f'echo @@free; d={p}; while [ ! -d "$d" ]; do d=$(dirname "$d"); done; df -B1 --output=avail "$d" | tail -n 1; true'
     )
@@ -76,10 +87,17 @@ def hash_command(folder: str, only_changed: bool = True, names: Optional[list[st
     )
 
 
-def stat_command(folder: str) -> str:
-    """Shell: the `size ctime name` record of every file, written after they were verified."""
+def stat_command(folder: str, only_stdin: bool = False) -> str:
+    """Shell: the `size ctime name` record of every file, written after they were verified.
+    `only_stdin`: of the files named on stdin (a line each) alone: the others are not vouched for."""
     f = shlex.quote(folder)
-    return f"cd {f} && {_FILES} | sort -k3 > {STAT}.tmp && mv {STAT}.tmp {STAT}"
+    if not only_stdin:
+        return f"cd {f} && {_FILES} | sort -k3 > {STAT}.tmp && mv {STAT}.tmp {STAT}"
+    pick = "awk 'NR == FNR { keep[$0] = 1; next } { n = $0; sub(/^[^ ]* [^ ]* /, \"\", n); if (n in keep) print }'"
+    return (
+        f"cd {f} && cat > {STAT}.names && {_FILES} | sort -k3 | {pick} {STAT}.names - > {STAT}.tmp "
+        f"&& mv {STAT}.tmp {STAT} && rm -f {STAT}.names"
+    )
 
 
 @dataclass(frozen=True)
@@ -154,6 +172,22 @@ def parse_record(text: str) -> Optional[WeightsRecord]:
 
 
 @dataclass(frozen=True)
+class PreviousCopy:
+    """The version kept beside a path since a change of repo or revision (previous_path)."""
+
+    record: Optional[WeightsRecord]  # what it was verified as
+    files: dict[str, int] = field(default_factory=dict)  # name -> size
+    unchanged: frozenset[str] = frozenset()  # files whose `size ctime name` is still as its stat record holds
+
+    def holds(self, name: str, wanted: ManifestFile) -> bool:
+        """`name` is here as verified, with the digest `wanted` lists: it can be linked, not fetched."""
+        rec = self.record
+        return (
+            rec is not None and name in self.unchanged and rec.files.get(name) == wanted and self.files.get(name) == wanted.size
+        )
+
+
+@dataclass(frozen=True)
 class WeightsCopy:
     """One checkpoint path on one node."""
 
@@ -165,6 +199,7 @@ class WeightsCopy:
     record: Optional[WeightsRecord] = None
     staging: dict[str, int] = field(default_factory=dict)  # name -> size in the staging folder
     free_bytes: Optional[int] = None
+    previous: Optional[PreviousCopy] = None
 
     @property
     def bytes(self) -> int:
@@ -184,9 +219,17 @@ def _listing(text: str) -> dict[str, int]:
 def parse_weights(path: str, text: str) -> WeightsCopy:
     from sparkctl.facts.probe import chunks as split
 
-    chunks = split(text, ("dir", "links", "record", "staging", "free"))
+    chunks = split(text, ("dir", "links", "record", "staging", "previous", "previous_record", "previous_stat", "free"))
     head, _, listing = chunks["dir"].partition("\n")
     free = chunks["free"].strip().splitlines()
+    previous = None
+    if chunks["previous"].strip():
+        same = set(chunks["previous"].splitlines()) & set(chunks["previous_stat"].splitlines())
+        previous = PreviousCopy(
+            record=parse_record(chunks["previous_record"]) if chunks["previous_record"].strip() else None,
+            files=_listing(chunks["previous"]),
+            unchanged=frozenset(ln.split(" ", 2)[2] for ln in same if ln.count(" ") >= 2),
+        )
     return WeightsCopy(
         path=path,
         present=head.strip() == "present",
@@ -196,6 +239,7 @@ def parse_weights(path: str, text: str) -> WeightsCopy:
         record=parse_record(chunks["record"]) if chunks["record"].strip() else None,
         staging=_listing(chunks["staging"]),
         free_bytes=int(free[-1]) if free and free[-1].strip().isdigit() else None,
+        previous=previous,
     )
 
 
@@ -278,6 +322,15 @@ def parse_hashes(text: str, record: Optional[WeightsRecord] = None) -> dict[str,
     return out
 
 
+@host_fields
+class WeightsFields:
+    """The HostFacts attributes this module's facts fill (a host where one was not read keeps the default)."""
+
+    weights_source: Optional[SourceFolder] = None  # the folder source on the download host
+    weights: dict[str, WeightsCopy] = field(default_factory=dict)  # path -> WeightsCopy
+    weights_hashes: dict[str, dict[str, FileDigests]] = field(default_factory=dict)  # path -> {file: digests}
+
+
 # --- the facts (facts/base.py) ---------------------------------------------------------------
 
 
@@ -305,15 +358,15 @@ def _source_here(t: Target) -> Optional[str]:
     return source_probe(w.directory) if w is not None and w.directory and download_host(t.inventory) == t.name else None
 
 
-@fact("weights_source", _source_here, fields={"weights_source": None})
-def _weights_source(f, r: Reading) -> None:
+@fact("weights_source", _source_here)
+def _weights_source(f: HostFacts, r: Reading) -> None:
     w = r.target.inventory.weights
     assert w is not None and w.directory is not None  # _source_here probes only then
     f.weights_source = parse_source(w.directory, r.out)
 
 
-@fact("weights", lambda t: _per_path(t, weights_probe), fields={"weights": dict})
-def _weights(f, r: Reading) -> None:  # path -> WeightsCopy
+@fact("weights", lambda t: _per_path(t, weights_probe))
+def _weights(f: HostFacts, r: Reading) -> None:  # path -> WeightsCopy
     path = paths_here(r.target)[r.index]
     f.weights[path] = parse_weights(path, r.out)
 
@@ -324,9 +377,8 @@ def _weights(f, r: Reading) -> None:  # path -> WeightsCopy
     lambda t: _per_path(t, hash_command, placed_only=True),
     background=True,
     after=("weights",),
-    fields={"weights_hashes": dict},
 )
-def _weights_hashes(f, r: Reading) -> None:  # path -> {file: digests}
+def _weights_hashes(f: HostFacts, r: Reading) -> None:  # path -> {file: digests}
     path = paths_here(r.target)[r.index]
     copy = f.weights.get(path)
     if not r.ok and copy is not None and copy.present:
@@ -340,6 +392,6 @@ def _weights_hashes(f, r: Reading) -> None:  # path -> {file: digests}
     background=True,
     after=("weights_hashes",),
 )  # fills weights_hashes: the --deep reading wins
-def _weights_rehash(f, r: Reading) -> None:
+def _weights_rehash(f: HostFacts, r: Reading) -> None:
     path = paths_here(r.target)[r.index]
     f.weights_hashes[path] = parse_hashes(r.out)

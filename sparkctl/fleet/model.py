@@ -77,7 +77,9 @@ class Router(_Section):
     max_concurrent_requests: Optional[int] = Field(None, ge=1, description="Requests the router runs at once.")
     queue_size: Optional[int] = Field(None, ge=0, description="Requests that wait beyond those (then 429).")
     queue_timeout_secs: Optional[int] = Field(None, ge=1, description="How long one may wait in that queue.")
-    max_payload_size: Optional[int] = Field(None, ge=1024, description="Largest request body in bytes.")
+    max_payload_size: Optional[int] = Field(
+        None, ge=1024, description="Largest request body in bytes (default: the members' smallest gateway.max_body_bytes)."
+    )
     request_timeout_secs: Optional[int] = Field(None, ge=1, description="Deadline of one request at a member.")
     retry_max_retries: Optional[int] = Field(None, ge=0, description="Retries of a request a member failed (408/429/5xx).")
     cb_failure_threshold: Optional[int] = Field(None, ge=1, description="Failures that open a member's circuit.")
@@ -340,6 +342,9 @@ def _rules(doc: FleetFile, members: list[Member], path: Path) -> Iterator[Proble
                     f"host {host} ({a}) is also host {other} of member {members[j].name}; a host belongs to one member",
                 )
             seen_address.setdefault(a, (i, host))
+    from sparkctl.fleet import keys
+
+    yield from keys.problems(members)
     fd = doc.front_door
     yield from _wheel_problems(doc, path)
     if fd.router_metrics_port == fd.port:

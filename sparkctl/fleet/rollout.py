@@ -503,6 +503,7 @@ def _untouched(mp: MemberPlan) -> MemberResult:
 
 def _change(fleet, member, mp, plan, result, router_admin, deadline, min_ratio, drain_wait, serve_wait, say, on_result):
     """One member: wait for the others to serve at the door, drain it, run its change, put it back."""
+    from sparkctl.fleet import keys
     from sparkctl.reload import run_reload
 
     name = mp.member
@@ -510,6 +511,7 @@ def _change(fleet, member, mp, plan, result, router_admin, deadline, min_ratio, 
     say(name, f"draining at the front door (up to {drain_wait:.0f} s for its requests in flight there)")
     result.outcome = "draining"
     try:
+        keys.authorize_member(member.inventory)  # the drain reads its engine with its running config's key
         router_admin.drain(fleet, name, wait_s=drain_wait)
     except SparkctlError as err:
         put_back = _undrain_quietly(fleet, name, router_admin)

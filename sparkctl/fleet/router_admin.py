@@ -185,15 +185,23 @@ def drain(fleet: "Fleet", member: str, wait_s: float = 600.0, session=None) -> d
 
 
 def _engine_in_flight(fleet: "Fleet", member: str) -> int:
-    """The member's engine's running + waiting requests; 0 when its engine does not answer (nothing runs there)."""
+    """The member's engine's running + waiting requests; 0 when its engine does not answer (nothing
+    runs there). A member refusing sparkctl's key is an error, never a 0 (fleet/keys.py)."""
     from sparkctl.runtime.health import base_url
     from sparkctl.runtime.metrics import RUNNING, WAITING, parse_page
 
     inv = fleet.member(member).inventory
+    url = base_url(inv) + "/metrics"
     try:
-        page = parse_page(
-            httpclient.get(base_url(inv) + "/metrics", timeout=ADMIN_TIMEOUT, trust_env=False).text, inv.runtime.served_model_name
-        )
+        r = httpclient.get(url, timeout=ADMIN_TIMEOUT, trust_env=False)
+        if r.status_code in (401, 403):
+            raise DoorAdminError(
+                f"{member}'s engine refused sparkctl's key ({url}: HTTP {r.status_code}): its in-flight requests "
+                "cannot be counted",
+                fix=f"the first key in its gateway.api_keys_file must be one its gateway takes: `sparkctl doctor -i "
+                f"{fleet.member(member).inventory_path}`",
+            )
+        page = parse_page(r.text, inv.runtime.served_model_name)
     except (httpx.HTTPError, ValueError):
         return 0
     return int((page.total(RUNNING) or 0) + (page.total(WAITING) or 0))

@@ -10,7 +10,7 @@ uvicorn, aiohttp, orjson, requests, setproctitle), not the router itself; so spa
 front_door.router.wheel (the wheel for the host's architecture, downloaded on this machine:
 nodes need no internet) is unpacked here and copied to a content-addressed directory on the host
 (runtime/code_ship.py), mounted read-only and put on PYTHONPATH. Without a wheel, the image must
-carry vllm-router (the lab's image does: lab/sparkctl_lab/image.py).
+carry vllm-router (neither vLLM's nor the lab's does: the lab's fleet file names a wheel too).
 
 The launch is pure (the fleet alone): the same fleet renders the same config hash, and the
 container restarts only when it changes (members, ports, policy and knobs, image, wheel).
@@ -109,9 +109,19 @@ def router_command(fleet: "Fleet") -> list[str]:
             # cache_aware sends every prefix miss to one member until the loads differ by this much:
             # by a full batch of the smallest member, not the router's 64, so a second pair works too
             value = min(m.inventory.runtime.max_num_seqs for m in fleet.members)
+        if name == "max_payload_size" and value is None:
+            value = members_body_limit(fleet)
         if name not in ("policy", "wheel") and value is not None:
             cmd += ["--" + name.replace("_", "-"), str(value)]
     return cmd
+
+
+def members_body_limit(fleet: "Fleet") -> Optional[int]:
+    """The smallest gateway.max_body_bytes of the members: the router's own limit (413) unless the
+    fleet file sets one, so a body every member would refuse is refused before the router reads
+    512 MB of it (its own default). None when no member has a gateway (vLLM sets no limit)."""
+    limits = [m.inventory.gateway.max_body_bytes for m in fleet.members if m.inventory.gateway.enabled]
+    return min(limits) if limits else None
 
 
 def worker_urls(fleet: "Fleet") -> dict[str, str]:

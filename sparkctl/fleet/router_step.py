@@ -23,16 +23,24 @@ from sparkctl.fleet import router_launch as placement
 from sparkctl.fleet.router_host import door_session
 from sparkctl.inventory.models import Inventory
 from sparkctl.steps.base import Change, Plan, RunContext, Step
-from sparkctl.steps.placed import restart_reason
+from sparkctl.steps.placed import START, WAIT, apply_changes, start_changes
+from sparkctl.steps.transfer import Phase
 
 if TYPE_CHECKING:
+    from sparkctl.fleet.model import Fleet
     from sparkctl.runner import Recap
 
 WAIT_S = 60.0  # the router serves within ADD_WAIT_S of its start (it waits that long for a member that does not answer)
 
 
+def _fleet(ctx: RunContext) -> Fleet:
+    if ctx.fleet_spec is None:
+        raise RuntimeError("the front door's step runs in a fleet's run (RunContext.fleet_spec)")
+    return ctx.fleet_spec
+
+
 class FrontDoorStep(Step):
-    """Runs with RunContext.options["fleet"] (the Fleet) on the door's inventory (fleet/router_host.py)."""
+    """Runs with RunContext.fleet_spec (the Fleet) on the door's inventory (fleet/router_host.py)."""
 
     name = "front_door"
     facts = frozenset({"fleet_door", "fleet_router_wheels", "image"})  # facts/fleet_door.py, facts/docker.py
@@ -41,7 +49,7 @@ class FrontDoorStep(Step):
         return inv.hosts_with_role("head")[:1]
 
     def plan_host(self, ctx: RunContext, host: str) -> Plan:
-        fleet = ctx.options["fleet"]
+        fleet = _fleet(ctx)
         f = ctx.facts[host]
         if f.fleet_door is None:
             return self.blocked(host, f"cannot inspect {placement.CONTAINER}: {f.errors.get('fleet_door', 'no answer')}")
@@ -64,37 +72,23 @@ class FrontDoorStep(Step):
                 )
             if placement.wheel_hash(wheel) not in f.fleet_router_wheels:
                 ops.append(Change("ship-router", f"copy vllm-router from {wheel.name} to {placement.wheel_directory(wheel)}"))
-        why = restart_reason(spec.name, host, f.fleet_door or None, want)
         fd = fleet.front_door
         members = ", ".join(m.name for m in fleet.members)
-        if why:
-            ops += [
-                Change(
-                    "start",
-                    f"start vllm-router ({fd.router.policy}) as {spec.name} with config {want} on "
-                    f":{fd.port} in {spec.image}, members {members}",
-                ),
-                Change("wait-door", f"wait until it answers on :{fd.port}"),
-            ]
+        start = f"start vllm-router ({fd.router.policy}) as {spec.name} with config {want} on :{fd.port} in {spec.image}, members {members}"
+        starts, why = start_changes(spec.name, host, f.fleet_door or None, want, start, fd.port)
+        ops += starts
         if not ops:
             return self.noop(host, f"{spec.name} running config {want} on :{fd.port} (vllm-router, members {members})")
         return self.changes(host, ops, reason=why or "")
 
     def apply(self, ctx: RunContext, plan: Plan) -> str:
-        done = []
-        for c in plan.changes:
-            if c.action == "ship-router":
-                done.append(self._ship(ctx, plan.host))
-            elif c.action == "start":
-                done.append(self._start(ctx, plan.host))
-            elif c.action == "wait-door":
-                done.append(self._wait(ctx, plan.host))
-        return "; ".join(done)
+        return apply_changes(ctx, plan, {"ship-router": self._ship, START: self._start, WAIT: self._wait})
 
     def _ship(self, ctx: RunContext, host: str) -> str:
         from sparkctl.runtime.code_ship import ship
 
-        wheel = ctx.options["fleet"].router_wheel
+        wheel = _fleet(ctx).router_wheel
+        assert wheel is not None  # planned only when front_door.router.wheel names one
         files, final = placement.wheel_files(wheel), placement.wheel_directory(wheel)
         ship(ctx.session(host), host, files, final, placement.WHEEL_ROOT, placement.COMPLETE, "vllm-router's wheel")
         return f"vllm-router from {wheel.name} in {final} ({len(files)} files)"
@@ -102,7 +96,7 @@ class FrontDoorStep(Step):
     def _start(self, ctx: RunContext, host: str) -> str:
         from sparkctl.steps.runtime import start_container
 
-        spec = placement.launch(ctx.options["fleet"])
+        spec = placement.launch(_fleet(ctx))
         self._image(ctx, host, spec.image)
         ctx.progress(host, self.name, f"starting {spec.name}")
         return start_container(ctx, host, spec)
@@ -132,7 +126,7 @@ class FrontDoorStep(Step):
         from sparkctl.runtime.containers import wait_answering
         from sparkctl.transport.guard import check_url
 
-        fleet = ctx.options["fleet"]
+        fleet = _fleet(ctx)
         check_url(fleet.front_door_url, "the fleet's front door")
         fix = (
             f"read `docker logs {placement.CONTAINER}` on {host}; are front_door.port {fleet.front_door.port} and "
@@ -145,16 +139,14 @@ class FrontDoorStep(Step):
 
 
 def ensure_front_door(
-    fleet, check: bool = False, progress: Callable[[str, str, str], None] = lambda host, step, text: None
+    fleet, check: bool = False, progress: Callable[[str, str, Phase], None] = lambda host, step, text: None
 ) -> "Recap":
     """Plan (and unless `check`, apply) the door on its host (the door member's head, or a host of
     its own), over an SSH session of its own. The recap's `plans` are what `--check` prints; `recap.failed` says whether it worked."""
     from sparkctl.runner import PlaybookStep, Stage, run_playbook
 
     with door_session(fleet, early=True) as (sessions, host):
-        ctx = RunContext(
-            inventory=sessions.inventory, fleet=sessions, check_mode=check, options={"fleet": fleet}, progress=progress
-        )
+        ctx = RunContext(inventory=sessions.inventory, fleet=sessions, check_mode=check, progress=progress, fleet_spec=fleet)
         return run_playbook(ctx, [Stage(PlaybookStep(step=FrontDoorStep.name), FrontDoorStep())], "fleet-door")
 
 

@@ -13,6 +13,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from sparkctl.steps.transfer import Phase
+
 Say = Callable[[str], None]
 
 
@@ -23,9 +25,9 @@ class MemberLines:
         self.member, self.say = member, say
         self._last: dict[tuple[str, str], str] = {}
 
-    def progress(self, host: str, step: str, text: str) -> None:
-        if self._last.get((host, step)) != text:  # a phase repeated (a wait's tick) is said once
-            self._last[(host, step)] = text
+    def progress(self, host: str, step: str, text: Phase) -> None:
+        if self._last.get((host, step)) != str(text):  # a phase repeated (a wait's tick) is said once
+            self._last[(host, step)] = str(text)
             self.say(f"{self.member}: {host} {step}: {text}")
 
     def result(self, r) -> None:
@@ -128,11 +130,14 @@ class FleetUp:
 def up_member(member, check: bool, say: Say, force: bool = False, wait: float = 0, **options) -> MemberUp:
     """One member's `sparkctl up`, its progress through `say`."""
     from sparkctl.converge import converge
+    from sparkctl.steps.base import RunOptions
     from sparkctl.transport.ssh import Fleet as HostFleet
 
     inv = member.inventory
     with HostFleet(inv).connect_early() as hosts:
-        recap, ctx = converge(inv, hosts, "up", check, live=MemberLines(member.name, say), force=force, wait=wait, **options)
+        recap, ctx = converge(
+            inv, hosts, "up", check, live=MemberLines(member.name, say), force=force, wait=wait, options=RunOptions(**options)
+        )
     head = ctx.facts.get(inv.hosts_with_role("head")[0])
     return MemberUp(
         member.name,

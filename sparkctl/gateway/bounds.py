@@ -9,18 +9,17 @@ timeout's (server.py): aiohttp closes a connection whose request has not begun b
 from __future__ import annotations
 
 import asyncio
-import json
 
 from aiohttp import web
 
 from .metrics import BODY_TOO_LARGE, BUFFER_FULL, Metrics
-from .rejection import Rejected
+from .rejection import Rejected, error_body
 
 BUFFER_RETRY_AFTER_S = 5  # bodies drain as requests finish: seconds, not a hold
 
 
-def _error(status: int, kind: str, message: str) -> web.Response:
-    body = json.dumps({"error": {"message": message, "type": kind, "param": None, "code": status}}).encode()
+def _error(path: str, status: int, kind: str, message: str) -> web.Response:
+    body = error_body(path, status, message, kind)
     return web.Response(status=status, body=body, headers={"Content-Type": "application/json", "Connection": "close"})
 
 
@@ -43,7 +42,7 @@ class Bounds:
             length = request.content_length
             if length is not None and length > self.max_body:
                 self.m.rejected.labels(BODY_TOO_LARGE).inc()
-                return _error(413, "BadRequestError", self._too_large(length))
+                return _error(request.path, 413, "BadRequestError", self._too_large(length))
             reserve = length if length is not None else self.max_body  # chunked: its most
             if self.buffered + reserve > self.max_buffered:
                 r = Rejected(
@@ -53,7 +52,7 @@ class Bounds:
                     BUFFER_RETRY_AFTER_S,
                 )
                 self.m.rejected.labels(r.reason).inc()
-                return web.Response(status=r.status, body=r.body(), headers=r.headers())
+                return web.Response(status=r.status, body=r.body(request.path), headers=r.headers())
             self.buffered += reserve
             try:
                 try:
@@ -61,11 +60,14 @@ class Bounds:
                     await asyncio.wait_for(request.read(), self.body_timeout_s)
                 except asyncio.TimeoutError:
                     return _error(
-                        408, "RequestTimeoutError", f"The request body did not arrive within {self.body_timeout_s:g} s."
+                        request.path,
+                        408,
+                        "RequestTimeoutError",
+                        f"The request body did not arrive within {self.body_timeout_s:g} s.",
                     )
                 except web.HTTPRequestEntityTooLarge:  # a chunked body past the limit
                     self.m.rejected.labels(BODY_TOO_LARGE).inc()
-                    return _error(413, "BadRequestError", self._too_large(None))
+                    return _error(request.path, 413, "BadRequestError", self._too_large(None))
                 return await handler(request)
             finally:
                 self.buffered -= reserve

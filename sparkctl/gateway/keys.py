@@ -13,8 +13,9 @@ own AuthenticationMiddleware leaves it open. Keys are compared as SHA-256 digest
 from __future__ import annotations
 
 import hashlib
-import json
 import secrets
+
+from .rejection import error_body
 
 OPEN_PATHS = frozenset({"/health"})
 ENGINE_KEY_ENV = "SPARKCTL_GATEWAY_ENGINE_API_KEY"  # the engine's VLLM_API_KEY, passed on upstream
@@ -56,15 +57,8 @@ class Keys:
         return ok
 
 
-def unauthorized_body() -> bytes:
-    """401 in OpenAI's error shape (what its clients raise AuthenticationError from)."""
-    return json.dumps(
-        {
-            "error": {
-                "message": "Missing or invalid API key: send `Authorization: Bearer <key>`.",
-                "type": "AuthenticationError",
-                "param": None,
-                "code": 401,
-            }
-        }
-    ).encode()
+def unauthorized_body(path: str) -> bytes:
+    """401 in the route's error shape (OpenAI's clients raise AuthenticationError from it,
+    Anthropic's from `authentication_error`)."""
+    message = "Missing or invalid API key: send `Authorization: Bearer <key>`."
+    return error_body(path, 401, message, "AuthenticationError")

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 
+from . import rejection
+
 MESSAGE = (
     "The engine stopped while it was running this request; the gateway does not send it again (a request "
     "running when an engine dies is the likeliest cause of the crash). Send it again yourself only if you "
@@ -59,18 +61,14 @@ def shape(method: str, path: str, body: bytes, at_engine_s: float | None, relaye
 
 
 def error_body(path: str) -> bytes:
-    """The answer's body in the route's own error shape (vLLM's for OpenAI routes, Anthropic's for
-    /v1/messages: entrypoints/anthropic/api_router.py translate_error_response)."""
-    if path == MESSAGES_ROUTE:
-        return json.dumps({"type": "error", "error": {"type": "api_error", "message": MESSAGE}}).encode()
-    return json.dumps({"error": {"message": MESSAGE, "type": "BadGatewayError", "param": None, "code": STATUS}}).encode()
+    """The answer's body in the route's own error shape."""
+    return rejection.error_body(path, STATUS, MESSAGE, "BadGatewayError")
 
 
 def error_event(path: str) -> bytes:
     """The end of a stream the engine died in, as an error event of the stream's shape."""
     if path == MESSAGES_ROUTE:
-        data = json.dumps({"type": "error", "error": {"type": "api_error", "message": MESSAGE}})
-        return f"event: error\ndata: {data}\n\n".encode()
+        return f"event: error\ndata: {error_body(path).decode()}\n\n".encode()
     if path == RESPONSES_ROUTE:
         data = json.dumps({"type": "error", "code": "engine_died", "message": MESSAGE, "param": None})
         return f"event: error\ndata: {data}\n\n".encode()  # entrypoints/openai/responses/api_router.py

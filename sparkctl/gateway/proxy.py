@@ -76,7 +76,7 @@ class Proxy:
                 return await self._forward(request, body, arrival)
         except Rejected as r:
             self.m.rejected.labels(r.reason).inc()
-            return web.Response(status=r.status, body=r.body(), headers=r.headers())
+            return web.Response(status=r.status, body=r.body(request.path), headers=r.headers())
 
     async def _forward(self, request: web.Request, body: bytes, arrival: float) -> web.StreamResponse:
         url = URL(self.upstream + request.raw_path, encoded=True)  # the path and query exactly as they came

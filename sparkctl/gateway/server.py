@@ -62,7 +62,9 @@ def key_check(keys: Keys, engine_key: str | None):
     async def check(request: web.Request, handler) -> web.StreamResponse:
         if not open_to(request) and not keys.allows(request.headers.get("Authorization")):
             return web.Response(
-                status=401, body=unauthorized_body(), headers={"Content-Type": "application/json", "WWW-Authenticate": "Bearer"}
+                status=401,
+                body=unauthorized_body(request.path),
+                headers={"Content-Type": "application/json", "WWW-Authenticate": "Bearer"},
             )
         if engine_key:  # replaces every Authorization the client sent, whatever its case
             headers = request.headers.copy()  # a case-insensitive multidict of its own

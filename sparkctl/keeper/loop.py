@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from sparkctl import state
 from sparkctl.errors import SparkctlError
 from sparkctl.inventory.models import Inventory
 from sparkctl.keeper.policy import Cause, CrashLoop, Gone, Grace, cause_of, first_cause, gone
+
+if TYPE_CHECKING:
+    from sparkctl.session import ClusterSession
 
 READ_WAIT_S = 30.0  # one look at the cluster; a host past it is unreachable this time
 HOLD_RETRY_S = 60.0  # after the front door did not take the give-up hold
@@ -45,6 +48,7 @@ class Keeper:
         self.last_line = ""
         self.away: set[str] = set()  # hosts seen unreachable while the cluster was down (a reboot)
         self.outage_cause: Optional[Cause] = None  # what took it down, kept across this outage's recoveries
+        self.served_at: Optional[float] = None  # when the current recovery's head served again
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -117,7 +121,7 @@ class Keeper:
 
     # -- acting -------------------------------------------------------------------------------
 
-    def _cause(self, cluster, missing: list[Gone]) -> Optional[Cause]:
+    def _cause(self, cluster: ClusterSession, missing: list[Gone]) -> Optional[Cause]:
         """Why they went: each gone container's exit and log lines (read before the restart removes them)."""
         lost = [g for g in missing if g.host in self.away]
         if lost:  # a host that stopped answering took its containers with it: that is the cause
@@ -133,6 +137,7 @@ class Keeper:
         from sparkctl.reload import ReloadInterrupted, run_reload
 
         t0 = self.clock()
+        self.served_at = None
         self.loop.recovered_at(t0)
         why = cause.summary() if cause else "gone"
         self.say(
@@ -144,7 +149,8 @@ class Keeper:
             return {
                 "trigger": "keeper",
                 "cause": cause.to_dict() if cause else None,
-                "downtime_seconds": round(down_for + (self.clock() - t0), 2),
+                # until the head served again (its runtime step), not the throughput and record after it
+                "downtime_seconds": round(down_for + ((self.served_at or self.clock()) - t0), 2),
                 "gone": [g.name for g in missing],
             }
 
@@ -168,6 +174,8 @@ class Keeper:
 
     def _result(self, r) -> None:
         """The recovery's steps in the keeper's log (the unit's journal): what changed or failed."""
+        if (r.step, r.host, r.status) == ("runtime", self.head, "changed"):  # it serves: the gate passed
+            self.served_at = self.clock()
         if r.status in ("changed", "failed"):
             self.say(f"  {r.step} on {r.host}: {r.status}: {r.message}")
 

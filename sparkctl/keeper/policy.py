@@ -90,18 +90,21 @@ def cause_of(g: Gone, logs: Optional[LogFacts]) -> Cause:
     return Cause("exited", g.host, g.name, code, (c.error[:LINE_CHARS],) if c.error else ())
 
 
-# when no log line names a cause: how telling each way of ending is (the first wins)
-UNNAMED_RANK = ("killed", "exited", "removed")
+# what an engine logs when another container of the group ended under it (the worker's rank, the
+# drafter, the collective's peer): an echo, so a kill of that other container is the cause
+ECHO_KINDS = ("NCCL error", "worker lost", "engine fatal error")
+# how telling each way of ending is, the first wins: what the log or the OOM killer names of the
+# container itself, then a kill, then another's echo, a plain exit, a container simply not there
+CAUSE_RANK = ("device-side assert", "OOM", "killed", *ECHO_KINDS, "exited", "removed")
 
 
 def first_cause(causes: list[Cause]) -> Optional[Cause]:
-    """The cause history leads with: one a log names (or the OOM killer) beats an exit code, a kill
-    beats a plain exit (a killed head takes its headless worker down with exit 1: the kill is the
-    cause, the worker's exit its echo), and an exit beats a container that is simply not there."""
+    """The cause history leads with (the first of equals): a killed head takes its headless worker
+    down with exit 1, a killed worker or drafter makes the head log `worker lost` or a fatal error
+    and exit 1: the kill is the cause, the others' ends its echo."""
     if not causes:
         return None
-    named = [c for c in causes if c.kind not in UNNAMED_RANK]
-    return named[0] if named else min(causes, key=lambda c: UNNAMED_RANK.index(c.kind))
+    return min(causes, key=lambda c: CAUSE_RANK.index(c.kind) if c.kind in CAUSE_RANK else 0)
 
 
 @dataclass

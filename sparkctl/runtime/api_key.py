@@ -4,6 +4,7 @@ measurement, doctor's and status's reads): docs/gateway.md "Security".
 With a gateway and `gateway.api_keys_file`: the file's first key, read over SSH from the head when
 the first call needs it (never written anywhere, masked in every output from then on). Else the
 engine's own key (runtime.env VLLM_API_KEY), which a keyless gateway asks for too. Else none.
+A fleet's members: fleet/keys.py.
 """
 
 from __future__ import annotations
@@ -19,6 +20,13 @@ if TYPE_CHECKING:
     from sparkctl.transport.ssh import Fleet, HostSession
 
 READ_TIMEOUT_S = 10.0
+
+
+def asks_key(inv: Inventory) -> bool:
+    """Whether the cluster's runtime.port asks a key (gateway.api_keys_file, or the engine's own)."""
+    from sparkctl.runtime.launch import engine_api_key
+
+    return bool((inv.gateway.enabled and inv.gateway.api_keys_file) or engine_api_key(inv))
 
 
 def first_key(text: str) -> Optional[str]:

@@ -12,7 +12,8 @@ And what a change tells the gateway, decided with the stop step's plan (so `--ch
   Retry-After at once (the plan says so);
 - release when the new engine serves (health 200, a smoke completion, one streamed token);
 - a rollback holds again without a release between (the gateway keeps the hold's start);
-- a run that fails and leaves no rollback to come releases (`release_after_failure`): the
+- a run that fails and leaves no rollback to come releases (`release_after_failure`, the stop
+  step's compensating action, which runner.compensate runs for `up`, `down` and reload): the
   gateway then does what it does for a crash outside a change (holds on connection refused up to
   hold_s, then 503, and passes again the moment the engine answers /health), rather than keep
   an admin hold that would outlast a hand-started engine by up to the ttl;
@@ -149,14 +150,13 @@ def planned_hold(ctx: RunContext, host: str, stopping: list[str], down: bool, de
     if not any(c.name == CONTAINER and c.running for c in listed):
         return None
     g = inv.gateway
-    drain = ctx.options.get("drain")
-    drain = float(inv.runtime.shutdown_timeout if drain is None else drain)
+    drain = float(inv.runtime.shutdown_timeout if ctx.options.drain is None else ctx.options.drain)
     if down:
         ttl = min(drain + TTL_MARGIN_S, g.hold_max_s)
         return Hold("down", g.hold_s + ttl, None, g.hold_s, ttl)
     start = of_head(inv, f)
     ttl = min(drain + deadline + TTL_MARGIN_S, g.hold_max_s)
-    return Hold(str(ctx.options.get("event") or "up"), start.seconds, start.cache, g.hold_s, ttl)
+    return Hold(ctx.options.event, start.seconds, start.cache, g.hold_s, ttl)
 
 
 def hold(ctx: RunContext, host: str, data: dict) -> str:

@@ -232,6 +232,18 @@ def weights_env(inv: Inventory) -> dict[str, str]:
     return {"HF_HUB_OFFLINE": "1"} if inv.weights is not None else {}
 
 
+def weights_version(inv: Inventory, role: str) -> Optional[dict]:
+    """The checkpoint version a container loads, as the inventory names it (repo or folder, revision,
+    file patterns), where sparkctl places it: part of its restart group's hash, since a new revision
+    at the same runtime.model changes the files under the same mount and only a restart loads them."""
+    w = inv.weights
+    if w is None or role == "gateway":
+        return None
+    if role == "drafter":
+        return w.drafter.model_dump(mode="json") if w.drafter else None
+    return w.model_dump(mode="json", include={"repo", "revision", "directory", "include", "exclude"})
+
+
 def vllm_serve_args(inv: Inventory) -> list[str]:
     """`vllm serve` flags for the main model: only flags the real vLLM accepts (vllm-interface.md)."""
     r = inv.runtime
@@ -429,6 +441,7 @@ def _render(inv: Inventory) -> LaunchPlan:
     base_env = {**cache_env(inv), **weights_env(inv), **r.env}
 
     def node(host: str, role: str, image: str, command: list[str], env: dict, model_path: Optional[str]) -> dict:
+        version = weights_version(inv, role)
         return dict(
             host=host,
             role=role,
@@ -437,6 +450,7 @@ def _render(inv: Inventory) -> LaunchPlan:
             command=command,
             env={**base_env, **env},
             mounts=_model_mounts(inv, model_path),
+            **({"weights": version} if version else {}),  # hashed, not a container setting
         )
 
     nodes: list[dict] = []  # in start order: drafter, workers, head
@@ -508,7 +522,7 @@ def _render(inv: Inventory) -> LaunchPlan:
     }
     containers = [
         ContainerSpec(
-            **n,
+            **{k: v for k, v in n.items() if k != "weights"},
             name=f"sparkctl-{n['role']}",
             devices=["/dev/infiniband"] if any(link.rdma for link in inv.hosts[n["host"]].fabric) else [],
             stop_timeout=stop_timeout,

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
+    from sparkctl.inventory.models import Inventory
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,7 @@ def forecast(inventory: dict, recorded: Optional[dict], events: list[dict], cach
     return StartForecast(cache, expected_seconds(events, cache))
 
 
-def of_head(inv, head_facts) -> StartForecast:
+def of_head(inv: Inventory, head_facts: HostFacts) -> StartForecast:
     """The forecast from the head's facts (`applied`, `events`, `cache`), for `inv`'s start."""
     cache = head_facts.cache
     return forecast(inv.model_dump(mode="json"), head_facts.applied, list(head_facts.events), bool(cache and cache.warm_hashes))

@@ -18,9 +18,12 @@ from sparkctl.inventory.models import Inventory
 
 if TYPE_CHECKING:  # imported lazily at run time: a no-op `up` has a 1 s budget
     from sparkctl.facts.host import HostFacts
+    from sparkctl.fleet.model import Fleet as FleetSpec
     from sparkctl.lock import ClusterLock
+    from sparkctl.runtime.launch import LaunchPlan
     from sparkctl.session import ClusterSession
     from sparkctl.steps.runtime import Drift
+    from sparkctl.steps.transfer import Phase
     from sparkctl.transport.ssh import Fleet, HostSession
 
 Status = Literal["ok", "changed", "failed", "skipped"]
@@ -100,6 +103,23 @@ class Outputs:
     keeper_public_key: Optional[str] = None
     # stop -> reload's journal and report: each container's stop {host, container, seconds, timeout_s, exit_code, killed}
     stops: list[dict] = field(default_factory=list)
+    # fabric (its bandwidth probe after a change) or weights (before a copy, in --check) -> weights:
+    # (host, device) -> the rail's Gb/s measured in this run, at both of its ends
+    rail_gbps: dict[tuple[str, str], float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What the command asks of its run's steps (its flags): declared and typed, never looked up by string."""
+
+    event: str = "up"  # the command running the playbook (up, reload, restart, rollback): the record's, the hold's
+    timeout: Optional[float] = None  # seconds a start may take (steps/runtime.py DEFAULT_TIMEOUT when None)
+    side_load: bool = False  # images: copy the image over SSH from the control machine, never pull
+    pull: bool = False  # images: pull even where the node holds the image
+    drain: Optional[int] = None  # stop: seconds in-flight requests may finish (runtime.shutdown_timeout when None)
+    min_throughput_ratio: Optional[float] = None  # reload's throughput gate: the decode rate kept, against the record
+    # reload: the containers its --check pass planned to restart; the stop step refuses to restart others
+    confirmed_restart: Optional[tuple[str, ...]] = None
 
 
 @dataclass
@@ -111,11 +131,14 @@ class RunContext:
     facts: dict[str, HostFacts] = field(default_factory=dict)  # host -> its facts, the cluster session's cache
     check_mode: bool = False
     force: bool = False
-    options: dict[str, Any] = field(default_factory=dict)
-    progress: Callable[[str, str, str], None] = lambda host, step, text: None
+    options: RunOptions = field(default_factory=RunOptions)
+    # (host, step, the phase it is in: its text, or a transfer's bytes, rate and time left)
+    progress: Callable[[str, str, Phase], None] = lambda host, step, text: None
     outputs: Outputs = field(default_factory=Outputs)
     # the cluster lock, when the runner takes it before the first change (lock.cluster_lock lazy)
     lock: Optional[ClusterLock] = None
+    # `fleet up`'s front-door run (fleet/router_step.py): the fleet whose door it deploys; None for a cluster's run
+    fleet_spec: Optional[FleetSpec] = None
 
     def __post_init__(self) -> None:
         # the run's calls to the cluster (smoke, first token, decode, the gateway's wait) send its key
@@ -124,7 +147,7 @@ class RunContext:
         api_key.authorize(self.inventory, self.fleet)
 
     @property
-    def launch(self):
+    def launch(self) -> LaunchPlan:
         """The rendered launch (containers, commands, config hash): launch.render keeps it, once per inventory."""
         from sparkctl.runtime.launch import render
 
@@ -180,6 +203,12 @@ class Step:
         """The proof on `host`, after every host applied, of what the step changed (a step that has
         one overrides this; the runner calls only those)."""
         raise NotImplementedError
+
+    def compensate(self, ctx: RunContext) -> Optional[str]:
+        """Undo what this run left that nothing after a failed run will set right (runner.compensate
+        calls it, last step first, when the command says no further run comes); a note for the
+        operator, or None when there was nothing to undo."""
+        return None
 
     def apply(self, ctx: RunContext, plan: Plan) -> "str | tuple[str, bool]":
         """Perform exactly the plan's operations; return a one-line summary (or (summary, changed)

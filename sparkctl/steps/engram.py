@@ -59,7 +59,7 @@ class EngramStep(Step):
                 )
             return self.noop(
                 host,
-                f"{len(want)} table file(s) placed in tmpfs {e.target} ({g.mount_bytes / GIB:.2f} GiB), every SHA-256 matches",
+                f"{len(want)} table file(s) placed in tmpfs {e.target} ({(g.mount_bytes or 0) / GIB:.2f} GiB), every SHA-256 matches",
             )
         changes = []
         if not mounted:

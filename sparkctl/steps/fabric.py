@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import shlex
 import threading
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from sparkctl.errors import HostError
 from sparkctl.facts import network
@@ -25,6 +25,9 @@ from sparkctl.facts.network import NETPLAN_PATH, peer_ip  # the same jumbo-ping 
 from sparkctl.inventory.models import FabricLink, Inventory
 from sparkctl.steps.base import Change, Plan, RunContext, Step
 from sparkctl.templates import render_template
+
+if TYPE_CHECKING:
+    from sparkctl.facts.host import HostFacts
 
 # the plan's operations on a rail, as `ip` commands (data values are shell-quoted)
 IP_COMMANDS = {
@@ -47,7 +50,7 @@ def netplan_text(inv: Inventory, host: str) -> str:
     return render_template("netplan-fabric.yaml.j2", cluster=inv.cluster.name, host=host, links=inv.hosts[host].fabric)
 
 
-def takeovers(f, devices: list[str]) -> list[tuple[str, dict[str, dict], Optional[str]]]:
+def takeovers(f: HostFacts, devices: list[str]) -> list[tuple[str, dict[str, dict], Optional[str]]]:
     """Other netplan files that configure these rails: (path, the rails' entries, the file's text
     without them, None when nothing else is left in it). A file we cannot read as YAML is left
     alone and reported by the caller."""
@@ -74,7 +77,7 @@ def takeovers(f, devices: list[str]) -> list[tuple[str, dict[str, dict], Optiona
     return out
 
 
-def link_local_source(f, device: str) -> Optional[str]:
+def link_local_source(f: HostFacts, device: str) -> Optional[str]:
     """The other netplan file that asks for IPv4 link-local on this device, if any."""
     for path, text in sorted(f.netplan_others.items()):
         try:
@@ -289,6 +292,7 @@ class FabricStep(Step):
                 for h in hosts:
                     ctx.progress(h, self.name, f"probing the bandwidth of {len(every)} rail(s)")
                 results = bandwidth.measure(ctx.sessions, every)
+                ctx.outputs.rail_gbps.update(bandwidth.measured_ends(every, results))
                 virtual = {(h, d) for h in hosts for d in ctx.facts[h].virtual}
                 verdicts = judge_rails(every, results, virtual)
                 self._probed = (id(ctx), [(r, verdicts[r.key]) for r in every if r.key in verdicts])

@@ -50,39 +50,34 @@ class GatewayStep(Step):
         if f.gateway_code is not True:
             n = len(gateway_code.files())
             ops.append(Change("ship-code", f"copy the gateway's code ({n} files) to {gateway_code.directory()}"))
-        from sparkctl.steps.placed import restart_reason
+        from sparkctl.steps.placed import start_changes
 
-        want = ctx.launch.expected_hash(spec.name)
-        why = restart_reason(spec.name, host, running, want)
-        if why:
-            port = ctx.inventory.runtime.port
-            ops += [
-                Change(
-                    "start",
-                    f"start {spec.name} with config {want} on :{port}, engine behind it on :{ctx.inventory.gateway.engine_port}",
-                ),
-                Change("wait-gateway", f"wait until it answers on :{port}"),
-            ]
+        want, port = ctx.launch.expected_hash(spec.name), ctx.inventory.runtime.port
+        engine_port = ctx.inventory.gateway.engine_port
+        starts, why = start_changes(
+            spec.name,
+            host,
+            running,
+            want,
+            f"start {spec.name} with config {want} on :{port}, engine behind it on :{engine_port}",
+            port,
+        )
+        ops += starts
         if not ops:
-            return self.noop(host, f"{spec.name} running config {want} on :{ctx.inventory.runtime.port}")
+            return self.noop(host, f"{spec.name} running config {want} on :{port}")
         return self.changes(host, ops, reason=why or "")
 
     def apply(self, ctx: RunContext, plan: Plan) -> str:
-        done = []
-        for c in plan.changes:
-            if c.action == "ship-code":
-                done.append(self._ship(ctx, plan.host))
-            elif c.action == "start":
-                done.append(self._start(ctx, plan.host))
-            elif c.action == "wait-gateway":
-                done.append(self._wait(ctx, plan.host))
-            elif c.action == "remove":
-                from sparkctl.runtime import containers
+        from sparkctl.steps.placed import START, WAIT, apply_changes
 
-                ctx.progress(plan.host, self.name, f"stopping {placement.CONTAINER}")
-                gone = containers.stop(ctx.session(plan.host).docker(), ctx.inventory.cluster.name, names=[placement.CONTAINER])
-                done.append(f"removed {', '.join(gone)}" if gone else "nothing left to remove")
-        return "; ".join(done)
+        return apply_changes(ctx, plan, {"ship-code": self._ship, START: self._start, WAIT: self._wait, "remove": self._remove})
+
+    def _remove(self, ctx: RunContext, host: str) -> str:
+        from sparkctl.runtime import containers
+
+        ctx.progress(host, self.name, f"stopping {placement.CONTAINER}")
+        gone = containers.stop(ctx.session(host).docker(), ctx.inventory.cluster.name, names=[placement.CONTAINER])
+        return f"removed {', '.join(gone)}" if gone else "nothing left to remove"
 
     def _ship(self, ctx: RunContext, host: str) -> str:
         from sparkctl.runtime import gateway_code
@@ -96,6 +91,7 @@ class GatewayStep(Step):
         from sparkctl.steps.runtime import start_container
 
         spec = ctx.launch.gateway
+        assert spec is not None  # planned only with gateway.enabled, which renders it
         ctx.progress(host, self.name, f"starting {spec.name}")
         # the admin socket's directory: root only (docker would create a missing bind source 0755)
         r = ctx.session(host).run(f"mkdir -p {placement.ADMIN_DIR} && chmod 0700 {placement.ADMIN_DIR}")

@@ -285,14 +285,13 @@ def plan_images(
     inv: Inventory,
     have: dict[str, dict[str, Any]],
     truths: dict[str, dict[str, Truth]],
-    options: dict[str, Any],
+    side_load: bool,
+    force_pull: bool,
     predicted: dict[str, dict[str, Optional[str]]],
     name: str = "images",
 ) -> dict[str, Plan]:
     """Pure: plans for every node from what each holds (ImageFact per ref) and the truths.
     Fills `predicted` (host -> ref -> the identity it will hold; None when only a pull can tell)."""
-    side_load = bool(options.get("side_load"))
-    force_pull = bool(options.get("pull"))
     plans: dict[str, Plan] = {}
     for host, refs in truths.items():
         if host not in have:
@@ -426,7 +425,10 @@ class ImagesStep(Step):
         answers = self._answers if self._answers is not None else registry_answers(ctx, self._resolver, self._ask)
         self.truths = {h: t for h, t in resolve_truths(ctx, answers, self._lookup).items() if h in ctx.facts}
         have = {h: ctx.facts[h].images for h in self.truths}
-        return plan_images(ctx.inventory, have, self.truths, {**self.options, **ctx.options}, ctx.outputs.image_ids, self.name)
+        # the command's flags, or the playbook entry's options
+        side_load = ctx.options.side_load or bool(self.options.get("side_load"))
+        pull = ctx.options.pull or bool(self.options.get("pull"))
+        return plan_images(ctx.inventory, have, self.truths, side_load, pull, ctx.outputs.image_ids, self.name)
 
     def apply(self, ctx: RunContext, plan: Plan) -> tuple[str, bool]:
         """Exactly the planned operations. Returns (summary, whether any image on this host changed)."""

@@ -154,7 +154,8 @@ class KeeperStep(Step):
 
     def _authorize(self, ctx: RunContext, host: str) -> str:
         head = ctx.inventory.hosts_with_role("head")[0]
-        pub = ctx.outputs.keeper_public_key or ctx.facts[head].keeper_unit.public_key
+        head_unit = ctx.facts[head].keeper_unit
+        pub = ctx.outputs.keeper_public_key or (head_unit.public_key if head_unit else None)
         if not pub:
             raise HostError(f"{host}: the head's keeper key is not known (its creation failed?)", fix="run `sparkctl up` again")
         comment = shlex.quote("/" + unit.key_comment(ctx.inventory.cluster.name) + "$/d")
@@ -171,6 +172,7 @@ class KeeperStep(Step):
 
     def _write(self, ctx: RunContext, host: str, path: str) -> str:
         keeper = ctx.facts[host].keeper_unit
+        assert keeper is not None and keeper.command is not None  # else the plan was blocked (_head)
         text = self.files(ctx, keeper.command)[path]
         s = ctx.session(host)
         _run(s, host, f"mkdir -p -m 0700 {unit.DIR} && mkdir -p {shlex.quote(path.rsplit('/', 1)[0])}", "keeper folders")

@@ -16,8 +16,8 @@ from sparkctl.transport.redact import redact_obj, state_digests
 
 def record_document(ctx: RunContext) -> dict:
     launch = ctx.launch
-    previous = ctx.facts.get(ctx.inventory.hosts_with_role("head")[0])
-    previous = previous.applied if previous is not None else None
+    head = ctx.facts.get(ctx.inventory.hosts_with_role("head")[0])
+    previous = head.applied if head is not None else None
     start = ctx.outputs.runtime_start
     if start is None and previous and previous.get("config_hash") == launch.config_hash:
         start = previous.get("runtime_start")  # nothing restarted: how the running runtime started
@@ -30,7 +30,7 @@ def record_document(ctx: RunContext) -> dict:
             "images": ctx.outputs.image_ids,
             "applied_at": state.now(),
             "applied_by": state.who(),
-            "command": ctx.options.get("event", "up"),
+            "command": ctx.options.event,
             "runtime_start": start,  # {"seconds", "cache": "warm ..."|"cold ..."}
             "decode_tokens_per_s": decode,  # the baseline `reload --min-throughput-ratio` compares with
             # the same under load, by concurrency: the last measured at each
@@ -86,8 +86,8 @@ class RecordStep(Step):
         if current and current.get("config_hash") == config_hash and not same_inventory:
             what += ", inventory fields outside the launch changed"
         # the replaced record is kept for `rollback --to N` only when it is another config
-        other = current and (current.get("config_hash") != config_hash or not same_inventory)
-        previous = state.history_name(current) if other else None
+        other = current is not None and (current.get("config_hash") != config_hash or not same_inventory)
+        previous = state.history_name(current) if current is not None and other else None
         return self.changes(
             host, [Change("record", f"record config {config_hash} in {state.APPLIED} ({what})", {"previous": previous})]
         )
@@ -97,6 +97,6 @@ class RecordStep(Step):
         doc = record_document(ctx)
         session.run(state.archive_command(plan.changes[0].data.get("previous"))).check("state history")
         state.write_json(session, state.APPLIED, doc)
-        if ctx.options.get("event", "up") == "up":  # reload/restart/rollback log their own event at the end
+        if ctx.options.event == "up":  # reload/restart/rollback log their own event at the end
             state.append_event(session, event_of(doc, "applied"))
         return f"recorded config {doc['config_hash']} in {state.APPLIED}"

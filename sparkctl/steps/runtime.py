@@ -280,6 +280,14 @@ class StopStep(Step):
         order = runtime_hosts(inv)[::-1]  # head, worker, drafter
         return order + [h for h in inv.hosts if h not in order]
 
+    def compensate(self, ctx: RunContext) -> Optional[str]:
+        """No engine will serve at the end of this command: a hold this step sent is released (once),
+        so the gateway treats the engine as crashed (held up to hold_s on connection refused, then
+        503; passing again the moment /health answers) instead of holding on to its ttl."""
+        from sparkctl.runtime.gateway_admin import release_after_failure
+
+        return release_after_failure(ctx)
+
     def plan(self, ctx: RunContext) -> dict[str, Plan]:
         inv = ctx.inventory
         always = bool(self.options.get("always"))
@@ -296,7 +304,7 @@ class StopStep(Step):
             if not groups:
                 why = d.loading or "the runtime runs the inventory's config"
                 return {h: self.noop(h, f"nothing to stop: {why}") for h in hosts}
-        drain = ctx.options.get("drain")
+        drain = ctx.options.drain
         plans, first = {}, True
         for h in hosts:
             f = ctx.facts[h]
@@ -334,7 +342,7 @@ class StopStep(Step):
                 stopped = containers.stop(
                     client,
                     ctx.inventory.cluster.name,
-                    timeout=ctx.options.get("drain"),
+                    timeout=ctx.options.drain,
                     names=c.data["names"],
                     logs=logs,
                     timings=timings,
@@ -377,7 +385,7 @@ def gateway_hold_changes(ctx: RunContext, host: str, stopping: list[str], down: 
     """The gateway's hold, planned with the stop of the engine's head (runtime/gateway_admin.py)."""
     from sparkctl.runtime.gateway_admin import planned_hold
 
-    h = planned_hold(ctx, host, stopping, down, float(ctx.options.get("timeout") or DEFAULT_TIMEOUT))
+    h = planned_hold(ctx, host, stopping, down, float(ctx.options.timeout or DEFAULT_TIMEOUT))
     return [Change("hold", h.summary(), h.to_data())] if h else []
 
 
@@ -385,7 +393,7 @@ def _unconfirmed(ctx: RunContext, groups: set[str]) -> Optional[str]:
     """A reload restarts only the containers its plan named (option `confirmed_restart`, from its
     --check pass): if the cluster changed since, so that this run would restart others, it stops
     here, before anything is stopped, and says so."""
-    confirmed = ctx.options.get("confirmed_restart")
+    confirmed = ctx.options.confirmed_restart
     if confirmed is None:
         return None
     now = [c.name for c in ctx.launch.containers if restart_group(c.role) in groups]
@@ -455,7 +463,7 @@ class RuntimeStep(Step):
         """The drafter's /health, asked on its own host (it binds its fabric address); at each look
         its container is read too, so a drafter that exits at start-up ends the wait at once."""
         t0 = time.monotonic()
-        deadline = t0 + float(ctx.options.get("timeout") or DEFAULT_TIMEOUT)
+        deadline = t0 + float(ctx.options.timeout or DEFAULT_TIMEOUT)
         while True:
             f = ctx.refresh(host, {"drafter_health"})
             if f.drafter_health == 200:
@@ -490,7 +498,7 @@ class RuntimeStep(Step):
 
         inv = ctx.inventory
         url = health.base_url(inv)
-        deadline = time.monotonic() + float(ctx.options.get("timeout") or DEFAULT_TIMEOUT)
+        deadline = time.monotonic() + float(ctx.options.timeout or DEFAULT_TIMEOUT)
         client = ctx.session(host).docker()
         t0 = time.monotonic()
         phase = "starting"
@@ -563,7 +571,7 @@ def _hold_left_behind(ctx: RunContext, host: str) -> Optional[str]:
         return None
     h = f.gateway_hold
     return (
-        f"release the gateway's {h['reason']} hold ({h['held_for_s']:g} s old), left by a change that did not "
+        f"release the gateway's {h.reason} hold ({h.held_for_s:g} s old), left by a change that did not "
         "finish: the engine serves, nothing here restarts it"
     )
 

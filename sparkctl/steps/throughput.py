@@ -162,7 +162,7 @@ class ThroughputStep(Step):
         return inv.hosts_with_role("head")
 
     def plan_host(self, ctx: RunContext, host: str) -> Plan:
-        ratio = ctx.options.get("min_throughput_ratio")
+        ratio = ctx.options.min_throughput_ratio
         if "engine" not in restarting(ctx)[0]:
             return self.noop(host, "the engine did not restart: its recorded decode rate stands")
         applied = ctx.facts[host].applied or {}

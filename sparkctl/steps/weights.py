@@ -18,6 +18,13 @@ For each checkpoint (the model at `runtime.model` on every engine node; the draf
    files are dropped from the page cache (on the Sparks' unified memory a full page cache is what
    crashed model loads in the field).
 A node that lacks the space for what it still needs is refused before a byte moves.
+
+Another version at the path (a change of repo, revision or patterns) is not replaced file by file:
+the new one is completed in staging with hard links of the files both share, then the old one moves
+aside whole (facts/weights.py previous_path) and staging takes its place; going back links and
+renames it back, fetching nothing. While a transfer runs, the receiving node's bytes, rate and time
+left are reported (steps/transfer.py); a copy's expected time in the plan comes from the rail's rate
+measured in the run (the fabric step's probe, or in --check the same probe run for the copy's rail).
 """
 
 from __future__ import annotations
@@ -35,16 +42,17 @@ from sparkctl.facts.weights import (
     WeightsRecord,
     hash_command,
     parse_hashes,
+    previous_path,
     staging_path,
     stat_command,
 )
 from sparkctl.inventory.models import Inventory
 from sparkctl.runtime.launch import LAUNCHER
 from sparkctl.steps.base import Change, Plan, RunContext, Step
+from sparkctl.steps.transfer import Transfer, duration, gb
 from sparkctl.weights.manifest import Manifest
 from sparkctl.weights.placement import FolderCheckpoint, Placement, placements
 
-GB = 1e9
 PROGRESS_EVERY = 2.0  # seconds between progress lines of a transfer
 # What one rsync over ssh moves between Sparks, whatever the rail: 0.38-0.45 GB/s measured in the
 # field (unsloth PR #10280, MiaAI's DSV4.1 recipe: shared/reference/field-notes-wave4.md); the
@@ -52,20 +60,40 @@ PROGRESS_EVERY = 2.0  # seconds between progress lines of a transfer
 SSH_COPY_RATE = 0.45e9
 
 
-def gb(n: float) -> str:
-    return f"{n / GB:.2f} GB" if n < 100 * GB else f"{n / GB:.0f} GB"
-
-
-def duration(seconds: float) -> str:
-    if seconds < 1:
-        return "under 1 s"
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
-
-
 def rate(data: dict, since: float) -> str:
     """' in 1.7 s (118 MB/s)': how long a transfer took, and the bytes it moved in that time."""
     took = max(1e-3, time.monotonic() - since)
     return f" in {took:.1f} s ({(data['bytes'] - data.get('staged', 0)) / took / 1e6:.0f} MB/s)"
+
+
+def copy_rate(nominal_gbps: float, measured_gbps: Optional[float], unmeasured: str = "") -> tuple[float, str]:
+    """The bytes per second a copy over a rail is expected to move, and why: the lower of the rail
+    (as measured in this run, else its nominal speed) and one rsync over ssh."""
+    rail_rate = (measured_gbps or nominal_gbps) * 1e9 / 8
+    if measured_gbps:
+        rail_words = f"the rail measured {measured_gbps:.1f} Gb/s in this run"
+    else:
+        rail_words = f"the rail unmeasured ({unmeasured}): its nominal {nominal_gbps:g} Gb/s"
+    if rail_rate < SSH_COPY_RATE:
+        return rail_rate, rail_words
+    return SSH_COPY_RATE, f"rsync over ssh; {rail_words}"
+
+
+def rotate_script(path: str, rotate: dict) -> str:
+    """Shell: staging completed with hard links (rotate's `keep` from the path, `reuse` from the kept
+    previous version), the current copy moved aside to previous_path whole, staging into the path."""
+    staging, kept = staging_path(path), previous_path(path)
+    p, st, pv = shlex.quote(path), shlex.quote(staging), shlex.quote(kept)
+    steps = [f"mkdir -p {st}"]
+    for folder, names in ((path, rotate["keep"]), (kept, rotate["reuse"])):
+        for n in names:
+            sub = n.rpartition("/")[0]
+            steps.append(
+                (f"mkdir -p {shlex.quote(staging + '/' + sub)} && " if sub else "")
+                + f"ln -f {shlex.quote(folder + '/' + n)} {shlex.quote(staging + '/' + n)}"
+            )
+    steps += [f"rm -rf {st}/{HF_METADATA} {st}/.sparkctl-weights.*", f"rm -rf {pv}", f"mv -T {p} {pv}", f"mv -T {st} {p}"]
+    return " && ".join(steps)
 
 
 def rail(inv: Inventory, src: str, dst: str) -> Optional[tuple[str, str, str, float]]:
@@ -121,9 +149,10 @@ class WeightsStep(Step):
             return folder_manifest(ckpt.host, source)
         for p in sorted(group, key=lambda p: not p.downloads):
             copy = ctx.facts[p.host].weights.get(p.path)
-            if copy is not None and copy.record is not None and copy.record.names(ckpt):
-                r = copy.record
-                return Manifest(r.repo, r.revision, r.commit, dict(r.files))
+            # the copy at the path, or the version kept beside it (a rollback: no hub either)
+            for r in (copy.record, copy.previous.record if copy.previous else None) if copy else ():
+                if r is not None and r.names(ckpt):
+                    return Manifest(r.repo, r.revision, r.commit, dict(r.files))
         w = ctx.inventory.weights
         assert w is not None
         return manifest(w, ckpt, "weights" if group[0].kind == "model" else "weights.drafter")
@@ -186,21 +215,70 @@ class WeightsStep(Step):
             else:
                 why = "the files match, no record of it yet"
             return self.changes(p.host, [Change("record", f"record {p.kind} {source} as verified in {p.path} ({why})", data)])
+        # files verified under another kind of digest, beside files to fetch: small (kept in git), fetched too
+        bad = sorted(set(bad) | set(unknown))
+        folder = p.checkpoint if isinstance(p.checkpoint, FolderCheckpoint) else None
+        source_here = folder is not None and p.downloads and folder.directory.rstrip("/") == p.path.rstrip("/")
+        rotate = None
+        rec = copy.record
+        if rec is not None and not rec.names(p.checkpoint) and copy.files and not source_here:
+            # another version at the path: the new one is built beside it (links of the files both
+            # share, the rest fetched), then the old one moves aside whole, so a rollback needs no download
+            prev = copy.previous
+            reuse = [n for n in bad if prev is not None and prev.holds(n, manifest.files[n])]
+            rotate = {
+                "keep": sorted(n for n in manifest.files if n not in bad),
+                "reuse": reuse,
+                # the old version's files as it verified them: the only ones its kept record vouches for
+                "trusted": sorted(
+                    n for n, m in rec.files.items() if copy.files.get(n) == m.size and n in hashes and m.matches(hashes[n])
+                ),
+                "old": f"{rec.repo}@{rec.commit[:12]}",
+            }
+            bad = [n for n in bad if n not in reuse]
+            data = {**data, "rotate": rotate}
+            if not bad:
+                return self.changes(
+                    p.host,
+                    [
+                        Change(
+                            "restore",
+                            f"put {p.kind} {source} back from {previous_path(p.path)}, where it was kept verified: "
+                            f"{len(reuse)} file(s) from there and {len(rotate['keep'])} the current {rotate['old']} "
+                            f"shares, linked, nothing fetched; {rotate['old']} moves aside in its place",
+                            {**data, "files": [], "bytes": 0, "staged": 0, "replace": False},
+                        )
+                    ],
+                )
         need = sum(manifest.files[n].size for n in bad)
         staged = sum(min(copy.staging.get(n, 0), manifest.files[n].size) for n in bad)
         if copy.free_bytes is not None and need - staged > copy.free_bytes:
+            kept = ""
+            if copy.previous is not None and copy.previous.files:  # never removed behind the operator's back
+                old = copy.previous.record
+                kept = (
+                    f" (the previous version kept for a rollback, {f'{old.repo}@{old.commit[:12]}, ' if old else ''}"
+                    f"holds {gb(sum(copy.previous.files.values()))} in {previous_path(p.path)}: remove it there if you "
+                    "will not go back to it)"
+                )
             return self.blocked(
                 p.host,
                 f"{p.path} needs {gb(need - staged)} more ({len(bad)} file(s), {gb(staged)} of them already staged) "
-                f"and its filesystem has {gb(copy.free_bytes)} free: free {gb(need - staged - copy.free_bytes)} there "
+                f"and its filesystem has {gb(copy.free_bytes)} free: free {gb(need - staged - copy.free_bytes)} there{kept} "
                 "or point runtime.model at a larger disk",
             )
-        wrong = [n for n in bad if n in copy.files]
+        wrong = [n for n in bad if n in copy.files] if rotate is None else []
         what = f"{len(bad)} file(s), {gb(need)}" + (f" ({len(wrong)} of them wrong: {', '.join(wrong[:3])})" if wrong else "")
         what += f", {gb(staged)} of it staged by a cut transfer (resumed)" if staged else ""
-        data = {**data, "files": bad, "bytes": need, "staged": staged, "replace": bool(copy.files)}
-        folder = p.checkpoint if isinstance(p.checkpoint, FolderCheckpoint) else None
-        if folder is not None and p.downloads and folder.directory.rstrip("/") == p.path.rstrip("/"):
+        data = {**data, "files": bad, "bytes": need, "staged": staged, "replace": bool(copy.files) and rotate is None}
+        into = f"move into {p.path}"
+        if rotate is not None:
+            shared = len(rotate["keep"]) + len(rotate["reuse"])
+            into = (
+                f"link the {shared} file(s) it shares with the copies there, then move the current {rotate['old']} "
+                f"aside to {previous_path(p.path)} (kept whole: a rollback needs no download) and this one into {p.path}"
+            )
+        if source_here:
             return self.blocked(
                 p.host,
                 f"the folder source {p.path} itself: {what} do not match its SHA256SUMS: restore them from a copy you "
@@ -212,8 +290,7 @@ class WeightsStep(Step):
                 [
                     Change(
                         "place",
-                        f"copy {p.kind} {source}: {what} from {folder.directory} into {staging_path(p.path)}, verify, "
-                        f"move into {p.path}",
+                        f"copy {p.kind} {source}: {what} from {folder.directory} into {staging_path(p.path)}, verify, {into}",
                         {**data, "directory": folder.directory},
                     )
                 ],
@@ -226,8 +303,7 @@ class WeightsStep(Step):
                 [
                     Change(
                         "download",
-                        f"download {p.kind} {source}: {what} from {w.endpoint} into {staging_path(p.path)}, "
-                        f"verify, move into {p.path}",
+                        f"download {p.kind} {source}: {what} from {w.endpoint} into {staging_path(p.path)}, verify, {into}",
                         data,
                     )
                 ],
@@ -247,19 +323,38 @@ class WeightsStep(Step):
                 f"rsync is missing on {' and '.join(without)} (it copies between nodes): "
                 f"`apt-get install rsync` there (doctor: host.tools)",
             )
-        rate = min(gbps * 1e9 / 8, SSH_COPY_RATE)
-        bound = "the rail" if rate < SSH_COPY_RATE else f"rsync over ssh (the rail carries {gbps:g} Gb/s)"
+        rate, bound = copy_rate(gbps, *self._measured(ctx, p.source_host, p.host, device))
         return self.changes(
             p.host,
             [
                 Change(
                     "copy",
                     f"copy {p.kind} {source}: {what} from {p.source_host} ({src_ip}) over {device} to {dst_ip}, "
-                    f"{duration((need - staged) / rate)} at {rate / 1e6:.0f} MB/s ({bound}); verify, move into {p.path}",
+                    f"~{duration((need - staged) / rate)} at {rate / 1e6:.0f} MB/s ({bound}); verify, {into}",
                     {**data, "from_address": src_ip, "to_address": dst_ip, "device": device},
                 )
             ],
         )
+
+    def _measured(self, ctx: RunContext, src: str, dst: str, device: str) -> tuple[Optional[float], str]:
+        """The rail's Gb/s measured in this run (the fabric step's probe after a change), else, in
+        --check, measured now with the same probe (iperf3, 1 s: what --check's estimate is for);
+        (None, why) when it is not. A real run's copy reports its own rate as it goes."""
+        from sparkctl.facts import bandwidth
+
+        if (src, device) in ctx.outputs.rail_gbps:
+            return ctx.outputs.rail_gbps[(src, device)], ""
+        if not ctx.check_mode or ctx.fleet is None:
+            return None, "not probed in this run"
+        chosen = [r for r in bandwidth.rails(ctx.inventory, [src, dst]) if r.end(src) == device]
+        results = bandwidth.measure(ctx.sessions, chosen)
+        ctx.outputs.rail_gbps.update(bandwidth.measured_ends(chosen, results))
+        if (src, device) in ctx.outputs.rail_gbps:
+            return ctx.outputs.rail_gbps[(src, device)], ""
+        failed = next((r for r in results.values() if r.error), None)
+        if failed is not None and failed.missing_tool:
+            return None, "iperf3 is missing"
+        return None, f"the probe failed: {failed.error[:80]}" if failed and failed.error else "not probed"
 
     # --- apply -----------------------------------------------------------------------------
 
@@ -273,6 +368,13 @@ class WeightsStep(Step):
             elif c.action == "verify":
                 self._verify_in_place(ctx, plan.host, c.data)
                 done.append(f"hashed {len(c.data['files'])} file(s) in place")
+            elif c.action == "restore":
+                self._rotate(ctx, plan.host, c.data)
+                r = c.data["rotate"]
+                done.append(
+                    f"put back from {previous_path(c.data['path'])}: {len(r['reuse']) + len(r['keep'])} file(s) linked, "
+                    f"nothing fetched; {r['old']} kept there"
+                )
             elif c.action == "place":
                 self._from_folder(ctx, plan.host, c.data)
                 done.append(
@@ -340,7 +442,7 @@ class WeightsStep(Step):
             f'mkdir -p {shlex.quote(staging)} && IFS= read -r HF_TOKEN; [ -n "$HF_TOKEN" ] && export HF_TOKEN; '
             f"exec {shlex.join(hf)} >/dev/null"
         )
-        with self._progress(ctx, host, staging, data, "downloading"):
+        with self._progress(ctx, host, staging, data, f"downloading from {w.endpoint}"):
             r = s.run(
                 ["sh", "-c", script], timeout=s.transfer_timeout(data["bytes"]) + 60, stdin=((token(w) or "") + "\n").encode()
             )
@@ -434,7 +536,10 @@ class WeightsStep(Step):
                 "and, for a download, the hub or mirror",
             )
         p, st = shlex.quote(path), shlex.quote(staging)
-        if data["replace"]:  # a copy already there: each verified file replaces its old one (a rename)
+        if data.get("rotate"):  # another version there: it moves aside whole, this one takes its place
+            self._rotate(ctx, host, data)
+            place = ""
+        elif data["replace"]:  # a copy already there: each verified file replaces its old one (a rename)
             moves = " && ".join(
                 f"mkdir -p {shlex.quote(path + '/' + n.rpartition('/')[0])} && mv -f {st}/{shlex.quote(n)} {p}/{shlex.quote(n)}"
                 if "/" in n
@@ -448,10 +553,28 @@ class WeightsStep(Step):
                 f"rm -rf {st}/{HF_METADATA} && if [ -d {p} ]; then rm -f {p}/.sparkctl-weights.*; rmdir {p} || exit 3; fi "
                 f"&& mv -T {st} {p}"
             )
-        s.run(place, timeout=s.timeout + len(files)).check(f"move the verified weights into {path}")
+        if place:
+            s.run(place, timeout=s.timeout + len(files)).check(f"move the verified weights into {path}")
         # page cache of what was written and hashed: dropped before the engine loads (unified memory)
         drop = " ".join(f"{p}/{shlex.quote(n)}" for n in files)
         s.run(f'for f in {drop}; do dd if="$f" iflag=nocache count=0 status=none; done; true', timeout=s.timeout + len(files))
+
+    def _rotate(self, ctx: RunContext, host: str, data: dict) -> None:
+        """Complete the new version in staging with hard links (the files it shares with the current
+        copy, and those the kept previous version holds: no bytes copied, no space used), then move
+        the current copy aside to previous_path whole (with its records: a rollback puts it back the
+        same way) and staging into the path. Between the two renames the path is absent, never partial."""
+        s, r = ctx.session(host), data["rotate"]
+        path, kept = data["path"], previous_path(data["path"])
+        files = len(r["keep"]) + len(r["reuse"])
+        s.run(rotate_script(path, r), timeout=s.timeout + files).check(
+            f"move {r['old']} aside to {kept} and the new weights into {path}"
+        )
+        # a link moves the ctime of the file it names: the kept version's stat record is written again,
+        # for the files it had verified alone
+        s.run(stat_command(kept, only_stdin=True), stdin=("".join(n + "\n" for n in r["trusted"])).encode()).check(
+            f"record the kept weights' sizes and ctimes in {kept}"
+        )
 
     def _record(self, ctx: RunContext, host: str, data: dict) -> None:
         s, m, path, ckpt = ctx.session(host), data["manifest"], data["path"], data["checkpoint"]
@@ -469,9 +592,11 @@ class _Progress:
         self.total, self.start_bytes, self.doing = total, staged, doing
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"weights-progress-{host}", daemon=True)
+        self.started = time.monotonic()
 
     def __enter__(self) -> "_Progress":
-        self.ctx.progress(self.host, self.step, f"{self.doing}: {gb(self.total)} to move")
+        self.started = time.monotonic()  # the rate is the average since the transfer began
+        self.ctx.progress(self.host, self.step, Transfer(self.doing, self.start_bytes, self.total))
         self.thread.start()
         return self
 
@@ -480,7 +605,6 @@ class _Progress:
         self.thread.join(5)
 
     def _run(self) -> None:
-        first: Optional[tuple[float, int]] = None  # (when, bytes) of the first reading: the rate's base
         cmd = f"du -sb --apparent-size {shlex.quote(self.folder)} 2>/dev/null | cut -f1"
         while not self.stop.wait(PROGRESS_EVERY):
             try:
@@ -490,9 +614,5 @@ class _Progress:
             if not out.isdigit():
                 continue
             now = int(out)
-            first = first or (time.monotonic(), now)
-            rate = (now - first[1]) / max(1e-3, time.monotonic() - first[0])
-            left = f", {duration((self.total - now) / rate)} left" if rate > 0 and now < self.total else ""
-            self.ctx.progress(
-                self.host, self.step, f"{self.doing}: {gb(min(now, self.total))} of {gb(self.total)}, {rate / 1e6:.0f} MB/s{left}"
-            )
+            rate = max(0, now - self.start_bytes) / max(1e-3, time.monotonic() - self.started)
+            self.ctx.progress(self.host, self.step, Transfer(self.doing, now, self.total, rate))

@@ -31,10 +31,11 @@ class Result:
 
 class Load:
     """`with Load(url) as load:` streamed chats to `url` (its /v1) from `threads` threads, each
-    starting one at most every PERIOD_S, from half a second before the block to half a second after."""
+    starting one at most every PERIOD_S, from half a second before the block to half a second after;
+    each sends `api_key` (a door that asks none takes any)."""
 
-    def __init__(self, url: str, threads: int = 4, max_tokens: int = 12):
-        self.url, self.threads, self.max_tokens = url, threads, max_tokens
+    def __init__(self, url: str, threads: int = 4, max_tokens: int = 12, api_key: str = "lab"):
+        self.url, self.threads, self.max_tokens, self.api_key = url, threads, max_tokens, api_key
         self.results: list[Result] = []
         self._stop = threading.Event()
         self._t = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
@@ -52,7 +53,7 @@ class Load:
             t.join(120)
 
     def _run(self) -> None:
-        client = openai.OpenAI(base_url=f"{self.url}/v1", api_key="lab", max_retries=0, timeout=120)
+        client = openai.OpenAI(base_url=f"{self.url}/v1", api_key=self.api_key, max_retries=0, timeout=120)
         while not self._stop.is_set():
             t0 = time.monotonic()
             retry_after, message = None, ""

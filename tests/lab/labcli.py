@@ -1,4 +1,10 @@
-"""Running the real CLI against the lab the way a script would (`python -m sparkctl ... --json`)."""
+"""Running the real CLI against the lab the way a script would (`sparkctl ... --json`).
+
+`sparkctl()` runs it in the test's process (tests/clirun.py: its argv, ENV, stdout, stderr and exit
+code as a process of its own would have them; its deadline a TimeoutExpired, as subprocess.run's);
+from a thread other than the main one (signal handlers are the main thread's) a process. `start()`
+is a process (a test kills it or acts while it runs), and so is `lab_cli()`: `sparkctl lab` starts
+the lab's daemons, which must not be children of the test session."""
 
 from __future__ import annotations
 
@@ -6,9 +12,11 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import clirun
 import yaml
 
 from sparkctl_lab.paths import LAB_DIR
@@ -21,12 +29,18 @@ URL = f"http://{HEAD_IP}:8888"  # the lab head's runtime
 
 def sparkctl(*args: str, rc: int | None = 0) -> dict:
     """One command's --json document; asserts its exit code (unless rc is None) and no traceback."""
-    p = subprocess.run([sys.executable, "-m", "sparkctl", *args, "--json"], capture_output=True, text=True, env=ENV, timeout=600)
+    p = _run([*args, "--json"])
     assert "Traceback" not in p.stderr, p.stderr
     doc = json.loads(p.stdout) if p.stdout.strip() else {}
     if rc is not None:
         assert p.returncode == rc, (p.returncode, json.dumps(doc, indent=1)[-4000:], p.stderr[-2000:])
     return doc
+
+
+def _run(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
+    if threading.current_thread() is threading.main_thread():
+        return clirun.sparkctl(args, env=ENV, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True, env=ENV, timeout=timeout)
 
 
 BACKGROUND: list[subprocess.Popen] = []  # started by start(); end_background() ends what a test left

@@ -28,7 +28,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import preload
 import pytest
 
 pytestmark = pytest.mark.lab
@@ -49,10 +48,9 @@ NOT_DRILLED: dict[str, str] = {
 
 
 def env(inventory: Path) -> dict:
-    """The runbooks' shell: `sparkctl` is this venv's (forked from tests/preload.py's server when it runs)."""
-    bins = [d for d in (preload.bin_dir(), str(Path(sys.executable).parent)) if d]
+    """The runbooks' shell: `sparkctl` is this venv's console script, as an operator's shell runs it."""
     return {**os.environ, "SPARKCTL_INVENTORY": str(inventory), "SPARKCTL_ONLY_NETWORKS": FENCE,
-            "PATH": ":".join([*bins, os.environ["PATH"]]), "COLUMNS": "80", **preload.socket_env()}  # fmt: skip
+            "PATH": ":".join([str(Path(sys.executable).parent), os.environ["PATH"]]), "COLUMNS": "80"}  # fmt: skip
 
 
 def blocks(runbook: str) -> dict[str, list[str]]:

@@ -124,24 +124,6 @@ def test_a_conversations_follow_up_turns_land_on_the_pair_that_served_its_first(
 OWN_PORT = 8891  # beside the lab fleet's own door (member lab's head, 8890)
 
 
-def installed_router_wheel(folder):
-    """vllm-router's wheel rebuilt from its installation in this venv (the files pip installed from
-    the real wheel, the ones the lab image carries): a machine without internet has no wheel file."""
-    import importlib.metadata as md
-    import platform
-    import zipfile
-    from pathlib import Path
-
-    dist = md.distribution("vllm-router")
-    path = folder / f"vllm_router-{dist.version}-cp38-abi3-manylinux_2_28_{platform.machine()}.whl"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
-        for f in dist.files or []:
-            src = Path(dist.locate_file(f))
-            if "__pycache__" not in f.parts and ".." not in f.parts and src.is_file():
-                z.write(src, str(f))
-    return path
-
-
 def _passing(fleet, member: str, timeout: float = 20) -> str:
     from sparkctl.fleet import router_admin
 
@@ -159,6 +141,7 @@ def test_a_door_on_a_host_of_its_own_is_deployed_serves_drains_and_a_second_up_c
     from sparkctl.fleet.model import load_fleet
     from sparkctl.fleet.router_step import ensure_front_door
     from sparkctl.inventory.loader import load_inventory
+    from sparkctl_lab.router_wheel import router_wheel
 
     address = HOSTS["offload"].mgmt_ip  # the lab's offload host
     url = f"http://{address}:{OWN_PORT}"
@@ -169,9 +152,8 @@ def test_a_door_on_a_host_of_its_own_is_deployed_serves_drains_and_a_second_up_c
             "host": {"address": address, "user": "root", "key": str(lab.SSH_KEY), "known_hosts": str(lab.KNOWN_HOSTS)},
             "image": load_inventory(lab.INVENTORY_PATH).runtime.image,
             "port": OWN_PORT,
-            # shipped from this machine, as to a node without internet (the image carries one too:
-            # the container must import the shipped copy)
-            "router": {"wheel": str(installed_router_wheel(tmp_path))},
+            # shipped from this machine, as to a node without internet (the image has only its requirements)
+            "router": {"wheel": str(router_wheel(tmp_path))},
         },
     }
     path, missing = tmp_path / "fleet.yaml", tmp_path / "fleet-missing-image.yaml"

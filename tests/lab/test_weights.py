@@ -7,6 +7,7 @@ Faults are made by hand (rm, a byte written with dd), never through sparkctl."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -71,6 +72,9 @@ def test_a_worker_without_the_model_gets_it_from_the_head_over_the_fabric(lab, i
     check = sparkctl("up", "-i", str(inv), "--check")
     summary = step(check, "worker")["message"]
     assert f"from head ({HOSTS['head'].nic(FABRIC).ip}) over {FABRIC}" in summary, summary
+    # the time expected from the rail as measured (shaped to 1 Gb/s; the inventory says 200)
+    measured = re.search(r"at (\d+) MB/s \(the rail measured ([\d.]+) Gb/s in this run\)", summary)
+    assert measured and int(measured[1]) <= 125 and float(measured[2]) <= 1.0, summary
 
     doc = sparkctl("up", "-i", str(inv))
     assert step(doc, "worker")["status"] == "changed" and f"copied {len(selected())} file(s)" in step(doc, "worker")["message"]
@@ -113,6 +117,8 @@ def test_no_weights_anywhere_goes_from_the_hub_to_serving_with_one_up(lab, inv):
 
 def test_a_gated_repo_downloads_with_the_token_from_sparkctls_environment_and_stores_it_nowhere(lab, inv, tmp_path):
     token = hub.token()
+    for host in ("head", "worker"):  # a copy an earlier run of this test left would be its own manifest
+        lab.host_exec(host, ["sh", "-c", f"rm -rf {GATED_MODEL} /models/.gated-lab.sparkctl-*"], check=True)
     gated = variant(inv, tmp_path, "gated", runtime__model=GATED_MODEL, weights__repo=checkpoint.GATED_REPO,
                     weights__access_env="LAB_HUB_TOKEN")  # fmt: skip
     refused = run_json("up", "-i", str(gated), "--check", rc=1)
@@ -191,4 +197,29 @@ def test_a_folder_on_the_head_is_verified_in_place_against_its_sha256sums_and_co
     finally:
         lab.host_exec("head", ["rm", "-f", f"{MODEL}/SHA256SUMS", f"{MODEL}/{SHARD}"], check=True)
         sparkctl("up", "-i", str(inv))  # the lab's hub source again: the head downloads the shard back
+    assert serves()
+
+
+def test_a_reload_to_another_revision_keeps_the_serving_one_beside_it_and_going_back_fetches_nothing(lab, inv, tmp_path):
+    older_commit = checkpoint.ensure(checkpoint.LAB_SPECS).commits(checkpoint.TARGET_REPO)[0]
+    older = variant(inv, tmp_path, "older", weights__revision=older_commit)  # one shard differs from main's
+    kept = f"/models/.{MODEL.rsplit('/', 1)[1]}.sparkctl-previous"
+    for host in ("head", "worker"):  # whatever an earlier change kept: the older revision is on no node
+        lab.host_exec(host, ["rm", "-rf", kept], check=True)
+    check = sparkctl("reload", "-i", str(inv), "--config", str(older), "--check")
+    plans = {r["host"]: r for r in check["results"] if r["step"] == "weights"}
+    head = plans["head"]["message"]
+    assert plans["head"]["operations"] == ["download"] and "1 file(s)" in head and kept in head, plans
+    assert check["plan"]["restart_groups"] == ["engine"], check["plan"]
+    try:
+        run = sparkctl("reload", "-i", str(inv), "--config", str(older), "--yes")
+        assert run["outcome"] == "ok", run
+        done = {r["host"]: r["message"] for r in run["results"] if r["step"] == "weights"}
+        assert "downloaded 1 file(s)" in done["head"] and "copied 1 file(s)" in done["worker"], done
+        assert serves()
+    finally:
+        back = sparkctl("reload", "-i", str(older), "--config", str(inv), "--yes")
+    # back to main: both nodes put the kept copy back with links, no hub, no fabric copy
+    done = {r["host"]: r["message"] for r in back["results"] if r["step"] == "weights"}
+    assert back["outcome"] == "ok" and all("nothing fetched" in done[h] for h in ("head", "worker")), done
     assert serves()

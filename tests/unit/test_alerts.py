@@ -11,9 +11,9 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+import clirun
 import pytest
 import yaml
 
@@ -371,13 +371,7 @@ def test_cli_writes_rules_and_a_matching_prometheus_config(tmp_path):
     env = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8"}
 
     def run(*a):
-        return subprocess.run(
-            [sys.executable, "-m", "sparkctl", "alerts", "-i", str(inv), *a],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=env,
-        )
+        return clirun.sparkctl(["alerts", "-i", str(inv), *a], timeout=60, env=env)
 
     r = run("--out", str(tmp_path / "rules.yml"), "--prometheus-config", str(tmp_path / "prometheus.yml"))
     assert r.returncode == 0, r.stderr
@@ -405,7 +399,7 @@ def test_cli_writes_rules_and_a_matching_prometheus_config(tmp_path):
     assert r.returncode == 0 and len(json.loads(r.stdout)["groups"][0]["rules"]) == 13
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({**LAB, "alerts": {"kv_usage": 2}}))
-    r = subprocess.run([sys.executable, "-m", "sparkctl", "alerts", "-i", str(bad)], capture_output=True, text=True, env=env)
+    r = clirun.sparkctl(["alerts", "-i", str(bad)], env=env)
     assert r.returncode == 2 and "alerts.kv_usage" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -417,10 +411,9 @@ def test_the_prometheus_config_names_the_rules_relative_to_itself(tmp_path):
     inv.write_text(yaml.safe_dump(LAB))
     (tmp_path / "rules").mkdir()
     (tmp_path / "prom").mkdir()
-    r = subprocess.run(
-        [sys.executable, "-m", "sparkctl", "alerts", "-i", str(inv), "--out", "rules/sparkctl.yml",
-         "--prometheus-config", str(tmp_path / "prom" / "prometheus.yml")],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path, env={**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8"},
+    r = clirun.sparkctl(
+        ["alerts", "-i", str(inv), "--out", "rules/sparkctl.yml", "--prometheus-config", str(tmp_path / "prom" / "prometheus.yml")],
+        timeout=60, cwd=tmp_path, env={**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8"},
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     text = (tmp_path / "prom" / "prometheus.yml").read_text()

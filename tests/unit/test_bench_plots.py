@@ -11,11 +11,10 @@ import base64
 import json
 import os
 import re
-import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
+import clirun
 import pytest
 
 from sparkctl.bench.compare import load
@@ -138,13 +137,8 @@ def test_html_opens_offline_with_the_plots_embedded(runs):
 
 def test_cli_report_writes_page_and_pngs(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "SPARKCTL_INVENTORY"}
-    p = subprocess.run(
-        [sys.executable, "-m", "sparkctl", "bench", "report", str(ONE), str(THREE), "--out", str(tmp_path / "rep"), "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=120,
+    p = clirun.sparkctl(
+        ["bench", "report", str(ONE), str(THREE), "--out", str(tmp_path / "rep"), "--json"], env=env, cwd=ROOT, timeout=120
     )
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
@@ -160,13 +154,6 @@ def test_cli_report_bad_file_exits_2(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"kind": "something-else"}')
     env = {k: v for k, v in os.environ.items() if k != "SPARKCTL_INVENTORY"}
-    p = subprocess.run(
-        [sys.executable, "-m", "sparkctl", "bench", "report", str(bad), "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=60,
-    )
+    p = clirun.sparkctl(["bench", "report", str(bad), "--out", str(tmp_path)], env=env, cwd=ROOT, timeout=60)
     assert p.returncode == 2
     assert "bad.json is not a sparkctl bench result" in p.stderr and "Traceback" not in p.stderr

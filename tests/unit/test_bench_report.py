@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+import clirun
 import jsonschema
 import pytest
 
@@ -55,9 +55,7 @@ def _result(scale: float, accept: float = 4.5) -> BenchResult:
 
 def _run(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "SPARKCTL_INVENTORY"}
-    return subprocess.run(
-        [sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60
-    )
+    return clirun.sparkctl(list(args), env=env, cwd=ROOT, timeout=60)
 
 
 def test_published_schema_is_current():
@@ -168,14 +166,7 @@ def test_fenced_runs_never_contact_real_world_addresses():
     # The seed's endpoint (192.168.x): with the dev/CI fence set it is refused before any request.
     env = {k: v for k, v in os.environ.items() if k != "SPARKCTL_INVENTORY"}
     env["SPARKCTL_ONLY_NETWORKS"] = "127.0.0.0/8,10.231.0.0/16"
-    r = subprocess.run(
-        [sys.executable, "-m", "sparkctl", "bench", "--endpoint", "http://192.168.1.177:8888/v1"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=60,
-    )
+    r = clirun.sparkctl(["bench", "--endpoint", "http://192.168.1.177:8888/v1"], env=env, cwd=ROOT, timeout=60)
     assert r.returncode == 2 and "refusing to contact 192.168.1.177" in r.stderr
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
+import clirun
 import pytest
 import yaml
 from controlfiles import usable_here
@@ -20,8 +20,7 @@ def doctor(*args: str) -> subprocess.CompletedProcess:
     # fenced to loopback only: were anything to try a host, it would be refused, never sent
     env = {k: v for k, v in os.environ.items() if k != "SPARKCTL_INVENTORY"}
     env["SPARKCTL_ONLY_NETWORKS"] = "127.0.0.0/8"
-    return subprocess.run([sys.executable, "-m", "sparkctl", "doctor", *args], capture_output=True, text=True,
-                          timeout=60, env=env)  # fmt: skip
+    return clirun.sparkctl(["doctor", *args], timeout=60, env=env)
 
 
 @pytest.fixture(scope="module")

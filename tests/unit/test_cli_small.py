@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import clirun
+
 from sparkctl.cli.steps_output import print_recap
 from sparkctl.runner import Recap, load_playbook
 from sparkctl.steps.base import StepResult
@@ -18,8 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def sparkctl(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k not in ("SPARKCTL_INVENTORY", "COLUMNS")}
-    return subprocess.run([sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True, cwd=REPO,
-                          env={**base, **(env or {})}, timeout=60)  # fmt: skip
+    return clirun.sparkctl(list(args), cwd=REPO, env={**base, **(env or {})}, timeout=60)
 
 
 def test_recap_off_a_terminal_fits_80_columns_with_every_name_whole(capsys, monkeypatch):

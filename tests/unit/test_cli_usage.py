@@ -5,19 +5,17 @@ pyproject.toml allows, where typer 0.12 made every command print "0.1.0" and exi
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
+
+import clirun
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def sparkctl(*args: str) -> subprocess.CompletedProcess:
-    """The real console entry point, in a child process."""
-    return subprocess.run(
-        [sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True, cwd=REPO, env=os.environ, timeout=60
-    )
+    """The real console entry point (in this process: tests/clirun.py)."""
+    return clirun.sparkctl(list(args), cwd=REPO, timeout=60)
 
 
 def test_help_lists_the_commands():

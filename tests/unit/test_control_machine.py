@@ -13,9 +13,9 @@ import copy
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
+import clirun
 import pytest
 import yaml
 from climain import run
@@ -74,8 +74,7 @@ def write(tmp_path: Path, doc: dict, name: str = "cluster.yaml") -> Path:
 def sparkctl(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("SPARKCTL_INVENTORY", "SPARKCTL_FLEET")}
     env.update(SPARKCTL_ONLY_NETWORKS="127.0.0.0/8", COLUMNS="80")  # a narrow terminal's width
-    return subprocess.run([sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True, env=env, cwd=cwd,
-                          timeout=60)  # fmt: skip
+    return clirun.sparkctl(list(args), env=env, cwd=cwd, timeout=60)
 
 
 def test_a_usable_inventory_validates(tmp_path, capsys):

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import subprocess
 import time
+from typing import Optional
 
 import pytest
 from hostfacts import inventory
 
 from sparkctl.checks import GROUP_READS
 from sparkctl.facts import base
-from sparkctl.facts.base import Reading, fact
+from sparkctl.facts.base import Reading, fact, host_fields
 from sparkctl.facts.host import HostFacts, background_keys, gather_host, kinds, parse_host, probes_for
 from sparkctl.facts.probe import Section
 
@@ -39,17 +40,22 @@ class LocalShell:
 
 @pytest.fixture
 def registered():
-    """Facts a test registers are removed when it ends (the registry is the process's)."""
-    before = set(base.registry())
+    """Facts (and field classes) a test registers are removed when it ends (the registry is the process's)."""
+    before, classes = set(base.registry()), list(base.FIELDS)
     yield
     for name in set(base.REGISTRY) - before:
         base.remove(name)
+    for cls in [c for c in base.FIELDS if c not in classes]:
+        base.forget_fields(cls)
 
 
 def test_a_fact_defined_in_one_module_is_probed_gathered_and_parsed(registered):
-    # the whole definition of a new kind: name, probe, parser, fields, background
-    @fact("boot_id", lambda t: "cat /proc/sys/kernel/random/boot_id" if t.host.role == "head" else None,
-          background=True, fields={"boot_id": None})  # fmt: skip
+    # the whole definition of a new kind: its typed field (with its default), name, probe, parser, background
+    @host_fields
+    class BootFields:
+        boot_id: Optional[str] = None
+
+    @fact("boot_id", lambda t: "cat /proc/sys/kernel/random/boot_id" if t.host.role == "head" else None, background=True)
     def _boot_id(f, r: Reading) -> None:
         f.boot_id = r.out.strip() if r.ok else None
 
@@ -77,7 +83,11 @@ def test_a_re_read_keeps_the_other_sections_and_the_clock_of_its_own_round_trip(
 
 
 def test_a_parser_that_meets_odd_output_leaves_the_default_and_says_why(registered):
-    @fact("answer", "echo 42", fields={"answer": None})
+    @host_fields
+    class AnswerFields:
+        answer: Optional[int] = None
+
+    @fact("answer", "echo 42")
     def _answer(f, r: Reading) -> None:
         f.answer = int(r.out)
 
@@ -88,10 +98,27 @@ def test_a_parser_that_meets_odd_output_leaves_the_default_and_says_why(register
 def test_a_kind_or_a_field_is_owned_once(registered):
     with pytest.raises(ValueError, match="registered twice"):
         fact("clock", "date")(lambda f, r: None)
-    with pytest.raises(ValueError, match=r"field\(s\) \['pings'\] already belong to \['ping'\]"):
-        fact("ping6", "true", fields={"pings": dict})(lambda f, r: None)
-    with pytest.raises(AttributeError, match="no fact field 'nonsense'"):
+    with pytest.raises(ValueError, match=r"Ping6Fields: field\(s\) \['pings'\] already belong to \['NetworkFields'\]"):
+
+        @host_fields
+        class Ping6Fields:
+            pings: int = 0
+
+    with pytest.raises(ValueError, match=r"field\(s\) \['errors'\] already belong to \['HostFacts'\]"):
+
+        @host_fields
+        class ErrorsFields:
+            errors: Optional[str] = None
+
+    assert [c for c in base.FIELDS if c.__name__ in ("Ping6Fields", "ErrorsFields")] == []  # neither registered
+    with pytest.raises(AttributeError, match="'HostFacts' object has no attribute 'nonsense'"):
         HostFacts("head").nonsense  # noqa: B018
+
+
+def test_a_mutable_default_is_each_hosts_own():
+    a, b = HostFacts("head"), HostFacts("worker")
+    a.virtual.add("veth0")  # a parser fills a mutable default in place
+    assert b.virtual == set() and a.user == b.user == "" and a.image_store == "classic"
 
 
 def test_every_kind_checks_and_steps_read_is_a_registered_fact():
@@ -104,13 +131,32 @@ def test_every_kind_checks_and_steps_read_is_a_registered_fact():
 
 
 def test_parsers_run_after_the_facts_they_read(registered):
-    @fact("total", "echo 3", after=("part",), fields={"total": None})
+    @host_fields
+    class SumFields:
+        total: Optional[int] = None
+        part: int = 0
+
+    @fact("total", "echo 3", after=("part",))
     def _total(f, r: Reading) -> None:
         f.total = int(r.out) + f.part  # reads the fact registered below
 
-    @fact("part", "echo 2", fields={"part": 0})
+    @fact("part", "echo 2")
     def _part(f, r: Reading) -> None:
         f.part = int(r.out)
 
     assert parse_host(INV, "head", {"total": Section(0, "3"), "part": Section(0, "2")}).total == 5
     assert kinds()[0] == "clock"  # first in the script: right after the command is sent
+
+
+def test_hostfacts_is_declared_from_every_field_class_the_facts_register():
+    """mypy reads HostFacts' bases (facts/host.py); the run sets the registered classes' fields:
+    a topic's class missing from the bases would be fields mypy cannot see."""
+    import ast
+    from pathlib import Path
+
+    import sparkctl.facts.host as host_module
+
+    tree = ast.parse(Path(host_module.__file__).read_text())
+    bases = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "_Fields").bases
+    kinds()  # every topic module imported: its class registered
+    assert {b.id for b in bases if isinstance(b, ast.Name)} == {c.__name__ for c in base.FIELDS}

@@ -241,3 +241,36 @@ def test_the_fleet_checks_are_in_the_one_registry_and_a_clusters_doctor_points_t
     with pytest.raises(InputError, match="between a fleet's members") as e:
         select(only=["fleet"])
     assert e.value.fix == "sparkctl fleet doctor -f FLEET --only fleet"
+
+
+def test_fleet_doctor_runs_the_members_at_once(tmp_path, capsys):
+    """Each member's hosts hold the connection and never send SSH's banner, so each member's doctor
+    waits its connect timeout: run at once, the whole run lasts about one member's, in series it would
+    last the longer member's and the other's after it (the figures are the run's own, on one clock)."""
+    import socket
+
+    from controlfiles import usable_here
+
+    silent: list[socket.socket] = []  # listening, never accepting: the kernel completes the connection
+
+    def silenced(doc: dict, folder: Path) -> dict:
+        folder.mkdir()
+        for host in doc["hosts"].values():  # an address each: a fleet's hosts are distinct
+            silent.append(socket.create_server((f"127.0.0.{len(silent) + 2}", 0)))
+            host["ssh"].update(address=silent[-1].getsockname()[0], port=silent[-1].getsockname()[1])
+        doc["ssh_defaults"]["connect_timeout"] = 2
+        return usable_here(doc, folder)
+
+    first, second = silenced(copy.deepcopy(LAB), tmp_path / "a"), silenced(second_pair(LAB), tmp_path / "b")
+    path = _fleet(tmp_path, second, first)
+    try:
+        code, out, err = run(["fleet", "doctor", "-f", str(path), "--only", "ssh", "--json"], capsys)
+    finally:
+        for s in silent:
+            s.close()
+    doc = json.loads(out)
+    assert code == 1 and set(doc["member_seconds"]) == {"lab", "lab-2"}, (out, err)
+    each = sorted(doc["member_seconds"].values())
+    assert each[0] >= 2, doc["member_seconds"]  # each waited its hosts out
+    # in series the run would last the longer member's and all of the other's; at once it adds not half of it
+    assert doc["seconds"] < each[1] + each[0] / 2, (doc["seconds"], doc["member_seconds"])

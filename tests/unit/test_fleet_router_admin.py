@@ -22,7 +22,6 @@ from vllm_router_runner import VllmRouter
 
 from sparkctl.fleet import router_admin
 from sparkctl.fleet.model import load_fleet
-from sparkctl.fleet.router_launch import router_command
 from sparkctl_lab.sim import harness
 
 HEADS = {"lab": "127.0.0.11", "lab-2": "127.0.0.21"}
@@ -82,11 +81,9 @@ def fleet_on_loopback(tmp_path):
             "router": {"health_check_interval_secs": 1, "health_failure_threshold": 1}}  # fmt: skip
     fleet = load_fleet(_write(tmp_path, {**FLEET, "front_door": door}, {"inventory.yaml": first, "inventory-2.yaml": second}))
     workers = {name: Worker(address, port) for name, address in HEADS.items()}
-    # sparkctl's own argv for the router, on loopback instead of every address, and a member that
-    # does not serve refused after 2 s instead of ADD_WAIT_S
-    argv = [a if a != "0.0.0.0" else HEADS["lab"] for a in router_command(fleet)[3:]]
-    argv[argv.index("--worker-startup-timeout-secs") + 1] = "2"
-    router = VllmRouter(str(tmp_path), argv, fleet.front_door_url)
+    # sparkctl's own argv for the router, on loopback, and a member that does not serve refused
+    # after 2 s instead of ADD_WAIT_S
+    router = VllmRouter.for_fleet(str(tmp_path), fleet, startup_timeout=2)
     try:
         yield fleet, workers
     finally:

@@ -56,7 +56,7 @@ def plan(fleet, inspect: str, rc: int = 0, wheels: str = "aarch64\n"):
     # a missing container: the probe prints docker's `[]` (docker inspect exits 1 for it) and exits 0;
     # the wheel probe: `uname -m`, then each complete wheel directory
     f = {host: host_facts(inv, host, fleet_door=sec(inspect, rc), fleet_router_wheels=sec(wheels))}
-    return FrontDoorStep().plan(RunContext(inventory=inv, fleet=None, facts=f, options={"fleet": fleet}))[host]
+    return FrontDoorStep().plan(RunContext(inventory=inv, fleet=None, facts=f, fleet_spec=fleet))[host]
 
 
 def test_the_router_runs_on_the_members_head_with_each_members_front_door_as_a_worker(tmp_path):
@@ -143,16 +143,16 @@ def test_the_step_starts_and_waits_then_is_a_noop(tmp_path):
     f = fleet_of(tmp_path)
     want = launch(f).labels["io.sparkctl.config-hash"]
     first = plan(f, "[]\n")
-    assert [c.action for c in first.changes] == ["start", "wait-door"]
+    assert [c.action for c in first.changes] == ["start", "wait"]
     assert "sparkctl-fleet-door not on head" in first.reason and "members lab, lab-2" in first.changes[0].summary
     assert "vllm-router (cache_aware)" in first.changes[0].summary
     again = plan(f, json.dumps([container(want)]))
     assert again.empty and f"sparkctl-fleet-door running config {want} on :8890" in again.reason
     # the old aiohttp door (or any launch that differs) in the same container name: replaced in place
     stale = plan(f, json.dumps([container("0ld")]))
-    assert [c.action for c in stale.changes] == ["start", "wait-door"] and "runs config 0ld" in stale.reason
+    assert [c.action for c in stale.changes] == ["start", "wait"] and "runs config 0ld" in stale.reason
     dead = plan(f, json.dumps([container(want, "exited")]))
-    assert [c.action for c in dead.changes] == ["start", "wait-door"] and "is exited" in dead.reason
+    assert [c.action for c in dead.changes] == ["start", "wait"] and "is exited" in dead.reason
     blocked = plan(f, "Cannot connect to the Docker daemon at unix:///var/run/docker.sock\n", rc=1)
     assert blocked.blocked and "Cannot connect to the Docker daemon" in blocked.blocked
     lines = plan_lines(Recap("fleet-door", True, plans=[first, again]))
@@ -170,7 +170,7 @@ def test_a_wheel_is_shipped_once_mounted_and_on_the_path_and_one_for_another_arc
     assert set(wheel_files(wheel)) == {"vllm_router/__init__.py", "vllm_router_rs.abi3.so",
                                        "vllm_router-0.1.17.dist-info/METADATA"}  # fmt: skip
     first = plan(f, "[]\n", wheels="aarch64\n")
-    assert [c.action for c in first.changes] == ["ship-router", "start", "wait-door"]
+    assert [c.action for c in first.changes] == ["ship-router", "start", "wait"]
     assert f"copy vllm-router from {WHEEL}" in first.changes[0].summary
     shipped = plan(f, json.dumps([container(spec.labels["io.sparkctl.config-hash"])]), wheels=f"aarch64\n{wheel_hash(wheel)}\n")
     assert shipped.empty
@@ -206,7 +206,7 @@ def test_a_door_on_a_host_of_its_own_runs_there_in_its_image(tmp_path):
     on_head = launch(fleet_of(subdir(tmp_path, "on-head")))
     assert spec.labels["io.sparkctl.config-hash"] != on_head.labels["io.sparkctl.config-hash"]
     first = plan(f, "[]\n")
-    assert first.host == DOOR_HOST and [c.action for c in first.changes] == ["start", "wait-door"]
+    assert first.host == DOOR_HOST and [c.action for c in first.changes] == ["start", "wait"]
     assert "in registry.example:5000/door:1" in first.changes[0].summary
     assert plan(f, json.dumps([container(spec.labels["io.sparkctl.config-hash"])])).empty
 

@@ -529,9 +529,7 @@ def test_long_prompts_run_one_at_a_time_and_the_queue_is_bounded(tmp_path):
 
     try:
         # the engine stops stepping (health stays 200) until the fault file goes: what reaches it stays there
-        with open(sim.faults, "w") as f:
-            f.write("hang\n")
-        time.sleep(0.6)  # the simulator reads its fault file every 0.25 s
+        harness.set_faults(sim.base, sim.faults, "hang\n")
         a = threading.Thread(target=run, args=("a", long_prompt, 3000), daemon=True)
         a.start()
         gw.wait_status(lambda st: st["long_context"]["running"] == 1 and st["in_flight"] == 1)

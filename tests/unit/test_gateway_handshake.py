@@ -29,13 +29,13 @@ from test_sim_serving import NAME, Server
 from sparkctl.gateway.placement import CONTAINER
 from sparkctl.inventory.models import Inventory
 from sparkctl.reload import plan_reload
-from sparkctl.runner import Recap
+from sparkctl.runner import Recap, build_stages, compensate, load_playbook
 from sparkctl.runtime import gateway_admin, health
 from sparkctl.runtime.compile_cache import compile_key
 from sparkctl.runtime.gateway_admin import GatewayAbsent, GatewayAdmin, Hold
 from sparkctl.runtime.launch import LABEL_PREFIX
 from sparkctl.session import ClusterSession
-from sparkctl.steps.base import RunContext
+from sparkctl.steps.base import RunContext, RunOptions
 from sparkctl.steps.runtime import RuntimeStep, StopStep
 
 # `docker exec` of a container that does not exist, as the Docker CLI prints it (moby's
@@ -143,12 +143,15 @@ def test_an_expected_start_beyond_hold_s_is_a_503_with_retry_after_and_a_rollbac
 
 
 def test_a_failed_run_releases_its_hold_once_and_a_gateway_that_is_gone_is_absent(ctx, gw):
+    # a failed `up` with no run after it: the runner's compensating actions (the stop step's releases)
+    stages = build_stages(load_playbook("up"))
     assert gateway_admin.release(ctx, "head") is None  # an engine start that held nothing says nothing
-    assert gateway_admin.release_after_failure(ctx) is None
+    assert compensate(ctx, stages) == []  # this run held nothing: nothing to undo
     gateway_admin.hold(ctx, "head", Hold("up", 2.0, "warm", 30.0, 600.0).to_data())
-    assert gateway_admin.release_after_failure(ctx) == "gateway released 0 held request(s)"
+    assert gw.status()["state"] == "holding"
+    assert compensate(ctx, stages) == ["gateway released 0 held request(s)"]
     assert gw.status()["state"] == "passing"
-    assert gateway_admin.release_after_failure(ctx) is None  # released already: nothing sent
+    assert compensate(ctx, stages) == []  # released already: nothing sent
     gw.stop()
     with pytest.raises(GatewayAbsent, match="no sparkctl-gateway running"):
         GatewayAdmin(ctx.fleet["head"]).status()
@@ -195,13 +198,13 @@ def facts(new: Inventory, events=(), gateway: bool = True, warm_cache: bool = Tr
 
 
 def stop_plans(new: Inventory, f: dict, **options) -> tuple[dict, RunContext]:
-    ctx = RunContext(inventory=new, fleet=None, facts=f, check_mode=True, options=options)
+    ctx = RunContext(inventory=new, fleet=None, facts=f, check_mode=True, options=RunOptions(**options))
     return StopStep().plan(ctx), ctx
 
 
 def reload_plan(new: Inventory, events: list, **options):
     """reload's plan over the check-mode plans of the stop and runtime steps (test_reload_plan.checked)."""
-    ctx = RunContext(inventory=new, fleet=None, facts=facts(new, events), check_mode=True, options=options)
+    ctx = RunContext(inventory=new, fleet=None, facts=facts(new, events), check_mode=True, options=RunOptions(**options))
     plans = [p for step in (StopStep(), RuntimeStep()) for p in step.plan(ctx).values()]
     return plan_reload("reload", recorded(), new, events, True, Recap(playbook="reload", check_mode=True, plans=plans))
 
@@ -262,7 +265,7 @@ def test_no_gateway_running_or_the_gateway_off_holds_nothing_and_the_plan_says_c
 def test_down_holds_so_new_requests_get_503_at_once_while_the_engine_drains():
     stop = StopStep()
     stop.options = {"always": True}
-    ctx = RunContext(inventory=INV, fleet=None, facts=facts(INV, [SERVED]), check_mode=True, options={"drain": 10})
+    ctx = RunContext(inventory=INV, fleet=None, facts=facts(INV, [SERVED]), check_mode=True, options=RunOptions(drain=10))
     ((host, data),) = holds(stop.plan(ctx))
     h = Hold(**data)
     assert host == "head" and h.reason == "down" and h.rejects and h.expected_s > h.hold_s and h.ttl_s == 130

@@ -114,14 +114,14 @@ def plan(inv: Inventory, running: list[dict], code: str = "present\n", **options
 def test_the_step_ships_the_code_starts_and_waits_then_is_a_noop():
     want = render(INV).expected_hash("sparkctl-gateway")
     first = plan(INV, [], code="absent\n")
-    assert [c.action for c in first.changes] == ["ship-code", "start", "wait-gateway"]
+    assert [c.action for c in first.changes] == ["ship-code", "start", "wait"]
     assert "sparkctl-gateway not on head" in first.reason
     again = plan(INV, [gateway_container(want)])
     assert again.empty and f"sparkctl-gateway running config {want} on :{INV.runtime.port}" in again.reason
     stale = plan(INV, [gateway_container("0ld")])
-    assert [c.action for c in stale.changes] == ["start", "wait-gateway"] and "runs config 0ld" in stale.reason
+    assert [c.action for c in stale.changes] == ["start", "wait"] and "runs config 0ld" in stale.reason
     dead = plan(INV, [gateway_container(want, state="exited")])
-    assert [c.action for c in dead.changes] == ["start", "wait-gateway"] and "is exited" in dead.reason
+    assert [c.action for c in dead.changes] == ["start", "wait"] and "is exited" in dead.reason
 
 
 def test_down_removes_it_and_disabling_removes_it():
@@ -194,11 +194,11 @@ def runtime_plans(gateway_hold: str, hashes=None, lock: str | None = None):
 
 
 def test_the_gateways_hold_is_read_from_its_own_metrics_lines():
-    from sparkctl.facts.gateway import admin_hold
+    from sparkctl.facts.gateway import AdminHold, admin_hold
 
     held = hold_lines("holding.txt")
     assert len(held.splitlines()) == 4  # holding (admin, upstream_down), hold_age_seconds, hold_info
-    assert admin_hold(held) == {"reason": "reload", "held_for_s": 0.0}
+    assert admin_hold(held) == AdminHold(reason="reload", held_for_s=0.0)
     assert admin_hold(hold_lines("passing.txt")) is None
     assert admin_hold(hold_lines("")) is None  # nothing listens on runtime.port: no hold known
 

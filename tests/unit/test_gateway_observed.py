@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 
+import clirun
 import pytest
 from controlfiles import usable_here
 from test_checks import INV, H, by, edit, run, sections
@@ -240,8 +241,6 @@ def test_status_shows_the_gateway_passing_or_holding_its_queue_and_upstream(reco
 
 def test_gateway_commands_without_a_gateway_say_so_and_exit_2(tmp_path):
     import os
-    import subprocess
-    import sys
 
     import yaml
 
@@ -251,8 +250,7 @@ def test_gateway_commands_without_a_gateway_say_so_and_exit_2(tmp_path):
     inv.write_text(yaml.safe_dump(usable_here(doc, tmp_path)))  # the lab's key is there only while it is up
     env = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8"}
     for cmd in ("status", "release"):
-        r = subprocess.run([sys.executable, "-m", "sparkctl", "gateway", cmd, "-i", str(inv)], capture_output=True, text=True,
-                           timeout=60, env=env)  # fmt: skip
+        r = clirun.sparkctl(["gateway", cmd, "-i", str(inv)], timeout=60, env=env)
         assert r.returncode == 2 and "gateway.enabled: false" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 

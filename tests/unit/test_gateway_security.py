@@ -85,6 +85,10 @@ def test_finding_1_without_a_key_the_answer_is_401_in_openais_shape_and_nothing_
         assert r.status_code == 401, r.text
         err = r.json()["error"]
         assert err["type"] == "AuthenticationError" and err["code"] == 401 and "Authorization: Bearer" in err["message"]
+    # on the Anthropic Messages API, in its shape (what vLLM's translate_error_response gives there)
+    r = keyed.client.post("/v1/messages", json={"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]})
+    assert r.status_code == 401 and r.json()["type"] == "error", r.text
+    assert r.json()["error"]["type"] == "authentication_error" and "Authorization: Bearer" in r.json()["error"]["message"]
     assert len(engine.seen) == before
 
 
@@ -459,7 +463,7 @@ def test_a_keys_file_missing_on_the_head_blocks_the_gateway_before_it_is_touched
 
     missing = plan("missing\n")
     assert missing.blocked and "gateway.api_keys_file /etc/sparkctl/api-keys is not a readable file" in missing.blocked
-    assert [c.action for c in plan("readable\n").changes] == ["start", "wait-gateway"]
+    assert [c.action for c in plan("readable\n").changes] == ["start", "wait"]
 
 
 def test_doctor_says_when_the_cluster_asks_no_key_and_when_its_keys_file_is_missing():

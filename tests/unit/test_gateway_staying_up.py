@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import signal
 import threading
-import time
 
 import httpx
 import pytest
@@ -44,6 +43,14 @@ def messages_text(events: list[tuple[str | None, dict]]) -> str:
     return "".join(d["delta"].get("text", "") for n, d in events if n == "content_block_delta")
 
 
+def responses_body(text: str, **kw) -> dict:
+    return {"model": NAME, "max_output_tokens": 30, "temperature": 0, "input": text, **kw}
+
+
+def responses_text(events: list[tuple[str | None, dict]]) -> str:
+    return "".join(d["delta"] for n, d in events if n == "response.output_text.delta")
+
+
 def start_again(sim: Server) -> None:
     """The same `vllm serve` on the same port (the keeper's or Docker's restart, here by hand)."""
     p = sim.proc
@@ -51,10 +58,10 @@ def start_again(sim: Server) -> None:
     assert harness.wait_http(sim.base + "/health", timeout=60, proc=sim.proc), sim.proc.log()[-3000:]
 
 
-def faults(sim: Server, *names: str) -> None:
-    with open(sim.faults, "w") as f:
-        f.write("".join(n + "\n" for n in names))
-    time.sleep(0.6)  # the simulator reads its fault file every 0.25 s
+def faults(sim: Server, *names: str, asked: bool = True) -> None:
+    """The simulator's run-time faults, applied once its /sim/state says so (`asked` False: it is
+    draining or gone and takes no new connection; the caller waits for what they do)."""
+    harness.set_faults(sim.base if asked else None, sim.faults, "".join(n + "\n" for n in names))
 
 
 def zero_token_total(gw: Gateway) -> float:
@@ -97,6 +104,33 @@ def test_a_healthy_messages_stream_is_not_zero_token_and_passes_through_as_the_e
     assert gw.metrics()["sparkctl_gateway_zero_token_streams_total{finish_reason=stop_sequence}"] == 1
 
 
+# ---- the Responses API, through the real OpenAI client ----
+
+
+def test_a_responses_stream_through_the_front_door_is_what_the_openai_client_reads(sim, gw):
+    from openai import OpenAI
+
+    before = zero_token_total(gw)
+    client = OpenAI(base_url=gw.base + "/v1", api_key="unused", max_retries=0)
+    try:
+        with client.responses.create(model=NAME, input=COUNT, max_output_tokens=30, temperature=0, stream=True) as stream:
+            events = list(stream)
+        whole = client.responses.create(model=NAME, input=COUNT, max_output_tokens=30, temperature=0)
+        cut = client.responses.create(model=NAME, input=COUNT, max_output_tokens=3, temperature=0)
+    finally:
+        client.close()
+    kinds = [e.type for e in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed", kinds
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    final = events[-1].response
+    assert text and final.output_text == text and final.usage is not None and final.usage.output_tokens > 0
+    assert whole.status == "completed" and whole.output_text == text  # temperature 0: the same answer
+    assert cut.status == "incomplete" and cut.incomplete_details is not None
+    assert cut.incomplete_details.reason == "max_output_tokens" and cut.usage is not None and cut.usage.output_tokens == 3
+    assert zero_token_total(gw) == before  # gateway.zero_tokens judges these streams healthy
+
+
 # ---- a drain nobody announced ----
 
 
@@ -111,6 +145,10 @@ def test_a_drain_sparkctl_did_not_start_is_held_on_every_route_and_no_client_get
         r = httpx.post(gw.base + path, json=body, timeout=120)
         if body.get("stream") and path == "/v1/messages":
             text = messages_text(sse_events(r))
+        elif body.get("stream") and path == "/v1/responses":
+            text = responses_text(sse_events(r))
+        elif path == "/v1/responses":
+            text = r.json()["output"][0]["content"][0]["text"] if r.status_code == 200 else r.text
         elif body.get("stream"):
             chunks = [d for _, d in sse_events(r)]
             text = "".join(
@@ -130,6 +168,8 @@ def test_a_drain_sparkctl_did_not_start_is_held_on_every_route_and_no_client_get
         "completion": ("/v1/completions", {"model": NAME, "prompt": COUNT, "max_tokens": 20}),
         "messages stream": ("/v1/messages", messages_body(COUNT, stream=True)),
         "messages": ("/v1/messages", messages_body(COUNT)),
+        "responses stream": ("/v1/responses", responses_body(COUNT, stream=True)),
+        "responses": ("/v1/responses", responses_body(COUNT)),
     }  # fmt: skip
     try:
         faults(sim, "hang")  # the engine stops stepping: a user's request stays in flight through the drain
@@ -148,7 +188,7 @@ def test_a_drain_sparkctl_did_not_start_is_held_on_every_route_and_no_client_get
         # have counted it down for a moment: held all the same)
         assert st["hold"] is None and (st["upstream_draining_for_s"] is not None or st["upstream_down_for_s"] is not None)
         assert answers == {}  # nobody was answered the engine's empty `abort`
-        faults(sim)  # the engine steps again: the user's request ends, the drain with it, the engine exits
+        faults(sim, asked=False)  # the engine steps again: the user's request ends, the drain with it, the engine exits
         assert sim.proc.wait(timeout=60) == 0
         user.join(timeout=300)
         start_again(sim)
@@ -206,7 +246,7 @@ def test_requests_the_engine_died_with_get_a_clear_error_and_are_never_sent_agai
         t.start()
         gw.wait_status(lambda st: st["held_requests"] == 1)
         assert sim.proc.wait(timeout=60) != 0  # the dead engine's API server exits
-        faults(sim)
+        faults(sim, asked=False)
         start_again(sim)
         t.join(timeout=60)
         seen_after = sim.metrics()
@@ -241,7 +281,7 @@ def test_a_stream_a_dead_engine_refused_before_it_began_is_held_and_served_after
         t.start()
         gw.wait_status(lambda st: st["held_requests"] == 1 and st["upstream_down_for_s"] is not None)
         assert sim.proc.wait(timeout=60) != 0
-        faults(sim)
+        faults(sim, asked=False)
         start_again(sim)
         t.join(timeout=60)
         m = gw.metrics()
@@ -288,7 +328,9 @@ def test_long_prompts_on_the_responses_and_messages_routes_wait_for_the_long_con
         r = gw.client.post("/v1/responses", json={"model": NAME, "input": items})
         assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1 and r.json()["error"]["type"] == "RateLimitError"
         r = gw.client.post("/v1/messages", json=messages_body(long_text.replace("river", "valley"), max_tokens=5))
-        assert r.status_code == 429
+        # in the Messages API's own shape, as vLLM answers there: an Anthropic client reads rate_limit_error
+        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+        assert r.json()["type"] == "error" and r.json()["error"]["type"] == "rate_limit_error", r.text
         # an input the gateway cannot put into messages (an image) counts as long: 429 too
         image = [{"type": "message", "role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64," + "A" * 300}]}]  # fmt: skip
         assert gw.client.post("/v1/responses", json={"model": NAME, "input": image}).status_code == 429
@@ -302,7 +344,7 @@ def test_long_prompts_on_the_responses_and_messages_routes_wait_for_the_long_con
         gw.stop()
         sim.stop()
     assert answers["messages long"] == 200 and answers["messages short"] == 200
-    assert answers["responses long"] == 404  # let through after the first: the simulator serves no Responses API
+    assert answers["responses long"] == 200  # let through after the first, and served
     assert m["sparkctl_gateway_rejected_total{reason=long_context_queue_full}"] == 3
 
 

@@ -25,7 +25,7 @@ from test_step_plans import NAMES, container_json
 
 from sparkctl.facts.docker import fact_of_inspect, identity_of_inspect, short
 from sparkctl.runtime.launch import render
-from sparkctl.steps.base import RunContext
+from sparkctl.steps.base import RunContext, RunOptions
 from sparkctl.steps.images import ImagesStep, ask_node, unknown_until_pulled
 from sparkctl.steps.runtime import RuntimeStep
 from sparkctl.transport import registry
@@ -115,7 +115,7 @@ def facts(docs: dict, containers: dict | None = None):
 
 
 def plan(docs: dict, ask, resolve, containers: dict | None = None, **options):
-    ctx = RunContext(inventory=INV, fleet=None, facts=facts(docs, containers), options=options, check_mode=True)
+    ctx = RunContext(inventory=INV, fleet=None, facts=facts(docs, containers), options=RunOptions(**options), check_mode=True)
     step = ImagesStep(resolve, ask)
     return step.plan(ctx), ctx, step
 

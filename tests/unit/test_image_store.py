@@ -11,6 +11,7 @@ import copy
 import functools
 import json
 
+import clirun
 from hostfacts import host_facts, inventory, sec
 from image_samples import CLASSIC, CONTAINERD, CONTAINERD_26, REC, inspect_section, rebuilt
 from test_image_transport_registry import recorded
@@ -116,7 +117,7 @@ def test_a_record_from_before_identities_still_proves_the_classic_nodes():
 
 
 def test_up_on_a_mixed_cluster_finds_every_node_current_in_the_registry_and_verifies_it():
-    ctx = RunContext(inventory=INV, fleet=None, facts=facts(MIXED), options={})
+    ctx = RunContext(inventory=INV, fleet=None, facts=facts(MIXED))
     step = ImagesStep(up_registry())
     plans = step.plan(ctx)
     assert all(p.empty and not p.blocked for p in plans.values()), {h: p.reason for h, p in plans.items()}
@@ -127,7 +128,7 @@ def test_up_on_a_mixed_cluster_finds_every_node_current_in_the_registry_and_veri
 
 def test_registry_down_a_record_made_on_classic_nodes_proves_a_containerd_node_and_a_copy_uses_the_sources_id():
     applied = record({h: GOOD for h in HOSTS})
-    ctx = RunContext(inventory=INV, fleet=None, facts=facts({**MIXED, "offload": None}, applied), options={})
+    ctx = RunContext(inventory=INV, fleet=None, facts=facts({**MIXED, "offload": None}, applied))
     plans = ImagesStep(down_registry).plan(ctx)
     assert plans["worker"].empty and "as last verified" in plans["worker"].reason
     (c,) = plans["offload"].changes  # missing: filled from a verified node
@@ -140,7 +141,7 @@ def test_registry_down_a_record_made_on_classic_nodes_proves_a_containerd_node_a
 
 def test_a_container_on_the_containerd_store_running_the_tagged_image_is_left_running():
     running = {h: MIXED[h]["Id"] for h in HOSTS}  # a container's Image: its node's docker ID for the image
-    ctx = RunContext(inventory=INV, fleet=None, facts=facts(MIXED, containers=running), options={}, check_mode=True)
+    ctx = RunContext(inventory=INV, fleet=None, facts=facts(MIXED, containers=running), check_mode=True)
     ImagesStep(up_registry()).plan(ctx)
     plans = RuntimeStep().plan(ctx)
     assert all(p.empty for p in plans.values()), {h: p.reason for h, p in plans.items()}
@@ -149,7 +150,7 @@ def test_a_container_on_the_containerd_store_running_the_tagged_image_is_left_ru
 def test_a_containerd_node_whose_tag_moved_restarts():
     running = {h: MIXED[h]["Id"] for h in HOSTS}
     moved = {**MIXED, "worker": rebuilt(CONTAINERD)}
-    ctx = RunContext(inventory=INV, fleet=None, facts=facts(moved, containers=running), options={}, check_mode=True)
+    ctx = RunContext(inventory=INV, fleet=None, facts=facts(moved, containers=running), check_mode=True)
     ImagesStep(down_registry).plan(ctx)  # nothing to verify against: the nodes' images are what they are
     reason = RuntimeStep().plan(ctx)["head"].reason
     assert f"sparkctl-worker on worker runs image {docker.short(CONTAINERD['Id'])}" in reason
@@ -227,8 +228,6 @@ def test_dockerds_own_containerd_keeps_images_under_the_data_root():
 
 def test_up_check_with_an_image_on_a_fenced_off_registry_is_bad_input_in_one_json_document(tmp_path):
     import os
-    import subprocess
-    import sys
 
     import yaml
     from controlfiles import usable_here
@@ -241,8 +240,7 @@ def test_up_check_with_an_image_on_a_fenced_off_registry_is_bad_input_in_one_jso
     inv = tmp_path / "fenced.yaml"
     inv.write_text(yaml.safe_dump(usable_here(doc, tmp_path)))
     env = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8,10.231.0.0/16"}
-    r = subprocess.run([sys.executable, "-m", "sparkctl", "up", "--check", "--json", "-i", str(inv)],
-                       capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)  # fmt: skip
+    r = clirun.sparkctl(["up", "--check", "--json", "-i", str(inv)], env=env, timeout=60, cwd=ROOT)
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr and "Exception in thread" not in r.stderr
     err = json.loads(r.stdout)  # exactly one document

@@ -14,7 +14,7 @@ from image_samples import CLASSIC, inspect_section, rebuilt
 from test_image_transport_registry import recorded, recorded_manifest
 
 from sparkctl.facts.docker import identity_of_inspect, short
-from sparkctl.steps.base import RunContext
+from sparkctl.steps.base import RunContext, RunOptions
 from sparkctl.steps.images import ImagesStep
 from sparkctl.transport import registry
 
@@ -56,7 +56,7 @@ def record(image_id=GOOD, inv=INV) -> dict:
 
 
 def plan(ids, applied=None, resolver=None, inv=INV, **options):
-    ctx = RunContext(inventory=inv, fleet=None, facts=facts(ids, applied), options=options)
+    ctx = RunContext(inventory=inv, fleet=None, facts=facts(ids, applied), options=RunOptions(**options))
     return ImagesStep(resolver or up_registry()).plan(ctx), ctx
 
 

@@ -86,8 +86,10 @@ def hosts(tmp_path):
     h.close()
 
 
-def interrupted_run(hosts: SilentHosts, *args: str) -> tuple[subprocess.CompletedProcess, float]:
-    """`sparkctl ARGS -i INVENTORY`, Ctrl-C'd (SIGINT) once it is connecting to a host and half a
+def interrupted_run(
+    hosts: SilentHosts, *args: str, sig: signal.Signals = signal.SIGINT
+) -> tuple[subprocess.CompletedProcess, float]:
+    """`sparkctl ARGS -i INVENTORY`, Ctrl-C'd (`sig`: SIGINT) once it is connecting to a host and half a
     second has gone by (its imports done, its threads started); (the run, seconds from Ctrl-C to exit)."""
     env = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8"}
     env.pop("SPARKCTL_INVENTORY", None)
@@ -101,7 +103,7 @@ def interrupted_run(hosts: SilentHosts, *args: str) -> tuple[subprocess.Complete
         time.sleep(max(0.0, started + 0.5 - time.monotonic()))
         hosts.accept(0)
         assert p.poll() is None, p.communicate()
-        p.send_signal(signal.SIGINT)
+        p.send_signal(sig)
         sent = time.monotonic()
         out, err = p.communicate(timeout=CONNECT_TIMEOUT * 3)
         took = time.monotonic() - sent
@@ -133,4 +135,20 @@ def test_ctrl_c_under_json_is_one_error_document(hosts, command):
     doc = json.loads(r.stdout)  # exactly one document: json.loads refuses anything after it
     assert doc == {"error": "interrupted", "fix": None, "exit_code": 130}  # the shape of every error's document
     assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr, r.stderr
+    assert hosts.all_closed(within=2), "a connection to a host outlived the run"
+
+
+def test_sigterm_ends_a_run_at_once_and_no_connection_outlives_it(hosts):
+    """SIGTERM (systemd stopping a unit, `kill`) while `up` connects to its hosts. Once `up` holds the
+    cluster lock's handlers (lock.cluster_lock, around the whole run) it ends as Ctrl-C does: exit 130,
+    "interrupted", its `finally` run (a lock it held released); a signal that comes before them (the
+    hosts are contacted while it starts) ends it as any process. Either way at once, with no traceback
+    and no connection left open."""
+    r, took = interrupted_run(hosts, "up", sig=signal.SIGTERM)
+    if r.returncode == 130:
+        assert "interrupted (signal 15)" in r.stderr, r.stderr
+    else:
+        assert r.returncode == -signal.SIGTERM, (r.returncode, r.stdout, r.stderr)
+    assert took < STOPPED_WITHIN, f"{took:.1f} s from SIGTERM to exit (connect timeout {CONNECT_TIMEOUT} s)"
+    assert "Traceback" not in r.stderr and r.stdout == "", r.stderr
     assert hosts.all_closed(within=2), "a connection to a host outlived the run"

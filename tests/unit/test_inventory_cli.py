@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
+import clirun
 import pytest
 import yaml
 from climain import run
@@ -18,15 +18,8 @@ SHIPPED = ["lab.yaml", "dspark-recipe.yaml", "splice-build.yaml"]
 
 
 def sparkctl(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """The real console entry point, in a child process."""
-    return subprocess.run(
-        [sys.executable, "-m", "sparkctl", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
-        timeout=60,
-    )
+    """The real console entry point (in this process: tests/clirun.py)."""
+    return clirun.sparkctl(list(args), cwd=REPO, env={**os.environ, **(env or {})}, timeout=60)
 
 
 def broken(tmp_path) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import clirun
 import pytest
 
 from sparkctl.errors import InputError
@@ -131,14 +132,10 @@ def test_fifo_is_refused_without_blocking(tmp_path):
 
 def test_fifo_via_cli_exits_2(tmp_path):
     import os
-    import subprocess
-    import sys
 
     fifo = tmp_path / "inv.yaml"
     os.mkfifo(fifo)
-    r = subprocess.run(
-        [sys.executable, "-m", "sparkctl", "inventory", "validate", str(fifo)], capture_output=True, text=True, timeout=60
-    )
+    r = clirun.sparkctl(["inventory", "validate", str(fifo)], timeout=60)
     assert r.returncode == 2
     assert "FIFO" in r.stderr and "Traceback" not in r.stderr
 

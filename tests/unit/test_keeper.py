@@ -67,6 +67,32 @@ def test_a_killed_head_is_the_cause_not_its_worker_that_exited_with_it():
     assert (c.container, c.kind, c.exit_code) == ("sparkctl-head", "killed", 137)
 
 
+LOST_LINES = {  # the head's engine when the worker's rank or the remote drafter went (the simulator's)
+    "worker": "ERROR 12-05 10:00:01 [ray_executor_v2.py:522] RayWorkerProc rank=[1] died unexpectedly, shutting down executor.\n",
+    "offload": (
+        "ERROR 12-05 10:00:01 [simulator] Remote drafter at http://10.0.0.4:8100 is unreachable: 5 failed health checks\n"
+        "ConnectionError: remote drafter http://10.0.0.4:8100 unreachable\n"
+        "ERROR 12-05 10:00:01 [core.py:1010] EngineCore encountered a fatal error.\n"
+    ),
+}
+
+
+def test_a_killed_worker_or_drafter_is_the_cause_not_the_head_that_logged_its_loss():
+    for name, host in (("sparkctl-worker", "worker"), ("sparkctl-drafter", "offload")):
+        found = {"head": containers("head", **{"sparkctl-head": ("exited", 1, False)}),
+                 host: containers(host, **{name: ("exited", 137, False)})}  # fmt: skip
+        missing = gone([("head", "sparkctl-head"), (host, name)], found)
+        causes = [cause_of(g, logs("id-sparkctl-head", LOST_LINES[host]) if g.host == "head" else None) for g in missing]
+        assert [c.kind for c in causes] == ["worker lost" if host == "worker" else "engine fatal error", "killed"]
+        assert (first_cause(causes).container, first_cause(causes).exit_code) == (name, 137)
+    # what the container's own log names beats a kill elsewhere
+    found = {"head": containers("head", **{"sparkctl-head": ("exited", 1, False)}),
+             "worker": containers("worker", **{"sparkctl-worker": ("exited", 137, False)})}  # fmt: skip
+    missing = gone([("worker", "sparkctl-worker"), ("head", "sparkctl-head")], found)
+    causes = [cause_of(g, logs("id-sparkctl-head", ASSERT_LINES) if g.host == "head" else None) for g in missing]
+    assert first_cause(causes).kind == "device-side assert"
+
+
 class StoppedContainer:
     """docker-py's Container as far as a stop's timing reads it: reload() and attrs (docker inspect's shape)."""
 

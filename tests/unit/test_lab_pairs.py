@@ -8,6 +8,7 @@ import ipaddress
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -75,7 +76,7 @@ def _written(tmp_path: Path) -> Path:
     """The three files `lab up --clusters 2` writes, side by side as in LAB_DIR."""
     (tmp_path / paths.INVENTORY_PATH.name).write_text(hostfiles.inventory_yaml())
     (tmp_path / paths.INVENTORY_2_PATH.name).write_text(hostfiles.inventory_2_yaml())
-    (tmp_path / paths.FLEET_PATH.name).write_text(hostfiles.fleet_yaml())
+    (tmp_path / paths.FLEET_PATH.name).write_text(hostfiles.fleet_yaml(tmp_path))
     return tmp_path
 
 
@@ -102,6 +103,11 @@ def test_the_lab_fleet_file_loads_both_pairs_with_the_door_on_the_first_head(tmp
     assert fleet.front_door_url == "http://10.231.0.11:8890"
     assert (fleet.rollout.max_unavailable, fleet.rollout.stop_on_failure) == (1, True)
     assert fleet.member("lab-2").head_address == "10.231.0.21"
+    # the router is shipped from a wheel beside it (the image has only its requirements): this venv's vllm-router
+    assert fleet.router_wheel is not None and fleet.router_wheel.parent == tmp_path
+    with zipfile.ZipFile(fleet.router_wheel) as z:
+        names = set(z.namelist())
+    assert {"vllm_router/launch_router.py", "vllm_router_rs.abi3.so"} <= names
 
 
 def test_a_host_knows_only_its_own_pair_so_its_files_never_change_with_the_other():

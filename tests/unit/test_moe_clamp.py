@@ -4,10 +4,9 @@ doctor's env.moe_clamp and `sparkctl render` warn when the inventory combines th
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+import clirun
 import yaml
 from test_checks import H, by, run, sections
 
@@ -35,13 +34,12 @@ def test_doctor_warns_on_flashinfer_b12x_with_a_clamped_checkpoint():
 def test_render_warns_on_stderr_and_in_json(tmp_path):
     path = tmp_path / "clamped.yaml"
     path.write_text(yaml.safe_dump(inventory(checkpoint_swiglu_limit=10.0)))
-    cmd = [sys.executable, "-m", "sparkctl", "render", "-i", str(path)]
-    human = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    cmd = ["render", "-i", str(path)]
+    human = clirun.sparkctl(cmd, timeout=60)
     assert human.returncode == 0 and "warning:" in human.stderr and "swiglu_limit" in human.stderr
-    doc = json.loads(subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=60, check=True).stdout)
+    as_json = clirun.sparkctl(cmd + ["--json"], timeout=60)
+    assert as_json.returncode == 0, as_json.stderr
+    doc = json.loads(as_json.stdout)
     assert len(doc["warnings"]) == 1 and "flashinfer_b12x" in doc["warnings"][0]
     path.write_text(yaml.safe_dump(inventory()))
-    assert (
-        json.loads(subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=60, check=True).stdout)["warnings"]
-        == []
-    )
+    assert json.loads(clirun.sparkctl(cmd + ["--json"], timeout=60).stdout)["warnings"] == []

@@ -13,10 +13,9 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
+import clirun
 import pyte
 import pytest
 import yaml
@@ -144,8 +143,7 @@ def test_runbook_is_rendered_to_the_width_and_stays_markdown_in_a_file():
     missing = _words(source) - {w for line in lines for w in re.sub(r"[*`#]", " ", line).split()}
     assert not missing, f"split or lost: {sorted(missing)}\n" + "\n".join(lines)
     # off a terminal: the Markdown as written (`sparkctl runbook fabric.mtu > fabric.mtu.md`)
-    r = subprocess.run([sys.executable, "-m", "sparkctl", "runbook", "fabric.mtu"], capture_output=True, text=True,
-                       env=ENV, cwd=REPO, timeout=60)  # fmt: skip
+    r = clirun.sparkctl(["runbook", "fabric.mtu"], env=ENV, cwd=REPO, timeout=60)
     assert (r.returncode, r.stdout, r.stderr) == (0, source, "")
 
 
@@ -153,8 +151,7 @@ def test_runbook_is_rendered_to_the_width_and_stays_markdown_in_a_file():
 def test_help_fits_and_keeps_every_word(args):
     code, lines = in_terminal(*args, "--help")
     assert code == 0, "\n".join(lines)
-    wide = subprocess.run([sys.executable, "-m", "sparkctl", *args, "--help"], capture_output=True, text=True,
-                          env={**ENV, "COLUMNS": "200"}, cwd=REPO, timeout=60)  # fmt: skip
+    wide = clirun.sparkctl([*args, "--help"], env={**ENV, "COLUMNS": "200"}, cwd=REPO, timeout=60)
     assert " ".join(lines).split() == wide.stdout.split()  # only the line breaks moved: no word cut or split
     assert "Examples:" in lines
     if not args:  # the top-level commands in panels

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import clirun
 import pytest
 from climain import run
 
@@ -94,7 +95,7 @@ def test_the_lab_is_hidden_where_it_is_not_installed(tmp_path):
     assert helps.returncode == 0 and "runbook" in commands and "lab" not in commands, helps.stdout
     lab = without("sparkctl_lab", "lab", "status", cwd=tmp_path)
     assert lab.returncode == 2 and "pip install -e ./lab" in lab.stderr  # still says how, when asked for
-    with_lab = subprocess.run([sys.executable, "-m", "sparkctl", "--help"], capture_output=True, text=True, timeout=60)
+    with_lab = clirun.sparkctl(["--help"], timeout=60)
     assert any(line.split()[:1] == ["lab"] for line in with_lab.stdout.splitlines())
 
 

@@ -2,7 +2,8 @@
 ansible-inventory), so `sparkctl render > launch.txt` holds the launch and `doctor | less` pages
 the table; with --json even a usage error is one JSON document on stdout.
 
-The real CLI in a child process, stdout and stderr read apart. Commands that need hosts run
+The real CLI (in this process, tests/clirun.py; with a file as its stdout, a process of its own),
+stdout and stderr read apart. Commands that need hosts run
 against an inventory whose hosts are loopback addresses where nothing listens (connection
 refused at once): what they answer about an unreachable cluster is still an answer.
 """
@@ -15,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import clirun
 import pytest
 import yaml
 from controlfiles import usable_here
@@ -26,8 +28,7 @@ LAB = REPO / "inventories" / "lab.yaml"
 def sparkctl(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("SPARKCTL_INVENTORY", "COLUMNS")}
     env["SPARKCTL_ONLY_NETWORKS"] = "127.0.0.0/8"  # loopback only
-    return subprocess.run([sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True, cwd=REPO,
-                          env=env, timeout=120)  # fmt: skip
+    return clirun.sparkctl(list(args), cwd=REPO, env=env, timeout=120)
 
 
 @pytest.fixture(scope="module")

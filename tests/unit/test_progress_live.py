@@ -14,6 +14,7 @@ from rich.console import Console
 
 from sparkctl.cli.steps_output import LiveReport, shorten
 from sparkctl.steps.base import StepResult
+from sparkctl.steps.transfer import Transfer
 
 LONG = (
     "image ID matches on every node: 10.231.0.1:5000/sparkctl/vllm-sim:0.1 present as "
@@ -157,3 +158,41 @@ def test_answer_to_a_file_while_the_live_block_is_on_the_terminal():
     assert file.getvalue().splitlines() == [f"     ok head      images   {LONG}"]
     assert any("starting sparkctl-head" in line or "images" in line for line in _screen_lines(screen))
     assert LONG not in screen.getvalue()  # the whole line went to the answer, not the terminal
+
+
+# the weights' copy as steps/weights.py reports it: 60 of 192 MB at the lab rail's 118 MB/s
+COPY = Transfer("copying from head over enp1s0f0np0", 60_000_000, 192_000_000, 118e6)
+
+
+def test_a_transfer_is_a_bar_with_its_bytes_rate_and_time_left_within_the_terminal():
+    for width in (60, 80, 120):
+        console, _ = _console(terminal=True, width=width)
+        report = LiveReport(quiet=False, hosts=["head", "worker"], console=console)
+        report.progress("head", "weights", "verifying 6 file(s), 0.19 GB")
+        report.progress("worker", "weights", COPY)
+        head, worker = _block(report, console)
+        assert worker.split()[1:4] == ["worker", "weights", "0s"] and " copying " in worker, worker
+        # bytes and time left always; the rate where there is room
+        assert worker.endswith("0.06/0.19 GB, 118 MB/s, 1 s left" if width >= 80 else "0.06/0.19 GB, 1 s left"), worker
+        assert "━" in worker  # the bar
+        assert len(worker) <= width and len(head) <= width, (width, worker)
+        # the next reading replaces it; the transfer's end gives way to the step's next phase
+        report.progress("worker", "weights", Transfer(COPY.doing, 192_000_000, 192_000_000, 118e6))
+        assert _block(report, console)[1].endswith("0.19/0.19 GB" + (", 118 MB/s" if width >= 80 else ""))
+        report.progress("worker", "weights", "verifying 6 file(s), 0.19 GB")
+        assert "━" not in _block(report, console)[1]
+
+
+def test_off_a_terminal_each_transfer_reading_is_a_line_on_stderr_and_the_answer_stays_whole():
+    answer, stdout = _console(terminal=False)
+    log, stderr = _console(terminal=False)
+    with LiveReport(quiet=False, hosts=["worker"], console=answer, live_console=log) as live:
+        live.progress("worker", "weights", "verifying 6 file(s)")  # a phase: no line in a log
+        live.progress("worker", "weights", Transfer(COPY.doing, 0, 192_000_000))
+        live.progress("worker", "weights", COPY)
+        live.result(StepResult("weights", "worker", "changed", "copied 6 file(s), 0.19 GB from head"))
+    assert stderr.getvalue().splitlines() == [
+        f"worker weights: {COPY.doing}: 0.00 GB of 0.19 GB",
+        f"worker weights: {COPY.doing}: 0.06 GB of 0.19 GB, 118 MB/s, 1 s left",
+    ]
+    assert stdout.getvalue().splitlines() == ["changed worker    weights  copied 6 file(s), 0.19 GB from head"]

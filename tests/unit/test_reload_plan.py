@@ -11,11 +11,11 @@ from hostfacts import host_facts, inventory, sec
 
 from sparkctl.errors import InputError
 from sparkctl.inventory.models import Inventory
-from sparkctl.reload import diff_inventories, plan_reload, restore_secrets, same_cluster
+from sparkctl.reload import Journal, diff_inventories, plan_reload, reload_stages, restore_secrets, same_cluster
 from sparkctl.runner import Recap
 from sparkctl.runtime.launch import LABEL_PREFIX, render
 from sparkctl.runtime.metrics import parse_page
-from sparkctl.steps.base import RunContext
+from sparkctl.steps.base import RunContext, RunOptions
 from sparkctl.steps.record import record_document
 from sparkctl.steps.runtime import RuntimeStep, StopStep, drain_counts
 
@@ -228,7 +228,7 @@ def test_a_run_restarts_only_what_the_plan_confirmed():
     base = Inventory.model_validate(recorded()["inventory"])
     for gone, refused in (((), False), (("head",), True)):
         run = RunContext(inventory=new, fleet=None, facts=cluster_facts(new, base, gone=gone),
-                         options={"confirmed_restart": shown.containers})  # fmt: skip
+                         options=RunOptions(confirmed_restart=tuple(shown.containers)))  # fmt: skip
         first = next(iter(StopStep().plan(run).values()))
         assert bool(first.blocked) is refused, first
     assert (
@@ -258,3 +258,20 @@ def test_a_check_run_that_stopped_makes_a_plan_that_says_so_and_is_never_nothing
     assert p.groups == [] and not p.empty  # the run goes on to meet the failure and report it
     assert p.stops == "connect on worker: worker: SSH connect to 10.231.0.12:22 timed out after 3 s"
     assert p.lines()[-1] == f"the run would stop here: {p.stops}"
+
+
+def test_every_reload_step_names_its_journal_phase_and_a_playbook_without_them_is_refused():
+    # the phase sits on the playbook entry: a step added to reload.yaml without one cannot run unjournaled
+    phases = {s.name: s.spec.phase for s in reload_stages()}
+    assert phases == {
+        **dict.fromkeys(["preflight", "fabric", "images", "weights", "caches", "engram"], "prestage"),
+        "stop": "drain",
+        "gateway": "restart",
+        "runtime": "restart",
+        "throughput": "verify",
+        "record": "commit",
+    }
+    assert list(dict.fromkeys(phases.values())) == [p for p in Journal.ORDER if p in phases.values()]  # in journal order
+    with pytest.raises(InputError, match=r"playbook 'up': step\(s\) preflight, fabric, .* name no journal phase") as e:
+        reload_stages("up")  # up.yaml's entries name no phase
+    assert "`phase:`" in (e.value.fix or "")

@@ -57,15 +57,34 @@ class Fake(Step):
         return "done"
 
 
+class Meet:
+    """The first apply takes FIRST_S by itself; every later one waits until all the rest are under way."""
+
+    FIRST_S = 0.2
+
+    def __init__(self, rest):
+        self.rest, self.calls = rest, 0
+        self.lock = threading.Lock()
+
+    def wait(self, timeout):
+        with self.lock:
+            self.calls += 1
+            first = self.calls == 1
+        if first:
+            time.sleep(self.FIRST_S)
+        else:
+            self.rest.wait(timeout=timeout)
+
+
 def run(stages, check=False):
     ctx = RunContext(inventory=INV, fleet=NoHosts(), check_mode=check)
     return run_playbook(ctx, stages, "test")
 
 
-def stage(step, gate=False, in_order=False):
+def stage(step, gate=False, in_order=False, first_alone=False):
     from sparkctl.runner import PlaybookStep
 
-    return Stage(PlaybookStep(step=step.name, gate=gate, in_order=in_order), step)
+    return Stage(PlaybookStep(step=step.name, gate=gate, in_order=in_order, first_alone=first_alone), step)
 
 
 def statuses(recap, step):
@@ -130,6 +149,26 @@ def test_without_in_order_hosts_apply_at_once():
     assert len({t for *_, t, _ in log}) == 3  # three threads
 
 
+def test_first_alone_applies_the_first_host_then_the_others_at_once():
+    # the weights: the download host first, then every other node copies from it at the same time
+    log = []
+    meet = Meet(threading.Barrier(len(HOSTS) - 1))
+    started = time.monotonic()
+    recap = run([stage(Fake("a", {h: ["x"] for h in HOSTS}, log=log, meet=meet), first_alone=True)])
+    assert set(statuses(recap, "a").values()) == {"changed"}, recap.to_dict()["results"]
+    assert log[0][1] == HOSTS[0] and {h for _, h, *_ in log[1:]} == set(HOSTS[1:])
+    # the others began once the first had ended (they met each other under way, on threads of their own)
+    assert all(t - started >= Meet.FIRST_S for *_, t in log[1:])
+    assert len({name for _, _, name, _ in log[1:]}) == len(HOSTS) - 1
+
+
+def test_first_alone_stops_when_the_first_host_fails():
+    log = []
+    recap = run([stage(Fake("a", {h: ["x"] for h in HOSTS}, fail_on=HOSTS[0], log=log), first_alone=True)])
+    assert [h for _, h, *_ in log] == [HOSTS[0]]
+    assert statuses(recap, "a") == {HOSTS[0]: "failed", **{h: "skipped" for h in HOSTS[1:]}}
+
+
 def test_the_shipped_playbooks_are_data_the_runner_understands():
     up = load_playbook("up")
     assert [s.step for s in up.steps] == [
@@ -149,7 +188,8 @@ def test_the_shipped_playbooks_are_data_the_runner_understands():
     # the keeper's own recoveries run the reload playbook: it never restarts the keeper under itself
     assert [s.step for s in load_playbook("reload").steps] == [s.step for s in up.steps][:-1]
     assert [s.step for s in up.steps if s.gate] == ["preflight"]
-    assert {s.step for s in up.steps if s.in_order} == {"weights", "stop", "runtime", "keeper"}
+    assert {s.step for s in up.steps if s.in_order} == {"stop", "runtime", "keeper"}
+    assert {s.step for s in up.steps if s.first_alone} == {"weights"}  # downloaded once, then copied to all at once
     down = build_stages(load_playbook("down"))
     assert [(s.name, s.spec.in_order, s.step.options) for s in down] == [
         ("keeper", True, {"remove": True}),  # first: nothing may bring back what down stops

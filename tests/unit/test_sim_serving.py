@@ -357,9 +357,7 @@ def test_metrics_vllm_033_adds_are_exported(server):
 
 def test_max_num_seqs_queueing_is_visible_in_metrics(server):
     before = server.metrics()
-    with open(server.faults, "w") as f:
-        f.write("slow_decode=40\n")  # hold requests in flight long enough to look
-    time.sleep(0.6)
+    harness.set_faults(server.base, server.faults, "slow_decode=40\n")  # hold requests in flight long enough to look
     threads = [
         threading.Thread(target=server.complete, args=(f"Tell me about place {i}.",), kwargs={"max_tokens": 120})
         for i in range(4)
@@ -391,9 +389,7 @@ def test_a_non_streaming_client_that_goes_away_has_its_request_aborted(server):
     # vLLM's @with_cancellation: the handler is cancelled and the request aborted (its slot freed),
     # not run to its end for nobody
     before = server.metrics()
-    with open(server.faults, "w") as f:
-        f.write("slow_decode=400\n")  # 2000 tokens at this pace: far longer than the client waits
-    time.sleep(0.6)
+    harness.set_faults(server.base, server.faults, "slow_decode=400\n")  # 2000 tokens: far longer than the client waits
     try:
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(
@@ -568,9 +564,7 @@ def test_concurrent_long_context_requests_crash_the_engine(tmp_path):
     # the engine holds its steps until both have arrived, so they meet in one, and each would decode
     # for seconds: on a busy machine the second came after the first's ~20 ms of simulated work with
     # 200 tokens had ended (CI's floors run met it)
-    with open(s.faults, "w") as f:
-        f.write("hang\n")
-    time.sleep(0.6)  # the simulator reads its fault file every 0.25 s
+    harness.set_faults(s.base, s.faults, "hang\n")
     threads = [threading.Thread(target=long_request, args=(i,)) for i in range(2)]
     for t in threads:
         t.start()

@@ -11,6 +11,7 @@ import sys
 import threading
 from pathlib import Path
 
+import clirun
 import pytest
 from loopback_http import LoopbackServer, Quiet
 from test_sim_serving import NAME, Server
@@ -21,8 +22,7 @@ RECORDED = Path(__file__).resolve().parent / "recorded" / "status"
 def status(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "SPARKCTL_INVENTORY"}
     env["SPARKCTL_ONLY_NETWORKS"] = "127.0.0.0/8"  # loopback only
-    return subprocess.run([sys.executable, "-m", "sparkctl", "status", *args], capture_output=True, text=True,
-                          timeout=60, env=env)  # fmt: skip
+    return clirun.sparkctl(["status", *args], timeout=60, env=env)
 
 
 @pytest.fixture(scope="module")

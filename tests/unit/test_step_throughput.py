@@ -19,6 +19,7 @@ from sparkctl.inventory.models import Inventory
 from sparkctl.runtime.metrics import parse_page
 from sparkctl.steps.base import Change, Plan, RunContext
 from sparkctl.steps.throughput import ThroughputStep
+from sparkctl_lab.sim import harness
 
 
 @pytest.fixture(scope="module")
@@ -93,14 +94,11 @@ def test_under_load_the_engines_own_timings_are_judged_and_a_marlin_slow_engine_
         assert f"decode {healthy:.1f} tok/s per request under load (the engine's own timings of" in said, said
         assert "none recorded at 2 stream(s) yet, recorded as that baseline, the throughput ratio not judged" in said
         # the seed's silent Marlin fallback: decode at half speed, users still on
-        with open(engine.faults, "w") as f:
-            f.write("slow_decode=2\n")
-        time.sleep(0.6)  # the simulator reads its fault file every 0.25 s
+        harness.set_faults(engine.base, engine.faults, "slow_decode=2\n")
         with pytest.raises(HostError) as e:
             measure_under_load(engine, {"2": healthy})
         assert "under load" in e.value.message and "recorded at 2 stream(s) (below --min-throughput-ratio 0.8)" in e.value.message
-        os.unlink(engine.faults)
-        time.sleep(0.6)
+        harness.set_faults(engine.base, engine.faults, "")
         said, out = measure_under_load(engine, {"2": healthy})
         assert f"x the {healthy:.1f} recorded at 2 stream(s)" in said and "2" in out.decode_by_streams, said
     finally:

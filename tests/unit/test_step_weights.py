@@ -19,7 +19,7 @@ from sparkctl.facts.weights import ManifestFile, WeightsRecord, hash_command, pa
 from sparkctl.inventory.models import Inventory
 from sparkctl.inventory.validate import check_inventory
 from sparkctl.steps.base import RunContext
-from sparkctl.steps.weights import WeightsStep
+from sparkctl.steps.weights import WeightsStep, copy_rate
 
 MODEL = "/models/DeepSeek-V4.1-Flash-1017"
 REPO, COMMIT = "deepseek-ai/DeepSeek-V4.1-Flash-lab", "c0ffee" + "0" * 34
@@ -117,6 +117,20 @@ def test_a_worker_without_the_model_copies_every_file_from_the_head_over_the_fir
     r = doctor(worker=folder(files={}, present=False), worker_hashes="")
     assert r[("weights.verified", "worker")].status == "failed" and "absent" in r[("weights.verified", "worker")].message
     assert r[("weights.present", "worker")].status == "warn"  # up places it: not a preflight blocker
+
+
+def test_the_copy_time_comes_from_the_rails_rate_measured_in_this_run_else_says_unmeasured():
+    # the lab's rails say 200 Gb/s and are shaped to 1 Gb/s: only a measurement shows it
+    absent = {"worker": folder(files={}, present=False), "worker_hashes": ""}
+    ctx = RunContext(inventory=INV, fleet=None, facts=facts(INV, **absent))
+    ctx.outputs.rail_gbps[("head", "enp1s0f0np0")] = 0.94  # the fabric step's probe, earlier in the run
+    (c,) = WeightsStep().plan(ctx)["worker"].changes
+    assert "at 118 MB/s (the rail measured 0.9 Gb/s in this run)" in c.summary, c.summary
+    (c,) = plans(**absent)["worker"].changes
+    assert "at 450 MB/s (rsync over ssh; the rail unmeasured (not probed in this run): its nominal 200 Gb/s)" in c.summary
+    # a degraded ConnectX-7 (13 Gb/s) is still above one rsync over ssh; a 20 MB/s link is not
+    assert copy_rate(200, 13.0) == (450e6, "rsync over ssh; the rail measured 13.0 Gb/s in this run")
+    assert copy_rate(200, 0.16)[0] == 20e6
 
 
 def test_a_flipped_byte_on_the_worker_copies_that_file_alone_and_doctor_names_it():
@@ -300,3 +314,116 @@ def test_files_verified_under_the_hubs_git_digest_are_hashed_again_for_a_folders
     p = plans(inv, head=folder(files=FILES, rec=record()), head_hashes=unchanged(), head_source=source())
     (c,) = p["head"].changes
     assert c.action == "verify" and c.data["files"] == sorted(SMALL) and "under another digest" in c.summary
+
+
+# --- a change of revision at the same runtime.model: built beside the serving copy, the old kept for a rollback ---
+
+COMMIT2 = "beef" + "0" * 36
+SHARD3 = "model-00003-of-00003.safetensors"
+# the later revision rewrites shard 3 (other bytes, same size) and config.json
+MANIFEST2 = {**MANIFEST, SHARD3: ManifestFile(1003, sha256=sha("v2 " + SHARD3)), "config.json": ManifestFile(121, git=blob("v2"))}
+FILES2 = {**FILES, "config.json": 121}
+KEPT = "/models/.DeepSeek-V4.1-Flash-1017.sparkctl-previous"
+
+
+def record2() -> str:
+    return WeightsRecord(REPO, COMMIT2, COMMIT2, dict(MANIFEST2)).to_json()
+
+
+def kept(files=FILES, rec: str = "", stat=None) -> str:
+    """The `weights` probe's part on the previous version kept beside the path: listing, record, stat record."""
+    line = "{size} 1733390000.0000000000 {name}\n".format
+    listing = "".join(line(size=s, name=n) for n, s in files.items())
+    stat = listing if stat is None else "".join(line(size=s, name=n) for n, s in stat.items())
+    return f"@@previous\n{listing}@@previous_record\n{rec}@@previous_stat\n{stat}"
+
+
+def with_kept(probe: str, previous: str) -> str:
+    return probe.replace("@@free\n", previous + "@@free\n")
+
+
+def test_a_new_revision_is_built_beside_the_serving_copy_which_moves_aside_whole_for_a_rollback():
+    inv = Inventory.model_validate(lab_doc(revision=COMMIT2))
+    # the worker already holds the new revision (its record is the manifest: no hub); the head the old one
+    p = plans(inv, worker=folder(files=FILES2, rec=record2()))
+    (c,) = p["head"].changes
+    assert c.action == "download" and c.data["files"] == ["config.json", SHARD3]  # what changed, alone
+    assert c.data["bytes"] == 121 + 1003 and not c.data["replace"]
+    rotate = c.data["rotate"]
+    assert rotate["keep"] == sorted(n for n in FILES if n.endswith(".safetensors") and n != SHARD3)
+    assert rotate["old"] == f"{REPO}@{COMMIT[:12]}" and rotate["trusted"] == sorted(FILES)
+    assert f"move the current {REPO}@{COMMIT[:12]} aside to {KEPT} (kept whole: a rollback needs no download)" in c.summary
+    assert p["worker"].empty
+
+
+def test_a_rollback_puts_the_kept_version_back_with_links_and_fetches_nothing():
+    # the head serves revision 2; revision 1 was kept beside it; the inventory goes back to revision 1
+    head = with_kept(folder(files=FILES2, rec=record2()), kept(rec=record()))
+    p = plans(INV, head=head, worker=with_kept(folder(files=FILES2, rec=record2()), kept(rec=record())))
+    for host in ("head", "worker"):
+        (c,) = p[host].changes
+        assert c.action == "restore" and c.data["files"] == [] and c.data["bytes"] == 0, c
+        assert c.data["rotate"]["reuse"] == ["config.json", SHARD3] and len(c.data["rotate"]["keep"]) == 2
+        assert f"back from {KEPT}" in c.summary and "nothing fetched" in c.summary
+    # a kept file written since it was verified (its ctime moved) is fetched again, alone
+    moved = kept(rec=record(), stat={n: s for n, s in FILES.items() if n != SHARD3})
+    (c,) = plans(INV, head=with_kept(folder(files=FILES2, rec=record2()), moved))["head"].changes
+    assert c.action == "download" and c.data["files"] == [SHARD3] and c.data["rotate"]["reuse"] == ["config.json"]
+    # a disk too small for it names the kept version as what can be freed, and removes nothing itself
+    tight = folder(files=FILES2, rec=record2(), free=1000).replace("@@free", moved + "@@free", 1)
+    blocked = plans(INV, head=tight)["head"].blocked
+    assert "needs 0.00 GB more" in blocked and f"{REPO}@{COMMIT[:12]}, holds 0.00 GB in {KEPT}: remove it there" in blocked
+
+
+def test_the_rotation_on_real_files_keeps_both_versions_whole_and_the_probe_trusts_the_kept_one(tmp_path):
+    import subprocess
+
+    from sparkctl.facts.weights import previous_path, stat_command, weights_probe
+    from sparkctl.steps.weights import rotate_script
+
+    def sh(script: str, stdin: str = "") -> str:
+        r = subprocess.run(["sh", "-c", script], input=stdin, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    path = tmp_path / "models" / "ckpt"
+    (path / "sub").mkdir(parents=True)
+    for name, text in (("a.safetensors", "shared"), ("sub/b.json", "old b"), ("c.json", "old c")):
+        (path / name).write_text(text)
+    sh(stat_command(str(path)))
+    staging = tmp_path / "models" / ".ckpt.sparkctl-staging"
+    staging.mkdir()
+    (staging / "c.json").write_text("new c")  # the fetched file, verified
+    (staging / ".cache").mkdir()  # the hub client's resume metadata
+    rotate = {"keep": ["a.safetensors"], "reuse": [], "trusted": ["a.safetensors", "sub/b.json"], "old": "x"}
+    sh(rotate_script(str(path), rotate))
+    sh(stat_command(previous_path(str(path)), only_stdin=True), "".join(n + "\n" for n in rotate["trusted"]))
+    assert sorted(p.name for p in path.rglob("*")) == ["a.safetensors", "c.json"] and (path / "c.json").read_text() == "new c"
+    assert not staging.exists()
+    copy = parse_weights(str(path), sh(weights_probe(str(path))))
+    assert copy.files == {"a.safetensors": 6, "c.json": 5}
+    # the old version whole beside it; only the files it had verified are vouched for
+    assert copy.previous is not None and copy.previous.files == {"a.safetensors": 6, "sub/b.json": 5, "c.json": 5}
+    assert copy.previous.unchanged == {"a.safetensors", "sub/b.json"}
+
+
+def test_a_new_revision_at_the_same_path_restarts_the_engine_and_nothing_else():
+    # the files under the same mount change: only a restart loads them (the launch is otherwise the same)
+    from sparkctl.runtime.launch import render
+
+    before, after = render(INV), render(Inventory.model_validate(lab_doc(revision=COMMIT2)))
+    assert before.group_hashes["engine"] != after.group_hashes["engine"]
+    assert {g: h for g, h in before.group_hashes.items() if g != "engine"} == {
+        g: h for g, h in after.group_hashes.items() if g != "engine"
+    }
+    assert [c.mounts for c in before.containers] == [c.mounts for c in after.containers]
+
+
+def test_files_verified_under_another_digest_beside_files_to_fetch_are_fetched_too_not_taken_as_verified():
+    # the head holds the folder source's version (sha256 of every file), one shard gone; the
+    # inventory names the hub again, whose manifest lists config.json by its git blob id
+    gone = {n: s for n, s in FILES.items() if n != SHARD3}
+    head = folder(files=gone, rec=folder_record())
+    (c,) = plans(INV, head=head, head_hashes=unchanged(gone))["head"].changes
+    assert c.action == "download" and c.data["files"] == ["config.json", SHARD3], c.data["files"]
+    assert c.data["rotate"]["old"].startswith(f"head:{DIR}@")  # the folder's version moves aside whole

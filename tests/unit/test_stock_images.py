@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
+import clirun
 import pytest
 import yaml
 
@@ -22,8 +22,7 @@ def render(tmp_path: Path, seed: str, *options: str, **runtime) -> subprocess.Co
     doc["runtime"].update(runtime)
     path = tmp_path / seed
     path.write_text(yaml.safe_dump(doc))
-    cmd = [sys.executable, "-m", "sparkctl", "render", "-i", str(path), *options]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    return clirun.sparkctl(["render", "-i", str(path), *options], timeout=60)
 
 
 @pytest.mark.parametrize(

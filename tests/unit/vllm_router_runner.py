@@ -29,5 +29,18 @@ class VllmRouter:
         router.metrics_url = f"http://127.0.0.1:{metrics}/metrics"
         return router
 
+    @classmethod
+    def for_fleet(cls, tmp: str, fleet, startup_timeout: int | None = None) -> "VllmRouter":
+        """The router as sparkctl renders it for `fleet` (fleet/router_launch.py), on the door
+        member's head address instead of every address; `startup_timeout`: how long a member that
+        does not serve is waited for (ADD_WAIT_S unless given)."""
+        from sparkctl.fleet.router_launch import router_command
+
+        head = fleet.front_door_address
+        argv = [a if a != "0.0.0.0" else head for a in router_command(fleet)[3:]]
+        if startup_timeout is not None:
+            argv[argv.index("--worker-startup-timeout-secs") + 1] = str(startup_timeout)
+        return cls(tmp, argv, fleet.front_door_url)
+
     def stop(self) -> None:
         self.proc.stop()

@@ -6,6 +6,7 @@ caller can read. Nothing here is used inside the image.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,6 +16,8 @@ import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
+
+from . import knobs
 
 # Ports handed out by free_port: below the kernel's ephemeral range (32768-60999 by default), so no
 # port-0 bind or outgoing connection on this machine takes one, and never the same one twice to
@@ -175,6 +178,30 @@ def sim_env(base_dir: str, **extra: str) -> dict[str, str]:
     os.makedirs(env["HOME"], exist_ok=True)
     os.makedirs(env["RAY_TMPDIR"], exist_ok=True)
     return env
+
+
+def set_faults(base_url: str | None, faults_file: str, text: str, timeout: float = 30.0) -> None:
+    """Write the simulator's run-time fault file (`text` empty: remove it) and wait until its
+    /sim/state reports those faults applied (it reads the file every 0.25 s; a loaded machine may
+    take longer, so no fixed sleep). `base_url` None: a simulator that takes no new connections (its
+    drain has begun) is not asked; the caller waits for what the faults do instead."""
+    if text:
+        with open(faults_file, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(faults_file)
+    if base_url is None:
+        return
+    want = knobs.read_fault_file(faults_file)
+    end = time.monotonic() + timeout
+    while True:
+        with urllib.request.urlopen(base_url + "/sim/state", timeout=5.0) as r:
+            if json.load(r).get("faults_applied") == want:
+                return
+        if time.monotonic() >= end:
+            raise TimeoutError(f"{base_url}: faults {want} not applied within {timeout:.0f} s")
+        time.sleep(0.05)
 
 
 def wait_http(url: str, want: int = 200, timeout: float = 30.0, proc: Proc | None = None) -> bool:

@@ -2,7 +2,8 @@
 
 Routes: /health, /ping, /version, /v1/models, /v1/completions, /v1/chat/completions (streaming
 as server-sent events over chunked transfer encoding, `stream_options.include_usage`), the
-Anthropic /v1/messages and /v1/messages/count_tokens (anthropic_api.py),
+Anthropic /v1/messages and /v1/messages/count_tokens (anthropic_api.py), the Responses API's
+/v1/responses (responses_api.py),
 /tokenize, /metrics, and /sim/state (simulator-only: configuration and acceptance model).
 Errors use vLLM 0.33's shapes (entrypoints/serve/exception_handling/): a vLLM error is
 {"error": {"message": str(exc), "type": "BadRequestError" | "NotFoundError" | ..., "param", "code"}}
@@ -24,7 +25,7 @@ import time
 import uuid
 from http import HTTPStatus
 
-from . import anthropic_api, vlog
+from . import anthropic_api, responses_api, vlog
 from .engine import EngineDead, Request
 from .workload import TextStream, classify, last_user_text, render_chat, seed_for, token_ids
 
@@ -90,6 +91,7 @@ ROUTE_METHODS = {
     "/v1/chat/completions": {"POST"},
     "/v1/messages": {"POST"},
     "/v1/messages/count_tokens": {"POST"},
+    "/v1/responses": {"POST"},
     "/tokenize": {"POST"},
     "/sim/state": {"GET"},
 }
@@ -220,6 +222,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         """Run the method's routes on the path: an ApiError in vLLM's shape; a client gone away gets nothing."""
         self._body_read = False
         self._messages_api = False  # the Anthropic Messages API: its own shapes
+        self._responses: dict | None = None  # a Responses-API request (its body): its own shapes
         try:
             if self.command != "OPTIONS" and not self._check_key():
                 return
@@ -264,6 +267,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if path == "/v1/messages":
             self._messages_api = True
             return self._generate(anthropic_api.as_chat(self._body()), chat=True)
+        if path == "/v1/responses":
+            self._responses = self._body()
+            return self._generate(responses_api.as_chat(self._responses), chat=True)
         if path == "/v1/messages/count_tokens":
             self._messages_api = True
             body = anthropic_api.as_chat(self._body())
@@ -416,7 +422,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if isinstance(stop, str):
             stop = [stop]
         req = Request(
-            request_id=("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
+            request_id=responses_api.request_id()
+            if self._responses is not None
+            else ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
             prompt_ids=ids,
             max_tokens=max_tokens,
             workload=workload,
@@ -432,6 +440,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         created = int(time.time())
         if self._messages_api and body.get("stream"):
             self._messages_stream(req, model)
+        elif self._responses is not None and body.get("stream"):
+            self._responses_stream(req, model, created, self._responses)
         elif body.get("stream"):
             self._stream(req, model, created, chat, body.get("stream_options") or {})
         else:
@@ -488,7 +498,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     break
         finally:
             self.rt.finished(req)
-        if self._messages_api:
+        if self._responses is not None:
+            obj = self._response_object(req, model, created, self._responses, reason)
+        elif self._messages_api:
             obj = anthropic_api.message(req.request_id, model, req.text, reason, req.stop_reason, req.prompt_len, len(req.output))
         elif chat:
             choice = {
@@ -540,6 +552,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 "kv_transfer_params": None,
             }
         self._json(200, obj)
+
+    def _client_went_away(self, req: Request) -> None:
+        """A stream's client closed its connection: vLLM aborts the request (its slot and KV freed)."""
+        self.rt.engine.abort(req)
+        self.rt.finished(req)
+        self.close_connection = True
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -601,10 +619,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._chunk(b"data: [DONE]\n\n")
             self._chunk(b"")
         except (BrokenPipeError, ConnectionResetError, OSError):
-            # The client went away: vLLM aborts the request.
-            self.rt.engine.abort(req)
-            self.rt.finished(req)
-            self.close_connection = True
+            self._client_went_away(req)
 
     def _messages_stream(self, req: Request, model: str) -> None:
         """entrypoints/anthropic/serving.py message_stream_converter over the chat stream (usage forced on)."""
@@ -631,9 +646,45 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.rt.finished(req)
             self._chunk(b"")
         except (BrokenPipeError, ConnectionResetError, OSError):
-            self.rt.engine.abort(req)
+            self._client_went_away(req)
+
+    def _response_object(self, req: Request, model: str, created: int, body: dict, reason: str | None) -> dict:
+        state = responses_api.status(reason)
+        output = [responses_api.output_message(responses_api.item_id(), req.text, state)] if req.text else []
+        use = responses_api.usage(req.prompt_len, len(req.output))
+        return responses_api.response(req.request_id, body, model, created, state, output, use, req.max_tokens)
+
+    def _responses_stream(self, req: Request, model: str, created: int, body: dict) -> None:
+        """responses_stream_generator over the simple path: one output message, its text deltas."""
+        self._begin_sse()
+        events = responses_api.EventStream()
+        try:
+            initial = responses_api.response(req.request_id, body, model, created, "in_progress", [], None, req.max_tokens)
+            self._chunk(events.opened(initial))
+            msg_id, started, reason = responses_api.item_id(), False, None
+            for kind, text, _n, r in self._wait_events(req):
+                if kind == "error":
+                    self._chunk(events.error(text))
+                    break
+                if text:
+                    if not started:
+                        self._chunk(events.content_open(msg_id))
+                        started = True
+                    self._chunk(events.delta(msg_id, text))
+                reason = r or reason
+            else:
+                state = responses_api.status(reason)
+                output = []
+                if started:
+                    self._chunk(events.content_done(msg_id, req.text, state))
+                    output = [responses_api.output_message(msg_id, req.text, state)]
+                use = responses_api.usage(req.prompt_len, len(req.output))
+                final = responses_api.response(req.request_id, body, model, created, state, output, use, req.max_tokens)
+                self._chunk(events.finished(final))
             self.rt.finished(req)
-            self.close_connection = True
+            self._chunk(b"")
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self._client_went_away(req)
 
 
 def _template_kwargs(body: dict) -> dict:

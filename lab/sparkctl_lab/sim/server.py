@@ -185,6 +185,7 @@ class Runtime(StartupPhases, Executor):
             "compile": self.cache_report,
             "compilation_seconds": self.compilation_seconds,
             "engine": self.engine.snapshot() if self.engine else None,
+            "faults_applied": getattr(self, "applied_faults", {}),
         }
 
     def spec_params(self, k: int) -> SpecParams:
@@ -351,6 +352,7 @@ class Runtime(StartupPhases, Executor):
         eng = self.engine
         if eng is None:
             return
+        self.applied_faults = dict(faults)  # what /sim/state reports: a test waits for it, not a sleep
         if "crash_now" in faults and not eng.dead:
             eng.crash("device_assert")
         eng.set_hang("hang" in faults)
