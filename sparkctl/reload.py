@@ -52,6 +52,10 @@ if TYPE_CHECKING:
 RELOAD_PLAYBOOK = "reload"  # its entries name the journal phase each step belongs to (`phase:`)
 
 
+# a restart that failed after it stopped something: nothing to roll back to (its config is the last good one)
+RESTART_FAILED = "restart failed"
+
+
 class ReloadInterrupted(SparkctlError):
     """An earlier reload did not finish; this command will not start another one over it."""
 
@@ -429,7 +433,9 @@ class DowntimeProbe:
 @dataclass
 class ReloadReport:
     plan: ReloadPlan
-    outcome: str = "planned"  # planned | nothing to do | ok | failed (nothing stopped) | rolled back | rollback failed
+    outcome: str = (
+        "planned"  # planned | nothing to do | ok | failed (nothing stopped) | rolled back | rollback failed | restart failed
+    )
     reason: Optional[str] = None
     downtime: Optional[float] = None
     drain: Optional[dict] = None
@@ -679,7 +685,7 @@ def _execute(
         report.downtime = probe.stop()
         report.outcome = outcome
         report.timeline = journal.doc["timeline"]
-        if outcome in ("failed (nothing stopped)", "rollback failed"):  # no run comes after: undo what is left
+        if outcome in ("failed (nothing stopped)", "rollback failed", RESTART_FAILED):  # no run comes after: undo what is left
             # the newest run's first (the rollback's, then this one's): one release of the gateway's hold
             for run, run_stages in ((back, back_stages), (ctx, stages)):
                 notes = compensate(run, run_stages) if run is not None else []
@@ -713,6 +719,11 @@ def _execute(
     # nothing was changed or stopped: the old config still serves as it was
     if not any(r.status == "changed" for r in recap.results):
         return finish("failed (nothing stopped)", "failed")
+    if kind == "restart":
+        # the config that failed is the last good one: a rollback would only start it once more (a
+        # crash loop's recoveries would each start the crashing engine twice)
+        say(f"restart failed ({report.reason}); no rollback: the last good config is the one that failed")
+        return finish(RESTART_FAILED, RESTART_FAILED)
     say(f"{kind} failed ({report.reason}); rolling back to the last good config {plan.from_hash}")
     journal.phase("rollback")
     back = RunContext(

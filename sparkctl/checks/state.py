@@ -16,7 +16,12 @@ if TYPE_CHECKING:
 
 READS = frozenset({"lock", "journal", "events"})
 
-BAD_OUTCOMES = ("rolled back", "failed", "rollback failed")  # reload.py's outcomes that did not apply the change
+BAD_OUTCOMES = (
+    "rolled back",
+    "failed",
+    "rollback failed",
+    "restart failed",
+)  # reload.py's outcomes that did not apply the change
 UNLOCK_FIX = (
     "no sparkctl run is changing this cluster: break the lock with `sparkctl unlock --yes`, then "
     "`sparkctl doctor` (the gone run may have stopped half-way)"
@@ -75,12 +80,19 @@ def last_reload(ctx: Context, host: str, f: HostFacts):
         now = f"the last good config {serving} serves again" if serving else "the last good config serves again"
     elif outcome == "failed":
         now = f"nothing was stopped: config {serving} still serves" if serving else "nothing was stopped"
+    elif outcome == "restart failed":
+        now = "nothing serves until the cause is fixed and the cluster restarted (`sparkctl restart`)"
     else:
         now = "and the rollback failed too: see `sparkctl history` for what runs on each host"
+    fix = (
+        "read why (`sparkctl history`, `sparkctl doctor`), fix the cause on the hosts and `sparkctl restart --yes`"
+        if outcome == "restart failed"
+        else "read why (`sparkctl history`), correct the new config and `sparkctl reload --config NEW`; or keep the "
+        "last good config and settle on it: `sparkctl rollback --yes` (restarts nothing that already runs it)"
+    )
     return warn(
-        f"{what}: {reason}; {now}, the change did not happen",
-        "read why (`sparkctl history`), correct the new config and `sparkctl reload --config NEW`; or keep the "
-        "last good config and settle on it: `sparkctl rollback --yes` (restarts nothing that already runs it)",
+        f"{what}: {reason}; {now}" + ("" if outcome == "restart failed" else ", the change did not happen"),
+        fix,
         command=command,
         outcome=outcome,
         config_hash=last.get("config_hash"),

@@ -384,7 +384,15 @@ class MemberResult:
 
     @property
     def failed(self) -> bool:
-        return self.outcome in ("rolled back", "failed (nothing stopped)", "rollback failed", "error", "refused", "interrupted")
+        return self.outcome in (
+            "rolled back",
+            "failed (nothing stopped)",
+            "rollback failed",
+            "restart failed",
+            "error",
+            "refused",
+            "interrupted",
+        )
 
     def to_dict(self) -> dict:
         return {

@@ -166,8 +166,6 @@ class Keeper:
             return f"recovery failed before it changed anything: {exc.message}"
         if report.outcome == "failed (nothing stopped)":
             self.loop.recoveries.pop()
-        if report.outcome == "rollback failed":  # a restart's rollback is the same config: nothing to resume
-            self._settle(report, noted(report))
         if report.failed:
             return f"recovery {report.outcome}: {report.reason}"
         return f"recovered ({why}) in {self.clock() - t0:.1f} s, {round(down_for + self.clock() - t0, 1)} s down"
@@ -217,18 +215,3 @@ class Keeper:
             return
         state.write_json(cluster[self.head], state.KEEPER, {**doc, "at": state.now()})
         self.doc = doc
-
-    def _settle(self, report, noted: dict) -> None:
-        """A recovery whose restart and rollback both failed leaves its journal for a person; the
-        keeper's own has nothing to resume (the same config both ways): it goes, and the recovery is
-        recorded in history like every other (reload records none for a failed rollback)."""
-        from sparkctl.reload import history_event
-        from sparkctl.session import ClusterSession
-
-        try:
-            with ClusterSession(self.inv, [self.head]) as cluster:
-                session = cluster[self.head]
-                state.append_event(session, history_event("restart", report.outcome, report.plan, report, noted))
-                state.remove(session, state.JOURNAL)
-        except SparkctlError as exc:
-            self.say(f"could not settle the failed recovery (history, journal): {exc.message}")

@@ -88,6 +88,14 @@ def test_rolled_back_reload_warns_with_config_and_reason():
     assert "sparkctl rollback" in r.fix and r.runbook == "docs/runbooks/state.last_reload.md"
 
 
+def test_a_failed_restart_says_nothing_serves_and_points_at_restart_not_rollback():
+    # a restart is not rolled back (its config is the last good one): made up from the recorded event
+    last = {**json.loads(EVENTS.strip().splitlines()[-1]), "command": "restart", "outcome": "restart failed"}
+    r = by(state(events=EVENTS + json.dumps(last) + "\n"), "state.last_reload", H)
+    assert r.status == "warn" and "restart failed" in r.message and "nothing serves" in r.message
+    assert "sparkctl restart" in r.fix and "rollback" not in r.fix
+
+
 def test_a_later_successful_change_settles_it():
     later = {**json.loads(EVENTS.strip().splitlines()[-1]), "command": "rollback", "outcome": "ok", "reason": None}
     r = by(state(events=EVENTS + json.dumps(later) + "\n"), "state.last_reload", H)
