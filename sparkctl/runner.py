@@ -320,8 +320,10 @@ def _prepare(ctx: RunContext, stages: list[Stage]) -> list:
 
 
 def _joined(preparing: list) -> None:
+    from sparkctl import waits
+
     for t, errors in preparing:
-        t.join()
+        waits.join(t)
         if errors:
             raise errors[0]
 

@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
+from sparkctl import waits
 from sparkctl.checks import GROUPS, REGISTRY, kinds_for
 from sparkctl.checks.base import SCHEMA_VERSION, STATUSES, Check, CheckResult, Context, head_host
 from sparkctl.errors import InputError, SparkctlError
@@ -190,7 +191,7 @@ def doctor(
         ctx.facts = cluster.need(kinds, timeout=3600 if deep else 60, wait=120)
         ctx.unreachable = dict(cluster.unreachable)
         if endpoint_thread is not None:
-            endpoint_thread.join(timeout=15)
+            waits.join(endpoint_thread, timeout=15)
             if ctx.endpoint is not None:  # a second page: runtime.ttft judges the seconds doctor took
                 from sparkctl.facts.endpoint import read_again
 
@@ -198,7 +199,7 @@ def doctor(
                     time.sleep(max(0.0, TTFT_WINDOW - (time.monotonic() - ctx.endpoint.metrics_at)))
                 read_again(ctx.endpoint)
         if gateway_thread is not None:
-            gateway_thread.join(timeout=15)
+            waits.join(gateway_thread, timeout=15)
             if ctx.gateway is not None and ctx.gateway.at is not None:
                 # a second page: gateway.zero_tokens judges the streams that ended in between (at
                 # least TTFT_WINDOW s; usually the facts round trip and the endpoint's window)
@@ -207,7 +208,7 @@ def doctor(
                 time.sleep(max(0.0, TTFT_WINDOW - (time.monotonic() - ctx.gateway.at)))
                 gateway_again(ctx.gateway)
         if probe_thread is not None:
-            probe_thread.join()
+            waits.join(probe_thread)
 
     results = run_checks(ctx, checks)
     return Report(results, selected, time.monotonic() - start, deep, dict(cluster.seconds))

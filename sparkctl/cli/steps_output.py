@@ -249,7 +249,7 @@ def _transfer_line(head, seconds: float, transfer: Transfer, width: int):
     grid = Table.grid(padding=(0, 1))
     grid.add_column(no_wrap=True, overflow="ellipsis", width=doing.cell_len)
     grid.add_column(width=bar)
-    grid.add_column(no_wrap=True, overflow="ellipsis")
+    grid.add_column(no_wrap=True, overflow="ellipsis", width=len(figures))  # its own width: no version of rich cuts it
     grid.add_row(
         doing, ProgressBar(total=max(transfer.total, 1), completed=min(transfer.done, transfer.total), width=bar), Text(figures)
     )

@@ -546,6 +546,9 @@ class RuntimeStep(Step):
                     health.smoke(http, url, inv.runtime.served_model_name)
                 except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
                     raise HostError(f"{host}: serving, but the smoke completion failed: {exc}") from None
+                from sparkctl import waits
+
+                waits.futures([streamed])
                 try:
                     streamed.result()
                 except (httpx.HTTPError, ValueError) as exc:

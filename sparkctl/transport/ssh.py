@@ -27,7 +27,7 @@ import shlex
 import socket
 import threading
 import time
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +37,7 @@ import paramiko
 import paramiko.auth_strategy
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
+from sparkctl import waits
 from sparkctl.errors import HostError, SparkctlError, UnreachableError, UnreachableReason
 from sparkctl.inventory.models import Inventory
 from sparkctl.inventory.ssh_target import SSHHop, SSHTarget
@@ -418,7 +419,7 @@ class HostSession:
         early = self._early
         if early is not None and early is not threading.current_thread():
             # an Event, not early.join(): Python 3.11's join, broken by Ctrl-C, marks the live thread stopped
-            self._early_done.wait()
+            waits.event(self._early_done)
             self._early = None
             if self._early_error is not None:
                 error, self._early_error = self._early_error, None
@@ -697,7 +698,7 @@ class Fleet:
             fut: Future = Future()
             futures[fut] = n
             threading.Thread(target=run, args=(fut, n), name=f"sparkctl-host-{n}", daemon=True).start()
-        done, pending = wait(futures, timeout=timeout)
+        done, pending = waits.futures(futures, timeout=timeout)
         for fut in pending:
             name = futures[fut]
             err = unresponsive(name, timeout or 0.0)

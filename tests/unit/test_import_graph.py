@@ -217,7 +217,7 @@ def test_the_fleet_layer_never_imports_the_cli():
 
 # The layers (docs/architecture.md), bottom first: a module imports its own layer and those below.
 LAYERS = {
-    0: {"errors", "resources", "templates", "httpclient", "data", ""},  # "": sparkctl/__init__.py
+    0: {"errors", "resources", "templates", "httpclient", "data", "waits", ""},  # "": sparkctl/__init__.py
     1: {"transport", "inventory"},
     2: {"facts", "session", "state", "lock"},
     3: {"checks", "steps", "runner", "runtime", "weights"},
