@@ -7,6 +7,7 @@ module level and load their heavy libraries inside the command that needs them.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import typer
@@ -129,17 +130,25 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(_run_for_json(app, args))
         app(args=args, prog_name="sparkctl")
     except SparkctlError as err:
-        _fail(err, as_json)
+        _fail(err, as_json, process=argv is None)
     except KeyboardInterrupt as exc:  # before or after the command (the command's own: RootGroup)
         from sparkctl.errors import Interrupted
 
-        _fail(Interrupted(str(exc)), as_json)
+        _fail(Interrupted(str(exc)), as_json, process=argv is None)
 
 
-def _fail(err, as_json: bool) -> None:
+def _fail(err, as_json: bool, process: bool = False) -> None:
     from sparkctl.cli.output import report_error
+    from sparkctl.errors import Interrupted
 
     report_error(err, as_json=as_json)
+    if process and isinstance(err, Interrupted):
+        # Interrupted: the command's own `finally`s have run (its lock released). The process ends
+        # now, not after Python joins what threads are left at exit (a worker pool's thread still
+        # connecting to a silent host held a Ctrl-C'd run for its whole connect timeout)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(err.exit_code)
     sys.exit(err.exit_code)
 
 

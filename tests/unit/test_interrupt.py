@@ -91,7 +91,7 @@ def interrupted_run(
 ) -> tuple[subprocess.CompletedProcess, float]:
     """`sparkctl ARGS -i INVENTORY`, Ctrl-C'd (`sig`: SIGINT) once it is connecting to a host and half a
     second has gone by (its imports done, its threads started); (the run, seconds from Ctrl-C to exit)."""
-    env = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8"}
+    env = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8", "PYTHONFAULTHANDLER": "1"}
     env.pop("SPARKCTL_INVENTORY", None)
     started = time.monotonic()
     p = subprocess.Popen([sys.executable, "-m", "sparkctl", *args, "-i", str(hosts.path)], stdout=subprocess.PIPE,
@@ -105,7 +105,13 @@ def interrupted_run(
         assert p.poll() is None, p.communicate()
         p.send_signal(sig)
         sent = time.monotonic()
-        out, err = p.communicate(timeout=CONNECT_TIMEOUT * 3)
+        try:
+            out, err = p.communicate(timeout=CONNECT_TIMEOUT * 3)
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGABRT)  # faulthandler: every thread's stack, to say where it hung
+            raise AssertionError(
+                f"still running {CONNECT_TIMEOUT * 3} s after {sig.name}:\n{p.communicate()[1][-6000:]}"
+            ) from None
         took = time.monotonic() - sent
     finally:
         if p.poll() is None:
