@@ -701,7 +701,7 @@ def _execute(
         return report
 
     back: Optional[RunContext] = None  # the rollback's run, if it comes to one
-    back_stages = build_stages(load_playbook("up"))
+    back_stages: list[Stage] = []  # its stages: the up playbook, built only for a rollback
     journal.phase("prestage")
     ctx = RunContext(inventory=new, fleet=fleet, force=(kind == "restart"), options=options, progress=tracked, lock=lock)
     recap = run_playbook(ctx, stages, RELOAD_PLAYBOOK, on_result=journaled)
@@ -733,6 +733,7 @@ def _execute(
         progress=progress,
         lock=lock,
     )
+    back_stages = build_stages(load_playbook("up"))
     recap2 = run_playbook(back, back_stages, "rollback", on_result=on_result)
     report.rollback_results = [r.to_dict() for r in recap2.results]
     return finish("rollback failed", None) if recap2.failed else finish("rolled back", "rolled back")

@@ -85,7 +85,7 @@ def running_key(inv: "Inventory") -> Callable[[], Optional[str]]:
             if not got:
                 session = HostSession(target)
                 try:
-                    keys_file = recorded_keys_file(session) or path
+                    keys_file = recorded_keys_file(session, inv) or path
                     got.append(read_from_head(keys_file, session) if keys_file else engine_key)
                 finally:
                     session.close()
@@ -94,16 +94,12 @@ def running_key(inv: "Inventory") -> Callable[[], Optional[str]]:
     return key
 
 
-def recorded_keys_file(session: "HostSession") -> Optional[str]:
-    """gateway.api_keys_file of the config the head runs (applied.json: a path, never a key)."""
-    import json
-
+def recorded_keys_file(session: "HostSession", inv: "Inventory") -> Optional[str]:
+    """gateway.api_keys_file of the config the head runs (the `applied` fact: a path, never a key)."""
+    from sparkctl.facts.host import gather_host
     from sparkctl.runtime.api_key import READ_TIMEOUT_S
-    from sparkctl.state import APPLIED
 
-    r = session.run(["cat", "--", APPLIED], timeout=READ_TIMEOUT_S)
-    try:
-        gateway = (json.loads(r.stdout).get("inventory") or {}).get("gateway") or {} if r.ok else {}
-    except (ValueError, AttributeError):
-        return None
+    applied = gather_host(session, inv, {"applied"}, timeout=READ_TIMEOUT_S).applied or {}
+    recorded = applied.get("inventory")
+    gateway = (recorded.get("gateway") if isinstance(recorded, dict) else None) or {}
     return gateway.get("api_keys_file") if gateway.get("enabled", True) else None
