@@ -40,7 +40,7 @@ def sequential(inv) -> tuple[float, list]:
     from sparkctl.errors import SparkctlError
     from sparkctl.facts.endpoint import EndpointFacts, fetch, read_again
     from sparkctl.facts.host import gather_host
-    from sparkctl.runtime.health import engine_endpoint
+    from sparkctl.launch.endpoints import engine_endpoint
     from sparkctl.session import Unreachable
     from sparkctl.transport.guard import check_address
     from sparkctl.transport.ssh import HostSession

@@ -8,19 +8,19 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Optional
 
-from sparkctl.runtime.metrics import GENERATION_TOKENS, KV_USAGE, RUNNING, TTFT, WAITING, SpecCounters
+from sparkctl.facts.metrics import GENERATION_TOKENS, KV_USAGE, RUNNING, TTFT, WAITING, SpecCounters
 
 if TYPE_CHECKING:
     from sparkctl.facts.host import HostFacts
     from sparkctl.inventory.models import Inventory
-    from sparkctl.runtime.launch import LaunchPlan
+    from sparkctl.launch.plan import LaunchPlan
     from sparkctl.session import ClusterSession
 
 
 def head_base(inv) -> tuple[str, int, str]:
     """The engine's HTTP endpoint on the head (behind the gateway: its engine route), fenced like
     every connection sparkctl makes."""
-    from sparkctl.runtime.health import engine_endpoint
+    from sparkctl.launch.endpoints import engine_endpoint
     from sparkctl.transport.guard import check_address
 
     address, port, path = engine_endpoint(inv)
@@ -82,7 +82,7 @@ def collect(inv, plan, sample_seconds: float) -> dict:
     doc = {
         "cluster": inv.cluster.name,
         "config_hash": plan.config_hash,
-        "applied_config_hash": (applied or {}).get("config_hash"),
+        "applied_config_hash": applied.config_hash if applied is not None else None,
         "healthy": healthy,
         "hosts": hosts,
         "runtime": runtime,
@@ -96,16 +96,18 @@ def collect(inv, plan, sample_seconds: float) -> dict:
 
 def keeper_status(inv: Inventory, head_facts: HostFacts) -> Optional[dict]:
     """The keeper's state (docs/keeper.md): off, not running, watching, or gave up and why."""
-    unit, doc = head_facts.keeper_unit, head_facts.keeper or {}
+    from sparkctl.records import KeeperRecord  # pydantic: not for `sparkctl --help` (cli/status imports this module)
+
+    unit, doc = head_facts.keeper_unit, head_facts.keeper or KeeperRecord()
     if unit is None:
         return None
     if not inv.keeper.enabled:
         return {"state": "off"}
     if unit.active != "active":
         return {"state": "not running", "unit": f"{unit.enabled}, {unit.active}"}
-    if doc.get("state") == "gave_up":
-        return {"state": "gave up", "reason": doc.get("reason"), "since": doc.get("since")}
-    return {"state": "watching", "recoveries_in_window": doc.get("recoveries_in_window", 0)}
+    if doc.state == "gave_up":
+        return {"state": "gave up", "reason": doc.reason, "since": doc.since}
+    return {"state": "watching", "recoveries_in_window": doc.recoveries_in_window}
 
 
 def gateway_status(inv) -> Optional[dict]:

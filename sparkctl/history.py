@@ -4,23 +4,52 @@ its events, its last good config, the configs a rollback can go back to and an i
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, Optional
 
-def history_doc(inv, last: int = 20) -> dict:
-    """What `sparkctl history --json` prints: the head's events (newest `last`; 0: all it keeps),
-    last good config, rollback targets and interrupted reload, in one read of the head (its error
-    is raised as it came)."""
+from sparkctl.records import Event, JournalRecord, dump
+
+
+@dataclass(frozen=True)
+class RollbackTarget:
+    """A replaced record `rollback --to n` goes back to (1: the newest)."""
+
+    n: int
+    file: str
+    config_hash: str
+    applied_at: str
+
+
+@dataclass(frozen=True)
+class History:
+    events: list[Event]  # oldest first
+    last_good: Optional[str]  # the applied record's config hash, None: none recorded
+    rollback_targets: list[RollbackTarget]  # oldest first
+    interrupted: Optional[JournalRecord]  # a reload that did not end
+
+    def to_dict(self) -> dict[str, Any]:
+        """What `sparkctl history --json` prints."""
+        return {
+            "events": [dump(e) for e in self.events],
+            "last_good": self.last_good,
+            "rollback_targets": [t.__dict__ for t in self.rollback_targets],
+            "interrupted": dump(self.interrupted) if self.interrupted is not None else None,
+        }
+
+
+def read_history(inv, last: int = 20) -> History:
+    """The head's events (newest `last`; 0: all it keeps), last good config, rollback targets and
+    interrupted reload, in one read of the head (its error is raised as it came)."""
     from sparkctl.session import ClusterSession
 
     head = inv.hosts_with_role("head")[0]
     with ClusterSession(inv, [head]) as cluster:
         f = cluster.read(head, {"events", "journal", "history", "applied"})
-    records = [
-        {"n": len(f.history) - i, "file": h.get("file"), "config_hash": h.get("config_hash"), "applied_at": h.get("applied_at")}
-        for i, h in enumerate(f.history)
-    ]
-    return {
-        "events": f.events[-last:] if last else f.events,
-        "last_good": (f.applied or {}).get("config_hash"),
-        "rollback_targets": records,
-        "interrupted": f.journal,
-    }
+    return History(
+        events=f.events[-last:] if last else f.events,
+        last_good=f.applied.config_hash if f.applied is not None else None,
+        rollback_targets=[
+            RollbackTarget(len(f.history) - i, h.file, h.config_hash, h.applied_at) for i, h in enumerate(f.history)
+        ],
+        interrupted=f.journal,
+    )

@@ -30,7 +30,7 @@ def tls_context() -> ssl.SSLContext:
     return ssl.create_default_context(cafile=certifi.where())
 
 
-# URL prefix -> where the key for it comes from (runtime/api_key.py): the cluster's front door and its
+# URL prefix -> where the key for it comes from (transport/api_key.py): the cluster's front door and its
 # engine route ask for a key; every call sparkctl makes there sends it, and no call elsewhere does
 _KEYS: dict[str, Callable[[], Optional[str]]] = {}
 _KEYS_LOCK = threading.Lock()

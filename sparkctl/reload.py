@@ -37,6 +37,19 @@ from sparkctl import httpclient, state
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl.inventory.models import Inventory
 from sparkctl.inventory.paths import flatten
+from sparkctl.records import (
+    AppliedRecord,
+    ContainerState,
+    Event,
+    HistoryRecord,
+    HostState,
+    JournalRecord,
+    RuntimeStart,
+    StopRecord,
+    TimelineEntry,
+    dump,
+)
+from sparkctl.reload_outcome import NO_RUN_FOLLOWS, NOT_APPLIED, Outcome
 from sparkctl.runtime.compile_cache import compile_key
 from sparkctl.runtime.compile_cache import compiles as _compiles
 from sparkctl.steps.transfer import Phase
@@ -50,10 +63,6 @@ if TYPE_CHECKING:
     from sparkctl.transport.ssh import Fleet, HostSession
 
 RELOAD_PLAYBOOK = "reload"  # its entries name the journal phase each step belongs to (`phase:`)
-
-
-# a restart that failed after it stopped something: nothing to roll back to (its config is the last good one)
-RESTART_FAILED = "restart failed"
 
 
 class ReloadInterrupted(SparkctlError):
@@ -191,23 +200,22 @@ REPAIR_STEPS = ("fabric", "images", "caches", "engram")  # steps whose operation
 
 def plan_reload(
     kind: str,
-    recorded: Optional[dict],
+    recorded: Optional[AppliedRecord],
     new: Inventory,
-    events: list[dict],
+    events: list[Event],
     cache_warm: bool,
     recap,
 ) -> ReloadPlan:
     """The reload's plan from `recap`, the check-mode run of the reload playbook for NEW (the
     steps' own plans: what restarts is what the runtime step starts), with the field diff from the
     recorded config and warm/cold from the compile inputs this cluster has served."""
+    from sparkctl.launch.plan import render, restart_group
     from sparkctl.runtime.gateway_admin import gateway_hold
-    from sparkctl.runtime.launch import render, restart_group
     from sparkctl.runtime.start_forecast import forecast
     from sparkctl.steps.runtime import planned_starts
 
     launch = render(new)
-    old_inv = (recorded or {}).get("inventory") or {}
-    changes = diff_inventories(old_inv, new.model_dump(mode="json")) if recorded else []
+    changes = diff_inventories(recorded.inventory, new.model_dump(mode="json")) if recorded else []
     starting = planned_starts(recap.plans)
     containers = [c.name for c in launch.containers if c.name in starting]
     groups = sorted({restart_group(c.role) for c in launch.containers if c.name in starting})
@@ -227,7 +235,7 @@ def plan_reload(
     stops = f"{failed.step} on {failed.host}: {failed.message}" if failed else None
     return ReloadPlan(
         kind,
-        (recorded or {}).get("config_hash"),
+        recorded.config_hash if recorded else None,
         launch.config_hash,
         changes,
         groups,
@@ -310,31 +318,31 @@ class Journal:
 
     ORDER = ("prestage", "drain", "restart", "verify", "commit", "done", "rollback")
 
-    def __init__(self, session, doc: dict):
+    def __init__(self, session, record: JournalRecord):
         self.session = session
-        self.doc = {**doc, "phase": "validate", "timeline": []}
+        self.record = record.model_copy(update={"phase": "validate", "timeline": []})
         self.t0 = time.time()
         self._lock = threading.Lock()  # steps apply hosts in parallel: progress arrives from several threads
 
     def phase(self, name: str) -> None:
         """Enter phase `name` (never back to an earlier one): written to the head before going on."""
         with self._lock:
-            tl = self.doc["timeline"]
-            if tl and self.ORDER.index(name) <= self.ORDER.index(tl[-1]["phase"]):
+            tl = self.record.timeline
+            if tl and self.ORDER.index(name) <= self.ORDER.index(tl[-1].phase):
                 return
             now = time.time()
             if tl:
-                tl[-1]["end"] = round(now - self.t0, 3)
-            tl.append({"phase": name, "start": round(now - self.t0, 3), "end": None})
-            self.doc["phase"] = name
-            state.write_json(self.session, state.JOURNAL, self.doc)
+                tl[-1].end = round(now - self.t0, 3)
+            tl.append(TimelineEntry(phase=name, start=round(now - self.t0, 3), end=None))
+            self.record.phase = name
+            state.write_json(self.session, state.JOURNAL, dump(self.record))
 
     def close(self, keep: bool = False) -> None:
-        tl = self.doc["timeline"]
-        if tl and tl[-1]["end"] is None:
-            tl[-1]["end"] = round(time.time() - self.t0, 3)
+        tl = self.record.timeline
+        if tl and tl[-1].end is None:
+            tl[-1].end = round(time.time() - self.t0, 3)
         if keep:
-            state.write_json(self.session, state.JOURNAL, self.doc)
+            state.write_json(self.session, state.JOURNAL, dump(self.record))
         else:
             state.remove(self.session, state.JOURNAL)
 
@@ -433,24 +441,22 @@ class DowntimeProbe:
 @dataclass
 class ReloadReport:
     plan: ReloadPlan
-    outcome: str = (
-        "planned"  # planned | nothing to do | ok | failed (nothing stopped) | rolled back | rollback failed | restart failed
-    )
+    outcome: Outcome = Outcome.PLANNED
     reason: Optional[str] = None
     downtime: Optional[float] = None
     drain: Optional[dict] = None
-    stops: list[dict] = field(default_factory=list)  # each container's stop: seconds, killed (steps/runtime.py)
-    runtime_start: Optional[dict] = None
+    stops: list[StopRecord] = field(default_factory=list)  # each container's stop: seconds, killed (steps/runtime.py)
+    runtime_start: Optional[RuntimeStart] = None
     decode_tokens_per_s: Optional[float] = None
-    timeline: list[dict] = field(default_factory=list)
+    timeline: list[TimelineEntry] = field(default_factory=list)  # the journal's phases
     results: list[dict] = field(default_factory=list)
     rollback_results: list[dict] = field(default_factory=list)
-    hosts_state: dict[str, Any] = field(default_factory=dict)
+    hosts_state: dict[str, HostState] = field(default_factory=dict)  # after a failed rollback
     notes: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
-        return self.outcome not in ("planned", "nothing to do", "ok")
+        return self.outcome in NOT_APPLIED
 
     def to_dict(self) -> dict:
         return {
@@ -459,22 +465,15 @@ class ReloadReport:
             "plan": self.plan.to_dict(),
             "downtime_seconds": self.downtime,
             "drain": self.drain,
-            "stops": self.stops,
-            "runtime_start": self.runtime_start,
+            "stops": [dump(s) for s in self.stops],
+            "runtime_start": dump(self.runtime_start) if self.runtime_start else None,
             "decode_tokens_per_s": self.decode_tokens_per_s,
-            "timeline": self.timeline,
+            "timeline": [dump(t) for t in self.timeline],
             "results": self.results,
             "rollback_results": self.rollback_results,
-            "hosts_state": self.hosts_state,
+            "hosts_state": {h: dump(s) for h, s in self.hosts_state.items()},
             "notes": self.notes,
         }
-
-
-def interrupted_message(journal: dict) -> str:
-    return (
-        f"an interrupted {journal.get('kind', 'reload')} (config {journal.get('from_config')} -> {journal.get('to_config')}, "
-        f"started {journal.get('started_at')} by {journal.get('by')}, stopped in phase {journal.get('phase')!r})"
-    )
 
 
 def run_reload(
@@ -503,8 +502,8 @@ def run_reload(
     left for --resume or rollback). The run restarts only the containers the plan named.
     `noted(report)`: more fields for the history event, asked at the end (the keeper's trigger,
     cause, and the downtime since the crash rather than since this run began)."""
+    from sparkctl.launch.plan import render
     from sparkctl.lock import cluster_lock
-    from sparkctl.runtime.launch import render
     from sparkctl.session import ClusterSession
 
     if new is not None:
@@ -515,21 +514,23 @@ def run_reload(
         # the head's record, journal and events: an unreachable head fails the command as it came
         f = cluster.read(head, {"applied", "journal", "events", "cache"} | ({"history"} if to else set()))
         recorded, journal = f.applied, f.journal
+        if recorded is None and "applied" in f.errors:  # a record that cannot be read is no "none yet"
+            raise SparkctlError(f.errors["applied"], fix=f"look at {state.APPLIED} on {head}; `sparkctl up` rewrites it")
         if kind in ("restart", "rollback") and recorded is None:
             raise InputError(f"no applied config is recorded on {head}", fix="bring the cluster up first: `sparkctl up`")
         if kind == "rollback" and recorded is not None:
             source = recorded if not to else _history_record(f.history, to)
-            new = restore_secrets(source["inventory"], current)
+            new = restore_secrets(source.inventory, current)
         elif kind == "restart" and recorded is not None:
-            new = restore_secrets(recorded["inventory"], current)
+            new = restore_secrets(recorded.inventory, current)
         if new is None:  # a reload is given its new config; restart and rollback found theirs above
             raise InputError(f"{kind} has no new config to run", fix="`sparkctl reload --config NEW`")
         if resume:
             if not journal:
                 raise InputError("there is no interrupted reload to resume", fix="`sparkctl reload --config NEW` starts one")
-            if render(new).config_hash != journal.get("to_config"):
+            if render(new).config_hash != journal.to_config:
                 raise InputError(
-                    f"--config renders {render(new).config_hash}, the interrupted reload was to {journal.get('to_config')}",
+                    f"--config renders {render(new).config_hash}, the interrupted reload was to {journal.to_config}",
                     fix="pass the same NEW file as the interrupted reload, or `sparkctl rollback`",
                 )
         from sparkctl.steps.base import RunOptions
@@ -538,14 +539,16 @@ def run_reload(
         planned = _check_run(kind, new, fleet, options)
         plan = plan_reload(kind, recorded, new, f.events, bool(f.cache and f.cache.warm_hashes), planned)
         report = ReloadReport(plan)
+        if "journal" in f.errors:  # a reload's journal this sparkctl cannot read: said, not taken for one
+            report.notes.append(f.errors["journal"])
         if check:
             report.results = [r.to_dict() for r in planned.results]
             report.reason = f"the run would stop at {plan.stops}" if plan.stops else None
             if journal:
-                report.notes.append(interrupted_message(journal))
+                report.notes.append(journal.interrupted())
             return report
         if plan.empty and kind == "reload" and not resume:
-            report.outcome = "nothing to do"
+            report.outcome = Outcome.NOTHING_TO_DO
             report.reason = "the new config renders the recorded one"
             return report
         if not confirm(plan):
@@ -555,13 +558,13 @@ def run_reload(
 
         def take_over(holder) -> bool:
             """A gone holder may be replaced only by the command finishing the reload it was."""
-            if not (journal and journal.get("lock_token") == holder.token):
+            if not (journal and journal.lock_token == holder.token):
                 return False
             if not finishing:
                 raise ReloadInterrupted(
-                    interrupted_message(journal), fix="finish it: `sparkctl reload --resume --config NEW`, or `sparkctl rollback`"
+                    journal.interrupted(), fix="finish it: `sparkctl reload --resume --config NEW`, or `sparkctl rollback`"
                 )
-            say(f"took over the cluster lock from the interrupted {journal.get('kind', 'reload')} ({holder.describe()})")
+            say(f"took over the cluster lock from the interrupted {journal.kind} ({holder.describe()})")
             return True
 
         with cluster_lock(fleet, wait=wait, notify=say) as lock:
@@ -569,7 +572,7 @@ def run_reload(
             lock.take(take_over)
             if journal and not finishing:  # checked under the lock: a running reload is "locked"
                 raise ReloadInterrupted(
-                    interrupted_message(journal), fix="finish it: `sparkctl reload --resume --config NEW`, or `sparkctl rollback`"
+                    journal.interrupted(), fix="finish it: `sparkctl reload --resume --config NEW`, or `sparkctl rollback`"
                 )
             return _execute(
                 kind,
@@ -615,8 +618,8 @@ def reload_stages(name: str = RELOAD_PLAYBOOK) -> list[Stage]:
     return build_stages(playbook)
 
 
-def _history_record(history: list[dict], to: int) -> dict:
-    usable = [h for h in history if not h.get("unreadable")]
+def _history_record(history: list[HistoryRecord], to: int) -> HistoryRecord:
+    usable = [h for h in history if not h.unreadable]
     if not 1 <= to <= len(usable):
         raise InputError(f"--to {to}: the head keeps {len(usable)} earlier config(s)", fix="`sparkctl history` lists them")
     return usable[-to]
@@ -627,7 +630,7 @@ def _execute(
     *,
     current: Inventory,  # the inventory given (its secrets restore the recorded config's)
     new: Inventory,  # the config this command runs
-    recorded: Optional[dict],  # the head's applied record (the last good config), None: none yet
+    recorded: Optional[AppliedRecord],  # the head's applied record (the last good config), None: none yet
     plan: ReloadPlan,
     report: ReloadReport,  # filled in as the run goes
     fleet: Fleet,
@@ -644,20 +647,20 @@ def _execute(
     from sparkctl.runtime import health
     from sparkctl.steps.base import RunContext, RunOptions
 
-    last_good = restore_secrets(recorded["inventory"], current) if recorded else current
+    last_good = restore_secrets(recorded.inventory, current) if recorded else current
     stages = reload_stages()
     phases = {s.name: s.spec.phase for s in stages if s.spec.phase}  # step -> the journal phase it belongs to
     journal = Journal(
         session,
-        {
-            "kind": kind,
-            "from_config": plan.from_hash,
-            "to_config": plan.to_hash,
-            "started_at": state.now(),
-            "by": state.who(),
-            "lock_token": lock.me.token,
-            "resumed": resume,
-        },
+        JournalRecord(
+            kind=kind,
+            from_config=plan.from_hash,
+            to_config=plan.to_hash,
+            started_at=state.now(),
+            by=state.who(),
+            lock_token=lock.me.token,
+            resumed=resume,
+        ),
     )
     probe = DowntimeProbe(health.base_url(new)).start()
     head = new.hosts_with_role("head")[0]
@@ -676,16 +679,16 @@ def _execute(
         if r.step == "stop" and r.host == head:
             probe.engine_stopped(stopped=r.status in ("changed", "failed"))
         if r.step == "stop" and ctx.outputs.stops:  # journaled with the next phase: how each stop went
-            journal.doc["stops"] = list(ctx.outputs.stops)
+            journal.record.stops = list(ctx.outputs.stops)
         on_result(r)
 
-    def finish(outcome: str, event: Optional[str]) -> ReloadReport:
+    def finish(outcome: Outcome, event: Optional[Outcome]) -> ReloadReport:
         """The end of the command: the journal is removed and the event logged, or (event None: the
         rollback failed too) the journal stays, with each host's state."""
         report.downtime = probe.stop()
         report.outcome = outcome
-        report.timeline = journal.doc["timeline"]
-        if outcome in ("failed (nothing stopped)", "rollback failed", RESTART_FAILED):  # no run comes after: undo what is left
+        report.timeline = journal.record.timeline
+        if outcome in NO_RUN_FOLLOWS:  # no run comes after: undo what is left
             # the newest run's first (the rollback's, then this one's): one release of the gateway's hold
             for run, run_stages in ((back, back_stages), (ctx, stages)):
                 notes = compensate(run, run_stages) if run is not None else []
@@ -693,7 +696,7 @@ def _execute(
                 if notes:
                     break
         if event is None:
-            report.hosts_state = journal.doc["hosts_state"] = _hosts_state(fleet, last_good)
+            report.hosts_state = journal.record.hosts_state = _hosts_state(fleet, last_good)
             journal.close(keep=True)
             return report
         journal.close()
@@ -712,18 +715,18 @@ def _execute(
     report.stops = list(ctx.outputs.stops)
     if not recap.failed:
         journal.phase("done")
-        return finish("ok", "ok")
+        return finish(Outcome.OK, Outcome.OK)
 
     failed = next(r for r in recap.results if r.status == "failed")
     report.reason = f"{failed.step} on {failed.host}: {failed.message}"
     # nothing was changed or stopped: the old config still serves as it was
     if not any(r.status == "changed" for r in recap.results):
-        return finish("failed (nothing stopped)", "failed")
+        return finish(Outcome.NOTHING_STOPPED, Outcome.FAILED)
     if kind == "restart":
         # the config that failed is the last good one: a rollback would only start it once more (a
         # crash loop's recoveries would each start the crashing engine twice)
         say(f"restart failed ({report.reason}); no rollback: the last good config is the one that failed")
-        return finish(RESTART_FAILED, RESTART_FAILED)
+        return finish(Outcome.RESTART_FAILED, Outcome.RESTART_FAILED)
     say(f"{kind} failed ({report.reason}); rolling back to the last good config {plan.from_hash}")
     journal.phase("rollback")
     back = RunContext(
@@ -736,10 +739,10 @@ def _execute(
     back_stages = build_stages(load_playbook("up"))
     recap2 = run_playbook(back, back_stages, "rollback", on_result=on_result)
     report.rollback_results = [r.to_dict() for r in recap2.results]
-    return finish("rollback failed", None) if recap2.failed else finish("rolled back", "rolled back")
+    return finish(Outcome.ROLLBACK_FAILED, None) if recap2.failed else finish(Outcome.ROLLED_BACK, Outcome.ROLLED_BACK)
 
 
-def history_event(kind: str, outcome: str, plan: ReloadPlan, report: ReloadReport, noted: Optional[dict] = None) -> dict:
+def history_event(kind: str, outcome: str, plan: ReloadPlan, report: ReloadReport, noted: Optional[dict] = None) -> Event:
     """The events.jsonl line `sparkctl history` shows for this reload, restart or rollback
     (`noted` adds or overrides fields: the keeper's trigger, cause and downtime)."""
     extra = {
@@ -750,20 +753,21 @@ def history_event(kind: str, outcome: str, plan: ReloadPlan, report: ReloadRepor
         "stops": report.stops,
         **(noted or {}),
     }
-    return redact_obj(state.event(kind, outcome, plan.to_hash, report.runtime_start, plan.compile_key, **extra))
+    event = state.event(kind, outcome, plan.to_hash, report.runtime_start, plan.compile_key, **extra)
+    return Event.model_validate(redact_obj(dump(event)))
 
 
-def _hosts_state(fleet: Fleet, inv: Inventory) -> dict:
+def _hosts_state(fleet: Fleet, inv: Inventory) -> dict[str, HostState]:
     """What runs where right now, for the operator after a failed rollback (read again: the
     rollback changed it)."""
     from sparkctl.session import ClusterSession
 
-    def containers(facts: HostFacts) -> list[dict]:
-        return [{"name": c.name, "state": c.status, "config_hash": c.config_hash} for c in facts.containers or []]
+    def containers(facts: HostFacts) -> list[ContainerState]:
+        return [ContainerState(name=c.name, state=c.status, config_hash=c.config_hash) for c in facts.containers or []]
 
     cluster = ClusterSession(inv, fleet=fleet)
     found = cluster.refresh({"containers"}, wait=30)
     return {
-        h: {"containers": containers(found[h])} if h in found else {"error": cluster.unreachable[h].message}
+        h: HostState(containers=containers(found[h])) if h in found else HostState(error=cluster.unreachable[h].message)
         for h in cluster.hosts
     }

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl.steps.base import Plan, RunContext, Status, Step, StepResult
@@ -52,6 +52,16 @@ class PlaybookStep(BaseModel):
         None, description="the reload journal's phase this step belongs to (a playbook reload.py runs names one per step)"
     )
 
+    @model_validator(mode="after")
+    def _one_host_order(self) -> PlaybookStep:
+        # the runner could honour only one of them: refused rather than one silently winning
+        if self.in_order and self.first_alone:
+            raise ValueError(
+                "in_order and first_alone exclude each other (in_order: host after host; first_alone: the first "
+                "host alone, then the others at once): keep one"
+            )
+        return self
+
 
 class Playbook(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -62,19 +72,35 @@ class Playbook(BaseModel):
 
 def load_playbook(name: str) -> Playbook:
     """playbooks/<name>.yaml, shipped inside the package (read with importlib.resources)."""
-    import yaml
-
     from sparkctl.resources import names, read_text
 
     text = read_text("playbooks", f"{name}.yaml")
     if text is None:
         raise InputError(f"no playbook {name!r}", fix=f"playbooks: {', '.join(n[:-5] for n in names('playbooks', '.yaml'))}")
+    return parse_playbook(name, text)
+
+
+def parse_playbook(name: str, text: str) -> Playbook:
+    """A playbook's YAML text; an InputError naming the entry (its index and step) that is wrong."""
+    import yaml
+
+    fix = "see the comment at the top of playbooks/up.yaml"
     try:
-        return Playbook.model_validate(yaml.safe_load(text))
-    except (ValidationError, yaml.YAMLError) as exc:
-        raise InputError(
-            f"playbook {name!r} is malformed: {exc}".splitlines()[0], fix="see the comment at the top of playbooks/up.yaml"
-        ) from None
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"playbook {name!r} is not YAML: {exc}".splitlines()[0], fix=fix) from None
+    try:
+        return Playbook.model_validate(doc)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = first["loc"]
+        where = ".".join(map(str, loc)) or "the playbook"
+        if len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int):
+            entry = doc["steps"][loc[1]]
+            step = entry.get("step") if isinstance(entry, dict) else None
+            where = f"steps[{loc[1]}]" + (f" (step {step})" if step else "") + "".join(f".{p}" for p in loc[2:])
+        message = first["msg"].removeprefix("Value error, ")
+        raise InputError(f"playbook {name!r} is malformed: {where}: {message}", fix=fix) from None
 
 
 @dataclass

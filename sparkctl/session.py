@@ -106,7 +106,7 @@ class ClusterSession:
         self.seconds: dict[str, float] = {}  # host -> how long its latest round trip took
         self._guard = threading.Lock()  # steps re-read hosts from parallel threads
         # this command's calls to the cluster send its key (read from the head on the first call)
-        from sparkctl.runtime import api_key
+        from sparkctl.transport import api_key
 
         api_key.authorize(inventory, fleet)
 

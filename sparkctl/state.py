@@ -22,7 +22,12 @@ import re
 import shlex
 import socket
 import time
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+from sparkctl.records import Event, HistoryRecord, RuntimeStart, dump, loads_event
+
+if TYPE_CHECKING:
+    from sparkctl.records import AppliedRecord
 
 STATE_DIR = "/var/lib/sparkctl/state"
 APPLIED = f"{STATE_DIR}/applied.json"
@@ -48,20 +53,25 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def event(command: str, outcome: str, config_hash: str, runtime_start: Optional[dict], compile_key: str, **extra) -> dict:
-    """One events.jsonl line: what `sparkctl history` shows (extra keys may override at/by)."""
-    start = runtime_start or {}
-    return {
-        "at": now(),
-        "by": who(),
-        "command": command,
-        "outcome": outcome,
-        "config_hash": config_hash,
-        "cache": (start.get("cache") or "").split(" ")[0] or None,
-        "start_seconds": start.get("seconds"),
-        "compile_key": compile_key,
-        **extra,
-    }
+def event(
+    command: str, outcome: str, config_hash: str, runtime_start: Optional[RuntimeStart], compile_key: str, **extra: Any
+) -> Event:
+    """One events.jsonl line: what `sparkctl history` shows (extra fields of records.Event; they may
+    override at/by)."""
+    start = runtime_start or RuntimeStart()
+    return Event.model_validate(
+        {
+            "at": now(),
+            "by": who(),
+            "command": command,
+            "outcome": outcome,
+            "config_hash": config_hash,
+            "cache": (start.cache or "").split(" ")[0] or None,
+            "start_seconds": start.seconds,
+            "compile_key": compile_key,
+            **extra,
+        }
+    )
 
 
 def write_json(session, path: str, doc: Any) -> None:
@@ -70,9 +80,9 @@ def write_json(session, path: str, doc: Any) -> None:
     session.put_bytes((json.dumps(doc, indent=2) + "\n").encode(), path, mode=0o600)
 
 
-def append_event(session, event: dict) -> None:
+def append_event(session, event: Event) -> None:
     """One line in events.jsonl (redacted by the caller; a line is small, so one shell append)."""
-    line = json.dumps(event, separators=(",", ":"), sort_keys=True)
+    line = json.dumps(dump(event), separators=(",", ":"), sort_keys=True)
     session.run(f"mkdir -p {STATE_DIR} && chmod 700 {STATE_DIR} && printf '%s\\n' {shlex.quote(line)} >> {EVENTS}").check(
         "state events"
     )
@@ -82,9 +92,9 @@ def remove(session, path: str) -> None:
     session.run(f"rm -f {shlex.quote(path)}").check(f"remove {path}")
 
 
-def history_name(record: dict) -> str:
+def history_name(record: AppliedRecord) -> str:
     """The history file a replaced record is kept under: <applied_at>-<config hash>.json."""
-    return f"{str(record.get('applied_at', 'unknown')).replace(':', '')}-{record.get('config_hash', 'unknown')}.json"
+    return f"{record.applied_at.replace(':', '')}-{record.config_hash}.json"
 
 
 def archive_command(previous: Optional[str]) -> str:
@@ -94,27 +104,27 @@ def archive_command(previous: Optional[str]) -> str:
     return f"mkdir -p {HISTORY_DIR} && chmod 700 {STATE_DIR} && {move}{keep}"
 
 
-def parse_events(text: str) -> list[dict]:
+def parse_events(text: str) -> list[Event]:
     out = []
     for line in text.splitlines():
         line = line.strip()
         if line.startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a torn last line (killed mid-append) is skipped, not fatal
+            e = loads_event(line)
+            if e is not None:  # a torn last line (killed mid-append) is skipped, not fatal
+                out.append(e)
     return out
 
 
-def parse_history(text: str) -> list[dict]:
-    """`history` fact: '@@file NAME' then the file's JSON, oldest first."""
+def parse_history(text: str) -> list[HistoryRecord]:
+    """`history` fact: '@@file NAME' then the file's JSON, oldest first (a file that is not a
+    record is listed as unreadable: never a rollback target)."""
     parts = re.split(r"^@@file (.*)\n?", text, flags=re.M)  # [before, name, body, name, body, ...]
     out = []
     for name, body in zip(parts[1::2], parts[2::2]):
         try:
-            out.append({"file": name.strip(), **json.loads(body)})
-        except json.JSONDecodeError:
-            out.append({"file": name.strip(), "unreadable": True})
+            out.append(HistoryRecord.model_validate({**json.loads(body), "file": name.strip()}))
+        except (ValueError, TypeError):  # not JSON, not an object, not a record (ValidationError is a ValueError)
+            out.append(HistoryRecord(file=name.strip(), unreadable=True))
     return out
 
 

@@ -28,7 +28,7 @@ import yaml
 
 from sparkctl import httpclient
 from sparkctl.errors import InputError, SparkctlError
-from sparkctl.gateway.placement import CONTAINER as GATEWAY
+from sparkctl.launch.gateway import CONTAINER as GATEWAY
 from sparkctl.state import LOCK
 from sparkctl_lab import paths
 from sparkctl_lab.hostexec import host_exec
@@ -179,7 +179,7 @@ def _worker_back() -> str:
 def _drafter_unreachable() -> str:
     _sh("offload", "docker kill sparkctl-drafter >/dev/null")
     _wait_unhealthy()
-    return "offload: docker kill sparkctl-drafter (the head stops after 5 failed drafter health checks)"
+    return "offload: docker kill sparkctl-drafter (the head stops after 3 failed drafter health checks)"
 
 
 def _engram_missing() -> str:
@@ -329,7 +329,7 @@ def _kv_cache_full() -> str:
 def _wait_kv_full(timeout: float) -> None:
     """Until the head's /metrics shows the KV pool nearly full (the clients' contexts have grown)."""
     from sparkctl.facts.endpoint import fetch
-    from sparkctl.runtime.metrics import KV_USAGE
+    from sparkctl.facts.metrics import KV_USAGE
 
     def full() -> bool:
         kv = fetch(*_head()).metrics.gauge(KV_USAGE)
@@ -388,7 +388,7 @@ def _wait_ttft(above: bool, timeout: float, window: float = 2.0) -> None:
     """Until the p99 time to first token over `window` s (two /metrics pages, as doctor reads
     them) is above (or within) the inventory's alerts.ttft_p99_seconds."""
     from sparkctl.facts.endpoint import fetch, read_again
-    from sparkctl.runtime.metrics import TTFT, quantile_between
+    from sparkctl.facts.metrics import TTFT, quantile_between
 
     want = float((_inventory().get("alerts") or {}).get("ttft_p99_seconds", 30.0))
 
@@ -467,7 +467,7 @@ def _wait_drained(timeout: float) -> None:
     """Until the head has no request left: a stopped load's requests are aborted as vLLM does
     (with_cancellation), which the simulator notices within half a second of the client going."""
     from sparkctl.facts.endpoint import fetch
-    from sparkctl.runtime.metrics import RUNNING, WAITING
+    from sparkctl.facts.metrics import RUNNING, WAITING
 
     def drained() -> bool:
         try:

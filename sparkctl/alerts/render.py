@@ -27,10 +27,9 @@ def key_file(rs: RuleSet) -> str:
 
 def scrape_config(rs: RuleSet, inv, rule_files: list[str]) -> dict:
     """A prometheus.yml for this cluster: the runtime job, the node job and the rule files."""
-    from sparkctl.gateway.placement import METRICS_PATH
-    from sparkctl.runtime.api_key import asks_key
-    from sparkctl.runtime.health import engine_endpoint
-    from sparkctl.runtime.launch import fabric_ip
+    from sparkctl.launch.endpoints import engine_endpoint, fabric_ip
+    from sparkctl.launch.gateway import METRICS_PATH
+    from sparkctl.transport.api_key import asks_key
 
     head = inv.hosts_with_role("head")[0]
     # the engine's own /metrics: behind a gateway (the engine on the head's loopback) through its

@@ -3,7 +3,7 @@
 Series are vLLM's own (`vllm:*` on the head's /metrics), Prometheus's `up` for the head, the
 drafter and the gateway (one job, targets labelled `role`), the gateway's own (`sparkctl_gateway_*`
 on /gateway/metrics), and `up` of a node exporter per host for worker loss.
-Thresholds come from the inventory's `alerts:` section (sparkctl/alerts/config.py).
+Thresholds come from the inventory's `alerts:` section (sparkctl/inventory/alerts.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sparkctl.alerts import runbooks
+from sparkctl import runbooks
 
 Severity = Literal["page", "ticket"]
 

@@ -249,7 +249,7 @@ def latency_fields(measured: list) -> dict:
 
 
 def spec_fields(delta) -> dict:
-    """SpecDecodeFields from a SpecCounters delta (sparkctl/runtime/metrics.py), or all null."""
+    """SpecDecodeFields from a SpecCounters delta (sparkctl/facts/metrics.py), or all null."""
     if delta is None:
         return {}
     return {

@@ -16,13 +16,13 @@ import time
 from datetime import datetime, timezone
 from typing import Optional
 
-from sparkctl.bench.client import Endpoint, Measured
 from sparkctl.bench.longprompt import CALIBRATION_LINES, Calibration, Kind, filler, tagged
 from sparkctl.bench.parts import SHORT_MAX_TOKENS, Part, parts_of
 from sparkctl.bench.protocol import SHORT_PROMPT, BenchOptions
 from sparkctl.bench.result import BenchResult, ServerInfo
 from sparkctl.errors import HostError, InputError
-from sparkctl.runtime.metrics import RUNNING, MetricsPage, SpecCounters, parse_page
+from sparkctl.facts.metrics import RUNNING, MetricsPage, SpecCounters, parse_page
+from sparkctl.runtime.openai_client import Endpoint, Measured
 
 
 class NullProgress:

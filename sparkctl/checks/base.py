@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from sparkctl.facts.endpoint import EndpointFacts
     from sparkctl.facts.gateway import GatewayFacts
     from sparkctl.facts.host import HostFacts
-    from sparkctl.runtime.launch import ContainerSpec, LaunchPlan
+    from sparkctl.launch.plan import ContainerSpec, LaunchPlan
 
 # One word for a failure across sparkctl: a check `failed` as a step `failed` (and a reload's
 # outcome, and the summary's failed_checks). Until schema 2 a check said `fail`.
@@ -97,7 +97,7 @@ class Context:
     def plan(self) -> Optional[LaunchPlan]:
         """The rendered launch (launch.render keeps it, once per inventory), or None when this
         inventory cannot be rendered."""
-        from sparkctl.runtime.launch import render
+        from sparkctl.launch.plan import render
 
         try:
             return render(self.inventory)
@@ -142,7 +142,7 @@ class Check:
     @property
     def runbook_path(self) -> Optional[str]:
         """docs/runbooks/<name>.md when the check says it has one or the package ships it."""
-        from sparkctl.alerts import runbooks
+        from sparkctl import runbooks
 
         return runbooks.path(self.name) if self.runbook or runbooks.exists(self.name) else None
 

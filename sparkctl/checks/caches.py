@@ -108,14 +108,14 @@ def _graphs(ctx: Context, host: str, f: HostFacts):
         return warn(f"no compiled graphs in {where}{partial}: {COLD}", "nothing to fix; the first start fills the cache")
     n = len(cache.warm_hashes)
     applied = next((fx.applied for fx in ctx.facts.values() if fx.applied), None)
-    if plan and applied and applied.get("config_hash") == plan.config_hash:
+    if plan and applied and applied.config_hash == plan.config_hash:
         return ok(
             f"compiled graphs for {n} config(s) in {where}, incl. the applied one ({plan.config_hash}): next start warm{partial}"
         )
     if plan and applied:
         return warn(
             f"compiled graphs for {n} config(s) in {where}, but this inventory (config {plan.config_hash}) differs from "
-            f"the last applied one ({applied.get('config_hash')}): the next start compiles again if the change touches "
+            f"the last applied one ({applied.config_hash}): the next start compiles again if the change touches "
             "model, cache, parallel or scheduler settings or VLLM_* env",
             "expected after a config change; served name and port changes stay warm",
         )

@@ -145,7 +145,7 @@ def doctor(
 
             def fetch_endpoint() -> None:
                 from sparkctl.facts.endpoint import EndpointFacts, fetch
-                from sparkctl.runtime.health import engine_endpoint
+                from sparkctl.launch.endpoints import engine_endpoint
                 from sparkctl.transport.guard import check_address
 
                 address, port, path = engine_endpoint(inv)  # the engine, not the gateway's held door
@@ -162,7 +162,7 @@ def doctor(
 
             def fetch_gateway() -> None:
                 from sparkctl.facts.gateway import GatewayFacts, fetch
-                from sparkctl.gateway.placement import METRICS_PATH
+                from sparkctl.launch.gateway import METRICS_PATH
                 from sparkctl.transport.guard import check_address
 
                 address = inv.hosts[heads[0]].ssh.address

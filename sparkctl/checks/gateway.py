@@ -13,7 +13,7 @@ from functools import wraps
 from typing import TYPE_CHECKING, Any, Optional
 
 from sparkctl.checks.base import Context, fail, head_host, host_check, ok, skipped, warn
-from sparkctl.gateway.placement import CONTAINER, ROLE
+from sparkctl.launch.gateway import CONTAINER, ROLE
 
 if TYPE_CHECKING:
     from sparkctl.facts.docker import ContainerFact
@@ -210,8 +210,7 @@ def zero_tokens(ctx: Context, host: str, f: HostFacts, gw):
 def keys(ctx: Context, host: str, f: HostFacts):
     """From the inventory alone (docs/gateway.md "Security"): with a gateway, the engine listens on the
     head's loopback and the gateway is the only way in; without one, the engine is the door."""
-    from sparkctl.runtime.health import front_url
-    from sparkctl.runtime.launch import engine_api_key
+    from sparkctl.launch.endpoints import engine_api_key, front_url
 
     g, url = ctx.inventory.gateway, front_url(ctx.inventory)
     if g.enabled and g.api_keys_file and f is not None and f.gateway_keys == "missing":

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Optional
 from sparkctl.checks.base import Context, cluster_check, fail, host_check, ok, skipped
 from sparkctl.checks.host import runtime_hosts
 from sparkctl.facts.docker import ImageFact, images_for
-from sparkctl.facts.docker import short as _short
 from sparkctl.steps.images import last_good, platform_of
+from sparkctl.transport.image_identity import short as _short
 
 if TYPE_CHECKING:
     from sparkctl.facts.host import HostFacts

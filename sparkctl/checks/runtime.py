@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from sparkctl.checks.base import Context, fail, head_host, host_check, ok, skipped, warn
 from sparkctl.checks.host import runtime_hosts
 from sparkctl.facts.logs import MARLIN_BACKENDS, MOE_BACKEND_NAMES, QUANT_WORD, expected_moe_names
-from sparkctl.runtime.metrics import KV_USAGE, RUNNING, TTFT, WAITING, quantile_between
+from sparkctl.facts.metrics import KV_USAGE, RUNNING, TTFT, WAITING, quantile_between
 
 if TYPE_CHECKING:
     from sparkctl.facts.host import HostFacts
@@ -339,7 +339,7 @@ def peer(ctx: Context, host: str, f: HostFacts):
     """What replaces Ray's own view of its nodes under mp: vLLM 0.33's head watches only its own worker
     processes (multiproc_executor.py start_worker_monitor), so an idle head answers /health 200 with
     its peer gone, and dies only at the next request."""
-    from sparkctl.runtime.launch import mp_master
+    from sparkctl.launch.endpoints import mp_master
 
     if ctx.inventory.runtime.distributed_executor_backend != "mp":
         return skipped("ray: the Ray executor watches its workers itself (runtime.engine names a lost one)")

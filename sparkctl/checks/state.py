@@ -10,18 +10,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sparkctl.checks.base import Context, fail, head_host, host_check, ok, skipped, warn
+from sparkctl.reload_outcome import NOT_APPLIED, Outcome
 
 if TYPE_CHECKING:
     from sparkctl.facts.host import HostFacts
 
 READS = frozenset({"lock", "journal", "events"})
 
-BAD_OUTCOMES = (
-    "rolled back",
-    "failed",
-    "rollback failed",
-    "restart failed",
-)  # reload.py's outcomes that did not apply the change
 UNLOCK_FIX = (
     "no sparkctl run is changing this cluster: break the lock with `sparkctl unlock --yes`, then "
     "`sparkctl doctor` (the gone run may have stopped half-way)"
@@ -46,8 +41,7 @@ def lock(ctx: Context, host: str, f: HostFacts):
     why = holder.gone()
     if why is None:
         return ok(f"held by a live run: {holder.describe()}, {beat}", **data)
-    journal = f.journal or {}
-    if journal.get("lock_token") == holder.token:  # an interrupted reload: finishing it takes its lock over
+    if f.journal is not None and f.journal.lock_token == holder.token:  # an interrupted reload: finishing it takes its lock over
         fix = (
             "an interrupted reload holds it: `sparkctl rollback --yes` (back to the last good config) or "
             "`sparkctl reload --resume --config NEW` take the lock over"
@@ -69,33 +63,33 @@ def last_reload(ctx: Context, host: str, f: HostFacts):
     if not f.events:
         return ok("no applied config or reload recorded yet")
     last = f.events[-1]  # newest last; a later successful up/reload/restart/rollback settles a failed one
-    command, outcome = last.get("command", "?"), last.get("outcome", "?")
-    when = f"{last.get('at', '?')} by {last.get('by', '?')}"
-    if outcome not in BAD_OUTCOMES:
-        return ok(f"last change: {command} {outcome} ({when}), config {last.get('config_hash')}")
-    what = f"the last {command} ({when}) to config {last.get('config_hash')} {outcome}"
-    reason = last.get("reason") or "no reason recorded"
-    serving = last.get("from_config")
-    if outcome == "rolled back":
+    command, outcome = last.command or "?", last.outcome or "?"
+    when = f"{last.at or '?'} by {last.by or '?'}"
+    if outcome not in NOT_APPLIED:
+        return ok(f"last change: {command} {outcome} ({when}), config {last.config_hash}")
+    what = f"the last {command} ({when}) to config {last.config_hash} {outcome}"
+    reason = last.reason or "no reason recorded"
+    serving = last.from_config
+    if outcome == Outcome.ROLLED_BACK:
         now = f"the last good config {serving} serves again" if serving else "the last good config serves again"
-    elif outcome == "failed":
+    elif outcome in (Outcome.FAILED, Outcome.NOTHING_STOPPED):
         now = f"nothing was stopped: config {serving} still serves" if serving else "nothing was stopped"
-    elif outcome == "restart failed":
+    elif outcome == Outcome.RESTART_FAILED:
         now = "nothing serves until the cause is fixed and the cluster restarted (`sparkctl restart`)"
     else:
         now = "and the rollback failed too: see `sparkctl history` for what runs on each host"
     fix = (
         "read why (`sparkctl history`, `sparkctl doctor`), fix the cause on the hosts and `sparkctl restart --yes`"
-        if outcome == "restart failed"
+        if outcome == Outcome.RESTART_FAILED
         else "read why (`sparkctl history`), correct the new config and `sparkctl reload --config NEW`; or keep the "
         "last good config and settle on it: `sparkctl rollback --yes` (restarts nothing that already runs it)"
     )
     return warn(
-        f"{what}: {reason}; {now}" + ("" if outcome == "restart failed" else ", the change did not happen"),
+        f"{what}: {reason}; {now}" + ("" if outcome == Outcome.RESTART_FAILED else ", the change did not happen"),
         fix,
         command=command,
         outcome=outcome,
-        config_hash=last.get("config_hash"),
+        config_hash=last.config_hash,
         from_config=serving,
         reason=reason,
     )

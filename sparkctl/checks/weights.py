@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from sparkctl.checks.base import Context, fail, host_check, ok, skipped, warn
 from sparkctl.facts.weights import WeightsCopy, WeightsRecord
-from sparkctl.weights.placement import Placement, model_folders, placements
+from sparkctl.placement import Placement, model_folders, placements
 
 if TYPE_CHECKING:
     from sparkctl.facts.host import HostFacts

@@ -115,7 +115,7 @@ def _endpoint_from_inventory(path: Path, direct: bool = False) -> tuple[str, str
     the engine behind it: on the head's loopback, so through the gateway's engine route, never
     held) and runtime.served_model_name."""
     from sparkctl.inventory.loader import load_inventory
-    from sparkctl.runtime.health import engine_endpoint
+    from sparkctl.launch.endpoints import engine_endpoint
 
     inv = load_inventory(path)  # a valid inventory has exactly one head
     address, port, prefix = engine_endpoint(inv)
@@ -288,13 +288,13 @@ def bench(
 
     from pydantic import ValidationError
 
-    from sparkctl.bench.client import Endpoint
     from sparkctl.bench.protocol import BenchOptions
     from sparkctl.bench.report import render
     from sparkctl.bench.runner import BenchRunner
     from sparkctl.cli.options import check_seconds
     from sparkctl.cli.output import answer, diagnostics, print_json
     from sparkctl.errors import InputError
+    from sparkctl.runtime.openai_client import Endpoint
 
     check_seconds("--timeout", timeout, low=1, high=86400, example="1800")
     check_seconds("--mixed-delay", mixed_delay, low=0, high=600, example="0.5")

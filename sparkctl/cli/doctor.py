@@ -84,7 +84,7 @@ def doctor(
         report = run()
         doc = report.to_dict()
         if base:
-            from sparkctl.alerts import runbooks
+            from sparkctl import runbooks
 
             for check in doc["checks"]:
                 if check.get("runbook"):
@@ -107,7 +107,7 @@ def print_report(report, c=None, runbook_base_url=None) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from sparkctl.alerts import runbooks
+    from sparkctl import runbooks
     from sparkctl.cli.output import answer
     from sparkctl.transport.redact import redact
 
@@ -183,7 +183,7 @@ def print_summary(report, c=None, runbook_base_url=None) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from sparkctl.alerts import runbooks
+    from sparkctl import runbooks
     from sparkctl.checks import GROUPS
     from sparkctl.cli.output import answer
     from sparkctl.transport.redact import redact

@@ -31,7 +31,7 @@ def _ctl(session, *args: str) -> dict:
     import json
 
     from sparkctl.errors import HostError
-    from sparkctl.gateway.placement import CONTAINER
+    from sparkctl.launch.gateway import CONTAINER
 
     r = session.run(["docker", "exec", CONTAINER, "python3", "-m", "sparkctl.gateway.ctl", *args], timeout=CTL_TIMEOUT_S)
     if not r.ok:

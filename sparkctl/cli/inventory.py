@@ -189,7 +189,7 @@ def _tables(inv, path: Path) -> list:
         engram = table("engram", "host", "source", "size", "target (RAM)", "min free")
         row(engram, e.host, e.source, f"{e.size_gib:g} GiB", e.target, f"{e.min_free_gib:g} GiB")
         out.append(engram)
-    from sparkctl.keeper.unit import KEY, UNIT, key_comment
+    from sparkctl.launch.keeper import KEY, UNIT, key_comment
 
     k = inv.keeper
     keeper = table("keeper (on the head: docs/keeper.md)", "unit", "runs", "head's own SSH key", "acts", "gives up")

@@ -90,13 +90,12 @@ def _print(c, report, check: bool) -> None:
         d = report.drain
         c.print(f"drain: {d['in_flight']} request(s) in flight, {d['finished']} finished, {d['cut']} cut")
     if report.runtime_start:
-        c.print(f"start: {report.runtime_start['cache']} in {report.runtime_start['seconds']} s")
+        c.print(f"start: {report.runtime_start.cache} in {report.runtime_start.seconds} s")
     if report.timeline:
-        c.print(
-            "timeline: " + ", ".join(f"{t['phase']} {t['start']:.1f}-{(t['end'] or t['start']):.1f} s" for t in report.timeline)
-        )
+        c.print("timeline: " + ", ".join(f"{t.phase} {t.start:.1f}-{(t.end or t.start):.1f} s" for t in report.timeline))
     for h, st in report.hosts_state.items():
-        c.print(f"  {h}: {st}", soft_wrap=True)
+        runs = ", ".join(f"{x.name} {x.state} (config {x.config_hash})" for x in st.containers) or "no container"
+        c.print(f"  {h}: {st.error or runs}", soft_wrap=True)
 
 
 def reload(
@@ -191,35 +190,32 @@ def history(
     from rich.table import Table
 
     from sparkctl.cli.output import answer, print_json
-    from sparkctl.history import history_doc
+    from sparkctl.history import read_history
     from sparkctl.inventory.loader import load_inventory
-    from sparkctl.reload import interrupted_message
 
     inv = load_inventory(require_inventory(inventory), control_machine=True)
-    doc = history_doc(inv, last)
-    events, records = doc["events"], doc["rollback_targets"]
+    history = read_history(inv, last)
     if json_out:
-        print_json(doc)
+        print_json(history.to_dict())
         return
     c = answer()
-    t = Table(title=f"cluster {inv.cluster.name}: last good config {doc['last_good'] or '(none)'}", title_justify="left")
+    t = Table(title=f"cluster {inv.cluster.name}: last good config {history.last_good or '(none)'}", title_justify="left")
     for col in ("at", "command", "outcome", "config", "by", "start", "downtime"):
         t.add_column(col, overflow="fold")
-    for e in events:
-        start = f"{e.get('cache') or '-'} {e['start_seconds']:.1f} s" if e.get("start_seconds") else (e.get("cache") or "-")
-        down = f"{e['downtime_seconds']:.2f} s" if e.get("downtime_seconds") is not None else "-"
-        command = e.get("command", "?")
-        if e.get("trigger") == "keeper":  # an automatic recovery: what it recovered from
-            command += f" (keeper: {(e.get('cause') or {}).get('kind', 'gone')})"
-        t.add_row(
-            e.get("at", "?"), command, e.get("outcome", "?"), (e.get("config_hash") or "?")[:16], e.get("by", "?"), start, down
-        )
+    for e in history.events:
+        start = f"{e.cache or '-'} {e.start_seconds:.1f} s" if e.start_seconds else (e.cache or "-")
+        down = f"{e.downtime_seconds:.2f} s" if e.downtime_seconds is not None else "-"
+        command = e.command or "?"
+        if e.trigger == "keeper":  # an automatic recovery: what it recovered from
+            command += f" (keeper: {e.cause.kind if e.cause else 'gone'})"
+        t.add_row(e.at or "?", command, e.outcome or "?", (e.config_hash or "?")[:16], e.by or "?", start, down)
     c.print(t)
-    if records:
+    if history.rollback_targets:
         c.print(
-            "rollback targets: " + ", ".join(f"--to {r['n']}: {r['config_hash']} ({r['applied_at']})" for r in reversed(records))
+            "rollback targets: "
+            + ", ".join(f"--to {r.n}: {r.config_hash} ({r.applied_at})" for r in reversed(history.rollback_targets))
         )
-    if doc["interrupted"]:
+    if history.interrupted is not None:
         c.print(
-            f"[bold red]{interrupted_message(doc['interrupted'])}[/]: `sparkctl reload --resume --config NEW` or `sparkctl rollback`"
+            f"[bold red]{history.interrupted.interrupted()}[/]: `sparkctl reload --resume --config NEW` or `sparkctl rollback`"
         )

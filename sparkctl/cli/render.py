@@ -20,7 +20,7 @@ def render(inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
     from sparkctl.checks.env import moe_clamp_warning
     from sparkctl.cli.output import answer, diagnostics, print_json
     from sparkctl.inventory.loader import load_inventory
-    from sparkctl.runtime.launch import render as render_launch
+    from sparkctl.launch.plan import render as render_launch
     from sparkctl.runtime.stock_images import fork_only_warnings
     from sparkctl.transport.redact import redact, redact_obj
 

@@ -35,7 +35,7 @@ def runbook(
     """
     import sys
 
-    from sparkctl.alerts import runbooks
+    from sparkctl import runbooks
     from sparkctl.cli.output import print_json
     from sparkctl.errors import InputError
 

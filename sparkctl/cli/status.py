@@ -96,7 +96,7 @@ def status(
     from sparkctl.cli.output import answer, print_json
     from sparkctl.errors import InputError
     from sparkctl.inventory.loader import load_inventory
-    from sparkctl.runtime.launch import render
+    from sparkctl.launch.plan import render
 
     if watch and json_out:
         raise InputError(

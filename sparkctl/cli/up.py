@@ -39,19 +39,20 @@ def run_steps(
     head = ctx.facts.get(inv.hosts_with_role("head")[0])
     journal = head.journal if head is not None else None
     if json_out:
+        from sparkctl.records import dump
+
         doc = recap.to_dict()
         if ctx.outputs.runtime_start:
-            doc["runtime_start"] = ctx.outputs.runtime_start
-        doc["interrupted_reload"] = journal
+            doc["runtime_start"] = dump(ctx.outputs.runtime_start)
+        doc["interrupted_reload"] = dump(journal) if journal else None
         print_json(doc)
     else:
         print_recap(recap)
         if journal:
             from sparkctl.cli.output import diagnostics
-            from sparkctl.reload import interrupted_message
 
             diagnostics().print(
-                f"[bold yellow]note:[/] {interrupted_message(journal)}: finish it with `sparkctl reload --resume "
+                f"[bold yellow]note:[/] {journal.interrupted()}: finish it with `sparkctl reload --resume "
                 "--config NEW`, or `sparkctl rollback`",
                 soft_wrap=True,
             )

@@ -3,92 +3,28 @@
 Doctor reads these inside its one round trip per host (the Docker SDK over SSH needs the same
 CLI on the host anyway: it dials the engine with `docker system dial-stdio`).
 
-Two image stores answer `docker image inspect` differently (moby daemon/images/image_inspect.go
-and daemon/containerd/image_inspect.go):
-- the classic (graphdriver) store: `Id` is the config digest; `RepoDigests` the manifest digest
-  it was pulled by (none once side-loaded);
-- containerd's store (Docker 29's default on fresh installs): `Id` is the target digest, the image
-  index or manifest it was pulled or loaded as, also shown in `Descriptor`; a container's `Image`
-  is that same target digest.
-Both give the config's layer diff IDs (`RootFS.Layers`), platform and run config. So an image's
-identity, what `images.same`, provenance, the side-load and applied.json compare, is
-`image_identity`: a digest of exactly those, which the registry's config blob gives as well.
-The store-local `Id` is kept for what docker commands on that node take (tag, save, run).
+An image's identity across docker's two image stores (what `images.same`, provenance, the
+side-load and applied.json compare) is transport/image_identity.py's; the store-local `Id` is kept
+for what docker commands on that node take (tag, save, run).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
 from sparkctl.facts.base import Reading, Target, fact, host_fields
-from sparkctl.runtime.launch import LABEL_PREFIX
+from sparkctl.launch.names import LABEL_PREFIX
+from sparkctl.transport.image_identity import identity_of_inspect, store_of_inspect
 
 if TYPE_CHECKING:
     from sparkctl.facts.host import HostFacts
 
-IDENTITY_PREFIX = "content:"  # never a docker ID: docker commands take ImageFact.id
-# The run config that decides what a container of the image runs (ocispec ImageConfig field names,
-# as both stores' inspect and the config blob spell them); metadata (Created, history) is left out.
-RUN_CONFIG = ("User", "Env", "Entrypoint", "Cmd", "WorkingDir", "Labels")
-
 
 def image_probe(ref: str) -> str:
     return f"docker image inspect {shlex.quote(ref)}"
-
-
-def image_identity(diff_ids: list[str], os: str, architecture: str, variant: str, config: Optional[dict]) -> str:
-    """What both image stores (and the registry's config blob) agree on for one image: the layers'
-    diff IDs, the platform and the run config. Empty values count as absent (one store writes
-    `"Entrypoint": null`, the other leaves it out)."""
-    run = {k: (config or {}).get(k) for k in RUN_CONFIG}
-    doc = {
-        "diff_ids": list(diff_ids),
-        "platform": [os or "", architecture or "", variant or ""],
-        "config": {k: v for k, v in run.items() if v},
-    }
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
-    return IDENTITY_PREFIX + "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-
-
-def identity_of_inspect(doc: dict) -> str:
-    """`image_identity` of one `docker image inspect` document (either store)."""
-    return image_identity(
-        (doc.get("RootFS") or {}).get("Layers") or [],
-        doc.get("Os", ""),
-        doc.get("Architecture", ""),
-        doc.get("Variant", ""),
-        doc.get("Config"),
-    )
-
-
-def identity_of_config(blob: dict) -> str:
-    """`image_identity` of an image config blob (what a registry's manifest names)."""
-    return image_identity(
-        (blob.get("rootfs") or {}).get("diff_ids") or [],
-        blob.get("os", ""),
-        blob.get("architecture", ""),
-        blob.get("variant", ""),
-        blob.get("config"),
-    )
-
-
-# containerd snapshotter names: containerd's store reports its snapshotter as GraphDriver.Name
-# (API < 1.52); the classic store's graph drivers are overlay2, vfs, devicemapper, ...
-SNAPSHOTTERS = frozenset({"overlayfs", "native", "stargz", "nydus", "erofs"})
-
-
-def store_of_inspect(doc: dict) -> str:
-    """ "containerd" when the image is held by containerd's store (it reports the target `Descriptor`,
-    API >= 1.48, whose digest is its `Id`; older engines show the snapshotter as the graph
-    driver), else "classic"."""
-    desc = doc.get("Descriptor") or {}
-    if desc.get("digest") and desc.get("digest") == doc.get("Id"):
-        return "containerd"
-    return "containerd" if (doc.get("GraphDriver") or {}).get("Name") in SNAPSHOTTERS else "classic"
 
 
 @dataclass(frozen=True)
@@ -156,11 +92,6 @@ def parse_image(ref: str, rc: int, text: str) -> ImageFact:
     if "no such image" in text.lower() or (rc == 1 and not lines):
         detail = "not present"
     return ImageFact(ref, None, detail)
-
-
-def short(image: Optional[str]) -> str:
-    """12 hex digits of a docker ID or an identity, for messages."""
-    return (image or "nothing").rsplit(":", 1)[-1][:12]
 
 
 def cluster_ids(cluster: str) -> str:
@@ -282,7 +213,7 @@ class DockerFields:
 
 def images_for(inv, host: str) -> list[str]:
     """Image references the host's runtime containers run (runtime and/or drafter image)."""
-    from sparkctl.runtime.launch import render
+    from sparkctl.launch.plan import render
 
     try:
         plan = render(inv)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from sparkctl import httpclient
-from sparkctl.runtime.metrics import MetricsPage, parse_page
+from sparkctl.facts.metrics import MetricsPage, parse_page
 
 
 @dataclass
@@ -21,7 +21,7 @@ class EndpointFacts:
     health_error: Optional[str] = None  # e.g. "connection refused" (loading, or nothing listening)
     models: Optional[list[dict]] = None
     models_error: Optional[str] = None
-    metrics: MetricsPage = field(default_factory=MetricsPage)  # per engine (sparkctl/runtime/metrics.py)
+    metrics: MetricsPage = field(default_factory=MetricsPage)  # per engine (sparkctl/facts/metrics.py)
     metrics_error: Optional[str] = None
     metrics_at: Optional[float] = None  # time.monotonic() of the /metrics answer
     earlier: Optional[MetricsPage] = None  # an earlier page, for what happened in between (read_again)
@@ -43,14 +43,14 @@ def _why(exc: Exception) -> str:
 
 
 def _metrics(client, model: Optional[str]) -> MetricsPage:
-    """GET /metrics -> the page by engine (runtime/metrics.py); ValueError when not Prometheus text."""
+    """GET /metrics -> the page by engine (facts/metrics.py); ValueError when not Prometheus text."""
     r = client.get("/metrics")
     r.raise_for_status()
     return parse_page(r.text, model)
 
 
 def fetch(host: str, port: int, path: str = "", timeout: float = 3.0, model: Optional[str] = None) -> EndpointFacts:
-    """The engine at http://host:port{path} (path: the gateway's engine route, runtime/health.py engine_endpoint)."""
+    """The engine at http://host:port{path} (path: the gateway's engine route, launch/endpoints.py engine_endpoint)."""
     import httpx
 
     base = f"http://{host}:{port}{path}"

@@ -1,6 +1,6 @@
 """Fleet door facts on the door's host: the door's container (`docker inspect sparkctl-fleet-door`),
 and the host's architecture with whether the fleet's vllm-router wheel is unpacked there
-(fleet/router_launch.py). Read only when asked (the fleet door step, fleet/router_step.py)."""
+(launch/fleet_door.py names both). Read only when asked (the fleet door step, fleet/router_step.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 def _container_probe(t) -> Optional[str]:
     if t.host.role != "head":
         return None
-    from sparkctl.fleet.router_launch import CONTAINER
+    from sparkctl.launch.fleet_door import CONTAINER
 
     name = shlex.quote(CONTAINER)
     # `docker inspect` of a missing container exits 1 (stdout "[]", stderr "Error: No such object:
@@ -56,7 +56,7 @@ def _wheel_probe(t) -> Optional[str]:
     looks its own up: the fleet is not known to a fact)."""
     if t.host.role != "head":
         return None
-    from sparkctl.fleet.router_launch import COMPLETE, WHEEL_ROOT
+    from sparkctl.launch.fleet_door import COMPLETE, WHEEL_ROOT
 
     root = shlex.quote(WHEEL_ROOT)
     return f'uname -m; for d in {root}/*/; do [ -f "$d{COMPLETE}" ] && basename "$d"; done; true'

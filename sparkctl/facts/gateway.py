@@ -14,7 +14,7 @@ from typing import Optional
 from urllib.parse import urlsplit
 
 from sparkctl import httpclient
-from sparkctl.gateway.placement import METRICS_PATH
+from sparkctl.launch.gateway import METRICS_PATH
 
 P = "sparkctl_gateway_"
 

@@ -3,13 +3,14 @@ host's authorized_keys, and the keeper's own state file (watching, recovering, g
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 from sparkctl import state
 from sparkctl.facts.base import Reading, Target, fact, host_fields
+from sparkctl.facts.state import read_state_file
+from sparkctl.records import KeeperRecord
 
 if TYPE_CHECKING:
     from sparkctl.facts.host import HostFacts
@@ -34,7 +35,7 @@ class KeeperUnit:
 def _unit_probe(t: Target) -> Optional[str]:
     if t.host.role != "head":
         return None
-    from sparkctl.keeper import unit
+    from sparkctl.launch import keeper as unit
 
     q = shlex.quote
     files = " ".join(q(p) for p in (unit.UNIT_PATH, unit.INVENTORY, unit.KNOWN_HOSTS))
@@ -74,7 +75,7 @@ class KeeperFields:
 
     keeper_unit: Optional[KeeperUnit] = None  # KeeperUnit on the head
     keeper_auth: list[str] = field(default_factory=list)  # the keeper key's lines in authorized_keys
-    keeper: Optional[dict] = None  # the keeper's state file, None: none written
+    keeper: Optional[KeeperRecord] = None  # the keeper's state file, None: none written
 
 
 @fact("keeper_unit", _unit_probe)  # KeeperUnit on the head
@@ -83,7 +84,7 @@ def _keeper_unit(f: HostFacts, r: Reading) -> None:
 
 
 def _auth_probe(t: Target) -> str:
-    from sparkctl.keeper.unit import key_comment
+    from sparkctl.launch.keeper import key_comment
 
     return f"grep -F {shlex.quote(key_comment(t.inventory.cluster.name))} ~/.ssh/authorized_keys 2>/dev/null || true"
 
@@ -97,11 +98,6 @@ def _state_probe(t: Target) -> Optional[str]:
     return f"cat {state.KEEPER} 2>/dev/null || true" if t.host.role == "head" else None
 
 
-@fact("keeper", _state_probe)  # the keeper's state file (dict), None: none written
+@fact("keeper", _state_probe)  # the keeper's state file (records.KeeperRecord), None: none written
 def _keeper(f: HostFacts, r: Reading) -> None:
-    try:
-        doc = json.loads(r.out) if r.out.strip() else None
-    except json.JSONDecodeError:
-        f.errors[r.key] = f"unreadable {state.KEEPER}"
-        return
-    f.keeper = doc if isinstance(doc, dict) else None
+    f.keeper = read_state_file(f, r, KeeperRecord, state.KEEPER)

@@ -16,10 +16,59 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 from sparkctl.facts.base import Reading, fact, host_fields
-from sparkctl.runtime.health import PHASES, line_phase
 
 if TYPE_CHECKING:
     from sparkctl.facts.host import HostFacts
+
+# (the lines' needles, phase shown to the operator), newest phase wins. The vLLM 0.33 line behind
+# each needle is in docs/conformance.md; Ray's own lines come from `ray start` / ray.init. Doctor's
+# host-side log scan (facts/logs.py) keeps the newest line of each needle.
+PHASES = [
+    (("Ray runtime started", "Started a local Ray instance"), "starting Ray"),
+    (("Waiting for creating a placement group",), "waiting for the worker to join"),
+    # each rank's torch.distributed init (parallel_state.py); under mp rank 0 then waits, silent, for the
+    # headless ranks at --master-addr:--master-port
+    (("distributed_init_method=",), "joining the ranks (torch.distributed)"),
+    (("Starting to load model", "Loading safetensors checkpoint shards"), "loading weights"),
+    (("Directly load the compiled graph",), "compiling (cache hit)"),
+    (("Compiling a graph for compile range", "Cache the graph of compile range"), "compiling (cache miss: cold start)"),
+    (("KV cache size:",), "allocating KV cache"),
+    (("Capturing CUDA graphs",), "capturing CUDA graphs"),
+    (("init engine (profile, create kv cache, warmup model) took",), "engine initialised"),
+    (("Starting vLLM server on",), "serving"),
+]
+FATAL = [
+    re.compile(r"EngineCore encountered a fatal error"),
+    re.compile(r"EngineCore failed to start"),
+    # ray_executor_v2.py formats the list of dead ranks: "RayWorkerProc rank=[1] died unexpectedly, ..."
+    re.compile(r"RayWorkerProc rank=\[?[\d, ]+\]? died unexpectedly"),
+    re.compile(r"Worker proc \S+ died unexpectedly"),
+    # mp: the head's rank 0 lost its collective peer (multiproc_executor.py collective_rpc, pynccl NCCL_CHECK)
+    re.compile(r"Worker failed with error '.*', please check the stack trace above"),
+    re.compile(r"NCCL error: remote process exited or there was a network error"),
+    re.compile(r"device-side assert triggered"),
+    re.compile(r"vllm serve: error:"),
+]
+
+
+def line_phase(line: str) -> Optional[str]:
+    """The last phase whose needle the line holds, None for none."""
+    return next((name for needles, name in reversed(PHASES) if any(n in line for n in needles)), None)
+
+
+def phase_of(log: str) -> str:
+    phase = "starting"
+    for line in log.splitlines():
+        phase = line_phase(line) or phase
+    return phase
+
+
+def fatal_line(log: str) -> Optional[str]:
+    for line in log.splitlines():
+        if any(p.search(line) for p in FATAL):
+            return line.strip()
+    return None
+
 
 # Lower-case substrings the host-side awk keeps (each at most PER_KIND times).
 # Order matters: a line is kept under the first kind it matches ("Using 'X' NvFp4 MoE backend out of
@@ -45,7 +94,7 @@ NEWEST = {
     "spec": "SpecDecoding metrics",
     "compile_hit": "Directly load the compiled graph(s) for compile range",
     "compile_miss": "Compiling a graph for compile range",
-    # the start-up phase (runtime/health.py PHASES): the newest line of each needle, in log order
+    # the start-up phase (PHASES): the newest line of each needle, in log order
     **{f"phase{i}": needle for i, needle in enumerate(n for needles, _ in PHASES for n in needles)},
 }
 SPEC_MARK = NEWEST["spec"]
@@ -155,7 +204,7 @@ class LogFacts:
     # or "cold" (compiled), with the seconds that line reports.
     compile_start: Optional[str] = None
     compile_seconds: Optional[float] = None
-    phase: Optional[str] = None  # the start-up phase its newest phase line names (runtime/health.py PHASES)
+    phase: Optional[str] = None  # the start-up phase its newest phase line names (PHASES)
     marlin: list[str] = field(default_factory=list)
     device_assert: list[str] = field(default_factory=list)
     engine_fatal: list[str] = field(default_factory=list)

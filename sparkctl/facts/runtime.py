@@ -23,7 +23,7 @@ def health_probe(port: int) -> str:
 
 
 def _engine_health_probe(t: Target) -> Optional[str]:
-    from sparkctl.runtime.launch import engine_port
+    from sparkctl.launch.endpoints import engine_port
 
     return health_probe(engine_port(t.inventory)) if t.host.role == "head" else None
 
@@ -49,7 +49,7 @@ def _drafter_probe(t: Target) -> Optional[str]:
     spec = t.inventory.runtime.speculative
     if not (spec and spec.drafter_host == t.name):
         return None
-    from sparkctl.runtime.launch import fabric_link_to
+    from sparkctl.launch.endpoints import fabric_link_to
 
     heads = t.inventory.hosts_with_role("head")
     link = fabric_link_to(t.inventory, t.name, heads[0]) if heads else None
@@ -71,7 +71,7 @@ def _master_port_probe(t: Target) -> Optional[str]:
     # mp: this worker's headless ranks reach the head's rendezvous over the fabric (never the management net)
     if t.inventory.runtime.distributed_executor_backend != "mp" or t.host.role != "worker":
         return None
-    from sparkctl.runtime.launch import mp_master
+    from sparkctl.launch.endpoints import mp_master
 
     ip, port = mp_master(t.inventory)
     return f"if timeout 3 bash -c 'exec 3<>/dev/tcp/{ip}/{port}' 2>/dev/null; then echo open; else echo closed; fi"
@@ -83,10 +83,10 @@ def _master_port(f: HostFacts, r: Reading) -> None:
 
 
 def _gateway_code_probe(t: Target) -> Optional[str]:
-    # the gateway's code this sparkctl ships (runtime/gateway_code.py): present and complete on the head?
+    # the gateway's code this sparkctl ships (launch/gateway_code.py): present and complete on the head?
     if t.host.role != "head" or not t.inventory.gateway.enabled:
         return None
-    from sparkctl.runtime import gateway_code
+    from sparkctl.launch import gateway_code
 
     return f"test -f {shlex.quote(gateway_code.directory())}/{gateway_code.COMPLETE} && echo present || echo absent"
 
@@ -120,7 +120,7 @@ def _gateway_hold_probe(t: Target) -> Optional[str]:
     # the gateway's admin hold, from its own metrics on the head (it answers them while it holds)
     if t.host.role != "head" or not t.inventory.gateway.enabled:
         return None
-    from sparkctl.gateway.placement import METRICS_PATH
+    from sparkctl.launch.gateway import METRICS_PATH
 
     get = f'printf "GET {METRICS_PATH} HTTP/1.0\\r\\n\\r\\n" >&3 && timeout 2 cat <&3'
     return f"bash -c 'exec 3<>/dev/tcp/127.0.0.1/{t.inventory.runtime.port} && {get}' 2>/dev/null | {HOLD_LINES}"

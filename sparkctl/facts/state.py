@@ -3,46 +3,54 @@ journal, the events log, the replaced records, and the cluster lock's holder (sp
 
 from __future__ import annotations
 
-import json
 from dataclasses import field
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, TypeVar
 
 from sparkctl import state
 from sparkctl.facts.base import Reading, Target, fact, host_fields
+from sparkctl.records import AppliedRecord, Event, HistoryRecord, JournalRecord, Record, RecordError, read_record
 
 if TYPE_CHECKING:
     from sparkctl.facts.host import HostFacts
     from sparkctl.lock import Holder
 
 
+R = TypeVar("R", bound=Record)
+
+
 def _on_head(snippet: str):
     return lambda t: snippet if t.host.role == "head" else None
 
 
-def _json(r: Reading) -> Optional[dict]:
-    """A state file's JSON; None when the file is absent (the probe printed nothing)."""
-    return json.loads(r.out) if r.out.strip() else None
+def read_state_file(f: HostFacts, r: Reading, model: type[R], path: str) -> Optional[R]:
+    """The record a state file holds (records.py), None when it is absent; a record that cannot be
+    read is the fact's error (what doctor and the commands show), not a traceback."""
+    try:
+        return read_record(model, r.out, path)
+    except RecordError as exc:
+        f.errors[r.key] = exc.message
+        return None
 
 
 @host_fields
 class StateFields:
     """The HostFacts attributes this module's facts fill (a host where one was not read keeps the default)."""
 
-    applied: Optional[dict] = None  # the head's record of the last `sparkctl up` (whole applied.json)
-    journal: Optional[dict] = None  # a reload in progress (or interrupted)
-    events: list[dict] = field(default_factory=list)  # applied configs, reloads, rollbacks, oldest first
-    history: list[dict] = field(default_factory=list)  # replaced applied records, oldest first
+    applied: Optional[AppliedRecord] = None  # the head's record of the last `sparkctl up` (whole applied.json)
+    journal: Optional[JournalRecord] = None  # a reload in progress (or interrupted)
+    events: list[Event] = field(default_factory=list)  # applied configs, reloads, rollbacks, oldest first
+    history: list[HistoryRecord] = field(default_factory=list)  # replaced applied records, oldest first
     lock: Optional[Holder] = None  # the lock's holder, None when the lock is free
 
 
 @fact("applied", _on_head(f"cat {state.APPLIED} 2>/dev/null || true"))
 def _applied(f: HostFacts, r: Reading) -> None:  # the head's record of the last `sparkctl up` (whole applied.json)
-    f.applied = _json(r)
+    f.applied = read_state_file(f, r, AppliedRecord, state.APPLIED)
 
 
 @fact("journal", _on_head(f"cat {state.JOURNAL} 2>/dev/null || true"))
 def _journal(f: HostFacts, r: Reading) -> None:  # a reload in progress (or interrupted)
-    f.journal = _json(r)
+    f.journal = read_state_file(f, r, JournalRecord, state.JOURNAL)
 
 
 @fact("events", _on_head(f"tail -n {state.EVENTS_SHOWN} {state.EVENTS} 2>/dev/null || true"))

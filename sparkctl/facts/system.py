@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 from sparkctl.facts.base import Reading, fact, host_fields
+from sparkctl.transport.image_identity import images_root
 
 if TYPE_CHECKING:
     from sparkctl.facts.host import HostFacts
@@ -41,13 +42,8 @@ def parse_df(text: str, paths: list[str]) -> dict[str, Disk]:
     return out
 
 
-# Where images live (moby daemon/command/daemon.go, daemon/containerd/service.go): the classic store
-# keeps them under docker's data root; containerd's store (DriverStatus names the snapshotter
-# plugin type) in containerd's root: the system containerd's (`root` in /etc/containerd/config.toml,
-# default /var/lib/containerd) when dockerd found its socket, else the one dockerd supervises,
-# under <data root>/containerd/daemon.
-SNAPSHOTTER_STATUS = ["driver-type", "io.containerd.snapshotter.v1"]
-SYSTEM_CONTAINERD_SOCKET = "/run/containerd/containerd.sock"
+# the system containerd's root when /etc/containerd/config.toml names none (transport/image_identity.py
+# images_root: where containerd's store keeps images)
 CONTAINERD_ROOT = "/var/lib/containerd"
 
 
@@ -82,17 +78,6 @@ class DiskFacts:
     docker_root: Optional[str]
     image_store: str  # "classic" or "containerd"; "classic" when docker's info was not read
     images_root: Optional[str]  # the directory the image store keeps its layers in
-
-
-def images_root(info: dict, docker_root: str, containerd_root: Optional[str]) -> tuple[str, str]:
-    """(image store, the directory its images are in) from `docker info`."""
-    status = [list(p) for p in info.get("DriverStatus") or []]
-    if SNAPSHOTTER_STATUS not in status:
-        return "classic", docker_root
-    address = (info.get("Containerd") or {}).get("Address") or SYSTEM_CONTAINERD_SOCKET  # API >= 1.46 says
-    if address == SYSTEM_CONTAINERD_SOCKET and containerd_root:
-        return "containerd", containerd_root
-    return "containerd", f"{docker_root.rstrip('/')}/containerd/daemon"
 
 
 def parse_disk(text: str) -> DiskFacts:

@@ -26,7 +26,7 @@ from sparkctl.facts.base import Reading, Target, fact, host_fields
 
 if TYPE_CHECKING:
     from sparkctl.facts.host import HostFacts
-    from sparkctl.weights.placement import Checkpoint
+    from sparkctl.placement import Checkpoint
 
 RECORD = ".sparkctl-weights.json"
 STAT = ".sparkctl-weights.stat"
@@ -336,8 +336,8 @@ class WeightsFields:
 
 def paths_here(t: Target) -> list[str]:
     """The checkpoint folders this host must hold: runtime.model on every engine node, the
-    drafter's on its host (weights/placement.py), whether or not sparkctl places them."""
-    from sparkctl.weights.placement import model_folders
+    drafter's on its host (placement.py), whether or not sparkctl places them."""
+    from sparkctl.placement import model_folders
 
     return [path for host, path in model_folders(t.inventory) if host == t.name]
 
@@ -352,7 +352,7 @@ def _per_path(t: Target, command, placed_only: bool = False) -> Optional[dict[in
 
 def _source_here(t: Target) -> Optional[str]:
     """The folder source (weights.directory) when this host is the download host that holds it."""
-    from sparkctl.weights.placement import download_host
+    from sparkctl.placement import download_host
 
     w = t.inventory.weights
     return source_probe(w.directory) if w is not None and w.directory and download_host(t.inventory) == t.name else None

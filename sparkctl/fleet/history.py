@@ -18,9 +18,9 @@ def merge_events(per_member: dict[str, list[dict]], last: int = 20) -> list[dict
 
 def fleet_history(fleet, last: int = 20) -> dict:
     from sparkctl.fleet.each import each_member
-    from sparkctl.history import history_doc
+    from sparkctl.history import read_history
 
-    outcomes = each_member(fleet.members, lambda m: history_doc(m.inventory, last))
+    outcomes = each_member(fleet.members, lambda m: read_history(m.inventory, last).to_dict())
     members = {}
     for name, o in outcomes.items():
         doc = o.value or {}

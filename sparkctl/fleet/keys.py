@@ -14,7 +14,7 @@ Which is why the members must agree: with one member open and one keyed, a clien
 would be answered by one and refused by the other, request by request. And sparkctl's own calls to
 each member (the drain's read of its engine, the health gate, the smoke) send that member's key,
 read from its head when the first call needs it (`authorize`; a member's own runs read it as
-runtime/api_key.py says).
+transport/api_key.py says).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 def problems(members: list["Member"]) -> Iterator[Problem]:
     """Keyed and open members together: named, each open one with the field that would key it."""
-    from sparkctl.runtime.api_key import asks_key
+    from sparkctl.transport.api_key import asks_key
 
     keyed = [m.name for m in members if asks_key(m.inventory)]
     if not keyed or len(keyed) == len(members):
@@ -60,7 +60,7 @@ def authorize_member(inv: "Inventory") -> None:
     own sessions (the rollout's plan) register its fleet-file inventory's key, which is not its
     running config's while a rollout turns keys on or off."""
     from sparkctl import httpclient
-    from sparkctl.runtime.health import front_url
+    from sparkctl.launch.endpoints import front_url
 
     httpclient.authorize([front_url(inv) + "/"], running_key(inv))
 
@@ -69,8 +69,8 @@ def running_key(inv: "Inventory") -> Callable[[], Optional[str]]:
     """The source of a member's key, asked at most once (see authorize)."""
     import threading
 
-    from sparkctl.runtime.api_key import read_from_head
-    from sparkctl.runtime.launch import engine_api_key
+    from sparkctl.launch.endpoints import engine_api_key
+    from sparkctl.transport.api_key import read_from_head
 
     head = inv.hosts_with_role("head")[0]
     path = inv.gateway.api_keys_file if inv.gateway.enabled else None
@@ -97,9 +97,10 @@ def running_key(inv: "Inventory") -> Callable[[], Optional[str]]:
 def recorded_keys_file(session: "HostSession", inv: "Inventory") -> Optional[str]:
     """gateway.api_keys_file of the config the head runs (the `applied` fact: a path, never a key)."""
     from sparkctl.facts.host import gather_host
-    from sparkctl.runtime.api_key import READ_TIMEOUT_S
+    from sparkctl.transport.api_key import READ_TIMEOUT_S
 
-    applied = gather_host(session, inv, {"applied"}, timeout=READ_TIMEOUT_S).applied or {}
-    recorded = applied.get("inventory")
-    gateway = (recorded.get("gateway") if isinstance(recorded, dict) else None) or {}
-    return gateway.get("api_keys_file") if gateway.get("enabled", True) else None
+    applied = gather_host(session, inv, {"applied"}, timeout=READ_TIMEOUT_S).applied
+    if applied is None or applied.recorded("gateway", "enabled") is False:
+        return None
+    path = applied.recorded("gateway", "api_keys_file")
+    return path if isinstance(path, str) else None

@@ -384,7 +384,7 @@ def _rules(doc: FleetFile, members: list[Member], path: Path) -> Iterator[Proble
 
 def _ports_on(member: Member, host: str) -> dict[int, str]:
     """The ports a member's containers listen on, on one of its hosts (host network): what the door's port must avoid."""
-    from sparkctl.runtime.launch import RAY_PORT
+    from sparkctl.launch.names import RAY_PORT
 
     inv = member.inventory
     taken: dict[int, str] = {}

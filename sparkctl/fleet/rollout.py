@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from sparkctl.errors import InputError, SparkctlError
+from sparkctl.reload_outcome import NOT_APPLIED, Outcome
 
 KINDS = ("reload", "restart", "rollback")
 DRAIN_WAIT = 120.0  # seconds a member's requests in flight at the door get to finish before its change
@@ -384,15 +385,7 @@ class MemberResult:
 
     @property
     def failed(self) -> bool:
-        return self.outcome in (
-            "rolled back",
-            "failed (nothing stopped)",
-            "rollback failed",
-            "restart failed",
-            "error",
-            "refused",
-            "interrupted",
-        )
+        return self.outcome in NOT_APPLIED or self.outcome in ("error", "refused", "interrupted")
 
     def to_dict(self) -> dict:
         return {
@@ -577,10 +570,12 @@ def _change(fleet, member, mp, plan, result, router_admin, deadline, min_ratio, 
     result.report = rep.to_dict()
     result.outcome, result.reason = rep.outcome, rep.reason
     result.old, result.new = rep.plan.from_hash, rep.plan.to_hash
-    result.now = {"ok": rep.plan.to_hash, "rolled back": rep.plan.from_hash, "failed (nothing stopped)": rep.plan.from_hash}.get(
-        rep.outcome
-    )
-    if rep.outcome == "ok":
+    result.now = {
+        Outcome.OK: rep.plan.to_hash,
+        Outcome.ROLLED_BACK: rep.plan.from_hash,
+        Outcome.NOTHING_STOPPED: rep.plan.from_hash,
+    }.get(rep.outcome)
+    if rep.outcome == Outcome.OK:
         router_admin.undrain(fleet, name)
         result.door = _door_state(fleet, name)
         say(name, f"{plan.kind} ok: runs config {rep.plan.to_hash}; back at the front door ({result.door})")

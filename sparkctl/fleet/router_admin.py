@@ -187,8 +187,8 @@ def drain(fleet: "Fleet", member: str, wait_s: float = 600.0, session=None) -> d
 def _engine_in_flight(fleet: "Fleet", member: str) -> int:
     """The member's engine's running + waiting requests; 0 when its engine does not answer (nothing
     runs there). A member refusing sparkctl's key is an error, never a 0 (fleet/keys.py)."""
+    from sparkctl.facts.metrics import RUNNING, WAITING, parse_page
     from sparkctl.runtime.health import base_url
-    from sparkctl.runtime.metrics import RUNNING, WAITING, parse_page
 
     inv = fleet.member(member).inventory
     url = base_url(inv) + "/metrics"

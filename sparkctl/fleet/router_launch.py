@@ -23,29 +23,25 @@ import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
+from sparkctl.launch.fleet_door import CONTAINER, FLEET_LABEL, ROLE, WHEEL_ROOT
+
 if TYPE_CHECKING:
     from sparkctl.fleet.model import Fleet
-    from sparkctl.runtime.launch import ContainerSpec
+    from sparkctl.launch.plan import ContainerSpec
 
-# the name the fleet's front door has always had on its host: a sparkctl upgrade replaces the old
-# door in place (another name would leave it holding the port)
-CONTAINER = "sparkctl-fleet-door"
-ROLE = "fleet-door"
-FLEET_LABEL = "io.sparkctl.fleet"
-WHEEL_ROOT = "/var/lib/sparkctl/fleet-router"  # unpacked wheels by content hash (a rollback finds its own)
 CONTAINER_WHEEL = "/opt/sparkctl-fleet-router"
 LIVENESS_PATH = "/liveness"  # the router's own answer: "OK" once it serves, members up or not
 STOP_GRACE = 10  # seconds in-flight requests may still run on SIGTERM
 # how long the router waits for a member's /health before taking it (at its start, and on
 # /add_worker: a member that does not serve by then is not added, so it stays out)
 ADD_WAIT_S = 10
-COMPLETE = ".complete"
 
 
 def launch(fleet: "Fleet") -> "ContainerSpec":
     """The router's container for `fleet`."""
     from sparkctl.fleet.router_host import door_inventory
-    from sparkctl.runtime.launch import LABEL_PREFIX, LAUNCHER, ContainerSpec, Mount, _hash
+    from sparkctl.launch.names import LABEL_PREFIX
+    from sparkctl.launch.plan import LAUNCHER, ContainerSpec, Mount, _hash
 
     _, host = door_inventory(fleet)
     env = {"PYTHONUNBUFFERED": "1"}

@@ -61,7 +61,7 @@ def member_row(name: str, doc: Optional[dict], error=None) -> dict:
 
 def member_status(member, sample_seconds: float) -> dict:
     from sparkctl.cluster_status import collect
-    from sparkctl.runtime.launch import render
+    from sparkctl.launch.plan import render
 
     return collect(member.inventory, render(member.inventory), sample_seconds)
 

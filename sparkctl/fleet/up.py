@@ -13,6 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from sparkctl.records import JournalRecord, RuntimeStart, dump
 from sparkctl.steps.transfer import Phase
 
 Say = Callable[[str], None]
@@ -56,8 +57,8 @@ class MemberUp:
     member: str
     recap: Any = None  # the runner's Recap (None when the run could not start)
     error: Any = None  # SparkctlError that stopped it before or outside the steps
-    runtime_start: Optional[dict] = None
-    interrupted_reload: Optional[dict] = None
+    runtime_start: Optional[RuntimeStart] = None
+    interrupted_reload: Optional[JournalRecord] = None
 
     @property
     def failed(self) -> bool:
@@ -74,8 +75,8 @@ class MemberUp:
             "changed": self.changed,
             "error": self.error.to_dict() if self.error is not None else None,
             "recap": self.recap.to_dict() if self.recap is not None else None,
-            "runtime_start": self.runtime_start,
-            "interrupted_reload": self.interrupted_reload,
+            "runtime_start": dump(self.runtime_start) if self.runtime_start else None,
+            "interrupted_reload": dump(self.interrupted_reload) if self.interrupted_reload else None,
         }
 
 

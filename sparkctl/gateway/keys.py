@@ -15,15 +15,11 @@ from __future__ import annotations
 import hashlib
 import secrets
 
+from sparkctl.launch.gateway import parse_keys
+
 from .rejection import error_body
 
 OPEN_PATHS = frozenset({"/health"})
-ENGINE_KEY_ENV = "SPARKCTL_GATEWAY_ENGINE_API_KEY"  # the engine's VLLM_API_KEY, passed on upstream
-
-
-def parse_keys(text: str) -> list[str]:
-    """A keys file's keys: one a line, blank lines and `#` comments skipped."""
-    return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
 
 
 def read_keys_file(path: str) -> list[str]:

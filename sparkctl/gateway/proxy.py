@@ -21,12 +21,13 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
+from sparkctl.sse import ABORT, FirstToken
+
 from . import poison
 from .admission import GENERATION_ROUTES, LongContext
 from .gate import Gate
 from .metrics import Metrics
 from .rejection import Rejected
-from .sse import ABORT, FirstToken
 
 log = logging.getLogger("sparkctl.gateway")
 

@@ -12,13 +12,14 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
+from sparkctl.launch.gateway import ENGINE_PATH, METRICS_PATH  # the public /metrics stays the engine's
+
 from . import admin
 from .admission import LongContext
 from .bounds import Bounds
 from .gate import Gate
 from .keys import OPEN_PATHS, Keys, unauthorized_body
 from .metrics import Metrics
-from .placement import ENGINE_PATH, METRICS_PATH  # the public /metrics stays the engine's
 from .proxy import Proxy, forward_headers
 from .settings import Settings
 

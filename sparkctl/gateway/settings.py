@@ -8,7 +8,9 @@ import os
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from .keys import ENGINE_KEY_ENV, read_keys_file
+from sparkctl.launch.gateway import ENGINE_KEY_ENV
+
+from .keys import read_keys_file
 
 ENV = "SPARKCTL_GATEWAY_"
 MAX_BODY_BYTES = 32 << 20

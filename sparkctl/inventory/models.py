@@ -25,7 +25,7 @@ from pydantic import (
     field_validator,
 )
 
-from sparkctl.alerts.config import Alerts
+from sparkctl.inventory.alerts import Alerts
 from sparkctl.inventory.gateway import Gateway
 from sparkctl.inventory.keeper import Keeper
 from sparkctl.inventory.ssh_target import HostKeyPolicy, SSHTarget

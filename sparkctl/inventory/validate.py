@@ -397,7 +397,7 @@ def _weights(inv: Inventory) -> Iterator[Problem]:
 
 def _gateway(inv: Inventory) -> Iterator[Problem]:
     """The engine's port behind the gateway must be free of every other port sparkctl opens on the head."""
-    from sparkctl.runtime.launch import RAY_PORT
+    from sparkctl.launch.names import RAY_PORT
 
     gw, rt = inv.gateway, inv.runtime
     if not gw.enabled:

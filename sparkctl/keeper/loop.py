@@ -25,6 +25,8 @@ from sparkctl import state
 from sparkctl.errors import SparkctlError
 from sparkctl.inventory.models import Inventory
 from sparkctl.keeper.policy import Cause, CrashLoop, Gone, Grace, cause_of, first_cause, gone
+from sparkctl.records import KeeperRecord, dump
+from sparkctl.reload_outcome import Outcome
 
 if TYPE_CHECKING:
     from sparkctl.session import ClusterSession
@@ -44,7 +46,7 @@ class Keeper:
         self.head = inv.hosts_with_role("head")[0]
         self.gave_up: Optional[str] = None  # the reason, while given up
         self.hold_sent = -1e9  # when the give-up hold was last sent to the front door
-        self.doc: dict = {}  # what the state file holds now
+        self.kept: Optional[KeeperRecord] = None  # what the state file holds now (less its time)
         self.last_line = ""
         self.away: set[str] = set()  # hosts seen unreachable while the cluster was down (a reboot)
         self.outage_cause: Optional[Cause] = None  # what took it down, kept across this outage's recoveries
@@ -84,11 +86,9 @@ class Keeper:
                 self.grace.reset()  # never fight an operator: their command decides
                 return f"not acting: {hf.lock.describe()} holds the cluster lock"
             if hf.journal:
-                from sparkctl.reload import interrupted_message
-
                 self.grace.reset()
-                return f"not acting: {interrupted_message(hf.journal)} waits for a person (reload --resume or rollback)"
-            expected = [(c["host"], c["name"]) for c in (hf.applied.get("launch") or {}).get("containers", [])]
+                return f"not acting: {hf.journal.interrupted()} waits for a person (reload --resume or rollback)"
+            expected = [(c.host, c.name) for c in hf.applied.launch.containers]
             away = sorted({h for h, _ in expected if h not in found})
             if away:
                 self.away |= set(away)
@@ -104,7 +104,7 @@ class Keeper:
                     self.say(f"serving again after the keeper gave up ({self.gave_up}): watching again")
                     self.gave_up = None
                     self.loop.recoveries.clear()
-                self._write(cluster, {"state": "watching"})
+                self._write(cluster, KeeperRecord(state="watching"))
                 return f"watching: {len(expected)} container(s) running"
             names = ", ".join(f"{g.name} on {g.host}" for g in missing)
             if self.gave_up:
@@ -148,7 +148,7 @@ class Keeper:
         def noted(report) -> dict:
             return {
                 "trigger": "keeper",
-                "cause": cause.to_dict() if cause else None,
+                "cause": cause.record() if cause else None,
                 # until the head served again (its runtime step), not the throughput and record after it
                 "downtime_seconds": round(down_for + ((self.served_at or self.clock()) - t0), 2),
                 "gone": [g.name for g in missing],
@@ -164,7 +164,7 @@ class Keeper:
         except SparkctlError as exc:  # nothing was changed: not a recovery, tried again at the next look
             self.loop.recoveries.pop()
             return f"recovery failed before it changed anything: {exc.message}"
-        if report.outcome == "failed (nothing stopped)":
+        if report.outcome == Outcome.NOTHING_STOPPED:
             self.loop.recoveries.pop()
         if report.failed:
             return f"recovery {report.outcome}: {report.reason}"
@@ -185,7 +185,7 @@ class Keeper:
         self.say(f"giving up: {self.gave_up}")
         self._write(
             cluster,
-            {"state": "gave_up", "reason": self.gave_up, "cause": cause.to_dict() if cause else None, "since": state.now()},
+            KeeperRecord(state="gave_up", reason=self.gave_up, cause=cause.record() if cause else None, since=state.now()),
         )
         self._hold(cluster)
         return f"gave up ({self.gave_up})"
@@ -204,14 +204,15 @@ class Keeper:
             self.hold_sent = self.clock() - g.hold_max_s / 2 + HOLD_RETRY_S
             self.say(f"could not tell the front door: {exc.message}")
 
-    def _write(self, cluster, doc: dict) -> None:
-        doc = {
-            **doc,
-            "recoveries_in_window": len(self.loop.recoveries),
-            "max_recoveries": self.loop.limit,
-            "window_s": self.loop.window,
-        }
-        if doc == self.doc:
+    def _write(self, cluster, record: KeeperRecord) -> None:
+        record = record.model_copy(
+            update={
+                "recoveries_in_window": len(self.loop.recoveries),
+                "max_recoveries": self.loop.limit,
+                "window_s": self.loop.window,
+            }
+        )
+        if record == self.kept:
             return
-        state.write_json(cluster[self.head], state.KEEPER, {**doc, "at": state.now()})
-        self.doc = doc
+        state.write_json(cluster[self.head], state.KEEPER, dump(record.model_copy(update={"at": state.now()})))
+        self.kept = record

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Optional
 
+from sparkctl.records import CauseRecord
+
 if TYPE_CHECKING:
     from sparkctl.facts.docker import ContainerFact
     from sparkctl.facts.logs import LogFacts
@@ -51,14 +53,11 @@ class Cause:
         code = f", exit {self.exit_code}" if self.exit_code is not None else ""
         return f"{self.container} on {self.host}: {self.kind}{code}"
 
-    def to_dict(self) -> dict:
-        return {
-            "kind": self.kind,
-            "host": self.host,
-            "container": self.container,
-            "exit_code": self.exit_code,
-            "lines": list(self.lines),
-        }
+    def record(self) -> CauseRecord:
+        """As the keeper's state and the recovery's event keep it."""
+        return CauseRecord(
+            kind=self.kind, host=self.host, container=self.container, exit_code=self.exit_code, lines=list(self.lines)
+        )
 
 
 def gone(expected: Iterable[tuple[str, str]], containers: dict[str, list[ContainerFact]]) -> list[Gone]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from sparkctl.runtime.launch import LABEL_PREFIX, ContainerSpec
+from sparkctl.launch.names import LABEL_PREFIX
+from sparkctl.launch.plan import ContainerSpec
 
 IMAGE_LABEL = f"{LABEL_PREFIX}.image"  # the image identity (facts/docker.py) the container was started from
 

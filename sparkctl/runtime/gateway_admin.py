@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Optional
 
 from sparkctl.errors import HostError
-from sparkctl.gateway.placement import CONTAINER
+from sparkctl.launch.gateway import CONTAINER
 
 if TYPE_CHECKING:
     from sparkctl.steps.base import RunContext

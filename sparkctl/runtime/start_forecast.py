@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Optional
 if TYPE_CHECKING:
     from sparkctl.facts.host import HostFacts
     from sparkctl.inventory.models import Inventory
+    from sparkctl.records import AppliedRecord, Event
 
 
 @dataclass(frozen=True)
@@ -19,23 +20,23 @@ class StartForecast:
     seconds: Optional[float]  # the median of this cluster's past starts of that kind; None without history
 
 
-def expected_seconds(events: list[dict], cache: Optional[str]) -> Optional[float]:
+def expected_seconds(events: list[Event], cache: Optional[str]) -> Optional[float]:
     """The median start time of this cluster's past warm (or cold) starts."""
     if not cache:
         return None
-    seen = [e["start_seconds"] for e in events if e.get("cache") == cache and e.get("start_seconds")]
+    seen = [e.start_seconds for e in events if e.cache == cache and e.start_seconds]
     return statistics.median_high(seen) if seen else None
 
 
-def forecast(inventory: dict, recorded: Optional[dict], events: list[dict], cache_warm: bool) -> StartForecast:
+def forecast(inventory: dict, recorded: Optional[AppliedRecord], events: list[Event], cache_warm: bool) -> StartForecast:
     """Warm when the engine's compile inputs (compile_cache.compile_key) are ones this cluster has
     served (an applied or reloaded event, or the recorded config) and the head's cache holds
     compiled graphs; cold otherwise."""
     from sparkctl.runtime.compile_cache import compile_key
 
-    served = {e.get("compile_key") for e in events if e.get("outcome") in ("applied", "ok")}
+    served = {e.compile_key for e in events if e.outcome in ("applied", "ok")}
     if recorded:
-        served.add(compile_key(recorded.get("inventory") or {}))
+        served.add(compile_key(recorded.inventory))
     cache = "warm" if cache_warm and compile_key(inventory) in served else "cold"
     return StartForecast(cache, expected_seconds(events, cache))
 

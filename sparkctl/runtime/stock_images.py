@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Optional
 
 from sparkctl.facts.logs import expected_moe_names
 from sparkctl.inventory.image_ref import REFERENCE
-from sparkctl.runtime.launch import DRAFTER_URL_ENV
+from sparkctl.launch.plan import DRAFTER_URL_ENV
 
 if TYPE_CHECKING:
     from sparkctl.inventory.models import Inventory

@@ -19,8 +19,9 @@ from sparkctl.inventory.models import Inventory
 if TYPE_CHECKING:  # imported lazily at run time: a no-op `up` has a 1 s budget
     from sparkctl.facts.host import HostFacts
     from sparkctl.fleet.model import Fleet as FleetSpec
+    from sparkctl.launch.plan import LaunchPlan
     from sparkctl.lock import ClusterLock
-    from sparkctl.runtime.launch import LaunchPlan
+    from sparkctl.records import RuntimeStart, StopRecord
     from sparkctl.session import ClusterSession
     from sparkctl.steps.runtime import Drift
     from sparkctl.steps.transfer import Phase
@@ -88,7 +89,7 @@ class Outputs:
     # stop/runtime: why the runtime must restart (empty: it runs the inventory's config), decided once
     restart: Optional["Drift"] = None
     # runtime -> the CLI's --json: how the last start went (seconds, warm/cold)
-    runtime_start: Optional[dict] = None
+    runtime_start: Optional[RuntimeStart] = None
     # throughput -> record: decode tok/s measured after the start (the next reload's baseline)
     decode_tokens_per_s: Optional[float] = None
     # throughput -> record: decode tok/s per request by concurrency ("1", "2", "4" ... streams), measured
@@ -102,7 +103,7 @@ class Outputs:
     # keeper (head) -> keeper (the other hosts): the head's keeper key, "type base64 comment", to authorise
     keeper_public_key: Optional[str] = None
     # stop -> reload's journal and report: each container's stop {host, container, seconds, timeout_s, exit_code, killed}
-    stops: list[dict] = field(default_factory=list)
+    stops: list[StopRecord] = field(default_factory=list)
     # fabric (its bandwidth probe after a change) or weights (before a copy, in --check) -> weights:
     # (host, device) -> the rail's Gb/s measured in this run, at both of its ends
     rail_gbps: dict[tuple[str, str], float] = field(default_factory=dict)
@@ -142,14 +143,14 @@ class RunContext:
 
     def __post_init__(self) -> None:
         # the run's calls to the cluster (smoke, first token, decode, the gateway's wait) send its key
-        from sparkctl.runtime import api_key
+        from sparkctl.transport import api_key
 
         api_key.authorize(self.inventory, self.fleet)
 
     @property
     def launch(self) -> LaunchPlan:
         """The rendered launch (containers, commands, config hash): launch.render keeps it, once per inventory."""
-        from sparkctl.runtime.launch import render
+        from sparkctl.launch.plan import render
 
         return render(self.inventory)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sparkctl.errors import HostError
 from sparkctl.inventory.models import Inventory
-from sparkctl.runtime.launch import render
+from sparkctl.launch.plan import render
 from sparkctl.steps.base import Change, Plan, RunContext, Step
 
 

@@ -12,8 +12,8 @@ Its code is shipped from this sparkctl to a content-addressed directory on the h
 from __future__ import annotations
 
 from sparkctl.errors import HostError
-from sparkctl.gateway import placement
 from sparkctl.inventory.models import Inventory
+from sparkctl.launch import gateway as placement
 from sparkctl.steps.base import Change, Plan, RunContext, Step
 
 WAIT_S = 60.0  # a gateway answers within a second or two of its start; past this it will not
@@ -44,7 +44,7 @@ class GatewayStep(Step):
                 f"gateway.api_keys_file {keys} is not a readable file on the head ({f.gateway_keys or 'not read'}): "
                 f"write the clients' keys there, one a line, root-only (chmod 0600 {keys})",
             )
-        from sparkctl.runtime import gateway_code
+        from sparkctl.launch import gateway_code
 
         ops = []
         if f.gateway_code is not True:
@@ -80,7 +80,7 @@ class GatewayStep(Step):
         return f"removed {', '.join(gone)}" if gone else "nothing left to remove"
 
     def _ship(self, ctx: RunContext, host: str) -> str:
-        from sparkctl.runtime import gateway_code
+        from sparkctl.launch import gateway_code
         from sparkctl.runtime.code_ship import ship
 
         files, final = gateway_code.files(), gateway_code.directory()

@@ -36,16 +36,18 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from sparkctl.errors import HostError, InputError, SparkctlError
-from sparkctl.facts.docker import ImageFact, fact_of_inspect, short
+from sparkctl.facts.docker import ImageFact, fact_of_inspect
 from sparkctl.inventory.models import Inventory
 from sparkctl.steps.base import Change, Plan, RunContext, Step
+from sparkctl.transport.image_identity import short
 
 if TYPE_CHECKING:  # httpx and docker-py load when a run asks, not when doctor imports this module
+    from sparkctl.records import AppliedRecord
     from sparkctl.transport.registry import Resolved
 
 
 def images_by_host(inv: Inventory) -> dict[str, list[str]]:
-    from sparkctl.runtime.launch import render
+    from sparkctl.launch.plan import render
 
     out: dict[str, list[str]] = {}
     for c in render(inv).containers:
@@ -80,7 +82,7 @@ def unknown_until_pulled(manifest: str) -> str:
 
 
 def last_good(
-    applied: Optional[dict], host: str, ref: str, pin: Optional[str], peers: Optional[list[str]] = None
+    applied: Optional[AppliedRecord], host: str, ref: str, pin: Optional[str], peers: Optional[list[str]] = None
 ) -> Optional[tuple[str, str]]:
     """(image identity, when) recorded for `host` and `ref` by the last verified `up` (a docker ID in
     records of sparkctl before identities: ImageFact.holds takes both), if the record is for
@@ -88,14 +90,14 @@ def last_good(
     record does not cover takes the ID recorded for its `peers` (nodes of the same platform)."""
     if not applied:
         return None
-    recorded_pin = ((applied.get("inventory") or {}).get("runtime") or {}).get("image_digest")
+    recorded_pin = applied.recorded("runtime", "image_digest")
     if pin and recorded_pin != pin:
         return None
-    images = applied.get("images") or {}
+    images = applied.images
     iid = (images.get(host) or {}).get(ref)
     if not iid:
-        iid = next((images[p].get(ref) for p in peers or [] if isinstance(images.get(p), dict) and images[p].get(ref)), None)
-    return (iid, str(applied.get("applied_at", "unknown time"))) if iid else None
+        iid = next((images[p][ref] for p in peers or [] if images.get(p, {}).get(ref)), None)
+    return (iid, applied.applied_at) if iid else None
 
 
 def _asked(inv: Inventory, ref: str) -> str:
@@ -257,7 +259,7 @@ def identified(
 
 
 def truth_from(
-    answer: Any, ref: str, pinned: Optional[str], host: str, applied: Optional[dict], peers: Optional[list[str]] = None
+    answer: Any, ref: str, pinned: Optional[str], host: str, applied: Optional[AppliedRecord], peers: Optional[list[str]] = None
 ) -> Truth:
     """The truth for one node from the registry's answer (a Resolved, or the error it gave)."""
     if not isinstance(answer, SparkctlError):
@@ -466,7 +468,7 @@ class ImagesStep(Step):
 
     def _copy(self, ctx: RunContext, host: str, source: str, image_id: str, ref: str) -> str:
         """Side-load: `image_id` is the source's own docker ID for the image (its store's)."""
-        from sparkctl.runtime.launch import fabric_link_to
+        from sparkctl.launch.endpoints import fabric_link_to
         from sparkctl.transport.images import copy_image
 
         link = fabric_link_to(ctx.inventory, host, source)

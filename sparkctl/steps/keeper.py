@@ -15,8 +15,9 @@ import time
 
 from sparkctl.errors import HostError
 from sparkctl.inventory.models import Inventory
-from sparkctl.keeper import unit
+from sparkctl.launch import keeper as unit
 from sparkctl.steps.base import Change, Plan, RunContext, Step
+from sparkctl.steps.keeper_files import digest, keeper_inventory, known_hosts_lines, render_unit
 
 ACTIVE_WAIT_S = 15.0  # the unit's process starts within a second or two; past this it is failing
 
@@ -83,7 +84,7 @@ class KeeperStep(Step):
             ops.append(Change("keygen", f"create the head's own SSH key {unit.KEY} (the keeper reaches the hosts with it)"))
         wanted = self.files(ctx, keeper.command)
         for path, text in wanted.items():
-            if keeper.sums.get(path) != unit.digest(text):
+            if keeper.sums.get(path) != digest(text):
                 ops.append(
                     Change("write", f"write {path}" + (" (now absent)" if not keeper.sums.get(path) else ""), {"path": path})
                 )
@@ -102,10 +103,10 @@ class KeeperStep(Step):
     def files(self, ctx: RunContext, command: str) -> dict[str, str]:
         """path on the head -> the text it must hold."""
         inv = ctx.inventory
-        out = {unit.INVENTORY: unit.keeper_inventory(inv), unit.UNIT_PATH: unit.render_unit(inv, command)}
+        out = {unit.INVENTORY: keeper_inventory(inv), unit.UNIT_PATH: render_unit(inv, command)}
         if ctx.fleet is not None:  # the keys this run's connections verified (a test's recorded facts have none)
             keys = {h: ctx.fleet[h].paramiko_client.get_transport().get_remote_server_key() for h in inv.hosts}
-            out[unit.KNOWN_HOSTS] = unit.known_hosts_lines(inv, keys)
+            out[unit.KNOWN_HOSTS] = known_hosts_lines(inv, keys)
         return out
 
     def apply(self, ctx: RunContext, plan: Plan) -> str:

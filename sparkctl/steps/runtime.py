@@ -21,10 +21,13 @@ from typing import Optional
 from sparkctl import httpclient
 from sparkctl.errors import HostError, SparkctlError
 from sparkctl.facts import docker
+from sparkctl.facts.logs import fatal_line, phase_of
 from sparkctl.inventory.models import Inventory
+from sparkctl.launch.plan import render, restart_group
+from sparkctl.records import RuntimeStart, StopRecord
 from sparkctl.runtime import containers, health
-from sparkctl.runtime.launch import render, restart_group
 from sparkctl.steps.base import Change, Plan, RunContext, Step
+from sparkctl.transport.image_identity import short
 
 DEFAULT_TIMEOUT = 1800.0  # a real cold boot takes 10-15 min (seed 002)
 BARRIER_TIMEOUT = 10.0  # every runtime host must answer within this before anything is stopped
@@ -155,8 +158,8 @@ def _drift(ctx: RunContext) -> Drift:
                 and not docker.runs_image(running, f.images.get(spec.image), current)
             ):
                 why = (
-                    f"{spec.name} on {host} runs image {docker.short(running.image_id)}, the node now has "
-                    f"{docker.short(current)} under {spec.image}"
+                    f"{spec.name} on {host} runs image {short(running.image_id)}, the node now has "
+                    f"{short(current)} under {spec.image}"
                 )
             else:
                 why = None
@@ -211,7 +214,7 @@ class DrainWatch:
     def _scrape(self):
         import httpx
 
-        from sparkctl.runtime.metrics import parse_page
+        from sparkctl.facts.metrics import parse_page
 
         try:
             return parse_page(self._http.get(self.url).text)
@@ -348,7 +351,7 @@ class StopStep(Step):
                     timings=timings,
                 )
                 # how long each stop took, and whether docker had to kill it: a stop that hangs is seen
-                ctx.outputs.stops += [{"host": plan.host, "container": n, **t} for n, t in timings.items()]
+                ctx.outputs.stops += [StopRecord(host=plan.host, container=n, **t) for n, t in timings.items()]
                 done.append(
                     "; ".join(containers.stop_line(n, t) for n, t in timings.items())
                     or (f"stopped {', '.join(stopped)}" if stopped else "nothing left to stop")
@@ -510,8 +513,8 @@ class RuntimeStep(Step):
                     log = c.logs(tail=400).decode(errors="replace")
                 except docker.errors.NotFound:
                     raise HostError(f"{host}: {name} disappeared while starting") from None
-                phase = health.phase_of(log)
-                fatal = health.fatal_line(log)
+                phase = phase_of(log)
+                fatal = fatal_line(log)
                 if c.status != "running" or fatal:
                     raise HostError(
                         f"{host}: runtime died while {phase}: {fatal or 'container ' + c.status}",
@@ -554,7 +557,7 @@ class RuntimeStep(Step):
                 except (httpx.HTTPError, ValueError) as exc:
                     raise HostError(f"{host}: serving, but a streamed completion gave no token: {exc}") from None
         cache = "warm (compile cache hit)" if "Directly load the compiled graph" in log else "cold (compiled)"
-        ctx.outputs.runtime_start = {"seconds": round(took, 2), "cache": cache}
+        ctx.outputs.runtime_start = RuntimeStart(seconds=round(took, 2), cache=cache)
         done = f"serving at {url} after {took:.1f} s, {cache}; smoke completion ok; first streamed token ok"
         released = release_gateway(ctx, host)
         return f"{done}; {released}" if released else done

@@ -66,7 +66,7 @@ def decode_under_load(url: str, window_s: float = LOAD_WINDOW_S, min_requests: i
     does not say."""
     import httpx
 
-    from sparkctl.runtime.metrics import parse_page
+    from sparkctl.facts.metrics import parse_page
 
     def page():
         return parse_page(httpclient.get(f"{url}/metrics", timeout=5, trust_env=False).text)
@@ -119,7 +119,7 @@ def others_in_flight(url: str) -> Optional[int]:
     """Requests running + waiting at the engine (its /metrics), None when it does not say."""
     import httpx
 
-    from sparkctl.runtime.metrics import parse_page
+    from sparkctl.facts.metrics import parse_page
 
     try:
         page = parse_page(httpclient.get(f"{url}/metrics", timeout=5, trust_env=False).text)
@@ -131,7 +131,7 @@ def others_in_flight(url: str) -> Optional[int]:
 
 def measure_decode(url: str, model: str, tries: int = 2) -> Optional[float]:
     """Decode tok/s of one streamed completion (best of `tries`), None if none succeeded."""
-    from sparkctl.bench.client import Endpoint
+    from sparkctl.runtime.openai_client import Endpoint
 
     async def run() -> list:
         from sparkctl import httpclient
@@ -165,9 +165,9 @@ class ThroughputStep(Step):
         ratio = ctx.options.min_throughput_ratio
         if "engine" not in restarting(ctx)[0]:
             return self.noop(host, "the engine did not restart: its recorded decode rate stands")
-        applied = ctx.facts[host].applied or {}
-        baseline = applied.get("decode_tokens_per_s")
-        baselines = applied.get("decode_by_streams") or {}
+        applied = ctx.facts[host].applied
+        baseline = applied.decode_tokens_per_s if applied is not None else None
+        baselines = applied.decode_by_streams if applied is not None else {}
         if ratio and baseline:
             what = f"measure decode tok/s; at least {ratio:g} x the last recorded {baseline:.1f} tok/s"
         else:

@@ -1,7 +1,7 @@
 """Weights step: the checkpoint on every node that needs it, one download, verified byte for byte.
 
 For each checkpoint (the model at `runtime.model` on every engine node; the drafter's at
-`speculative.model` on its host; weights/placement.py):
+`speculative.model` on its host; placement.py):
 1. the manifest: from the record of a node whose copy was verified for the inventory's repo,
    revision and patterns (no hub contact), else from the hub (weights/hub.py);
 2. per node, the files whose size or digest do not match it (facts/weights.py re-hashes only the
@@ -47,11 +47,11 @@ from sparkctl.facts.weights import (
     stat_command,
 )
 from sparkctl.inventory.models import Inventory
-from sparkctl.runtime.launch import LAUNCHER
+from sparkctl.launch.plan import LAUNCHER
+from sparkctl.placement import FolderCheckpoint, Placement, placements
 from sparkctl.steps.base import Change, Plan, RunContext, Step
 from sparkctl.steps.transfer import Transfer, duration, gb
 from sparkctl.weights.manifest import Manifest
-from sparkctl.weights.placement import FolderCheckpoint, Placement, placements
 
 PROGRESS_EVERY = 2.0  # seconds between progress lines of a transfer
 # What one rsync over ssh moves between Sparks, whatever the rail: 0.38-0.45 GB/s measured in the

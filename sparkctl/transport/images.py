@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from sparkctl.errors import HostError
-from sparkctl.facts.docker import identity_of_inspect, short, store_of_inspect
+from sparkctl.transport.image_identity import identity_of_inspect, images_root, short, store_of_inspect
 
 FILTER_SOURCE = (Path(__file__).with_name("image_filter.py")).read_text()
 CHUNK = 1 << 20
@@ -73,7 +73,7 @@ class StoredImage:
     id: str  # the store-local docker ID
     diff_ids: tuple[str, ...]
     size: int
-    identity: str = ""  # facts.docker.image_identity: equal for the same image under either store
+    identity: str = ""  # image_identity.image_identity: equal for the same image under either store
     store: str = "classic"
 
     @property
@@ -104,8 +104,6 @@ def loaded_id(output: str) -> Optional[str]:
 def image_store(session) -> str:
     """ "containerd" when the host's dockerd keeps images in containerd's store (`docker info`
     DriverStatus names the snapshotter plugin type: moby daemon/containerd/service.go)."""
-    from sparkctl.facts.system import images_root
-
     return images_root(session.docker().api.info(), "", None)[0]
 
 

@@ -89,7 +89,7 @@ class Reference:
 class Resolved:
     manifest_digest: str  # what `docker pull name@<digest>` takes
     image_id: str = ""  # config digest: the classic store's `docker image inspect` Id once pulled ("": a dockerd's answer)
-    identity: str = ""  # facts.docker.image_identity of the config blob: what every node's image must match ("": unknown)
+    identity: str = ""  # image_identity.image_identity of the config blob: what every node's image must match ("": unknown)
     via: str = ""  # who asked, for messages: "head's dockerd", "this machine (...)"; "": this machine
     platforms: tuple[str, ...] = ()  # a dockerd's answer: os/arch[/variant] the tag's image(s) are for
     index: bool = False  # a dockerd's answer: the digest is a multi-platform index's
@@ -268,7 +268,7 @@ class RegistryClient:
     def identity(self, ref: Reference, config: str) -> str:
         """The image identity from the config blob (a few KB), checked against its digest: the one
         thing a node's `docker image inspect` gives under either image store (facts/docker.py)."""
-        from sparkctl.facts.docker import identity_of_config
+        from sparkctl.transport.image_identity import identity_of_config
 
         r = self.get(f"/v2/{ref.repository}/blobs/{config}", ref.repository)
         if r.status_code != 200:

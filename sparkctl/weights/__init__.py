@@ -1,2 +1,3 @@
-"""The model's weights on every node: where each checkpoint goes (placement), what the hub lists
-for it (hub); the facts read each node's copy (facts/weights.py), the step places them (steps/weights.py)."""
+"""The model's weights on every node: what the hub lists for each checkpoint (hub), the manifest
+(manifest); where each goes is sparkctl/placement.py (below the facts, which ask it which folders a
+node holds); the facts read each node's copy (facts/weights.py), the step places them (steps/weights.py)."""

@@ -276,7 +276,7 @@ def test_image_mismatch_on_one_node(doctor_lab):
         rc, doc, _ = run_doctor(inv, "--json", "--only", "images")
         assert failing(doc) == {("images.same", W, lab.IMAGE)} and rc == 1
         bad = next(c for c in doc["checks"] if c["status"] == "failed")
-        from sparkctl.facts.docker import identity_of_inspect, short
+        from sparkctl.transport.image_identity import identity_of_inspect, short
 
         # images are named by the identity both image stores agree on (facts/docker.py), not a docker ID
         assert short(identity_of_inspect(saved.attrs)) in bad["message"] and "head" in bad["message"]

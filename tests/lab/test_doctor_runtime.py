@@ -50,7 +50,7 @@ def place_gateway_code(lab, host: str) -> None:
     """The gateway's code where its launch mounts it (what `up`'s gateway step ships)."""
     import json
 
-    from sparkctl.runtime import gateway_code
+    from sparkctl.launch import gateway_code
 
     write = (
         "import json, os, sys; d = sys.argv[1]; files = json.load(sys.stdin)\n"
@@ -68,9 +68,9 @@ def start(lab, inv_path, wait_health: bool = True, timeout: float = 120):
     import httpx
 
     from sparkctl.inventory.loader import load_inventory
+    from sparkctl.launch.plan import render
     from sparkctl.runtime import containers
     from sparkctl.runtime.health import base_url
-    from sparkctl.runtime.launch import render
 
     inv = load_inventory(inv_path)
     for host in ("head", "worker", "offload"):

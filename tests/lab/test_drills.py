@@ -29,13 +29,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from labcli import URL
 
 pytestmark = pytest.mark.lab
 
 REPO = Path(__file__).resolve().parents[2]
 RUNBOOKS = REPO / "docs" / "runbooks"
 FENCE = "127.0.0.0/8,10.231.0.0/16"
-HEAD = "http://10.231.0.11:8888"
+HEAD = URL  # this lab's head (SPARKCTL_LAB_INSTANCE moves the addresses)
 # Runbooks with no drill yet, and why (the lab cannot break it the way the page describes).
 NOT_DRILLED: dict[str, str] = {
     # the lab's inventory has a `weights` section, so `up` places the model and weights.present only

@@ -33,7 +33,7 @@ def image_id(lab, host: str) -> str:
 
 def shown(lab, host: str) -> str:
     """How sparkctl names the image the host holds under the tag: its identity's 12 hex digits."""
-    from sparkctl.facts.docker import identity_of_inspect, short
+    from sparkctl.transport.image_identity import identity_of_inspect, short
 
     out = lab.host_exec(host, ["docker", "image", "inspect", lab.IMAGE], check=True).stdout
     return short(identity_of_inspect(json.loads(out)[0]))

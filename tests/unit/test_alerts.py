@@ -17,7 +17,7 @@ import clirun
 import pytest
 import yaml
 
-from sparkctl.alerts import runbooks
+from sparkctl import runbooks
 from sparkctl.alerts.render import rules_yaml
 from sparkctl.alerts.rules import missing_runbooks, rules_for
 from sparkctl.inventory.models import Inventory

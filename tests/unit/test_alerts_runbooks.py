@@ -8,7 +8,7 @@ import re
 import pytest
 from test_alerts import inventory
 
-from sparkctl.alerts import runbooks
+from sparkctl import runbooks
 from sparkctl.alerts.rules import rules_for
 from sparkctl.checks import REGISTRY
 

@@ -9,12 +9,12 @@ import httpx
 import pytest
 
 from sparkctl.bench import stats
-from sparkctl.bench.client import Endpoint, normalise_endpoint
 from sparkctl.bench.longprompt import Calibration, filler, tagged
 from sparkctl.cli.bench import parse_tokens
 from sparkctl.errors import InputError
+from sparkctl.facts.metrics import RUNNING, parse_page
 from sparkctl.inventory.models import Runtime
-from sparkctl.runtime.metrics import RUNNING, parse_page
+from sparkctl.runtime.openai_client import Endpoint, normalise_endpoint
 
 # A vLLM chat stream (ignore_eos, include_usage): a role chunk with empty content, text chunks of
 # several tokens each (speculative decoding delivers accepted drafts together), a finish chunk,

@@ -331,9 +331,9 @@ def test_progress_total_is_every_request_sent(sim, parts, extra):
     """Each part knows its own request count: the bar ends exactly at its total, whatever runs."""
     import asyncio
 
-    from sparkctl.bench.client import Endpoint
     from sparkctl.bench.protocol import BenchOptions
     from sparkctl.bench.runner import BenchRunner
+    from sparkctl.runtime.openai_client import Endpoint
 
     options = BenchOptions(parts=parts.split(","), max_tokens=32, **extra)
     progress = CountingProgress()

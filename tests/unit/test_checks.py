@@ -273,7 +273,7 @@ def test_images_missing_and_mismatch():
 
 def applied_now(secs):
     """The head's record says this inventory's launch was applied (the recording predates later launch changes)."""
-    from sparkctl.runtime.launch import render
+    from sparkctl.launch.plan import render
 
     return edit(secs, H, "applied", json.dumps({"config_hash": render(INV).config_hash, "applied_at": "2026-11-29T15:00:00Z"}))
 
@@ -292,7 +292,7 @@ def test_cache_dir_missing_and_compile_cache():
 
 
 def test_compile_cache_against_the_applied_config():
-    from sparkctl.runtime.launch import render
+    from sparkctl.launch.plan import render
 
     warm = "present\nd ./3f2a\ni ./3f2a/rank_0_0/backbone/vllm_compile_cache.py\n"
     h = render(INV).config_hash

@@ -9,10 +9,10 @@ import json
 from test_checks import INV, H, O, W, by, edit, failing, run, sections
 from test_conformance import line, metrics_page
 
-from sparkctl.alerts import runbooks
+from sparkctl import runbooks
 from sparkctl.facts.endpoint import EndpointFacts
-from sparkctl.runtime.launch import render
-from sparkctl.runtime.metrics import parse_page
+from sparkctl.facts.metrics import parse_page
+from sparkctl.launch.plan import render
 
 PLAN = render(INV)
 RAY1 = "RayWorkerProc pid=80, ip=10.231.100.3"
@@ -342,7 +342,7 @@ def windowed(before: list[float], between: list[float], window_s: float = 2.0) -
 
 
 def test_ttft_quantile_counts_only_what_happened_between_the_pages():
-    from sparkctl.runtime.metrics import TTFT, quantile_between
+    from sparkctl.facts.metrics import TTFT, quantile_between
 
     first, second = sim_pages([40.0] * 50, [0.01] * 99 + [0.3])  # an old burst of 40 s, then fast
     p99, n = quantile_between(parse_page(first), parse_page(second), TTFT, 0.99)
@@ -441,6 +441,6 @@ def test_mp_the_heads_lost_peer_is_a_fatal_sign_in_the_executors_words():
     assert signs == ["peer_lost", "engine_fatal"]
     peer = next(x for x in r if x.name == "runtime.engine" and x.host == H and x.data.get("sign") == "peer_lost")
     assert runbooks.for_result(peer) == "docs/runbooks/worker-lost.md"
-    from sparkctl.runtime import health
+    from sparkctl.facts import logs
 
-    assert health.fatal_line("\n".join(dead[-1:])) and health.fatal_line(dead[-3])
+    assert logs.fatal_line("\n".join(dead[-1:])) and logs.fatal_line(dead[-3])

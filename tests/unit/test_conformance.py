@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from sparkctl.facts import logs
-from sparkctl.runtime import health
-from sparkctl.runtime.metrics import parse_page
+from sparkctl.facts.metrics import parse_page
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "conformance.md"
 _CELL = re.compile(r"(?<!\\)\|")
@@ -244,9 +243,9 @@ def test_log_readers_on_vllm_033_lines():
     assert (f.moe_backend, f.moe_path) == ("FLASHINFER_B12X", "NvFp4") and f.marlin == []
     assert f.kv_pool_tokens == 1930112 and f.ready and f.spec_mean_acceptance == 2.8
     assert (f.compile_start, f.compile_seconds) == ("cold", 41.5) and f.signs == []
-    assert health.phase_of("\n".join(HEALTHY)) == "serving"
-    assert health.phase_of("\n".join(HEALTHY[:3])) == "allocating KV cache"
-    assert health.fatal_line("\n".join(HEALTHY)) is None
+    assert logs.phase_of("\n".join(HEALTHY)) == "serving"
+    assert logs.phase_of("\n".join(HEALTHY[:3])) == "allocating KV cache"
+    assert logs.fatal_line("\n".join(HEALTHY)) is None
 
 
 def test_a_log_with_several_fatal_signs_reports_each_most_causal_first():
@@ -259,9 +258,9 @@ def test_a_log_with_several_fatal_signs_reports_each_most_causal_first():
     f = scan(dead)
     assert [k for k, _ in f.signs] == ["device_assert", "worker_died", "engine_fatal"]
     assert f.signs[1][1].endswith("RayWorkerProc rank=[1] died unexpectedly, shutting down executor.")
-    assert health.fatal_line("\n".join(dead)) == dead[-4]  # the first in the log
-    assert health.fatal_line(line("ray_worker_died", [1], level="ERROR"))  # the list form vLLM 0.33 prints
-    assert health.fatal_line(line("mp_worker_died", "VllmWorker-1", -9, level="ERROR"))
+    assert logs.fatal_line("\n".join(dead)) == dead[-4]  # the first in the log
+    assert logs.fatal_line(line("ray_worker_died", [1], level="ERROR"))  # the list form vLLM 0.33 prints
+    assert logs.fatal_line(line("mp_worker_died", "VllmWorker-1", -9, level="ERROR"))
 
 
 def test_last_start_warm_or_cold_is_the_newest_compile_line():
@@ -388,15 +387,15 @@ def _sample(fmt: str) -> str:
 
 def test_sparkctl_reads_no_line_the_table_lacks():
     examples = [_sample(a) for rows in (LOG, PLAIN) for r in rows.values() for a in _formats(r)]
-    for needles, phase in health.PHASES:
+    for needles, phase in logs.PHASES:
         for needle in needles:
             assert any(needle in e for e in examples), f"health phase {phase!r} ({needle!r}): no row in docs/conformance.md"
-    for pattern in health.FATAL:
-        assert any(pattern.search(e) for e in examples), f"health FATAL {pattern.pattern!r}: no row"
+    for pattern in logs.FATAL:
+        assert any(pattern.search(e) for e in examples), f"logs FATAL {pattern.pattern!r}: no row"
     for kind, needle in {**logs.KINDS, **logs.NEWEST}.items():
         assert any(needle.lower() in e.lower() for e in examples), f"facts/logs.py {kind} ({needle!r}): no row"
     names = {_code(r["name"]) for r in METRICS.values()}
-    from sparkctl.runtime import metrics as m
+    from sparkctl.facts import metrics as m
 
     for name in (m.RUNNING, m.WAITING, m.KV_USAGE, m.CACHE_INFO, m.GENERATION_TOKENS, m.PROMPT_TOKENS, m.PREEMPTIONS):
         assert name.removesuffix("_total") in names, name
@@ -407,5 +406,5 @@ def test_an_mp_head_waiting_for_its_headless_ranks_shows_the_join_phase():
         line("dp_leader", 0, 0, "10.231.100.2", "10.231.100.2", 2, 1),
         line("dist_init", 2, 0, 0, "tcp://10.231.100.2:29501", "nccl", process="Worker_TP0 pid=79"),
     ]
-    assert health.phase_of("\n".join(waiting)) == "joining the ranks (torch.distributed)"
-    assert health.phase_of("\n".join(waiting + HEALTHY)) == "serving"
+    assert logs.phase_of("\n".join(waiting)) == "joining the ranks (torch.distributed)"
+    assert logs.phase_of("\n".join(waiting + HEALTHY)) == "serving"

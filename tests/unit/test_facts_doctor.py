@@ -10,9 +10,9 @@ import yaml
 
 from sparkctl.facts import bandwidth, caches, docker, engram, logs
 from sparkctl.facts.host import background_keys, probes_for
+from sparkctl.facts.metrics import parse_page
 from sparkctl.facts.probe import build_script, parse_output
 from sparkctl.inventory.models import Inventory
-from sparkctl.runtime.metrics import parse_page
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = Inventory.model_validate(yaml.safe_load((REPO / "inventories" / "lab.yaml").read_text()))

@@ -22,6 +22,7 @@ from sparkctl.errors import InputError
 from sparkctl.fleet.model import load_fleet
 from sparkctl.fleet.rollout import RolloutRefused, drain_refusal, plan_rollout, read_config_dir, run_rollout
 from sparkctl.inventory.models import Inventory
+from sparkctl.records import Event
 from sparkctl.reload import ReloadReport, plan_reload, restore_secrets
 from sparkctl.runtime.compile_cache import compile_key
 
@@ -67,9 +68,10 @@ def recorded_check(running: dict[str, dict] | None = None, notes: dict[str, str]
     def check(kind, member, new, to):
         rec = recorded(Inventory.model_validate((running or {}).get(member.name) or member.inventory.model_dump(mode="json")))
         if kind in ("restart", "rollback"):
-            new = restore_secrets(rec["inventory"], member.inventory)
-        base = Inventory.model_validate(rec["inventory"])
-        p = plan_reload(kind, rec, new, EVENTS[member.name], True, checked(new, base, force=kind == "restart"))
+            new = restore_secrets(rec.inventory, member.inventory)
+        base = Inventory.model_validate(rec.inventory)
+        events = [Event.model_validate(e) for e in EVENTS[member.name]]
+        p = plan_reload(kind, rec, new, events, True, checked(new, base, force=kind == "restart"))
         return ReloadReport(p, notes=[notes[member.name]] if notes and member.name in notes else [])
 
     return check
@@ -122,7 +124,7 @@ def test_a_member_without_a_file_or_whose_file_renders_what_it_runs_is_left_as_i
     assert p.changing == [] and [m.action for m in p.members] == ["unchanged", "unchanged"]
     assert p.members[0].reason == "nothing to do: the new config renders the recorded one"
     assert p.members[1].reason == f"no lab-2.yaml in {d}"
-    assert p.members[1].config == recorded(fleet.member("lab-2").inventory)["config_hash"]  # what it runs, named
+    assert p.members[1].config == recorded(fleet.member("lab-2").inventory).config_hash  # what it runs, named
     assert f"-  lab-2: unchanged (no lab-2.yaml in {d}); runs config " in "\n".join(p.lines())
     # lab-2 runs another config than its inventory file (an earlier rollout): the plan says so
     p = plan_rollout(

@@ -26,14 +26,15 @@ from test_gateway import Gateway
 from test_reload_plan import INV, changed, cluster_facts, recorded
 from test_sim_serving import NAME, Server
 
-from sparkctl.gateway.placement import CONTAINER
 from sparkctl.inventory.models import Inventory
+from sparkctl.launch.gateway import CONTAINER
+from sparkctl.launch.names import LABEL_PREFIX
+from sparkctl.records import Event, dump
 from sparkctl.reload import plan_reload
 from sparkctl.runner import Recap, build_stages, compensate, load_playbook
 from sparkctl.runtime import gateway_admin, health
 from sparkctl.runtime.compile_cache import compile_key
 from sparkctl.runtime.gateway_admin import GatewayAbsent, GatewayAdmin, Hold
-from sparkctl.runtime.launch import LABEL_PREFIX
 from sparkctl.session import ClusterSession
 from sparkctl.steps.base import RunContext, RunOptions
 from sparkctl.steps.runtime import RuntimeStep, StopStep
@@ -191,7 +192,7 @@ def facts(new: Inventory, events=(), gateway: bool = True, warm_cache: bool = Tr
     cache = "present\nd ./abc123\ni ./abc123/rank_0_0/backbone/cache_key_factors.json\n" if warm_cache else "present\n"
     from hostfacts import host_facts
 
-    sections = {**head.sections, "containers": sec(json.dumps(found)), "applied": sec(json.dumps(recorded())),
+    sections = {**head.sections, "containers": sec(json.dumps(found)), "applied": sec(json.dumps(dump(recorded()))),
                 "events": sec("".join(json.dumps(e) + "\n" for e in events)), "cache": sec(cache)}  # fmt: skip
     out["head"] = host_facts(new, "head", **sections)
     return out
@@ -206,7 +207,8 @@ def reload_plan(new: Inventory, events: list, **options):
     """reload's plan over the check-mode plans of the stop and runtime steps (test_reload_plan.checked)."""
     ctx = RunContext(inventory=new, fleet=None, facts=facts(new, events), check_mode=True, options=RunOptions(**options))
     plans = [p for step in (StopStep(), RuntimeStep()) for p in step.plan(ctx).values()]
-    return plan_reload("reload", recorded(), new, events, True, Recap(playbook="reload", check_mode=True, plans=plans))
+    typed = [Event.model_validate(e) for e in events]
+    return plan_reload("reload", recorded(), new, typed, True, Recap(playbook="reload", check_mode=True, plans=plans))
 
 
 def holds(plans: dict) -> list[tuple[str, dict]]:

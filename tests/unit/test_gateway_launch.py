@@ -16,8 +16,9 @@ from test_checks_state import lock_text
 
 from sparkctl.inventory.models import Inventory
 from sparkctl.inventory.validate import check_inventory
-from sparkctl.runtime import gateway_code
-from sparkctl.runtime.launch import LABEL_PREFIX, render
+from sparkctl.launch import gateway_code
+from sparkctl.launch.names import LABEL_PREFIX
+from sparkctl.launch.plan import render
 from sparkctl.steps.base import RunContext
 from sparkctl.steps.gateway import GatewayStep
 
@@ -162,7 +163,11 @@ def test_the_shipped_code_runs_with_nothing_else_of_sparkctl(tmp_path):
     )
     r = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert all(m == "sparkctl" or m.startswith("sparkctl.gateway") for m in eval(r.stdout))
+    # the gateway, the names it shares with its launch and the stream watch, nothing else of sparkctl
+    assert all(
+        m in ("sparkctl", "sparkctl.launch", "sparkctl.launch.gateway", "sparkctl.sse") or m.startswith("sparkctl.gateway")
+        for m in eval(r.stdout)
+    )
     r = subprocess.run(
         [sys.executable, "-m", "sparkctl.gateway", "--help"], cwd=tmp_path, env=env, capture_output=True, text=True
     )

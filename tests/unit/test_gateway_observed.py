@@ -19,7 +19,7 @@ from test_checks import INV, H, by, edit, run, sections
 from test_checks_state import lock_text
 from test_gateway import Gateway, Recorder, Scripted
 
-from sparkctl.alerts import runbooks
+from sparkctl import runbooks
 from sparkctl.facts.gateway import GatewayFacts, fetch, parse_page, read_again
 from sparkctl.inventory.models import Inventory
 

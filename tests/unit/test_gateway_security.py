@@ -228,7 +228,7 @@ def test_finding_1_behind_a_gateway_the_engine_listens_on_loopback_and_the_gatew
     from hostfacts import inventory
     from test_gateway_launch import changed, head_serve_line
 
-    from sparkctl.runtime.launch import render
+    from sparkctl.launch.plan import render
 
     inv = changed(inventory(), gateway__api_keys_file="/etc/sparkctl/api-keys", runtime__env={"VLLM_API_KEY": ENGINE_KEY})
     plan = render(inv)
@@ -247,7 +247,7 @@ def test_finding_2_and_5_the_gateway_container_has_memory_and_file_limits_and_ev
     from hostfacts import inventory
     from test_gateway_launch import changed
 
-    from sparkctl.runtime.launch import render
+    from sparkctl.launch.plan import render
 
     plan = render(inventory())
     gw = plan.gateway

@@ -350,7 +350,7 @@ def test_long_prompts_on_the_responses_and_messages_routes_wait_for_the_long_con
 
 def test_the_responses_api_stream_and_an_aborted_response_are_recognised():
     from sparkctl.gateway.proxy import aborted_empty
-    from sparkctl.gateway.sse import FirstToken
+    from sparkctl.sse import FirstToken
 
     # made-up events in the shapes vLLM 0.33 sends (entrypoints/openai/responses/api_router.py and
     # streaming_events.py: `event: <type>` then the event's JSON); not recorded from a server

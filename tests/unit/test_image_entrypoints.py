@@ -26,7 +26,7 @@ from test_fleet_router_step import fleet_of
 
 from sparkctl.fleet.router_launch import launch as door_launch
 from sparkctl.inventory.models import Inventory
-from sparkctl.runtime.launch import NVIDIA_ENTRYPOINT, ContainerSpec, render, vllm_serve_args
+from sparkctl.launch.plan import NVIDIA_ENTRYPOINT, ContainerSpec, render, vllm_serve_args
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = Path(__file__).parent / "recorded" / "image_config"

@@ -23,13 +23,14 @@ from hostfacts import host_facts, inventory, sec
 from image_samples import inspect_section
 from test_step_plans import NAMES, container_json
 
-from sparkctl.facts.docker import fact_of_inspect, identity_of_inspect, short
-from sparkctl.runtime.launch import render
+from sparkctl.facts.docker import fact_of_inspect
+from sparkctl.launch.plan import render
 from sparkctl.steps.base import RunContext, RunOptions
 from sparkctl.steps.images import ImagesStep, ask_node, unknown_until_pulled
 from sparkctl.steps.runtime import RuntimeStep
 from sparkctl.transport import registry
 from sparkctl.transport.docker import registry_auth
+from sparkctl.transport.image_identity import identity_of_inspect, short
 from sparkctl.transport.redact import redact
 
 REC = json.loads((Path(__file__).parent / "recorded" / "image_transport" / "distribution-lab.json").read_text())

@@ -24,13 +24,13 @@ from sparkctl.facts import docker, system
 from sparkctl.steps.base import RunContext
 from sparkctl.steps.images import ImagesStep
 from sparkctl.steps.runtime import RuntimeStep
-from sparkctl.transport import registry
+from sparkctl.transport import image_identity, registry
 from sparkctl.transport.images import loaded_id
 
 INV = inventory()
 IMAGE = INV.runtime.image
 HOSTS = ("head", "worker", "offload")
-GOOD = docker.identity_of_inspect(CLASSIC)
+GOOD = image_identity.identity_of_inspect(CLASSIC)
 MIXED = {"head": CLASSIC, "worker": CONTAINERD, "offload": CLASSIC}  # one node on containerd's store
 
 
@@ -83,9 +83,9 @@ def test_identity_follows_what_the_container_would_run_not_metadata():
     other_env = copy.deepcopy(CLASSIC)
     other_env["Config"]["Env"] = [*other_env["Config"]["Env"], "VLLM_USE_V1=0"]
     later = {**CLASSIC, "Created": "2027-01-01T00:00:00Z", "Metadata": {"LastTagTime": "2027-01-01T00:00:00Z"}}
-    assert docker.identity_of_inspect(other_env) != GOOD  # another run config: another image
-    assert docker.identity_of_inspect(rebuilt(CLASSIC)) != GOOD  # another layer
-    assert docker.identity_of_inspect(later) == GOOD  # only the dates differ
+    assert image_identity.identity_of_inspect(other_env) != GOOD  # another run config: another image
+    assert image_identity.identity_of_inspect(rebuilt(CLASSIC)) != GOOD  # another layer
+    assert image_identity.identity_of_inspect(later) == GOOD  # only the dates differ
 
 
 # doctor: images.same
@@ -95,7 +95,7 @@ def test_a_mixed_cluster_holding_one_image_passes_images_same():
     r = images_same(MIXED)
     assert {h: x.status for h, x in r.items()} == {"head": "ok", "worker": "ok", "offload": "ok"}
     assert "docker IDs differ with the image store" in r["worker"].message
-    assert f"worker containerd {docker.short(CONTAINERD['Id'])}" in r["worker"].message
+    assert f"worker containerd {image_identity.short(CONTAINERD['Id'])}" in r["worker"].message
     r = images_same(MIXED, record({h: GOOD for h in HOSTS}))  # the record `up` writes
     assert {x.status for x in r.values()} == {"ok"} and "last verified by `sparkctl up`" in r["worker"].message
 
@@ -153,7 +153,7 @@ def test_a_containerd_node_whose_tag_moved_restarts():
     ctx = RunContext(inventory=INV, fleet=None, facts=facts(moved, containers=running), check_mode=True)
     ImagesStep(down_registry).plan(ctx)  # nothing to verify against: the nodes' images are what they are
     reason = RuntimeStep().plan(ctx)["head"].reason
-    assert f"sparkctl-worker on worker runs image {docker.short(CONTAINERD['Id'])}" in reason
+    assert f"sparkctl-worker on worker runs image {image_identity.short(CONTAINERD['Id'])}" in reason
 
 
 # side-load: what `docker load` says it loaded
@@ -217,7 +217,7 @@ def test_docker_moved_to_a_big_disk_but_containerd_full_on_the_root_fails_on_con
 def test_dockerds_own_containerd_keeps_images_under_the_data_root():
     info = {"DockerRootDir": "/var/lib/docker", "DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]],
             "Containerd": {"Address": "/var/run/docker/containerd/containerd.sock"}}  # fmt: skip
-    assert system.images_root(info, "/var/lib/docker", "/var/lib/containerd") == (
+    assert image_identity.images_root(info, "/var/lib/docker", "/var/lib/containerd") == (
         "containerd",
         "/var/lib/docker/containerd/daemon",
     )  # moby daemon/command/daemon.go containerdRootDir

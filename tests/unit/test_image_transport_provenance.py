@@ -13,10 +13,10 @@ from hostfacts import host_facts, inventory, sec
 from image_samples import CLASSIC, inspect_section, rebuilt
 from test_image_transport_registry import recorded, recorded_manifest
 
-from sparkctl.facts.docker import identity_of_inspect, short
 from sparkctl.steps.base import RunContext, RunOptions
 from sparkctl.steps.images import ImagesStep
 from sparkctl.transport import registry
+from sparkctl.transport.image_identity import identity_of_inspect, short
 
 INV = inventory()
 IMAGE = INV.runtime.image

@@ -11,8 +11,9 @@ from hostfacts import host_facts, inventory, sec
 
 from sparkctl.facts.keeper import parse_unit
 from sparkctl.facts.logs import parse_scan
-from sparkctl.keeper import unit
 from sparkctl.keeper.policy import CrashLoop, Gone, Grace, cause_of, first_cause, gone
+from sparkctl.launch import keeper as unit
+from sparkctl.steps import keeper_files
 from sparkctl.steps.base import RunContext
 from sparkctl.steps.keeper import KeeperStep
 
@@ -70,7 +71,7 @@ def test_a_killed_head_is_the_cause_not_its_worker_that_exited_with_it():
 LOST_LINES = {  # the head's engine when the worker's rank or the remote drafter went (the simulator's)
     "worker": "ERROR 12-05 10:00:01 [ray_executor_v2.py:522] RayWorkerProc rank=[1] died unexpectedly, shutting down executor.\n",
     "offload": (
-        "ERROR 12-05 10:00:01 [simulator] Remote drafter at http://10.0.0.4:8100 is unreachable: 5 failed health checks\n"
+        "ERROR 12-05 10:00:01 [simulator] Remote drafter at http://10.0.0.4:8100 is unreachable: 3 failed health checks\n"
         "ConnectionError: remote drafter http://10.0.0.4:8100 unreachable\n"
         "ERROR 12-05 10:00:01 [core.py:1010] EngineCore encountered a fatal error.\n"
     ),
@@ -174,7 +175,7 @@ def test_an_installed_keeper_is_left_alone_and_a_changed_file_restarts_it():
     pub = "ssh-ed25519 AAAA sparkctl-keeper@lab"
     step = KeeperStep()
     files = step.files(RunContext(inventory=inv, fleet=None), "/usr/local/bin/sparkctl")
-    sums = {p: unit.digest(t) for p, t in files.items()}
+    sums = {p: keeper_files.digest(t) for p, t in files.items()}
     auth = {h: pub for h in inv.hosts}
     p = plans(inv, unit_section(enabled="enabled", active="active", sums=sums, pub=pub), auth)
     assert all(pl.empty for pl in p.values()), {h: pl.reason for h, pl in p.items()}
@@ -202,12 +203,12 @@ def test_a_head_without_systemd_or_sparkctl_blocks_with_the_way_out():
 
 def test_the_unit_runs_the_keeper_on_the_inventory_that_reaches_hosts_with_the_heads_key():
     inv = enabled_lab()
-    text = unit.render_unit(inv, "/usr/local/bin/sparkctl")
+    text = keeper_files.render_unit(inv, "/usr/local/bin/sparkctl")
     assert f"ExecStart=/usr/local/bin/sparkctl keeper run -i {unit.INVENTORY}" in text
     assert "Restart=always" in text and "WantedBy=multi-user.target" in text
     import yaml
 
-    doc = yaml.safe_load(unit.keeper_inventory(inv))
+    doc = yaml.safe_load(keeper_files.keeper_inventory(inv))
     assert doc["ssh_defaults"]["key"] == unit.KEY and doc["ssh_defaults"]["known_hosts"] == unit.KNOWN_HOSTS
     assert doc["hosts"]["worker"]["ssh"] == {"address": "10.231.0.12", "user": "root", "port": 22}
 

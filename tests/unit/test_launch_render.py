@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from sparkctl.inventory.models import Inventory
-from sparkctl.runtime.launch import render
+from sparkctl.launch.plan import render
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -254,7 +254,7 @@ def test_one_launch_per_inventory_object_for_as_long_as_it_lives():
     gc.collect()
     assert gone() is None, "render() keeps the inventory alive"
     # the cache is emptied as inventories go (so an id reused later cannot find a stale plan)
-    from sparkctl.runtime import launch
+    from sparkctl.launch import plan as launch
 
     held = len(launch._RENDERED)
     hashes = {render(load(port=port)).config_hash for port in range(8002, 8022)}

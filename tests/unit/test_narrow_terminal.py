@@ -134,7 +134,7 @@ def _words(markdown: str) -> set[str]:
 
 
 def test_runbook_is_rendered_to_the_width_and_stays_markdown_in_a_file():
-    from sparkctl.alerts import runbooks
+    from sparkctl import runbooks
 
     source = runbooks.text("fabric.mtu")
     code, lines = in_terminal("runbook", "fabric.mtu")

@@ -10,11 +10,13 @@ import pytest
 from hostfacts import host_facts, inventory, sec
 
 from sparkctl.errors import InputError
+from sparkctl.facts.metrics import parse_page
 from sparkctl.inventory.models import Inventory
+from sparkctl.launch.names import LABEL_PREFIX
+from sparkctl.launch.plan import render
+from sparkctl.records import AppliedRecord, Event, dump
 from sparkctl.reload import Journal, diff_inventories, plan_reload, reload_stages, restore_secrets, same_cluster
 from sparkctl.runner import Recap
-from sparkctl.runtime.launch import LABEL_PREFIX, render
-from sparkctl.runtime.metrics import parse_page
 from sparkctl.steps.base import RunContext, RunOptions
 from sparkctl.steps.record import record_document
 from sparkctl.steps.runtime import RuntimeStep, StopStep, drain_counts
@@ -35,7 +37,7 @@ def changed(**runtime) -> Inventory:
     return Inventory.model_validate(d)
 
 
-def recorded(inv: Inventory = INV) -> dict:
+def recorded(inv: Inventory = INV) -> AppliedRecord:
     """applied.json as the record step writes it for `inv`."""
     ctx = RunContext(inventory=inv, fleet=None)
     return record_document(ctx)
@@ -75,10 +77,10 @@ def checked(
     return Recap(playbook="reload", check_mode=True, plans=plans)
 
 
-def plan(kind: str, rec: dict | None, new: Inventory, events=(), warm=True, **running):
+def plan(kind: str, rec: AppliedRecord | None, new: Inventory, events=(), warm=True, **running):
     """plan_reload over the check-mode plans of a cluster that runs the recorded config."""
-    base = Inventory.model_validate(rec["inventory"]) if rec else None
-    return plan_reload(kind, rec, new, list(events), warm, checked(new, base, **running))
+    base = Inventory.model_validate(rec.inventory) if rec else None
+    return plan_reload(kind, rec, new, [Event.model_validate(e) for e in events], warm, checked(new, base, **running))
 
 
 def test_a_served_name_change_restarts_the_engine_warm():
@@ -139,11 +141,11 @@ def test_another_cluster_is_refused_naming_the_field():
 def test_secrets_come_back_from_the_current_inventory_and_never_from_the_record():
     with_secret = changed(env={**INV.runtime.env, "HF_TOKEN": "hf_" + "a" * 30})
     rec = recorded(with_secret)
-    assert "hf_" not in str(rec)  # the record keeps a digest only
-    assert restore_secrets(rec["inventory"], with_secret).runtime.env["HF_TOKEN"] == "hf_" + "a" * 30
+    assert "hf_" not in str(dump(rec))  # the record keeps a digest only
+    assert restore_secrets(rec.inventory, with_secret).runtime.env["HF_TOKEN"] == "hf_" + "a" * 30
     rotated = changed(env={**INV.runtime.env, "HF_TOKEN": "hf_" + "b" * 30})
     with pytest.raises(InputError, match="runtime.env.HF_TOKEN"):
-        restore_secrets(rec["inventory"], rotated)
+        restore_secrets(rec.inventory, rotated)
 
 
 def test_a_secret_change_shows_as_masked_in_the_diff():
@@ -225,7 +227,7 @@ def test_a_run_restarts_only_what_the_plan_confirmed():
     new = changed(speculative__drafter_image="10.231.0.1:5000/sparkctl/vllm-sim:drafter")
     shown = plan("reload", recorded(), new)
     assert shown.containers == ["sparkctl-drafter"]
-    base = Inventory.model_validate(recorded()["inventory"])
+    base = Inventory.model_validate(recorded().inventory)
     for gone, refused in (((), False), (("head",), True)):
         run = RunContext(inventory=new, fleet=None, facts=cluster_facts(new, base, gone=gone),
                          options=RunOptions(confirmed_restart=tuple(shown.containers)))  # fmt: skip

@@ -11,7 +11,7 @@ import pytest
 from hostfacts import inventory
 
 from sparkctl.errors import HostError, InputError
-from sparkctl.runner import Playbook, Stage, build_stages, load_playbook, run_playbook
+from sparkctl.runner import Playbook, Stage, build_stages, load_playbook, parse_playbook, run_playbook
 from sparkctl.steps.base import Change, RunContext, Step
 
 INV = inventory()
@@ -203,6 +203,24 @@ def test_an_unknown_playbook_or_step_is_bad_input():
         load_playbook("nope")
     with pytest.raises(InputError, match="unknown step"):
         build_stages(Playbook(name="x", steps=[{"step": "fabrik"}]))
+
+
+def test_an_entry_with_in_order_and_first_alone_is_refused_naming_it():
+    """Both orders on one entry: the runner could honour one only, so the playbook is refused,
+    naming the entry and its step, instead of in_order silently winning."""
+    text = """
+name: up
+steps:
+  - step: fabric
+  - step: weights
+    in_order: true
+    first_alone: true
+"""
+    with pytest.raises(
+        InputError, match=r"playbook 'up' is malformed: steps\[1\] \(step weights\): in_order and first_alone exclude each other"
+    ):
+        parse_playbook("up", text)
+    assert [s.first_alone for s in parse_playbook("up", text.replace("    in_order: true\n", "")).steps] == [False, True]
 
 
 class WorkerUnreachable(NoHosts):

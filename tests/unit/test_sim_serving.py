@@ -323,7 +323,7 @@ def test_metrics_have_vllms_names_and_labels(server):
 
 def test_metrics_vllm_033_adds_are_exported(server):
     # item 8: series vLLM 0.33 exports that the simulator lacked, read the way sparkctl reads them
-    from sparkctl.runtime.metrics import parse_page
+    from sparkctl.facts.metrics import parse_page
 
     prompt = "A cached prefix for the metrics test. " * 40
     server.complete(prompt, max_tokens=4)

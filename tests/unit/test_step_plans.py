@@ -7,7 +7,8 @@ import json
 
 from hostfacts import host_facts, inventory, sec
 
-from sparkctl.runtime.launch import LABEL_PREFIX, render
+from sparkctl.launch.names import LABEL_PREFIX
+from sparkctl.launch.plan import render
 from sparkctl.steps.base import RunContext
 from sparkctl.steps.caches import CachesStep
 from sparkctl.steps.images import ImagesStep

@@ -15,8 +15,8 @@ from hostfacts import inventory
 from test_sim_serving import NAME, Server
 
 from sparkctl.errors import HostError
+from sparkctl.facts.metrics import parse_page
 from sparkctl.inventory.models import Inventory
-from sparkctl.runtime.metrics import parse_page
 from sparkctl.steps.base import Change, Plan, RunContext
 from sparkctl.steps.throughput import ThroughputStep
 from sparkctl_lab.sim import harness

@@ -409,7 +409,7 @@ def test_the_rotation_on_real_files_keeps_both_versions_whole_and_the_probe_trus
 
 def test_a_new_revision_at_the_same_path_restarts_the_engine_and_nothing_else():
     # the files under the same mount change: only a restart loads them (the launch is otherwise the same)
-    from sparkctl.runtime.launch import render
+    from sparkctl.launch.plan import render
 
     before, after = render(INV), render(Inventory.model_validate(lab_doc(revision=COMMIT2)))
     assert before.group_hashes["engine"] != after.group_hashes["engine"]

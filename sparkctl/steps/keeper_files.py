@@ -1,6 +1,6 @@
-"""What `up` installs on the head for the keeper, as text it can compare: the systemd unit, the
-inventory the keeper runs with (this inventory, reaching every host with the head's own key),
-the known_hosts it verifies them against, and where each lives.
+"""What `up` installs on the head for the keeper (steps/keeper.py), as text it can compare: the
+systemd unit, the inventory the keeper runs with (this inventory, reaching every host with the
+head's own key) and the known_hosts it verifies them against. Where each lives: launch/keeper.py.
 
 On DGX OS the unit runs under systemd; the lab's hosts have no systemd, and the lab puts a
 stand-in `systemctl` on their PATH that runs enabled units from the head's own PID 1
@@ -12,20 +12,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from sparkctl.launch.keeper import INVENTORY, KEY, KNOWN_HOSTS
+
 if TYPE_CHECKING:
     from sparkctl.inventory.models import Inventory
-
-UNIT = "sparkctl-keeper.service"
-UNIT_PATH = f"/etc/systemd/system/{UNIT}"
-DIR = "/etc/sparkctl/keeper"  # root only (0700): the inventory may hold runtime.env's secret values
-INVENTORY = f"{DIR}/inventory.yaml"
-KEY = f"{DIR}/id_ed25519"  # the head's own key to the cluster's hosts (and itself)
-KNOWN_HOSTS = f"{DIR}/known_hosts"
-
-
-def key_comment(cluster: str) -> str:
-    """The comment the key carries in each host's authorized_keys: how `down` finds it again."""
-    return f"sparkctl-keeper@{cluster}"
 
 
 def render_unit(inv: Inventory, command: str) -> str:

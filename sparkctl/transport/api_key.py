@@ -24,14 +24,14 @@ READ_TIMEOUT_S = 10.0
 
 def asks_key(inv: Inventory) -> bool:
     """Whether the cluster's runtime.port asks a key (gateway.api_keys_file, or the engine's own)."""
-    from sparkctl.runtime.launch import engine_api_key
+    from sparkctl.launch.endpoints import engine_api_key
 
     return bool((inv.gateway.enabled and inv.gateway.api_keys_file) or engine_api_key(inv))
 
 
 def first_key(text: str) -> Optional[str]:
-    """The first key of a keys file's text (the gateway's own rule: gateway/keys.py)."""
-    from sparkctl.gateway.keys import parse_keys
+    """The first key of a keys file's text (the gateway's own rule: launch/gateway.py)."""
+    from sparkctl.launch.gateway import parse_keys
 
     keys = parse_keys(text)
     return keys[0] if keys else None
@@ -57,7 +57,7 @@ def source(inv: Inventory, head: Callable[[], Optional[HostSession]]) -> Callabl
     """Where sparkctl's key for this cluster comes from, asked at most once (`head()`: a session
     to the head, None when this command has none). It keeps no reference to the inventory (the
     registry it goes in lives as long as the process)."""
-    from sparkctl.runtime.launch import engine_api_key
+    from sparkctl.launch.endpoints import engine_api_key
 
     path = inv.gateway.api_keys_file if inv.gateway.enabled else None
     engine_key = engine_api_key(inv)
@@ -78,7 +78,7 @@ def authorize(inv: Inventory, fleet: Optional[Fleet]) -> None:
     """Every later call sparkctl makes to this cluster's front door or engine sends its key (read
     through `fleet`'s session to the head, held weakly: the registry outlives any one command)."""
     from sparkctl import httpclient
-    from sparkctl.runtime.health import front_url
+    from sparkctl.launch.endpoints import front_url
 
     heads = inv.hosts_with_role("head")
     from sparkctl.transport.ssh import Fleet

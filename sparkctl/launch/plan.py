@@ -18,7 +18,7 @@ With `mp` (vLLM's multiprocessing executor, no Ray; engine/arg_utils.py, entrypo
 - drafter: (speculative drafter on the offload host, sPLIce shape) `vllm serve <drafter> ...`
 - gateway: (on the head, `gateway.enabled`) `python3 -m sparkctl.gateway` in the runtime image on
   runtime.port, the engine behind it on gateway.engine_port; its code comes from sparkctl itself
-  (runtime/gateway_code.py), its own restart group, so an engine change never restarts it.
+  (launch/gateway_code.py), its own restart group, so an engine change never restarts it.
 Every container: host networking and IPC, all GPUs, /dev/infiniband, memlock unlimited, the
 NCCL/Gloo/UCX/Ray environment pinned to the fabric, the node's persistent cache volume at the
 runtime's cache root, and labels carrying cluster, role and config hash. Each starts with an explicit
@@ -39,10 +39,10 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sparkctl.inventory.models import FabricLink, Inventory
+from sparkctl.inventory.models import Inventory
+from sparkctl.launch.endpoints import engine_api_key, engine_port, fabric_ip
+from sparkctl.launch.names import LABEL_PREFIX, RAY_PORT
 
-RAY_PORT = 6379
-LABEL_PREFIX = "io.sparkctl"
 # vLLM has no flag for a drafter on another machine; the sPLIce overlay reads its address from env.
 DRAFTER_URL_ENV = "SPLICE_DRAFTER_URL"
 
@@ -160,17 +160,6 @@ class LaunchPlan(BaseModel):
         return ([self.gateway] if self.gateway else []) + list(self.containers)
 
 
-def fabric_link_to(inv: Inventory, host: str, peer: str) -> Optional[FabricLink]:
-    """The first rail on `host` whose peer is `peer` (the one Ray/NCCL bootstrap over)."""
-    return next((link for link in inv.hosts[host].fabric if link.peer == peer), None)
-
-
-def fabric_ip(inv: Inventory, host: str, peer: str) -> str:
-    """Where `peer` reaches `host`: its fabric address on their link, else its management address."""
-    link = fabric_link_to(inv, host, peer)
-    return str(link.address.ip) if link else inv.hosts[host].ssh.address
-
-
 def fabric_env(inv: Inventory, host: str, peer: str) -> dict[str, str]:
     """NCCL/Gloo/UCX/Ray variables pinning traffic to the fabric towards `peer`.
 
@@ -286,18 +275,13 @@ def vllm_serve_args(inv: Inventory) -> list[str]:
     return args
 
 
-def engine_port(inv: Inventory) -> int:
-    """Where the engine serves on the head: behind the gateway on gateway.engine_port, else on runtime.port."""
-    return inv.gateway.engine_port if inv.gateway.enabled else inv.runtime.port
-
-
 GATEWAY_STOP_GRACE = 10  # seconds the gateway may finish answering on SIGTERM (the engine is gone by then)
 
 
 def gateway_node(inv: Inventory, code_hash: str) -> dict:
     """The gateway's launch: sparkctl's gateway code (content-addressed on the head, read-only in
     the container) run by the runtime image's python3, which ships aiohttp and prometheus_client."""
-    from sparkctl.gateway import placement as gw
+    from sparkctl.launch import gateway as gw
 
     g, r = inv.gateway, inv.runtime
     head = inv.hosts_with_role("head")[0]
@@ -350,7 +334,7 @@ def gateway_node(inv: Inventory, code_hash: str) -> dict:
         mounts.append(Mount(source=g.api_keys_file, target=gw.CONTAINER_KEYS_FILE, read_only=True))
     engine_key = engine_api_key(inv)
     if engine_key:  # the engine asks for its key: the gateway sends it on (an environment value, never argv)
-        from sparkctl.gateway.keys import ENGINE_KEY_ENV
+        from sparkctl.launch.gateway import ENGINE_KEY_ENV
 
         env[ENGINE_KEY_ENV] = engine_key
     return dict(
@@ -364,11 +348,6 @@ def gateway_node(inv: Inventory, code_hash: str) -> dict:
         ulimits={"nofile": g.open_files} if g.open_files else {},
         memory_bytes=g.memory_limit_bytes,
     )
-
-
-def engine_api_key(inv: Inventory) -> Optional[str]:
-    """The key vLLM itself asks for (its VLLM_API_KEY, from runtime.env), None when it asks none."""
-    return inv.runtime.env.get("VLLM_API_KEY") or None
 
 
 def mp_serve_args(inv: Inventory, master_addr: str, node_rank: int) -> list[str]:
@@ -389,14 +368,6 @@ def mp_serve_args(inv: Inventory, master_addr: str, node_rank: int) -> list[str]
             str(inv.runtime.master_port),
         ]
     return args + (["--headless"] if node_rank else [])
-
-
-def mp_master(inv: Inventory) -> tuple[str, int]:
-    """Where the mp executor's headless ranks rendezvous: the head's fabric address towards the
-    first worker (render() passes it as --master-addr) and runtime.master_port."""
-    head = inv.hosts_with_role("head")[0]
-    workers = inv.hosts_with_role("worker")
-    return (fabric_ip(inv, head, workers[0]) if workers else inv.hosts[head].ssh.address), inv.runtime.master_port
 
 
 def _model_mounts(inv: Inventory, model_path: Optional[str]) -> list[Mount]:
@@ -502,7 +473,7 @@ def _render(inv: Inventory) -> LaunchPlan:
 
     gateway = None
     if inv.gateway.enabled:
-        from sparkctl.runtime.gateway_code import code_hash
+        from sparkctl.launch.gateway_code import code_hash
 
         gateway = gateway_node(inv, code_hash())
     every = nodes + ([gateway] if gateway else [])

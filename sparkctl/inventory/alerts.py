@@ -1,7 +1,8 @@
 """The inventory's `alerts:` section: thresholds of the alerting rules (every key has a default).
 
-Kept apart from sparkctl/inventory/models.py so the rules own their knobs; the inventory only
-holds this section. Unknown keys are errors, like everywhere in the inventory.
+Kept apart from sparkctl/inventory/models.py so the rules' knobs stay together; the inventory
+only holds this section, and the rules (sparkctl/alerts/) read it from here. Unknown keys are
+errors, like everywhere in the inventory.
 """
 
 from __future__ import annotations

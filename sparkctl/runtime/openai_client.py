@@ -1,4 +1,5 @@
-"""Talking to an OpenAI-compatible endpoint: streamed chat completions measured chunk by chunk.
+"""Talking to an OpenAI-compatible endpoint: streamed chat completions measured chunk by chunk
+(`sparkctl bench`'s requests, and the throughput step's decode measurement after a restart).
 
 Streaming is parsed by a real SSE parser (httpx-sse) over httpx; tokens are counted from the
 server's usage (stream_options.include_usage), never from chunks, because one chunk can carry

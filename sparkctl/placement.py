@@ -4,6 +4,9 @@ The target model (`weights`) sits at `runtime.model` on every node that runs the
 download host (default: the head) fetches it from the hub once (or copies it from a folder it
 already holds, `weights.directory`), every other engine node copies it from there over the fabric. The drafter's checkpoint (`weights.drafter`) sits at
 `speculative.model` on the drafter's host, which downloads it itself: no other node needs it.
+
+A rule of the inventory alone, below the facts (facts/weights.py asks it which folders a node
+holds), the weights step and doctor's weights checks.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ API's typed events (`response.output_text.delta`, ... `response.completed`), and
 Messages API's (entrypoints/anthropic/serving.py: `content_block_delta` carrying `text_delta`,
 `thinking_delta` or `input_json_delta`; `message_delta` with the stop reason, null when the request
 was aborted; an `error` event).
+
+Read by the gateway (gateway/proxy.py: a stream that ends with no token was not served) and by
+sparkctl's own first-token check after a start (runtime/health.py): standard library only, since
+it is shipped to the head with the gateway (launch/gateway_code.py).
 """
 
 from __future__ import annotations

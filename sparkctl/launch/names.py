@@ -1,0 +1,9 @@
+"""The names every launched container carries and the ports the launch itself fixes: what the
+launch (launch/plan.py) sets, what the docker facts filter and read, and what the inventory's
+validation keeps free."""
+
+from __future__ import annotations
+
+# the labels' namespace: <prefix>.cluster, .role, .config-hash (and .image, runtime/containers.py)
+LABEL_PREFIX = "io.sparkctl"
+RAY_PORT = 6379  # Ray's GCS on the head (`ray start --head --port`)
