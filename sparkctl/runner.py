@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, get_args
+from typing import TYPE_CHECKING, Callable, Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sparkctl.errors import InputError, SparkctlError
-from sparkctl.steps.base import Plan, RunContext, Status, Step, StepResult
+from sparkctl.steps.base import Plan, RunContext, Status, Step, StepOptions, StepResult
 
 if TYPE_CHECKING:
     from sparkctl.session import Unreachable
@@ -47,7 +47,7 @@ class PlaybookStep(BaseModel):
         description="apply the step's first host alone, then all the others at once (a download, then the copies "
         "from it); the first's failure stops the rest",
     )
-    options: dict[str, Any] = Field(default_factory=dict, description="options the step reads")
+    options: StepOptions = Field(default_factory=StepOptions, description="options the step reads")
     phase: Optional[JournalPhase] = Field(
         None, description="the reload journal's phase this step belongs to (a playbook reload.py runs names one per step)"
     )
@@ -100,6 +100,9 @@ def parse_playbook(name: str, text: str) -> Playbook:
             step = entry.get("step") if isinstance(entry, dict) else None
             where = f"steps[{loc[1]}]" + (f" (step {step})" if step else "") + "".join(f".{p}" for p in loc[2:])
         message = first["msg"].removeprefix("Value error, ")
+        if first["type"] == "extra_forbidden":  # pydantic's "Extra inputs are not permitted"
+            known = StepOptions.model_fields if "options" in loc else PlaybookStep.model_fields
+            message = f"unknown; expected one of: {', '.join(known)}"
         raise InputError(f"playbook {name!r} is malformed: {where}: {message}", fix=fix) from None
 
 
@@ -111,7 +114,7 @@ class Stage:
     step: Step
 
     def __post_init__(self) -> None:
-        self.step.options = dict(self.spec.options)
+        self.step.options = self.spec.options
 
     @property
     def name(self) -> str:

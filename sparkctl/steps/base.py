@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from sparkctl.inventory.models import Inventory
 
 if TYPE_CHECKING:  # imported lazily at run time: a no-op `up` has a 1 s budget
@@ -178,13 +180,25 @@ class RunContext:
         return self.cluster.read(host, kinds, timeout=timeout)
 
 
+class StepOptions(BaseModel):
+    """A playbook entry's `options`: what a step reads of them, declared once (an option no step
+    reads is refused when the playbook is read, not ignored)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    remove: bool = Field(False, description="remove what the step placed (down: the keeper's unit and key, the gateway)")
+    always: bool = Field(False, description="stop whatever runs, whether or not it matches the inventory (down)")
+    side_load: bool = Field(False, description="images: copy the image over SSH, never pull (as --side-load)")
+    pull: bool = Field(False, description="images: pull even where the node holds the image (as --pull)")
+
+
 class Step:
     """Base class: subclasses set `name` and `facts`, and implement `hosts`, `plan_host` (or
     `plan` for a decision over the whole cluster) and `apply`; `verify` is optional."""
 
     name: str = ""
     facts: frozenset[str] = frozenset()  # fact kinds (registered in facts/*.py, facts/base.py) the plan reads
-    options: dict[str, Any] = {}  # the playbook entry's `options` (set per run by the runner)
+    options: StepOptions = StepOptions()  # the playbook entry's `options` (set per run by the runner)
 
     def hosts(self, inv: Inventory) -> list[str]:
         """The hosts this step plans for, in the order it applies them when the playbook says in order."""

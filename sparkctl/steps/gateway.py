@@ -32,7 +32,7 @@ class GatewayStep(Step):
             return self.blocked(host, f"cannot list containers: {f.errors.get('containers', 'no answer')}")
         running = next((c for c in f.containers if c.name == placement.CONTAINER), None)
         spec = ctx.launch.gateway
-        if self.options.get("remove") or spec is None:
+        if self.options.remove or spec is None:
             if running is None:
                 return self.noop(host, "no gateway here" if spec is None else "the gateway is already gone")
             gone = "sparkctl down: after the engine it fronts" if spec else "gateway.enabled is false"

@@ -428,8 +428,8 @@ class ImagesStep(Step):
         self.truths = {h: t for h, t in resolve_truths(ctx, answers, self._lookup).items() if h in ctx.facts}
         have = {h: ctx.facts[h].images for h in self.truths}
         # the command's flags, or the playbook entry's options
-        side_load = ctx.options.side_load or bool(self.options.get("side_load"))
-        pull = ctx.options.pull or bool(self.options.get("pull"))
+        side_load = ctx.options.side_load or self.options.side_load
+        pull = ctx.options.pull or self.options.pull
         return plan_images(ctx.inventory, have, self.truths, side_load, pull, ctx.outputs.image_ids, self.name)
 
     def apply(self, ctx: RunContext, plan: Plan) -> tuple[str, bool]:

@@ -42,7 +42,7 @@ class KeeperStep(Step):
                     head, f"cannot read the keeper's unit: {ctx.facts[head].errors.get('keeper_unit', 'no answer')}"
                 )
             }
-        remove = bool(self.options.get("remove")) or not inv.keeper.enabled
+        remove = self.options.remove or not inv.keeper.enabled
         plans = {head: self._remove_head(head, keeper) if remove else self._head(ctx, head, keeper)}
         pub = keeper.public_key
         for h in self.hosts(inv):
@@ -97,7 +97,7 @@ class KeeperStep(Step):
     def _remove_head(self, head: str, keeper) -> Plan:
         if not keeper.installed:
             return self.noop(head, "no keeper installed")
-        why = "sparkctl down: nothing may bring back what it stops" if self.options.get("remove") else "keeper.enabled is false"
+        why = "sparkctl down: nothing may bring back what it stops" if self.options.remove else "keeper.enabled is false"
         return self.changes(head, [Change("remove", f"stop, disable and remove {unit.UNIT} and {unit.DIR} ({why})")])
 
     def files(self, ctx: RunContext, command: str) -> dict[str, str]:

@@ -293,7 +293,7 @@ class StopStep(Step):
 
     def plan(self, ctx: RunContext) -> dict[str, Plan]:
         inv = ctx.inventory
-        always = bool(self.options.get("always"))
+        always = self.options.always
         hosts = [h for h in self.hosts(inv) if h in ctx.facts]
         groups, why = set(ALL_GROUPS), "sparkctl down"
         if not always:

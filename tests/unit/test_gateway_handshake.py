@@ -36,7 +36,7 @@ from sparkctl.runtime import gateway_admin, health
 from sparkctl.runtime.compile_cache import compile_key
 from sparkctl.runtime.gateway_admin import GatewayAbsent, GatewayAdmin, Hold
 from sparkctl.session import ClusterSession
-from sparkctl.steps.base import RunContext, RunOptions
+from sparkctl.steps.base import RunContext, RunOptions, StepOptions
 from sparkctl.steps.runtime import RuntimeStep, StopStep
 
 # `docker exec` of a container that does not exist, as the Docker CLI prints it (moby's
@@ -266,7 +266,7 @@ def test_no_gateway_running_or_the_gateway_off_holds_nothing_and_the_plan_says_c
 
 def test_down_holds_so_new_requests_get_503_at_once_while_the_engine_drains():
     stop = StopStep()
-    stop.options = {"always": True}
+    stop.options = StepOptions(always=True)
     ctx = RunContext(inventory=INV, fleet=None, facts=facts(INV, [SERVED]), check_mode=True, options=RunOptions(drain=10))
     ((host, data),) = holds(stop.plan(ctx))
     h = Hold(**data)

@@ -19,7 +19,7 @@ from sparkctl.inventory.validate import check_inventory
 from sparkctl.launch import gateway_code
 from sparkctl.launch.names import LABEL_PREFIX
 from sparkctl.launch.plan import render
-from sparkctl.steps.base import RunContext
+from sparkctl.steps.base import RunContext, StepOptions
 from sparkctl.steps.gateway import GatewayStep
 
 INV = inventory()
@@ -108,7 +108,7 @@ def gateway_container(config_hash: str, state: str = "running") -> dict:
 def plan(inv: Inventory, running: list[dict], code: str = "present\n", **options):
     f = {"head": host_facts(inv, "head", containers=sec(json.dumps(running)), gateway_code=sec(code))}
     step = GatewayStep()
-    step.options = options
+    step.options = StepOptions(**options)
     return step.plan(RunContext(inventory=inv, fleet=None, facts=f))["head"]
 
 

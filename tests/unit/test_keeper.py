@@ -14,7 +14,7 @@ from sparkctl.facts.logs import parse_scan
 from sparkctl.keeper.policy import CrashLoop, Gone, Grace, cause_of, first_cause, gone
 from sparkctl.launch import keeper as unit
 from sparkctl.steps import keeper_files
-from sparkctl.steps.base import RunContext
+from sparkctl.steps.base import RunContext, StepOptions
 from sparkctl.steps.keeper import KeeperStep
 
 ASSERT_LINES = (
@@ -154,7 +154,7 @@ def plans(inv, head_unit, auth=None, **options):
     facts = {h: host_facts(inv, h, keeper_auth=sec(auth.get(h, ""))) for h in inv.hosts}
     facts["head"] = host_facts(inv, "head", keeper_unit=head_unit, keeper_auth=sec(auth.get("head", "")))
     step = KeeperStep()
-    step.options = options
+    step.options = StepOptions(**options)
     return step.plan(RunContext(inventory=inv, fleet=None, facts=facts))
 
 

@@ -12,7 +12,7 @@ from hostfacts import inventory
 
 from sparkctl.errors import HostError, InputError
 from sparkctl.runner import Playbook, Stage, build_stages, load_playbook, parse_playbook, run_playbook
-from sparkctl.steps.base import Change, RunContext, Step
+from sparkctl.steps.base import Change, RunContext, Step, StepOptions
 
 INV = inventory()
 HOSTS = list(INV.hosts)  # head, worker, offload
@@ -192,9 +192,9 @@ def test_the_shipped_playbooks_are_data_the_runner_understands():
     assert {s.step for s in up.steps if s.first_alone} == {"weights"}  # downloaded once, then copied to all at once
     down = build_stages(load_playbook("down"))
     assert [(s.name, s.spec.in_order, s.step.options) for s in down] == [
-        ("keeper", True, {"remove": True}),  # first: nothing may bring back what down stops
-        ("stop", True, {"always": True}),
-        ("gateway", False, {"remove": True}),  # last, after the engine it fronts
+        ("keeper", True, StepOptions(remove=True)),  # first: nothing may bring back what down stops
+        ("stop", True, StepOptions(always=True)),
+        ("gateway", False, StepOptions(remove=True)),  # last, after the engine it fronts
     ]
 
 
@@ -304,3 +304,22 @@ def test_a_lock_held_by_another_run_is_taken_or_refused_before_anything_is_plann
     with pytest.raises(LockHeld, match="locked by someone"):
         run_lazy([stage(Fake("a"))], fleet, lock)  # nothing to change, but another run holds the cluster
     assert log == [] and lock.taken == 0
+
+
+def test_an_option_no_step_reads_is_refused_naming_the_entry_and_the_option():
+    """A misspelt option (`remvoe: true`) is an error when the playbook is read, not a `down` that
+    quietly leaves the gateway in place; the options a step reads reach it typed."""
+    text = """
+name: down
+steps:
+  - step: gateway
+    options:
+      remvoe: true
+"""
+    with pytest.raises(
+        InputError,
+        match=r"playbook 'down' is malformed: steps\[0\] \(step gateway\)\.options\.remvoe: unknown; expected one of: remove, always, side_load, pull",
+    ):
+        parse_playbook("down", text)
+    entry = parse_playbook("down", text.replace("remvoe", "remove")).steps[0]
+    assert entry.options.remove and not entry.options.always

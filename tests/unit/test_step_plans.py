@@ -9,7 +9,7 @@ from hostfacts import host_facts, inventory, sec
 
 from sparkctl.launch.names import LABEL_PREFIX
 from sparkctl.launch.plan import render
-from sparkctl.steps.base import RunContext
+from sparkctl.steps.base import RunContext, StepOptions
 from sparkctl.steps.caches import CachesStep
 from sparkctl.steps.images import ImagesStep
 from sparkctl.steps.record import RecordStep
@@ -156,7 +156,7 @@ def test_a_head_only_change_restarts_the_engine_and_keeps_the_drafter():
 
 def test_down_stops_whatever_runs_head_first():
     step = StopStep()
-    step.options = {"always": True}
+    step.options = StepOptions(always=True)
     plans = step.plan(ctx(facts(hashes={"head": "x", "offload": "y"})))
     assert [(h, [c.action for c in p.changes]) for h, p in plans.items()] == [
         ("head", ["stop"]), ("worker", []), ("offload", ["stop"]),
