@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from sparkctl.lock import ClusterLock
     from sparkctl.runner import Recap, Stage
     from sparkctl.steps.base import RunContext, RunOptions, StepResult
+    from sparkctl.steps.runtime import DrainCounts
     from sparkctl.transport.ssh import Fleet, HostSession
 
 RELOAD_PLAYBOOK = "reload"  # its entries name the journal phase each step belongs to (`phase:`)
@@ -444,7 +445,7 @@ class ReloadReport:
     outcome: Outcome = Outcome.PLANNED
     reason: Optional[str] = None
     downtime: Optional[float] = None
-    drain: Optional[dict] = None
+    drain: Optional[DrainCounts] = None
     stops: list[StopRecord] = field(default_factory=list)  # each container's stop: seconds, killed (steps/runtime.py)
     runtime_start: Optional[RuntimeStart] = None
     decode_tokens_per_s: Optional[float] = None

@@ -159,6 +159,15 @@ def planned_hold(ctx: RunContext, host: str, stopping: list[str], down: bool, de
     return Hold(ctx.options.event, start.seconds, start.cache, g.hold_s, ttl)
 
 
+@dataclass
+class HeldGateway:
+    """The hold this run sent (RunContext.outputs): where, what, and whether it was released since."""
+
+    host: str
+    hold: Hold
+    released: bool = False
+
+
 def hold(ctx: RunContext, host: str, data: dict) -> str:
     """Send the planned hold (just before the engine's head gets SIGTERM). A gateway that does not
     take it does not stop the change: it still holds on its own once the engine refuses
@@ -173,7 +182,7 @@ def hold(ctx: RunContext, host: str, data: dict) -> str:
             f"the gateway did NOT take the hold ({exc.message}); it holds by itself once the engine refuses "
             "connections, but requests sent during the drain may end empty"
         )
-    ctx.outputs.gateway_hold = {"host": host, **data, "released": False}
+    ctx.outputs.gateway_hold = HeldGateway(host, h)
     state = doc.get("state", "?")
     return f"gateway {state}: {h.clients()}"
 
@@ -182,9 +191,9 @@ def release_after_failure(ctx: RunContext) -> Optional[str]:
     """A run that held the gateway and failed with nothing left to release it (no rollback to come,
     or the rollback failed): release, so the gateway treats the engine as a crash outside a change."""
     held = ctx.outputs.gateway_hold
-    if not held or held.get("released"):
+    if held is None or held.released:
         return None
-    return release(ctx, held["host"])
+    return release(ctx, held.host)
 
 
 def release(ctx: RunContext, host: str) -> Optional[str]:
@@ -199,7 +208,7 @@ def release(ctx: RunContext, host: str) -> Optional[str]:
     except HostError as exc:  # the engine serves: a hold left behind ends by itself at its ttl
         return f"the gateway was NOT released ({exc.message}); its hold ends by itself at its ttl"
     if ours is not None:
-        ours["released"] = True
+        ours.released = True
     n = doc.get("released", 0)
     return f"gateway released {n} held request(s)" if ours or n else None
 

@@ -24,8 +24,9 @@ if TYPE_CHECKING:  # imported lazily at run time: a no-op `up` has a 1 s budget
     from sparkctl.launch.plan import LaunchPlan
     from sparkctl.lock import ClusterLock
     from sparkctl.records import RuntimeStart, StopRecord
+    from sparkctl.runtime.gateway_admin import HeldGateway
     from sparkctl.session import ClusterSession
-    from sparkctl.steps.runtime import Drift
+    from sparkctl.steps.runtime import DrainCounts, Drift
     from sparkctl.steps.transfer import Phase
     from sparkctl.transport.ssh import Fleet, HostSession
 
@@ -97,11 +98,11 @@ class Outputs:
     # throughput -> record: decode tok/s per request by concurrency ("1", "2", "4" ... streams), measured
     # idle or from the engine's own timings under load: the rates a later reload is judged against
     decode_by_streams: dict[str, float] = field(default_factory=dict)
-    # stop -> reload: the head's in-flight requests at the drain {"in_flight", "finished", "cut"}
-    drain: Optional[dict] = None
-    # stop -> runtime, and the command after a failed run: the gateway hold this run sent
-    # (runtime/gateway_admin.py Hold's fields, the host, and whether it was released)
-    gateway_hold: Optional[dict] = None
+    # stop -> reload: the head's in-flight requests at the drain
+    drain: Optional[DrainCounts] = None
+    # stop -> runtime, and the command after a failed run: the gateway hold this run sent, its host,
+    # and whether it was released
+    gateway_hold: Optional[HeldGateway] = None
     # keeper (head) -> keeper (the other hosts): the head's keeper key, "type base64 comment", to authorise
     keeper_public_key: Optional[str] = None
     # stop -> reload's journal and report: each container's stop {host, container, seconds, timeout_s, exit_code, killed}

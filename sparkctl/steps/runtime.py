@@ -16,7 +16,7 @@ import re
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, TypedDict
 
 from sparkctl import httpclient
 from sparkctl.errors import HostError, SparkctlError
@@ -227,7 +227,7 @@ class DrainWatch:
             if page is not None:
                 self.last = page
 
-    def counts(self, log: str) -> dict:
+    def counts(self, log: str) -> DrainCounts:
         self._stop.set()
         self._t.join(5)
         if not self._t.is_alive():
@@ -236,7 +236,16 @@ class DrainWatch:
         return told or drain_counts(self.first, self.last, logged)
 
 
-def drain_from_log(log: str) -> tuple[Optional[dict], Optional[int]]:
+class DrainCounts(TypedDict):
+    """The head's requests at a drain (reload's report and `--json`): in flight at SIGTERM, of them
+    finished and cut."""
+
+    in_flight: int
+    finished: int
+    cut: int
+
+
+def drain_from_log(log: str) -> tuple[Optional[DrainCounts], Optional[int]]:
     """What vLLM's own shutdown lines say: the counts when they settle it (all aborted with
     --shutdown-timeout 0; all drained when the engine logged `request processing complete`), and
     the in-flight count it logged (None if it logged none: nothing was in flight, or no drain)."""
@@ -251,7 +260,7 @@ def drain_from_log(log: str) -> tuple[Optional[dict], Optional[int]]:
     return None, n
 
 
-def drain_counts(first, last, logged_in_flight: Optional[int]) -> dict:
+def drain_counts(first, last, logged_in_flight: Optional[int]) -> DrainCounts:
     """When vLLM's log cannot say (its process was killed at the timeout): in flight = running +
     waiting at SIGTERM (or vLLM's `draining in-flight requests count=%d`); finished = stop/length
     completions the API server reported until its last answer; cut = the rest."""

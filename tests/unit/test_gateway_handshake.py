@@ -115,7 +115,7 @@ def test_a_hold_sent_over_ssh_holds_new_requests_and_the_release_sends_them_on(c
     assert gateway_admin.release(ctx, "head") == "gateway released 1 held request(s)"
     t.join(60)
     assert len(out) == 1 and isinstance(out[0], str) and out[0]  # the held request was served, tokens and all
-    assert gw.status()["state"] == "passing" and ctx.outputs.gateway_hold["released"] is True
+    assert gw.status()["state"] == "passing" and ctx.outputs.gateway_hold.released is True
 
 
 def test_an_expected_start_beyond_hold_s_is_a_503_with_retry_after_and_a_rollbacks_hold_keeps_the_start(ctx, gw):
