@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from sparkctl.records import Event, JournalRecord, dump
+from sparkctl.records import Event, HistoryRecord, JournalRecord, dump
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,8 @@ class RollbackTarget:
 class History:
     events: list[Event]  # oldest first
     last_good: Optional[str]  # the applied record's config hash, None: none recorded
-    rollback_targets: list[RollbackTarget]  # oldest first
+    rollback_targets: list[RollbackTarget]  # oldest first, numbered as `rollback --to` counts them
+    unreadable: list[str]  # replaced records that cannot be read (history/ file names): never a target
     interrupted: Optional[JournalRecord]  # a reload that did not end
 
     def to_dict(self) -> dict[str, Any]:
@@ -33,6 +34,7 @@ class History:
             "events": [dump(e) for e in self.events],
             "last_good": self.last_good,
             "rollback_targets": [t.__dict__ for t in self.rollback_targets],
+            "unreadable_records": self.unreadable,
             "interrupted": dump(self.interrupted) if self.interrupted is not None else None,
         }
 
@@ -48,8 +50,17 @@ def read_history(inv, last: int = 20) -> History:
     return History(
         events=f.events[-last:] if last else f.events,
         last_good=f.applied.config_hash if f.applied is not None else None,
-        rollback_targets=[
-            RollbackTarget(len(f.history) - i, h.file, h.config_hash, h.applied_at) for i, h in enumerate(f.history)
-        ],
+        rollback_targets=rollback_targets(f.history),
+        unreadable=[h.file for h in f.history if h.unreadable],
         interrupted=f.journal,
     )
+
+
+def usable(history: list[HistoryRecord]) -> list[HistoryRecord]:
+    """The replaced records a rollback can go back to, oldest first: `--to n` is the n-th newest."""
+    return [h for h in history if not h.unreadable]
+
+
+def rollback_targets(history: list[HistoryRecord]) -> list[RollbackTarget]:
+    records = usable(history)
+    return [RollbackTarget(len(records) - i, h.file, h.config_hash, h.applied_at) for i, h in enumerate(records)]

@@ -20,7 +20,6 @@ import getpass
 import json
 import os
 import shlex
-import signal
 import socket
 import sys
 import threading
@@ -31,6 +30,7 @@ from typing import Callable, Iterator, Optional
 
 from pydantic import BaseModel, ConfigDict
 
+from sparkctl import interrupts
 from sparkctl.errors import HostError, SparkctlError
 from sparkctl.state import LOCK as LOCK_PATH  # one place names the head's state files
 from sparkctl.state import STATE_DIR
@@ -306,25 +306,12 @@ def cluster_lock(
         return
     head = fleet.inventory.hosts_with_role("head")[0]
     lock = ClusterLock(fleet[head], fleet.inventory.cluster.name, notify=notify, wait=wait)
-    previous = _interrupt_on_termination()
+    previous = interrupts.on_termination()
     try:
         yield lock
     finally:
         lock.release()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def _interrupt_on_termination() -> dict:
-    """SIGTERM and SIGHUP (a closed terminal, a dropped SSH session to the control host) end the
-    run like Ctrl-C, so the lock is released instead of left for `sparkctl unlock`."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    return {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+        interrupts.restore(previous)
 
 
 def break_lock(session, holder: Holder) -> bool:

@@ -203,8 +203,9 @@ class JournalRecord(Record):
 # --- events.jsonl --------------------------------------------------------------------------------
 
 
-class Event(Record):
-    """One events.jsonl line (state.event): an applied config, a reload, restart or rollback."""
+class Event(Kept):
+    """One events.jsonl line (state.event): an applied config, a reload, restart or rollback. A newer
+    sparkctl's keys are kept: `history --json` shows the line as it was written."""
 
     at: str = ""
     by: str = ""

@@ -620,10 +620,12 @@ def reload_stages(name: str = RELOAD_PLAYBOOK) -> list[Stage]:
 
 
 def _history_record(history: list[HistoryRecord], to: int) -> HistoryRecord:
-    usable = [h for h in history if not h.unreadable]
-    if not 1 <= to <= len(usable):
-        raise InputError(f"--to {to}: the head keeps {len(usable)} earlier config(s)", fix="`sparkctl history` lists them")
-    return usable[-to]
+    from sparkctl.history import usable
+
+    records = usable(history)
+    if not 1 <= to <= len(records):
+        raise InputError(f"--to {to}: the head keeps {len(records)} earlier config(s)", fix="`sparkctl history` lists them")
+    return records[-to]
 
 
 def _execute(

@@ -123,6 +123,10 @@ def main(argv: list[str] | None = None) -> None:
     from sparkctl.errors import SparkctlError
 
     args = sys.argv[1:] if argv is None else argv
+    if argv is None:
+        from sparkctl import interrupts
+
+        interrupts.on_ctrl_c()
     as_json = "--json" in args
     try:
         app = build_app(args[0] if args and args[0] in COMMANDS else None)

@@ -80,6 +80,7 @@ def _print(c, report, check: bool) -> None:
     if check:
         for line in report.plan.lines():
             c.print(line, soft_wrap=True, highlight=False, markup=False)
+        _print_notes(c, report.notes)
         c.print("[dim](--check: nothing was changed)[/]")
         return
     style = "green" if not report.failed else "bold red"
@@ -96,6 +97,14 @@ def _print(c, report, check: bool) -> None:
     for h, st in report.hosts_state.items():
         runs = ", ".join(f"{x.name} {x.state} (config {x.config_hash})" for x in st.containers) or "no container"
         c.print(f"  {h}: {st.error or runs}", soft_wrap=True)
+    _print_notes(c, report.notes)
+
+
+def _print_notes(c, notes: list[str]) -> None:
+    """What the run found beside its plan (a journal it cannot read, an interrupted reload, what a
+    failed run left and how to undo it): the same lines --json gives as `notes`."""
+    for note in notes:
+        c.print(f"note: {note}", soft_wrap=True, highlight=False, markup=False)
 
 
 def reload(
@@ -215,6 +224,8 @@ def history(
             "rollback targets: "
             + ", ".join(f"--to {r.n}: {r.config_hash} ({r.applied_at})" for r in reversed(history.rollback_targets))
         )
+    if history.unreadable:
+        c.print(f"unreadable records (never a rollback target): {', '.join(history.unreadable)}", soft_wrap=True)
     if history.interrupted is not None:
         c.print(
             f"[bold red]{history.interrupted.interrupted()}[/]: `sparkctl reload --resume --config NEW` or `sparkctl rollback`"

@@ -56,10 +56,11 @@ def _wheel_probe(t) -> Optional[str]:
     looks its own up: the fleet is not known to a fact)."""
     if t.host.role != "head":
         return None
-    from sparkctl.launch.fleet_door import COMPLETE, WHEEL_ROOT
+    from sparkctl.launch.fleet_door import WHEEL_ROOT
+    from sparkctl.launch.names import SHIPPED_COMPLETE
 
     root = shlex.quote(WHEEL_ROOT)
-    return f'uname -m; for d in {root}/*/; do [ -f "$d{COMPLETE}" ] && basename "$d"; done; true'
+    return f'uname -m; for d in {root}/*/; do [ -f "$d{SHIPPED_COMPLETE}" ] && basename "$d"; done; true'
 
 
 @fact("fleet_router_wheels", _wheel_probe)

@@ -87,8 +87,9 @@ def _gateway_code_probe(t: Target) -> Optional[str]:
     if t.host.role != "head" or not t.inventory.gateway.enabled:
         return None
     from sparkctl.launch import gateway_code
+    from sparkctl.launch.names import SHIPPED_COMPLETE
 
-    return f"test -f {shlex.quote(gateway_code.directory())}/{gateway_code.COMPLETE} && echo present || echo absent"
+    return f"test -f {shlex.quote(gateway_code.directory())}/{SHIPPED_COMPLETE} && echo present || echo absent"
 
 
 @fact("gateway_code", _gateway_code_probe)  # True / False, None: not read

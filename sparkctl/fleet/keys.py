@@ -66,32 +66,26 @@ def authorize_member(inv: "Inventory") -> None:
 
 
 def running_key(inv: "Inventory") -> Callable[[], Optional[str]]:
-    """The source of a member's key, asked at most once (see authorize)."""
-    import threading
-
+    """The source of a member's key, asked at most once (see authorize): the keys file of the config
+    its head runs, else this inventory's, else the engine's own key; over a session of its own."""
     from sparkctl.launch.endpoints import engine_api_key
-    from sparkctl.transport.api_key import read_from_head
+    from sparkctl.transport.api_key import once, read_from_head
 
     head = inv.hosts_with_role("head")[0]
     path = inv.gateway.api_keys_file if inv.gateway.enabled else None
     target, engine_key = inv.ssh_target(head), engine_api_key(inv)
-    lock = threading.Lock()
-    got: list[Optional[str]] = []
 
-    def key() -> Optional[str]:
+    def read() -> Optional[str]:
         from sparkctl.transport.ssh import HostSession
 
-        with lock:
-            if not got:
-                session = HostSession(target)
-                try:
-                    keys_file = recorded_keys_file(session, inv) or path
-                    got.append(read_from_head(keys_file, session) if keys_file else engine_key)
-                finally:
-                    session.close()
-            return got[0]
+        session = HostSession(target)
+        try:
+            keys_file = recorded_keys_file(session, inv) or path
+            return read_from_head(keys_file, session) if keys_file else engine_key
+        finally:
+            session.close()
 
-    return key
+    return once(read)
 
 
 def recorded_keys_file(session: "HostSession", inv: "Inventory") -> Optional[str]:

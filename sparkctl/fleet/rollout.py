@@ -21,7 +21,6 @@ report names the file to replace with which (`fleet status` shows a member whose
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from sparkctl import interrupts
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl.reload_outcome import NOT_APPLIED, Outcome
 
@@ -448,7 +448,7 @@ def run_rollout(
 
     results = {m.member: _untouched(m) for m in plan.members}
     report.members = [results[m.member] for m in plan.members]
-    previous = _interrupt_on_termination()
+    previous = interrupts.on_termination()
     current: Optional[MemberResult] = None
     try:
         for mp in plan.members:
@@ -484,8 +484,7 @@ def run_rollout(
         if current is not None and current.outcome in ("draining", "changing"):
             _interrupted(fleet, current, router_admin)
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        interrupts.restore(previous)
     for r in report.members:
         if r.outcome in ("draining", "changing"):
             r.outcome = "interrupted"
@@ -713,17 +712,6 @@ def _hints(report: RolloutReport) -> None:
             f"{names} keep the new config; to undo: `sparkctl fleet rollback --to 1 --member NAME` for each "
             "(or a `fleet reload --config-dir` holding their old files)"
         )
-
-
-def _interrupt_on_termination() -> dict:
-    """SIGTERM and SIGHUP stop the rollout like Ctrl-C, so its report still says where each member is."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    return {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
 
 
 # --- a member a killed run left drained ---------------------------------------------------------

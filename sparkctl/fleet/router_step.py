@@ -22,7 +22,6 @@ from sparkctl.errors import HostError
 from sparkctl.fleet import router_launch as placement
 from sparkctl.fleet.router_host import door_session
 from sparkctl.inventory.models import Inventory
-from sparkctl.launch.fleet_door import COMPLETE
 from sparkctl.steps.base import Change, Plan, RunContext, Step
 from sparkctl.steps.placed import START, WAIT, apply_changes, start_changes
 from sparkctl.steps.transfer import Phase
@@ -91,7 +90,7 @@ class FrontDoorStep(Step):
         wheel = _fleet(ctx).router_wheel
         assert wheel is not None  # planned only when front_door.router.wheel names one
         files, final = placement.wheel_files(wheel), placement.wheel_directory(wheel)
-        ship(ctx.session(host), host, files, final, placement.WHEEL_ROOT, COMPLETE, "vllm-router's wheel")
+        ship(ctx.session(host), host, files, final, placement.WHEEL_ROOT, "vllm-router's wheel")
         return f"vllm-router from {wheel.name} in {final} ({len(files)} files)"
 
     def _start(self, ctx: RunContext, host: str) -> str:

@@ -38,12 +38,18 @@ def engine_api_key(inv: Inventory) -> Optional[str]:
     return inv.runtime.env.get("VLLM_API_KEY") or None
 
 
-def mp_master(inv: Inventory) -> tuple[str, int]:
-    """Where the mp executor's headless ranks rendezvous: the head's fabric address towards the
-    first worker (render() passes it as --master-addr) and runtime.master_port."""
+def head_fabric_address(inv: Inventory) -> str:
+    """The head's address its ranks meet it on: its fabric address towards the first worker (Ray's
+    GCS and --node-ip-address, the mp executor's --master-addr); a head alone, its SSH address."""
     head = inv.hosts_with_role("head")[0]
     workers = inv.hosts_with_role("worker")
-    return (fabric_ip(inv, head, workers[0]) if workers else inv.hosts[head].ssh.address), inv.runtime.master_port
+    return fabric_ip(inv, head, workers[0]) if workers else inv.hosts[head].ssh.address
+
+
+def mp_master(inv: Inventory) -> tuple[str, int]:
+    """Where the mp executor's headless ranks rendezvous (the launch passes it as --master-addr,
+    --master-port)."""
+    return head_fabric_address(inv), inv.runtime.master_port
 
 
 def engine_endpoint(inv: Inventory) -> tuple[str, int, str]:

@@ -10,4 +10,3 @@ CONTAINER = "sparkctl-fleet-door"
 ROLE = "fleet-door"
 FLEET_LABEL = "io.sparkctl.fleet"
 WHEEL_ROOT = "/var/lib/sparkctl/fleet-router"  # unpacked wheels by content hash (a rollback finds its own)
-COMPLETE = ".complete"  # written last in a wheel's directory: one without it is a copy that was cut off

@@ -12,8 +12,6 @@ import functools
 
 from sparkctl.launch.gateway import CODE_ROOT
 
-COMPLETE = ".complete"  # written last: a directory without it is a copy that was cut off
-
 
 @functools.lru_cache(maxsize=None)
 def package_files(packages: tuple[str, ...], top_init: bytes) -> dict[str, bytes]:

@@ -40,7 +40,7 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from sparkctl.inventory.models import Inventory
-from sparkctl.launch.endpoints import engine_api_key, engine_port, fabric_ip
+from sparkctl.launch.endpoints import engine_api_key, engine_port, fabric_ip, head_fabric_address
 from sparkctl.launch.names import LABEL_PREFIX, RAY_PORT
 
 # vLLM has no flag for a drafter on another machine; the sPLIce overlay reads its address from env.
@@ -407,7 +407,7 @@ def _render(inv: Inventory) -> LaunchPlan:
     r = inv.runtime
     head = inv.hosts_with_role("head")[0]
     workers = inv.hosts_with_role("worker")
-    head_ip = fabric_ip(inv, head, workers[0]) if workers else inv.hosts[head].ssh.address
+    head_ip = head_fabric_address(inv)
     stop_timeout = r.shutdown_timeout + 15  # docker stop waits for vLLM's drain, then kills
     base_env = {**cache_env(inv), **weights_env(inv), **r.env}
 

@@ -1,6 +1,6 @@
 """Ship a tree of files (the gateway's code, the fleet door's) to a content-addressed directory on
 a host: one tarball over SFTP, unpacked beside its final place and renamed into it, so a copy cut
-off half-way is never taken for the code (the marker `complete` is written last).
+off half-way is never taken for the code (launch/names.py SHIPPED_COMPLETE is written last).
 
 What the gateway's tree holds and the hash that names its directory: launch/gateway_code.py.
 """
@@ -8,9 +8,10 @@ What the gateway's tree holds and the hash that names its directory: launch/gate
 from __future__ import annotations
 
 from sparkctl.errors import HostError
+from sparkctl.launch.names import SHIPPED_COMPLETE
 
 
-def ship(session, host: str, files: dict[str, bytes], final: str, root: str, complete: str, what: str) -> None:
+def ship(session, host: str, files: dict[str, bytes], final: str, root: str, what: str) -> None:
     import io
     import shlex
     import tarfile
@@ -29,7 +30,7 @@ def ship(session, host: str, files: dict[str, bytes], final: str, root: str, com
     part, q = f"{final}.partial", shlex.quote
     r = session.run(
         f"rm -rf {q(part)} && mkdir -p {q(part)} && tar -xf {q(tar_path)} -C {q(part)} && "
-        f"touch {q(part)}/{complete} && rm -rf {q(final)} && mv {q(part)} {q(final)}; rc=$?; "
+        f"touch {q(part)}/{SHIPPED_COMPLETE} && rm -rf {q(final)} && mv {q(part)} {q(final)}; rc=$?; "
         f"rm -f {q(tar_path)}; exit $rc"
     )
     if not r.ok:

@@ -161,10 +161,9 @@ def planned_hold(ctx: RunContext, host: str, stopping: list[str], down: bool, de
 
 @dataclass
 class HeldGateway:
-    """The hold this run sent (RunContext.outputs): where, what, and whether it was released since."""
+    """The hold this run sent (RunContext.outputs): on which host, and whether it was released since."""
 
     host: str
-    hold: Hold
     released: bool = False
 
 
@@ -182,7 +181,7 @@ def hold(ctx: RunContext, host: str, data: dict) -> str:
             f"the gateway did NOT take the hold ({exc.message}); it holds by itself once the engine refuses "
             "connections, but requests sent during the drain may end empty"
         )
-    ctx.outputs.gateway_hold = HeldGateway(host, h)
+    ctx.outputs.gateway_hold = HeldGateway(host)
     state = doc.get("state", "?")
     return f"gateway {state}: {h.clients()}"
 

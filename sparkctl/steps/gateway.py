@@ -84,7 +84,7 @@ class GatewayStep(Step):
         from sparkctl.runtime.code_ship import ship
 
         files, final = gateway_code.files(), gateway_code.directory()
-        ship(ctx.session(host), host, files, final, placement.CODE_ROOT, gateway_code.COMPLETE, "the gateway's code")
+        ship(ctx.session(host), host, files, final, placement.CODE_ROOT, "the gateway's code")
         return f"gateway code {gateway_code.code_hash()} in {final} ({len(files)} files)"
 
     def _start(self, ctx: RunContext, host: str) -> str:

@@ -53,6 +53,20 @@ def read_from_head(path: str, head: HostSession) -> str:
     return key
 
 
+def once(read: Callable[[], Optional[str]]) -> Callable[[], Optional[str]]:
+    """`read` asked at most once, by the first of any threads that want the key; its answer kept."""
+    lock = threading.Lock()
+    got: list[Optional[str]] = []
+
+    def key() -> Optional[str]:
+        with lock:
+            if not got:
+                got.append(read())
+            return got[0]
+
+    return key
+
+
 def source(inv: Inventory, head: Callable[[], Optional[HostSession]]) -> Callable[[], Optional[str]]:
     """Where sparkctl's key for this cluster comes from, asked at most once (`head()`: a session
     to the head, None when this command has none). It keeps no reference to the inventory (the
@@ -61,17 +75,12 @@ def source(inv: Inventory, head: Callable[[], Optional[HostSession]]) -> Callabl
 
     path = inv.gateway.api_keys_file if inv.gateway.enabled else None
     engine_key = engine_api_key(inv)
-    lock = threading.Lock()
-    got: list[Optional[str]] = []
 
-    def key() -> Optional[str]:
-        with lock:
-            if not got:
-                session = head() if path else None
-                got.append(read_from_head(path, session) if path and session is not None else engine_key)
-            return got[0]
+    def read() -> Optional[str]:
+        session = head() if path else None
+        return read_from_head(path, session) if path and session is not None else engine_key
 
-    return key
+    return once(read)
 
 
 def authorize(inv: Inventory, fleet: Optional[Fleet]) -> None:

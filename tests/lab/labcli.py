@@ -29,7 +29,7 @@ URL = f"http://{HEAD_IP}:8888"  # the lab head's runtime
 
 def sparkctl(*args: str, rc: int | None = 0) -> dict:
     """One command's --json document; asserts its exit code (unless rc is None) and no traceback."""
-    p = _run([*args, "--json"])
+    p = run([*args, "--json"])
     assert "Traceback" not in p.stderr, p.stderr
     doc = json.loads(p.stdout) if p.stdout.strip() else {}
     if rc is not None:
@@ -37,7 +37,8 @@ def sparkctl(*args: str, rc: int | None = 0) -> dict:
     return doc
 
 
-def _run(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
+def run(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
+    """One command as a person runs it: its exit code, stdout and stderr (the human output)."""
     if threading.current_thread() is threading.main_thread():
         return clirun.sparkctl(args, env=ENV, timeout=timeout)
     return subprocess.run([sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True, env=ENV, timeout=timeout)

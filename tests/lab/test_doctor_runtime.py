@@ -51,12 +51,13 @@ def place_gateway_code(lab, host: str) -> None:
     import json
 
     from sparkctl.launch import gateway_code
+    from sparkctl.launch.names import SHIPPED_COMPLETE
 
     write = (
         "import json, os, sys; d = sys.argv[1]; files = json.load(sys.stdin)\n"
         "for rel, text in files.items():\n"
         "    os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True); open(os.path.join(d, rel), 'w').write(text)\n"
-        f"open(os.path.join(d, {gateway_code.COMPLETE!r}), 'w').close()\n"
+        f"open(os.path.join(d, {SHIPPED_COMPLETE!r}), 'w').close()\n"
     )
     files = {rel: data.decode() for rel, data in gateway_code.files().items()}
     r = lab.host_exec(host, ["python3", "-c", write, gateway_code.directory()], input=json.dumps(files))

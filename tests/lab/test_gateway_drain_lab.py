@@ -25,6 +25,8 @@ pytestmark = pytest.mark.lab
 
 NAME = "deepseek-v4.1-flash"
 ENGINE = f"{URL}/gateway/engine"  # the engine itself, through the gateway, never held
+# the gateway's 503s for a request it could not hold long enough (sparkctl/gateway/metrics.py)
+PAST_THE_HOLD = ("held_too_long", "hold_too_long")
 
 
 def engine_healthy() -> bool:
@@ -65,6 +67,7 @@ def test_a_docker_restart_of_the_engine_by_hand_gives_no_client_an_empty_answer(
     assert engine_healthy()
     drained_before = gateway_metric("sparkctl_gateway_upstream_errors_total", kind="drain")
     sent_before = gateway_metric("sparkctl_gateway_hold_seconds_count", outcome="sent")
+    past_hold_before = sum(gateway_metric("sparkctl_gateway_rejected_total", reason=r) for r in PAST_THE_HOLD)
     stop = threading.Event()
     outcomes: list[tuple[str, str]] = []
     long_outcome: list[tuple[str, str]] = []
@@ -104,17 +107,22 @@ def test_a_docker_restart_of_the_engine_by_hand_gives_no_client_an_empty_answer(
             t.join(150)
         drained = gateway_metric("sparkctl_gateway_upstream_errors_total", kind="drain") - drained_before
         sent = gateway_metric("sparkctl_gateway_hold_seconds_count", outcome="sent") - sent_before
+        past_hold = sum(gateway_metric("sparkctl_gateway_rejected_total", reason=r) for r in PAST_THE_HOLD) - past_hold_before
         if not engine_healthy():
             sparkctl("up", "-i", str(lab.INVENTORY_PATH))
     kinds = {k for k, _ in outcomes}
     print(f"docker restart: serving after `sparkctl restart` {came_back}; {len(outcomes)} short requests {sorted(kinds)}; the long one "
           f"{long_outcome[0][0] if long_outcome else None}; {drained:g} empty abort(s) held, {sent:g} held request(s) sent on")  # fmt: skip
     assert "empty" not in kinds and long_outcome and long_outcome[0][0] != "empty", (outcomes, long_outcome)
-    # every short request was served, or (the engine not back within hold_s) answered 503; none refused
+    # every short request was served, or answered 503 because it could not be held long enough: one held
+    # since the drain has less than hold_s (30 s) left when `sparkctl restart` announces its expected
+    # length (answered at once), or outlives it (a slow machine's drain and restart); none refused
     assert kinds <= {"ok", "status 503"}, [o for o in outcomes if o[0] not in ("ok", "status 503")]
+    answered_503 = sum(1 for k, _ in outcomes if k == "status 503")
+    assert answered_503 == past_hold, (answered_503, past_hold, [o for o in outcomes if o[0] != "ok"])
     # the drain was met: empty aborts were held, not passed on, and held requests were sent on
     assert drained >= 1, (came_back, long_outcome, outcomes[-20:])
     if came_back:
-        assert kinds == {"ok"}, outcomes
+        assert sum(1 for k, _ in outcomes[after_back:] if k == "ok") >= 6, outcomes[after_back:]  # it serves again
         assert sent >= 1
         assert long_outcome[0][0] in ("ok", "error event"), long_outcome  # finished in the drain, or cut at its end

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from labcli import ENV, URL, end_background, fresh_batched_tokens, sparkctl, start
+from labcli import ENV, URL, end_background, fresh_batched_tokens, run, sparkctl, start
 from labcli import variant as inventory_variant
 
 pytestmark = pytest.mark.lab
@@ -94,6 +94,14 @@ def test_check_shows_the_plan_and_restarts_nothing(lab, inv, tmp_path):
     assert [c["field"] for c in plan["changes"]] == ["runtime.served_model_name"]
     assert plan["restart_containers"] == ["sparkctl-worker", "sparkctl-head"] and plan["prediction"] == "warm"
     assert {h: started(lab, h, n) for h, n in (("head", "sparkctl-head"), ("offload", "sparkctl-drafter"))} == before
+    # a journal this sparkctl cannot read is said beside the plan, in the human output as in --json
+    lab.host_exec("head", ["sh", "-c", "echo '{torn' > /var/lib/sparkctl/state/journal.json"], check=True)
+    try:
+        human = run(["reload", "-i", str(inv), "--config", str(inv), "--check"])
+    finally:
+        lab.host_exec("head", ["rm", "-f", "/var/lib/sparkctl/state/journal.json"], check=True)
+    notes = [line for line in human.stdout.splitlines() if line.startswith("note: ")]
+    assert human.returncode == 0 and len(notes) == 1 and "journal.json" in notes[0], (human.stdout, human.stderr)
 
 
 def test_a_change_outside_the_compile_hash_is_warm_as_planned_and_one_inside_is_cold(lab, inv, tmp_path):

@@ -217,7 +217,18 @@ def test_the_fleet_layer_never_imports_the_cli():
 
 # The layers (docs/architecture.md), bottom first: a module imports its own layer and those below.
 LAYERS = {
-    0: {"errors", "resources", "templates", "httpclient", "data", "waits", "runbooks", "sse", ""},  # "": sparkctl/__init__.py
+    0: {
+        "errors",
+        "resources",
+        "templates",
+        "httpclient",
+        "data",
+        "waits",
+        "interrupts",
+        "runbooks",
+        "sse",
+        "",
+    },  # "": sparkctl/__init__.py
     1: {"transport", "inventory", "launch"},
     2: {"facts", "session", "state", "lock", "reload_outcome", "records", "placement"},
     3: {"checks", "steps", "runner", "runtime", "weights"},

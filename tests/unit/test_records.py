@@ -15,10 +15,11 @@ import pytest
 from hostfacts import host_facts, inventory, sec
 from test_checks import INV as DOCTOR_INV
 from test_checks import H, by, edit, run, sections
-from test_reload_plan import recorded
+from test_reload_plan import changed, recorded
 
 from sparkctl import state
 from sparkctl.errors import InputError
+from sparkctl.history import rollback_targets
 from sparkctl.keeper.policy import Cause
 from sparkctl.launch.keeper import UNIT, UNIT_PATH
 from sparkctl.records import JournalRecord, KeeperRecord, TimelineEntry, dump
@@ -92,18 +93,34 @@ def test_a_torn_or_foreign_events_line_is_skipped_not_fatal():
 
 
 def test_a_history_file_that_is_not_a_record_is_listed_but_never_a_rollback_target():
+    newer = recorded(changed(served_model_name="renamed"))
     text = (
         f"@@file 20261129T153854Z-old.json\n{json.dumps(dump(recorded()))}\n"
         '@@file 20261130T000000Z-torn.json\n{"config_hash": \n'  # made up: cut off mid-write
+        f"@@file 20261201T000000Z-newer.json\n{json.dumps(dump(newer))}\n"
     )
     f = head(history=text)
     assert [(h.file, h.unreadable) for h in f.history] == [
         ("20261129T153854Z-old.json", False),
         ("20261130T000000Z-torn.json", True),
+        ("20261201T000000Z-newer.json", False),
     ]
-    assert _history_record(f.history, 1).config_hash == recorded().config_hash
-    with pytest.raises(InputError, match="the head keeps 1 earlier config"):
-        _history_record(f.history, 2)
+    # `history` numbers the targets as `rollback --to` counts them, and names the torn file apart
+    targets = {t.n: (t.file, t.config_hash) for t in rollback_targets(f.history)}
+    assert targets == {
+        2: ("20261129T153854Z-old.json", recorded().config_hash),
+        1: ("20261201T000000Z-newer.json", newer.config_hash),
+    }
+    for n, (file, config_hash) in targets.items():
+        assert (_history_record(f.history, n).file, _history_record(f.history, n).config_hash) == (file, config_hash)
+    with pytest.raises(InputError, match="the head keeps 2 earlier config"):
+        _history_record(f.history, 3)
+
+
+def test_an_event_a_newer_sparkctl_wrote_keeps_the_keys_this_one_does_not_know():
+    line = '{"at": "2026-12-06T01:00:00Z", "command": "reload", "outcome": "ok", "rollout": "canary-2"}\n'  # made up
+    f = head(events=EVENTS + line)
+    assert dump(f.events[-1]) == json.loads(line)  # what `history --json` prints
 
 
 def keeper_doctor(keeper_json: str):

@@ -1,0 +1,58 @@
+"""How a signal becomes KeyboardInterrupt in sparkctl's main thread: Ctrl-C in every run, and SIGTERM
+and SIGHUP (a closed terminal, a dropped SSH session to the control host) while a run changes the
+cluster, so its lock is released and a rollout's report still says where each member is.
+
+CPython runs a Python signal handler in the main thread at its next bytecode boundary, wherever
+that is. Inside the import machinery that can be a weakref callback (`_get_module_lock`'s `cb`)
+just after it took the import lock: the KeyboardInterrupt is printed as "Exception ignored" and lost,
+and the import lock stays held, so a thread importing lazily waits forever and the main thread joins
+it forever (ci23: a Ctrl-C'd `up --check` hung). A signal that arrives there is raised RETRY_S later
+instead, once the main thread has left the import machinery (SIGALRM brings it back).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+from typing import Any, Optional
+
+RETRY_S = 0.02
+_IMPORT_MACHINERY = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
+_TERMINATION = (signal.SIGTERM, signal.SIGHUP)
+
+_deferred: Optional[int] = None  # the signal that came inside the import machinery, not yet raised
+
+
+def raise_interrupt(signum: int, frame: Optional[FrameType]) -> None:
+    """The handler: KeyboardInterrupt ("signal N" for SIGTERM and SIGHUP), outside the import machinery."""
+    global _deferred
+    if signum == signal.SIGALRM:  # the retry of a deferred one
+        if _deferred is None:
+            return
+        signum = _deferred
+    if frame is not None and frame.f_code.co_filename in _IMPORT_MACHINERY:
+        _deferred = signum
+        signal.signal(signal.SIGALRM, raise_interrupt)
+        signal.setitimer(signal.ITIMER_REAL, RETRY_S)
+        return
+    _deferred = None
+    raise KeyboardInterrupt() if signum == signal.SIGINT else KeyboardInterrupt(f"signal {signum}")
+
+
+def on_ctrl_c() -> None:
+    """The console script's Ctrl-C (called in the main thread, before the command runs)."""
+    signal.signal(signal.SIGINT, raise_interrupt)
+
+
+def on_termination() -> dict[int, Any]:
+    """SIGTERM and SIGHUP end the run like Ctrl-C until `restore(previous)`; the handlers they had.
+    Only the main thread may set handlers: elsewhere (a command run in a thread) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, raise_interrupt) for sig in _TERMINATION}
+
+
+def restore(previous: dict[int, Any]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
