@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 from sparkctl.facts.base import Reading, Target, fact, host_fields
+from sparkctl.facts.probe import mark_recorded
 
 if TYPE_CHECKING:
     from sparkctl.facts.host import HostFacts
@@ -110,10 +111,9 @@ def changed_checksum_command(target: str) -> str:
     print `unchanged NAME` for the others. Hashing all of ~220 GiB on every run would take minutes."""
     t = shlex.quote(target)
     return (
-        f"cd {t} && {_TABLES} -printf '%s %C@ %P\\n' | sort -k3 | "
-        f"while read -r size ctime name; do "
-        f'if grep -qxF -- "$size $ctime $name" {STAT} 2>/dev/null; then echo "unchanged $name"; '
-        f'else sha256sum -- "$name"; fi; done'
+        f"cd {t} && {_TABLES} -printf '%s %C@ %P\\n' | sort -k3 | {mark_recorded(STAT)} | "
+        "while read -r seen size ctime name; do "
+        'if [ "$seen" = u ]; then echo "unchanged $name"; else sha256sum -- "$name"; fi; done'
     )
 
 

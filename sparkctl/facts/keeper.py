@@ -44,7 +44,9 @@ def _unit_probe(t: Target) -> Optional[str]:
         'echo "systemctl $(command -v systemctl || true)"; '
         f'echo "enabled $(systemctl is-enabled {unit.UNIT} 2>/dev/null || true)"; '
         f'echo "active $(systemctl is-active {unit.UNIT} 2>/dev/null || true)"; '
-        f'for f in {files}; do echo "sum $f $(sha256sum < "$f" 2>/dev/null | cut -c1-64)"; done; '
+        # one sha256sum for the three (a file absent: "sum PATH" with no hash, from the shell alone)
+        f'sha256sum -- {files} 2>/dev/null | while read -r h p; do echo "sum $p $h"; done; '
+        f'for f in {files}; do [ -e "$f" ] || echo "sum $f "; done; '
         f'echo "pub $(cat {q(unit.KEY)}.pub 2>/dev/null)"'
     )
 

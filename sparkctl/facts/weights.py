@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 from sparkctl.facts.base import Reading, Target, fact, host_fields
+from sparkctl.facts.probe import mark_recorded
 
 if TYPE_CHECKING:
     from sparkctl.facts.host import HostFacts
@@ -76,11 +77,14 @@ def hash_command(folder: str, only_changed: bool = True, names: Optional[list[st
         if names is not None
         else f"{_FILES} | sort -k3"
     )
-    changed = f'if grep -qxF -- "$size $ctime $name" {STAT} 2>/dev/null; then echo "unchanged $name"; continue; fi; '
+    each = (
+        f"{listing} | {mark_recorded(STAT)} | while read -r seen size ctime name; do "
+        'if [ "$seen" = u ]; then echo "unchanged $name"; continue; fi; '
+        if only_changed
+        else f"{listing} | while read -r size ctime name; do "
+    )
     return (
-        f"cd {f} && {listing} | while read -r size ctime name; do "
-        + (changed if only_changed else "")
-        + 'echo "s $(sha256sum < "$name" | cut -c1-64) $name"; '
+        f"cd {f} && {each}" + 'echo "s $(sha256sum < "$name" | cut -c1-64) $name"; '
         f'if [ "$size" -lt {GIT_HASHED_BELOW} ]; then '
         # the git blob id: sha1 of "blob <size>\\0" + the bytes (what the hub lists for a non-LFS file)
         'echo "g $({ printf "blob %s\\000" "$size"; cat -- "$name"; } | sha1sum | cut -c1-40) $name"; fi; done'

@@ -134,6 +134,7 @@ def test_counting_beats_code_beats_prose(throughput):
         assert tps[0] > tps[2], (streams, tps)
 
 
+@pytest.mark.paced
 def test_four_streams_aggregate_more_than_one(throughput_sim, throughput):
     """Batching: one engine step verifies every running stream's drafts, and a step of 4 costs about
     twice a step of 1 (calibration.StepModel), so 4 streams aggregate ~2x one stream's tok/s on the
@@ -185,6 +186,7 @@ def test_context_sweep_falls(sim, tmp_path):
     assert lengths[0] == pytest.approx(calibration.expected_acceptance_length(ACCEPTANCE["code"], K), rel=0.05)
 
 
+@pytest.mark.paced
 def test_prefill_overhead_is_subtracted_and_the_short_request_waits(throughput_sim, tmp_path):
     # on the slower clock: the 32K prefill lasts ~2 s of modelled time (0.6 s at the module's scale), so
     # the short request is sent with most of it ahead whatever the machine's load

@@ -85,7 +85,8 @@ class Gateway:
             if pred(st):
                 return st
             time.sleep(0.02)
-        raise AssertionError(f"gateway status never matched: {st}")
+        # the gateway's own account of what it did (its log's tail) beside its status
+        raise AssertionError(f"gateway status never matched: {st}\n{self.proc.log()[-3000:]}")
 
     def stop(self) -> None:
         self.client.close()

@@ -48,6 +48,21 @@ def test_unchanged_files_keep_the_hash_verified_at_placement():
     assert parse_changed_sums(f"unchanged t0\n{C}  t1\n", {"t0": A, "t1": B}) == {"t0": A, "t1": C}
 
 
+def test_only_the_tables_changed_since_placement_are_hashed_again_on_real_files(tmp_path):
+    import hashlib
+    import subprocess
+
+    from sparkctl.facts.engram import changed_checksum_command, stat_command
+
+    for n in ("table-000.bin", "table-001.bin"):
+        (tmp_path / n).write_bytes(n.encode())
+    subprocess.run(["sh", "-c", stat_command(str(tmp_path))], check=True)
+    (tmp_path / "table-001.bin").write_bytes(b"flipped")  # any write moves its ctime
+    out = subprocess.run(["sh", "-c", changed_checksum_command(str(tmp_path))], capture_output=True, text=True).stdout
+    placed = {"table-000.bin": A, "table-001.bin": B}
+    assert parse_changed_sums(out, placed) == {"table-000.bin": A, "table-001.bin": hashlib.sha256(b"flipped").hexdigest()}
+
+
 def test_fresh_host_mounts_then_copies_every_file():
     p = plan(mounted=False, marker="", hashes="", hashes_rc=1)
     assert [ch.action for ch in p.changes] == ["mount", "copy"]

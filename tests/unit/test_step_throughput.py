@@ -85,6 +85,7 @@ def measure_under_load(engine, baselines: dict, ratio=0.8):
     return ThroughputStep().apply(ctx, Plan("throughput", "head", (Change("measure", "measure", op),))), ctx.outputs
 
 
+@pytest.mark.paced
 def test_under_load_the_engines_own_timings_are_judged_and_a_marlin_slow_engine_fails(engine, monkeypatch):
     monkeypatch.setenv("SPARKCTL_ONLY_NETWORKS", "127.0.0.0/8")
     users = Users(engine)

@@ -202,6 +202,23 @@ def test_the_hash_command_and_its_parser_agree_on_real_files(tmp_path):
     assert got["original/w.bin"].sha256 == hashlib.sha256(b"\0" * 5000).hexdigest()
 
 
+def test_a_file_the_stat_record_vouches_for_is_not_hashed_again_and_a_touched_one_is(tmp_path):
+    import subprocess
+
+    from sparkctl.facts.weights import stat_command
+
+    (tmp_path / "original").mkdir()
+    (tmp_path / "config.json").write_bytes(b'{"a": 1}\n')
+    (tmp_path / "original" / "w bin").write_bytes(b"\0" * 5000)  # a space in the name, as the hub allows
+    subprocess.run(["sh", "-c", stat_command(str(tmp_path))], check=True)
+    out = subprocess.run(["sh", "-c", hash_command(str(tmp_path))], capture_output=True, text=True).stdout
+    assert sorted(out.splitlines()) == ["unchanged config.json", "unchanged original/w bin"]
+    (tmp_path / "original" / "w bin").write_bytes(b"\1" * 5000)  # rewritten: its ctime moves
+    out = subprocess.run(["sh", "-c", hash_command(str(tmp_path))], capture_output=True, text=True).stdout
+    assert "unchanged config.json" in out.splitlines()
+    assert parse_hashes(out)["original/w bin"].sha256 == hashlib.sha256(b"\1" * 5000).hexdigest()
+
+
 def test_staging_is_a_hidden_sibling_on_the_same_filesystem():
     assert staging_path("/models/DeepSeek-V4-Flash") == "/models/.DeepSeek-V4-Flash.sparkctl-staging"
     assert staging_path("/models/DeepSeek-V4-Flash/") == "/models/.DeepSeek-V4-Flash.sparkctl-staging"
