@@ -37,11 +37,13 @@ def sparkctl(*args: str, rc: int | None = 0) -> dict:
     return doc
 
 
-def run(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
-    """One command as a person runs it: its exit code, stdout and stderr (the human output)."""
+def run(args: list[str], timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """One command as a person runs it: its exit code, stdout and stderr (the human output), in
+    `env` (ENV when None)."""
+    env = ENV if env is None else env
     if threading.current_thread() is threading.main_thread():
-        return clirun.sparkctl(args, env=ENV, timeout=timeout)
-    return subprocess.run([sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True, env=ENV, timeout=timeout)
+        return clirun.sparkctl(args, env=env, timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True, env=env, timeout=timeout)
 
 
 BACKGROUND: list[subprocess.Popen] = []  # started by start(); end_background() ends what a test left

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from labcli import URL
+from labcli import URL, run
 
 pytestmark = pytest.mark.lab
 
@@ -69,9 +69,7 @@ def sh(script: str, inventory: Path, timeout: float = 600) -> subprocess.Complet
 
 
 def doctor_json(inventory: Path, *args: str) -> dict:
-    r = subprocess.run([sys.executable, "-m", "sparkctl", "doctor", "-i", str(inventory), "--json", *args],
-                       capture_output=True, text=True, timeout=300, env=env(inventory))  # fmt: skip
-    return json.loads(r.stdout)
+    return json.loads(run(["doctor", "-i", str(inventory), "--json", *args], timeout=300, env=env(inventory)).stdout)
 
 
 def not_ok(doc: dict) -> dict[tuple[str, str], dict]:
@@ -139,8 +137,7 @@ def up(inventory: Path) -> None:
 
 def doctor_human(inventory: Path, *args: str) -> subprocess.CompletedProcess:
     """`sparkctl doctor` as a person runs it: the default output at 80 columns."""
-    return subprocess.run([sys.executable, "-m", "sparkctl", "doctor", *args], capture_output=True, text=True, timeout=300,
-                          env=env(inventory))  # fmt: skip
+    return run(["doctor", *args], timeout=300, env=env(inventory))
 
 
 def named(out: str, check: str, host: str) -> bool:
