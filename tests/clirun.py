@@ -9,7 +9,8 @@ Python (~0.5 CPU-s of imports per run). The run sees what a process of its own w
 
 What it changed of this process is put back when it ends: the environment, the working directory,
 sys.argv and the standard streams, the handlers of SIGINT, SIGTERM, SIGHUP and SIGALRM, the root
-logger's handlers, the URL prefixes sparkctl sends a key to (httpclient.authorize); and its
+logger's handlers, the URL prefixes sparkctl sends a key to (httpclient.authorize), the secrets it
+masks (transport/redact.py: each run starts knowing none, as a process does); and its
 non-daemon threads are waited for (up to 10 s), as a process's exit waits for them.
 
 What only a process shows (the console script, signals, a closed or redirected file descriptor, a
@@ -98,6 +99,7 @@ def _exit_code(code: object) -> int:
 def _process_state(env: Mapping[str, str] | None, cwd: str | os.PathLike[str] | None) -> Iterator[None]:
     from sparkctl import httpclient
     from sparkctl.cli import output
+    from sparkctl.transport import redact
 
     saved_env, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
     saved_streams = (sys.stdin, sys.stdout, sys.stderr)
@@ -105,6 +107,10 @@ def _process_state(env: Mapping[str, str] | None, cwd: str | os.PathLike[str] | 
     root = logging.getLogger()
     saved_logging = (list(root.handlers), root.level)
     saved_keys = dict(httpclient._KEYS)
+    # the values and names sparkctl masks once it has seen them: a process starts knowing none (a run
+    # must not be masked by what an earlier run learnt, which would hide a leak its own process shows)
+    saved_secrets = (set(redact._known_secrets), set(redact._secret_names))
+    _set_secrets(redact, set(), set())
     threads_before = set(threading.enumerate())
     if env is not None:
         os.environ.clear()
@@ -131,6 +137,15 @@ def _process_state(env: Mapping[str, str] | None, cwd: str | os.PathLike[str] | 
             httpclient._KEYS.update(saved_keys)
         output.answer.cache_clear()
         output.diagnostics.cache_clear()
+        _set_secrets(redact, *saved_secrets)
+
+
+def _set_secrets(redact, values: set[str], names: set[str]) -> None:
+    with redact._lock:
+        redact._known_secrets.clear()
+        redact._known_secrets.update(values)
+        redact._secret_names.clear()
+        redact._secret_names.update(names)
 
 
 def _join_left_threads(before: set[threading.Thread], within: float = 10) -> None:

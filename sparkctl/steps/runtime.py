@@ -513,22 +513,26 @@ class RuntimeStep(Step):
         deadline = time.monotonic() + float(ctx.options.timeout or DEFAULT_TIMEOUT)
         client = ctx.session(host).docker()
         t0 = time.monotonic()
-        phase = "starting"
         next_peer_look = t0
         with httpclient.client() as http:
-            while True:
+
+            def look() -> tuple[str, str]:
+                """The head's phase and log; a HostError when it died (its container stopped, or a fatal line)."""
                 try:
                     c = client.containers.get(name)
                     log = c.logs(tail=400).decode(errors="replace")
                 except docker.errors.NotFound:
                     raise HostError(f"{host}: {name} disappeared while starting") from None
-                phase = phase_of(log)
                 fatal = fatal_line(log)
                 if c.status != "running" or fatal:
                     raise HostError(
-                        f"{host}: runtime died while {phase}: {fatal or 'container ' + c.status}",
+                        f"{host}: runtime died while {phase_of(log)}: {fatal or 'container ' + c.status}",
                         fix=f"read `docker logs {name}` on the head and run `sparkctl doctor`",
                     )
+                return phase_of(log), log
+
+            while True:
+                phase, log = look()
                 if health.health(http, url) == 200:
                     break
                 # the peers' containers (through their SDK connections) once a second, not at every
@@ -538,6 +542,10 @@ class RuntimeStep(Step):
                     next_peer_look = time.monotonic() + PEER_LOOK_S
                     dead = self._dead_peer(ctx, host)
                 if dead:
+                    # the head again first: a head that died (a flag vLLM refuses) takes its Ray head
+                    # with it, and then the worker's `ray start --block`; the cause is the head's
+                    # (ci27: beside stress the worker's exit was seen first)
+                    phase, log = look()
                     raise HostError(
                         f"{host}: runtime cannot start while {phase}: {dead}",
                         fix="read `docker logs` of that container on its host and run `sparkctl doctor`",

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
+from labcli import run as run_cli
 
 pytestmark = pytest.mark.lab
 
@@ -16,7 +16,7 @@ ENV["SPARKCTL_ONLY_NETWORKS"] = "127.0.0.0/8,10.231.0.0/16"
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True, env=ENV, timeout=120)
+    return run_cli(list(args), timeout=120, env=ENV)
 
 
 def test_history_and_status_answer_on_stdout(lab):

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from labcli import run
 
 pytestmark = pytest.mark.lab
 
@@ -21,7 +20,7 @@ ENV = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8,10.231.0.0/16"}
 
 
 def sparkctl(*args: str) -> dict:
-    p = subprocess.run([sys.executable, "-m", "sparkctl", *args, "--json"], capture_output=True, text=True, env=ENV, timeout=600)
+    p = run([*args, "--json"], env=ENV)
     assert "Traceback" not in p.stderr, p.stderr
     return json.loads(p.stdout)
 

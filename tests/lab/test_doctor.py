@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from labcli import run
 
 from sparkctl_lab.paths import INVENTORY_PATH
 
@@ -89,10 +88,7 @@ def doctor_lab(lab):
 
 def run_doctor(inv: Path, *args: str) -> tuple[int, dict, str]:
     env = {**os.environ, "SPARKCTL_ONLY_NETWORKS": FENCE, "COLUMNS": "200"}
-    r = subprocess.run(
-        [sys.executable, "-m", "sparkctl", "doctor", "-i", str(inv), *args],
-        capture_output=True, text=True, timeout=300, env=env,
-    )  # fmt: skip
+    r = run(["doctor", "-i", str(inv), *args], timeout=300, env=env)
     doc = json.loads(r.stdout) if "--json" in args else {}
     return r.returncode, doc, r.stderr
 
@@ -145,16 +141,14 @@ def test_full_run_names_every_check(doctor_lab):
 def test_table_on_stdout(doctor_lab):
     lab, inv = doctor_lab
     env = {**os.environ, "SPARKCTL_ONLY_NETWORKS": FENCE, "COLUMNS": "200"}
-    r = subprocess.run([sys.executable, "-m", "sparkctl", "doctor", "-i", str(inv), "--only", "fabric", "-v"],
-                       capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    r = run(["doctor", "-i", str(inv), "--only", "fabric", "-v"], timeout=120, env=env)
     assert r.returncode == 0 and r.stderr == ""  # the table is the answer (`doctor | less`)
     # -v: every row
     assert "fabric.ping" in r.stdout and "enP2p1s0f0np0" in r.stdout and " ok " in r.stdout
     assert "gpu.model" not in r.stdout  # --only
     assert " in " in r.stdout.splitlines()[-1] and r.stdout.rstrip().endswith(" s")
     # the default: a line per group, nothing expanded on a healthy cluster, the same summary line
-    r = subprocess.run([sys.executable, "-m", "sparkctl", "doctor", "-i", str(inv), "--only", "fabric"],
-                       capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    r = run(["doctor", "-i", str(inv), "--only", "fabric"], timeout=120, env=env)
     assert r.returncode == 0 and r.stderr == "" and "fabric.ping" not in r.stdout
     assert any(line.startswith("fabric ") for line in r.stdout.splitlines())
     assert r.stdout.rstrip().endswith(" s")

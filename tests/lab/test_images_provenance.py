@@ -8,11 +8,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
+from labcli import run
 
 pytestmark = pytest.mark.lab
 
@@ -21,8 +20,7 @@ HOSTS = ("head", "worker", "offload")
 
 
 def sparkctl(*args: str) -> tuple[int, dict]:
-    p = subprocess.run([sys.executable, "-m", "sparkctl", *args, "--json"], capture_output=True, text=True, env=ENV,
-                       timeout=600)  # fmt: skip
+    p = run([*args, "--json"], env=ENV)
     assert "Traceback" not in p.stderr, p.stderr
     return p.returncode, json.loads(p.stdout)
 

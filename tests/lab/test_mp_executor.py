@@ -8,14 +8,12 @@ happens.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
-from labcli import ENV, URL, sparkctl
+from labcli import ENV, URL, run, sparkctl
 
 from sparkctl_lab.topology import HOSTS
 
@@ -89,13 +87,7 @@ def test_a_killed_worker_rank_under_mp_is_named_by_doctor_with_the_runbook(lab, 
         if peer["status"] == "failed":
             break
     assert peer["status"] == "failed" and "Worker proc VllmWorker-1 died unexpectedly (exit code: -9)" in peer["message"]
-    shown = subprocess.run(
-        [sys.executable, "-m", "sparkctl", "doctor", "-i", str(mp), "--only", "runtime"],
-        capture_output=True,
-        text=True,
-        env={**ENV, "COLUMNS": "200"},
-        timeout=300,
-    )
+    shown = run(["doctor", "-i", str(mp), "--only", "runtime"], timeout=300, env={**ENV, "COLUMNS": "200"})
     report = shown.stdout + shown.stderr
     assert shown.returncode == 1 and "runtime.peer" in report, report
     assert "runbook: sparkctl runbook worker-lost" in re.sub(r"\s+", " ", report), report  # no runbook_base_url in the lab

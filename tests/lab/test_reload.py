@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -19,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from labcli import ENV, URL, end_background, fresh_batched_tokens, run, sparkctl, start
+from labcli import URL, end_background, fresh_batched_tokens, run, sparkctl, start
 from labcli import variant as inventory_variant
 
 pytestmark = pytest.mark.lab
@@ -216,8 +214,7 @@ def test_a_second_reload_is_refused_by_the_lock_naming_the_holder(lab, inv, tmp_
         while journal(lab) is None and time.monotonic() < deadline:
             time.sleep(0.05)
         other = variant(inv, tmp_path, "renamed", served_model_name="lab-renamed")
-        p = subprocess.run([sys.executable, "-m", "sparkctl", "reload", "-i", str(inv), "--config", str(other), "--yes"],
-                           capture_output=True, text=True, env=ENV, timeout=120)  # fmt: skip
+        p = run(["reload", "-i", str(inv), "--config", str(other), "--yes"], timeout=120)
         assert p.returncode == 1 and "locked by" in p.stderr and "reload" in p.stderr, p.stderr
     finally:
         assert first.wait(300) == 0, first.stderr.read()[-2000:]
@@ -239,8 +236,7 @@ def test_sigkill_mid_reload_is_reported_and_resume_or_rollback_restores_service(
     # the next command that touches the cluster reports it
     hist = sparkctl("history", "-i", str(inv))
     assert hist["interrupted"]["phase"] == phase
-    refused = subprocess.run([sys.executable, "-m", "sparkctl", "reload", "-i", str(inv), "--config", str(new), "--yes"],
-                             capture_output=True, text=True, env=ENV, timeout=60)  # fmt: skip
+    refused = run(["reload", "-i", str(inv), "--config", str(new), "--yes"], timeout=60)
     assert refused.returncode == 1 and "interrupted reload" in refused.stderr and "--resume" in refused.stderr
     if then == "resume":
         doc = sparkctl("reload", "-i", str(inv), "--config", str(new), "--resume", "--yes")

@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from labcli import HEAD_IP
+from labcli import HEAD_IP, run
 from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.lab
@@ -36,7 +36,7 @@ ENGINE = f"{URL}/gateway/engine"  # behind the gateway, on the head's loopback: 
 
 
 def sparkctl(*args: str, rc: int = 0) -> dict:
-    p = subprocess.run([sys.executable, "-m", "sparkctl", *args, "--json"], capture_output=True, text=True, env=ENV, timeout=600)
+    p = run([*args, "--json"], env=ENV)
     assert p.returncode == rc, (p.stdout[-3000:], p.stderr[-2000:])
     return json.loads(p.stdout)
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from labcli import run
 
 from sparkctl.transport.redact import MASK, state_digests
 
@@ -36,7 +36,7 @@ ALL = [*SECRETS.values(), URL_PASSWORD, TOKEN_SHAPED, MARKED]
 
 
 def sparkctl(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    p = subprocess.run([sys.executable, "-m", "sparkctl", *args], capture_output=True, text=True, env=ENV, timeout=timeout)
+    p = run(list(args), timeout=timeout, env=ENV)
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
     return p
 

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
-from labcli import HEAD_IP
+from labcli import HEAD_IP, run
 
 pytestmark = pytest.mark.lab
 
@@ -25,7 +23,7 @@ ENV = {**os.environ, "SPARKCTL_ONLY_NETWORKS": "127.0.0.0/8,10.231.0.0/16"}
 
 
 def sparkctl(*args: str, check_rc: int | None = 0) -> dict:
-    p = subprocess.run([sys.executable, "-m", "sparkctl", *args, "--json"], capture_output=True, text=True, env=ENV, timeout=600)
+    p = run([*args, "--json"], env=ENV)
     assert "Traceback" not in p.stderr, p.stderr
     doc = json.loads(p.stdout)
     if check_rc is not None:
@@ -189,7 +187,7 @@ def test_bad_inventory_touches_nothing_and_exits_2(tmp_path):
     doc = yaml.safe_load((ROOT / "inventories" / "lab.yaml").read_text())
     doc["runtime"]["max_num_seqs"] = "four"
     bad.write_text(yaml.safe_dump(doc))
-    p = subprocess.run([sys.executable, "-m", "sparkctl", "up", "-i", str(bad)], capture_output=True, text=True, env=ENV)
+    p = run(["up", "-i", str(bad)], env=ENV)
     assert p.returncode == 2
     assert "runtime.max_num_seqs" in p.stderr and "Traceback" not in p.stderr
 

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-from labcli import ENV, URL, sparkctl, start, variant
+from labcli import ENV, URL, run, sparkctl, start, variant
 
 from sparkctl_lab import checkpoint, hub
 from sparkctl_lab.topology import HOSTS
@@ -49,8 +47,7 @@ def rx(lab, host: str, dev: str) -> int:
 
 def run_json(*args: str, rc: int = 0, env: dict | None = None) -> dict:
     """labcli.sparkctl with extra environment, and the output checked for the token too."""
-    p = subprocess.run([sys.executable, "-m", "sparkctl", *args, "--json"], capture_output=True, text=True,
-                       env={**ENV, **(env or {})}, timeout=600)  # fmt: skip
+    p = run([*args, "--json"], env={**ENV, **(env or {})})
     assert p.returncode == rc and "Traceback" not in p.stderr, (p.returncode, p.stdout[-3000:], p.stderr[-3000:])
     for secret in (env or {}).values():
         assert secret not in p.stdout + p.stderr

@@ -143,3 +143,26 @@ def test_doctor_names_why_the_keeper_gave_up_and_an_unreadable_state_file():
     assert state.KEEPER in r.fix
 
     assert keeper_doctor(json.dumps(dump(KeeperRecord(recoveries_in_window=1, window_s=600)))).status == "ok"
+
+
+def test_every_model_of_sparkctl_is_built_when_its_module_is_imported():
+    """A model pydantic could not build at import is built on first use, which pydantic before 2.14
+    does not make thread safe (pydantic #13438: "BaseModel cannot be instantiated directly" from a
+    second thread); the facts read these records in a thread per host, at the pydantic floor too."""
+    import importlib
+    import pkgutil
+
+    from pydantic import BaseModel
+
+    import sparkctl
+
+    for m in pkgutil.walk_packages(sparkctl.__path__, "sparkctl."):
+        if not m.name.endswith("__main__"):
+            importlib.import_module(m.name)
+
+    def subclasses(cls: type) -> list[type]:
+        return [s for c in cls.__subclasses__() for s in (c, *subclasses(c))]
+
+    ours = [c for c in subclasses(BaseModel) if c.__module__.startswith("sparkctl.")]
+    assert len(ours) > 40  # the walk imported them
+    assert [f"{c.__module__}.{c.__qualname__}" for c in ours if not c.__pydantic_complete__] == []
