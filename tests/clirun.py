@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM)
@@ -38,7 +38,7 @@ class _Deadline(BaseException):
 
 
 def sparkctl(
-    args: list[str],
+    args: Sequence[str | os.PathLike[str]],
     *,
     env: Mapping[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
@@ -49,6 +49,7 @@ def sparkctl(
     `timeout` raises subprocess.TimeoutExpired, as subprocess.run does."""
     from sparkctl.cli.app import main
 
+    args = [os.fspath(a) for a in args]  # a Path argument is its string, as subprocess.run makes it
     out, err = _pipe(), _pipe()
     code = 0
     with _process_state(env, cwd):
