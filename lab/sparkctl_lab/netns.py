@@ -66,11 +66,18 @@ def links(netns: str | None) -> dict[str, dict]:
 def foreign_routes() -> list[str]:
     """Routes in the root namespace into this lab's range that no lab made (the other labs beside
     it, paths.INSTANCE, route their own ranges: topo.ALL_SUBNETS, topo.RUNNER_DEVICES)."""
-    own = [ipaddress.ip_network(s) for s in topo.SUBNETS]
-    labs = {ipaddress.ip_network(s) for s in topo.ALL_SUBNETS}
     r = ip("-j", "route", "show", "table", "all", check=False)
+    return foreign(json.loads(r.stdout or "[]"), topo.SUBNETS, topo.ALL_SUBNETS, topo.RUNNER_DEVICES)
+
+
+def foreign(
+    routes: list[dict], subnets: tuple[str, ...], all_subnets: tuple[str, ...], runner_devices: tuple[str, ...]
+) -> list[str]:
+    """Of `ip -j route show` routes, those into `subnets` (this lab's) that no lab made."""
+    own = [ipaddress.ip_network(s) for s in subnets]
+    labs = {ipaddress.ip_network(s) for s in all_subnets}
     found = []
-    for route in json.loads(r.stdout or "[]"):
+    for route in routes:
         dst = route.get("dst", "")
         try:
             net = ipaddress.ip_network(dst, strict=False)
@@ -78,9 +85,14 @@ def foreign_routes() -> list[str]:
             continue
         if net.version != 4 or not any(net.overlaps(o) for o in own):
             continue
-        if route.get("dev") in topo.RUNNER_DEVICES:
+        if route.get("dev") in runner_devices:
             continue
         if route.get("type") == "unreachable" and net in labs:
+            continue
+        # inside another lab's range that holds none of ours: that lab's (the first lab's /16 holds
+        # the others': test_lab_updown's blackhole in lab 2's range is no concern of lab 1's or 0's)
+        owner = max((n for n in labs if net.subnet_of(n)), key=lambda n: n.prefixlen, default=None)
+        if owner is not None and owner not in own and not any(o.subnet_of(owner) for o in own):
             continue
         found.append(f"{route.get('type', 'unicast')} {dst}" + (f" dev {route['dev']}" if route.get("dev") else ""))
     return found

@@ -98,3 +98,27 @@ def test_each_lab_stays_in_its_own_range_inside_what_the_fence_allows(labs):
 def test_an_instance_the_machine_cannot_have_is_refused_naming_the_variable():
     r = lab_of("3")
     assert r.returncode != 0 and "SPARKCTL_LAB_INSTANCE='3'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_route_in_another_labs_range_is_that_labs_and_one_in_ours_is_refused():
+    """`lab up`'s range check (netns.foreign): the first lab's /16 holds the other labs' ranges, so a
+    route test_lab_updown plants inside lab 2's range must not stop lab 0 coming up beside it (ci30)."""
+    from sparkctl_lab.netns import foreign
+    from sparkctl_lab.topology import SUBNETS_OF
+
+    # `ip -j route show table all` as Debian 12's iproute2 prints these routes (made up: their shape)
+    routes = [
+        {"type": "blackhole", "dst": "10.231.17.0/24", "flags": []},  # inside lab 2's 10.231.16.0/20
+        {"type": "blackhole", "dst": "10.231.129.0/24", "flags": []},  # inside lab 1's 10.231.128.0/17
+        {"dst": "10.231.0.0/24", "dev": "lab-mgmt", "protocol": "kernel", "scope": "link", "flags": []},  # a runner's
+        {"type": "unreachable", "dst": "10.231.16.0/20", "flags": []},  # a lab's own
+        {"dst": "default", "gateway": "172.17.0.1", "dev": "eth0", "flags": []},
+    ]
+    devices = ("lab-mgmt", "lab1-mgmt", "lab2-mgmt")
+    every = tuple(s for own in SUBNETS_OF for s in own)
+    assert foreign(routes, SUBNETS_OF[0], every, devices) == []
+    assert foreign(routes, SUBNETS_OF[1], every, devices) == ["blackhole 10.231.129.0/24"]
+    assert foreign(routes, SUBNETS_OF[2], every, devices) == ["blackhole 10.231.17.0/24"]
+    # a route over the whole /16 is in every lab's way
+    whole = [{"type": "blackhole", "dst": "10.231.0.0/16", "flags": []}]
+    assert all(foreign(whole, own, every, devices) == ["blackhole 10.231.0.0/16"] for own in SUBNETS_OF)
