@@ -122,6 +122,10 @@ class Engine:
         self.steps = 0
         self._wake = threading.Event()
         self._clock = 0.0  # the modelled end of the last step (time.monotonic's scale)
+        # a step's outputs, handed to their requests after its stats: vLLM's output handler records the
+        # step's scheduler and iteration stats before a client is sent the output (v1/engine/async_llm.py
+        # output_handler), so a client that saw its last token never finds itself still running in /metrics
+        self._outbox: list[tuple[Request, tuple]] = []
         # interval stats for the periodic log lines
         self.iv = collections.Counter()
         self.iv_pos = [0] * self.k
@@ -256,6 +260,9 @@ class Engine:
                     self.steps += 1
                     self._apply(plan, self._clock)
                     self._publish_gauges()
+                    for r, event in self._outbox:
+                        r.events.put(event)
+                    self._outbox.clear()
         except Exception:  # a bug in the simulator must not look like a healthy server
             with self.lock:
                 self._die("EngineCore crashed:\n" + traceback.format_exc())
@@ -471,7 +478,7 @@ class Engine:
         elif produced or reason:
             m.observe(m.itl, now - (r.last_token or now))
         r.last_token = now
-        r.events.put(("delta", text, len(produced), reason))
+        self._outbox.append((r, ("delta", text, len(produced), reason)))
         if reason:
             self._finish(r, reason, now, notify=False)
         return len(produced)
