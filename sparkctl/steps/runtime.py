@@ -444,6 +444,10 @@ class RuntimeStep(Step):
                 ops.append(Change("wait-drafter", "wait until the drafter answers /health"))
             elif d.loading and any(s.role == "head" for s in specs):
                 ops.append(Change("wait-serving", f"wait for the loading runtime, not restarting it: {d.loading}"))
+            if "drafter" in groups and "engine" not in groups and any(s.role == "head" for s in specs):
+                # the engine was left running through the drafter's outage: an overlay that did not
+                # ride it out (docs/inventory.md) has stopped it, and a reload must not call that done
+                ops.append(Change("check-head", "check the engine still serves once the new drafter answers: one streamed token"))
             left = _hold_left_behind(ctx, h) if not any(c.action == "wait-serving" for c in ops) else None
             if left:  # (a head that starts releases the gateway once it serves)
                 ops.append(Change("release", left))
@@ -467,6 +471,9 @@ class RuntimeStep(Step):
                 done.append(self._wait_serving(ctx, plan.host, head.name))
             elif c.action == "wait-drafter":
                 done.append(self._wait_drafter(ctx, plan.host))
+            elif c.action == "check-head":
+                head = next(s for s in ctx.launch.for_host(plan.host) if s.role == "head")
+                done.append(self._check_head(ctx, plan.host, head.name))
             elif c.action == "release":
                 done.append(release_gateway(ctx, plan.host) or "gateway released (no request was held)")
         return "; ".join(done)
@@ -493,6 +500,34 @@ class RuntimeStep(Step):
                 )
             ctx.progress(host, self.name, f"waiting for the drafter ({time.monotonic() - t0:.0f} s)")
             time.sleep(0.25)
+
+    def _check_head(self, ctx: RunContext, host: str, name: str) -> str:
+        """After a drafter-only restart (the drafter answers again): the engine that stayed up still
+        serves a streamed token; else the head's own fatal line says why it stopped."""
+        import docker
+        import httpx
+
+        inv = ctx.inventory
+        url = health.base_url(inv)
+        with httpclient.client() as http:
+            status = health.health(http, url)
+            if status == 200:
+                try:
+                    health.first_token(http, url, inv.runtime.served_model_name)
+                    return "the engine still serves with the new drafter (a streamed token)"
+                except (httpx.HTTPError, ValueError) as exc:
+                    why = f"a streamed completion failed: {exc}"
+            else:
+                why = f"its /health answers {status}" if status else "its /health does not answer"
+        try:
+            fatal = fatal_line(ctx.session(host).docker().containers.get(name).logs(tail=400).decode(errors="replace"))
+        except docker.errors.NotFound:
+            fatal = f"{name} is gone"
+        raise HostError(
+            f"{host}: the engine stopped serving while the drafter restarted ({why})" + (f": {fatal}" if fatal else ""),
+            fix="the engine's overlay must ride out a drafter restart (docs/inventory.md); `sparkctl restart` "
+            "starts the engine and the drafter again",
+        )
 
     def _dead_peer(self, ctx: RunContext, head: str) -> Optional[str]:
         """A runtime container on another host (worker, drafter) that stopped running while the head
