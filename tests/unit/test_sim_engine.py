@@ -5,7 +5,7 @@ from __future__ import annotations
 import queue
 
 from sparkctl.facts.metrics import parse_page
-from sparkctl_lab.sim.calibration import StepModel
+from sparkctl_lab.sim.calibration import PROFILES
 from sparkctl_lab.sim.engine import Engine, Request
 from sparkctl_lab.sim.metrics import VllmMetrics
 from sparkctl_lab.sim.workload import TextStream
@@ -33,7 +33,7 @@ def test_a_client_handed_its_last_token_finds_its_request_gone_from_the_metrics(
         block_size=256,
         kv_pool_tokens=65536,
         enable_prefix_caching=False,
-        step_model=StepModel(1.0, 0.1, 0, 0, 0.01, 0.01),
+        step_model=PROFILES["splice"].step,
         spec=None,
         marlin=False,
         step_time_scale=0.001,
