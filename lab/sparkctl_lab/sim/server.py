@@ -374,11 +374,13 @@ class Runtime(StartupPhases, Executor):
         eng = self.engine
         if eng is None:
             return
-        self.applied_faults = dict(faults)  # what /sim/state reports: a test waits for it, not a sleep
         if "crash_now" in faults and not eng.dead:
             eng.crash("device_assert")
         eng.set_hang("hang" in faults)
         eng.slow_factor = faults.get("slow_decode", 1.0) or 1.0
+        # what /sim/state reports, once in effect: a test waits for it, not a sleep (reported before
+        # set_hang, whose lock may wait, requests sent at once ran unhung: ci25, ci30, ci36)
+        self.applied_faults = dict(faults)
 
     def _log_stats(self, elapsed: float, last_prompt: float, last_gen: float) -> tuple[float, float]:
         eng = self.engine
