@@ -142,7 +142,7 @@ def test_a_drain_sparkctl_did_not_start_is_held_on_every_route_and_no_client_get
     answers: dict[str, tuple[int, str]] = {}
 
     def ask(name: str, path: str, body: dict) -> None:
-        r = httpx.post(gw.base + path, json=body, timeout=120)
+        r = httpx.post(gw.base + path, json=body, timeout=330)  # beyond hold_s: the gateway answers first
         if body.get("stream") and path == "/v1/messages":
             text = messages_text(sse_events(r))
         elif body.get("stream") and path == "/v1/responses":
@@ -192,10 +192,10 @@ def test_a_drain_sparkctl_did_not_start_is_held_on_every_route_and_no_client_get
         assert answers == {}  # nobody was answered the engine's empty `abort`
         faults(sim, asked=False)  # the engine steps again: the user's request ends, the drain with it, the engine exits
         assert sim.proc.wait(timeout=60) == 0
-        user.join(timeout=300)
+        user.join(timeout=360)
         start_again(sim)
         for t in clients:
-            t.join(timeout=300)
+            t.join(timeout=360)
         m = gw.metrics()
     finally:
         gw.stop()
