@@ -117,6 +117,12 @@ def users_at(url: str) -> Optional[int]:
 
 def others_in_flight(url: str) -> Optional[int]:
     """Requests running + waiting at the engine (its /metrics), None when it does not say."""
+    seen = in_flight(url)
+    return None if seen is None else sum(seen)
+
+
+def in_flight(url: str) -> Optional[tuple[int, int]]:
+    """(running, waiting) at the engine (its /metrics), None when it does not say."""
     import httpx
 
     from sparkctl.facts.metrics import parse_page
@@ -126,7 +132,7 @@ def others_in_flight(url: str) -> Optional[int]:
     except (httpx.HTTPError, ValueError):
         return None
     running, waiting = page.total("vllm:num_requests_running"), page.total("vllm:num_requests_waiting")
-    return None if running is None and waiting is None else int((running or 0) + (waiting or 0))
+    return None if running is None and waiting is None else (int(running or 0), int(waiting or 0))
 
 
 def measure_decode(url: str, model: str, tries: int = 2) -> Optional[float]:
@@ -195,9 +201,12 @@ class ThroughputStep(Step):
                 f"{plan.host}: the decode measurement failed (no streamed completion)",
                 fix="run `sparkctl doctor --only runtime` and read the head's log",
             )
-        busy = others_in_flight(url) or 0
-        if busy:  # users came while it ran
-            return f"decode {rate:.1f} tok/s under load ({busy} other request(s) at the engine): not a baseline, {kept}"
+        running, waiting = in_flight(url) or (0, 0)
+        if running + waiting:  # users came while it ran
+            return (
+                f"decode {rate:.1f} tok/s under load ({running + waiting} other request(s) at the engine: {running} running, "
+                f"{waiting} waiting): not a baseline, {kept}"
+            )
         ctx.outputs.decode_tokens_per_s = round(rate, 1)
         if ratio and baseline and rate < ratio * baseline:
             raise HostError(
