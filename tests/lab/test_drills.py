@@ -164,7 +164,7 @@ def serving(lab):
         result = lab.prometheus.query(SPEED)
     assert result, "Prometheus has no decode speed: is it scraping the head?"
     baseline = float(result[0]["value"][1])
-    # the lab serves 100x faster (SIM_TIME_SCALE 0.01): a 30 s p99 TTFT on a Spark is 0.3 s here
+    # the lab serves 100x faster (SIM_STEP_TIME_SCALE 0.01): a 30 s p99 TTFT on a Spark is 0.3 s here
     lab.prometheus.up(alerts={"decode_tokens_per_s_baseline": round(baseline, 1), "ttft_p99_seconds": 0.3})
     yield lab, inventory, failing(doctor_json(inventory)), lab.drills.snapshot()
     lab.prometheus.down()  # a second-by-second scraper has no business outliving the test

@@ -118,7 +118,7 @@ def test_a_reload_that_fails_at_start_up_is_rolled_back_and_fails_no_request(lab
 
 
 def test_a_cold_start_beyond_hold_s_answers_503_with_retry_after_at_once_and_never_refuses(lab, chain):
-    # a gateway whose hold_s is below the lab's cold start (~6 s): `up` restarts the gateway alone
+    # a gateway whose hold_s is below the lab's cold start (~4 s): `up` restarts the gateway alone
     short = new_inventory(chain, "short-hold", gateway__hold_s=2)
     doc = sparkctl("up", "-i", str(short))
     chain["current"] = short

@@ -143,11 +143,12 @@ def test_a_drafter_restart_the_engine_did_not_ride_out_is_rolled_back_naming_it(
     # A drafter image that starts slowly (SIM_FAULTS in the image's own ENV: only the drafter sees it)
     # keeps the head's remote drafter away longer than the engine rides out (the lab's overlay: 3 failed
     # checks 1 s apart): the engine, left running by the drafter-only plan, stops. The reload must not
-    # call that done; it is rolled back, and the rollback starts the engine again.
+    # call that done; it is rolled back, and the rollback starts the engine again. (Its modelled load
+    # x150 at the lab's SIM_TIME_SCALE: ~6 s to answer /health; x60 answered after 2.3 s, ridden out.)
     before = applied_hash(lab)
     image = yaml.safe_load(inv.read_text())["runtime"]["image"]
     slow = image.rsplit(":", 1)[0] + ":drafter-slow"
-    commit = f"id=$(docker create {image}) && docker commit --change 'ENV SIM_FAULTS=slow_start=60' $id {slow} >/dev/null"
+    commit = f"id=$(docker create {image}) && docker commit --change 'ENV SIM_FAULTS=slow_start=150' $id {slow} >/dev/null"
     lab.host_exec("head", ["sh", "-c", f"{commit} && docker rm $id >/dev/null && docker push -q {slow}"], check=True)
     new = variant(inv, tmp_path, "slow-drafter", speculative__drafter_image=slow)
     doc = sparkctl("reload", "-i", str(inv), "--config", str(new), "--yes", rc=1)

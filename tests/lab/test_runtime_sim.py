@@ -135,7 +135,7 @@ def test_worker_loss_kills_the_heads_engine(lab, lab_inventory, restore):
 
 
 def test_port_refuses_connections_while_loading(lab, lab_inventory, tmp_path, restore):
-    # start-up phases 8x as long (~6 s of loading at the lab's scale): the loop below looks every 0.2 s
+    # start-up phases 8x as long (~3 s of loading at the lab's scale): the loop below looks every 0.2 s
     inv = variant(tmp_path, lab_inventory, {"SIM_FAULTS": "slow_start=8"})
     # --force: a start to watch, whatever config the runtime has now
     up = subprocess.Popen([sys.executable, "-m", "sparkctl", "up", "-i", str(inv), "--force", "--json"], stdout=subprocess.PIPE,

@@ -96,4 +96,4 @@ def test_credentials_reach_the_containers_and_nothing_else(lab, secret_inventory
     assert stored["WANDB_KEY"] == MASK + digest(SECRETS["WANDB_KEY"])
     assert stored["FEATURE_BLOB"] == MASK + digest(MARKED)
     assert stored["MY_DB_URL"] == f"postgres://svc:{MASK}{digest(URL_PASSWORD)}@10.231.0.50:5432/app"
-    assert stored["SIM_TIME_SCALE"] == "0.01"  # plain values are kept as they are
+    assert stored["SIM_STEP_TIME_SCALE"] == "0.01"  # plain values are kept as they are

@@ -76,7 +76,7 @@ def test_no_credential_in_any_output(secret_inventory, argv, capsys):
         assert value not in out, (argv, value)
     if "render" in argv:
         assert "postgres://svc:***@10.231.0.50:5432/app" in out  # the rest of the URL stays readable
-        assert "SIM_TIME_SCALE" in out and "0.01" in out  # plain values stay
+        assert "SIM_STEP_TIME_SCALE" in out and "0.01" in out  # plain values stay
 
 
 def test_secret_env_must_name_a_set_variable(tmp_path, capsys):
