@@ -33,6 +33,8 @@ DEFAULT_TIMEOUT = 1800.0  # a real cold boot takes 10-15 min (seed 002)
 BARRIER_TIMEOUT = 10.0  # every runtime host must answer within this before anything is stopped
 ROLE_ORDER = {"drafter": 0, "worker": 1, "head": 2}  # start order; stop is the reverse
 PEER_LOOK_S = 1.0  # while the head starts, how often its peers' containers are read (a dead worker ends the wait)
+HEALTH_POLL_S = 0.1  # ... how often its /health is asked (one local HTTP request: serving is seen within this)
+HEAD_LOOK_S = 0.5  # ... and its own container and log read (over SSH: its phase, or the fatal line it died of)
 ALL_GROUPS = frozenset({"engine", "drafter"})
 
 
@@ -566,8 +568,11 @@ class RuntimeStep(Step):
                     )
                 return phase_of(log), log
 
+            next_head_look = t0
             while True:
-                phase, log = look()
+                if time.monotonic() >= next_head_look:
+                    next_head_look = time.monotonic() + HEAD_LOOK_S
+                    phase, log = look()
                 if health.health(http, url) == 200:
                     break
                 # the peers' containers (through their SDK connections) once a second, not at every
@@ -588,8 +593,9 @@ class RuntimeStep(Step):
                 if time.monotonic() > deadline:
                     raise HostError(f"{host}: runtime not serving after {deadline - t0:.0f} s (last phase: {phase})")
                 ctx.progress(host, self.name, f"{phase} ({time.monotonic() - t0:.0f} s)")
-                time.sleep(0.25)
+                time.sleep(HEALTH_POLL_S)
             took = time.monotonic() - t0
+            phase, log = look()  # the whole start's log (the last look may predate its cache lines)
             ctx.progress(host, self.name, "smoke test: one completion, one streamed token")
             # what a held client waits for is a stream that starts: one real streamed token beside the
             # smoke completion (at once: requests held at the gateway wait for both), then release
