@@ -39,11 +39,12 @@ CONFIG = DIR / "prometheus.yml"
 RULES = DIR / "rules.yml"
 EXPORTER_PORT = 9100
 FENCE = "127.0.0.0/8,10.231.0.0/16"
-# The lab serves 100x faster and its drills last seconds: page after 5 s, judge rates over 15 s.
+# The lab serves 100x faster and its drills last seconds: page after 3 s (three failed scrapes of
+# one a second, the scrape's own timeout 0.9 s), judge rates over 15 s.
 # The simulator's Marlin fallback costs ~36% per stream (it doubles the target's share of a step,
 # not the drafting), so the lab warns below 75% of the baseline.
 # A hold older than 10 s pages (the lab's cold start is ~3.5 s).
-LAB_ALERTS = {"down_for": "5s", "rate_window": "15s", "decode_for": "5s", "decode_drop": 0.25, "hold_for": "5s",
+LAB_ALERTS = {"down_for": "3s", "rate_window": "15s", "decode_for": "3s", "decode_drop": 0.25, "hold_for": "3s",
               "gateway_hold_s": 10}  # fmt: skip
 
 
