@@ -81,10 +81,9 @@ install_python() {
 # writes its junit XML there (unit.xml, lab.xml, lab1.xml, lab2.xml).
 #
 # All four in this script's session, the unit run at nice 10 (at nice 5 the labs took 820-870 s beside
-# it; the unit run has slack): with the kernel's autogroups on, nice
-# orders only inside a session, and runs in sessions of their own (a lab's, the unit run's) moved CPU
-# from the lab's containers and, beside `stress`, starved the unit run (benchmarks/suite-time.md,
-# stop 47: tried, not kept).
+# it; the unit run has slack). With the kernel's autogroups on, nice orders only inside a session;
+# runs in sessions of their own (a lab's, the unit run's) moved CPU from the labs' containers and,
+# beside `stress`, starved the unit run (benchmarks/suite-time.md, stop 47: tried, not kept).
 LABS="0 1 2"  # sparkctl_lab.paths.INSTANCES
 run_suite() {
   local reports=${SPARKCTL_TEST_REPORTS:-} logs=() pids=() rcs=() urc=0 i
