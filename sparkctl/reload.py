@@ -681,7 +681,8 @@ def _execute(
             journal.phase(phases[r.step])
         if r.step == "stop" and r.host == head:
             probe.engine_stopped(stopped=r.status in ("changed", "failed"))
-        if r.step == "stop" and ctx.outputs.stops:  # journaled with the next phase: how each stop went
+        # journaled with the next phase: how each stop went (the runtime step's replaced drafter's too)
+        if r.step in ("stop", "runtime") and ctx.outputs.stops:
             journal.record.stops = list(ctx.outputs.stops)
         on_result(r)
 

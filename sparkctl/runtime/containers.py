@@ -58,6 +58,56 @@ def start(client, spec: ContainerSpec, identity: Optional[str] = None) -> None:
     client.api.start(client.api.create_container(**create_args(client.api, spec, identity))["Id"])
 
 
+STAGED_SUFFIX = "-next"  # a replacement's name while the container it replaces still runs
+
+
+def replace(
+    client,
+    spec: ContainerSpec,
+    identity: Optional[str] = None,
+    timeout: Optional[int] = None,
+    logs: Optional[dict[str, str]] = None,
+    timings: Optional[dict[str, dict]] = None,
+) -> None:
+    """Replace the running container of `spec.name` with one of `spec`, out of service for as short a
+    time as docker allows: the new container is created (as `<name>-next`) while the old one still
+    serves, and started the moment the old one has stopped (SIGTERM, drain up to its stop timeout);
+    the old one's log, its removal and the rename come after. A create that fails (image, arguments)
+    fails with the old container still running. `logs` and `timings` as for stop()."""
+    import time
+
+    import docker
+
+    staged_name = spec.name + STAGED_SUFFIX
+    try:  # left by a replace that was interrupted
+        client.containers.get(staged_name).remove(force=True)
+    except docker.errors.NotFound:
+        pass
+    args = create_args(client.api, spec, identity)
+    staged = client.api.create_container(**{**args, "name": staged_name})["Id"]
+    try:
+        old = client.containers.get(spec.name)
+    except docker.errors.NotFound:
+        old = None
+    stopped_s = None
+    if old is not None and old.status == "running":
+        t0 = time.monotonic()
+        old.stop(timeout=timeout) if timeout is not None else old.stop()
+        stopped_s = time.monotonic() - t0
+    try:
+        client.api.start(staged)
+    except docker.errors.APIError:
+        client.api.remove_container(staged, force=True)  # a later run must not find it beside the name
+        raise
+    if old is not None:
+        if timings is not None and stopped_s is not None:
+            timings[spec.name] = stop_timing(old, stopped_s, timeout)
+        if logs is not None:
+            logs[spec.name] = old.logs(tail=400).decode(errors="replace")
+        old.remove(force=True)
+    client.api.rename(staged, spec.name)
+
+
 def stop(
     client,
     cluster: str,

@@ -123,10 +123,34 @@ def start_container(ctx: RunContext, host: str, spec, client=None) -> str:
     return f"started {spec.name}"
 
 
+def replace_container(ctx: RunContext, host: str, spec, client) -> str:
+    """Replace the running container of `spec` (containers.replace: the new one created first, started
+    the moment the old one stops), its stop timed and recorded as the stop step's are."""
+    timings: dict[str, dict] = {}
+    try:
+        containers.replace(client, spec, current_image(ctx, host, spec.image), timeout=ctx.options.drain, timings=timings)
+    except Exception as exc:
+        err = ctx.session(host).explain(exc)
+        raise HostError(f"{host}: cannot replace {spec.name}: {err.message}", fix=err.fix) from None
+    ctx.outputs.stops += [StopRecord(host=host, container=n, **t) for n, t in timings.items()]
+    return "; ".join([*(containers.stop_line(n, t) for n, t in timings.items()), f"started the new {spec.name}"])
+
+
+def replaced(ctx: RunContext, host: str, groups: set[str]) -> set[str]:
+    """The containers on `host` a restart of `groups` replaces rather than stops then starts: the
+    drafter while the engine serves on (its head checks the drafter, and an outage longer than the
+    overlay rides out stops it: the shorter the better). Only a running one: there is nothing to keep."""
+    if "drafter" not in groups or "engine" in groups:
+        return set()
+    running = {c.name for c in ctx.facts[host].containers or [] if c.running}
+    return {s.name for s in ctx.launch.for_host(host) if s.role == "drafter" and s.name in running}
+
+
 def planned_starts(plans) -> set[str]:
     """The containers the runtime step's plans start (of a run's plans, e.g. a --check run's):
     what a run restarts, read from the one place that decides it."""
-    return {c.data["name"] for p in plans if p.step == RuntimeStep.name for c in p.changes if c.action == "start"}
+    starts = ("start", "replace")
+    return {c.data["name"] for p in plans if p.step == RuntimeStep.name for c in p.changes if c.action in starts}
 
 
 def _drift(ctx: RunContext) -> Drift:
@@ -329,13 +353,19 @@ class StopStep(Step):
             if first and not always:
                 changes.append(Change("barrier", "check every runtime host answers and holds its image before stopping anything"))
             first = False
-            names = [c.name for c in f.containers if restart_group(c.role) in groups]
+            kept = replaced(ctx, h, groups)  # the runtime step replaces these: they serve until then
+            names = [c.name for c in f.containers if restart_group(c.role) in groups and c.name not in kept]
             if names:
                 changes += gateway_hold_changes(ctx, h, names, always)
                 how = f"drain up to {drain} s" if drain is not None else "drain up to each container's stop timeout"
                 changes.append(Change("stop", f"stop {', '.join(names)} ({how})", {"names": names}))
             what = "restart " + (" and ".join(sorted(groups)) if groups != ALL_GROUPS else "runtime")
-            plans[h] = self.changes(h, changes, reason=f"{what}: {why}") if changes else self.noop(h, "nothing to stop here")
+            if changes:
+                plans[h] = self.changes(h, changes, reason=f"{what}: {why}")
+            elif kept:
+                plans[h] = self.noop(h, f"{', '.join(sorted(kept))} serves until the runtime step replaces it")
+            else:
+                plans[h] = self.noop(h, "nothing to stop here")
         return plans
 
     def apply(self, ctx: RunContext, plan: Plan) -> str:
@@ -437,8 +467,18 @@ class RuntimeStep(Step):
         for h in hosts:
             specs = launch.for_host(h)
             starting = [s for s in specs if restart_group(s.role) in groups]
+            kept = replaced(ctx, h, groups)
+            drain = f"drain up to {ctx.options.drain} s" if ctx.options.drain is not None else "drain up to its stop timeout"
             ops = [
-                Change("start", f"start {s.name} with config {launch.expected_hash(s.name)}", {"name": s.name}) for s in starting
+                Change(
+                    "replace",
+                    f"replace {s.name} with config {launch.expected_hash(s.name)}: the new container created "
+                    f"first, started the moment the old one stops ({drain})",
+                    {"name": s.name},
+                )
+                if s.name in kept
+                else Change("start", f"start {s.name} with config {launch.expected_hash(s.name)}", {"name": s.name})
+                for s in starting
             ]
             if any(s.role == "head" for s in starting):
                 ops.append(Change("wait-serving", "wait until /health answers, then one smoke completion"))
@@ -464,10 +504,14 @@ class RuntimeStep(Step):
         client = ctx.session(plan.host).docker()
         done = []
         for c in plan.changes:
-            if c.action == "start":
+            if c.action in ("start", "replace"):
                 spec = next(s for s in ctx.launch.for_host(plan.host) if s.name == c.data["name"])
-                ctx.progress(plan.host, self.name, f"starting {spec.name}")
-                done.append(start_container(ctx, plan.host, spec, client))
+                if c.action == "replace":
+                    ctx.progress(plan.host, self.name, f"replacing {spec.name} (the new one starts once the old one stops)")
+                    done.append(replace_container(ctx, plan.host, spec, client))
+                else:
+                    ctx.progress(plan.host, self.name, f"starting {spec.name}")
+                    done.append(start_container(ctx, plan.host, spec, client))
             elif c.action == "wait-serving":
                 head = next(s for s in ctx.launch.for_host(plan.host) if s.role == "head")
                 done.append(self._wait_serving(ctx, plan.host, head.name))

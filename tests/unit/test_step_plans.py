@@ -13,7 +13,7 @@ from sparkctl.steps.base import RunContext, StepOptions
 from sparkctl.steps.caches import CachesStep
 from sparkctl.steps.images import ImagesStep
 from sparkctl.steps.record import RecordStep
-from sparkctl.steps.runtime import RuntimeStep, StopStep
+from sparkctl.steps.runtime import RuntimeStep, StopStep, planned_starts
 from sparkctl.transport.redact import redact_obj
 
 INV = inventory()
@@ -139,13 +139,31 @@ def test_a_loading_head_is_waited_for_never_restarted():
 def test_a_drafter_only_change_restarts_the_drafter_only():
     c = ctx(facts(hashes={**WANT, "offload": "0ld-drafter"}))
     stop = StopStep().plan(c)
+    # the running drafter is not stopped here: the runtime step replaces it (the new container is
+    # created first, started the moment the old one stops), the shortest outage the head must ride out
     assert [(h, [ch.action for ch in p.changes]) for h, p in stop.items()] == [
-        ("head", ["barrier"]), ("worker", []), ("offload", ["stop"]),
+        ("head", ["barrier"]), ("worker", []), ("offload", []),
     ]  # fmt: skip
+    assert "sparkctl-drafter serves until the runtime step replaces it" in stop["offload"].reason
     start = RuntimeStep().plan(c)
-    assert [ch.action for ch in start["offload"].changes] == ["start", "wait-drafter"]
+    assert [ch.action for ch in start["offload"].changes] == ["replace", "wait-drafter"]
+    assert "new container created first" in start["offload"].changes[0].summary
     # the engine stays up; once the new drafter answers, the head must still serve (it rode out the outage)
     assert [ch.action for ch in start["head"].changes] == ["check-head"] and start["worker"].empty
+    assert planned_starts(start.values()) == {"sparkctl-drafter"}
+
+
+def test_a_drafter_that_stopped_is_started_not_replaced():
+    exited = sec(json.dumps([container_json("offload", "0ld-drafter", "exited")]))  # nothing serves to keep
+    c = ctx(facts(hashes={**WANT, "offload": "0ld-drafter"}, offload={"containers": exited}))
+    assert [ch.action for ch in StopStep().plan(c)["offload"].changes] == ["stop"]
+    assert [ch.action for ch in RuntimeStep().plan(c)["offload"].changes] == ["start", "wait-drafter"]
+
+
+def test_a_restart_of_both_groups_stops_the_drafter_with_the_engine():
+    c = ctx(facts(hashes={"head": "0ld-engine", "worker": "0ld-engine", "offload": "0ld-drafter"}))
+    assert [ch.action for ch in StopStep().plan(c)["offload"].changes] == ["stop"]
+    assert [ch.action for ch in RuntimeStep().plan(c)["offload"].changes] == ["start", "wait-drafter"]
 
 
 def test_a_head_only_change_restarts_the_engine_and_keeps_the_drafter():
