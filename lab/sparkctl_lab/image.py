@@ -14,7 +14,9 @@ the fleet's front door (fastapi, uvicorn, aiohttp, orjson, requests, setproctitl
 ships them), but not the router itself, as vLLM's image does not: sparkctl ships it to the door's
 host from the wheel the lab's fleet file names (sparkctl_lab/router_wheel.py, fleet/router_launch.py),
 as to a real node. `/usr/local/bin/vllm` and `/usr/local/bin/ray`
-run `python3 -m sparkctl_lab.sim.vllm_cli` / `...ray_cli`. The tarball is imported into the head's
+run `python3 -m sparkctl_lab.sim.vllm_cli` / `...ray_cli`. Every module in it is compiled to bytecode
+by the image's own interpreter at build time, as pip and Debian compile what they install, so a
+container start imports and compiles nothing. The tarball is imported into the head's
 dockerd with `docker import`-style changes (ENV, CMD), pushed to the lab registry and removed
 again, so every host starts without it, as fresh Sparks would.
 
@@ -40,7 +42,7 @@ from pathlib import Path
 from sparkctl_lab import paths
 from sparkctl_lab import topology as topo
 
-BUILDER_VERSION = "6"  # bump when the image layout below changes
+BUILDER_VERSION = "8"  # bump when the image layout below changes
 SIM_DIR = Path(__file__).resolve().parent / "sim"
 KEY_LABEL = "org.sparkctl.lab.image-key"
 # what the gateway imports from vLLM's image (docs/gateway.md), and the Hub client vLLM's image ships
@@ -161,10 +163,24 @@ def ldd_paths(files: list[Path]) -> set[str]:
     return out
 
 
+# Compiles each (source, path in the image) it reads as JSON from stdin into DIR/<n>.pyc, run by the
+# image's own interpreter (its magic number); prints that interpreter's cache tag (cpython-311).
+_COMPILE = """
+import json, os, py_compile, sys
+out = sys.argv[1]
+for n, (src, name) in enumerate(json.load(sys.stdin)):
+    py_compile.compile(src, cfile=os.path.join(out, f"{n}.pyc"), dfile="/" + name, quiet=2,
+                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+print(sys.implementation.cache_tag)
+"""
+
+
 class _Tar:
     def __init__(self, tar: tarfile.TarFile):
         self.tar = tar
         self.dirs: set[str] = set()
+        self.modules: list[tuple[str, str]] = []  # (source here, path in the image) of every .py copied
+        self.written: dict[str, bytes] = {}  # path in the image -> source, of every .py written from bytes
 
     def _info(self, name: str, kind: bytes, mode: int) -> tarfile.TarInfo:
         ti = tarfile.TarInfo(name.lstrip("/"))
@@ -179,15 +195,44 @@ class _Tar:
         self.dirs.add(name)
         self.tar.addfile(self._info(name, tarfile.DIRTYPE, mode))
 
-    def file(self, name: str, data: bytes, mode: int = 0o644) -> None:
+    def _add(self, name: str, data: bytes, mode: int) -> None:
         self.dir(os.path.dirname(name.strip("/")))
         ti = self._info(name, tarfile.REGTYPE, mode)
         ti.size = len(data)
         self.tar.addfile(ti, io.BytesIO(data))
 
+    def file(self, name: str, data: bytes, mode: int = 0o644) -> None:
+        if name.endswith(".py"):
+            self.written[name.lstrip("/")] = data
+        self._add(name, data, mode)
+
     def copy(self, src: str | Path, name: str) -> None:
-        st = os.stat(src)
-        self.file(name, Path(src).read_bytes(), st.st_mode & 0o7777)
+        if name.endswith(".py"):
+            self.modules.append((str(src), name.lstrip("/")))
+        self._add(name, Path(src).read_bytes(), os.stat(src).st_mode & 0o7777)
+
+    def bytecode(self, python: Path) -> None:
+        """Every module's bytecode, compiled by the image's interpreter (unchecked-hash: valid
+        whatever the files' times in the image). Without it each container start compiled what it
+        imported into a layer removed with the container: the simulator's ~0.4 s from container start
+        to serving was mostly that, paid again by every engine, drafter and gateway (re)start."""
+        import json
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="sparkctl-lab-pyc-") as out:
+            modules = list(self.modules)
+            for n, (name, data) in enumerate(sorted(self.written.items())):
+                src = Path(out, f"written-{n}.py")
+                src.write_bytes(data)
+                modules.append((str(src), name))
+            tag = subprocess.run(
+                [str(python), "-c", _COMPILE, out], input=json.dumps(modules), capture_output=True, text=True, check=True
+            ).stdout.strip()
+            for n, (_, name) in enumerate(modules):
+                pyc = Path(out, f"{n}.pyc")
+                if pyc.exists():  # (a module that does not compile, e.g. Python 2 syntax in a library's extra, has none)
+                    stem = os.path.basename(name)[: -len(".py")]
+                    self._add(f"{os.path.dirname(name)}/__pycache__/{stem}.{tag}.pyc", pyc.read_bytes(), 0o644)
 
     def link(self, name: str, target: str) -> None:
         self.dir(os.path.dirname(name.strip("/")))
@@ -243,7 +288,10 @@ def build_rootfs(out: Path) -> None:
             t.copy(os.path.realpath(so), _usr(so))
         for root, dirs, files in os.walk(lib):
             rel = os.path.relpath(root, lib)
-            dirs[:] = sorted(d for d in dirs if not (rel == "." and (d in STDLIB_SKIP or d.startswith("config-"))))
+            # (this machine's __pycache__ not: its timestamps name the files here, not in the image; bytecode() below)
+            dirs[:] = sorted(
+                d for d in dirs if d != "__pycache__" and not (rel == "." and (d in STDLIB_SKIP or d.startswith("config-")))
+            )
             for f in sorted(files):
                 if rel == "." and f in STDLIB_SKIP:
                     continue
@@ -279,6 +327,7 @@ def build_rootfs(out: Path) -> None:
                 f"    sys.exit({func}())\n"
             )
             t.file(f"usr/local/bin/{exe}", script.encode(), 0o755)
+        t.bytecode(py)
     tmp.replace(out)
 
 
