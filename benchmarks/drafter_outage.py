@@ -128,7 +128,9 @@ def main() -> None:
             for current, new in ((INVENTORY, there), (there, INVENTORY)):
                 r = one_reload(current, new, drafter)
                 runs.append(r)
-                log(f"run {i + 1} -> {r['to']}: outage {r['outage_seconds']:.2f} s, head's failed checks {r['head_failed_checks']}")
+                log(
+                    f"run {i + 1} -> {r['to']}: outage {r['outage_seconds']:.2f} s, head's failed checks {r['head_failed_checks']}"
+                )
     outages = [r["outage_seconds"] for r in runs]
     result = {
         "reloads": len(runs),
@@ -141,7 +143,9 @@ def main() -> None:
         print(json.dumps(result, indent=2))
     out = sys.stderr if args.json else sys.stdout
     print(f"drafter-only reloads on the lab: {len(runs)}", file=out)
-    print(f"outage seen from the head's host: median {result['outage_median_seconds']:.2f} s, worst {max(outages):.2f} s", file=out)
+    print(
+        f"outage seen from the head's host: median {result['outage_median_seconds']:.2f} s, worst {max(outages):.2f} s", file=out
+    )
     print(f"the head's failed checks in a row (3 stop the engine): worst {result['head_failed_checks_worst']}", file=out)
 
 
