@@ -52,6 +52,7 @@ T = TypeVar("T")
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 CONNECT_ATTEMPTS = 3
+SUSPEND_GRACE = 1.0  # s the watchdog waits past its deadline for a reply queued while the process was suspended
 MIN_TRANSFER_RATE = 20e6  # bytes/s: slower than this, a copy is reported as hung, not waited for
 
 
@@ -307,6 +308,11 @@ class _Watchdog(threading.Thread):
             probe = threading.Thread(target=self._ping, name=f"{self.name}-ping", daemon=True)
             probe.start()
             probe.join(self.deadline)
+            if probe.is_alive():
+                # after this process was suspended (a laptop's sleep, SIGSTOP) the deadline has passed
+                # with the reply already queued, unread: a moment more reads it; a host that stopped
+                # answering is declared that moment later
+                probe.join(SUSPEND_GRACE)
             if probe.is_alive() and not self.stopped.is_set():
                 self.session._declare_dead(unresponsive(self.session.name, self.deadline), self.transport)
                 return

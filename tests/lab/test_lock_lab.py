@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
+from typing import Iterator
 
 import pytest
 
@@ -63,24 +65,37 @@ def converged(lab) -> dict:
     return doc
 
 
+@contextmanager
+def paused(proc: subprocess.Popen) -> Iterator[None]:
+    """The lock's holder stopped (SIGSTOP) while the block runs: alive and holding the lock, its
+    heartbeat inside STALE_AFTER, for as long as the test needs. (A lab `up --force` can end within
+    the seconds two other CLI runs take: ci51 found the lock released before the test looked.)"""
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGCONT)
+
+
 def test_second_up_is_refused_with_the_holder_named(lab):
     first = start("up", "-i", lab.INVENTORY_PATH, "--force", "--json")
     try:
         holder = wait_for_lock(lab, first.pid, first)
         assert holder["command"].startswith("sparkctl up -i") and "--force" in holder["command"]
-        second = run("up", "-i", lab.INVENTORY_PATH, "--force", "--json")
-        assert second.returncode == 1
-        err = json.loads(second.stdout)
-        assert err["exit_code"] == 1
-        assert (
-            f"cluster lab is locked by {holder['user']}@{holder['host']} (pid {first.pid}) running `sparkctl up -i"
-            in err["error"]
-        )
-        assert "--force --json` since " in err["error"] and " ago)" in err["error"]
-        assert "--wait" in err["fix"]
-        # read-only commands never take the lock, even while it is held
-        assert run("up", "-i", lab.INVENTORY_PATH, "--check", "--json").returncode in (0, 1)
-        assert lock_holder(lab)["pid"] == first.pid
+        with paused(first):
+            second = run("up", "-i", lab.INVENTORY_PATH, "--force", "--json")
+            assert second.returncode == 1
+            err = json.loads(second.stdout)
+            assert err["exit_code"] == 1
+            assert (
+                f"cluster lab is locked by {holder['user']}@{holder['host']} (pid {first.pid}) running `sparkctl up -i"
+                in err["error"]
+            )
+            assert "--force --json` since " in err["error"] and " ago)" in err["error"]
+            assert "--wait" in err["fix"]
+            # read-only commands never take the lock, even while it is held
+            assert run("up", "-i", lab.INVENTORY_PATH, "--check", "--json").returncode in (0, 1)
+            assert lock_holder(lab)["pid"] == first.pid
     finally:
         out, err = first.communicate(timeout=900)
     assert first.returncode == 0, (out[-3000:], err[-3000:])
@@ -92,8 +107,15 @@ def test_second_up_with_wait_runs_after_the_first(lab):
     first = start("up", "-i", lab.INVENTORY_PATH, "--force", "--json")
     try:
         wait_for_lock(lab, first.pid, first)
-        second = start("up", "-i", lab.INVENTORY_PATH, "--force", "--json", "--wait", "900")
-        out2, err2 = second.communicate(timeout=1200)
+        with paused(first):  # until the second says it waits (else the first may be done before it looks)
+            second = start("up", "-i", lab.INVENTORY_PATH, "--force", "--json", "--wait", "900")
+            waiting = []
+            for line in iter(second.stderr.readline, ""):  # (to its end, if it never waits: asserted below)
+                waiting.append(line)
+                if "waiting up to" in line:
+                    break
+        out2, rest = second.communicate(timeout=1200)
+        err2 = "".join(waiting) + rest
     finally:
         out1, err1 = first.communicate(timeout=900)
     assert first.returncode == 0, (out1[-3000:], err1[-3000:])
