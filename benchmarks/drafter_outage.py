@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from labbench import INVENTORY, log, require_lab, sparkctl
+from labbench import INVENTORY, converge, log, require_lab, sparkctl
 
 # the prober, run on the head's host: one line per poll that changes the answer ("up"/"down" and the time)
 PROBER = r"""
@@ -107,10 +107,7 @@ def main() -> None:
     lock = require_lab()  # noqa: F841 (held until exit)
     from sparkctl_lab.api import host_exec
 
-    log("converging the lab on its own inventory (sparkctl up) ...")
-    rc, doc = sparkctl("up", "-i", str(INVENTORY))
-    if rc != 0:
-        sys.exit(f"sparkctl up failed: {json.dumps(doc)[-2000:]}")
+    converge()
     inv = yaml.safe_load(INVENTORY.read_text())
     image = inv["runtime"]["image"]
     other = image.rsplit(":", 1)[0] + ":drafter"

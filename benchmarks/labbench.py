@@ -53,3 +53,11 @@ def sparkctl(*args: str) -> tuple[int, dict]:
     except json.JSONDecodeError:
         sys.exit(f"sparkctl {' '.join(args)} gave no JSON (exit {p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
     return p.returncode, doc
+
+
+def converge() -> None:
+    """The lab converged on its own inventory (`sparkctl up`), or exit saying why not."""
+    log("converging the lab on its own inventory (sparkctl up) ...")
+    rc, doc = sparkctl("up", "-i", str(INVENTORY))
+    if rc != 0:
+        sys.exit(f"sparkctl up failed: {json.dumps(doc)[-2000:]}")

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import yaml
 
-from labbench import INVENTORY, log, require_lab, sparkctl
+from labbench import INVENTORY, converge, log, require_lab, sparkctl
 
 TARGET = 1.0  # seconds of downtime beyond the runtime's own start
 
@@ -104,10 +104,7 @@ def main() -> None:
     args = ap.parse_args()
     lock = require_lab()  # noqa: F841 (held until exit)
 
-    log("converging the lab on its own inventory (sparkctl up) ...")
-    rc, doc = sparkctl("up", "-i", str(INVENTORY))
-    if rc != 0:
-        sys.exit(f"sparkctl up failed: {json.dumps(doc)[-2000:]}")
+    converge()
     runs: dict[str, list[dict]] = {"warm": [], "cold": []}
     current = INVENTORY
     with tempfile.TemporaryDirectory(prefix="sparkctl-bench-reload-") as tmp:
