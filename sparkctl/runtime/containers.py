@@ -66,16 +66,13 @@ def replace(
     spec: ContainerSpec,
     identity: Optional[str] = None,
     timeout: Optional[int] = None,
-    logs: Optional[dict[str, str]] = None,
     timings: Optional[dict[str, dict]] = None,
 ) -> None:
     """Replace the running container of `spec.name` with one of `spec`, out of service for as short a
     time as docker allows: the new container is created (as `<name>-next`) while the old one still
     serves, and started the moment the old one has stopped (SIGTERM, drain up to its stop timeout);
-    the old one's log, its removal and the rename come after. A create that fails (image, arguments)
-    fails with the old container still running. `logs` and `timings` as for stop()."""
-    import time
-
+    the old one's removal and the rename come after. A create that fails (image, arguments) fails
+    with the old container still running. `timings` as for stop()."""
     import docker
 
     staged_name = spec.name + STAGED_SUFFIX
@@ -89,11 +86,7 @@ def replace(
         old = client.containers.get(spec.name)
     except docker.errors.NotFound:
         old = None
-    stopped_s = None
-    if old is not None and old.status == "running":
-        t0 = time.monotonic()
-        old.stop(timeout=timeout) if timeout is not None else old.stop()
-        stopped_s = time.monotonic() - t0
+    stopped_s = _stop(old, timeout) if old is not None and old.status == "running" else None
     try:
         client.api.start(staged)
     except docker.errors.APIError:
@@ -102,8 +95,6 @@ def replace(
     if old is not None:
         if timings is not None and stopped_s is not None:
             timings[spec.name] = stop_timing(old, stopped_s, timeout)
-        if logs is not None:
-            logs[spec.name] = old.logs(tail=400).decode(errors="replace")
         old.remove(force=True)
     client.api.rename(staged, spec.name)
 
@@ -119,22 +110,28 @@ def stop(
     """Stop (SIGTERM, drain up to the container's stop timeout) and remove this cluster's containers
     (only those named, when `names` is given); with `logs`, keep each one's last log lines first;
     with `timings`, how long each stop took and whether docker had to kill it (StopTiming)."""
-    import time
-
     stopped = []
     for c in client.containers.list(all=True, filters={"label": [f"{LABEL_PREFIX}.cluster={cluster}"]}):
         if names is not None and c.name not in names:
             continue
         if c.status == "running":
-            t0 = time.monotonic()
-            c.stop(timeout=timeout) if timeout is not None else c.stop()
+            seconds = _stop(c, timeout)
             if timings is not None:
-                timings[c.name] = stop_timing(c, time.monotonic() - t0, timeout)
+                timings[c.name] = stop_timing(c, seconds, timeout)
         if logs is not None:
             logs[c.name] = c.logs(tail=400).decode(errors="replace")
         c.remove(force=True)
         stopped.append(c.name)
     return stopped
+
+
+def _stop(container, timeout: Optional[int]) -> float:
+    """SIGTERM, drain up to `timeout` (else the container's own stop timeout); the seconds it took."""
+    import time
+
+    t0 = time.monotonic()
+    container.stop(timeout=timeout) if timeout is not None else container.stop()
+    return time.monotonic() - t0
 
 
 def stop_timing(container, seconds: float, timeout: Optional[int]) -> dict:

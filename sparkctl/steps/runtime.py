@@ -146,6 +146,12 @@ def replaced(ctx: RunContext, host: str, groups: set[str]) -> set[str]:
     return {s.name for s in ctx.launch.for_host(host) if s.role == "drafter" and s.name in running}
 
 
+def drain_words(ctx: RunContext) -> str:
+    """How long a stop drains, as a plan says it: the run's --drain, else each container's own."""
+    drain = ctx.options.drain
+    return f"drain up to {drain} s" if drain is not None else "drain up to each container's stop timeout"
+
+
 def planned_starts(plans) -> set[str]:
     """The containers the runtime step's plans start (of a run's plans, e.g. a --check run's):
     what a run restarts, read from the one place that decides it."""
@@ -342,7 +348,6 @@ class StopStep(Step):
             if not groups:
                 why = d.loading or "the runtime runs the inventory's config"
                 return {h: self.noop(h, f"nothing to stop: {why}") for h in hosts}
-        drain = ctx.options.drain
         plans, first = {}, True
         for h in hosts:
             f = ctx.facts[h]
@@ -357,8 +362,7 @@ class StopStep(Step):
             names = [c.name for c in f.containers if restart_group(c.role) in groups and c.name not in kept]
             if names:
                 changes += gateway_hold_changes(ctx, h, names, always)
-                how = f"drain up to {drain} s" if drain is not None else "drain up to each container's stop timeout"
-                changes.append(Change("stop", f"stop {', '.join(names)} ({how})", {"names": names}))
+                changes.append(Change("stop", f"stop {', '.join(names)} ({drain_words(ctx)})", {"names": names}))
             what = "restart " + (" and ".join(sorted(groups)) if groups != ALL_GROUPS else "runtime")
             if changes:
                 plans[h] = self.changes(h, changes, reason=f"{what}: {why}")
@@ -468,12 +472,11 @@ class RuntimeStep(Step):
             specs = launch.for_host(h)
             starting = [s for s in specs if restart_group(s.role) in groups]
             kept = replaced(ctx, h, groups)
-            drain = f"drain up to {ctx.options.drain} s" if ctx.options.drain is not None else "drain up to its stop timeout"
             ops = [
                 Change(
                     "replace",
                     f"replace {s.name} with config {launch.expected_hash(s.name)}: the new container created "
-                    f"first, started the moment the old one stops ({drain})",
+                    f"first, started the moment the old one stops ({drain_words(ctx)})",
                     {"name": s.name},
                 )
                 if s.name in kept
