@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import signal
 import threading
+import time
 
 import httpx
 import pytest
@@ -62,6 +63,14 @@ def faults(sim: Server, *names: str, asked: bool = True) -> None:
     """The simulator's run-time faults, applied once its /sim/state says so (`asked` False: it is
     draining or gone and takes no new connection; the caller waits for what they do)."""
     harness.set_faults(sim.base if asked else None, sim.faults, "".join(n + "\n" for n in names))
+
+
+def wait_engine_load(sim: Server, n: int, timeout: float = 30.0) -> None:
+    """Until the engine holds n unfinished requests (its /load: counted on arrival, a hung engine too)."""
+    end = time.monotonic() + timeout
+    while (load := sim.client.get("/load").json()["server_load"]) != n:
+        assert time.monotonic() < end, f"the engine holds {load} requests, not {n}"
+        time.sleep(0.02)
 
 
 def zero_token_total(gw: Gateway) -> float:
@@ -178,6 +187,10 @@ def test_a_drain_sparkctl_did_not_start_is_held_on_every_route_and_no_client_get
         )
         user.start()
         gw.wait_status(lambda st: st["in_flight"] == 1)
+        # and at the engine: in flight at the gateway, it may not have reached the engine yet, and one
+        # that reaches it after SIGTERM is aborted empty and held until start_again (ci48, ci55: the
+        # user's join below then waited out the 300 s hold)
+        wait_engine_load(sim, 1)
         sim.proc.signal(signal.SIGTERM)  # `docker restart`: vLLM drains, /health stays 200
         assert sim.proc.wait_log("[shutdown]", timeout=30), sim.proc.log()[-2000:]
         clients = [threading.Thread(target=ask, args=(name, *route), daemon=True) for name, route in routes.items()]
