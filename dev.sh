@@ -83,7 +83,9 @@ install_python() {
 # All four in this script's session, the unit run at nice 10 (at nice 5 the labs took 820-870 s beside
 # it; the unit run has slack). With the kernel's autogroups on, nice orders only inside a session;
 # runs in sessions of their own (a lab's, the unit run's) moved CPU from the labs' containers and,
-# beside `stress`, starved the unit run (benchmarks/suite-time.md, stop 47: tried, not kept).
+# beside `stress`, starved the unit run (benchmarks/suite-time.md, stop 47: tried, not kept). Only the
+# labs' runs in sessions of their own, tried again with the drafter replaced (stop 49): 14 min 17 s plain,
+# 18 min 49 s beside `stress --cpu 1` (one session: 13 min 22 s, and 15 min 25 s in stop 48).
 LABS="0 1 2"  # sparkctl_lab.paths.INSTANCES
 run_suite() {
   local reports=${SPARKCTL_TEST_REPORTS:-} logs=() pids=() rcs=() urc=0 i
