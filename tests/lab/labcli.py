@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import clirun
 import yaml
@@ -120,10 +121,14 @@ def door_states(lab) -> dict[str, str]:
     return {n: m["state"] for n, m in router_admin.status(load_fleet(lab.FLEET_PATH))["members"].items()}
 
 
-def wait_passing(lab, timeout: float = 60) -> dict[str, str]:
+def wait_door(lab, until: Callable[[dict[str, str]], bool], timeout: float) -> dict[str, str]:
+    """The door's member states once `until` holds for them, or the last seen after `timeout` s
+    (the caller's assertion says what it expected)."""
     t_end = time.monotonic() + timeout
-    while True:
-        st = door_states(lab)
-        if set(st.values()) == {"passing"} or time.monotonic() > t_end:
-            return st
+    while not until(st := door_states(lab)) and time.monotonic() < t_end:
         time.sleep(0.5)
+    return st
+
+
+def wait_passing(lab, timeout: float = 60) -> dict[str, str]:
+    return wait_door(lab, lambda st: set(st.values()) == {"passing"}, timeout)

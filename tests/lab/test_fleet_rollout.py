@@ -29,7 +29,7 @@ import httpx
 import pytest
 import yaml
 from client_load import Load
-from labcli import HEAD_IP, door_states, sparkctl, wait_passing
+from labcli import HEAD_IP, door_states, sparkctl, wait_door, wait_passing
 
 from sparkctl_lab.paths import FLEET_PATH as FLEET  # this lab's fleet file (a second lab's LAB_DIR differs)
 
@@ -215,8 +215,7 @@ def test_a_killed_member_engine_leaves_the_fleet_answering_from_the_other(lab, f
         killed_at = time.monotonic()
         lab.host_exec("head2", ["docker", "kill", "sparkctl-head"], check=True)
         # the door's health checks take lab-2 out (2 failed checks 2 s apart); new requests go to lab
-        while (states := door_states(lab))["lab-2"] == "passing" and time.monotonic() < killed_at + 30:
-            time.sleep(0.5)
+        states = wait_door(lab, lambda st: st["lab-2"] != "passing", timeout=30)
         time.sleep(max(0.0, killed_at + 10 - time.monotonic()))  # requests sent well after it: `after`
         # the member comes back under the load and the door takes it again (what lab-2's gateway held
         # since the kill is served then, not answered 503 at its hold_s after the load ends)
