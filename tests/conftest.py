@@ -96,7 +96,8 @@ OTHER_LAB_FILES = {
     2: [
         "test_up.py", "test_gateway_changes.py", "test_alerts_lab.py", "test_doctor_runtime.py",
         "test_wheel_install.py", "test_images_provenance.py", "test_progress_tty.py",
-        "test_bench_lab.py", "test_gateway_lab.py", "test_keeper_lab.py", "test_gateway_drain_lab.py", *RUN_LAST,
+        "test_bench_lab.py", "test_gateway_lab.py", "test_keeper_lab.py", "test_gateway_drain_lab.py",
+        "test_images_from_node.py", *RUN_LAST,
     ],
 }  # fmt: skip
 LAB_OF = {f: i for i, files in OTHER_LAB_FILES.items() for f in files}
