@@ -15,7 +15,9 @@ from __future__ import annotations
 import signal
 import threading
 from types import FrameType
-from typing import Any, Optional
+from typing import Any, Coroutine, Optional, TypeVar
+
+T = TypeVar("T")
 
 RETRY_S = 0.02
 _IMPORT_MACHINERY = ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>")
@@ -56,3 +58,20 @@ def on_termination() -> dict[int, Any]:
 def restore(previous: dict[int, Any]) -> None:
     for sig, handler in previous.items():
         signal.signal(sig, handler)
+
+
+def run_async(main: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run(main) with asyncio's own Ctrl-C: the main task is cancelled, every await unwinds
+    in order, and KeyboardInterrupt is raised once it has. asyncio.run installs that handling only
+    over Python's default handler; raised at any bytecode inside the loop instead (raise_interrupt),
+    the interrupt could leave httpx's anyio cancel scopes out of order, ending the run in a traceback
+    ("Attempted to exit a cancel scope that isn't the current tasks's current cancel scope"), not 130."""
+    import asyncio
+
+    if threading.current_thread() is not threading.main_thread():
+        return asyncio.run(main)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return asyncio.run(main)
+    finally:
+        signal.signal(signal.SIGINT, previous)

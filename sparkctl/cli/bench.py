@@ -283,11 +283,11 @@ def bench(
 ) -> None:
     if ctx.invoked_subcommand is not None:
         return
-    import asyncio
     import sys
 
     from pydantic import ValidationError
 
+    from sparkctl import interrupts
     from sparkctl.bench.protocol import BenchOptions
     from sparkctl.bench.report import render
     from sparkctl.bench.runner import BenchRunner
@@ -341,7 +341,7 @@ def bench(
     with _RichProgress(diagnostics()) as progress:
         runner.progress = progress
         try:
-            asyncio.run(runner.run())
+            interrupts.run_async(runner.run())
         except KeyboardInterrupt:
             interrupted = True
     result = runner.finish(interrupted=interrupted) if interrupted else runner.result

@@ -147,9 +147,9 @@ def measure_decode(url: str, model: str, tries: int = 2) -> Optional[float]:
         async with ep.client() as client:
             return [await ep.chat(client, body) for _ in range(tries)]
 
-    import asyncio  # only when measuring: a no-op run never does
+    from sparkctl import interrupts
 
-    rates = [m.decode_throughput for m in asyncio.run(run())]
+    rates = [m.decode_throughput for m in interrupts.run_async(run())]
     rates = [r for r in rates if r]
     return max(rates) if rates else None
 
