@@ -375,9 +375,10 @@ def test_report_at_the_end_of_a_run_is_the_report_of_its_file(sim, tmp_path):
         assert (tmp_path / "live" / name).read_bytes() == (tmp_path / "later" / name).read_bytes(), name
 
 
-@pytest.mark.parametrize("after_s", [0.4, 0.8, 1.2, 1.6, 1.9, 2.2, 2.5, 2.8])
+@pytest.mark.parametrize("after_s", [0.0, 0.3, 0.6, 0.9, 1.2, 1.5, 1.8, 2.1])
 def test_ctrl_c_at_any_moment_ends_with_130_and_no_traceback(sim, tmp_path, after_s):
-    """Ctrl-C lands wherever the bench is: discovery, warm-up, a stream mid-request. Before
+    """Ctrl-C lands wherever the bench is, counted from its first progress line (before it, Python
+    is still starting: ci63 interrupted the imports): discovery, warm-up, a stream mid-request. Before
     interrupts.run_async, one landing inside httpx's anyio cancel scopes ended in a traceback and exit
     1 (ci62; 2 of 32 such interrupts here)."""
     env = {k: v for k, v in os.environ.items() if k != "SPARKCTL_INVENTORY"}
@@ -385,9 +386,12 @@ def test_ctrl_c_at_any_moment_ends_with_130_and_no_traceback(sim, tmp_path, afte
             "--parts", "throughput", "--tokens", "400", "--repeats", "5"]  # fmt: skip
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     try:
+        assert p.stderr is not None
+        first = p.stderr.readline()  # the bench runs: sparkctl's Ctrl-C handling is in place
         time.sleep(after_s)
         p.send_signal(signal.SIGINT)
-        _, err = p.communicate(timeout=60)
+        _, rest = p.communicate(timeout=60)
+        err = first + rest
     finally:
         if p.poll() is None:
             p.kill()
