@@ -7,7 +7,8 @@ sent on while the gate was open and that the engine, dying, answered with an err
 those in flight at the death. Requests it can tell were never started are held and sent again
 instead: refused connections, a stream request answered 500 before its stream began (vLLM 0.33
 answers a dead engine's new requests so, `EngineDeadError`, while the in-flight streams get an error
-event), and trial requests sent to an engine that was draining (it starts nothing new).
+event), and trial requests sent to an engine that was draining (it starts nothing new). Held too: a request
+the engine broke off or failed while sparkctl's hold was on, since sparkctl stopped it (proxy.py).
 
 The client gets a clear error with the reason (502, or an error event in the stream's own shape)
 and `x-should-retry: false` (the OpenAI and Anthropic SDKs do not retry it by themselves). The log

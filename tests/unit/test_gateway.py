@@ -385,7 +385,9 @@ def test_release_sends_the_held_requests_on_in_arrival_order(tmp_path):
 
 class Scripted(LoopbackServer):
     """An engine on loopback that answers each request with the next scripted answer (status,
-    content type, body), after waiting for `go` when the answer says so: an engine caught by a hold."""
+    content type, body), after waiting for `go` when the answer says so: an engine caught by a hold.
+    BREAK for a status: the connection is closed with no answer. Its /health answers 200 once
+    `healthy` is set, 503 before."""
 
     def __init__(self):
         import queue
@@ -393,10 +395,16 @@ class Scripted(LoopbackServer):
         self.answers: queue.Queue = queue.Queue()
         self.arrived = threading.Event()
         self.go = threading.Event()
+        self.healthy = threading.Event()
         script = self
 
         class Handler(Quiet):
             protocol_version = "HTTP/1.1"
+
+            def do_GET(self):
+                self.send_response(200 if script.healthy.is_set() and self.path == "/health" else 503)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
 
             def do_POST(self):
                 self.rfile.read(int(self.headers["content-length"]))
@@ -404,6 +412,9 @@ class Scripted(LoopbackServer):
                 script.arrived.set()
                 if wait:
                     script.go.wait(30)
+                if status is BREAK:
+                    self.close_connection = True  # the process went: no status line, the socket closed
+                    return
                 self.send_response(status)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
@@ -413,6 +424,7 @@ class Scripted(LoopbackServer):
         super().__init__(Handler)
 
 
+BREAK = None
 DRAIN_503 = (
     503,
     "application/json",
@@ -462,6 +474,60 @@ def test_a_request_an_engine_going_away_refused_or_aborted_empty_is_held_and_sen
         up.answers.put((*DRAIN_503, False))
         r = gw.client.post("/v1/completions", json={"n": 2})
         assert (r.status_code, r.content) == (503, DRAIN_503[2])
+    finally:
+        gw.stop()
+        up.stop()
+
+
+# vLLM 0.33's answer once its engine is dead (EngineDeadError.CLIENT_MESSAGE, v1/engine/exceptions.py)
+DEAD_500 = (
+    500,
+    "application/json",
+    json.dumps(
+        {
+            "error": {
+                "message": "The server had an error while processing your request.",
+                "type": "InternalServerError",
+                "param": None,
+                "code": 500,
+            }
+        }
+    ).encode(),
+)
+
+
+def test_a_request_the_engine_went_away_with_during_sparkctls_hold_is_held_not_answered_502(tmp_path):
+    """A request that passed the gate just before sparkctl's hold, in flight as sparkctl stops the
+    engine: the engine closes its connection with no answer, or answers 500, and its /health no longer
+    answers 200. Outside a hold that is a death the request may have caused (502, never sent again:
+    poison.py); during the hold sparkctl stopped the engine, so the request is held and sent again
+    (ci63: one of four OpenAI clients got the 502 across a restart under a hold)."""
+    up = Scripted()
+    gw = Gateway(str(tmp_path), up.base, "--hold-s", "30")
+    try:
+        for broken in ((BREAK, "", b""), DEAD_500):
+            up.arrived.clear(), up.go.clear(), up.healthy.clear()
+            up.answers.put((*broken, True))  # reached the engine just before the hold begins
+            up.answers.put((*SERVED, False))  # the engine after the restart
+            answer = {}
+            t = threading.Thread(
+                target=lambda out=answer: out.update(r=gw.client.post("/v1/completions", json={"n": 1})), daemon=True
+            )
+            t.start()
+            assert up.arrived.wait(30)
+            gw.hold(reason="reload")
+            up.go.set()  # sparkctl stops the engine: it goes with the request
+            gw.wait_status(lambda st: st["held_requests"] == 1)  # back at the gate, not a 502 at the client
+            up.healthy.set()  # the new engine
+            gw.release()
+            t.join(timeout=30)
+            assert (answer["r"].status_code, answer["r"].content) == (200, SERVED[2]), (broken[0], answer["r"].text)
+        # the same break with no hold on: the engine died with it, and the client is told so
+        up.healthy.clear()
+        up.answers.put((BREAK, "", b"", False))
+        r = gw.client.post("/v1/completions", json={"n": 2})
+        assert (r.status_code, r.headers.get("x-should-retry")) == (502, "false"), r.text
+        assert gw.metrics()["sparkctl_gateway_upstream_errors_total{kind=died}"] == 1
     finally:
         gw.stop()
         up.stop()
