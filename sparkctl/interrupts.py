@@ -61,17 +61,43 @@ def restore(previous: dict[int, Any]) -> None:
 
 
 def run_async(main: Coroutine[Any, Any, T]) -> T:
-    """asyncio.run(main) with asyncio's own Ctrl-C: the main task is cancelled, every await unwinds
-    in order, and KeyboardInterrupt is raised once it has. asyncio.run installs that handling only
-    over Python's default handler; raised at any bytecode inside the loop instead (raise_interrupt),
-    the interrupt could leave httpx's anyio cancel scopes out of order, ending the run in a traceback
-    ("Attempted to exit a cancel scope that isn't the current tasks's current cancel scope"), not 130."""
+    """asyncio.run(main), ended by a signal only at an await: the main task is cancelled, every await
+    unwinds in order, and KeyboardInterrupt is raised once it has. Raised at any bytecode inside the
+    loop instead (raise_interrupt), the interrupt could leave httpx's anyio cancel scopes out of
+    order, ending the run in a traceback ("Attempted to exit a cancel scope that isn't the current
+    tasks's current cancel scope"), not 130 (ci62). asyncio.run does this for Ctrl-C when Python's
+    default handler is in place; SIGTERM and SIGHUP, where on_termination() made them end the run,
+    get the same here."""
     import asyncio
 
     if threading.current_thread() is not threading.main_thread():
         return asyncio.run(main)
+    terminating = [sig for sig in _TERMINATION if signal.getsignal(sig) is raise_interrupt]
+    ended_by: list[int] = []
+
+    async def cancelled_by_termination() -> T:
+        task, loop = asyncio.current_task(), asyncio.get_running_loop()
+
+        def cancel(signum: int, frame: Optional[FrameType]) -> None:
+            ended_by.append(signum)
+            if len(ended_by) > 1 or task is None or task.done():
+                raise_interrupt(signum, frame)  # a second one, or after the task: at once
+                return
+            task.cancel()
+            loop.call_soon_threadsafe(lambda: None)  # wakes a loop asleep in select()
+
+        for sig in terminating:
+            signal.signal(sig, cancel)
+        return await main
+
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        return asyncio.run(main)
+        return asyncio.run(cancelled_by_termination())
+    except asyncio.CancelledError:
+        if ended_by:
+            raise KeyboardInterrupt(f"signal {ended_by[0]}") from None
+        raise
     finally:
         signal.signal(signal.SIGINT, previous)
+        for sig in terminating:
+            signal.signal(sig, raise_interrupt)

@@ -375,12 +375,14 @@ def test_report_at_the_end_of_a_run_is_the_report_of_its_file(sim, tmp_path):
         assert (tmp_path / "live" / name).read_bytes() == (tmp_path / "later" / name).read_bytes(), name
 
 
-@pytest.mark.parametrize("after_s", [0.0, 0.3, 0.6, 0.9, 1.2, 1.5, 1.8, 2.1])
+@pytest.mark.parametrize("after_s", [0.0, 0.9, 1.8])
 def test_ctrl_c_at_any_moment_ends_with_130_and_no_traceback(sim, tmp_path, after_s):
     """Ctrl-C lands wherever the bench is, counted from its first progress line (before it, Python
     is still starting: ci63 interrupted the imports): discovery, warm-up, a stream mid-request. Before
     interrupts.run_async, one landing inside httpx's anyio cancel scopes ended in a traceback and exit
-    1 (ci62; 2 of 32 such interrupts here)."""
+    1 (ci62; 2 of 32 such interrupts here). That moment is rare at random; test_interrupts.py's
+    run_async test makes it happen (a signal between two awaits) in-process; this one is the process's
+    exit code and its stderr."""
     env = {k: v for k, v in os.environ.items() if k != "SPARKCTL_INVENTORY"}
     argv = [sys.executable, "-m", "sparkctl", "bench", "--endpoint", sim.url, "--out", str(tmp_path / "out.json"),
             "--parts", "throughput", "--tokens", "400", "--repeats", "5"]  # fmt: skip

@@ -96,3 +96,41 @@ def test_the_console_scripts_ctrl_c_is_this_handler():
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert out.stdout.split()[-1] == "True", out
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_inside_run_async_a_signal_ends_the_run_at_the_next_await_not_inside_the_code_between(handlers, signum):
+    """The bench and the throughput step (inside `up` and `reload`, where SIGTERM and SIGHUP end the
+    run) run httpx's async client: an interrupt raised between two awaits, inside its anyio cancel
+    scopes, ended a bench in a traceback and exit 1 (ci62). A signal inside run_async cancels the
+    task instead: the code between awaits runs to its end, the awaits unwind, then KeyboardInterrupt."""
+    import asyncio
+
+    saved_int = signal.getsignal(signal.SIGINT)
+    interrupts.on_ctrl_c()
+    previous = interrupts.on_termination()
+    steps: list[str] = []
+
+    async def run() -> None:
+        try:
+            signal.raise_signal(signum)  # the handler runs at the next bytecode: here, not at an await
+            steps.append("the code after the signal, to the next await")
+            await asyncio.sleep(30)
+            steps.append("after the await")
+        except asyncio.CancelledError:
+            steps.append("cancelled at the await")
+            raise
+
+    try:
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt) as ki:
+            interrupts.run_async(run())
+        assert time.monotonic() - started < 5
+        assert steps == ["the code after the signal, to the next await", "cancelled at the await"]
+        assert ki.value.args == (() if signum == signal.SIGINT else (f"signal {signum}",))
+        # the run's own handlers again afterwards
+        assert signal.getsignal(signal.SIGINT) is interrupts.raise_interrupt
+        assert signal.getsignal(signal.SIGTERM) is interrupts.raise_interrupt
+    finally:
+        interrupts.restore(previous)
+        signal.signal(signal.SIGINT, saved_int)
