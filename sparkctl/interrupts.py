@@ -92,12 +92,14 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
 
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        return asyncio.run(cancelled_by_termination())
+        result = asyncio.run(cancelled_by_termination())
     except asyncio.CancelledError:
-        if ended_by:
-            raise KeyboardInterrupt(f"signal {ended_by[0]}") from None
-        raise
+        if not ended_by:
+            raise
     finally:
         signal.signal(signal.SIGINT, previous)
         for sig in terminating:
             signal.signal(sig, raise_interrupt)
+    if ended_by:  # also when the coroutine took the cancellation and returned: the run still ends
+        raise KeyboardInterrupt(f"signal {ended_by[0]}")
+    return result

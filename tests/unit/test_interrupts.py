@@ -134,3 +134,25 @@ def test_inside_run_async_a_signal_ends_the_run_at_the_next_await_not_inside_the
     finally:
         interrupts.restore(previous)
         signal.signal(signal.SIGINT, saved_int)
+
+
+def test_a_termination_the_coroutine_took_as_a_cancellation_still_ends_the_run(handlers):
+    """A coroutine that keeps what it has on cancellation (the bench does) returns normally; the run
+    still ends with the signal, as the lock and a rollout's report need."""
+    import asyncio
+
+    previous = interrupts.on_termination()
+
+    async def keeps_what_it_has() -> str:
+        try:
+            signal.raise_signal(signal.SIGTERM)
+            await asyncio.sleep(30)
+            return "whole"
+        except asyncio.CancelledError:
+            return "partial"
+
+    try:
+        with pytest.raises(KeyboardInterrupt, match="signal 15"):
+            interrupts.run_async(keeps_what_it_has())
+    finally:
+        interrupts.restore(previous)
