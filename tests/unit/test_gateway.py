@@ -449,26 +449,33 @@ ABORT_JSON = (200, "application/json", json.dumps({"choices": [{"index": 0, "tex
 SERVED = (200, "application/json", json.dumps({"choices": [{"index": 0, "text": "1, 2", "finish_reason": "stop"}]}).encode())
 
 
+def across_a_hold(up: Scripted, gw: Gateway, old_engines_answer: tuple) -> httpx.Response:
+    """A request that reached the engine just as sparkctl's hold began: the old engine gives it
+    `old_engines_answer` once the hold is on; the request must be back at the gate (held), and after
+    the release the new engine (healthy, SERVED) answers it. The client's answer."""
+    up.arrived.clear(), up.go.clear(), up.healthy.clear()
+    up.answers.put((*old_engines_answer, True))
+    up.answers.put((*SERVED, False))
+    answer: dict[str, httpx.Response] = {}
+    t = threading.Thread(target=lambda: answer.update(r=gw.client.post("/v1/completions", json={"n": 1})), daemon=True)
+    t.start()
+    assert up.arrived.wait(30)
+    gw.hold(reason="reload")
+    up.go.set()  # the old engine answers (refusing, aborting) or goes with the request
+    gw.wait_status(lambda st: st["held_requests"] == 1)  # back at the gate, not at the client
+    up.healthy.set()  # the new engine
+    gw.release()
+    t.join(timeout=30)
+    return answer["r"]
+
+
 def test_a_request_an_engine_going_away_refused_or_aborted_empty_is_held_and_sent_again(tmp_path):
     up = Scripted()
     gw = Gateway(str(tmp_path), up.base, "--hold-s", "30")
     try:
-        for status, ctype, body in (DRAIN_503, ABORT_STREAM, ABORT_JSON):
-            up.arrived.clear(), up.go.clear()
-            up.answers.put((status, ctype, body, True))  # reached the engine just as the hold begins
-            up.answers.put((*SERVED, False))  # the engine after the restart
-            answer = {}
-            t = threading.Thread(
-                target=lambda out=answer: out.update(r=gw.client.post("/v1/completions", json={"n": 1})), daemon=True
-            )
-            t.start()
-            assert up.arrived.wait(30)
-            gw.hold(reason="reload")
-            up.go.set()  # the old engine answers, refusing or aborting it
-            gw.wait_status(lambda st: st["held_requests"] == 1)  # back at the gate, not at the client
-            gw.release()
-            t.join(timeout=30)
-            assert (answer["r"].status_code, answer["r"].content) == (200, SERVED[2]), body
+        for old_engines_answer in (DRAIN_503, ABORT_STREAM, ABORT_JSON):
+            r = across_a_hold(up, gw, old_engines_answer)
+            assert (r.status_code, r.content) == (200, SERVED[2]), old_engines_answer
         assert gw.metrics()["sparkctl_gateway_upstream_errors_total{kind=drain}"] == 3
         # outside a hold the engine's 503 is the client's, as the engine sent it
         up.answers.put((*DRAIN_503, False))
@@ -505,23 +512,9 @@ def test_a_request_the_engine_went_away_with_during_sparkctls_hold_is_held_not_a
     up = Scripted()
     gw = Gateway(str(tmp_path), up.base, "--hold-s", "30")
     try:
-        for broken in ((BREAK, "", b""), DEAD_500):
-            up.arrived.clear(), up.go.clear(), up.healthy.clear()
-            up.answers.put((*broken, True))  # reached the engine just before the hold begins
-            up.answers.put((*SERVED, False))  # the engine after the restart
-            answer = {}
-            t = threading.Thread(
-                target=lambda out=answer: out.update(r=gw.client.post("/v1/completions", json={"n": 1})), daemon=True
-            )
-            t.start()
-            assert up.arrived.wait(30)
-            gw.hold(reason="reload")
-            up.go.set()  # sparkctl stops the engine: it goes with the request
-            gw.wait_status(lambda st: st["held_requests"] == 1)  # back at the gate, not a 502 at the client
-            up.healthy.set()  # the new engine
-            gw.release()
-            t.join(timeout=30)
-            assert (answer["r"].status_code, answer["r"].content) == (200, SERVED[2]), (broken[0], answer["r"].text)
+        for old_engines_answer in ((BREAK, "", b""), DEAD_500):
+            r = across_a_hold(up, gw, old_engines_answer)  # held, not a 502 at the client
+            assert (r.status_code, r.content) == (200, SERVED[2]), (old_engines_answer[0], r.text)
         # the same break with no hold on: the engine died with it, and the client is told so
         up.healthy.clear()
         up.answers.put((BREAK, "", b"", False))
