@@ -103,10 +103,7 @@ class Proxy:
                 continue
             except BROKEN as e:
                 self._count(-1)
-                # during sparkctl's hold the engine goes because sparkctl stops it, not because of this
-                # request, and nothing of the answer reached the client: sent again (poison.py is for a
-                # death nobody announced). A request sent just before the hold broke here (ci63).
-                if generation and not trial and self.gate.hold is None and not await self.gate.probe():
+                if self._may_have_killed(generation, trial) and not await self.gate.probe():
                     return self._died(request, body, sent_at, f"{type(e).__name__}: {e}")
                 self.m.upstream_errors.labels("connect").inc()  # a connection it had closed: sent again
                 continue
@@ -124,7 +121,7 @@ class Proxy:
                     if verdict == FAILED and not await self.gate.probe():
                         # the engine is dead: a stream answered 500 before it began was never started
                         stream_refused = up.status == 500 and watch is None and _asks_stream(body)
-                        if trial or stream_refused or not generation or self.gate.hold is not None:
+                        if stream_refused or not self._may_have_killed(generation, trial):
                             self.m.upstream_errors.labels("dead").inc()
                             self.gate.upstream_down(f"it answered {up.status} and its /health does not answer 200")
                             continue
@@ -135,6 +132,12 @@ class Proxy:
             finally:
                 up.close()  # after a complete body it is released for reuse already; else the engine sees the close
                 self._count(-1)
+
+    def _may_have_killed(self, generation: bool, trial: bool) -> bool:
+        """Could a dead engine have died of this request (poison.py: never sent again)? Only a
+        generation request sent on an open gate, and not while sparkctl's hold is on: then the engine
+        went because sparkctl stopped it (ci63: a request sent just before the hold broke off)."""
+        return generation and not trial and self.gate.hold is None
 
     def _stalled(self, request: web.Request, e: BaseException) -> web.Response:
         """The engine took the request and answered nothing within upstream_idle_s: 504 (not sent
