@@ -39,7 +39,12 @@ def raise_interrupt(signum: int, frame: Optional[FrameType]) -> None:
         signal.setitimer(signal.ITIMER_REAL, RETRY_S)
         return
     _deferred = None
-    raise KeyboardInterrupt() if signum == signal.SIGINT else KeyboardInterrupt(f"signal {signum}")
+    raise _interrupt(signum)
+
+
+def _interrupt(signum: int) -> KeyboardInterrupt:
+    """Ctrl-C said as Python says it ("interrupted"); SIGTERM and SIGHUP by number."""
+    return KeyboardInterrupt() if signum == signal.SIGINT else KeyboardInterrupt(f"signal {signum}")
 
 
 def on_ctrl_c() -> None:
@@ -65,41 +70,39 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
     unwinds in order, and KeyboardInterrupt is raised once it has. Raised at any bytecode inside the
     loop instead (raise_interrupt), the interrupt could leave httpx's anyio cancel scopes out of
     order, ending the run in a traceback ("Attempted to exit a cancel scope that isn't the current
-    tasks's current cancel scope"), not 130 (ci62). asyncio.run does this for Ctrl-C when Python's
-    default handler is in place; SIGTERM and SIGHUP, where on_termination() made them end the run,
-    get the same here."""
+    tasks's current cancel scope"), not 130 (ci62). Ctrl-C always; SIGTERM and SIGHUP where
+    on_termination() made them end the run. A second signal, or one before the task runs, is raised
+    at once, as raise_interrupt does."""
     import asyncio
 
     if threading.current_thread() is not threading.main_thread():
         return asyncio.run(main)
-    terminating = [sig for sig in _TERMINATION if signal.getsignal(sig) is raise_interrupt]
+    ending = [signal.SIGINT, *(sig for sig in _TERMINATION if signal.getsignal(sig) is raise_interrupt)]
     ended_by: list[int] = []
+    running: list[asyncio.Task] = []  # the main task, once asyncio.run has started it
 
-    async def cancelled_by_termination() -> T:
-        task, loop = asyncio.current_task(), asyncio.get_running_loop()
+    def cancel(signum: int, frame: Optional[FrameType]) -> None:
+        ended_by.append(signum)
+        if len(ended_by) > 1 or not running or running[0].done():
+            raise_interrupt(signum, frame)
+            return
+        running[0].cancel()
+        running[0].get_loop().call_soon_threadsafe(lambda: None)  # wakes a loop asleep in select()
 
-        def cancel(signum: int, frame: Optional[FrameType]) -> None:
-            ended_by.append(signum)
-            if len(ended_by) > 1 or task is None or task.done():
-                raise_interrupt(signum, frame)  # a second one, or after the task: at once
-                return
-            task.cancel()
-            loop.call_soon_threadsafe(lambda: None)  # wakes a loop asleep in select()
-
-        for sig in terminating:
-            signal.signal(sig, cancel)
+    async def cancellable() -> T:
+        task = asyncio.current_task()
+        if task is not None:
+            running.append(task)
         return await main
 
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous: dict[int, Any] = {sig: signal.signal(sig, cancel) for sig in ending}
     try:
-        result = asyncio.run(cancelled_by_termination())
+        result = asyncio.run(cancellable())
     except asyncio.CancelledError:
         if not ended_by:
             raise
     finally:
-        signal.signal(signal.SIGINT, previous)
-        for sig in terminating:
-            signal.signal(sig, raise_interrupt)
+        restore(previous)
     if ended_by:  # also when the coroutine took the cancellation and returned: the run still ends
-        raise KeyboardInterrupt(f"signal {ended_by[0]}")
+        raise _interrupt(ended_by[0])
     return result
