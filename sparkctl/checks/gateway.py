@@ -173,7 +173,8 @@ def engine(ctx: Context, host: str, f: HostFacts, gw):
         f"gateway answers: requests are held up to {hold_s:g} s, then 503 with Retry-After",
         "a crash outside a change: `sparkctl doctor --only runtime` names the cause (runtime.engine, runtime.containers); "
         "then `sparkctl up`"
-        + (" (a hung engine: `docker restart sparkctl-head` on the head, or `sparkctl up --force`)" if stalled else ""),
+        # head and worker are one Ray cluster: a hung engine restarts whole (vLLM has no partial restart)
+        + (" (a hung engine: `sparkctl restart`, which restarts head and worker together)" if stalled else ""),
         down_for_s=round(page.upstream_down_s, 1),
         **({"stalled_requests": stalled} if stalled else dict[str, Any]()),
     )

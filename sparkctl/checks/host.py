@@ -77,7 +77,9 @@ def remove_ipc(ctx: Context, host: str, f: HostFacts):
     return fail(
         f"RemoveIPC={effective}: logind deletes a user's shared memory when their last session ends, "
         "which kills the runtime's NCCL/IPC segments",
-        "printf '[Login]\\nRemoveIPC=no\\n' > /etc/systemd/logind.conf.d/90-sparkctl.conf && systemctl restart systemd-logind",
+        # the drop-in folder does not exist on a fresh Ubuntu or DGX OS
+        "as root: mkdir -p /etc/systemd/logind.conf.d && printf '[Login]\\nRemoveIPC=no\\n' > "
+        "/etc/systemd/logind.conf.d/90-sparkctl.conf && systemctl restart systemd-logind",
     )
 
 

@@ -299,8 +299,8 @@ def moe_backend(ctx: Context, host: str, f: HostFacts):
 
 
 _FATAL_FIX = {
-    "device_assert": "a CUDA device-side assert: seed 002 hits it under concurrent long-context requests; lower "
-    "max_num_seqs or max_model_len, then `sparkctl up`",
+    "device_assert": "a CUDA device-side assert, known under concurrent long-context requests: `sparkctl up` to "
+    "serve again, then admit long prompts one at a time (gateway.long_context) or lower max_num_seqs",
     "engine_fatal": "the engine core died: read the traceback above the line (`docker logs --tail 200 {name}`), then `sparkctl up`",
     "worker_died": "a worker rank died (Ray's RayWorkerProc, or under mp the node's VllmWorker-<rank> process): check the "
     "worker (its container log, `sparkctl doctor --only fabric,gpu`), then `sparkctl up`",
@@ -415,7 +415,7 @@ def spec_acceptance(ctx: Context, host: str, f: HostFacts):
         return warn(
             f"mean acceptance length {got:.2f} over the last logged interval, below the expected {want:g} "
             "(alerts.acceptance_length_min): drafting costs more than it saves",
-            "long contexts lower acceptance (seed 002: code ~4.3 at short context, ~2.8 by 80K): if the traffic now "
+            "long contexts lower acceptance (on code about a third lower by 80K tokens than at short context): if the traffic now "
             "has long contexts, that is the known decay; at short context, check the drafter (runtime.drafter) "
             "and its version",
             acceptance_length=got,

@@ -33,7 +33,7 @@ def doctor(
         typer.Option(
             "--only",
             help="Run only these check groups (comma-separated or repeated): "
-            "ssh, host, gpu, fabric, env, images, caches, engram, runtime.",
+            "ssh, host, gpu, fabric, env, images, caches, engram, weights, runtime, gateway, state, keeper.",
         ),
     ] = None,
     ignore: Annotated[
@@ -47,7 +47,9 @@ def doctor(
     deep: Annotated[
         bool,
         typer.Option(
-            "--deep", help="Measure longer: iperf3 over every rail for 3 s (1 s without), re-hash the Engram tables in RAM."
+            "--deep",
+            help="Measure longer: iperf3 over every rail for 3 s (1 s without); re-hash the Engram tables in RAM "
+            "and every model file on every node (minutes for the ~167 GB checkpoint).",
         ),
     ] = False,
     verbose: Annotated[
@@ -62,8 +64,8 @@ def doctor(
     """Run every named check on all hosts, with each failure's fix.
 
     The hosts are checked in parallel. Groups: ssh, host, gpu, fabric, env, images, caches, engram,
-    runtime. docs/checks.md lists every check. Exit 0 when nothing fails, 1 when a check fails, 2 on
-    bad input.
+    weights, runtime, gateway, state, keeper. docs/checks.md lists every check. Exit 0 when nothing
+    fails, 1 when a check fails, 2 on bad input.
 
     Examples:
       # every check on every host; failures with their fix and runbook

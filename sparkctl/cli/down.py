@@ -23,8 +23,10 @@ def down(
 ) -> None:
     """Stop the runtime, head first, then worker and drafter.
 
-    The head drains in-flight requests first. Runs playbooks/down.yaml on the same runner as `up`:
-    --check lists what would stop. Images, caches and Engram tables stay.
+    The head drains in-flight requests first. First of all the keeper goes (its systemd unit, its
+    SSH key on every host, its files), so nothing brings back what down stops; the gateway goes
+    last. Runs playbooks/down.yaml on the same runner as `up`: --check lists what would stop.
+    Images, the model's weights, caches and Engram tables stay.
 
     Examples:
       # what would stop, stopping nothing

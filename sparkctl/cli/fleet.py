@@ -216,7 +216,7 @@ def doctor(
         typer.Option(
             "--only",
             help="Run only these check groups (comma-separated or repeated): the members' "
-            "(ssh, host, gpu, fabric, env, images, caches, engram, runtime, gateway) and fleet.",
+            "(ssh, host, gpu, fabric, env, images, caches, engram, weights, runtime, gateway, state, keeper) and fleet.",
         ),
     ] = None,
     ignore: Annotated[

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from sparkctl.cli.options import CheckOpt, FleetOpt, JsonOpt
-from sparkctl.cli.reload import DeadlineOpt, RatioOpt, YesOpt
+from sparkctl.cli.reload import DeadlineOpt, RatioOpt, RestartDeadlineOpt, RestartRatioOpt, YesOpt
 
 MemberOpt = Annotated[
     Optional[str], typer.Option("--member", help="Only this member (its cluster.name); the others are left as they are.")
@@ -132,8 +132,8 @@ def restart(
     check: CheckOpt = False,
     json_out: JsonOpt = False,
     yes: YesOpt = False,
-    deadline: DeadlineOpt = None,
-    ratio: RatioOpt = None,
+    deadline: RestartDeadlineOpt = None,
+    ratio: RestartRatioOpt = None,
     drain_wait: DrainWaitOpt = 120.0,
 ) -> None:
     """Restart each member's recorded config, one member at a time.

@@ -199,12 +199,15 @@ def _render_status(doc: dict, c) -> None:
 @app.command()
 def fault(
     host: Optional[str] = typer.Argument(None, help="Lab host: head, worker or offload (head2, worker2 with two pairs)."),
-    kind: Optional[str] = typer.Argument(None, help="link-down | mtu | speed | rdma-down | gpu-missing | driver | gpu-process."),
+    kind: Optional[str] = typer.Argument(
+        None, help="link-down | mtu | speed (also degraded-speed) | rdma-down | gpu-missing | driver | gpu-process."
+    ),
     target: Optional[str] = typer.Argument(None, help="Device (netdev or RDMA device) or GPU index the fault hits."),
     value: Optional[str] = typer.Option(
         None,
         "--value",
-        help="mtu: bytes (1500); speed: Mb/s the rail carries (1000); driver: version (580.82.09); gpu-process: MiB (16384).",
+        help="mtu: bytes (1500); speed: Mb/s the rail carries (250, of the 1000 a lab rail has); "
+        "driver: version (580.82.09); gpu-process: MiB (16384).",
     ),
     clear: bool = typer.Option(False, "--clear", help="Switch this fault off again."),
     clear_all: bool = typer.Option(False, "--clear-all", help="Switch every fault off on every host."),

@@ -15,6 +15,26 @@ DeadlineOpt = Annotated[
     Optional[float],
     typer.Option("--deadline", help="Seconds the new runtime has to serve before it is rolled back (default 1800)."),
 ]
+# a restart's config is the last good one: a failed restart is not rolled back (reload.py), so its
+# two gates say "fails", where reload's and rollback's say "rolled back"
+RestartDeadlineOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--deadline",
+        help="Seconds the restarted runtime has to serve before the restart fails (default 1800; "
+        "not rolled back: its config is the last good one).",
+    ),
+]
+RestartRatioOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--min-throughput-ratio",
+        help="Fail the restart (exit 1) unless decode tok/s after it is at least R x the last recorded "
+        "(e.g. 0.8): names a silent kernel fallback. Not rolled back: its config is the last good one.",
+        min=0.0,
+        max=10.0,
+    ),
+]
 RatioOpt = Annotated[
     Optional[float],
     typer.Option(
@@ -140,8 +160,8 @@ def restart(
     check: CheckOpt = False,
     json_out: JsonOpt = False,
     yes: YesOpt = False,
-    deadline: DeadlineOpt = None,
-    ratio: RatioOpt = None,
+    deadline: RestartDeadlineOpt = None,
+    ratio: RestartRatioOpt = None,
     wait: LockWaitOpt = 0,
     verbose: VerboseOpt = False,
 ) -> None:

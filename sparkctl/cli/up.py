@@ -65,7 +65,12 @@ def up(
     json_out: JsonOpt = False,
     force: Annotated[bool, typer.Option("--force", help="Restart the runtime even if its config hash matches.")] = False,
     side_load: Annotated[
-        bool, typer.Option("--side-load", help="Copy images from the head over SSH instead of pulling.")
+        bool,
+        typer.Option(
+            "--side-load",
+            help="Copy images over SSH from a node that holds the verified image, instead of pulling "
+            "(an image sparkctl cannot verify is never copied).",
+        ),
     ] = False,
     pull: Annotated[
         bool, typer.Option("--pull", help="Pull the images on every node even if they agree (pick up a new tag).")
@@ -78,9 +83,14 @@ def up(
 ) -> None:
     """Converge the cluster to what its inventory says.
 
-    Steps: fabric, images, caches, runtime, record. Every step gathers facts, plans, and applies
-    only its plan; a second run changes nothing and says so. --check prints every plan and changes
-    nothing.
+    Steps (playbooks/up.yaml): preflight, fabric, images, weights, caches, engram, stop, gateway,
+    runtime, throughput, record, keeper. Every step gathers facts, plans, and applies only its plan;
+    a second run changes nothing and says so. --check prints every plan and changes nothing.
+
+    With a `weights:` section the first run downloads the checkpoint once (~167 GB for DeepSeek V4
+    Flash) and copies it to the other nodes over the fabric. With `keeper.enabled` (the default) it
+    installs the keeper: a systemd unit on the head, with an SSH key of its own authorized on every
+    host, that brings the cluster back after a crash or a reboot (`sparkctl down` removes both).
 
     Examples:
       # what up would change on every host, changing nothing

@@ -333,8 +333,10 @@ def plan_images(
                 node = asked_on(inv, ref)
                 fixes.append(
                     f"make the registry answer {node}'s dockerd (`docker pull {ref}` on {node}; `docker login` "
-                    "there for a private registry) or pin runtime.image_digest, then rerun `sparkctl up`: an "
-                    "unverified image is never copied"
+                    "there for a private registry) or pin runtime.image_digest; an image on no registry (built "
+                    f"or loaded by hand): load the same one on every node yourself (`docker save {ref} | ssh NODE "
+                    "docker load`), which up then takes as it is; then rerun `sparkctl up`: an unverified image "
+                    "is never copied"
                 )
                 continue
             expect[ref] = want

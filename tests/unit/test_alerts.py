@@ -365,6 +365,20 @@ def test_every_alert_links_an_existing_runbook():
         assert rule["annotations"]["runbook_url"].startswith(BASE) and rule["annotations"]["summary"]
 
 
+def test_every_alert_is_in_the_alert_reference_with_its_severity_and_runbook():
+    """docs/alerts.md's table is where paging is set up from: an alert missing there is never routed."""
+    inv = inventory()
+    rs = rules_for(inv.model_copy(update={"keeper": inv.keeper.model_copy(update={"enabled": True})}))
+    table = {}
+    for line in (REPO / "docs" / "alerts.md").read_text().splitlines():
+        cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+        if line.startswith("| `Sparkctl"):
+            table[cells[0]] = (cells[1], cells[-1])
+    written = {r.alert: (r.severity, r.runbook) for r in rs.rules}
+    assert "SparkctlKeeperGaveUp" in written  # the lab inventory has the gateway and the keeper on
+    assert {a: table.get(a) for a in written} == written
+
+
 def test_cli_writes_rules_and_a_matching_prometheus_config(tmp_path):
     inv = tmp_path / "inv.yaml"
     inv.write_text(yaml.safe_dump({**LAB, "alerts": {"decode_tokens_per_s_baseline": 100}}))

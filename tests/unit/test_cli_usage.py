@@ -71,3 +71,70 @@ def test_no_help_page_speaks_of_the_project_s_sources():
         if words:
             found[where] = sorted(set(words))
     assert seen > 20 and not found, (seen, found)
+
+
+def _command(*path: str):
+    """The typer app's click command at `path` (typer may vendor its own click)."""
+    import typer
+
+    from sparkctl.cli.app import build_app
+
+    node = typer.main.get_command(build_app())
+    for name in path:
+        node = node.get_command(None, name)
+    return node
+
+
+def _option_help(command, flag: str) -> str:
+    return next(p.help for p in command.params if flag in getattr(p, "opts", ()))
+
+
+def _listed(text: str, after: str) -> list[str]:
+    """The comma-separated names that follow `after` in a help text, up to the next period."""
+    import re
+
+    tail = " ".join(text.split()).split(after, 1)[1]
+    return re.findall(r"[a-z_]+", tail.split(".")[0])
+
+
+def test_doctor_help_names_every_check_group():
+    """`--only keeper` or `--only weights` is found in the help, as the runbooks use them."""
+    from sparkctl.checks import GROUPS
+
+    doctor = _command("doctor")
+    assert _listed(_option_help(doctor, "--only"), "repeated):") == list(GROUPS)
+    assert _listed(doctor.help, "Groups:") == list(GROUPS)
+    members = _listed(_option_help(_command("fleet", "doctor"), "--only"), "members'")
+    assert members == [*GROUPS, "and", "fleet"]
+
+
+def test_up_help_lists_the_steps_it_runs_in_their_order():
+    from sparkctl.runner import load_playbook
+
+    steps = [s.step for s in load_playbook("up").steps]
+    assert _listed(_command("up").help, "Steps (playbooks/up.yaml):") == steps
+
+
+def test_restart_help_promises_no_rollback():
+    """A failed restart is not rolled back (its config is the last good one): its gates fail it."""
+    import re
+
+    for path in (("restart",), ("fleet", "restart")):
+        command = _command(*path)
+        for flag in ("--deadline", "--min-throughput-ratio"):
+            text = _option_help(command, flag)
+            promises = re.sub(r"[Nn]ot rolled back", "", text)
+            assert not re.search(r"(?i)\broll(s|ed)? back\b", promises), (path, flag, text)
+            assert "fail" in text.lower(), (path, flag, text)
+
+
+def test_lab_fault_help_gives_the_defaults_the_lab_applies():
+    import re
+
+    from sparkctl_lab.faults import ALIASES, DEFAULTS
+
+    fault = _command("lab", "fault")
+    said = dict(re.findall(r"([a-z-]+): [^(;]*\(([^,)]+)", " ".join(_option_help(fault, "--value").split())))
+    assert said == {kind: str(value) for kind, value in DEFAULTS.items()}
+    kinds = next(p.help for p in fault.params if p.name == "kind")
+    assert all(alias in kinds for alias, kind in ALIASES.items() if kind == "speed"), kinds

@@ -126,6 +126,7 @@ def test_nothing_to_verify_against_passes_agreement_and_never_copies():
     plans, _ = plan({"head": HAND, "worker": None, "offload": HAND}, resolver=down_registry())
     assert "nothing to verify it against" in plans["worker"].blocked
     assert "an unverified image is never copied" in plans["worker"].blocked
+    assert "load the same one on every node yourself (`docker save" in plans["worker"].blocked  # as the first pass does
     assert not any(p.changes for p in plans.values())
 
 
