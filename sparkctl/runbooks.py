@@ -40,6 +40,7 @@ BY_CHECK = {
     "runtime.spec_acceptance": "spec-acceptance-low",
     "runtime.queue": "long-ttft",
     "runtime.ttft": "long-ttft",
+    "runtime.progress": "engine-stalled",
     "gateway.answers": "gateway-down",
     "gateway.upstream": "gateway-down",
     "gateway.holding": "gateway-holding",

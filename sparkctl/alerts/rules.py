@@ -144,6 +144,21 @@ def rules_for(inv) -> RuleSet:
             description="Short requests wait behind a long cold prompt's prefill (head-of-line) or a full queue.",
             runbook="long-ttft",
         ),
+        Rule(
+            # progress is a token, a finished prefill (vLLM counts a prompt with its first token) or a KV
+            # block (a long prefill allocates chunk by chunk): none of them while requests run is a hang
+            alert="SparkctlEngineStalled",
+            expr=f"min_over_time(vllm:num_requests_running{{{served}}}[{a.hold_for}]) > 0"
+            f" and increase(vllm:generation_tokens_total{{{served}}}[{a.hold_for}]) == 0"
+            f" and increase(vllm:prompt_tokens_total{{{served}}}[{a.hold_for}]) == 0"
+            f" and changes(vllm:kv_cache_usage_perc{{{served}}}[{a.hold_for}]) == 0",
+            severity="page",
+            summary=f"{cluster}: the engine holds {{{{ $value }}}} running requests and produced nothing for {a.hold_for}",
+            description="No token generated, no prefill finished and no KV block moved while requests run and "
+            "/health answers 200: a hang in the collective (NCCL over the fabric). Only a full restart of head "
+            "and worker recovers: `sparkctl restart`.",
+            runbook="engine-stalled",
+        ),
     ]
     if inv.runtime.speculative:
         drafts = f"rate(vllm:spec_decode_num_drafts_total{{{served}}}[{w2}])"

@@ -14,13 +14,16 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from sparkctl import waits
 from sparkctl.checks import GROUPS, REGISTRY, kinds_for
 from sparkctl.checks.base import SCHEMA_VERSION, STATUSES, Check, CheckResult, Context, head_host
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl.inventory.models import Inventory
+
+if TYPE_CHECKING:
+    from sparkctl.facts.endpoint import EndpointFacts
 
 ALWAYS = "ssh.reachable"  # why a host has no results: shown whatever --only says
 TTFT_WINDOW = 1.0  # seconds between the two /metrics pages runtime.ttft compares (usually the facts round trip)
@@ -198,6 +201,7 @@ def doctor(
                 if ctx.endpoint.metrics_at is not None:  # at least TTFT_WINDOW s: a few first tokens to judge
                     time.sleep(max(0.0, TTFT_WINDOW - (time.monotonic() - ctx.endpoint.metrics_at)))
                 read_again(ctx.endpoint)
+                _look_longer_if_still(ctx.endpoint)
         if gateway_thread is not None:
             waits.join(gateway_thread, timeout=15)
             if ctx.gateway is not None and ctx.gateway.at is not None:
@@ -212,6 +216,20 @@ def doctor(
 
     results = run_checks(ctx, checks)
     return Report(results, selected, time.monotonic() - start, deep, dict(cluster.seconds))
+
+
+def _look_longer_if_still(endpoint: EndpointFacts) -> None:
+    """Nothing moved between the two pages while requests ran: read once more, STALL_SECONDS after
+    the first page, before runtime.progress calls it a hang (one slow step is not)."""
+    from sparkctl.checks.runtime import STALL_SECONDS
+    from sparkctl.facts.endpoint import read_again
+    from sparkctl.facts.metrics import held_without_progress
+
+    if endpoint.earlier is None or endpoint.window_s is None or endpoint.window_s >= STALL_SECONDS:
+        return
+    if held_without_progress(endpoint.earlier, endpoint.metrics):
+        time.sleep(STALL_SECONDS - endpoint.window_s)
+        read_again(endpoint, keep_earlier=True)
 
 
 def _probe_rails(ctx: Context, fleet, pinged: dict) -> None:

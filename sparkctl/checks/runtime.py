@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from sparkctl.checks.base import Context, fail, head_host, host_check, ok, skipped, warn
 from sparkctl.checks.host import runtime_hosts
 from sparkctl.facts.logs import MARLIN_BACKENDS, MOE_BACKEND_NAMES, QUANT_WORD, expected_moe_names
-from sparkctl.facts.metrics import KV_USAGE, RUNNING, TTFT, WAITING, quantile_between
+from sparkctl.facts.metrics import KV_USAGE, RUNNING, TTFT, WAITING, held_without_progress, quantile_between
 
 if TYPE_CHECKING:
     from sparkctl.facts.host import HostFacts
@@ -23,6 +23,9 @@ READS = frozenset({"containers", "logs", "drafter_health", "master_port", "appli
 NOT_RUNNING = "runtime not running (`sparkctl up` starts it)"
 NOT_SERVING = "the API is not serving (see runtime.health)"
 KV_USAGE_WARN = 0.95
+# how long doctor watches an engine that holds running requests and moves nothing before it names a
+# hang: a decode step is tens of ms, a prefill chunk a few seconds at most (the alert waits alerts.hold_for)
+STALL_SECONDS = 10.0
 POOL_TOLERANCE = 0.10  # a pool within 10% of the inventory's kv_pool_tokens is as expected
 
 
@@ -456,6 +459,33 @@ def queue(ctx: Context, host: str, f: HostFacts):
             **data,
         )
     return ok(f"{running:g} running, {waiting:g} waiting (max_num_seqs {slots})", **data)
+
+
+@runtime_check(
+    "runtime.progress",
+    "the engine makes progress while it holds running requests (no hang behind a 200 /health)",
+    scope=head_host,
+)
+def progress(ctx: Context, host: str, f: HostFacts):
+    ep = _serving(ctx)
+    if ep is None or ep.metrics_error:  # runtime.health and runtime.metrics report why
+        return skipped(NOT_SERVING)
+    if ep.earlier is None or not ep.window_s:
+        return ok("one /metrics page only: nothing to compare")
+    held = held_without_progress(ep.earlier, ep.metrics)
+    data = {"window_s": round(ep.window_s, 2), "running": ep.metrics.total(RUNNING) or 0.0}
+    if not held:
+        return ok(f"{data['running']:g} running, progress in the {ep.window_s:.1f} s doctor looked", **data)
+    if ep.window_s < STALL_SECONDS:  # the longer look failed (a /metrics read): too short to judge
+        return ok(f"{held:g} running and nothing moved in {ep.window_s:.1f} s: too short to judge a hang", **data)
+    return warn(
+        f"the engine holds {held:g} running request(s) and generated no token, finished no prefill and moved no "
+        f"KV block in {ep.window_s:.1f} s while /health answers 200: a hang in the collective (NCCL over the "
+        "fabric), not load",
+        "`sparkctl restart` (head and worker together: vLLM has no partial restart), then "
+        "`sparkctl doctor --only fabric,env` for the fabric or NCCL setting behind it",
+        **data,
+    )
 
 
 @runtime_check(

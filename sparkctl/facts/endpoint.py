@@ -81,10 +81,13 @@ def fetch(host: str, port: int, path: str = "", timeout: float = 3.0, model: Opt
     return facts
 
 
-def read_again(facts: EndpointFacts, timeout: float = 3.0, model: Optional[str] = None) -> EndpointFacts:
+def read_again(
+    facts: EndpointFacts, timeout: float = 3.0, model: Optional[str] = None, keep_earlier: bool = False
+) -> EndpointFacts:
     """Read /metrics once more: the first page becomes `earlier`, so a check can judge what the
     runtime did in between (a histogram's recent observations, as Prometheus's rate() would)
-    instead of everything since it started. Unchanged when the first read failed or this one does."""
+    instead of everything since it started. With `keep_earlier` the earlier page stays and the
+    window grows (a longer look from the same start). Unchanged when the first read failed or this one does."""
     import httpx
 
     if facts.metrics_at is None:
@@ -95,6 +98,9 @@ def read_again(facts: EndpointFacts, timeout: float = 3.0, model: Optional[str] 
     except (httpx.HTTPError, ValueError):
         return facts
     now = time.monotonic()
-    facts.earlier, facts.window_s = facts.metrics, now - facts.metrics_at
+    if keep_earlier and facts.earlier is not None and facts.window_s is not None:
+        facts.window_s += now - facts.metrics_at
+    else:
+        facts.earlier, facts.window_s = facts.metrics, now - facts.metrics_at
     facts.metrics, facts.metrics_at = page, now
     return facts

@@ -228,3 +228,22 @@ def quantile_between(before: MetricsPage, after: MetricsPage, histogram: str, q:
             return lower + (le - lower) * ((rank - below) / inside if inside else 1.0), int(delta[-1])
         lower, below = le, cum
     return lower, int(delta[-1])
+
+
+def held_without_progress(before: MetricsPage, after: MetricsPage) -> float:
+    """Requests the engine held running on both pages while it did nothing in between (0: it made
+    progress, or held nothing). Progress is a generated token, a finished prefill (vLLM 0.33 counts
+    a prompt's tokens with its first token: vllm/v1/metrics/stats.py IterationStats) or a change of
+    the KV pool: a long prefill allocates blocks chunk by chunk, so it moves the pool while both
+    counters stand still. A collective that hangs (NCCL over the fabric) freezes all three while
+    /health still answers 200: the engine core never returns from its step."""
+    running = min(before.total(RUNNING) or 0.0, after.total(RUNNING) or 0.0)
+    if running <= 0:
+        return 0.0
+    for counter in (GENERATION_TOKENS, PROMPT_TOKENS):
+        if (after.total(counter) or 0.0) != (before.total(counter) or 0.0):
+            return 0.0
+    pool_then, pool_now = before.gauge(KV_USAGE), after.gauge(KV_USAGE)
+    if (pool_then and pool_then.per_engine) != (pool_now and pool_now.per_engine):
+        return 0.0
+    return running

@@ -165,3 +165,56 @@ def test_crash_fails_engine_and_says_why(sim, tmp_path):
     assert {n for n, _, _ in failing(doc)} <= {"runtime.engine", "runtime.containers", "runtime.health"}, failing(doc)
     engine = next(c for c in doc["checks"] if c["name"] == "runtime.engine" and c["host"] == "head")
     assert "device-side assert" in engine["message"] and "max_num_seqs" in engine["fix"]
+
+
+def test_an_engine_that_hangs_under_load_is_named_while_health_answers(sim, tmp_path):
+    """The NCCL/RoCE wedge people report: the engine stops stepping with requests running and its
+    /health still 200 (the simulator's `hang`). Doctor watches longer and names it with the restart;
+    the two streams it held run to their end once the engine steps again."""
+    import threading
+
+    import httpx
+    import openai
+
+    from sparkctl.facts.metrics import parse_page
+    from sparkctl.runtime.health import base_url, public_url
+
+    lab, _ = sim
+    fault_file = f"{CONTAINER_CACHE}/doctor-sim-hang"
+    inv = runtime_variant(tmp_path, "hang", SIM_FAULTS_FILE=fault_file)
+    loaded, state = start(lab, inv)
+    assert state == "serving"
+    engine = base_url(loaded)
+    client = openai.OpenAI(base_url=f"{public_url(loaded)}/v1", api_key="lab", max_retries=0, timeout=120)
+    ends: list[object] = []
+
+    def stream() -> None:  # a few seconds of decode at the lab's pace: running when the hang begins
+        chunks = client.chat.completions.create(
+            model=loaded.runtime.served_model_name, messages=[{"role": "user", "content": "Count."}],
+            max_tokens=6000, stream=True, extra_body={"ignore_eos": True},
+        )  # fmt: skip
+        ends.append([c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason])
+
+    streams = [threading.Thread(target=stream, daemon=True) for _ in range(2)]
+    try:
+        for t in streams:
+            t.start()
+        deadline = time.monotonic() + 30
+        while parse_page(httpx.get(f"{engine}/metrics", trust_env=False).text).total("vllm:num_requests_running") != 2:
+            assert time.monotonic() < deadline, "the two streams never ran together"
+            time.sleep(0.05)
+        sh(lab, "head", f"echo hang > {HOST_CACHE}/doctor-sim-hang")
+        while "hang" not in httpx.get(f"{engine}/sim/state", trust_env=False).json().get("faults_applied", {}):
+            assert time.monotonic() < deadline + 30, "the simulator never applied the hang"
+            time.sleep(0.05)
+        rc, doc, _ = run_doctor(inv, "--json", "--only", "runtime")
+    finally:
+        sh(lab, "head", f"rm -f {HOST_CACHE}/doctor-sim-hang", check=False)
+        for t in streams:
+            t.join(60)
+    checks = {(c["name"], c["host"]): c for c in doc["checks"]}
+    stalled = checks[("runtime.progress", "head")]
+    assert stalled["status"] == "warn" and "holds 2 running request(s)" in stalled["message"], stalled["message"]
+    assert stalled["data"]["window_s"] >= 10 and "`sparkctl restart`" in stalled["fix"]
+    assert checks[("runtime.health", "head")]["status"] == "ok" and rc == 0, failing(doc)  # a warning: exit 0
+    assert ends == [["length"], ["length"]]  # held, then every token once the engine stepped again

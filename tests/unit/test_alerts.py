@@ -159,6 +159,46 @@ def cases(rs) -> list[dict]:
                 },
             ],
         },
+        {  # a hang: 2 requests run, no token, no prefill finished, the KV pool still; pages once it held 2m
+            "input_series": [
+                series("vllm:num_requests_running", VLLM, "2x16"),
+                series("vllm:generation_tokens_total", VLLM, "0+40x4 160x12"),
+                series("vllm:prompt_tokens_total", VLLM, "500x16"),
+                series("vllm:kv_cache_usage_perc", VLLM, "0.1 0.11 0.12 0.13 0.14x12"),
+            ],
+            "alert_rule_test": [
+                {"eval_time": "2m", "alertname": "SparkctlEngineStalled", "exp_alerts": []},
+                {
+                    "eval_time": "3m15s",
+                    "alertname": "SparkctlEngineStalled",
+                    "exp_alerts": [
+                        firing(
+                            rs,
+                            "SparkctlEngineStalled",
+                            VLLM,
+                            "lab: the engine holds 2 running requests and produced nothing for 2m",
+                        )
+                    ],
+                },
+            ],
+        },
+        {  # no hang: one long prefill alone (its chunks move the KV pool), a decode, an idle engine
+            "input_series": [
+                series("vllm:num_requests_running", {**VLLM, "engine": "1"}, "1x16"),
+                series("vllm:generation_tokens_total", {**VLLM, "engine": "1"}, "0x16"),
+                series("vllm:prompt_tokens_total", {**VLLM, "engine": "1"}, "0x16"),
+                series("vllm:kv_cache_usage_perc", {**VLLM, "engine": "1"}, "0+0.01x16"),
+                series("vllm:num_requests_running", {**VLLM, "engine": "2"}, "1x16"),
+                series("vllm:generation_tokens_total", {**VLLM, "engine": "2"}, "0+30x16"),
+                series("vllm:prompt_tokens_total", {**VLLM, "engine": "2"}, "100x16"),
+                series("vllm:kv_cache_usage_perc", {**VLLM, "engine": "2"}, "0.2x16"),
+                series("vllm:num_requests_running", {**VLLM, "engine": "3"}, "0x16"),
+                series("vllm:generation_tokens_total", {**VLLM, "engine": "3"}, "9x16"),
+                series("vllm:prompt_tokens_total", {**VLLM, "engine": "3"}, "9x16"),
+                series("vllm:kv_cache_usage_perc", {**VLLM, "engine": "3"}, "0x16"),
+            ],
+            "alert_rule_test": [{"eval_time": "3m30s", "alertname": "SparkctlEngineStalled", "exp_alerts": []}],
+        },
         {  # 100 drafts / 15 s with 50 accepted tokens: mean acceptance length 1.5 < 2
             "input_series": [
                 series("vllm:spec_decode_num_drafts_total", VLLM, "0+100x60"),
@@ -284,7 +324,7 @@ def test_rule_file_passes_promtool_check(tmp_path):
     rules = tmp_path / "rules.yml"
     rules.write_text(rules_yaml(rules_for(inventory())))
     r = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and "SUCCESS: 13 rules found" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "SUCCESS: 14 rules found" in r.stdout, r.stdout + r.stderr
 
 
 def test_every_alert_fires_on_its_series_and_stays_quiet_otherwise(tmp_path):
@@ -389,7 +429,7 @@ def test_cli_writes_rules_and_a_matching_prometheus_config(tmp_path):
 
     r = run("--out", str(tmp_path / "rules.yml"), "--prometheus-config", str(tmp_path / "prometheus.yml"))
     assert r.returncode == 0, r.stderr
-    assert "13 rules written" in r.stdout  # the answer; warnings (none here) go to stderr
+    assert "14 rules written" in r.stdout  # the answer; warnings (none here) go to stderr
     prom = yaml.safe_load((tmp_path / "prometheus.yml").read_text())
     assert prom["rule_files"] == ["rules.yml"]  # beside it: Prometheus reads it from the config's folder
     jobs = {j["job_name"]: j for j in prom["scrape_configs"]}
@@ -405,12 +445,12 @@ def test_cli_writes_rules_and_a_matching_prometheus_config(tmp_path):
     # without the gateway the engine serves runtime.port itself, and nothing scrapes a gateway
     inv.write_text(yaml.safe_dump({**LAB, "alerts": {"decode_tokens_per_s_baseline": 100}, "gateway": {"enabled": False}}))
     r = run("--out", str(tmp_path / "rules.yml"), "--prometheus-config", str(tmp_path / "prometheus.yml"))
-    assert r.returncode == 0 and "9 rules written" in r.stdout, r.stderr
+    assert r.returncode == 0 and "10 rules written" in r.stdout, r.stderr
     static = yaml.safe_load((tmp_path / "prometheus.yml").read_text())["scrape_configs"][0]["static_configs"]
     assert [t["labels"]["role"] for t in static] == ["head", "drafter"] and static[0]["targets"] == ["10.231.0.11:8888"]
     inv.write_text(yaml.safe_dump({**LAB, "alerts": {"decode_tokens_per_s_baseline": 100}}))
     r = run("--json")
-    assert r.returncode == 0 and len(json.loads(r.stdout)["groups"][0]["rules"]) == 13
+    assert r.returncode == 0 and len(json.loads(r.stdout)["groups"][0]["rules"]) == 14
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({**LAB, "alerts": {"kv_usage": 2}}))
     r = clirun.sparkctl(["alerts", "-i", str(bad)], env=env)

@@ -362,6 +362,49 @@ def test_ttft_warns_on_a_slow_first_token_now_and_names_the_runbook():
     assert by(run(running(), endpoint=endpoint()), "runtime.ttft", H).status == "ok"  # one page: nothing to compare
 
 
+# --- runtime.progress: running requests and nothing moving (a hang behind a 200 /health) ---------
+
+
+def engine_pages(running: float, steps: list[tuple[float, float, float]], window_s: float) -> EndpointFacts:
+    """Two pages of the simulator's own exposition: before, then after `steps`, each adding
+    (generated tokens, prompt tokens counted at first token, KV usage now)."""
+    from sparkctl_lab.sim.metrics import VllmMetrics
+
+    m = VllmMetrics(INV.runtime.served_model_name, INV.runtime.max_model_len, 0, {})
+    m.set_gauge(m.running, running)
+    m.set_gauge(m.kv_usage, 0.2)
+    m.inc(m.generation_tokens, 500)
+    first = m.render()
+    for generated, prompt, kv in steps:
+        m.inc(m.generation_tokens, generated)
+        m.inc(m.prompt_tokens, prompt)
+        m.set_gauge(m.kv_usage, kv)
+    ep = endpoint()
+    ep.earlier, ep.metrics, ep.window_s = parse_page(first), parse_page(m.render()), window_s
+    return ep
+
+
+def test_an_engine_that_holds_requests_and_moves_nothing_warns_a_hang_with_the_restart():
+    from sparkctl.checks.runtime import STALL_SECONDS
+
+    r = by(run(running(), endpoint=engine_pages(2, [], STALL_SECONDS + 0.5)), "runtime.progress", H)
+    assert r.status == "warn" and "holds 2 running request(s)" in r.message and "/health answers 200" in r.message
+    assert "`sparkctl restart`" in r.fix and runbooks.for_result(r) == "docs/runbooks/engine-stalled.md"
+
+
+def test_a_decode_a_finished_prefill_or_a_prefill_chunk_is_progress_and_an_idle_engine_holds_nothing():
+    from sparkctl.checks.runtime import STALL_SECONDS
+
+    long = STALL_SECONDS + 0.5
+    for steps in ([(40, 0, 0.2)], [(1, 9000, 0.25)], [(0, 0, 0.23)]):  # decode; a prompt done; a chunk's KV blocks
+        r = by(run(running(), endpoint=engine_pages(1, steps, long)), "runtime.progress", H)
+        assert r.status == "ok" and "progress" in r.message, (steps, r.message)
+    assert by(run(running(), endpoint=engine_pages(0, [], long)), "runtime.progress", H).status == "ok"
+    short = by(run(running(), endpoint=engine_pages(2, [], 1.0)), "runtime.progress", H)  # doctor's longer look failed
+    assert short.status == "ok" and "too short to judge" in short.message
+    assert by(run(running(), endpoint=endpoint()), "runtime.progress", H).status == "ok"  # one page: nothing to compare
+
+
 # ---- the mp executor: what replaces Ray's own view of its workers ---------------------------------
 
 MP_INV = INV.model_copy(update={"runtime": INV.runtime.model_copy(update={"distributed_executor_backend": "mp"})})

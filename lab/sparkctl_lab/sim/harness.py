@@ -186,8 +186,13 @@ def set_faults(base_url: str | None, faults_file: str, text: str, timeout: float
     take longer, so no fixed sleep). `base_url` None: a simulator that takes no new connections (its
     drain has begun) is not asked; the caller waits for what the faults do instead."""
     if text:
-        with open(faults_file, "w", encoding="utf-8") as f:
+        # whole or not at all: the simulator reads the file every 0.25 s, and an empty read (between a
+        # truncation and its write) switched the faults off for a step (ci83: a hung engine ran its
+        # two requests to the end in that window, so a crash found none)
+        tmp = f"{faults_file}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
+        os.replace(tmp, faults_file)
     else:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(faults_file)
