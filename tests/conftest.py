@@ -82,11 +82,11 @@ LAB_TESTS = "tests/lab/"  # every lab test lives here: pytest-xdist sends this f
 # here on the lab they name (SPARKCTL_LAB_INSTANCE), every other lab file on the first. Chosen by
 # their CI times (junit, benchmarks/suite-time.md "Three labs again") from files that touch only their own lab
 # through its inventory, topology and api, so the three end close together: the first keeps the
-# drills (~620 s of ~2240 in CI run H, three labs) and test_deadlines (moved from the second, which
-# ended 75 s after the first in run H) and the lab's own tests of its literal addresses, the third
-# the RUN_LAST files (which must share one lab: the second pair, then the lab taken down and up).
+# drills (~620 s of ~2240 in CI run H, three labs) and the lab's own tests of its literal addresses,
+# the third the RUN_LAST files (which must share one lab: the second pair, then the lab taken down and up).
 # (ci43, issue 41: 735 / 733 / 759 s of tests; test_status_watch, ~10 s, moved from the third to the first.
-# ci50: 863 / 809 / 809 s; test_first_deployment_lab, 13 s, to the second, test_gateway_drain_lab, 10 s, to the third.)
+# ci50: 863 / 809 / 809 s; test_first_deployment_lab, 13 s, to the second, test_gateway_drain_lab, 10 s, to the third.
+# ci84: 729 / 735 / 744 s, then the engine-stalled drill, ~50 s, on the first: test_deadlines, 36 s, to the third.)
 OTHER_LAB_FILES = {
     1: [
         "test_reload.py", "test_repairs.py", "test_reload_plan_lab.py", "test_runtime_sim.py", "test_doctor.py",
@@ -97,7 +97,7 @@ OTHER_LAB_FILES = {
         "test_up.py", "test_gateway_changes.py", "test_alerts_lab.py", "test_doctor_runtime.py",
         "test_wheel_install.py", "test_images_provenance.py", "test_progress_tty.py",
         "test_bench_lab.py", "test_gateway_lab.py", "test_keeper_lab.py", "test_gateway_drain_lab.py",
-        "test_images_from_node.py", *RUN_LAST,
+        "test_images_from_node.py", "test_deadlines.py", *RUN_LAST,
     ],
 }  # fmt: skip
 LAB_OF = {f: i for i, files in OTHER_LAB_FILES.items() for f in files}

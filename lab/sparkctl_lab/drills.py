@@ -212,6 +212,36 @@ def _engine_crash() -> str:
     return "two concurrent 70K-token chat requests to the head (seed 002's device-side assert)"
 
 
+def _engine_stalled() -> str:
+    """The collective hangs (NCCL over RoCE, as people report): the engine stops stepping with two
+    streams running while its /health stays 200. The simulator's `hang`, switched on inside the
+    head's container (the lab inventory's SIM_FAULTS_FILE): a restart, which makes a new container,
+    starts without it, as a full restart clears the wedge."""
+    from sparkctl.facts.endpoint import fetch
+    from sparkctl.facts.metrics import RUNNING
+
+    url = _head_url()
+    # two clients of answers long enough to be running when the hang begins (6000 tokens ended
+    # first) and short of the 64K where two sequences are the engine-crash drill's (100K crashed
+    # it), in a process of their own: they stay connected after this drill's process ends
+    pid = start_load("stalled", "code", clients=2, context=200, max_tokens=30_000)
+    if not _until(lambda: fetch(*_head()).metrics.total(RUNNING) == 2, 30, 0.05):
+        raise SparkctlError("drill: the two streams never ran together on the head")
+    faults = _inventory()["runtime"]["env"]["SIM_FAULTS_FILE"]
+    _sh("head", f"docker exec sparkctl-head sh -c 'echo hang > {faults}'")
+
+    def applied() -> bool:
+        state = httpclient.get(f"{url}/sim/state", timeout=2, trust_env=False).json()
+        return "hang" in state.get("faults_applied", {})
+
+    if not _until(applied, 30, 0.05):
+        raise SparkctlError("drill: the head's simulator never applied the hang")
+    return (
+        f"two clients on the head (load pid {pid}), then: docker exec sparkctl-head sh -c 'echo hang > {faults}' "
+        "(a wedged collective)"
+    )
+
+
 def _gateway_holding() -> str:
     """The hold a change left behind: a `sparkctl restart` told the gateway to hold, then died
     (SIGKILL, a control host that lost its link) and its lock was broken since. The drill holds
@@ -552,6 +582,9 @@ DRILLS: dict[str, Drill] = {
               ("SparkctlEngineDown",)),
         Drill("engine-crash", "engine-crash", "runtime.engine", "head", "concurrent long-context requests crash the engine",
               _engine_crash, ("SparkctlEngineDown",)),
+        Drill("engine-stalled", "engine-stalled", "runtime.progress", "head",
+              "the collective hangs with two streams running: no token, /health still 200", _engine_stalled,
+              ("SparkctlEngineStalled",)),
         Drill("worker-lost", "worker-lost", "runtime.engine", "head", "the worker drops off the network (power loss)",
               _worker_lost, ("SparkctlWorkerLost", "SparkctlEngineDown"), hands=_worker_back),
         Drill("drafter-unreachable", "runtime.drafter", "runtime.drafter", "offload", "the drafter on the offload host dies",

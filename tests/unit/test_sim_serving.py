@@ -412,6 +412,40 @@ def test_a_non_streaming_client_that_goes_away_has_its_request_aborted(server):
         assert m.get(done, 0) == before.get(done, 0), reason
 
 
+def test_a_hung_engine_takes_a_gone_clients_abort_only_when_it_steps_again(server):
+    # EngineCore takes an abort between steps (core.py _process_input_queue): stuck in its step (the
+    # `hang` fault, a wedged collective) it holds the request, and /metrics shows it still running
+    import socket
+
+    body = json.dumps({"model": NAME, "prompt": "Count from 1 to 5000:", "max_tokens": 2000, "ignore_eos": True})
+    harness.set_faults(server.base, server.faults, "slow_decode=400\n")  # 2000 tokens: far longer than this test
+    client = socket.create_connection(("127.0.0.1", server.port))
+    try:
+        client.sendall(
+            f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n{body}".encode()
+        )
+        end = time.monotonic() + 10
+        while server.metrics()["vllm:num_requests_running{}"] != 1:
+            assert time.monotonic() < end, "the request never ran"
+            time.sleep(0.05)
+        harness.set_faults(server.base, server.faults, "slow_decode=400\nhang\n")
+        client.close()  # the client goes while the engine hangs
+        time.sleep(1.0)  # the server has seen it go
+        held = server.metrics()
+        harness.set_faults(server.base, server.faults, "")  # the engine steps again
+        while server.metrics()["vllm:num_requests_running{}"] != 0:
+            assert time.monotonic() < end + 10, "the abort never came through"
+            time.sleep(0.05)
+        after = server.metrics()
+    finally:
+        client.close()
+        if os.path.exists(server.faults):
+            os.remove(server.faults)
+    assert held["vllm:num_requests_running{}"] == 1 and held["vllm:kv_cache_usage_perc{}"] > 0
+    assert after["vllm:kv_cache_usage_perc{}"] == 0  # then its slot and KV blocks are free
+
+
 def test_prefix_cache_hits_on_a_repeated_prompt(server):
     prompt = "Summarise this report. " + "The quarterly numbers were steady and the outlook is calm. " * 300
     before = server.metrics()

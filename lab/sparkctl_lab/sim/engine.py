@@ -115,6 +115,7 @@ class Engine:
         self.stopped = False
         self.shutting_down = False  # SIGTERM: v1/engine/core.py EngineShutdownState != RUNNING
         self.hang = False
+        self.aborts_held: list[Request] = []  # aborts a hung engine has not reached yet (see abort)
         self.slow_factor = 1.0
         self.crash_next_step: str | None = None
         self.crash_on_work = False  # SIM_FAULTS=crash_on_request: the first step with work crashes
@@ -158,6 +159,10 @@ class Engine:
         with self.lock:
             if self.hang != hang:
                 self.hang = hang
+                if not hang:  # the core steps again: first the aborts that waited for it
+                    for r in self.aborts_held:
+                        self._finish(r, "abort", self._now(), counted=False)
+                    self.aborts_held.clear()
                 self.lock.notify_all()
 
     def abort(self, req: Request) -> None:
@@ -167,6 +172,12 @@ class Engine:
         vllm:request_success_total nor in the request histograms."""
         with self.lock:
             if req.finished:
+                return
+            if self.hang:
+                # EngineCore takes an abort from its input queue between steps (core.py
+                # _process_input_queue): one stuck in its step, as a hung collective is, has not taken
+                # it, and its scheduler stats (the /metrics gauges) stay as they were
+                self.aborts_held.append(req)
                 return
             self._finish(req, "abort", self._now(), counted=False)
             self.lock.notify_all()
