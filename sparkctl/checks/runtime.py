@@ -54,6 +54,13 @@ def _serving(ctx: Context):
     return ep if ep is not None and ep.health == 200 else None
 
 
+def _scraped(ctx: Context):
+    """The endpoint when it serves and its /metrics page was read, else None (runtime.health and
+    runtime.metrics report why): what the checks of its metrics read."""
+    ep = _serving(ctx)
+    return None if ep is None or ep.metrics_error else ep
+
+
 def _head_container(ctx: Context):
     """(the head's container, its log facts), or (None, None) when it has none."""
     for h in head_host(ctx):
@@ -437,8 +444,8 @@ def spec_acceptance(ctx: Context, host: str, f: HostFacts):
     scope=head_host,
 )
 def queue(ctx: Context, host: str, f: HostFacts):
-    ep = _serving(ctx)
-    if ep is None or ep.metrics_error:  # runtime.health and runtime.metrics report why
+    ep = _scraped(ctx)
+    if ep is None:
         return skipped(NOT_SERVING)
     m, slots = ep.metrics, ctx.inventory.runtime.max_num_seqs
     running, waiting = m.total(RUNNING) or 0.0, m.total(WAITING) or 0.0
@@ -467,8 +474,8 @@ def queue(ctx: Context, host: str, f: HostFacts):
     scope=head_host,
 )
 def progress(ctx: Context, host: str, f: HostFacts):
-    ep = _serving(ctx)
-    if ep is None or ep.metrics_error:  # runtime.health and runtime.metrics report why
+    ep = _scraped(ctx)
+    if ep is None:
         return skipped(NOT_SERVING)
     if ep.earlier is None or not ep.window_s:
         return ok("one /metrics page only: nothing to compare")
@@ -492,8 +499,8 @@ def progress(ctx: Context, host: str, f: HostFacts):
     "runtime.ttft", "p99 time to first token over the seconds doctor looked is within alerts.ttft_p99_seconds", scope=head_host
 )
 def ttft(ctx: Context, host: str, f: HostFacts):
-    ep = _serving(ctx)
-    if ep is None or ep.metrics_error:  # runtime.health and runtime.metrics report why
+    ep = _scraped(ctx)
+    if ep is None:
         return skipped(NOT_SERVING)
     if ep.earlier is None or not ep.window_s:
         return ok("one /metrics page only: nothing to compare (see runtime.queue)")

@@ -35,10 +35,12 @@ def alerts(
     """Write Prometheus alerting rules for the cluster.
 
     Engine down, worker lost, drafter unreachable, KV cache near full, preemptions, waiting queue,
-    TTFT p99, an engine that stalls while /health answers, speculative acceptance, decode speed; the front door's (gateway down, a hold left
-    behind, answers cut off, zero-token streams); the keeper gave up. Each rule has labels severity (page|ticket) and cluster, annotations summary, description,
-    runbook (the `sparkctl runbook NAME` command) and, with alerts.runbook_base_url, runbook_url. Thresholds: the inventory's `alerts:` section (docs/alerts.md). Check the file with
-    `promtool check rules FILE`.
+    TTFT p99, an engine that stalls while /health answers, speculative acceptance, decode speed;
+    the front door's (gateway down, a hold left behind, answers cut off, zero-token streams); the
+    keeper gave up. Each rule has labels severity (page|ticket) and cluster, annotations summary,
+    description, runbook (the `sparkctl runbook NAME` command) and, with alerts.runbook_base_url,
+    runbook_url. Thresholds: the inventory's `alerts:` section (docs/alerts.md). Check the file
+    with `promtool check rules FILE`.
 
     Examples:
       # the rules, checked by Prometheus's own tool
